@@ -1,0 +1,525 @@
+"""One frozen, grouped settings object, built once by `build_config`.
+
+Order of precedence (lowest first): defaults, the device config file, the per-node config file,
+environment, then the flags the user actually set. Nothing else reads flags or environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hami.device.model import (
+    FilterDevices,
+    MigProfileAllow,
+    NodeDeviceConfig,
+    NvidiaConfig,
+)
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong: names the key, the source, the value and what was expected."""
+
+    def __init__(self, key: str, source: str, value: Any, expected: str):
+        self.key, self.source, self.value, self.expected = key, source, value, expected
+        super().__init__(f"{source}: {key}: got {value!r}, expected {expected}")
+
+
+@dataclass(frozen=True, slots=True)
+class KubeSettings:
+    kubeconfig: str | None = None  # --kubeconfig, else $KUBECONFIG, else in-cluster
+    qps: float = 5.0
+    burst: int = 10
+    timeout: float = 0.0  # seconds per request; 0 = no client-side limit
+    pod_namespace: str = "default"  # $POD_NAMESPACE: where leases and our own objects live
+    pod_name: str = ""  # $POD_NAME
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettings:
+    verbosity: int = 0
+    format: str = "text"  # text | json
+    debug: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DebugSettings:
+    profiling: bool = False
+    debug_bind_address: str = ""  # extra loopback listener for /debug/pprof
+    aiomonitor: bool = False
+    aiomonitor_port: int = 20101
+    aiomonitor_console_port: int = 20103
+    aiomonitor_webui_port: int = 20102
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSettings:
+    http_bind: str = "127.0.0.1:8080"
+    cert_file: str = ""
+    key_file: str = ""
+    scheduler_name: str = "hami-scheduler"
+    metrics_bind_address: str = ":9395"
+    node_scheduler_policy: str = "binpack"
+    gpu_scheduler_policy: str = "spread"
+    node_label_selector: tuple[tuple[str, str], ...] = ()
+    node_lock_timeout: float = 300.0
+    node_lock_retry_timeout: float = 28.0
+    force_overwrite_default_scheduler: bool = True
+    leader_elect: bool = False
+    leader_elect_resource_name: str = "hami-scheduler"
+    leader_elect_resource_namespace: str = ""
+    legacy_metrics: bool = False
+    max_request_bytes: int = 64 * 1024 * 1024  # a 5,000-node full-Nodes body is ~10 MiB
+    sync_timeout: float = 25.0  # how long /filter waits for the first sync
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    node_name: str = ""
+    kubelet_socket_dir: str = "/var/lib/kubelet/device-plugins"
+    hook_path: str = "/usr/local"
+    node_config_file: str = ""
+    gpu_backend: str = "nvml"  # nvml | fake
+    fake_gpus: str = ""
+    register_interval: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorSettings:
+    node_name: str = ""
+    cache_dir: str = "/usr/local/vgpu/containers"
+    cache_grace: float = 300.0
+    proc_root: str = "/proc"
+    metrics_bind_address: str = ":9394"
+    feedback: bool = True
+    legacy_metrics: bool = False
+    gpu_backend: str = "nvml"
+    fake_gpus: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SimSettings:
+    listen: str = "127.0.0.1:6443"
+    kubeconfig: str = ""  # where `--role sim` writes its kubeconfig; "" = <state dir>/kubeconfig
+    embedded: bool = False
+    nodes: int = 4
+    gpus: str = "2xNVIDIA A100-SXM4-40GB:40960"
+    fake_gpus: str = ""
+    state_dir: str = ""  # sockets, cache dirs, kubeconfig of the embedded cluster; "" = a temp dir
+    demo_workload: bool = False
+    hostpid_bug: bool = False
+    watch_window: int = 10000  # events retained for watch resume; older RVs get 410 Gone
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    roles: tuple[str, ...] = ()
+    kube: KubeSettings = field(default_factory=KubeSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+    debug: DebugSettings = field(default_factory=DebugSettings)
+    nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
+    node_configs: tuple[NodeDeviceConfig, ...] = ()
+    device_config_file: str = ""
+    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    agent: AgentSettings = field(default_factory=AgentSettings)
+    monitor: MonitorSettings = field(default_factory=MonitorSettings)
+    sim: SimSettings = field(default_factory=SimSettings)
+
+
+# --------------------------------------------------------------------------- durations
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str, *, key: str = "duration", source: str = "flag") -> float:
+    """Parse a Go duration (`5m`, `1h30m`, `250ms`) or bare seconds (`30`) into seconds."""
+    s = str(text).strip()
+    if re.fullmatch(r"\d+(\.\d+)?", s):
+        return float(s)
+    pos, total = 0, 0.0
+    for m in _DURATION_PART.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+        pos = m.end()
+    if pos != len(s) or not s:
+        raise ConfigError(key, source, text, "a duration such as 30s, 5m or 1h30m")
+    return total
+
+
+# --------------------------------------------------------------------------- device config file
+
+# yaml key of the `nvidia:` section -> (NvidiaConfig field, expected python type)
+_NVIDIA_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
+    "resourceCountName": ("resource_count_name", str),
+    "resourceMemoryName": ("resource_memory_name", str),
+    "resourceMemoryPercentageName": ("resource_memory_percentage_name", str),
+    "resourceCoreName": ("resource_core_name", str),
+    "resourcePriorityName": ("resource_priority_name", str),
+    "overwriteEnv": ("overwrite_env", bool),
+    "defaultMemory": ("default_memory", int),
+    "defaultCores": ("default_cores", int),
+    "defaultGPUNum": ("default_gpu_num", int),
+    "preConfiguredDeviceMemory": ("pre_configured_device_memory", int),
+    "memoryFactor": ("memory_factor", int),
+    "deviceSplitCount": ("device_split_count", int),
+    "deviceMemoryScaling": ("device_memory_scaling", (int, float)),
+    "deviceCoreScaling": ("device_core_scaling", (int, float)),
+    "enableNumaTopology": ("enable_numa_topology", bool),
+    "gpuCorePolicy": ("gpu_core_policy", str),
+    "libCudaLogLevel": ("lib_cuda_log_level", (str, int)),
+    "runtimeClassName": ("runtime_class_name", str),
+    "disableCoreLimit": ("disable_core_limit", bool),
+    "migProfileAllowlist": ("mig_profile_allowlist", list),
+}
+# Keys HAMi's chart writes that hami accepts but does not use.
+_NVIDIA_IGNORED = {"knownMigGeometries", "migStrategy", "migstrategy"}
+_TYPE_NAMES = {str: "a string", bool: "a boolean", int: "an integer", list: "a list"}
+
+
+def _expected(t: type | tuple[type, ...]) -> str:
+    if isinstance(t, tuple):
+        return "a number" if float in t else " or ".join(_TYPE_NAMES.get(x, x.__name__) for x in t)
+    return _TYPE_NAMES.get(t, t.__name__)
+
+
+def _check_type(key: str, value: Any, want: type | tuple[type, ...], source: str) -> None:
+    types = want if isinstance(want, tuple) else (want,)
+    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+    if not ok:
+        raise ConfigError(key, source, value, _expected(want))
+
+
+def parse_device_config(doc: Any, source: str, warn) -> NvidiaConfig:
+    """Build NvidiaConfig from the parsed YAML of HAMi's device config; `warn(msg)` for unknown keys."""
+    if doc is None:
+        return NvidiaConfig()
+    if not isinstance(doc, Mapping):
+        raise ConfigError("(top level)", source, type(doc).__name__, "a mapping with an `nvidia:` section")
+    section = doc.get("nvidia")
+    if section is None:
+        return NvidiaConfig()
+    if not isinstance(section, Mapping):
+        raise ConfigError("nvidia", source, section, "a mapping")
+    values: dict[str, Any] = {}
+    for key, value in section.items():
+        if key in _NVIDIA_IGNORED:
+            continue
+        if key not in _NVIDIA_KEYS:
+            warn(f"unknown key nvidia.{key} in {source}: ignored")
+            continue
+        attr, want = _NVIDIA_KEYS[key]
+        if value is None:
+            continue
+        _check_type(f"nvidia.{key}", value, want, source)
+        if attr == "mig_profile_allowlist":
+            value = _parse_allowlist(value, source)
+        elif attr == "lib_cuda_log_level":
+            value = str(value)
+        elif isinstance(want, tuple) and float in want:
+            value = float(value)
+        values[attr] = value
+    cfg = NvidiaConfig(**values)
+    _validate_nvidia(cfg, source)
+    return cfg
+
+
+def _parse_allowlist(items: list, source: str) -> tuple[MigProfileAllow, ...]:
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"nvidia.migProfileAllowlist[{i}]", source, item, "a mapping")
+        models = item.get("models") or []
+        profiles = item.get("profiles") or []
+        for k, v in (("models", models), ("profiles", profiles)):
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                raise ConfigError(f"nvidia.migProfileAllowlist[{i}].{k}", source, v, "a list of strings")
+        out.append(MigProfileAllow(tuple(models), tuple(profiles)))
+    return tuple(out)
+
+
+def _validate_nvidia(cfg: NvidiaConfig, source: str) -> None:
+    checks = [
+        ("nvidia.deviceSplitCount", cfg.device_split_count, cfg.device_split_count >= 1, "an integer >= 1"),
+        ("nvidia.memoryFactor", cfg.memory_factor, cfg.memory_factor >= 1, "an integer >= 1"),
+        ("nvidia.defaultGPUNum", cfg.default_gpu_num, cfg.default_gpu_num >= 0, "an integer >= 0"),
+        ("nvidia.defaultMemory", cfg.default_memory, cfg.default_memory >= 0, "an integer >= 0"),
+        ("nvidia.defaultCores", cfg.default_cores, 0 <= cfg.default_cores <= 100, "an integer 0..100"),
+        ("nvidia.deviceMemoryScaling", cfg.device_memory_scaling, cfg.device_memory_scaling > 0, "a number > 0"),
+        ("nvidia.deviceCoreScaling", cfg.device_core_scaling, cfg.device_core_scaling > 0, "a number > 0"),
+        (
+            "nvidia.gpuCorePolicy",
+            cfg.gpu_core_policy,
+            cfg.gpu_core_policy in ("", "default", "force", "disable"),
+            "one of default, force, disable",
+        ),
+    ]
+    for key, value, ok, expected in checks:
+        if not ok:
+            raise ConfigError(key, source, value, expected)
+
+
+# --------------------------------------------------------------------------- per-node config.json
+
+_NODE_KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "name": (str, "a string"),
+    "operatingmode": (str, "one of hami-core, mig, mps"),
+    "devicememoryscaling": ((int, float), "a number > 0"),
+    "devicecorescaling": ((int, float), "a number > 0"),
+    "devicesplitcount": (int, "an integer >= 1"),
+    "preconfigureddevicememory": (int, "an integer >= 0"),
+    "libcudaloglevel": ((str, int), "a string"),
+    "enablenumatopology": (bool, "a boolean"),
+    "migstrategy": (str, "a string"),
+    "filterdevices": (dict, "a mapping with uuid and index lists"),
+    "enablegetpreferredallocation": (bool, "a boolean"),
+}
+
+
+def parse_node_configs(doc: Any, source: str, warn) -> tuple[NodeDeviceConfig, ...]:
+    """Parse HAMi's per-node `config.json` (`{"nodeconfig": [...]}`)."""
+    if doc is None:
+        return ()
+    if not isinstance(doc, Mapping):
+        raise ConfigError("(top level)", source, type(doc).__name__, 'an object with a "nodeconfig" list')
+    for key in doc:
+        if key != "nodeconfig":
+            warn(f"unknown key {key} in {source}: ignored")
+    entries = doc.get("nodeconfig") or []
+    if not isinstance(entries, list):
+        raise ConfigError("nodeconfig", source, entries, "a list")
+    out = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"nodeconfig[{i}]", source, entry, "an object")
+        values: dict[str, Any] = {}
+        for key, value in entry.items():
+            lkey = key.lower()
+            if lkey not in _NODE_KEYS:
+                warn(f"unknown key nodeconfig[{i}].{key} in {source}: ignored")
+                continue
+            if value is None:
+                continue
+            want, expected = _NODE_KEYS[lkey]
+            types = want if isinstance(want, tuple) else (want,)
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                raise ConfigError(f"nodeconfig[{i}].{key}", source, value, expected)
+            if lkey == "filterdevices":
+                value = _parse_filter(value, f"nodeconfig[{i}].{key}", source)
+            elif lkey == "libcudaloglevel":
+                value = str(value)
+            elif lkey in ("devicememoryscaling", "devicecorescaling"):
+                value = float(value)
+                if value <= 0:
+                    raise ConfigError(f"nodeconfig[{i}].{key}", source, value, expected)
+            elif lkey == "devicesplitcount" and value < 1:
+                raise ConfigError(f"nodeconfig[{i}].{key}", source, value, expected)
+            elif lkey == "operatingmode" and value not in ("", "hami-core", "mig", "mps"):
+                raise ConfigError(f"nodeconfig[{i}].{key}", source, value, expected)
+            values[lkey] = value
+        if not values.get("name"):
+            raise ConfigError(f"nodeconfig[{i}].name", source, values.get("name"), "a non-empty node name or glob")
+        out.append(NodeDeviceConfig(**values))
+    return tuple(out)
+
+
+def _parse_filter(value: Mapping, key: str, source: str) -> FilterDevices:
+    uuids = value.get("uuid") or []
+    idx = value.get("index") or []
+    if not isinstance(uuids, list) or not all(isinstance(u, str) for u in uuids):
+        raise ConfigError(f"{key}.uuid", source, uuids, "a list of strings")
+    if not isinstance(idx, list) or not all(isinstance(u, int) and not isinstance(u, bool) for u in idx):
+        raise ConfigError(f"{key}.index", source, idx, "a list of integers")
+    return FilterDevices(tuple(uuids), tuple(idx))
+
+
+# --------------------------------------------------------------------------- building
+
+def _load_file(path: str) -> Any:
+    import orjson
+    import yaml
+
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise ConfigError("(file)", path, path, f"a readable file ({exc.strerror})") from None
+    try:
+        if path.endswith(".json"):
+            return orjson.loads(raw) if raw.strip() else None
+        return yaml.safe_load(raw)
+    except (yaml.YAMLError, orjson.JSONDecodeError) as exc:
+        where = ""
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+        raise ConfigError("(syntax)", path, str(exc).splitlines()[0][:200], f"valid YAML/JSON{where}") from None
+
+
+# Flag destination (argparse dest) -> (group, field). Only flags the user set arrive here.
+FLAG_TARGETS: dict[str, tuple[str, str]] = {
+    "kubeconfig": ("kube", "kubeconfig"),
+    "kube_qps": ("kube", "qps"),
+    "kube_burst": ("kube", "burst"),
+    "kube_timeout": ("kube", "timeout"),
+    "v": ("log", "verbosity"),
+    "log_format": ("log", "format"),
+    "debug": ("log", "debug"),
+    "profiling": ("debug", "profiling"),
+    "debug_bind_address": ("debug", "debug_bind_address"),
+    "aiomonitor": ("debug", "aiomonitor"),
+    "aiomonitor_port": ("debug", "aiomonitor_port"),
+    "aiomonitor_console_port": ("debug", "aiomonitor_console_port"),
+    "aiomonitor_webui_port": ("debug", "aiomonitor_webui_port"),
+    "http_bind": ("scheduler", "http_bind"),
+    "cert_file": ("scheduler", "cert_file"),
+    "key_file": ("scheduler", "key_file"),
+    "scheduler_name": ("scheduler", "scheduler_name"),
+    "scheduler_metrics_bind_address": ("scheduler", "metrics_bind_address"),
+    "node_scheduler_policy": ("scheduler", "node_scheduler_policy"),
+    "gpu_scheduler_policy": ("scheduler", "gpu_scheduler_policy"),
+    "node_label_selector": ("scheduler", "node_label_selector"),
+    "node_lock_timeout": ("scheduler", "node_lock_timeout"),
+    "node_lock_retry_timeout": ("scheduler", "node_lock_retry_timeout"),
+    "force_overwrite_default_scheduler": ("scheduler", "force_overwrite_default_scheduler"),
+    "leader_elect": ("scheduler", "leader_elect"),
+    "leader_elect_resource_name": ("scheduler", "leader_elect_resource_name"),
+    "leader_elect_resource_namespace": ("scheduler", "leader_elect_resource_namespace"),
+    "kubelet_socket_dir": ("agent", "kubelet_socket_dir"),
+    "hook_path": ("agent", "hook_path"),
+    "node_config_file": ("agent", "node_config_file"),
+    "register_interval": ("agent", "register_interval"),
+    "cache_dir": ("monitor", "cache_dir"),
+    "cache_grace": ("monitor", "cache_grace"),
+    "proc_root": ("monitor", "proc_root"),
+    "monitor_metrics_bind_address": ("monitor", "metrics_bind_address"),
+    "feedback": ("monitor", "feedback"),
+    "sim_listen": ("sim", "listen"),
+    "sim_kubeconfig": ("sim", "kubeconfig"),
+    "embedded": ("sim", "embedded"),
+    "sim_nodes": ("sim", "nodes"),
+    "sim_gpus": ("sim", "gpus"),
+    "sim_state_dir": ("sim", "state_dir"),
+    "demo_workload": ("sim", "demo_workload"),
+    "sim_hostpid_bug": ("sim", "hostpid_bug"),
+    "sim_watch_window": ("sim", "watch_window"),
+}
+# Flags that feed more than one group.
+SHARED_FLAGS: dict[str, tuple[tuple[str, str], ...]] = {
+    "node_name": (("agent", "node_name"), ("monitor", "node_name")),
+    "gpu_backend": (("agent", "gpu_backend"), ("monitor", "gpu_backend")),
+    "fake_gpus": (("agent", "fake_gpus"), ("monitor", "fake_gpus"), ("sim", "fake_gpus")),
+    "legacy_metrics": (("scheduler", "legacy_metrics"), ("monitor", "legacy_metrics")),
+}
+_DURATION_FLAGS = {"kube_timeout", "node_lock_timeout", "node_lock_retry_timeout", "cache_grace", "register_interval"}
+
+
+def parse_label_selector(text: str, source: str = "--node-label-selector") -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        k, sep, v = part.partition("=")
+        if not sep or not k.strip():
+            raise ConfigError("node-label-selector", source, text, "k=v[,k2=v2]")
+        pairs.append((k.strip(), v.strip()))
+    return tuple(pairs)
+
+
+def build_config(
+    flags: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+    warn=None,
+) -> Config:
+    """The one place a Config is made: defaults, files, environment, then the flags the user set.
+
+    `flags` maps argparse dests to values, holding only flags that were given on the command line.
+    `warn(message)` receives one message per unknown key in a config file.
+    """
+    env = os.environ if env is None else env
+    warn = warn or (lambda msg: None)
+    groups: dict[str, dict[str, Any]] = {
+        g: {} for g in ("kube", "log", "debug", "scheduler", "agent", "monitor", "sim")
+    }
+    top: dict[str, Any] = {}
+
+    # 2. the device config file (flag, then env as HAMi's chart mounts it)
+    device_file = flags.get("device_config_file") or env.get("HAMI_DEVICE_CONFIG_FILE", "")
+    nvidia = NvidiaConfig()
+    if device_file:
+        nvidia = parse_device_config(_load_file(device_file), device_file, warn)
+    top["device_config_file"] = device_file
+    node_file = flags.get("node_config_file") or ""
+    node_configs: tuple[NodeDeviceConfig, ...] = ()
+    if node_file:
+        node_configs = parse_node_configs(_load_file(node_file), node_file, warn)
+
+    # 3. environment
+    if env.get("KUBECONFIG"):
+        groups["kube"]["kubeconfig"] = env["KUBECONFIG"].split(os.pathsep)[0]
+    if env.get("POD_NAMESPACE"):
+        groups["kube"]["pod_namespace"] = env["POD_NAMESPACE"]
+        groups["scheduler"]["leader_elect_resource_namespace"] = env["POD_NAMESPACE"]
+    if env.get("POD_NAME"):
+        groups["kube"]["pod_name"] = env["POD_NAME"]
+    if env.get("NODE_NAME"):
+        groups["agent"]["node_name"] = groups["monitor"]["node_name"] = env["NODE_NAME"]
+    if env.get("HAMI_NODELOCK_EXPIRE"):
+        groups["scheduler"]["node_lock_timeout"] = parse_duration(
+            env["HAMI_NODELOCK_EXPIRE"], key="HAMI_NODELOCK_EXPIRE", source="environment"
+        )
+    if env.get("HOOK_PATH"):
+        groups["agent"]["hook_path"] = env["HOOK_PATH"]
+
+    # 4. flags the user set
+    for dest, value in flags.items():
+        if dest in _DURATION_FLAGS and isinstance(value, str):
+            value = parse_duration(value, key="--" + dest.replace("_", "-"), source="command line")
+        if dest == "node_label_selector" and isinstance(value, str):
+            value = parse_label_selector(value)
+        if dest == "metrics_bind_address":
+            # One flag, HAMi's name, feeds whichever roles run; role-specific flags override it.
+            for group in ("scheduler", "monitor"):
+                groups[group].setdefault("metrics_bind_address", value)
+            continue
+        if dest in SHARED_FLAGS:
+            for group, attr in SHARED_FLAGS[dest]:
+                groups[group][attr] = value
+        elif dest in FLAG_TARGETS:
+            group, attr = FLAG_TARGETS[dest]
+            groups[group][attr] = value
+    for dest in ("scheduler_metrics_bind_address", "monitor_metrics_bind_address"):
+        if dest in flags:
+            group, attr = FLAG_TARGETS[dest]
+            groups[group][attr] = flags[dest]
+    if groups["log"].get("debug"):
+        groups["log"]["verbosity"] = max(4, groups["log"].get("verbosity", 0))
+    if groups["scheduler"].get("node_scheduler_policy", "binpack") not in ("binpack", "spread"):
+        raise ConfigError(
+            "--node-scheduler-policy", "command line", groups["scheduler"]["node_scheduler_policy"],
+            "binpack or spread",
+        )
+    if "log" in groups and groups["log"].get("format", "text") not in ("text", "json"):
+        raise ConfigError("--log-format", "command line", groups["log"]["format"], "text or json")
+
+    return Config(
+        roles=tuple(flags.get("roles", ())),
+        kube=KubeSettings(**groups["kube"]),
+        log=LogSettings(**groups["log"]),
+        debug=DebugSettings(**groups["debug"]),
+        nvidia=nvidia,
+        node_configs=node_configs,
+        device_config_file=top["device_config_file"],
+        scheduler=SchedulerSettings(**groups["scheduler"]),
+        agent=AgentSettings(**{**groups["agent"], "node_config_file": node_file}),
+        monitor=MonitorSettings(**groups["monitor"]),
+        sim=SimSettings(**groups["sim"]),
+    )
+
+
+def replace(cfg: Any, **changes: Any) -> Any:
+    """dataclasses.replace, re-exported for roles that derive per-node configs (embedded cluster)."""
+    return dataclasses.replace(cfg, **changes)
