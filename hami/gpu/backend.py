@@ -1,0 +1,63 @@
+"""The few things hami asks of GPU hardware, behind one protocol (NVML and fake side by side).
+
+A backend is synchronous and cheap to poll: roles call it from a thread (`asyncio.to_thread`) or
+directly for the fake. Health is sticky per backend instance: once an XID marks a GPU unhealthy it
+stays so (HAMi has no path back to healthy short of a restart), except for the fake backend, where
+the file is the truth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+class GpuBackendError(RuntimeError):
+    """The GPU backend cannot be used: names the backend and why (file, field, NVML error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    uuid: str
+    index: int
+    name: str  # NVML name as reported, e.g. "NVIDIA A100-SXM4-40GB"
+    memory_total_mib: int
+    memory_used_mib: int = 0
+    numa: int = 0
+    healthy: bool = True
+    utilization: int = 0  # percent, NVML utilization.gpu
+    memory_utilization: int = 0  # percent, NVML utilization.memory
+    minor: int = -1  # /dev/nvidia<minor>; -1 when unknown
+    memory_supported: bool = True  # False when NVML answered NOT_SUPPORTED for memory info
+
+
+@runtime_checkable
+class GpuBackend(Protocol):
+    name: str
+
+    def list_gpus(self) -> list[GpuInfo]:
+        """Every GPU of this node, ordered by index, with current health and usage."""
+        ...
+
+    def process_utilization(self, uuid: str) -> dict[int, int]:
+        """host PID -> SM utilization percent of the processes running on GPU `uuid` right now."""
+        ...
+
+    def close(self) -> None:
+        """Stop background health watching and release the library."""
+        ...
+
+
+def make_backend(name: str, fake_file: str = "", node_name: str = "") -> GpuBackend:
+    """Build a backend by name: "fake" reads `fake_file` (YAML), "nvml" loads libnvidia-ml."""
+    if name == "fake":
+        if not fake_file:
+            raise GpuBackendError("fake: --fake-gpus FILE is required with --gpu-backend fake")
+        from hami.gpu.fake import FakeBackend
+
+        return FakeBackend(fake_file, node_name=node_name)
+    if name == "nvml":
+        from hami.gpu.nvml import NvmlBackend
+
+        return NvmlBackend()
+    raise GpuBackendError(f"unknown GPU backend {name!r}: expected nvml or fake")
