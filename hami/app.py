@@ -1,0 +1,162 @@
+"""Run roles side by side: a name -> import-path table, lazy imports, supervised named tasks.
+
+A role is a module with `async def run(ctx: RoleContext) -> None`. Roles are imported only when
+asked for, so `--role monitor` never imports grpc or pynvml. Every role runs as a named task; a role
+that fails is logged with its name and ends the process with a non-zero exit. The first SIGTERM or
+SIGINT sets `ctx.stop` and gives roles `drain_seconds` to return; a second signal forces exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hami.config import Config
+from hami.obs.log import get_logger
+
+log = get_logger(__name__)
+
+ROLES: dict[str, str] = {
+    "sim": "hami.sim.role",
+    "scheduler": "hami.scheduler.role",
+    "node-agent": "hami.agent.role",
+    "monitor": "hami.monitor.role",
+}
+ALL_ROLES = ("scheduler", "node-agent", "monitor")
+# Roles that others need up before they start (the embedded API server).
+FIRST = ("sim",)
+
+
+class RoleFailed(RuntimeError):
+    def __init__(self, role: str, exc: BaseException):
+        self.role = role
+        super().__init__(f"role {role} failed: {type(exc).__name__}: {exc}")
+
+
+@dataclass
+class RoleContext:
+    name: str
+    config: Config
+    stop: asyncio.Event
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    shared: dict[str, Any] = field(default_factory=dict)
+
+
+def expand_roles(spec: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """`scheduler,monitor` -> ("scheduler", "monitor"); `all` -> the three node and cluster roles."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    out: list[str] = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        names = ALL_ROLES if item == "all" else (item,)
+        for name in names:
+            if name not in ROLES:
+                raise ValueError(f"unknown role {name!r}; known roles: {', '.join(ROLES)}, all")
+            if name not in out:
+                out.append(name)
+    if not out:
+        raise ValueError("no role given; use --role with one of: " + ", ".join(ROLES) + ", all")
+    return tuple(sorted(out, key=lambda r: (r not in FIRST, out.index(r))))
+
+
+def load_role(name: str) -> Callable[[RoleContext], Awaitable[None]]:
+    module = importlib.import_module(ROLES[name])
+    return module.run
+
+
+async def run_roles(
+    config: Config,
+    roles: tuple[str, ...],
+    *,
+    drain_seconds: float = 10.0,
+    install_signals: bool = True,
+    stop: asyncio.Event | None = None,
+    shared: dict[str, Any] | None = None,
+) -> int:
+    """Run `roles` until one fails or a stop is requested. Returns the process exit code."""
+    stop = stop or asyncio.Event()
+    shared = {} if shared is None else shared
+    loop = asyncio.get_running_loop()
+    signals_seen = 0
+
+    def on_signal(signame: str) -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        if signals_seen == 1:
+            log.info("Shutting down", signal=signame, drain_seconds=drain_seconds)
+            stop.set()
+        else:
+            log.warning("Second signal: forcing exit", signal=signame)
+            os._exit(130)
+
+    if install_signals:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal, sig.name)
+
+    tasks: dict[asyncio.Task, str] = {}
+    failure: RoleFailed | None = None
+    try:
+        for name in roles:
+            runner = load_role(name)
+            ctx = RoleContext(name=name, config=config, stop=stop, shared=shared)
+            task = asyncio.create_task(runner(ctx), name=f"role:{name}")
+            tasks[task] = name
+            log.info("Role started", role=name)
+            if name in FIRST:
+                # Others connect to what this role serves: wait until it is ready (or dies).
+                ready = asyncio.create_task(ctx.ready.wait())
+                done, _ = await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+                if task in done:
+                    ready.cancel()
+                    break
+        stop_waiter = asyncio.create_task(stop.wait(), name="stop-waiter")
+        pending = set(tasks)
+        while pending:
+            done, _ = await asyncio.wait(pending | {stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is stop_waiter:
+                    continue
+                pending.discard(task)
+                name = tasks[task]
+                if task.cancelled():
+                    continue
+                exc = task.exception()
+                if exc is not None:
+                    log.error("Role failed", role=name, error=f"{type(exc).__name__}: {exc}")
+                    failure = failure or RoleFailed(name, exc)
+                    stop.set()
+                elif not stop.is_set():
+                    log.warning("Role returned before shutdown was requested", role=name)
+                    failure = failure or RoleFailed(name, RuntimeError("returned early"))
+                    stop.set()
+            if stop.is_set() and pending:
+                _, still = await asyncio.wait(pending, timeout=drain_seconds)
+                for task in still:
+                    log.warning("Role did not stop within the drain deadline; cancelling", role=tasks[task])
+                    task.cancel()
+                if still:
+                    await asyncio.wait(still, timeout=2.0)
+                for task in pending - still:
+                    if not task.cancelled() and task.exception() is not None and failure is None:
+                        exc = task.exception()
+                        log.error("Role failed while stopping", role=tasks[task], error=str(exc))
+                        failure = RoleFailed(tasks[task], exc)
+                pending = set()
+        stop_waiter.cancel()
+    finally:
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+    if failure is not None:
+        return 1
+    log.info("Stopped")
+    return 0

@@ -1,0 +1,138 @@
+"""Every flag of `hami`, with HAMi's spellings; `_` and `-` spellings are both accepted.
+
+Flags are registered with `default=SUPPRESS`, so the parsed namespace holds only the flags the user
+actually set; defaults live in `hami.config` and nowhere else.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def parse_bool(text: str) -> bool:
+    """Go's strconv.ParseBool spellings, as HAMi's flags accept them."""
+    t = str(text).strip()
+    if t in ("1", "t", "T", "true", "TRUE", "True"):
+        return True
+    if t in ("0", "f", "F", "false", "FALSE", "False"):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean {text!r} (use true or false)")
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
+    return v
+
+
+# (names, dest, kind, help). kind: str | int | float | bool | duration
+FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
+    # process
+    (("--kubeconfig",), "kubeconfig", "str", "kubeconfig file (else $KUBECONFIG, else in-cluster)"),
+    (("--kube-qps",), "kube_qps", "float", "API requests per second, all calls together (default 5)"),
+    (("--kube-burst",), "kube_burst", "int", "API request burst (default 10)"),
+    (("--kube-timeout",), "kube_timeout", "duration", "timeout of one API request, e.g. 30s (default none)"),
+    (("-v", "--v"), "v", "int", "log verbosity: 0 errors and key events, 2 scores, 4 filter decisions, 5 trace"),
+    (("--log-format",), "log_format", "str", "text (klog style) or json"),
+    (("--debug",), "debug", "bool", "debug mode; implies -v=4"),
+    (("--profiling",), "profiling", "bool", "serve /debug/pprof on each role's HTTP server (off by default)"),
+    (("--debug-bind-address",), "debug_bind_address", "str", "extra listener for /debug/pprof, e.g. 127.0.0.1:6060"),
+    (("--aiomonitor",), "aiomonitor", "bool", "start aiomonitor on 127.0.0.1"),
+    (("--aiomonitor-port",), "aiomonitor_port", "int", "aiomonitor telnet port (default 20101)"),
+    (("--aiomonitor-console-port",), "aiomonitor_console_port", "int", "aiomonitor console port (default 20103)"),
+    (("--aiomonitor-webui-port",), "aiomonitor_webui_port", "int", "aiomonitor web UI port (default 20102)"),
+    (("--device-config-file",), "device_config_file", "str", "HAMi device config YAML (the nvidia: section)"),
+    (("--metrics-bind-address",), "metrics_bind_address", "str",
+     "metrics listener (scheduler default :9395, monitor default :9394)"),
+    (("--legacy-metrics",), "legacy_metrics", "bool", "also export HAMi's legacy metric names"),
+    # scheduler
+    (("--http_bind",), "http_bind", "str", "scheduler extender listener (default 127.0.0.1:8080)"),
+    (("--cert_file",), "cert_file", "str", "TLS certificate for the extender and webhook"),
+    (("--key_file",), "key_file", "str", "TLS key for the extender and webhook"),
+    (("--scheduler-name",), "scheduler_name", "str", "schedulerName the webhook sets (default hami-scheduler)"),
+    (("--scheduler-metrics-bind-address",), "scheduler_metrics_bind_address", "str",
+     "scheduler metrics listener when several roles share a process"),
+    (("--node-scheduler-policy",), "node_scheduler_policy", "str", "binpack or spread (default binpack)"),
+    (("--gpu-scheduler-policy",), "gpu_scheduler_policy", "str",
+     "binpack, spread, numa, mutex, topology-aware or a comma chain (default spread)"),
+    (("--node-label-selector",), "node_label_selector", "str", "only nodes with these labels, k=v[,k=v]"),
+    (("--node-lock-timeout",), "node_lock_timeout", "duration", "node lock expiry (default 5m)"),
+    (("--node-lock-retry-timeout",), "node_lock_retry_timeout", "duration",
+     "how long pod-group members retry lock contention (default 28s)"),
+    (("--force-overwrite-default-scheduler",), "force_overwrite_default_scheduler", "bool",
+     "the webhook also takes pods asking for default-scheduler (default true)"),
+    (("--leader-elect",), "leader_elect", "bool", "leader election on a Lease; only the leader writes handshakes"),
+    (("--leader-elect-resource-name",), "leader_elect_resource_name", "str", "Lease name"),
+    (("--leader-elect-resource-namespace",), "leader_elect_resource_namespace", "str", "Lease namespace"),
+    # node agent
+    (("--node-name",), "node_name", "str", "this node's name (else $NODE_NAME)"),
+    (("--kubelet-socket-dir",), "kubelet_socket_dir", "str", "device-plugin socket dir"),
+    (("--hook-path",), "hook_path", "str", "host dir holding vgpu/libvgpu.so (default /usr/local)"),
+    (("--node-config-file",), "node_config_file", "str", "per-node config.json (nodeconfig list)"),
+    (("--gpu-backend",), "gpu_backend", "str", "nvml or fake"),
+    (("--fake-gpus",), "fake_gpus", "str", "YAML file of fake GPUs (with --gpu-backend fake)"),
+    (("--register-interval",), "register_interval", "duration", "registration check period (default 30s)"),
+    # monitor
+    (("--cache-dir",), "cache_dir", "str", "HAMi-core cache dirs (default /usr/local/vgpu/containers)"),
+    (("--cache-grace",), "cache_grace", "duration", "keep dirs of unknown pods this long (default 5m)"),
+    (("--proc-root",), "proc_root", "str", "proc filesystem root for host-PID repair (default /proc)"),
+    (("--monitor-metrics-bind-address",), "monitor_metrics_bind_address", "str",
+     "monitor metrics listener when several roles share a process"),
+    (("--feedback",), "feedback", "bool", "run HAMi's priority feedback loop (default true)"),
+    # embedded cluster
+    (("--embedded",), "embedded", "bool", "run everything on an embedded Kubernetes API server"),
+    (("--sim-listen",), "sim_listen", "str", "embedded API server listener (default 127.0.0.1:6443)"),
+    (("--sim-kubeconfig",), "sim_kubeconfig", "str", "where the embedded API server writes its kubeconfig"),
+    (("--sim-nodes",), "sim_nodes", "int", "simulated GPU nodes (default 4)"),
+    (("--sim-gpus",), "sim_gpus", "str", 'GPUs per node, e.g. "2xNVIDIA A100-SXM4-40GB:40960"'),
+    (("--sim-state-dir",), "sim_state_dir", "str", "sockets, cache dirs and kubeconfig of the embedded cluster"),
+    (("--sim-hostpid-bug",), "sim_hostpid_bug", "bool", "simulated containers record the container PID as host PID"),
+    (("--sim-watch-window",), "sim_watch_window", "int", "watch events retained by the embedded server"),
+    (("--demo-workload",), "demo_workload", "bool", "submit a stream of sample GPU pods"),
+]
+
+_KIND_TYPES: dict[str, Any] = {"str": str, "int": _nonneg_int, "float": _positive_float, "duration": str}
+
+
+def _spellings(names: tuple[str, ...]) -> list[str]:
+    out: list[str] = []
+    for n in names:
+        for variant in (n, n.replace("_", "-"), n[:2] + n[2:].replace("-", "_")):
+            if variant not in out:
+                out.append(variant)
+    return out
+
+
+def add_role_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("role flags (HAMi's names; '_' and '-' spellings both work)")
+    for names, dest, kind, help_text in FLAGS:
+        opts = _spellings(names)
+        if kind == "bool":
+            group.add_argument(*opts, dest=dest, nargs="?", const=True, type=parse_bool,
+                               default=argparse.SUPPRESS, metavar="BOOL", help=help_text)
+        else:
+            group.add_argument(*opts, dest=dest, type=_KIND_TYPES[kind], default=argparse.SUPPRESS,
+                               help=help_text)
+
+
+def add_kube_flags(parser: argparse.ArgumentParser) -> None:
+    """The connection flags subcommands need (doctor, tune)."""
+    for names, dest, kind, help_text in FLAGS:
+        if dest in ("kubeconfig", "kube_qps", "kube_burst", "kube_timeout", "v", "log_format"):
+            parser.add_argument(*_spellings(names), dest=dest, type=_KIND_TYPES[kind],
+                                default=argparse.SUPPRESS, help=help_text)

@@ -1,0 +1,121 @@
+"""`hami`: run roles (`hami --role scheduler`) or a tool subcommand (`hami doctor ...`).
+
+    hami --role scheduler|node-agent|monitor|sim|all[,...] [flags]
+    hami --role all --embedded            everything on an embedded API server, no cluster needed
+    hami doctor pod NAMESPACE/NAME        why is this pod Pending?
+    hami doctor nodes                     GPU node health table
+    hami tune                             tuning recommendations from pods and metrics
+    hami cache dump FILE [--json]         print a HAMi-core shared region
+
+Subcommands sit beside `--role`: the first word picks a subcommand, anything else is a role run.
+Subcommand modules are imported only when used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import sys
+from collections.abc import Sequence
+
+from hami import __version__
+from hami.cli.flags import add_role_flags
+
+# subcommand -> (module, help). Each module has `configure(parser)` and `main(args) -> int`
+# (a coroutine function or a plain function).
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "doctor": ("hami.doctor.cli", "diagnose Pending pods and GPU nodes (the debugging runbook, automated)"),
+    "tune": ("hami.doctor.tune_cli", "tuning recommendations from the cluster's pods and the monitor's metrics"),
+    "cache": ("hami.monitor.dump_cli", "read HAMi-core shared-region cache files"),
+}
+
+
+def _role_parser() -> argparse.ArgumentParser:
+    from hami.app import ROLES
+
+    parser = argparse.ArgumentParser(
+        prog="hami",
+        usage="hami --role ROLE[,ROLE...] [flags]  |  hami {doctor,tune,cache} ...",
+        description="GPU sharing control plane for Kubernetes, wire-compatible with HAMi v2.10.",
+        epilog="subcommands:\n"
+        + "\n".join(f"  hami {name:<8} {text}" for name, (_, text) in SUBCOMMANDS.items())
+        + "\n\nroles: " + ", ".join(ROLES) + ", all (= scheduler,node-agent,monitor)"
+        + "\nexamples:\n  hami --role all --embedded\n  hami --role scheduler --http_bind 0.0.0.0:443 -v=4",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"hami {__version__}")
+    parser.add_argument("--role", dest="role", default=None,
+                        help="roles to run, comma separated: " + ", ".join(ROLES) + ", all")
+    add_role_flags(parser)
+    return parser
+
+
+def _run_subcommand(name: str, argv: Sequence[str]) -> int:
+    module_name, help_text = SUBCOMMANDS[name]
+    parser = argparse.ArgumentParser(prog=f"hami {name}", description=help_text)
+    module = importlib.import_module(module_name)
+    module.configure(parser)
+    args = parser.parse_args(list(argv))
+    from hami.obs.log import configure_logging
+
+    configure_logging(getattr(args, "v", 0) or 0, getattr(args, "log_format", "text") or "text")
+    result = module.main(args)
+    if asyncio.iscoroutine(result):
+        result = asyncio.run(result)
+    return int(result or 0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        try:
+            return _run_subcommand(argv[0], argv[1:])
+        except KeyboardInterrupt:
+            return 130
+
+    parser = _role_parser()
+    args = parser.parse_args(argv)
+    flags = {k: v for k, v in vars(args).items() if k != "role"}
+
+    from hami.app import expand_roles, run_roles
+    from hami.config import ConfigError, build_config
+    from hami.obs.log import configure_logging, get_logger
+
+    role_spec = args.role
+    if role_spec is None:
+        if flags.get("embedded"):
+            role_spec = "all"
+        else:
+            parser.print_usage(sys.stderr)
+            print("hami: error: --role is required (or a subcommand: " + ", ".join(SUBCOMMANDS) + ")",
+                  file=sys.stderr)
+            return 2
+    try:
+        roles = expand_roles(role_spec)
+    except ValueError as exc:
+        print(f"hami: error: {exc}", file=sys.stderr)
+        return 2
+    if flags.get("embedded") and "sim" not in roles:
+        # The embedded cluster runs its own node agents (one per simulated node) and plays kubelet.
+        roles = ("sim",) + tuple(r for r in roles if r != "node-agent")
+
+    warnings: list[str] = []
+    try:
+        config = build_config({**flags, "roles": roles}, warn=warnings.append)
+    except ConfigError as exc:
+        print(f"hami: error: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(config.log.verbosity, config.log.format)
+    log = get_logger("hami.cli")
+    for message in dict.fromkeys(warnings):
+        log.warning("Configuration warning", detail=message)
+    log.info("Starting hami", version=__version__, roles=",".join(roles), verbosity=config.log.verbosity)
+    try:
+        return asyncio.run(run_roles(config, roles))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,16 @@
+# Sourced by scripts/*: create or reuse .venv and install hami with its dev extras.
+# Re-installs only when pyproject.toml changed since the last install.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv="$root/.venv"
+py=${PYTHON:-python3}
+if [ ! -x "$venv/bin/python" ]; then
+  "$py" -m venv "$venv"
+fi
+stamp="$venv/.hami-installed"
+if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ] || ! "$venv/bin/python" -c "import hami" 2>/dev/null; then
+  "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  "$venv/bin/python" -m pip install -q -e "$root[dev]"
+  touch "$stamp"
+fi
+export PATH="$venv/bin:$root/.ci/tools/bin:$PATH"

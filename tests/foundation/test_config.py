@@ -1,0 +1,162 @@
+"""Configuration: precedence (defaults, files, environment, flags set), HAMi device config and
+per-node config.json parsing, errors that name key, file, value and expectation, warnings for
+unknown keys, Go durations, and the CLI flag spellings feeding the same object."""
+
+import argparse
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hami.cli.flags import add_role_flags
+from hami.config import ConfigError, build_config, parse_duration
+
+
+def _flags(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--role")
+    add_role_flags(parser)
+    return {k: v for k, v in vars(parser.parse_args(argv)).items() if k != "role"}
+
+
+def test_defaults_match_hami():
+    cfg = build_config({}, env={})
+    assert cfg.scheduler.http_bind == "127.0.0.1:8080"
+    assert cfg.scheduler.node_lock_timeout == 300.0
+    assert cfg.scheduler.node_scheduler_policy == "binpack"
+    assert cfg.scheduler.gpu_scheduler_policy == "spread"
+    assert cfg.scheduler.metrics_bind_address == ":9395"
+    assert cfg.monitor.metrics_bind_address == ":9394"
+    assert (cfg.kube.qps, cfg.kube.burst) == (5.0, 10)
+    assert cfg.nvidia.device_split_count == 10
+    assert cfg.nvidia.default_gpu_num == 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--http_bind", "0.0.0.0:443"], ["--http-bind", "0.0.0.0:443"], ["--http_bind=0.0.0.0:443"]],
+    ids=["underscore", "dash", "equals"],
+)
+def test_both_flag_spellings_are_accepted(argv):
+    assert build_config(_flags(argv), env={}).scheduler.http_bind == "0.0.0.0:443"
+
+
+@pytest.mark.parametrize("argv", [["-v=4"], ["--v=4"], ["-v", "4"], ["--debug"]], ids=str)
+def test_verbosity_flags_and_debug_imply_level_4(argv):
+    assert build_config(_flags(argv), env={}).log.verbosity == 4
+
+
+def test_go_style_boolean_flags():
+    assert build_config(_flags(["--leader-elect"]), env={}).scheduler.leader_elect is True
+    assert build_config(_flags(["--feedback=false"]), env={}).monitor.feedback is False
+
+
+def test_precedence_defaults_file_env_flags(tmp_path):
+    f = tmp_path / "device-config.yaml"
+    f.write_text("nvidia:\n  deviceSplitCount: 4\n  defaultMemory: 1000\n")
+    env = {"HAMI_NODELOCK_EXPIRE": "2m", "NODE_NAME": "gpu-1", "KUBECONFIG": "/tmp/kc"}
+    cfg = build_config(_flags(["--device-config-file", str(f), "--node-lock-timeout", "90s"]), env=env)
+    assert cfg.nvidia.device_split_count == 4  # file over default
+    assert cfg.nvidia.default_memory == 1000
+    assert cfg.scheduler.node_lock_timeout == 90.0  # flag over env
+    assert cfg.agent.node_name == cfg.monitor.node_name == "gpu-1"  # env
+    assert cfg.kube.kubeconfig == "/tmp/kc"
+    assert build_config({}, env=env).scheduler.node_lock_timeout == 120.0  # env over default
+    flag_cfg = build_config(_flags(["--kubeconfig", "/other"]), env=env)
+    assert flag_cfg.kube.kubeconfig == "/other"
+
+
+def test_metrics_bind_address_flag_feeds_roles_and_role_specific_flag_wins():
+    cfg = build_config(_flags(["--metrics-bind-address", ":9000", "--monitor-metrics-bind-address", ":9001"]),
+                       env={})
+    assert cfg.scheduler.metrics_bind_address == ":9000"
+    assert cfg.monitor.metrics_bind_address == ":9001"
+
+
+def test_wrong_type_in_device_config_names_key_file_value_and_expectation(tmp_path):
+    f = tmp_path / "dc.yaml"
+    f.write_text("nvidia:\n  deviceSplitCount: ten\n")
+    with pytest.raises(ConfigError) as err:
+        build_config({"device_config_file": str(f)}, env={})
+    msg = str(err.value)
+    assert "nvidia.deviceSplitCount" in msg and str(f) in msg and "'ten'" in msg and "integer" in msg
+
+
+def test_out_of_range_value_is_an_error(tmp_path):
+    f = tmp_path / "dc.yaml"
+    f.write_text("nvidia:\n  gpuCorePolicy: sometimes\n")
+    with pytest.raises(ConfigError, match="gpuCorePolicy.*one of default, force, disable"):
+        build_config({"device_config_file": str(f)}, env={})
+
+
+def test_yaml_syntax_error_names_file_and_line(tmp_path):
+    f = tmp_path / "dc.yaml"
+    f.write_text("nvidia:\n  deviceSplitCount: [1,\n")
+    with pytest.raises(ConfigError) as err:
+        build_config({"device_config_file": str(f)}, env={})
+    assert str(f) in str(err.value) and "line" in str(err.value)
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="readable file"):
+        build_config({"device_config_file": str(tmp_path / "nope.yaml")}, env={})
+
+
+def test_unknown_key_warns_once_naming_key_and_file(tmp_path):
+    f = tmp_path / "dc.yaml"
+    f.write_text("nvidia:\n  deviceSplitCont: 3\n  resourceCountName: nvidia.com/gpu\n")
+    warnings = []
+    build_config({"device_config_file": str(f)}, env={}, warn=warnings.append)
+    assert len(warnings) == 1
+    assert "deviceSplitCont" in warnings[0] and str(f) in warnings[0]
+
+
+def test_shipped_examples_parse_cleanly():
+    warnings = []
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[2] / "config"
+    dc, nc = root / "device-config.yaml", root / "node-config.json"
+    if not dc.exists() or not nc.exists():
+        pytest.fail("config/device-config.yaml and config/node-config.json must ship as examples")
+    cfg = build_config({"device_config_file": str(dc), "node_config_file": str(nc)}, env={},
+                       warn=warnings.append)
+    assert warnings == []
+    assert cfg.node_configs, "the example node config lists at least one node"
+
+
+def test_node_config_parses_and_validates(tmp_path):
+    f = tmp_path / "config.json"
+    f.write_text('{"nodeconfig":[{"name":"inference-pool-*","devicesplitcount":4,'
+                 '"devicememoryscaling":1.5,"filterdevices":{"uuid":["GPU-x"],"index":[3]}}]}')
+    cfg = build_config({"node_config_file": str(f)}, env={})
+    (entry,) = cfg.node_configs
+    assert entry.name == "inference-pool-*" and entry.devicesplitcount == 4
+    assert entry.devicememoryscaling == 1.5
+    assert entry.filterdevices.uuid == ("GPU-x",) and entry.filterdevices.index == (3,)
+    f.write_text('{"nodeconfig":[{"name":"a","devicesplitcount":"4"}]}')
+    with pytest.raises(ConfigError, match=r"nodeconfig\[0\].devicesplitcount"):
+        build_config({"node_config_file": str(f)}, env={})
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("5m", 300.0), ("28s", 28.0), ("1h30m", 5400.0), ("250ms", 0.25), ("30", 30.0), ("1.5s", 1.5)],
+    ids=str,
+)
+def test_go_durations(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@given(st.text(max_size=20))
+def test_parse_duration_raises_only_config_error(text):
+    try:
+        value = parse_duration(text)
+    except ConfigError:
+        return
+    assert value >= 0
+
+
+def test_bad_duration_flag_names_flag():
+    with pytest.raises(ConfigError, match="--node-lock-timeout"):
+        build_config(_flags(["--node-lock-timeout", "five minutes"]), env={})
