@@ -429,6 +429,39 @@ def parse_label_selector(text: str, source: str = "--node-label-selector") -> tu
     return tuple(pairs)
 
 
+def embedded_paths(state_dir: str) -> dict[str, str]:
+    """Where the embedded cluster keeps its files; shared by the sim role and the roles it hosts."""
+    return {
+        "kubeconfig": os.path.join(state_dir, "kubeconfig"),
+        "hook_path": os.path.join(state_dir, "usr-local"),
+        "cache_dir": os.path.join(state_dir, "usr-local", "vgpu", "containers"),
+        "all_gpus": os.path.join(state_dir, "gpus-all.yaml"),
+        "nodes_dir": os.path.join(state_dir, "nodes"),
+    }
+
+
+def _embedded_defaults(groups: dict[str, dict[str, Any]], flags: Mapping[str, Any]) -> None:
+    """`--embedded`: point every role at the embedded cluster's files unless the user said otherwise."""
+    state = groups["sim"].get("state_dir") or ""
+    if not state:
+        raise ConfigError("--sim-state-dir", "command line", state, "a directory for the embedded cluster")
+    paths = embedded_paths(state)
+    groups["sim"].setdefault("kubeconfig", paths["kubeconfig"])
+    groups["kube"]["kubeconfig"] = groups["sim"]["kubeconfig"]  # never a real cluster's KUBECONFIG
+    groups["kube"].setdefault("qps", 200.0)
+    groups["kube"].setdefault("burst", 400)
+    groups["monitor"].setdefault("cache_dir", paths["cache_dir"])
+    if "gpu_backend" not in flags:
+        groups["monitor"]["gpu_backend"] = groups["agent"]["gpu_backend"] = "fake"
+    if "fake_gpus" not in flags:
+        groups["monitor"]["fake_gpus"] = paths["all_gpus"]
+    groups["monitor"].setdefault("node_name", "")
+    groups["agent"].setdefault("hook_path", paths["hook_path"])
+    if groups["sim"].get("hostpid_bug"):
+        # Simulated containers live in a fake /proc tree so the monitor's host-PID repair has work.
+        groups["monitor"].setdefault("proc_root", os.path.join(state, "proc"))
+
+
 def build_config(
     flags: Mapping[str, Any],
     env: Mapping[str, str] | None = None,
@@ -495,6 +528,8 @@ def build_config(
         if dest in flags:
             group, attr = FLAG_TARGETS[dest]
             groups[group][attr] = flags[dest]
+    if groups["sim"].get("embedded"):
+        _embedded_defaults(groups, flags)
     if groups["log"].get("debug"):
         groups["log"]["verbosity"] = max(4, groups["log"].get("verbosity", 0))
     if groups["scheduler"].get("node_scheduler_policy", "binpack") not in ("binpack", "spread"):

@@ -100,6 +100,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The embedded cluster runs its own node agents (one per simulated node) and plays kubelet.
         roles = ("sim",) + tuple(r for r in roles if r != "node-agent")
 
+    if flags.get("embedded") and not flags.get("sim_state_dir"):
+        import tempfile
+
+        flags["sim_state_dir"] = tempfile.mkdtemp(prefix="hami-embedded-")
     warnings: list[str] = []
     try:
         config = build_config({**flags, "roles": roles}, warn=warnings.append)

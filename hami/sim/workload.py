@@ -1,0 +1,87 @@
+"""`--demo-workload`: a stream of sample GPU pods of mixed sizes, some that cannot fit.
+
+`sample_pod(i)` is pure and deterministic (a fixed cycle of shapes), so the demo and the tests see
+the same mix; `run_workload` submits them through the API and prints a live one-line summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from hami.kube.client import ApiError, KubeClient
+
+# name, limits. The last two never fit a 40 GiB card: too much memory, too many GPUs.
+SHAPES: tuple[tuple[str, dict[str, str]], ...] = (
+    ("small", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"}),
+    ("half", {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50", "nvidia.com/gpucores": "50"}),
+    ("medium", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000", "nvidia.com/gpucores": "20"}),
+    ("pair", {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "8000", "nvidia.com/gpucores": "25"}),
+    ("tiny", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024", "nvidia.com/gpucores": "10"}),
+    ("whole", {"nvidia.com/gpu": "1"}),
+    ("huge-mem", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "200000"}),
+    ("too-many", {"nvidia.com/gpu": "16", "nvidia.com/gpumem": "1000"}),
+)
+
+
+def sample_pod(i: int, scheduler_name: str, namespace: str = "default") -> dict:
+    shape, limits = SHAPES[i % len(SHAPES)]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"demo-{shape}-{i}", "namespace": namespace,
+                     "labels": {"app": "hami-demo", "hami-demo/shape": shape}},
+        "spec": {
+            "schedulerName": scheduler_name,
+            "containers": [{"name": "cuda", "image": "nvidia/cuda:12.4.0-base-ubuntu22.04",
+                            "command": ["sleep", "infinity"], "resources": {"limits": dict(limits)}}],
+        },
+    }
+
+
+def summarize(pods: list[dict]) -> dict[str, int]:
+    """Counts for the one-line summary: running, pending, failed, and GPU memory allocated (MiB)."""
+    out = {"running": 0, "pending": 0, "failed": 0, "gpumem_mib": 0}
+    for pod in pods:
+        phase = (pod.get("status") or {}).get("phase", "Pending")
+        ann = (pod.get("metadata") or {}).get("annotations") or {}
+        if phase == "Running":
+            out["running"] += 1
+        elif phase == "Failed" or ann.get("hami.io/bind-phase") == "failed":
+            out["failed"] += 1
+        elif phase == "Pending":
+            out["pending"] += 1
+        if phase in ("Running", "Pending") and ann.get("hami.io/vgpu-devices-allocated"):
+            for container in ann["hami.io/vgpu-devices-allocated"].split(";"):
+                for dev in container.split(":"):
+                    parts = dev.split(",")
+                    if len(parts) >= 4 and parts[2].isdigit():
+                        out["gpumem_mib"] += int(parts[2])
+    return out
+
+
+async def run_workload(client: KubeClient, scheduler_name: str, stop: asyncio.Event, *,
+                       interval: float = 2.0, limit: int = 40, out=None) -> int:
+    """Submit up to `limit` sample pods, one every `interval` seconds, printing a summary line."""
+    out = out or sys.stdout
+    submitted = 0
+    while not stop.is_set():
+        if submitted < limit:
+            try:
+                await client.create("pods", sample_pod(submitted, scheduler_name), "default")
+            except ApiError as exc:
+                if not exc.conflict:
+                    print(f"demo: could not submit pod: {exc}", file=out, flush=True)
+            submitted += 1
+        try:
+            pods = (await client.list("pods", "default", label_selector="app=hami-demo")).get("items") or []
+            s = summarize(pods)
+            print(f"demo: {submitted} submitted | running {s['running']} | pending {s['pending']} | "
+                  f"failed {s['failed']} | GPU memory allocated {s['gpumem_mib']} MiB", file=out, flush=True)
+        except ApiError:
+            pass
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=interval)
+        except TimeoutError:
+            pass
+    return submitted
