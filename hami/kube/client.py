@@ -1,0 +1,320 @@
+"""The one door to the API server: `KubeClient` over one kubernetes-asyncio `ApiClient`.
+
+Every call goes through `KubeClient.request`, which
+* waits on a token bucket (`--kube-qps`, `--kube-burst`) shared by all calls, like client-go;
+* applies the per-request timeout (`--kube-timeout`, 0 = none; never to watches);
+* counts the request by verb, resource and HTTP status code (`client.requests`, a plain dict the
+  scheduler's metrics exporter reads at scrape time; code "error" for transport failures);
+* returns the raw JSON decoded with orjson (`_preload_content=False`: the generated models are
+  never built, which is ~20x cheaper for a NodeList).
+
+Non-2xx answers raise `ApiError(status, reason, message)`, the one error type of this package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from hami.config import KubeSettings
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+
+_RESOURCE_PATHS = {
+    "pods": ("/api/v1", True),
+    "nodes": ("/api/v1", False),
+    "events": ("/api/v1", True),
+    "namespaces": ("/api/v1", False),
+    "resourcequotas": ("/api/v1", True),
+    "leases": ("/apis/coordination.k8s.io/v1", True),
+}
+
+
+class ApiError(Exception):
+    """A request the API server refused (status >= 300) or that never got an answer (status 0)."""
+
+    def __init__(self, status: int, reason: str = "", message: str = "", body: dict | None = None):
+        self.status, self.reason, self.message, self.body = status, reason, message, body or {}
+        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+
+class TokenBucket:
+    """client-go's token-bucket rate limiter: `qps` tokens a second, at most `burst` banked.
+
+    qps <= 0 disables limiting. `clock` is injectable for tests (defaults to the loop's time).
+    """
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] | None = None):
+        self.qps = float(qps)
+        self.burst = max(1, int(burst))
+        self._clock = clock or time.monotonic
+        self._tokens = float(self.burst)
+        self._last = self._clock()
+        self._lock = asyncio.Lock()
+        self.waited = 0.0  # total seconds callers waited, for diagnostics
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
+        self._last = now
+
+    async def acquire(self) -> None:
+        if self.qps <= 0:
+            return
+        self._refill()
+        if self._tokens >= 1.0 and not self._lock.locked():
+            self._tokens -= 1.0
+            return
+        async with self._lock:  # FIFO: one waiter computes its sleep at a time
+            self._refill()
+            while self._tokens < 1.0:
+                delay = (1.0 - self._tokens) / self.qps
+                self.waited += delay
+                await asyncio.sleep(delay)
+                self._refill()
+            self._tokens -= 1.0
+
+
+def resource_path(resource: str, namespace: str | None = None, name: str | None = None,
+                  sub: str | None = None) -> str:
+    try:
+        prefix, namespaced = _RESOURCE_PATHS[resource]
+    except KeyError:
+        raise ValueError(f"unknown resource {resource!r}") from None
+    path = prefix
+    if namespaced and namespace:
+        path += f"/namespaces/{quote(namespace, safe='')}"
+    path += f"/{resource}"
+    if name:
+        path += f"/{quote(name, safe='')}"
+    if sub:
+        path += f"/{sub}"
+    return path
+
+
+class KubeClient:
+    """Thin async client returning plain dicts. Build with `await KubeClient.from_settings(settings)`."""
+
+    def __init__(self, api: k8s_client.ApiClient, settings: KubeSettings,
+                 clock: Callable[[], float] | None = None):
+        self.api = api
+        self.settings = settings
+        self.host = api.configuration.host
+        self.bucket = TokenBucket(settings.qps, settings.burst, clock)
+        self.timeout = settings.timeout
+        # (verb, resource, code) -> count; code is the HTTP status as a string, or "error".
+        self.requests: dict[tuple[str, str, str], int] = {}
+        self.on_request: Callable[[str, str, str, float], None] | None = None
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    async def from_settings(cls, settings: KubeSettings, clock: Callable[[], float] | None = None) -> KubeClient:
+        """--kubeconfig, else $KUBECONFIG, else in-cluster service account."""
+        cfg = k8s_client.Configuration()
+        path = settings.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+        if path:
+            await k8s_config.load_kube_config(config_file=path, client_configuration=cfg)
+        else:
+            k8s_config.load_incluster_config(client_configuration=cfg)
+        cfg.connection_pool_maxsize = max(getattr(cfg, "connection_pool_maxsize", 0) or 0, 64)
+        return cls(k8s_client.ApiClient(configuration=cfg), settings, clock)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ core
+
+    def _count(self, verb: str, resource: str, code: str, seconds: float) -> None:
+        key = (verb, resource, code)
+        self.requests[key] = self.requests.get(key, 0) + 1
+        if self.on_request is not None:
+            self.on_request(verb, resource, code, seconds)
+
+    def total_requests(self, verb: str | None = None, resource: str | None = None) -> int:
+        return sum(
+            n for (v, r, _), n in self.requests.items()
+            if (verb is None or v == verb) and (resource is None or r == resource)
+        )
+
+    async def _send(self, method: str, path: str, query: list[tuple[str, Any]] | None,
+                    body: Any, content_type: str | None, timeout: Any) -> aiohttp.ClientResponse:
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        return await self.api.call_api(
+            path, method, query_params=query or [], header_params=headers, body=body,
+            auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout,
+        )
+
+    async def request(self, verb: str, resource: str, method: str, path: str, *,
+                      query: list[tuple[str, Any]] | None = None, body: Any = None,
+                      content_type: str | None = None) -> Any:
+        """One rate-limited, counted request; returns the decoded JSON body (or None if empty)."""
+        await self.bucket.acquire()
+        started = time.perf_counter()
+        timeout = self.timeout if self.timeout > 0 else None
+        try:
+            resp = await self._send(method, path, query, body, content_type, timeout)
+            try:
+                data = await resp.read()
+            finally:
+                resp.release()
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            self._count(verb, resource, "error", time.perf_counter() - started)
+            raise ApiError(0, type(exc).__name__, str(exc) or type(exc).__name__) from exc
+        self._count(verb, resource, str(resp.status), time.perf_counter() - started)
+        if resp.status >= 300:
+            raise _api_error(resp.status, resp.reason or "", data)
+        return orjson.loads(data) if data else None
+
+    async def open_watch(self, resource: str, query: list[tuple[str, Any]],
+                         read_timeout: float, namespace: str | None = None) -> aiohttp.ClientResponse:
+        """Start a watch; returns the open response (caller reads lines and releases it).
+
+        `read_timeout` bounds the silence between two chunks: a watch that delivers no event or
+        bookmark for that long raises asyncio.TimeoutError from readline.
+        """
+        await self.bucket.acquire()
+        started = time.perf_counter()
+        timeout = aiohttp.ClientTimeout(total=None, connect=30, sock_connect=30, sock_read=read_timeout)
+        try:
+            resp = await self._send("GET", resource_path(resource, namespace), query, None, None, timeout)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            self._count("watch", resource, "error", time.perf_counter() - started)
+            raise ApiError(0, type(exc).__name__, str(exc) or type(exc).__name__) from exc
+        self._count("watch", resource, str(resp.status), time.perf_counter() - started)
+        if resp.status >= 300:
+            try:
+                data = await resp.read()
+            finally:
+                resp.release()
+            raise _api_error(resp.status, resp.reason or "", data)
+        return resp
+
+    # ------------------------------------------------------------------ helpers
+
+    async def get(self, resource: str, name: str, namespace: str | None = None) -> dict:
+        return await self.request("get", resource, "GET", resource_path(resource, namespace, name))
+
+    async def list(self, resource: str, namespace: str | None = None, *, label_selector: str | None = None,
+                   field_selector: str | None = None, resource_version: str | None = None,
+                   limit: int | None = None, continue_: str | None = None) -> dict:
+        query: list[tuple[str, Any]] = []
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        if resource_version is not None:
+            query.append(("resourceVersion", resource_version))
+        if limit:
+            query.append(("limit", limit))
+        if continue_:
+            query.append(("continue", continue_))
+        return await self.request("list", resource, "GET", resource_path(resource, namespace), query=query)
+
+    async def patch(self, resource: str, name: str, patch: Any, namespace: str | None = None,
+                    content_type: str = MERGE_PATCH) -> dict:
+        return await self.request("patch", resource, "PATCH", resource_path(resource, namespace, name),
+                                  body=patch, content_type=content_type)
+
+    async def create(self, resource: str, body: dict, namespace: str | None = None) -> dict:
+        return await self.request("create", resource, "POST", resource_path(resource, namespace), body=body,
+                                  content_type="application/json")
+
+    async def replace(self, resource: str, name: str, body: dict, namespace: str | None = None) -> dict:
+        return await self.request("update", resource, "PUT", resource_path(resource, namespace, name),
+                                  body=body, content_type="application/json")
+
+    async def delete(self, resource: str, name: str, namespace: str | None = None) -> dict | None:
+        return await self.request("delete", resource, "DELETE", resource_path(resource, namespace, name))
+
+    # named helpers (architecture contract)
+
+    async def get_node(self, name: str) -> dict:
+        return await self.get("nodes", name)
+
+    async def list_nodes(self, label_selector: str | None = None) -> dict:
+        return await self.list("nodes", label_selector=label_selector)
+
+    async def patch_node(self, name: str, patch: Any, content_type: str = MERGE_PATCH) -> dict:
+        return await self.patch("nodes", name, patch, content_type=content_type)
+
+    async def get_pod(self, namespace: str, name: str) -> dict:
+        return await self.get("pods", name, namespace)
+
+    async def list_pods(self, namespace: str | None = None, *, label_selector: str | None = None,
+                        field_selector: str | None = None) -> dict:
+        return await self.list("pods", namespace, label_selector=label_selector, field_selector=field_selector)
+
+    async def patch_pod(self, namespace: str, name: str, patch: Any, content_type: str = MERGE_PATCH) -> dict:
+        return await self.patch("pods", name, patch, namespace, content_type=content_type)
+
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> Any:
+        body = {
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        return await self.request("create", "pods/binding", "POST",
+                                  resource_path("pods", namespace, name, "binding"), body=body,
+                                  content_type="application/json")
+
+    async def create_event(self, namespace: str, event: dict) -> dict:
+        return await self.create("events", event, namespace)
+
+    async def patch_event(self, namespace: str, name: str, patch: dict) -> dict:
+        return await self.patch("events", name, patch, namespace)
+
+    async def get_lease(self, namespace: str, name: str) -> dict:
+        return await self.get("leases", name, namespace)
+
+    async def create_lease(self, namespace: str, body: dict) -> dict:
+        return await self.create("leases", body, namespace)
+
+    async def replace_lease(self, namespace: str, name: str, body: dict) -> dict:
+        return await self.replace("leases", name, body, namespace)
+
+
+def _api_error(status: int, reason: str, data: bytes) -> ApiError:
+    body: dict = {}
+    message = ""
+    if data:
+        try:
+            decoded = orjson.loads(data)
+            if isinstance(decoded, dict):
+                body = decoded
+                message = str(decoded.get("message", ""))
+                reason = str(decoded.get("reason") or reason)
+        except orjson.JSONDecodeError:
+            message = data[:200].decode("utf-8", "replace")
+    return ApiError(status, reason, message, body)

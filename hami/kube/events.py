@@ -1,0 +1,180 @@
+"""EventRecorder: core/v1 Events written off the hot path, coalesced and rate-limited.
+
+`record(pod, type, reason, message)` is synchronous and O(1): it only puts the event in a pending
+map. The `run(stop)` task drains it. Like client-go's recorder:
+* identical events (same object, type, reason, message) are coalesced: the first is created with
+  count 1, repeats PATCH `count` and `lastTimestamp` of the same Event object;
+* a per-object spam filter (token bucket, burst 25, one token per 5 minutes) drops floods about a
+  single pod, and a global bucket bounds the write rate;
+* the pending map is bounded: when full, new events are dropped and counted in `dropped`.
+The source component is the scheduler name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from hami.kube.client import ApiError, KubeClient
+from hami.obs.log import get_logger
+
+log = get_logger(__name__)
+
+NORMAL, WARNING = "Normal", "Warning"
+
+_Key = tuple[str, str, str, str, str]  # (namespace, name, type, reason, message)
+
+
+def _now_rfc3339(clock: Callable[[], float]) -> str:
+    return dt.datetime.fromtimestamp(clock(), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class _Bucket:
+    __slots__ = ("tokens", "last")
+
+    def __init__(self, tokens: float, last: float):
+        self.tokens, self.last = tokens, last
+
+
+class EventRecorder:
+    def __init__(self, client: KubeClient | None, component: str, *, instance: str = "",
+                 qps: float = 10.0, burst: int = 50, per_object_burst: int = 25,
+                 per_object_refill_s: float = 300.0, max_pending: int = 4096,
+                 clock: Callable[[], float] = time.time):
+        self.client = client
+        self.component = component or "hami-scheduler"
+        self.instance = instance
+        self.qps, self.burst = qps, burst
+        self.per_object_burst, self.per_object_refill_s = per_object_burst, per_object_refill_s
+        self.max_pending = max_pending
+        self.clock = clock
+        # key -> [pod ref, pending repeats]
+        self._pending: OrderedDict[_Key, list] = OrderedDict()
+        # key -> (event name, count written so far); bounded LRU like client-go's cache of 4096
+        self._written: OrderedDict[_Key, tuple[str, int]] = OrderedDict()
+        self._spam: dict[tuple[str, str], _Bucket] = {}
+        self._wake = asyncio.Event()
+        self.dropped = 0
+        self.created = 0
+        self.patched = 0
+        self.failed = 0
+
+    # ------------------------------------------------------------------ hot path
+
+    def record(self, pod: dict | tuple[str, str, str], etype: str, reason: str, message: str) -> None:
+        """Queue one event about `pod` (a pod dict, or (namespace, name, uid))."""
+        if isinstance(pod, dict):
+            meta = pod.get("metadata") or {}
+            ref = (meta.get("namespace") or "default", meta.get("name", ""), meta.get("uid", ""))
+        else:
+            ref = pod
+        key = (ref[0], ref[1], etype, reason, message)
+        entry = self._pending.get(key)
+        if entry is not None:
+            entry[1] += 1
+        else:
+            if len(self._pending) >= self.max_pending:
+                self.dropped += 1
+                return
+            self._pending[key] = [ref, 1]
+        self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    # ------------------------------------------------------------------ writer
+
+    def _allow_object(self, ns: str, name: str) -> bool:
+        now = self.clock()
+        b = self._spam.get((ns, name))
+        if b is None:
+            if len(self._spam) > 8192:
+                self._spam.clear()
+            b = self._spam[(ns, name)] = _Bucket(float(self.per_object_burst), now)
+        b.tokens = min(float(self.per_object_burst), b.tokens + (now - b.last) / self.per_object_refill_s)
+        b.last = now
+        if b.tokens < 1.0:
+            return False
+        b.tokens -= 1.0
+        return True
+
+    async def flush(self) -> None:
+        """Write everything pending now (used by run() and by tests)."""
+        while self._pending:
+            key, (ref, repeats) = self._pending.popitem(last=False)
+            if not self._allow_object(key[0], key[1]):
+                self.dropped += 1
+                continue
+            await self._write(key, ref, repeats)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        interval = 1.0 / self.qps if self.qps > 0 else 0.0
+        while not stop.is_set():
+            if not self._pending:
+                self._wake.clear()
+                waiter = asyncio.ensure_future(self._wake.wait())
+                stopper = asyncio.ensure_future(stop.wait())
+                await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                stopper.cancel()
+                continue
+            budget = self.burst
+            while self._pending and budget > 0:
+                key, (ref, repeats) = self._pending.popitem(last=False)
+                if not self._allow_object(key[0], key[1]):
+                    self.dropped += 1
+                    continue
+                await self._write(key, ref, repeats)
+                budget -= 1
+            if interval:
+                await asyncio.sleep(interval * (self.burst - budget))
+        # best effort on shutdown
+        try:
+            await asyncio.wait_for(self.flush(), 2.0)
+        except (TimeoutError, ApiError):
+            pass
+
+    async def _write(self, key: _Key, ref: tuple[str, str, str], repeats: int) -> None:
+        if self.client is None:
+            return
+        ns, name, etype, reason, message = key
+        now = _now_rfc3339(self.clock)
+        written = self._written.get(key)
+        try:
+            if written is not None:
+                ev_name, count = written
+                count += repeats
+                try:
+                    await self.client.patch_event(ns, ev_name, {"count": count, "lastTimestamp": now})
+                    self.patched += 1
+                    self._written[key] = (ev_name, count)
+                    self._written.move_to_end(key)
+                    return
+                except ApiError as exc:
+                    if not exc.not_found:
+                        raise
+                    # The event expired (TTL): write a fresh one below.
+                    repeats = count
+            ev_name = f"{name}.{time.time_ns():x}"
+            body = {
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": ev_name, "namespace": ns},
+                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name,
+                                   "uid": ref[2]},
+                "reason": reason, "message": message, "type": etype,
+                "source": {"component": self.component},
+                "firstTimestamp": now, "lastTimestamp": now, "count": repeats,
+                "reportingComponent": self.component, "reportingInstance": self.instance,
+            }
+            await self.client.create_event(ns, body)
+            self.created += 1
+            self._written[key] = (ev_name, repeats)
+            if len(self._written) > 4096:
+                self._written.popitem(last=False)
+        except ApiError as exc:
+            self.failed += 1
+            log.v(2).info("Event not written", pod=f"{ns}/{name}", reason=reason, error=str(exc))

@@ -1,0 +1,280 @@
+"""A reflector: LIST, then WATCH from the list's resourceVersion, into a dict store.
+
+kubernetes-asyncio has no informer (spec protocols.md §2), so this is ours:
+* LIST (paged) records `metadata.resourceVersion`; WATCH resumes from the last RV seen, with
+  `allowWatchBookmarks=true`; BOOKMARK events only advance the RV.
+* 410 Gone (as HTTP status or as an ERROR event) -> re-LIST and diff against the store:
+  objects that vanished get a synthetic DELETED (client-go's DeletedFinalStateUnknown), changed
+  ones MODIFIED, unchanged ones nothing (no duplicate work for handlers).
+* Errors back off exponentially with jitter (0.8 s doubling to 30 s), reset once a watch delivers.
+* Silent watch: no event, bookmark or byte for `silent_timeout` seconds -> reconnect from the
+  last RV (a half-open connection otherwise stalls the cache forever).
+* `handler(event_type, old, new)` runs synchronously in the event loop, in order; for DELETED
+  `new` is None, for ADDED `old` is None. A raising handler is logged and does not stop the watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from hami.kube.client import ApiError, KubeClient
+from hami.obs.log import get_logger
+
+log = get_logger(__name__)
+
+Handler = Callable[[str, dict | None, dict | None], None]
+
+ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+
+
+def object_key(kind: str, obj: dict) -> str:
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{ns}/{meta.get('name', '')}" if ns and kind not in ("nodes", "namespaces") else meta.get("name", "")
+
+
+class Informer:
+    def __init__(self, client: KubeClient, kind: str = "pods", *, namespace: str | None = None,
+                 field_selector: str | None = None, label_selector: str | None = None,
+                 handler: Handler | None = None, silent_timeout: float = 120.0,
+                 watch_timeout: float = 300.0, page_size: int = 500,
+                 backoff_initial: float = 0.8, backoff_max: float = 30.0):
+        self.client = client
+        self.kind = kind
+        self.namespace = namespace
+        self.field_selector = field_selector
+        self.label_selector = label_selector
+        self.handlers: list[Handler] = [handler] if handler else []
+        self.silent_timeout = silent_timeout
+        self.watch_timeout = watch_timeout
+        self.page_size = page_size
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.store: dict[str, dict] = {}
+        self.resource_version: str = ""
+        self.synced = asyncio.Event()
+        # Counters for tests and diagnostics.
+        self.lists = 0
+        self.watches = 0
+        self.relists_gone = 0
+        self.silent_reconnects = 0
+        self.errors = 0
+        self._waiters: list[asyncio.Future] = []
+
+    # ------------------------------------------------------------------ public
+
+    def add_handler(self, handler: Handler) -> None:
+        self.handlers.append(handler)
+
+    async def wait_synced(self, timeout: float | None = None) -> bool:
+        if self.synced.is_set():
+            return True
+        try:
+            await asyncio.wait_for(self.synced.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wait until `predicate()` holds after some event was applied (or now), bounded."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not predicate():
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            fut = loop.create_future()
+            self._waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, left)
+            except TimeoutError:
+                return predicate()
+            finally:
+                if fut in self._waiters:
+                    self._waiters.remove(fut)
+        return True
+
+    def rv_at_least(self, rv: str) -> bool:
+        """True if the informer has seen resourceVersion >= rv (numeric RVs only; else True)."""
+        try:
+            return int(self.resource_version or 0) >= int(rv)
+        except ValueError:
+            return True
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """LIST+WATCH until `stop` is set (or the task is cancelled)."""
+        stop = stop or asyncio.Event()
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                body = asyncio.ensure_future(self._run_once())
+                done, _ = await asyncio.wait({body, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                if body not in done:
+                    body.cancel()
+                    try:
+                        await body
+                    except (asyncio.CancelledError, Exception):
+                        pass
+                    return
+                body.result()
+        finally:
+            stopper.cancel()
+
+    # ------------------------------------------------------------------ loop
+
+    async def _run_once(self) -> None:
+        delay = self.backoff_initial
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self._list()
+                    need_list = False
+                delivered = await self._watch()
+                if delivered:
+                    delay = self.backoff_initial
+                continue
+            except _Gone:
+                self.relists_gone += 1
+                log.v(2).info("Watch expired, re-listing", kind=self.kind, rv=self.resource_version)
+                need_list = True
+                continue
+            except ApiError as exc:
+                self.errors += 1
+                if exc.gone:
+                    self.relists_gone += 1
+                    need_list = True
+                    continue
+                log.warning("Watch failed", kind=self.kind, error=str(exc), retry_in=round(delay, 2))
+            except (TimeoutError, OSError, ValueError) as exc:
+                self.errors += 1
+                log.warning("Watch failed", kind=self.kind, error=repr(exc), retry_in=round(delay, 2))
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, self.backoff_max)
+
+    def _selectors(self) -> list[tuple[str, Any]]:
+        q: list[tuple[str, Any]] = []
+        if self.label_selector:
+            q.append(("labelSelector", self.label_selector))
+        if self.field_selector:
+            q.append(("fieldSelector", self.field_selector))
+        return q
+
+    async def _list(self) -> None:
+        items: list[dict] = []
+        cont: str | None = None
+        rv = ""
+        while True:
+            page = await self.client.list(
+                self.kind, self.namespace, label_selector=self.label_selector,
+                field_selector=self.field_selector, limit=self.page_size, continue_=cont,
+            )
+            self.lists += 1
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            rv = meta.get("resourceVersion") or rv
+            cont = meta.get("continue")
+            if not cont:
+                break
+        self._replace(items, rv)
+
+    def _replace(self, items: list[dict], rv: str) -> None:
+        fresh = {}
+        for obj in items:
+            fresh[object_key(self.kind, obj)] = obj
+        old_store = self.store
+        self.store = dict(old_store)
+        for key, old in old_store.items():
+            if key not in fresh:
+                del self.store[key]
+                self._dispatch(DELETED, old, None)
+        for key, obj in fresh.items():
+            old = old_store.get(key)
+            self.store[key] = obj
+            if old is None:
+                self._dispatch(ADDED, None, obj)
+            elif _rv(old) != _rv(obj):
+                self._dispatch(MODIFIED, old, obj)
+        self.resource_version = rv
+        self.synced.set()
+        self._notify()
+
+    async def _watch(self) -> bool:
+        query = [("watch", "true"), ("allowWatchBookmarks", "true"),
+                 ("resourceVersion", self.resource_version),
+                 ("timeoutSeconds", str(int(self.watch_timeout * (1 + random.random()))))]
+        query += self._selectors()
+        resp = await self.client.open_watch(self.kind, query, self.silent_timeout, self.namespace)
+        self.watches += 1
+        delivered = False
+        try:
+            while True:
+                try:
+                    line = await resp.content.readline()
+                except TimeoutError:
+                    self.silent_reconnects += 1
+                    log.v(2).info("Watch silent, reconnecting", kind=self.kind, after_s=self.silent_timeout)
+                    return delivered
+                if not line:
+                    return delivered  # server closed (timeoutSeconds): resume from last RV
+                line = line.strip()
+                if not line:
+                    continue
+                ev = orjson.loads(line)
+                delivered = True
+                self._apply(ev)
+        finally:
+            resp.release()
+
+    def _apply(self, ev: dict) -> None:
+        etype = ev.get("type")
+        obj = ev.get("object") or {}
+        if etype == "ERROR":
+            code = obj.get("code")
+            if code == 410:
+                raise _Gone()
+            raise ApiError(int(code or 500), str(obj.get("reason", "")), str(obj.get("message", "")), obj)
+        rv = _rv(obj)
+        if etype == "BOOKMARK":
+            if rv:
+                self.resource_version = rv
+                self._notify()
+            return
+        key = object_key(self.kind, obj)
+        old = self.store.get(key)
+        if etype in (ADDED, MODIFIED):
+            self.store[key] = obj
+            self._dispatch(ADDED if old is None else MODIFIED, old, obj)
+        elif etype == DELETED:
+            self.store.pop(key, None)
+            self._dispatch(DELETED, old or obj, None)
+        if rv:
+            self.resource_version = rv
+        self._notify()
+
+    def _dispatch(self, etype: str, old: dict | None, new: dict | None) -> None:
+        for h in self.handlers:
+            try:
+                h(etype, old, new)
+            except Exception:
+                log.exception("Informer handler failed", kind=self.kind, event=etype)
+
+    def _notify(self) -> None:
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+
+class _Gone(Exception):
+    pass
+
+
+def _rv(obj: dict) -> str:
+    return (obj.get("metadata") or {}).get("resourceVersion", "")

@@ -1,0 +1,221 @@
+"""The node lock `hami.io/mutex.lock`, taken by compare-and-swap, read from the informer cache.
+
+HAMi (`pkg/util/nodelock/nodelock.go`) GETs the node and the holder pod on every attempt. Here the
+node and pod come from the scheduler's informers, and every write is a merge patch carrying
+`metadata.resourceVersion`, so the API server refuses it (409) if the node changed since we read
+it. On 409 we wait (bounded) for the node informer to deliver the newer node and decide again:
+no GET ever.
+
+Value format (HAMi's, via hami.device.codec): `<RFC3339>,<namespace>,<pod>`; legacy bare
+timestamps are understood. Fixed HAMi bugs:
+* the owner is compared exactly (namespace and name parsed), never by suffix/substring;
+* a lock whose owner pod is gone, terminal (Succeeded/Failed) or already past allocation
+  (bind-phase success/failed) is taken over at once instead of waiting for the expiry;
+* before taking over an expired lock whose owner is still `bind-phase=allocating`, the owner is
+  marked `bind-phase=failed`, so a late Allocate on the node can never read the wrong pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from hami.device import codec
+from hami.device.model import NodeLock
+from hami.kube.client import ApiError, KubeClient
+from hami.kube.informer import Informer
+from hami.obs.log import get_logger
+
+log = get_logger(__name__)
+
+LOCK_KEY = "hami.io/mutex.lock"
+BIND_PHASE = "hami.io/bind-phase"
+
+
+class NodeLockError(Exception):
+    """The lock could not be taken or released (contention, unknown node, API failure)."""
+
+
+PodLookup = Callable[[str, str], "dict | None"]
+
+
+def _rv(obj: dict | None) -> str:
+    return ((obj or {}).get("metadata") or {}).get("resourceVersion", "")
+
+
+def _newer(a: dict | None, b: dict | None) -> dict | None:
+    """The more recent of two copies of one object (numeric RVs; else prefer `a`)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    try:
+        return b if int(_rv(b)) > int(_rv(a)) else a
+    except ValueError:
+        return a
+
+
+class NodeLocker:
+    def __init__(self, client: KubeClient, nodes: Informer, pod_lookup: PodLookup, *,
+                 timeout: float = 300.0, clock: Callable[[], float] = time.time,
+                 conflict_wait: float = 2.0, attempts: int = 6):
+        self.client = client
+        self.nodes = nodes
+        self.pod_lookup = pod_lookup
+        self.timeout = timeout
+        self.clock = clock
+        self.conflict_wait = conflict_wait
+        self.attempts = attempts
+        # Node copies returned by our own patches: newer than the informer until it catches up.
+        self._fresh: dict[str, dict] = {}
+        self.conflicts = 0
+        self.takeovers = 0
+
+    # ------------------------------------------------------------------ helpers
+
+    def _node(self, name: str) -> dict | None:
+        node = _newer(self.nodes.store.get(name), self._fresh.get(name))
+        if node is not None and self._fresh.get(name) is not None and node is not self._fresh[name]:
+            self._fresh.pop(name, None)  # informer caught up
+        return node
+
+    async def _await_change(self, name: str, seen_rv: str) -> None:
+        await self.nodes.wait_for(lambda: _rv(self.nodes.store.get(name)) != seen_rv, self.conflict_wait)
+
+    async def _patch_lock(self, name: str, rv: str, value: str | None) -> dict:
+        patch = {"metadata": {"annotations": {LOCK_KEY: value}, "resourceVersion": rv}}
+        obj = await self.client.patch_node(name, patch)
+        self._fresh[name] = obj
+        return obj
+
+    def _holder_state(self, lock: NodeLock) -> str:
+        """'gone' | 'done' | 'allocating' | 'pending' for the pod that owns a lock."""
+        if lock.legacy:
+            return "pending"
+        pod = self.pod_lookup(lock.namespace, lock.name)
+        if pod is None:
+            return "gone"
+        meta = pod.get("metadata") or {}
+        phase = (pod.get("status") or {}).get("phase", "")
+        if phase in ("Succeeded", "Failed") or meta.get("deletionTimestamp"):
+            return "done"
+        bind_phase = (meta.get("annotations") or {}).get(BIND_PHASE, "")
+        if bind_phase in ("success", "failed"):
+            return "done"
+        if bind_phase == "allocating":
+            return "allocating"
+        return "pending"
+
+    # ------------------------------------------------------------------ API
+
+    async def lock(self, node_name: str, namespace: str, pod_name: str) -> None:
+        """Take the lock for namespace/pod on node_name, or raise NodeLockError."""
+        value = codec.encode_node_lock(NodeLock(self.clock(), namespace, pod_name))
+        for _attempt in range(self.attempts):
+            node = self._node(node_name)
+            if node is None:
+                raise NodeLockError(f"node {node_name} not found")
+            rv = _rv(node)
+            current = ((node.get("metadata") or {}).get("annotations") or {}).get(LOCK_KEY)
+            if current:
+                try:
+                    held = codec.decode_node_lock(current)
+                except codec.CodecError as exc:
+                    raise NodeLockError(f"node {node_name}: {exc}") from None
+                if held.owned_by(namespace, pod_name):
+                    return  # re-entrant
+                state = self._holder_state(held)
+                expired = self.clock() - held.timestamp > self.timeout
+                if state not in ("gone", "done") and not expired:
+                    raise NodeLockError(
+                        f"node {node_name} has been locked within {_go_duration(self.timeout)}: "
+                        f"node lock contention (held by {held.namespace}/{held.name})"
+                        if not held.legacy else
+                        f"node {node_name} has been locked within {_go_duration(self.timeout)}: node lock contention"
+                    )
+                if state == "allocating":
+                    await self._fail_owner(held)
+                log.info("Taking over node lock", node=node_name, holder=f"{held.namespace}/{held.name}",
+                         holder_state=state, expired=expired)
+                self.takeovers += 1
+            try:
+                await self._patch_lock(node_name, rv, value)
+                return
+            except ApiError as exc:
+                if exc.conflict:
+                    self.conflicts += 1
+                    await self._await_change(node_name, rv)
+                    continue
+                if exc.not_found:
+                    raise NodeLockError(f"node {node_name} not found") from None
+                raise NodeLockError(f"lock node {node_name}: {exc}") from None
+        raise NodeLockError(f"node {node_name}: node lock contention (resourceVersion kept changing)")
+
+    async def release(self, node_name: str, namespace: str, pod_name: str) -> bool:
+        """Remove our lock; True if removed, False if it was not ours (left alone)."""
+        for _attempt in range(self.attempts):
+            node = self._node(node_name)
+            if node is None:
+                return False
+            current = ((node.get("metadata") or {}).get("annotations") or {}).get(LOCK_KEY)
+            if not current:
+                return False
+            try:
+                held = codec.decode_node_lock(current)
+            except codec.CodecError:
+                return False
+            if not held.owned_by(namespace, pod_name):
+                return False
+            rv = _rv(node)
+            try:
+                await self._patch_lock(node_name, rv, None)
+                return True
+            except ApiError as exc:
+                if exc.conflict:
+                    self.conflicts += 1
+                    await self._await_change(node_name, rv)
+                    continue
+                if exc.not_found:
+                    return False
+                raise NodeLockError(f"release lock on node {node_name}: {exc}") from None
+        raise NodeLockError(f"release lock on node {node_name}: resourceVersion kept changing")
+
+    async def _fail_owner(self, held: NodeLock) -> None:
+        pod = self.pod_lookup(held.namespace, held.name)
+        patch: dict = {"metadata": {"annotations": {BIND_PHASE: "failed"}}}
+        if pod is not None and _rv(pod):
+            patch["metadata"]["resourceVersion"] = _rv(pod)
+        try:
+            await self.client.patch_pod(held.namespace, held.name, patch)
+            log.warning("Marked stale lock holder failed", pod=f"{held.namespace}/{held.name}")
+        except ApiError as exc:
+            if exc.not_found:
+                return
+            # A conflict means the holder moved on (e.g. its Allocate finished): re-decide.
+            raise NodeLockError(
+                f"cannot mark lock holder {held.namespace}/{held.name} failed: {exc}"
+            ) from None
+
+
+def _go_duration(seconds: float) -> str:
+    """Format like Go's time.Duration.String() for whole seconds: 5m0s, 28s, 1h0m0s."""
+    s = int(seconds)
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    if h:
+        return f"{h}h{m}m{sec}s"
+    if m:
+        return f"{m}m{sec}s"
+    return f"{sec}s"
+
+
+async def wait_lock_free(nodes: Informer, node_name: str, timeout: float) -> bool:
+    """Wait until the cached node carries no lock (used by pod-group retry loops)."""
+    def free() -> bool:
+        node = nodes.store.get(node_name) or {}
+        return not ((node.get("metadata") or {}).get("annotations") or {}).get(LOCK_KEY)
+    return await nodes.wait_for(free, timeout)
+
+
+__all__ = ["LOCK_KEY", "NodeLockError", "NodeLocker", "wait_lock_free", "asyncio"]

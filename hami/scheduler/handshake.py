@@ -1,0 +1,149 @@
+"""The `hami.io/node-handshake` protocol of HAMi v2.10, without HAMi's GET+PATCH storm.
+
+HAMi's register loop (spec scheduler.md §2.1, §7.2) GETs and PATCHes every node whose handshake
+is not `Requesting_...` on every 15 s cycle, and patches nodes that never registered a GPU. Here:
+* the decision (`judge`) is a pure function of the cached node, the time and what we saw last;
+* writes are merge patches carrying the cached resourceVersion (a 409 just means the node moved
+  on; the next node event re-judges it), sent only when the value must change;
+* nodes without `hami.io/node-nvidia-register` are never patched;
+* an unhealthy node is cleaned once (handshake removed, devices dropped) and not re-requested
+  until its registration or allocatable count changes: in steady state, zero requests per node;
+* only the leader writes when `--leader-elect` is on.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from hami.kube.client import ApiError, KubeClient
+from hami.obs.log import get_logger
+
+log = get_logger(__name__)
+
+HANDSHAKE_KEY = "hami.io/node-handshake"
+REGISTER_KEY = "hami.io/node-nvidia-register"
+REQUESTING = "Requesting"
+WINDOW_S = 60.0
+_LAYOUT = "%Y-%m-%d %H:%M:%S"
+
+
+def format_requesting(now: float) -> str:
+    """`Requesting_2026-08-21 06:20:39` in the scheduler's local time zone (Go time.DateTime)."""
+    return "Requesting_" + time.strftime(_LAYOUT, time.localtime(now))
+
+
+def parse_requesting(value: str) -> float | None:
+    """The stamp of a `Requesting_<local time>` value, or None when there is none to parse."""
+    _, sep, rest = value.partition("_")
+    if not sep:
+        return None
+    try:
+        return time.mktime(time.strptime(rest.strip(), _LAYOUT))
+    except (ValueError, OverflowError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What the handshaker remembers per node (HAMi's ReportedGPUNum / ReportedRegisterAnnos)."""
+
+    allocatable: int = -1
+    register: str | None = None
+    cleaned: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    healthy: bool
+    write: str | None = None  # "request" -> write Requesting_<now>; "clean" -> remove the key
+    changed: bool = False
+
+
+def gpu_allocatable(node: dict, resource: str = "nvidia.com/gpu") -> int:
+    value = ((node.get("status") or {}).get("allocatable") or {}).get(resource)
+    try:
+        return int(str(value)) if value is not None else 0
+    except ValueError:
+        return 0
+
+
+def judge(node: dict, now: float, seen: Seen, resource: str = "nvidia.com/gpu") -> Verdict:
+    """HAMi's CheckHealth + NVIDIA wrapper as a pure decision (spec §2.1)."""
+    annos = (node.get("metadata") or {}).get("annotations") or {}
+    register = annos.get(REGISTER_KEY)
+    if register is None:
+        return Verdict(healthy=False)  # not a HAMi node: never written
+    alloc = gpu_allocatable(node, resource)
+    value = annos.get(HANDSHAKE_KEY, "")
+    if REQUESTING in value:
+        stamp = parse_requesting(value)
+        if stamp is None or now < stamp + WINDOW_S or alloc > 0:
+            healthy = True
+        else:
+            healthy = False
+        write = None
+    elif seen.cleaned and seen.register == register and seen.allocatable == alloc:
+        # We removed it because the node was dead; nothing changed since: stay quiet.
+        return Verdict(healthy=False)
+    else:
+        healthy, write = True, "request"
+    if alloc == 0 and seen.allocatable > 0:
+        healthy = False
+    changed = alloc != seen.allocatable or register != seen.register
+    if not healthy and write is None and HANDSHAKE_KEY in annos:
+        write = "clean"
+    return Verdict(healthy=healthy, write=write, changed=changed)
+
+
+class Handshaker:
+    """Applies `judge` to cached nodes and performs the (rare) writes."""
+
+    def __init__(self, client: KubeClient | None, *, resource: str = "nvidia.com/gpu",
+                 clock=time.time, is_leader=lambda: True):
+        self.client = client
+        self.resource = resource
+        self.clock = clock
+        self.is_leader = is_leader
+        self.seen: dict[str, Seen] = {}
+        self.writes = 0
+        self.conflicts = 0
+
+    def forget(self, name: str) -> None:
+        self.seen.pop(name, None)
+
+    def evaluate(self, node: dict) -> Verdict:
+        name = (node.get("metadata") or {}).get("name", "")
+        seen = self.seen.get(name, Seen())
+        verdict = judge(node, self.clock(), seen, self.resource)
+        annos = (node.get("metadata") or {}).get("annotations") or {}
+        self.seen[name] = Seen(
+            allocatable=gpu_allocatable(node, self.resource),
+            register=annos.get(REGISTER_KEY),
+            cleaned=seen.cleaned and verdict.write is None and not verdict.healthy,
+        )
+        return verdict
+
+    async def apply(self, node: dict, verdict: Verdict) -> None:
+        if verdict.write is None or self.client is None or not self.is_leader():
+            return
+        meta = node.get("metadata") or {}
+        name = meta.get("name", "")
+        value = format_requesting(self.clock()) if verdict.write == "request" else None
+        patch = {"metadata": {"annotations": {HANDSHAKE_KEY: value},
+                              "resourceVersion": meta.get("resourceVersion", "")}}
+        try:
+            await self.client.patch_node(name, patch)
+            self.writes += 1
+            if verdict.write == "clean":
+                s = self.seen.get(name, Seen())
+                self.seen[name] = Seen(s.allocatable, s.register, cleaned=True)
+                log.warning("Node GPU handshake expired, devices dropped", node=name)
+            else:
+                log.v(4).info("Requested node handshake", node=name, value=value)
+        except ApiError as exc:
+            if exc.conflict:
+                self.conflicts += 1
+                return  # the newer node will arrive through the watch and be judged again
+            if not exc.not_found:
+                log.warning("Handshake patch failed", node=name, error=str(exc))
