@@ -103,7 +103,13 @@ async def run_roles(
     failure: RoleFailed | None = None
     try:
         for name in roles:
-            runner = load_role(name)
+            try:
+                runner = load_role(name)
+            except Exception as exc:  # an import error names the role, like any other failure
+                log.error("Role failed to load", role=name, error=f"{type(exc).__name__}: {exc}")
+                failure = RoleFailed(name, exc)
+                stop.set()
+                break
             ctx = RoleContext(name=name, config=config, stop=stop, shared=shared)
             task = asyncio.create_task(runner(ctx), name=f"role:{name}")
             tasks[task] = name

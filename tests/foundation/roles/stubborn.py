@@ -1,0 +1,3 @@
+from tests.foundation import fake_roles
+
+run = fake_roles.stubborn
