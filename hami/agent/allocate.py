@@ -1,0 +1,238 @@
+"""Allocate, as HAMi v2.10's device plugin answers it. Pure: pod dict in, envs and mounts out.
+
+Spec node.md §2.3-§2.5. For each container request kubelet sends, the first non-empty container
+slot of `hami.io/vgpu-devices-to-allocate` is served and blanked; the number of devices must match
+the number of IDs kubelet handed over. The I/O layer (deviceplugin.py) creates the cache dir and
+`/tmp/vgpulock`, patches the pod with `remaining_text`, and marks success when `done`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from hami.agent.register import PluginSettings, physical_id
+from hami.device import codec
+from hami.device.model import MODE_MIG, ContainerDevice, ContainerDevices, PodDevices
+
+ANN_TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
+ANN_BIND_PHASE = "hami.io/bind-phase"
+ANN_BIND_TIME = "hami.io/bind-time"
+ANN_VGPU_NODE = "hami.io/vgpu-node"
+ANN_NODE_LOCK = "hami.io/mutex.lock"
+PHASE_ALLOCATING, PHASE_SUCCESS, PHASE_FAILED = "allocating", "success", "failed"
+
+VGPU_LOCK_DIR = "/tmp/vgpulock"
+
+
+class AllocationError(ValueError):
+    """Allocate cannot be answered for this pod; the message is what kubelet shows."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    container_path: str
+    host_path: str
+    read_only: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerAllocation:
+    container: str
+    devices: ContainerDevices
+    envs: Mapping[str, str]
+    mounts: tuple[Mount, ...]
+    cache_dir: str  # host directory to (re)create, "" in MIG mode
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationPlan:
+    containers: tuple[ContainerAllocation, ...]
+    remaining: PodDevices
+    remaining_text: str  # new value of hami.io/vgpu-devices-to-allocate
+    done: bool  # nothing left to allocate: bind-phase success, release the node lock
+
+
+def pod_ref(pod: Mapping) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _annotations(pod: Mapping) -> Mapping[str, str]:
+    return (pod.get("metadata") or {}).get("annotations") or {}
+
+
+def _containers(pod: Mapping) -> list[Mapping]:
+    spec = pod.get("spec") or {}
+    return list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
+
+
+def parse_go_bool(text: str) -> bool | None:
+    """Go strconv.ParseBool: None when it does not parse."""
+    if text in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if text in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    return None
+
+
+def control_disabled(container: Mapping) -> bool:
+    """The container sets CUDA_DISABLE_CONTROL to a true value: no ld.so.preload mount."""
+    return any(
+        e.get("name") == "CUDA_DISABLE_CONTROL" and parse_go_bool(str(e.get("value", ""))) is True
+        for e in container.get("env") or []
+    )
+
+
+def container_response(
+    devices: ContainerDevices,
+    container: Mapping,
+    pod_uid: str,
+    settings: PluginSettings,
+    hook_path: str,
+    *,
+    cache_name: str,
+    lib_path: str = "",
+    license_exists: bool = False,
+) -> ContainerAllocation:
+    """Envs and mounts for one container (HAMi server.go Allocate, non-MIG additions)."""
+    hook = hook_path.rstrip("/") or ""
+    seen: dict[str, None] = {}
+    for d in devices:
+        seen.setdefault(d.uuid, None)
+    envs: dict[str, str] = {"NVIDIA_VISIBLE_DEVICES": ",".join(seen)}
+    name = str(container.get("name", ""))
+    if settings.mode == MODE_MIG:
+        return ContainerAllocation(name, devices, envs, (), "")
+    for i, d in enumerate(devices):
+        envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{d.usedmem}m"
+    envs["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].usedcores)
+    envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{hook}/vgpu/{cache_name}.cache"
+    if settings.memory_scaling > 1:
+        envs["CUDA_OVERSUBSCRIBE"] = "true"
+    if settings.log_level:
+        envs["LIBCUDA_LOG_LEVEL"] = settings.log_level
+    if settings.disable_core_limit:
+        envs["GPU_CORE_UTILIZATION_POLICY"] = "disable"
+    cache_dir = f"{hook}/vgpu/containers/{pod_uid}_{name}"
+    mounts = [
+        Mount(f"{hook}/vgpu/libvgpu.so", lib_path or f"{hook}/vgpu/libvgpu.so", True),
+        Mount(f"{hook}/vgpu", cache_dir, False),
+        Mount(VGPU_LOCK_DIR, VGPU_LOCK_DIR, False),
+    ]
+    if not control_disabled(container):
+        mounts.append(Mount("/etc/ld.so.preload", f"{hook}/vgpu/ld.so.preload", True))
+    if license_exists:
+        mounts.append(Mount("/tmp/license", f"{hook}/vgpu/license", True))
+        mounts.append(Mount("/usr/bin/vgpuvalidator", f"{hook}/vgpu/vgpuvalidator", True))
+    return ContainerAllocation(name, devices, envs, tuple(mounts), cache_dir)
+
+
+def pod_devices_to_allocate(pod: Mapping) -> PodDevices:
+    text = _annotations(pod).get(ANN_TO_ALLOCATE)
+    if text is None:
+        raise AllocationError(f"pod {pod_ref(pod)} has no {ANN_TO_ALLOCATE} annotation")
+    try:
+        return tuple(codec.decode_pod_devices(text))
+    except codec.CodecError as exc:
+        raise AllocationError(f"pod {pod_ref(pod)}: bad {ANN_TO_ALLOCATE} annotation {text!r}: {exc}") from None
+
+
+def plan_allocation(
+    pod: Mapping,
+    requests: Sequence[Sequence[str]],
+    settings: PluginSettings,
+    hook_path: str,
+    *,
+    new_cache_name: Callable[[], str],
+    lib_path: str = "",
+    license_exists: bool = False,
+) -> AllocationPlan:
+    """Serve kubelet's container requests (device ID lists) from the pod's annotation."""
+    slots = list(pod_devices_to_allocate(pod))
+    containers = _containers(pod)
+    uid = str((pod.get("metadata") or {}).get("uid", ""))
+    out = []
+    for ids in requests:
+        k = next((i for i, slot in enumerate(slots) if slot), None)
+        if k is None:
+            raise AllocationError(
+                f"pod {pod_ref(pod)}: no devices left in {ANN_TO_ALLOCATE} for a request of {len(ids)} device(s)"
+            )
+        devices = slots[k]
+        if k >= len(containers):
+            raise AllocationError(
+                f"pod {pod_ref(pod)}: {ANN_TO_ALLOCATE} has devices for container slot {k}, "
+                f"but the pod has {len(containers)} container(s)"
+            )
+        if len(devices) != len(ids):
+            raise AllocationError(
+                f"device number not matched: pod {pod_ref(pod)} container "
+                f"{containers[k].get('name', '')!r} has {len(devices)} device(s) in {ANN_TO_ALLOCATE}, "
+                f"kubelet allocated {len(ids)}"
+            )
+        if settings.preferred_allocation and settings.mode != MODE_MIG:
+            devices = tuple(
+                ContainerDevice(physical_id(i), d.type, d.usedmem, d.usedcores, d.idx)
+                for d, i in zip(devices, ids, strict=True)
+            )
+        out.append(
+            container_response(
+                devices, containers[k], uid, settings, hook_path,
+                cache_name=new_cache_name(), lib_path=lib_path, license_exists=license_exists,
+            )
+        )
+        slots[k] = ()
+    remaining = tuple(slots)
+    return AllocationPlan(tuple(out), remaining, codec.encode_pod_devices(remaining), not any(remaining))
+
+
+# --------------------------------------------------------------------------- finding the pod
+
+
+def _has_devices_left(pod: Mapping) -> bool:
+    return bool(_annotations(pod).get(ANN_TO_ALLOCATE, "").strip(";"))
+
+
+def lock_owner(node: Mapping | None) -> tuple[str, str] | None:
+    """(namespace, name) of the pod holding the node lock, None if unlocked or a legacy lock."""
+    if not node:
+        return None
+    text = ((node.get("metadata") or {}).get("annotations") or {}).get(ANN_NODE_LOCK)
+    if not text:
+        return None
+    try:
+        lock = codec.decode_node_lock(text)
+    except codec.CodecError:
+        return None
+    if lock.legacy:
+        return None
+    return lock.namespace, lock.name
+
+
+def _age_key(pod: Mapping) -> tuple:
+    meta = pod.get("metadata") or {}
+    bt = (meta.get("annotations") or {}).get(ANN_BIND_TIME, "")
+    try:
+        bind_time = int(bt)
+    except ValueError:
+        bind_time = 1 << 62
+    return (bind_time, meta.get("creationTimestamp") or "", meta.get("namespace", ""), meta.get("name", ""))
+
+
+def allocating_pods(pods: Iterable[Mapping], node_name: str) -> list[Mapping]:
+    """Pods on the node waiting for Allocate, oldest bind first."""
+    out = []
+    for p in pods:
+        if (p.get("spec") or {}).get("nodeName") not in (None, "", node_name):
+            continue
+        anns = _annotations(p)
+        if anns.get(ANN_BIND_PHASE) != PHASE_ALLOCATING or not _has_devices_left(p):
+            continue
+        if anns.get(ANN_VGPU_NODE, node_name) != node_name:
+            continue
+        if (p.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        out.append(p)
+    out.sort(key=_age_key)
+    return out
