@@ -1,0 +1,554 @@
+"""HAMi's NVIDIA fit: per device, per container and per pod on one node (pure, no I/O).
+
+HAMi sources: `pkg/device/nvidia/device.go` (`Fit`, `CustomFilterRule`, `AddResourceUsage`,
+`fitQuota`), `pkg/scheduler/score.go` (`fitInDevices`, init/app container handling),
+`pkg/device/common/common.go` (`GenReason`), `pkg/scheduler/event.go`. Spec: scheduler.md §5.
+
+API
+---
+- `FitOptions` / `fit_options(annotations, gpu_policy, quota=None)`: what the pod's annotations
+  ask for (type and UUID filters, vgpu-mode, numa-bind, GPU policy, scoring weights, quota view),
+  computed once per request. Raises `PolicyError` for bad `hami.io/device-scoring-weights`.
+- `PodRequest` / `pod_request(requests, num_init, annotations, *, gpu_policy, node_policy,
+  namespace="", quota=None)`: everything about the pod that a fit needs. `requests` holds one
+  entry per container, init containers first: a `ContainerDeviceRequest` (nums <= 0 means none)
+  or None.
+- `fit_pod(node, pod) -> FitResult`: fit the pod on one `usage.NodeUsage` without changing it:
+  init containers each against a fresh copy of the node, app containers cumulatively on one
+  copy (§5.1). `FitResult.devices` is the PodDevices (one tuple per container, init first),
+  `FitResult.reason` the HAMi reason string when it does not fit, `FitResult.mig` the MIG
+  placements chosen as `(container_index, device_index, gpu_uuid, profile_name, placement)`.
+- `fit_devices(devices, request, opts, ...)`: HAMi `NvidiaGPUDevices.Fit` over an already sorted
+  device list (walked from the end).
+- `gen_reason(counts, cards)`, `parse_reason(text)`: HAMi's reason strings.
+- Event texts: `filtering_failed_messages(failed_nodes)`, `no_available_node_message(n)`,
+  `filtering_succeed_message(node, fit_scores, total)`, `binding_succeed_message(...)`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from hami.device.model import (
+    MODE_MIG,
+    NVIDIA,
+    PERCENTAGE_UNSET,
+    ContainerDevice,
+    ContainerDeviceRequest,
+    MigPlacement,
+    MigProfile,
+    PodDevices,
+    ScoringWeights,
+)
+
+from .policy import (
+    MUTEX,
+    TOPOLOGY,
+    device_score,
+    gpu_policy_for,
+    node_policy_for,
+    parse_bool,
+    policy_contains,
+    sort_devices,
+    weights_for,
+)
+from .usage import DeviceState, NodeUsage, QuotaView, collapse_usage
+
+# Reason keys (pkg/device/common/common.go).
+CARD_TYPE_MISMATCH = "CardTypeMismatch"
+CARD_UUID_MISMATCH = "CardUuidMismatch"
+CARD_TIME_SLICING_EXHAUSTED = "CardTimeSlicingExhausted"
+CARD_COMPUTE_UNITS_EXHAUSTED = "CardComputeUnitsExhausted"
+CARD_INSUFFICIENT_MEMORY = "CardInsufficientMemory"
+CARD_INSUFFICIENT_CORE = "CardInsufficientCore"
+CARD_NOT_HEALTH = "CardNotHealth"
+CARD_CORDONED = "CardCordoned"
+NUMA_NOT_FIT = "NumaNotFit"
+EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = "ExclusiveDeviceAllocateConflict"
+CARD_NOT_FOUND_CUSTOM_FILTER_RULE = "CardNotFoundCustomFilterRule"
+CARD_MIG_TOPOLOGY_INFEASIBLE = "CardMigTopologyInfeasible"
+NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
+ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
+NODE_UNFIT_POD = "NodeUnfitPod"
+NODE_FIT_POD = "NodeFitPod"
+RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
+MODE_NOT_FIT = "ModeNotFit"
+DEVICE_TYPE_NOT_FOUND = "Device type not found"
+
+# Pod annotations read by Fit (pkg/device/nvidia/device.go:40-64).
+USE_GPUTYPE = "nvidia.com/use-gputype"
+NOUSE_GPUTYPE = "nvidia.com/nouse-gputype"
+USE_GPUUUID = "nvidia.com/use-gpuuuid"
+NOUSE_GPUUUID = "nvidia.com/nouse-gpuuuid"
+NUMA_BIND = "nvidia.com/numa-bind"
+VGPU_MODE = "nvidia.com/vgpu-mode"
+DEVICE_CORDON = "hami.io/device-cordon"
+
+
+# --------------------------------------------------------------------------- reasons
+
+def gen_reason(counts: Mapping[str, int], cards: int) -> str:
+    """GenReason: `"%d/%d %s"` per key, sorted as strings, joined by `", "`."""
+    return ", ".join(sorted(f"{n}/{cards} {k}" for k, n in counts.items()))
+
+
+_REASON_ITEM = re.compile(r"^(\d+)/(\d+) ([A-Za-z][A-Za-z0-9_]*)$")
+
+
+def parse_reason(text: str) -> dict[str, int]:
+    """ParseReason: `{key: count}` for every `N/M Key` entry; other text yields nothing."""
+    out: dict[str, int] = {}
+    for part in text.split(", "):
+        m = _REASON_ITEM.match(part.strip())
+        if m:
+            out[m.group(3)] = out.get(m.group(3), 0) + int(m.group(1))
+    return out
+
+
+# --------------------------------------------------------------------------- options
+
+def _split_types(value: str | None) -> tuple[str, ...] | None:
+    if value is None or not value.strip():
+        return None
+    return tuple(p.upper() for p in value.split(","))
+
+
+def _split_uuids(value: str | None) -> frozenset[str] | None:
+    if value is None or not value.strip():
+        return None
+    return frozenset(p.strip() for p in value.split(","))
+
+
+@dataclass(frozen=True, slots=True)
+class FitOptions:
+    """The pod-level inputs of Fit, read once from the pod's annotations."""
+
+    policy: str = "spread"
+    numa_bind: bool = False
+    use_types: tuple[str, ...] | None = None  # upper-cased members, may include ""
+    nouse_types: tuple[str, ...] | None = None
+    use_uuids: frozenset[str] | None = None
+    nouse_uuids: frozenset[str] | None = None
+    vgpu_mode: str | None = None
+    is_mutex: bool = False
+    need_topology: bool = False
+    weights: ScoringWeights = field(default_factory=ScoringWeights)
+    quota: QuotaView | None = None
+
+    def type_ok(self, dev: DeviceState) -> bool:
+        """use-gputype / nouse-gputype (case-insensitive substring) and vgpu-mode."""
+        if self.use_types is not None or self.nouse_types is not None:
+            t = dev.type.upper()
+            if self.use_types is not None and not any(u and u in t for u in self.use_types):
+                return False
+            if self.nouse_types is not None and any(u and u in t for u in self.nouse_types):
+                return False
+        if self.vgpu_mode is not None and dev.mode not in self.vgpu_mode:
+            return False
+        return True
+
+    def uuid_ok(self, uuid: str) -> bool:
+        if self.use_uuids is not None and uuid not in self.use_uuids:
+            return False
+        if self.nouse_uuids is not None and uuid in self.nouse_uuids:
+            return False
+        return True
+
+
+def fit_options(
+    annotations: Mapping[str, str] | None,
+    gpu_policy: str = "spread",
+    quota: QuotaView | None = None,
+) -> FitOptions:
+    """Read the pod annotations Fit depends on. `gpu_policy` is `--gpu-scheduler-policy`."""
+    a = annotations or {}
+    policy = gpu_policy_for(a, gpu_policy)
+    return FitOptions(
+        policy=policy,
+        numa_bind=parse_bool(a.get(NUMA_BIND)),
+        use_types=_split_types(a.get(USE_GPUTYPE)),
+        nouse_types=_split_types(a.get(NOUSE_GPUTYPE)),
+        use_uuids=_split_uuids(a.get(USE_GPUUUID)),
+        nouse_uuids=_split_uuids(a.get(NOUSE_GPUUUID)),
+        vgpu_mode=a.get(VGPU_MODE),
+        is_mutex=policy_contains(policy, MUTEX),
+        need_topology=policy_contains(policy, TOPOLOGY),
+        weights=weights_for(a),
+        quota=quota,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """A pod as the fit sees it: per-container requests (init first) and its options."""
+
+    requests: tuple[ContainerDeviceRequest | None, ...]
+    num_init: int
+    options: FitOptions
+    node_policy: str = "binpack"
+    namespace: str = ""
+
+    @property
+    def empty(self) -> bool:
+        return all(r is None for r in self.requests)
+
+
+def pod_request(
+    requests: Sequence[ContainerDeviceRequest | None],
+    num_init: int,
+    annotations: Mapping[str, str] | None,
+    *,
+    gpu_policy: str = "spread",
+    node_policy: str = "binpack",
+    namespace: str = "",
+    quota: QuotaView | None = None,
+) -> PodRequest:
+    reqs = tuple(r if r is not None and r.nums > 0 else None for r in requests)
+    return PodRequest(
+        requests=reqs,
+        num_init=num_init,
+        options=fit_options(annotations, gpu_policy, quota),
+        node_policy=node_policy_for(annotations, node_policy),
+        namespace=namespace,
+    )
+
+
+# --------------------------------------------------------------------------- MIG
+
+def _overlaps(a: MigPlacement, b: MigPlacement) -> bool:
+    return a.start < b.start + b.size and b.start < a.start + a.size
+
+
+def _select_mig(
+    profiles: Sequence[MigProfile], occupied: Sequence[MigPlacement], memory: int
+) -> tuple[MigProfile, MigPlacement] | None:
+    """selectMigCandidate: smallest profile (memory, then slices) with memory >= request and a
+    placement free of every occupied one."""
+    for prof in sorted(profiles, key=lambda p: (p.memory_mb, p.slice_count)):
+        if prof.memory_mb < memory:
+            continue
+        for pl in prof.placements:
+            if not any(_overlaps(pl, o) for o in occupied):
+                return prof, pl
+    return None
+
+
+def _mig_feasible(dev: DeviceState, chosen: Sequence[ContainerDevice], memreq: int) -> bool:
+    occupied = list(dev.mig_in_use)
+    for existing in chosen:
+        if existing.uuid != dev.id:
+            continue
+        sel = _select_mig(dev.mig_profiles, occupied, existing.usedmem)
+        if sel is None:
+            return False
+        occupied.append(sel[1])
+    return _select_mig(dev.mig_profiles, occupied, memreq) is not None
+
+
+# --------------------------------------------------------------------------- Fit
+
+def _quota_fits(
+    opts: FitOptions,
+    allocated: Sequence[tuple[ContainerDevice, ...]],
+    chosen: Sequence[ContainerDevice],
+    uuid: str,
+    memreq: int,
+    coresreq: int,
+    num_init: int,
+) -> bool:
+    """fitQuota: the collapsed usage of (allocated + this container with this device)."""
+    quota = opts.quota
+    if quota is None:
+        return True
+    cur = tuple(chosen) + (ContainerDevice(uuid, NVIDIA, memreq, coresreq),)
+    collapsed = collapse_usage(tuple(allocated) + (cur,), num_init)
+    mem = sum(v[0] for v in collapsed.values())
+    cores = sum(v[1] for v in collapsed.values())
+    return quota.fits(mem, cores)
+
+
+def fit_devices(
+    devices: Sequence[DeviceState],
+    request: ContainerDeviceRequest,
+    opts: FitOptions,
+    cordoned: frozenset[str] | set[str] = frozenset(),
+    pair_scores: Mapping[str, Mapping[str, int]] | None = None,
+    allocated: Sequence[tuple[ContainerDevice, ...]] = (),
+    num_init: int = 0,
+) -> tuple[bool, list[ContainerDevice], str]:
+    """HAMi `NvidiaGPUDevices.Fit` (§5.3) over `devices`, sorted as §6.3, walked from the end.
+
+    Returns (fit, chosen devices, reason); the reason is "" on success. `allocated` holds the
+    devices of the containers already placed in this phase (for the quota check).
+    """
+    origin = request.nums
+    nums = origin
+    coresreq = request.coresreq
+    prevnuma = -1
+    tmp: list[ContainerDevice] = []
+    reason: dict[str, int] = {}
+    numa_bind = opts.numa_bind
+    is_mutex = opts.is_mutex
+    need_topology = opts.need_topology
+    req_type = request.type
+    type_is_nvidia = req_type == NVIDIA
+    filters = (
+        opts.use_types is not None or opts.nouse_types is not None or opts.vgpu_mode is not None
+    )
+    uuid_filters = opts.use_uuids is not None or opts.nouse_uuids is not None
+    memreq_req = request.memreq
+    pct = request.mempercentagereq
+    i = len(devices) - 1
+    while i >= 0:
+        dev = devices[i]
+        i -= 1
+        if not dev.health:
+            reason[CARD_NOT_HEALTH] = reason.get(CARD_NOT_HEALTH, 0) + 1
+            continue
+        if cordoned and dev.id in cordoned:
+            reason[CARD_CORDONED] = reason.get(CARD_CORDONED, 0) + 1
+            continue
+        if not type_is_nvidia or (filters and not opts.type_ok(dev)):
+            reason[CARD_TYPE_MISMATCH] = reason.get(CARD_TYPE_MISMATCH, 0) + 1
+            continue
+        if numa_bind and prevnuma != dev.numa:
+            if nums != origin:
+                reason[NUMA_NOT_FIT] = reason.get(NUMA_NOT_FIT, 0) + len(tmp)
+            nums = origin
+            prevnuma = dev.numa
+            tmp = []
+        if uuid_filters and not opts.uuid_ok(dev.id):
+            reason[CARD_UUID_MISMATCH] = reason.get(CARD_UUID_MISMATCH, 0) + 1
+            continue
+        if dev.count <= dev.used:
+            reason[CARD_TIME_SLICING_EXHAUSTED] = reason.get(CARD_TIME_SLICING_EXHAUSTED, 0) + 1
+            continue
+        if is_mutex and dev.used > 0:
+            reason[EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] = reason.get(EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, 0) + 1
+            continue
+        if coresreq > 100:
+            coresreq = 100
+        memreq = 0
+        if memreq_req > 0:
+            memreq = memreq_req
+        if pct != PERCENTAGE_UNSET and memreq_req == 0:
+            memreq = _go_div(dev.totalmem * pct, 100)
+        if opts.quota is not None and not _quota_fits(
+            opts, allocated, tmp, dev.id, memreq, coresreq, num_init
+        ):
+            reason[RESOURCE_QUOTA_NOT_FIT] = reason.get(RESOURCE_QUOTA_NOT_FIT, 0) + 1
+            continue
+        if dev.totalmem - dev.usedmem < memreq:
+            reason[CARD_INSUFFICIENT_MEMORY] = reason.get(CARD_INSUFFICIENT_MEMORY, 0) + 1
+            continue
+        if dev.totalcore - dev.usedcores < coresreq:
+            reason[CARD_INSUFFICIENT_CORE] = reason.get(CARD_INSUFFICIENT_CORE, 0) + 1
+            continue
+        if dev.totalcore == 100 and coresreq == 100 and dev.used > 0:
+            reason[EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] = reason.get(EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, 0) + 1
+            continue
+        if dev.totalcore != 0 and dev.usedcores == dev.totalcore and coresreq == 0:
+            reason[CARD_COMPUTE_UNITS_EXHAUSTED] = reason.get(CARD_COMPUTE_UNITS_EXHAUSTED, 0) + 1
+            continue
+        is_mig = dev.mode == MODE_MIG
+        if is_mig and not _mig_feasible(dev, tmp, memreq):
+            reason[CARD_MIG_TOPOLOGY_INFEASIBLE] = reason.get(CARD_MIG_TOPOLOGY_INFEASIBLE, 0) + 1
+            continue
+        if nums > 0:
+            if not need_topology:
+                nums -= 1
+            tmp.append(ContainerDevice(dev.id, req_type, memreq, coresreq, dev.index))
+        if nums == 0 and not need_topology:
+            return True, tmp, ""
+        if is_mig:
+            i += 1  # offer the same MIG card again
+    if need_topology:
+        if len(tmp) == origin:
+            return True, tmp, ""
+        if len(tmp) > origin:
+            scores = pair_scores or {}
+            if origin == 1:
+                return True, _worst_single(tmp, scores), ""
+            return True, _best_combination(tmp, origin, scores), ""
+    if tmp:
+        reason[ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(tmp)
+    return False, tmp, gen_reason(reason, len(devices))
+
+
+def _go_div(a: int, b: int) -> int:
+    """Go integer division (truncates toward zero)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _pair(scores: Mapping[str, Mapping[str, int]], a: str, b: str) -> int:
+    return scores.get(a, {}).get(b, 0)
+
+
+def _worst_single(cands: list[ContainerDevice], scores) -> list[ContainerDevice]:
+    """computeWorstSingleCard: the candidate with the lowest summed pair score to the others."""
+    best = None
+    best_score = 0
+    for d1 in cands:
+        total = sum(_pair(scores, d1.uuid, d2.uuid) for d2 in cands if d2.uuid != d1.uuid)
+        if best is None or total < best_score:
+            best, best_score = d1, total
+    return [best] if best is not None else []
+
+
+def _best_combination(cands: list[ContainerDevice], n: int, scores) -> list[ContainerDevice]:
+    """computeBestCombination: the first n-combination (candidate order) with the highest score."""
+    best: tuple[ContainerDevice, ...] | None = None
+    best_score = -1
+    for combo in combinations(cands, n):
+        total = 0
+        for x in range(len(combo)):
+            for y in range(x + 1, len(combo)):
+                total += _pair(scores, combo[x].uuid, combo[y].uuid)
+        if total > best_score:
+            best, best_score = combo, total
+    return list(best or ())
+
+
+# --------------------------------------------------------------------------- per container
+
+def _is_mig_request(request: ContainerDeviceRequest, devices: Sequence[DeviceState], opts: FitOptions) -> bool:
+    if request.type != NVIDIA:
+        return False
+    if opts.vgpu_mode is not None and MODE_MIG not in opts.vgpu_mode:
+        return False
+    return any(d.mode == MODE_MIG for d in devices)
+
+
+def _fit_container(
+    work: list[DeviceState],
+    by_id: dict[str, DeviceState],
+    request: ContainerDeviceRequest,
+    opts: FitOptions,
+    node: NodeUsage,
+    allocated: list[tuple[ContainerDevice, ...]],
+    num_init: int,
+    mig_out: list[tuple[int, int, str, str, MigPlacement]],
+    cidx: int,
+) -> tuple[tuple[ContainerDevice, ...] | None, str]:
+    """fitInDevices (§5.2) for one container with one NVIDIA request; mutates `work` usage/order."""
+    if request.type != NVIDIA:
+        return None, DEVICE_TYPE_NOT_FOUND
+    reqs = (request,)
+    weights = opts.weights
+    items = [(device_score(d, reqs, weights), d) for d in work]
+    sort_devices(items, opts.policy, opts.numa_bind)
+    work[:] = [d for _, d in items]
+    type_devs = [d for d in work if d.is_nvidia]
+    if request.nums > len(type_devs) and not _is_mig_request(request, type_devs, opts):
+        return None, NODE_INSUFFICIENT_DEVICE
+    ok, chosen, reason = fit_devices(
+        type_devs, request, opts, node.cordoned, node.pair_scores, allocated, num_init
+    )
+    if not ok:
+        return None, reason
+    out: list[ContainerDevice] = []
+    for pos, cd in enumerate(chosen):
+        d = by_id[cd.uuid]
+        if d.mode == MODE_MIG:
+            sel = _select_mig(d.mig_profiles, d.mig_in_use, cd.usedmem)
+            if sel is None:
+                return None, f"AddResourceUsage failed for device {d.id}: MIG profile and placement allocation failed"
+            prof, pl = sel
+            cd = ContainerDevice(cd.uuid, cd.type, prof.memory_mb, prof.core, cd.idx)
+            d.mig_in_use.append(pl)
+            mig_out.append((cidx, pos, d.id, prof.name, pl))
+        d.used += 1
+        d.usedcores += cd.usedcores
+        d.usedmem += cd.usedmem
+        out.append(cd)
+    return tuple(out), ""
+
+
+# --------------------------------------------------------------------------- per pod
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    node: str
+    fits: bool
+    devices: PodDevices = ()
+    reason: str = ""
+    score: float = 0.0
+    mig: tuple[tuple[int, int, str, str, MigPlacement], ...] = ()
+
+
+def fit_pod(node: NodeUsage, pod: PodRequest) -> FitResult:
+    """Fit every container of `pod` on `node` (§5.1) without modifying `node`."""
+    opts = pod.options
+    num_init = pod.num_init
+    requests = pod.requests
+    result: list[tuple[ContainerDevice, ...]] = []
+    mig: list[tuple[int, int, str, str, MigPlacement]] = []
+    # Init containers: each against a fresh copy of the node, in registration order.
+    if num_init:
+        init_allocs: list[tuple[ContainerDevice, ...]] = []
+        for cidx in range(min(num_init, len(requests))):
+            req = requests[cidx]
+            if req is None:
+                init_allocs.append(())
+                continue
+            work = node.snapshot()
+            by_id = {d.id: d for d in work}
+            devs, reason = _fit_container(work, by_id, req, opts, node, init_allocs, num_init, mig, cidx)
+            if devs is None:
+                return FitResult(node.name, False, reason=reason)
+            init_allocs.append(devs)
+        result.extend(init_allocs)
+    # App containers: cumulative on one copy.
+    work = None
+    by_id: dict[str, DeviceState] = {}
+    app_allocs: list[tuple[ContainerDevice, ...]] = []
+    for cidx in range(num_init, len(requests)):
+        req = requests[cidx]
+        if req is None:
+            app_allocs.append(())
+            continue
+        if work is None:
+            work = node.snapshot()
+            by_id = {d.id: d for d in work}
+        devs, reason = _fit_container(work, by_id, req, opts, node, app_allocs, num_init, mig, cidx)
+        if devs is None:
+            return FitResult(node.name, False, reason=reason)
+        app_allocs.append(devs)
+    result.extend(app_allocs)
+    return FitResult(node.name, True, tuple(result), "", node.score(), tuple(mig))
+
+
+# --------------------------------------------------------------------------- event texts
+
+def filtering_failed_messages(failed_nodes: Mapping[str, str]) -> list[str]:
+    """FilteringFailed texts, one per reason key: `2 nodes CardInsufficientMemory(node1,node2)`.
+
+    Only `N/M Key` reasons produce one (bare ones like NodeInsufficientDevice do not).
+    Ordered by reason key (HAMi's map order is random).
+    """
+    by_key: dict[str, list[str]] = {}
+    for node, reason in failed_nodes.items():
+        for key in parse_reason(reason):
+            by_key.setdefault(key, []).append(node)
+    return [
+        f"{len(nodes)} nodes {key}({','.join(sorted(nodes))})"
+        for key, nodes in sorted(by_key.items())
+    ]
+
+
+def no_available_node_message(node_count: int) -> str:
+    return f"no available node, {node_count} nodes do not meet"
+
+
+def filtering_succeed_message(node: str, fit_scores: Sequence[tuple[str, float]], total: int) -> str:
+    """`find fit node(n1), 1 nodes not fit, 1 nodes fit(n1:15.00)`; `total` = candidate count."""
+    fits = ",".join(f"{n}:{s:.2f}" for n, s in fit_scores)
+    return f"find fit node({node}), {total - len(fit_scores)} nodes not fit, {len(fit_scores)} nodes fit({fits})"
+
+
+def binding_succeed_message(node: str, namespace: str, name: str) -> str:
+    return f"Successfully binding node [{node}] to {namespace}/{name}"

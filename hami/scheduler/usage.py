@@ -1,0 +1,476 @@
+"""Per-node device usage index, updated incrementally from pod events (pure, no I/O).
+
+HAMi recomputes every node's usage from every cached pod on each /filter
+(`getNodesUsage`, scheduler.go:744-863). Here the same numbers are kept current: a pod's
+collapsed usage (spec §7.3, `CollapseInitContainerUsage`) is added once when the pod is seen
+with `hami.io/vgpu-node` and removed when it is deleted or reaches a terminal phase.
+
+API
+---
+- `DeviceState`: one GPU with registration data and mutable `used/usedmem/usedcores`
+  (Go `DeviceUsage`); `clone()` copies it for a fit attempt.
+- `NodeUsage`: `name`, `devices` (list of DeviceState in registration order), `by_id`,
+  `cordoned` (frozenset of UUIDs from `hami.io/device-cordon`), `pair_scores`
+  (`{uuid: {uuid: score}}` from `hami.io/node-nvidia-score`), `score()` (node score, §6.1,
+  float32, cached until usage changes), `snapshot()` (fresh DeviceState copies).
+- `UsageIndex`:
+  - `set_node(name, devices, cordoned=(), pair_scores=None)`: register or re-register a node
+    from decoded `DeviceInfo`s; usage of pods already known on it is re-applied.
+  - `usage_for(name, devices, ...)`: the same, not stored (full-Nodes /filter mode).
+  - `remove_node(name)`; `node(name)` -> NodeUsage | None; `nodes` (dict).
+  - `add_pod(pod_key, node, pod_devices, *, namespace="", num_init=0, init_released=False)`:
+    idempotent (same data again is a no-op; new data replaces the old). `pod_devices` is the
+    decoded `hami.io/vgpu-devices-allocated` (init containers first). A pod counts once.
+  - `remove_pod(pod_key)`: idempotent; use it for deleted and terminal (Succeeded/Failed) pods.
+  - `pod(pod_key)` -> PodRecord | None.
+  - quotas: `set_quota(namespace, name, hard)` / `remove_quota(namespace, name)` with the
+    ResourceQuota `spec.hard` mapping (ints); `quota_view(namespace)` -> QuotaView | None.
+- `collapse_usage(containers, num_init)` -> `{uuid: (mem, cores, slots)}` (spec §7.3).
+- `QuotaView.fits(mem, cores)`: HAMi `FitQuota` for one namespace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from hami.device.model import (
+    ContainerDevices,
+    DeviceInfo,
+    MigPlacement,
+    MigProfile,
+    NvidiaConfig,
+)
+
+from .policy import f32
+
+_TEN = f32(10.0)
+
+
+class DeviceState:
+    """A registered device plus what is allocated on it (Go `DeviceUsage`), mutable."""
+
+    __slots__ = (
+        "id", "index", "count", "totalmem", "totalcore", "type", "numa", "mode", "health",
+        "vendor", "mig_profiles", "used", "usedmem", "usedcores", "mig_in_use", "is_nvidia",
+    )
+
+    def __init__(
+        self,
+        id: str,
+        index: int = 0,
+        count: int = 10,
+        totalmem: int = 0,
+        totalcore: int = 100,
+        type: str = "NVIDIA",
+        numa: int = 0,
+        mode: str = "",
+        health: bool = True,
+        used: int = 0,
+        usedmem: int = 0,
+        usedcores: int = 0,
+        vendor: str = "NVIDIA",
+        mig_profiles: tuple[MigProfile, ...] = (),
+        mig_in_use: list[MigPlacement] | None = None,
+    ):
+        self.id = id
+        self.index = index
+        self.count = count
+        self.totalmem = totalmem
+        self.totalcore = totalcore
+        self.type = type
+        self.numa = numa
+        self.mode = mode
+        self.health = health
+        self.vendor = vendor
+        self.mig_profiles = mig_profiles
+        self.used = used
+        self.usedmem = usedmem
+        self.usedcores = usedcores
+        self.mig_in_use = mig_in_use if mig_in_use is not None else []
+        self.is_nvidia = "nvidia" in type.lower()
+
+    @classmethod
+    def from_info(cls, d: DeviceInfo) -> DeviceState:
+        return cls(
+            id=d.id, index=d.index, count=d.count, totalmem=d.devmem, totalcore=d.devcore,
+            type=d.type, numa=d.numa, mode=d.mode, health=d.health, vendor=d.vendor,
+            mig_profiles=d.mig_profiles,
+        )
+
+    def clone(self) -> DeviceState:
+        c = DeviceState.__new__(DeviceState)
+        c.id = self.id
+        c.index = self.index
+        c.count = self.count
+        c.totalmem = self.totalmem
+        c.totalcore = self.totalcore
+        c.type = self.type
+        c.numa = self.numa
+        c.mode = self.mode
+        c.health = self.health
+        c.vendor = self.vendor
+        c.mig_profiles = self.mig_profiles
+        c.used = self.used
+        c.usedmem = self.usedmem
+        c.usedcores = self.usedcores
+        c.mig_in_use = list(self.mig_in_use)
+        c.is_nvidia = self.is_nvidia
+        return c
+
+    def __repr__(self) -> str:
+        return (
+            f"DeviceState({self.id!r}, idx={self.index}, used={self.used}/{self.count}, "
+            f"mem={self.usedmem}/{self.totalmem}, cores={self.usedcores}/{self.totalcore}, "
+            f"numa={self.numa}, health={self.health})"
+        )
+
+
+def node_score(devices: Iterable[DeviceState]) -> float:
+    """HAMi ComputeDefaultScore (§6.1): 10*(Σused/Σcount + Σcores/Σtotalcore + Σmem/Σtotalmem).
+
+    float32 arithmetic as in Go; 0 when any denominator is 0.
+    """
+    used = cores = mem = total = tcore = tmem = 0
+    for d in devices:
+        used += d.used
+        cores += d.usedcores
+        mem += d.usedmem
+        total += d.count
+        tcore += d.totalcore
+        tmem += d.totalmem
+    return score_from_sums(used, cores, mem, total, tcore, tmem)
+
+
+def score_from_sums(used: int, cores: int, mem: int, total: int, tcore: int, tmem: int) -> float:
+    if total == 0 or tcore == 0 or tmem == 0:
+        return 0.0
+    a = f32(f32(used) / f32(total))
+    b = f32(f32(cores) / f32(tcore))
+    c = f32(f32(mem) / f32(tmem))
+    return f32(_TEN * f32(f32(a + b) + c))
+
+
+def parse_cordon(value: str | None) -> frozenset[str]:
+    """`hami.io/device-cordon`: comma list of UUIDs, spaces trimmed, empty members skipped."""
+    if not value:
+        return frozenset()
+    return frozenset(p.strip() for p in value.split(",") if p.strip())
+
+
+class NodeUsage:
+    """Devices of one node with their current usage."""
+
+    __slots__ = ("name", "devices", "by_id", "cordoned", "pair_scores", "_score")
+
+    def __init__(
+        self,
+        name: str,
+        devices: list[DeviceState],
+        cordoned: Iterable[str] = (),
+        pair_scores: Mapping[str, Mapping[str, int]] | None = None,
+    ):
+        self.name = name
+        self.devices = devices
+        self.by_id = {d.id: d for d in devices}
+        self.cordoned = frozenset(cordoned)
+        self.pair_scores = pair_scores or {}
+        self._score: float | None = None
+
+    def score(self) -> float:
+        s = self._score
+        if s is None:
+            s = self._score = node_score(self.devices)
+        return s
+
+    def invalidate(self) -> None:
+        self._score = None
+
+    def snapshot(self) -> list[DeviceState]:
+        return [d.clone() for d in self.devices]
+
+
+# --------------------------------------------------------------------------- collapse
+
+def collapse_usage(containers: Sequence[ContainerDevices], num_init: int) -> dict[str, tuple[int, int, int]]:
+    """CollapseInitContainerUsage (§7.3): per UUID (mem, cores, slots).
+
+    mem = max(max over init containers, sum over app containers), same for cores;
+    slots = max(1 if any init use, number of app-container occurrences, 1).
+    Containers with index < num_init are init containers.
+    """
+    init: dict[str, list[int]] = {}
+    app: dict[str, list[int]] = {}
+    for cidx, ctr in enumerate(containers):
+        if cidx < num_init:
+            for dev in ctr:
+                s = init.get(dev.uuid)
+                if s is None:
+                    init[dev.uuid] = [dev.usedmem, dev.usedcores, 1]
+                else:
+                    s[0] = max(s[0], dev.usedmem)
+                    s[1] = max(s[1], dev.usedcores)
+        else:
+            for dev in ctr:
+                s = app.get(dev.uuid)
+                if s is None:
+                    app[dev.uuid] = [dev.usedmem, dev.usedcores, 1]
+                else:
+                    s[0] += dev.usedmem
+                    s[1] += dev.usedcores
+                    s[2] += 1
+    out: dict[str, tuple[int, int, int]] = {}
+    for uuid in sorted(set(init) | set(app)):
+        i = init.get(uuid, (0, 0, 0))
+        a = app.get(uuid, (0, 0, 0))
+        out[uuid] = (max(i[0], a[0]), max(i[1], a[1]), max(i[2], a[2], 1))
+    return out
+
+
+def steady_usage(containers: Sequence[ContainerDevices], num_init: int) -> dict[str, tuple[int, int, int]]:
+    """Usage once every init container has exited 0: app containers only (§7.1)."""
+    return collapse_usage(containers[num_init:], 0)
+
+
+# --------------------------------------------------------------------------- quota
+
+@dataclass(slots=True)
+class _Quota:
+    used: int = 0
+    limit: int = 0
+
+
+class QuotaView:
+    """HAMi FitQuota for one namespace (`pkg/device/quota.go`)."""
+
+    __slots__ = ("mem", "cores", "memory_factor")
+
+    def __init__(self, mem: _Quota | None, cores: _Quota | None, memory_factor: int = 1):
+        self.mem = mem
+        self.cores = cores
+        self.memory_factor = memory_factor
+
+    def fits(self, mem: int, cores: int) -> bool:
+        q = self.mem
+        if q is not None:
+            limit = q.limit * self.memory_factor if self.memory_factor > 1 else q.limit
+            if limit != 0 and q.used + mem > limit:
+                return False
+        q = self.cores
+        if q is not None and q.limit != 0 and q.used + cores > q.limit:
+            return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    node: str
+    namespace: str
+    usage: tuple[tuple[str, int, int, int], ...]  # (uuid, mem, cores, slots) sorted by uuid
+    devices: tuple[ContainerDevices, ...]
+    num_init: int
+    init_released: bool
+    mig: tuple[tuple[str, MigPlacement], ...] = ()
+
+
+class UsageIndex:
+    """Nodes, their device usage and the pods that account for it."""
+
+    def __init__(self, nvidia: NvidiaConfig | None = None):
+        cfg = nvidia or NvidiaConfig()
+        self.mem_resource = cfg.resource_memory_name
+        self.core_resource = cfg.resource_core_name
+        self.memory_factor = cfg.memory_factor
+        self.nodes: dict[str, NodeUsage] = {}
+        self._pods: dict[str, PodRecord] = {}
+        self._pods_by_node: dict[str, set[str]] = {}
+        # namespace -> resource name -> quota; quota objects: (namespace, name) -> {resource: limit}
+        self._quota: dict[str, dict[str, _Quota]] = {}
+        self._quota_objects: dict[tuple[str, str], dict[str, int]] = {}
+
+    # ---------------------------------------------------------------- nodes
+
+    def node(self, name: str) -> NodeUsage | None:
+        return self.nodes.get(name)
+
+    def set_node(
+        self,
+        name: str,
+        devices: Sequence[DeviceInfo],
+        cordoned: Iterable[str] = (),
+        pair_scores: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> NodeUsage:
+        node = NodeUsage(name, [DeviceState.from_info(d) for d in devices], cordoned, pair_scores)
+        self.nodes[name] = node
+        for key in self._pods_by_node.get(name, ()):
+            rec = self._pods[key]
+            self._apply(node, rec.usage, +1, rec.mig)
+        node.invalidate()
+        return node
+
+    def usage_for(
+        self,
+        name: str,
+        devices: Sequence[DeviceInfo],
+        cordoned: Iterable[str] = (),
+        pair_scores: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> NodeUsage:
+        """A NodeUsage for `devices` with the known pods on `name` applied, not stored.
+
+        For full-Nodes /filter requests, where the register annotation comes with the request.
+        """
+        node = NodeUsage(name, [DeviceState.from_info(d) for d in devices], cordoned, pair_scores)
+        for key in self._pods_by_node.get(name, ()):
+            rec = self._pods[key]
+            self._apply(node, rec.usage, +1, rec.mig)
+        return node
+
+    def set_cordon(self, name: str, cordoned: Iterable[str]) -> None:
+        node = self.nodes.get(name)
+        if node is not None:
+            node.cordoned = frozenset(cordoned)
+
+    def remove_node(self, name: str) -> None:
+        self.nodes.pop(name, None)
+
+    # ---------------------------------------------------------------- pods
+
+    def pod(self, pod_key: str) -> PodRecord | None:
+        return self._pods.get(pod_key)
+
+    @property
+    def pod_count(self) -> int:
+        return len(self._pods)
+
+    def add_pod(
+        self,
+        pod_key: str,
+        node: str,
+        pod_devices: Sequence[ContainerDevices],
+        *,
+        namespace: str = "",
+        num_init: int = 0,
+        init_released: bool = False,
+        mig: Sequence[tuple[str, MigPlacement]] = (),
+    ) -> bool:
+        """Account a pod's devices on `node`; returns False when nothing changed.
+
+        `mig` lists (gpu uuid, placement) pairs from `hami.io/vgpu-mig-allocations`.
+        """
+        devices = tuple(tuple(c) for c in pod_devices)
+        mig = tuple(mig)
+        old = self._pods.get(pod_key)
+        if (
+            old is not None and old.node == node and old.devices == devices
+            and old.num_init == num_init and old.init_released == init_released
+            and old.namespace == namespace and old.mig == mig
+        ):
+            return False
+        if old is not None:
+            self.remove_pod(pod_key)
+        collapsed = steady_usage(devices, num_init) if init_released else collapse_usage(devices, num_init)
+        usage = tuple((u, m, c, s) for u, (m, c, s) in collapsed.items())
+        rec = PodRecord(node, namespace, usage, devices, num_init, init_released, mig)
+        self._pods[pod_key] = rec
+        self._pods_by_node.setdefault(node, set()).add(pod_key)
+        n = self.nodes.get(node)
+        if n is not None:
+            self._apply(n, usage, +1, mig)
+        self._quota_add(namespace, usage, +1)
+        return True
+
+    def remove_pod(self, pod_key: str) -> bool:
+        rec = self._pods.pop(pod_key, None)
+        if rec is None:
+            return False
+        keys = self._pods_by_node.get(rec.node)
+        if keys is not None:
+            keys.discard(pod_key)
+            if not keys:
+                del self._pods_by_node[rec.node]
+        n = self.nodes.get(rec.node)
+        if n is not None:
+            self._apply(n, rec.usage, -1, rec.mig)
+        self._quota_add(rec.namespace, rec.usage, -1)
+        return True
+
+    def pods_on(self, node: str) -> tuple[str, ...]:
+        return tuple(sorted(self._pods_by_node.get(node, ())))
+
+    @staticmethod
+    def _apply(node: NodeUsage, usage, sign: int, mig=()) -> None:
+        by_id = node.by_id
+        for uuid, mem, cores, slots in usage:
+            d = by_id.get(uuid)
+            if d is None:
+                continue
+            d.used += sign * max(slots, 1)
+            d.usedmem += sign * mem
+            d.usedcores += sign * cores
+        for uuid, placement in mig:
+            d = by_id.get(uuid)
+            if d is None:
+                continue
+            if sign > 0:
+                d.mig_in_use.append(placement)
+            elif placement in d.mig_in_use:
+                d.mig_in_use.remove(placement)
+        node.invalidate()
+
+    # ---------------------------------------------------------------- quota
+
+    def _quota_add(self, namespace: str, usage, sign: int) -> None:
+        mem = sum(u[1] for u in usage)
+        cores = sum(u[2] for u in usage)
+        if not mem and not cores:
+            return
+        ns = self._quota.setdefault(namespace, {})
+        for res, val in ((self.mem_resource, mem), (self.core_resource, cores)):
+            if not res:
+                continue
+            q = ns.get(res)
+            if q is None:
+                q = ns[res] = _Quota()
+            q.used = q.used + val if sign > 0 else max(0, q.used - val)
+
+    def set_quota(self, namespace: str, name: str, hard: Mapping[str, int]) -> None:
+        """A ResourceQuota's `spec.hard` (already parsed to ints); only `limits.<mem|core>` count."""
+        limits: dict[str, int] = {}
+        for key, value in hard.items():
+            if not key.startswith("limits."):
+                continue
+            res = key[len("limits."):]
+            if res and res in (self.mem_resource, self.core_resource):
+                limits[res] = int(value)
+        self._quota_objects[(namespace, name)] = limits
+        ns = self._quota.setdefault(namespace, {})
+        for res, value in limits.items():
+            q = ns.get(res)
+            if q is None:
+                q = ns[res] = _Quota()
+            q.limit = value
+
+    def remove_quota(self, namespace: str, name: str) -> None:
+        limits = self._quota_objects.pop((namespace, name), None)
+        if not limits:
+            return
+        ns = self._quota.get(namespace, {})
+        for res in limits:
+            q = ns.get(res)
+            if q is not None:
+                q.limit = 0
+
+    def quota_view(self, namespace: str) -> QuotaView | None:
+        """None when no quota limits this namespace (the fit skips the check)."""
+        ns = self._quota.get(namespace)
+        if not ns:
+            return None
+        mem = ns.get(self.mem_resource)
+        cores = ns.get(self.core_resource)
+        if (mem is None or mem.limit == 0) and (cores is None or cores.limit == 0):
+            return None
+        return QuotaView(mem, cores, self.memory_factor)
+
+    def quota_used(self, namespace: str) -> dict[str, tuple[int, int]]:
+        """resource -> (used, limit), for metrics."""
+        return {k: (q.used, q.limit) for k, q in self._quota.get(namespace, {}).items()}
