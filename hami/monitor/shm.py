@@ -125,11 +125,11 @@ _HEAD_V1 = struct.Struct("<iIIi")  # magic, major, minor, sm_init_flag
 
 def _slot_struct(lay: Layout) -> tuple[struct.Struct, int]:
     """One Struct that unpacks a slot from `pid` through `status`; returns it and the byte span."""
-    pad_mem = "%dx" % (lay.mem_size - 40) if lay.mem_size > 40 else ""
-    pad_util = "%dx" % (lay.util_size - 24) if lay.util_size > 24 else ""
+    pad_mem = f"{lay.mem_size - 40}x" if lay.mem_size > 40 else ""
+    pad_util = f"{lay.util_size - 24}x" if lay.util_size > 24 else ""
     fmt = ["<ii"]
     if lay.slot_used > 8:
-        fmt.append("%dx" % (lay.slot_used - 8))
+        fmt.append(f"{lay.slot_used - 8}x")
     fmt.append(("5Q" + pad_mem) * MAX_DEVICES)
     fmt.append("16Q")
     fmt.append(("3Q" + pad_util) * MAX_DEVICES)

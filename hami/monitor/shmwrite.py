@@ -33,8 +33,8 @@ from hami.monitor.shm import (
     V1,
     V1_INTERIM,
     DeviceMemory,
-    choose_layout,
     Layout,
+    choose_layout,
 )
 
 VERSIONS: dict[str, tuple[Layout, int, int]] = {

@@ -1,0 +1,367 @@
+"""The monitor's Prometheus collector: scan and parse on every scrape (spec node.md §3.3).
+
+Registered into the role's own `CollectorRegistry` (never the global one). Each `collect()`:
+lists `--cache-dir`, matches dirs to the pods of this node, reads every region (pread, a few KiB
+each), repairs host PIDs where HAMi-core got them wrong, reads host GPUs from the backend, and
+yields gauges with HAMi's names, labels and units. A bad file is skipped, counted in
+`hami_monitor_cache_errors_total{reason}` and warned about once per file per `warn_interval`;
+nothing a file contains can fail a scrape.
+
+Container metrics (labels namespace, pod, container, vdevice_index, device_uuid, zone="vGPU"):
+hami_vgpu_memory_used_bytes, hami_vgpu_memory_limit_bytes, hami_container_device_memory_bytes,
+hami_container_device_utilization_ratio, hami_container_last_kernel_elapsed_seconds,
+hami_vgpu_memory_{context,module,buffer}_bytes, and the tuning guide's hami_vgpu_core_used_percent
+and hami_vgpu_core_limit_percent. Host metrics: hami_host_gpu_memory_used_bytes,
+hami_host_gpu_utilization_ratio, hami_host_gpu_memory_controller_utilization_ratio (no `node`).
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from hami.monitor import hostpid
+from hami.monitor.scan import Loaded, list_container_dirs, load_containers, pods_by_uid
+from hami.monitor.shm import REASONS, ShmError
+
+ZONE = "vGPU"
+MIB = 1024 * 1024
+CTR_LABELS = ["namespace", "pod", "container", "vdevice_index", "device_uuid", "zone"]
+HOST_LABELS = ["node", "device_index", "device_uuid", "device_type", "zone"]
+LEGACY_CTR_LABELS = ["podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid", "zone"]
+LEGACY_HOST_LABELS = ["nodeid", "deviceidx", "deviceuuid", "devicetype", "zone"]
+
+
+class WarnLimiter:
+    """At most one warning per key per `interval` seconds."""
+
+    def __init__(self, interval: float = 300.0, clock: Callable[[], float] = time.monotonic):
+        self.interval = interval
+        self.clock = clock
+        self._last: dict[Any, float] = {}
+
+    def allow(self, key: Any) -> bool:
+        now = self.clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval:
+            return False
+        self._last[key] = now
+        if len(self._last) > 10_000:
+            cutoff = now - self.interval
+            self._last = {k: t for k, t in self._last.items() if t >= cutoff}
+        return True
+
+
+@dataclass
+class MonitorStats:
+    """Counters shared by the scrape path and the feedback loop (guarded by `lock`)."""
+
+    cache_errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
+    repaired_total: int = 0
+    repaired_now: int = 0
+    unresolved_now: int = 0
+    feedback_writes: int = 0
+    removed_dirs: int = 0
+    scrapes: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass(frozen=True, slots=True)
+class BuildInfo:
+    version: str = "0.0.0"
+    revision: str = ""
+    build_date: str = ""
+
+    def labels(self) -> dict[str, str]:
+        impl = sys.implementation
+        return {
+            "version": self.version,
+            "revision": self.revision,
+            "build_date": self.build_date,
+            "go_version": f"{impl.name}{platform.python_version()}",  # HAMi's label name, our runtime
+            "compiler": impl.name,
+            "platform": f"{sys.platform}/{platform.machine().lower().replace('x86_64', 'amd64')}",
+        }
+
+
+def default_build_info() -> BuildInfo:
+    try:
+        from hami import __version__ as v
+    except ImportError:  # pragma: no cover
+        v = "0.0.0"
+    return BuildInfo(version=str(v))
+
+
+class MonitorCollector:
+    """prometheus_client custom collector; `collect()` runs once per scrape (serialised)."""
+
+    def __init__(
+        self,
+        *,
+        cache_dir: str,
+        node_name: str,
+        pods: Callable[[], Iterable[dict]],
+        backend: Any = None,
+        proc_root: str = "/proc",
+        legacy: bool = False,
+        repair: bool = True,
+        stats: MonitorStats | None = None,
+        warn: Callable[..., None] | None = None,
+        warn_interval: float = 300.0,
+        clock: Callable[[], float] = time.time,
+        build: BuildInfo | None = None,
+    ):
+        self.cache_dir = cache_dir
+        self.node_name = node_name
+        self.pods = pods
+        self.backend = backend
+        self.legacy = legacy
+        self.repair = repair
+        self.stats = stats or MonitorStats()
+        self.warn = warn or (lambda *a, **k: None)
+        self.limiter = WarnLimiter(warn_interval)
+        self.clock = clock
+        self.build = build or default_build_info()
+        self.resolver = hostpid.HostPidResolver(proc_root)
+        self._lock = threading.Lock()
+        self._repaired_live: set[tuple[str, int, int]] = set()
+
+    def describe(self) -> list[Metric]:
+        return []  # names are dynamic (legacy); skip the registry's duplicate check
+
+    # ------------------------------------------------------------------ errors
+
+    def file_error(self, path: str, exc: ShmError) -> None:
+        with self.stats.lock:
+            self.stats.cache_errors[exc.reason] = self.stats.cache_errors.get(exc.reason, 0) + 1
+        if self.limiter.allow(path):
+            self.warn("Skipping unreadable vGPU cache file", path=path, reason=exc.reason, error=str(exc))
+
+    # ------------------------------------------------------------------ collect
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            return iter(self._collect())
+
+    def _collect(self) -> list[Metric]:
+        fams = _Families(self.legacy)
+        now = self.clock()
+        dirs, _ = list_container_dirs(self.cache_dir)
+        loaded = load_containers(dirs, pods_by_uid(self.pods()), self.file_error)
+        overrides = self._repair(loaded) if self.repair and self.backend is not None else {}
+        for item in loaded:
+            self._container(fams, item, overrides.get(item.path), now)
+        self._host(fams)
+        with self.stats.lock:
+            self.stats.scrapes += 1
+            s = self.stats
+            errors = CounterMetricFamily(
+                "hami_monitor_cache_errors", "vGPU cache files skipped because they could not be read, by reason",
+                labels=["reason"])
+            for reason, n in sorted(s.cache_errors.items()):
+                errors.add_metric([reason], n)
+            extra = [
+                errors,
+                _counter("hami_monitor_hostpid_repaired_slots",
+                         "Process slots whose host PID the monitor repaired (distinct slots since start)",
+                         s.repaired_total),
+                _gauge("hami_monitor_hostpid_repaired_slots_current",
+                       "Process slots read with a repaired host PID in this scrape", s.repaired_now),
+                _gauge("hami_monitor_hostpid_unresolved_slots",
+                       "Process slots with a wrong host PID that could not be repaired in this scrape",
+                       s.unresolved_now),
+                _counter("hami_monitor_feedback_writes", "Fields written into regions by the feedback loop",
+                         s.feedback_writes),
+                _counter("hami_monitor_cache_dirs_removed",
+                         "Cache dirs of vanished pods removed after the grace period", s.removed_dirs),
+                _gauge("hami_monitor_cache_files", "vGPU cache files read in this scrape", len(loaded)),
+            ]
+        info = GaugeMetricFamily("hami_build_info", "Build information of hami", labels=list(self.build.labels()))
+        info.add_metric(list(self.build.labels().values()), 1)
+        return [info, *fams.all(), *extra]
+
+    def _repair(self, loaded: list[Loaded]) -> dict[str, dict[int, int]]:
+        """Per cache file, SM utilization per device recomputed from repaired host PIDs."""
+        wants: dict[tuple[str, int], hostpid.Want] = {}
+        for item in loaded:
+            cid = hostpid.container_id_of(item.pod, item.dir.container)
+            for slot in item.region.procs:
+                if hostpid.needs_repair(slot.pid, slot.hostpid):
+                    wants[(item.path, slot.index)] = hostpid.Want(item.dir.pod_uid, item.dir.container, slot.pid, cid)
+        repaired_now = unresolved = 0
+        overrides: dict[str, dict[int, int]] = {}
+        live: set[tuple[str, int, int]] = set()
+        if wants:
+            resolved = self.resolver.resolve(wants.values())
+            samples: dict[str, dict[int, int]] = {}
+            for item in loaded:
+                fixed = {}
+                for slot in item.region.procs:
+                    w = wants.get((item.path, slot.index))
+                    if w is None:
+                        continue
+                    hp = resolved.get(w)
+                    if hp is None:
+                        unresolved += 1
+                    elif hp != slot.hostpid:
+                        fixed[slot.index] = hp
+                        live.add((item.path, slot.pid, hp))
+                if not fixed:
+                    continue
+                repaired_now += len(fixed)
+                per_dev = {}
+                for d in range(item.region.device_count):
+                    uuid = item.region.uuid(d)
+                    if uuid not in samples:
+                        samples[uuid] = self._process_utilization(uuid)
+                    total = 0
+                    for slot in item.region.procs:
+                        hp = fixed.get(slot.index)
+                        total += samples[uuid].get(hp, 0) if hp is not None else slot.sm_util[d]
+                    per_dev[d] = total
+                overrides[item.path] = per_dev
+        with self.stats.lock:
+            self.stats.repaired_total += len(live - self._repaired_live)
+            self.stats.repaired_now = repaired_now
+            self.stats.unresolved_now = unresolved
+        self._repaired_live = live
+        return overrides
+
+    def _process_utilization(self, uuid: str) -> dict[int, int]:
+        if not uuid:
+            return {}
+        try:
+            return dict(self.backend.process_utilization(uuid))
+        except Exception as exc:  # a backend failure must not fail the scrape
+            if self.limiter.allow(("backend", "process_utilization")):
+                self.warn("GPU backend: per-process utilization failed", uuid=uuid, error=str(exc))
+            return {}
+
+    def _container(self, fams: _Families, item: Loaded, sm_override: dict[int, int] | None, now: float) -> None:
+        meta = item.pod.get("metadata") or {}
+        ns, pod, ctr = meta.get("namespace", ""), meta.get("name", ""), item.dir.container
+        lk = item.region.last_kernel_time
+        for dev in item.region.devices(sm_override):
+            if dev.label_uuid is None:
+                continue  # UUID not initialised yet, or not UTF-8: HAMi skips the device
+            labels = [ns, pod, ctr, str(dev.index), dev.label_uuid, ZONE]
+            fams.ctr("hami_vgpu_memory_used_bytes", labels, dev.used)
+            fams.ctr("hami_vgpu_memory_limit_bytes", labels, dev.limit)
+            fams.ctr("hami_container_device_memory_bytes", labels, dev.used)
+            fams.ctr("hami_container_device_utilization_ratio", labels, dev.sm_util)
+            fams.ctr("hami_vgpu_memory_context_bytes", labels, dev.context)
+            fams.ctr("hami_vgpu_memory_module_bytes", labels, dev.module)
+            fams.ctr("hami_vgpu_memory_buffer_bytes", labels, dev.buffer)
+            fams.ctr("hami_vgpu_core_used_percent", labels, dev.sm_util)
+            fams.ctr("hami_vgpu_core_limit_percent", labels, dev.sm_limit)
+            elapsed = None
+            if lk > 0:
+                elapsed = max(int(now) - lk, 0)
+                fams.ctr("hami_container_last_kernel_elapsed_seconds", labels, elapsed)
+            if self.legacy:
+                fams.ctr("vGPU_device_memory_usage_in_bytes", labels, dev.used)
+                fams.ctr("vGPU_device_memory_limit_in_bytes", labels, dev.limit)
+                offset = dev.used - dev.context - dev.module - dev.buffer
+                fams.legacy_memory(labels, dev, offset)
+                fams.ctr("Device_utilization_desc_of_container", labels, dev.sm_util)
+                if elapsed is not None:
+                    fams.ctr("Device_last_kernel_of_container", labels, elapsed)
+
+    def _host(self, fams: _Families) -> None:
+        if self.backend is None:
+            return
+        try:
+            gpus = self.backend.list_gpus()
+        except Exception as exc:  # NVML trouble: container metrics still go out
+            if self.limiter.allow(("backend", "list_gpus")):
+                self.warn("GPU backend: listing GPUs failed", error=str(exc))
+            return
+        for g in gpus:
+            dtype = "NVIDIA-" + g.name
+            labels = [self.node_name, str(g.index), g.uuid, dtype, ZONE]
+            if getattr(g, "memory_supported", True):
+                fams.host("hami_host_gpu_memory_used_bytes", labels, g.memory_used_mib * MIB)
+                if self.legacy:
+                    fams.host("HostGPUMemoryUsage", labels, g.memory_used_mib * MIB)
+            fams.host("hami_host_gpu_utilization_ratio", labels, g.utilization)
+            fams.host("hami_host_gpu_memory_controller_utilization_ratio", labels[1:],
+                      getattr(g, "memory_utilization", 0))
+            if self.legacy:
+                fams.host("HostCoreUtilization", labels, g.utilization)
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+# name -> (help, label names); order = exposition order.
+_CTR = {
+    "hami_vgpu_memory_used_bytes": "vGPU device memory usage in bytes",
+    "hami_vgpu_memory_limit_bytes": "vGPU device memory limit in bytes",
+    "hami_container_device_memory_bytes": "Container device memory usage in bytes",
+    "hami_container_device_utilization_ratio": "Container device SM utilization ratio",
+    "hami_container_last_kernel_elapsed_seconds": "Seconds since last kernel execution in container",
+    "hami_vgpu_memory_context_bytes": "Container device memory context size in bytes",
+    "hami_vgpu_memory_module_bytes": "Container device memory module size in bytes",
+    "hami_vgpu_memory_buffer_bytes": "Container device memory buffer size in bytes",
+    "hami_vgpu_core_used_percent": "Container device SM utilization in percent of the GPU",
+    "hami_vgpu_core_limit_percent": "Container device SM limit in percent of the GPU (100 = unlimited)",
+}
+_HOST = {
+    "hami_host_gpu_memory_used_bytes": ("GPU device memory usage in bytes", HOST_LABELS),
+    "hami_host_gpu_utilization_ratio": ("GPU core utilization ratio (0-100)", HOST_LABELS),
+    "hami_host_gpu_memory_controller_utilization_ratio": (
+        "GPU memory controller utilization ratio (0-100)", HOST_LABELS[1:]),
+}
+_LEGACY_CTR = {
+    "vGPU_device_memory_usage_in_bytes": "vGPU device usage",
+    "vGPU_device_memory_limit_in_bytes": "vGPU device limit",
+    "Device_utilization_desc_of_container": "Container device utilization description",
+    "Device_last_kernel_of_container": "Container device last kernel description",
+}
+_LEGACY_HOST = {
+    "HostGPUMemoryUsage": "GPU device memory usage",
+    "HostCoreUtilization": "GPU core utilization",
+}
+
+
+class _Families:
+    """Metric families of one scrape, created up front so every name has HELP/TYPE even when empty."""
+
+    def __init__(self, legacy: bool):
+        self.f: dict[str, GaugeMetricFamily] = {}
+        for name, doc in _CTR.items():
+            self.f[name] = GaugeMetricFamily(name, doc, labels=CTR_LABELS)
+        for name, (doc, labels) in _HOST.items():
+            self.f[name] = GaugeMetricFamily(name, doc, labels=labels)
+        if legacy:
+            for name, doc in _LEGACY_HOST.items():
+                self.f[name] = GaugeMetricFamily(name, doc, labels=LEGACY_HOST_LABELS)
+            for name, doc in _LEGACY_CTR.items():
+                self.f[name] = GaugeMetricFamily(name, doc, labels=LEGACY_CTR_LABELS)
+            self.f["Device_memory_desc_of_container"] = GaugeMetricFamily(
+                "Device_memory_desc_of_container", "Container device memory description",
+                labels=LEGACY_CTR_LABELS[:-1] + ["context", "module", "data", "offset", "zone"])
+
+    def ctr(self, name: str, labels: list[str], value: float) -> None:
+        self.f[name].add_metric(labels, value)
+
+    host = ctr
+
+    def legacy_memory(self, labels: list[str], dev: Any, offset: int) -> None:
+        self.f["Device_memory_desc_of_container"].add_metric(
+            labels[:-1] + [str(dev.context), str(dev.module), str(dev.buffer), str(offset), ZONE], dev.used)
+
+    def all(self) -> list[GaugeMetricFamily]:
+        return list(self.f.values())
