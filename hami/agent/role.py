@@ -1,0 +1,175 @@
+"""`--role node-agent`: the HAMi device plugin for one node.
+
+Pieces, all started here and stopped on `ctx.stop`:
+* a node informer (`metadata.name=<node>`) and a pod informer (`spec.nodeName=<node>`);
+* `DevicePluginServer` on `<kubelet-socket-dir>/nvidia-gpu.sock`, registered with kubelet;
+* the device loop: poll the GPU backend (fake file edits, NVML XID health), push the kubelet
+  device list when it changes, and patch `hami.io/node-nvidia-register` only when the decoded
+  registration differs from what the Node carries (checked every tick against the node cache).
+The agent never writes `hami.io/node-handshake` (HAMi v2.10's plugin does not either).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+from collections.abc import Sequence
+
+from hami.agent.deviceplugin import DevicePluginServer, PodAllocator
+from hami.agent.register import (
+    PluginSettings,
+    build_devices,
+    plugin_devices,
+    plugin_settings,
+    same_devices,
+)
+from hami.device import codec
+from hami.device.model import DeviceInfo, NodeDeviceConfig
+from hami.gpu.backend import GpuBackend, make_backend
+from hami.obs.log import get_logger
+
+log = get_logger(__name__)
+
+REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
+RETRY_AFTER_ERROR = 5.0
+
+
+def node_config_for(configs: Sequence[NodeDeviceConfig], node_name: str) -> NodeDeviceConfig | None:
+    """The per-node entry for this node: an exact name first, else the first glob that matches."""
+    for c in configs:
+        if c.name == node_name:
+            return c
+    for c in configs:
+        if any(ch in c.name for ch in "*?[") and fnmatch.fnmatchcase(node_name, c.name):
+            return c
+    return None
+
+
+class Agent:
+    """One node's agent, built from its parts so the embedded cluster can run several."""
+
+    def __init__(self, client, node_name: str, backend: GpuBackend, settings: PluginSettings, *,
+                 socket_dir: str, hook_path: str, register_interval: float = 30.0,
+                 tick: float = 0.5, lib_version: str = ""):
+        from hami.kube.informer import Informer
+        from hami.kube.nodelock import NodeLocker
+
+        self.client = client
+        self.node_name = node_name
+        self.backend = backend
+        self.settings = settings
+        self.register_interval = register_interval
+        self.tick = tick
+        self.nodes = Informer(client, "nodes", field_selector=f"metadata.name={node_name}")
+        self.pods = Informer(client, "pods", field_selector=f"spec.nodeName={node_name}")
+        self.locker = NodeLocker(client, self.nodes, lambda ns, name: self.pods.store.get(f"{ns}/{name}"))
+        self.allocator = PodAllocator(
+            client, node_name, self.pods.store, self.nodes.store, lambda: self.settings, hook_path,
+            locker=self.locker, lib_version=lib_version,
+        )
+        self.plugin = DevicePluginServer(socket_dir, self.allocator,
+                                         preferred_allocation=settings.preferred_allocation)
+        self.registered: tuple[DeviceInfo, ...] | None = None
+        self.register_patches = 0
+        self._seen_annotation: str | None = None
+        self._seen_devices: tuple[DeviceInfo, ...] | None = None
+
+    # ------------------------------------------------------------------ registration
+
+    def _node_devices(self) -> tuple[DeviceInfo, ...] | None:
+        """Decoded registration on the cached Node; None when absent or unreadable."""
+        node = self.nodes.store.get(self.node_name)
+        text = ((node or {}).get("metadata") or {}).get("annotations", {}).get(REGISTER_ANNOTATION)
+        if text is None:
+            self._seen_annotation, self._seen_devices = None, None
+            return None
+        if text != self._seen_annotation:
+            try:
+                self._seen_devices = tuple(codec.decode_node_devices(text))
+            except codec.CodecError:
+                self._seen_devices = None
+            self._seen_annotation = text
+        return self._seen_devices
+
+    async def sync_once(self) -> bool:
+        """Poll GPUs, update kubelet's list, patch the registration if it differs. True if patched."""
+        gpus = await asyncio.to_thread(self.backend.list_gpus) if self.backend.name == "nvml" \
+            else self.backend.list_gpus()
+        await self.plugin.set_devices(plugin_devices(gpus, self.settings))
+        devices = build_devices(gpus, self.settings)
+        current = self._node_devices()
+        if current is not None and same_devices(current, devices):
+            self.registered = devices
+            return False
+        if self.node_name not in self.nodes.store:
+            return False  # node not seen yet (or deleted): nothing to annotate
+        await self.client.patch_node(
+            self.node_name, {"metadata": {"annotations": {REGISTER_ANNOTATION: codec.encode_node_devices(devices)}}}
+        )
+        self.registered = devices
+        self.register_patches += 1
+        log.info("Registered devices on node", node=self.node_name, devices=len(devices),
+                 healthy=sum(d.health for d in devices))
+        return True
+
+    async def device_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            delay = self.tick
+            try:
+                await self.sync_once()
+            except Exception as exc:  # noqa: BLE001 - keep the node agent alive, retry later
+                log.warning("Device sync failed, retrying", node=self.node_name, error=str(exc)[:300])
+                delay = max(self.tick, min(RETRY_AFTER_ERROR, self.register_interval))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None,
+                  sync_timeout: float = 30.0) -> None:
+        tasks = [
+            asyncio.create_task(self.nodes.run(stop), name=f"agent-{self.node_name}-nodes"),
+            asyncio.create_task(self.pods.run(stop), name=f"agent-{self.node_name}-pods"),
+        ]
+        try:
+            await self.nodes.wait_synced(sync_timeout)
+            await self.pods.wait_synced(sync_timeout)
+            tasks.append(asyncio.create_task(self.plugin.run(stop), name=f"agent-{self.node_name}-plugin"))
+            tasks.append(asyncio.create_task(self.device_loop(stop), name=f"agent-{self.node_name}-devices"))
+            if ready is not None:
+                ready.set()
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for t in done:
+                if not t.cancelled() and t.exception() is not None:
+                    raise t.exception()
+        finally:
+            stop.set()
+            for t in tasks:
+                if not t.done():
+                    t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.plugin.stop()
+
+
+async def run(ctx) -> None:
+    from hami.config import replace
+    from hami.kube.client import KubeClient
+
+    cfg = ctx.config
+    node_name = cfg.agent.node_name
+    if not node_name:
+        raise RuntimeError("node-agent: the node name is required (--node-name or NODE_NAME)")
+    backend = make_backend(cfg.agent.gpu_backend, cfg.agent.fake_gpus, node_name)
+    settings = plugin_settings(cfg.nvidia, node_config_for(cfg.node_configs, node_name))
+    kube = cfg.kube
+    if not kube.kubeconfig and ctx.shared.get("kubeconfig"):
+        kube = replace(kube, kubeconfig=ctx.shared["kubeconfig"])
+    client = await KubeClient.create(kube)
+    try:
+        agent = Agent(client, node_name, backend, settings, socket_dir=cfg.agent.kubelet_socket_dir,
+                      hook_path=cfg.agent.hook_path, register_interval=cfg.agent.register_interval)
+        await agent.run(ctx.stop, ctx.ready)
+    finally:
+        backend.close()
+        await client.close()
