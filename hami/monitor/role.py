@@ -1,0 +1,197 @@
+"""`hami --role monitor`: HAMi's vGPU monitor (spec node.md §3).
+
+Serves `/metrics` (Prometheus exposition from `MonitorCollector`, scanned and parsed at scrape
+time in a worker thread) and `/healthz` on `--metrics-bind-address` (default `:9394`); watches
+the pods of this node (field selector `spec.nodeName=<node>`); every 5 s removes the cache dirs
+of pods gone for longer than `--cache-grace` (only once the pod list is synced, never a dir of an
+existing pod) and, unless `--feedback=false`, runs HAMi's priority feedback loop.
+
+grpc and pynvml are never imported here: the GPU backend (hami.gpu) loads NVML only when
+`--gpu-backend nvml` is used, and a backend that cannot start only costs the host metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from hami.monitor import feedback
+from hami.monitor.metrics import MonitorCollector, MonitorStats
+from hami.monitor.scan import list_container_dirs, load_containers, pods_by_uid, reap_candidates, remove_dir
+from hami.obs.log import get_logger
+
+log = get_logger(__name__)
+
+
+def split_bind(address: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
+    """`:9394` -> ("0.0.0.0", 9394); `127.0.0.1:0` -> ("127.0.0.1", 0); `[::1]:80` too."""
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        raise ValueError(f"--metrics-bind-address {address!r}: expected host:port")
+    try:
+        return host.strip("[]") or default_host, int(port)
+    except ValueError:
+        raise ValueError(f"--metrics-bind-address {address!r}: port {port!r} is not a number") from None
+
+
+class Monitor:
+    """The monitor's state, independent of how pods arrive (the role feeds it from an informer)."""
+
+    def __init__(
+        self,
+        *,
+        cache_dir: str,
+        node_name: str,
+        pods: Callable[[], Iterable[dict]],
+        synced: Callable[[], bool],
+        backend: Any = None,
+        proc_root: str = "/proc",
+        legacy: bool = False,
+        feedback_enabled: bool = True,
+        grace: float = 300.0,
+        mig_lock: str = feedback.MIG_APPLY_LOCK,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.cache_dir = cache_dir
+        self.pods = pods
+        self.synced = synced
+        self.feedback_enabled = feedback_enabled
+        self.grace = grace
+        self.mig_lock = mig_lock
+        self.clock = clock
+        self.stats = MonitorStats()
+        self.collector = MonitorCollector(
+            cache_dir=cache_dir, node_name=node_name, pods=pods, backend=backend, proc_root=proc_root,
+            legacy=legacy, stats=self.stats, warn=log.warning, clock=clock,
+        )
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.collector)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def housekeeping(self) -> dict[str, int]:
+        """One 5-second tick: reap dirs of vanished pods, then the feedback loop. Blocking I/O."""
+        dirs, skipped = list_container_dirs(self.cache_dir)
+        for name in skipped:
+            if self.collector.limiter.allow(("dirname", name)):
+                log.warning("Ignoring cache dir whose name is not <podUID>_<container>", dir=name)
+        by_uid = pods_by_uid(self.pods())
+        removed = 0
+        if self.synced():
+            for d in reap_candidates(dirs, set(by_uid), self.clock(), self.grace):
+                if remove_dir(d.path):
+                    removed += 1
+                    log.info("Removed cache dir of a pod that no longer exists", dir=d.name, pod_uid=d.pod_uid)
+        writes = 0
+        if self.feedback_enabled and not os.path.exists(self.mig_lock):
+            loaded = load_containers(dirs, by_uid, self.collector.file_error, spec_containers_only=False)
+            decisions = feedback.observe(feedback.from_region(x.path, x.region) for x in loaded)
+            try:
+                writes = feedback.apply(((x.path, x.region) for x in loaded), decisions)
+            except OSError as exc:
+                log.warning("Feedback write failed", error=str(exc))
+        with self.stats.lock:
+            self.stats.removed_dirs += removed
+            self.stats.feedback_writes += writes
+        return {"removed": removed, "writes": writes}
+
+    # ------------------------------------------------------------------ HTTP
+
+    async def handle_metrics(self, request: web.Request) -> web.Response:
+        body = await asyncio.to_thread(self.exposition)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def handle_healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/metrics", self.handle_metrics)
+        app.router.add_get("/healthz", self.handle_healthz)
+        return app
+
+    async def housekeeping_loop(self, stop: asyncio.Event, interval: float = feedback.TICK_SECONDS) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+            if stop.is_set():
+                return
+            try:
+                await asyncio.to_thread(self.housekeeping)
+            except Exception as exc:  # keep ticking; one bad tick must not end the role
+                log.error("Monitor housekeeping failed", error=f"{type(exc).__name__}: {exc}")
+
+
+def _backend(cfg: Any, node: str) -> Any:
+    from hami.gpu.backend import GpuBackendError, make_backend
+
+    try:
+        return make_backend(cfg.gpu_backend, cfg.fake_gpus, node)
+    except GpuBackendError as exc:
+        log.error("GPU backend unavailable: host GPU metrics and host-PID repair are off", error=str(exc))
+        return None
+
+
+async def run(ctx: Any) -> None:
+    from hami.kube.client import KubeClient
+    from hami.kube.informer import Informer
+
+    cfg = ctx.config.monitor
+    node = cfg.node_name
+    if not node:
+        raise ValueError("monitor: node name is required (--node-name or $NODE_NAME)")
+    kube = ctx.config.kube
+    if not kube.kubeconfig and ctx.shared.get("kubeconfig"):
+        kube = dataclasses.replace(kube, kubeconfig=ctx.shared["kubeconfig"])
+    host, port = split_bind(cfg.metrics_bind_address)
+    backend = await asyncio.to_thread(_backend, cfg, node)
+    client = await KubeClient.create(kube)
+    informer = Informer(client, kind="pods", field_selector=f"spec.nodeName={node}")
+    mon = Monitor(
+        cache_dir=cfg.cache_dir, node_name=node, pods=lambda: list(informer.store.values()),
+        synced=informer.synced.is_set, backend=backend, proc_root=cfg.proc_root,
+        legacy=cfg.legacy_metrics, feedback_enabled=cfg.feedback, grace=cfg.cache_grace,
+    )
+    app = mon.app()
+    if ctx.config.debug.profiling:
+        from hami.obs.profiling import mount_pprof
+
+        mount_pprof(app)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    tasks: list[asyncio.Task] = []
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = runner.addresses[0] if runner.addresses else (host, port)
+        ctx.shared.setdefault("monitor", {})[node] = {"address": f"{bound[0]}:{bound[1]}", "monitor": mon}
+        tasks.append(asyncio.create_task(informer.run(ctx.stop), name="monitor:pod-informer"))
+        tasks.append(asyncio.create_task(mon.housekeeping_loop(ctx.stop), name="monitor:housekeeping"))
+        log.info("Monitor serving", address=f"{bound[0]}:{bound[1]}", node=node, cache_dir=cfg.cache_dir,
+                 feedback=cfg.feedback, gpu_backend=cfg.gpu_backend if backend is not None else "none")
+        ctx.ready.set()
+        stopper = asyncio.create_task(ctx.stop.wait())
+        done, _ = await asyncio.wait({stopper, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        for t in done:
+            if t is not stopper and not t.cancelled() and t.exception() is not None:
+                raise t.exception()
+    finally:
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        await runner.cleanup()
+        await client.close()
+        if backend is not None:
+            backend.close()
