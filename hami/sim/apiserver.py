@@ -1,0 +1,419 @@
+"""A Kubernetes-API-compatible HTTP server over a `Store`, for kubectl and kubernetes-asyncio.
+
+Serves the real REST paths (`/api/v1/...`, `/apis/<group>/<version>/...`, legacy `/api/v1/watch/...`),
+discovery (`/version`, `/api`, `/api/v1`, `/apis`, `/apis/<group>[/<version>]`), LIST with label and
+field selectors, WATCH (chunked JSON lines, bookmarks, timeoutSeconds, 410 Gone as an ERROR event),
+create / get / update / patch / delete, `/status` and `pods/<name>/binding`. Every error is a
+Kubernetes `Status`. Plain HTTP, meant for loopback.
+
+`ApiServer.stop()` / `start()` / `restart()` cycle the HTTP listener on the same port while the
+`Store` (objects, resourceVersion, event window) stays, so clients see a real reconnect.
+`Faults` lets tests slow answers, fail writes with 429/500, or make watches go silent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from dataclasses import dataclass
+
+import orjson
+from aiohttp import web
+
+from hami.obs.log import get_logger
+from hami.sim.resources import GROUPS, RESOURCES, Resource, group_list, resource_list
+from hami.sim.selectors import SelectorError, parse_field_selector, parse_label_selector
+from hami.sim.store import ApiError, Store, bookmark_line, event_line
+from hami.sim.tables import table, wants_table
+
+log = get_logger(__name__)
+
+MAX_BODY = 3 * 1024 * 1024
+SERVER_VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0", "gitCommit": "hami-sim",
+                  "gitTreeState": "clean", "buildDate": "2024-08-13T00:00:00Z", "goVersion": "go1.22.5",
+                  "compiler": "gc", "platform": "linux/amd64"}
+_JSON = "application/json"
+_WRITE_CHUNK = 1 << 20
+_TRUE = frozenset({"true", "1", "yes", "t"})
+
+
+@dataclass
+class Faults:
+    """Knobs for reliability tests; all off by default. Change them at any time."""
+
+    delay: float = 0.0  # seconds added before answering every request
+    write_delay: float = 0.0  # seconds added before answering writes (POST/PUT/PATCH/DELETE)
+    fail_writes: int = 0  # the next N writes answer `fail_status` without changing anything
+    fail_status: int = 500  # 429 (with Retry-After: 1) or 500, or any other code
+    silent_watch: bool = False  # new watches answer 200 and then never send a byte
+
+    def fail_next_writes(self, n: int, status: int = 500) -> None:
+        self.fail_writes, self.fail_status = n, status
+
+    def reset(self) -> None:
+        self.delay = self.write_delay = 0.0
+        self.fail_writes, self.fail_status, self.silent_watch = 0, 500, False
+
+
+def _json(body: dict | bytes, status: int = 200, headers: dict | None = None) -> web.Response:
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    return web.Response(body=raw, status=status, content_type=_JSON, headers=headers)
+
+
+def _error(exc: ApiError, headers: dict | None = None) -> web.Response:
+    return _json(exc.status(), exc.code, headers)
+
+
+class ApiServer:
+    """The HTTP face of a Store; `url` is valid after `start()`."""
+
+    def __init__(self, store: Store | None = None, host: str = "127.0.0.1", port: int = 0, *,
+                 faults: Faults | None = None, bookmark_interval: float = 5.0, max_body: int = MAX_BODY):
+        self.store = store if store is not None else Store()
+        self.host, self.port = host, port
+        self.faults = faults if faults is not None else Faults()
+        self.bookmark_interval = bookmark_interval
+        self.max_body = max_body
+        self.kubeconfig = ""
+        self._runner: web.AppRunner | None = None
+        self._silent: set[asyncio.Event] = set()
+        self._static = self._discovery_docs()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._runner is not None
+
+    async def start(self) -> None:
+        if self._runner is not None:
+            return
+        app = web.Application(client_max_size=self.max_body)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
+        await runner.setup()
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.port))
+        except OSError:
+            sock.close()
+            await runner.cleanup()
+            raise
+        self.port = sock.getsockname()[1]
+        site = web.SockSite(runner, sock, shutdown_timeout=1.0)
+        await site.start()
+        self._runner = runner
+        log.info("Embedded API server listening", url=self.url, rv=self.store.rv)
+
+    async def stop(self) -> None:
+        """Close the listener and every open connection (watches included); the store stays."""
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        self.store.drop_watchers("server stopping")
+        for ev in list(self._silent):
+            ev.set()
+        await runner.cleanup()
+        log.info("Embedded API server stopped", url=self.url)
+
+    async def restart(self) -> None:
+        """Stop and start again on the same port, keeping the store."""
+        await self.stop()
+        await self.start()
+
+    def write_kubeconfig(self, path: str) -> str:
+        """Write a kubeconfig for this server that kubectl and kubernetes-asyncio use as is."""
+        text = kubeconfig_text(self.url)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+        self.kubeconfig = path
+        return path
+
+    # ------------------------------------------------------------------ dispatch
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        f = self.faults
+        if f.delay:
+            await asyncio.sleep(f.delay)
+        method = request.method
+        write = method in ("POST", "PUT", "PATCH", "DELETE")
+        if write:
+            if f.write_delay:
+                await asyncio.sleep(f.write_delay)
+            if f.fail_writes > 0:
+                f.fail_writes -= 1
+                return self._injected(f.fail_status)
+        try:
+            return await self._dispatch(request, method)
+        except ApiError as exc:
+            if exc.code >= 500 or log.enabled(4):
+                log.v(4).info("API request failed", method=method, path=request.path, code=exc.code,
+                              reason=exc.reason)
+            return _error(exc)
+        except SelectorError as exc:
+            return _error(ApiError(400, "BadRequest", f"unable to parse requirement: {exc}"))
+
+    @staticmethod
+    def _injected(code: int) -> web.Response:
+        if code == 429:
+            return _error(ApiError(429, "TooManyRequests", "injected fault: too many requests, please try again later",
+                                   {"retryAfterSeconds": 1}), {"Retry-After": "1"})
+        reasons = {500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
+        return _error(ApiError(code, reasons.get(code, "InternalError"), f"injected fault: status {code}"))
+
+    def _discovery_docs(self) -> dict[str, bytes]:
+        docs = {
+            "/version": SERVER_VERSION,
+            "/api": {"kind": "APIVersions", "versions": ["v1"],
+                     "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]},
+            "/api/v1": resource_list("", "v1"),
+            "/apis": group_list(),
+            "/healthz": b"ok", "/livez": b"ok", "/readyz": b"ok",
+        }
+        for g in group_list()["groups"]:
+            docs[f"/apis/{g['name']}"] = {"kind": "APIGroup", "apiVersion": "v1", **g}
+            for v in GROUPS[g["name"]]:
+                docs[f"/apis/{g['name']}/{v}"] = resource_list(g["name"], v)
+        return {k: (v if isinstance(v, bytes) else orjson.dumps(v)) for k, v in docs.items()}
+
+    async def _dispatch(self, request: web.Request, method: str) -> web.StreamResponse:
+        path = request.path.rstrip("/") or "/"
+        static = self._static.get(path)
+        if static is not None:
+            if method != "GET":
+                raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on {path}")
+            if path in ("/healthz", "/livez", "/readyz"):
+                return web.Response(body=static, content_type="text/plain")
+            return _json(static)
+        res, ns, name, sub, watch_path = self._route(path)
+        q = request.query
+        if method == "GET":
+            if watch_path or (not name and q.get("watch", "").lower() in _TRUE):
+                if name:
+                    raise ApiError(405, "MethodNotAllowed", "watch a single object with a metadata.name field selector")
+                return await self._watch(request, res, ns, q)
+            if name:
+                if sub not in ("", "status"):
+                    raise ApiError(405, "MethodNotAllowed", f"GET is not supported on {res.plural}/{sub}")
+                entry = self.store.entry(res.key, ns, name)
+                if wants_table(request.headers.get("Accept", "")):
+                    return _json(table(res.key, [entry.obj], self.store.rv, q.get("includeObject", "Metadata")))
+                return _json(entry.raw)
+            return self._list(request, res, ns, q)
+        if watch_path:
+            raise ApiError(405, "MethodNotAllowed", "watch paths support GET only")
+        if method == "POST":
+            if name and sub == "binding" and res.key == "pods":
+                binding = await self._read_json(request)
+                self.store.bind(ns, name, binding)
+                return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
+            if name:
+                raise ApiError(405, "MethodNotAllowed", f"POST is not supported on {res.plural}/{name}")
+            if res.namespaced and not ns:
+                raise ApiError(404, "NotFound", f"a namespace is required to create {res.plural}")
+            obj = await self._read_json(request)
+            return _json(self.store.create(res.key, ns, obj, owned=True).raw, 201)
+        if not name:
+            if method == "DELETE":
+                return self._delete_collection(res, ns, q)
+            raise ApiError(405, "MethodNotAllowed", f"{method} needs an object name")
+        if sub not in ("", "status"):
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {res.plural}/{sub}")
+        if method == "PUT":
+            obj = await self._read_json(request)
+            return _json(self.store.update(res.key, ns, name, obj, subresource=sub, owned=True).raw)
+        if method == "PATCH":
+            body = await self._read_body(request)
+            ctype = request.headers.get("Content-Type", "")
+            return _json(self.store.patch(res.key, ns, name, body, ctype, subresource=sub).raw)
+        if method == "DELETE":
+            opts = await self._read_body(request)
+            uid = rv = None
+            if opts.strip():
+                try:
+                    doc = orjson.loads(opts)
+                except orjson.JSONDecodeError as exc:
+                    raise ApiError(400, "BadRequest", f"invalid DeleteOptions: {exc}") from None
+                pre = doc.get("preconditions") or {} if isinstance(doc, dict) else {}
+                uid, rv = pre.get("uid"), pre.get("resourceVersion")
+            return _json(self.store.delete(res.key, ns, name, uid=uid, resource_version=rv).raw)
+        raise ApiError(405, "MethodNotAllowed", f"method {method} is not supported")
+
+    @staticmethod
+    def _route(path: str) -> tuple[Resource, str, str, str, bool]:
+        """(resource, namespace, name, subresource, legacy watch path) or 404."""
+        parts = path.strip("/").split("/")
+        if parts[0] == "api" and len(parts) >= 3 and parts[1] == "v1":
+            group, version, rest = "", "v1", parts[2:]
+        elif parts[0] == "apis" and len(parts) >= 4:
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        watch_path = rest[0] == "watch"
+        if watch_path:
+            rest = rest[1:]
+        ns = ""
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            inner = RESOURCES.get((group, version, rest[2]))
+            if inner is not None and inner.namespaced:
+                ns, rest = rest[1], rest[2:]
+        if not rest or len(rest) > 3:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        res = RESOURCES.get((group, version, rest[0]))
+        if res is None:
+            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
+        name = rest[1] if len(rest) > 1 else ""
+        sub = rest[2] if len(rest) > 2 else ""
+        if sub and sub not in res.subresources:
+            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
+        return res, ns, name, sub, watch_path
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        if request.content_length is not None and request.content_length > self.max_body:
+            raise ApiError(413, "RequestEntityTooLarge",
+                           f"the request body of {request.content_length} bytes is over the {self.max_body} byte limit")
+        try:
+            data = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise ApiError(413, "RequestEntityTooLarge",
+                           f"the request body is over the {self.max_body} byte limit") from None
+        return data
+
+    async def _read_json(self, request: web.Request) -> dict:
+        body = await self._read_body(request)
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise ApiError(400, "BadRequest", f"the request body is not valid JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise ApiError(400, "BadRequest", f"the request body must be a JSON object, got {type(doc).__name__}")
+        return doc
+
+    @staticmethod
+    def _selectors(res: Resource, q) -> tuple:
+        return (parse_label_selector(q.get("labelSelector")),
+                parse_field_selector(q.get("fieldSelector"), res.fields))
+
+    def _list(self, request: web.Request, res: Resource, ns: str, q) -> web.Response:
+        labels, fields = self._selectors(res, q)
+        rv, entries = self.store.list(res.key, ns, labels, fields)
+        if wants_table(request.headers.get("Accept", "")):
+            return _json(table(res.key, (e.obj for e in entries), rv, q.get("includeObject", "Metadata")))
+        head = b'{"kind":"' + res.list_kind.encode() + b'","apiVersion":"' + res.api_version.encode() + \
+            b'","metadata":{"resourceVersion":"' + str(rv).encode() + b'"},"items":['
+        return web.Response(body=b"".join((head, b",".join(e.raw for e in entries), b"]}")), content_type=_JSON)
+
+    def _delete_collection(self, res: Resource, ns: str, q) -> web.Response:
+        labels, fields = self._selectors(res, q)
+        _, entries = self.store.list(res.key, ns, labels, fields)
+        gone = [self.store.delete(res.key, e.obj["metadata"].get("namespace", ""), e.obj["metadata"]["name"])
+                for e in entries]
+        return self._list_body(res, gone)
+
+    def _list_body(self, res: Resource, entries) -> web.Response:
+        head = b'{"kind":"' + res.list_kind.encode() + b'","apiVersion":"' + res.api_version.encode() + \
+            b'","metadata":{"resourceVersion":"' + str(self.store.rv).encode() + b'"},"items":['
+        return web.Response(body=b"".join((head, b",".join(e.raw for e in entries), b"]}")), content_type=_JSON)
+
+    # ------------------------------------------------------------------ watch
+
+    async def _watch(self, request: web.Request, res: Resource, ns: str, q) -> web.StreamResponse:
+        labels, fields = self._selectors(res, q)
+        bookmarks = q.get("allowWatchBookmarks", "").lower() in _TRUE
+        try:
+            timeout = float(q.get("timeoutSeconds") or 0)
+        except ValueError:
+            raise ApiError(400, "BadRequest", f"invalid timeoutSeconds {q.get('timeoutSeconds')!r}") from None
+        resp = web.StreamResponse(headers={"Content-Type": _JSON, "Cache-Control": "no-cache"})
+        resp.enable_chunked_encoding()
+        if self.faults.silent_watch:
+            await resp.prepare(request)
+            release = asyncio.Event()
+            self._silent.add(release)
+            try:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout or None):
+                        await release.wait()
+            finally:
+                self._silent.discard(release)
+            return resp
+        try:
+            watcher = self.store.watch(res.key, ns, labels, fields, q.get("resourceVersion"))
+        except ApiError as exc:
+            if exc.code != 410:
+                raise
+            await resp.prepare(request)
+            await resp.write(event_line("ERROR", orjson.dumps(exc.status())))
+            return resp
+        transport = request.transport
+        if transport is not None:
+            watcher.on_drop = transport.abort
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout if timeout > 0 else None
+        try:
+            await resp.prepare(request)
+            send_initial_bookmark = bookmarks and q.get("sendInitialEvents", "").lower() in _TRUE
+            while not watcher.dropped:
+                batch = watcher.take()
+                if batch:
+                    await self._write_lines(resp, batch)
+                    continue
+                if send_initial_bookmark:
+                    send_initial_bookmark = False
+                    await resp.write(bookmark_line(res, self.store.rv, {"k8s.io/initial-events-end": "true"}))
+                    continue
+                wait = self.bookmark_interval if bookmarks else 3600.0
+                if deadline is not None:
+                    wait = min(wait, deadline - loop.time())
+                    if wait <= 0:
+                        break
+                try:
+                    async with asyncio.timeout(wait):
+                        await watcher.wakeup.wait()
+                except TimeoutError:
+                    if bookmarks and not watcher.dropped and (deadline is None or loop.time() < deadline):
+                        await resp.write(bookmark_line(res, self.store.rv))
+        except (ConnectionResetError, ConnectionError):
+            pass
+        finally:
+            watcher.close()
+        if watcher.dropped:
+            log.v(2).info("Watch dropped", resource=res.key, namespace=ns, reason=watcher.drop_reason)
+        return resp
+
+    @staticmethod
+    async def _write_lines(resp: web.StreamResponse, lines: list[bytes]) -> None:
+        chunk: list[bytes] = []
+        size = 0
+        for line in lines:
+            chunk.append(line)
+            size += len(line)
+            if size >= _WRITE_CHUNK:
+                await resp.write(b"".join(chunk))
+                chunk, size = [], 0
+        if chunk:
+            await resp.write(b"".join(chunk))
+
+
+def kubeconfig_text(url: str, name: str = "hami-sim") -> str:
+    """A kubeconfig (YAML, written as JSON which YAML accepts) for an insecure loopback server."""
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": url}}],
+        "users": [{"name": name, "user": {"token": "hami-sim"}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": "default"}}],
+        "current-context": name,
+        "preferences": {},
+    }
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"

@@ -1,0 +1,133 @@
+"""The resource table of the embedded API server: what it serves and how discovery describes it.
+
+Pure data. `RESOURCES` is keyed by `(group, version, plural)`; group "" is the core API (`/api/v1`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Fields every resource can be selected on.
+_META_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
+_VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+    singular: str
+    kind: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    subresources: tuple[str, ...] = ()  # "status", "binding"
+    fields: frozenset[str] = _META_FIELDS  # field-selector labels the server accepts
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> str:
+        """Store key: `pods`, `leases.coordination.k8s.io`."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def list_kind(self) -> str:
+        return self.kind + "List"
+
+
+_POD_FIELDS = _META_FIELDS | {
+    "spec.nodeName",
+    "spec.restartPolicy",
+    "spec.schedulerName",
+    "spec.serviceAccountName",
+    "spec.hostNetwork",
+    "status.phase",
+    "status.podIP",
+    "status.nominatedNodeName",
+}
+_EVENT_FIELDS = _META_FIELDS | {
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+}
+_NEW_EVENT_FIELDS = _META_FIELDS | {
+    "regarding.kind",
+    "regarding.namespace",
+    "regarding.name",
+    "regarding.uid",
+    "regarding.apiVersion",
+    "regarding.resourceVersion",
+    "regarding.fieldPath",
+    "reason",
+    "reportingController",
+    "type",
+}
+
+_ALL = (
+    Resource("", "v1", "namespaces", "namespace", "Namespace", False, ("ns",), ("status",),
+             _META_FIELDS | {"status.phase"}),
+    Resource("", "v1", "nodes", "node", "Node", False, ("no",), ("status",),
+             _META_FIELDS | {"spec.unschedulable"}),
+    Resource("", "v1", "pods", "pod", "Pod", True, ("po",), ("status", "binding"), _POD_FIELDS),
+    Resource("", "v1", "events", "event", "Event", True, ("ev",), (), _EVENT_FIELDS),
+    Resource("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",)),
+    Resource("", "v1", "resourcequotas", "resourcequota", "ResourceQuota", True, ("quota",), ("status",)),
+    Resource("events.k8s.io", "v1", "events", "event", "Event", True, (), (), _NEW_EVENT_FIELDS),
+    Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
+)
+
+RESOURCES: dict[tuple[str, str, str], Resource] = {(r.group, r.version, r.plural): r for r in _ALL}
+BY_KEY: dict[str, Resource] = {r.key: r for r in _ALL}
+GROUPS: dict[str, tuple[str, ...]] = {}
+for _r in _ALL:
+    if _r.group and _r.version not in GROUPS.get(_r.group, ()):
+        GROUPS[_r.group] = GROUPS.get(_r.group, ()) + (_r.version,)
+del _r
+
+# Status subresources replace .status only; the main resource ignores .status on update.
+STATUS_ONLY_ON_SUBRESOURCE = frozenset({"pods", "nodes", "namespaces", "resourcequotas"})
+
+
+def resource_list(group: str, version: str) -> dict:
+    """The APIResourceList document for `/api/v1` or `/apis/<group>/<version>`."""
+    items = []
+    for r in _ALL:
+        if r.group != group or r.version != version:
+            continue
+        items.append({
+            "name": r.plural,
+            "singularName": r.singular,
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": list(_VERBS) + ["deletecollection"],
+            **({"shortNames": list(r.short_names)} if r.short_names else {}),
+        })
+        for sub in r.subresources:
+            if sub == "status":
+                items.append({"name": f"{r.plural}/status", "singularName": "", "namespaced": r.namespaced,
+                              "kind": r.kind, "verbs": ["get", "patch", "update"]})
+            elif sub == "binding":
+                items.append({"name": f"{r.plural}/binding", "singularName": "", "namespaced": True,
+                              "kind": "Binding", "verbs": ["create"]})
+    return {"kind": "APIResourceList", "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version, "resources": items}
+
+
+def group_list() -> dict:
+    """The APIGroupList document for `/apis`."""
+    groups = []
+    for name, versions in GROUPS.items():
+        gvs = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+        groups.append({"name": name, "versions": gvs, "preferredVersion": gvs[0]})
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}

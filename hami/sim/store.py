@@ -1,0 +1,528 @@
+"""The object store behind the embedded API server; it outlives any one HTTP server.
+
+- One global, monotonic resourceVersion, bumped on every write (create, update, patch, delete, bind).
+- Stored objects are immutable: each `Entry` holds the dict and its serialized JSON bytes, so reads
+  (GET, LIST, watch fan-out) never copy or re-encode. Writers build new dicts (copy-on-write).
+- A bounded event log (the "watch window") lets watches resume from a resourceVersion; a version
+  older than the window answers 410 Gone, as etcd compaction does on a real cluster.
+- Each watcher has a bounded line buffer; a watcher that falls behind by more than that is dropped
+  (its `on_drop` callback closes the connection), so a client that stops reading cannot grow memory.
+
+All methods are synchronous: in one event loop every write and its fan-out happen atomically.
+Errors are `ApiError(code, reason, message)`, rendered by the HTTP layer as a Kubernetes Status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+
+from hami.sim import patch as patchmod
+from hami.sim.resources import BY_KEY, STATUS_ONLY_ON_SUBRESOURCE, Resource
+from hami.sim.selectors import FieldRequirement, Requirement, matches
+
+ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+_NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+class ApiError(Exception):
+    """An API failure with an HTTP code and a Kubernetes Status reason."""
+
+    def __init__(self, code: int, reason: str, message: str, details: dict | None = None):
+        self.code, self.reason, self.message, self.details = code, reason, message, details
+        super().__init__(f"{code} {reason}: {message}")
+
+    def status(self) -> dict:
+        return status_body(self.code, self.reason, self.message, self.details)
+
+
+def status_body(code: int, reason: str, message: str, details: dict | None = None) -> dict:
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
+    if details:
+        body["details"] = details
+    return body
+
+
+def _not_found(res: Resource, name: str) -> ApiError:
+    return ApiError(404, "NotFound", f'{res.plural}{"." + res.group if res.group else ""} "{name}" not found',
+                    {"name": name, "group": res.group, "kind": res.plural})
+
+
+def _conflict(res: Resource, name: str, why: str = "the object has been modified; please apply your "
+              "changes to the latest version and try again") -> ApiError:
+    qual = res.plural + ("." + res.group if res.group else "")
+    return ApiError(409, "Conflict", f'Operation cannot be fulfilled on {qual} "{name}": {why}',
+                    {"name": name, "group": res.group, "kind": res.plural})
+
+
+def _invalid(res: Resource, name: str, field: str, message: str) -> ApiError:
+    return ApiError(422, "Invalid", f'{res.kind} "{name}" is invalid: {field}: {message}',
+                    {"name": name, "group": res.group, "kind": res.kind,
+                     "causes": [{"reason": "FieldValueInvalid", "message": message, "field": field}]})
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class Entry:
+    """One stored object version: `obj` (never mutate it) and `raw`, its JSON bytes."""
+
+    __slots__ = ("obj", "raw")
+
+    def __init__(self, obj: dict, raw: bytes):
+        self.obj, self.raw = obj, raw
+
+    @property
+    def rv(self) -> str:
+        return self.obj["metadata"]["resourceVersion"]
+
+
+class _Event:
+    __slots__ = ("rv", "res", "ns", "type", "entry", "old", "_lines")
+
+    def __init__(self, rv: int, res: str, ns: str, type_: str, entry: Entry, old: Entry | None):
+        self.rv, self.res, self.ns, self.type, self.entry, self.old = rv, res, ns, type_, entry, old
+        self._lines: dict[str, bytes] = {}
+
+    def line(self, type_: str) -> bytes:
+        got = self._lines.get(type_)
+        if got is None:
+            got = self._lines[type_] = event_line(type_, self.entry.raw)
+        return got
+
+
+def event_line(type_: str, raw: bytes) -> bytes:
+    return b'{"type":"' + type_.encode() + b'","object":' + raw + b"}\n"
+
+
+class Watcher:
+    """One open watch: a bounded buffer of event lines the HTTP handler drains."""
+
+    def __init__(self, store: Store, res: Resource, ns: str, labels: tuple[Requirement, ...],
+                 fields: tuple[FieldRequirement, ...], max_lines: int):
+        self.store, self.res, self.ns, self.labels, self.fields = store, res, ns, labels, fields
+        self.max_lines = max_lines
+        self.initial: list[bytes] = []  # ready lines (initial ADDED or replay); not bounded by max_lines
+        self.lines: deque[bytes] = deque()
+        self.wakeup = asyncio.Event()
+        self.dropped = False
+        self.drop_reason = ""
+        self.on_drop: Callable[[], None] | None = None
+
+    def _filter(self, ev: _Event) -> bytes | None:
+        if self.ns and ev.ns != self.ns:
+            return None
+        if not self.labels and not self.fields:
+            return ev.line(ev.type)
+        now_ok = matches(self.labels, self.fields, ev.entry.obj)
+        if ev.type != MODIFIED:
+            return ev.line(ev.type) if now_ok else None
+        was_ok = ev.old is not None and matches(self.labels, self.fields, ev.old.obj)
+        if now_ok:
+            return ev.line(MODIFIED if was_ok else ADDED)
+        return ev.line(DELETED) if was_ok else None
+
+    def push(self, line: bytes) -> None:
+        if self.dropped:
+            return
+        if len(self.lines) >= self.max_lines:
+            self.drop(f"watch buffer of {self.max_lines} events full: client too slow")
+            return
+        self.lines.append(line)
+        self.wakeup.set()
+
+    def drop(self, reason: str) -> None:
+        """Stop this watch: free its buffers and ask the HTTP layer to close the connection."""
+        if self.dropped:
+            return
+        self.dropped, self.drop_reason = True, reason
+        self.lines.clear()
+        self.initial = []
+        self.store._unregister(self)
+        self.wakeup.set()
+        if self.on_drop is not None:
+            self.on_drop()
+
+    def close(self) -> None:
+        self.store._unregister(self)
+
+    def take(self) -> list[bytes]:
+        """Everything ready now (initial lines first); clears the wakeup flag."""
+        out: list[bytes] = []
+        if self.initial:
+            out, self.initial = self.initial, []
+        if self.lines:
+            out.extend(self.lines)
+            self.lines.clear()
+        self.wakeup.clear()
+        return out
+
+
+class Store:
+    """Objects by resource, namespace and name; a global resourceVersion; watchers."""
+
+    def __init__(self, watch_window: int = 10000, watch_buffer: int = 10000):
+        self.rv = 0
+        self.watch_buffer = watch_buffer
+        self._objs: dict[str, dict[str, dict[str, Entry]]] = {k: {} for k in BY_KEY}
+        self._unsorted: set[tuple[str, str]] = set()
+        self._events: deque[_Event] = deque(maxlen=max(1, watch_window))
+        self._compacted = 0  # watches from an RV below this get 410 Gone
+        self._watchers: dict[str, set[Watcher]] = {k: set() for k in BY_KEY}
+        for ns in SEED_NAMESPACES:
+            self.create("namespaces", "", {"metadata": {"name": ns}})
+
+    # ------------------------------------------------------------------ helpers
+
+    @staticmethod
+    def resource(key: str) -> Resource:
+        try:
+            return BY_KEY[key]
+        except KeyError:
+            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({key})") from None
+
+    @property
+    def watch_window(self) -> int:
+        return self._events.maxlen or 1
+
+    def set_watch_window(self, n: int) -> None:
+        """Keep only the last `n` events for watch resume (tests shrink it to force 410 Gone)."""
+        old = list(self._events)
+        self._events = deque(maxlen=max(1, n))
+        for ev in old:
+            self._append_event(ev)
+
+    def compact(self) -> None:
+        """Forget every retained event: any watch resuming from an older RV gets 410 Gone."""
+        self._events.clear()
+        self._compacted = self.rv
+
+    def _append_event(self, ev: _Event) -> None:
+        if len(self._events) == self._events.maxlen:
+            self._compacted = self._events[0].rv
+        self._events.append(ev)
+
+    def _bucket(self, key: str, ns: str) -> dict[str, Entry]:
+        b = self._objs[key].get(ns)
+        if b is None:
+            b = self._objs[key][ns] = {}
+        return b
+
+    def _commit(self, res: Resource, ns: str, name: str, obj: dict, type_: str, old: Entry | None) -> Entry:
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        entry = Entry(obj, orjson.dumps(obj))
+        bucket = self._bucket(res.key, ns)
+        if type_ == DELETED:
+            bucket.pop(name, None)
+        else:
+            if name not in bucket:
+                self._unsorted.add((res.key, ns))
+            bucket[name] = entry
+        ev = _Event(self.rv, res.key, ns, type_, entry, old)
+        self._append_event(ev)
+        watchers = self._watchers[res.key]
+        if watchers:
+            for w in list(watchers):
+                line = w._filter(ev)
+                if line is not None:
+                    w.push(line)
+        return entry
+
+    def _check_ns(self, res: Resource, ns: str) -> str:
+        if not res.namespaced:
+            return ""
+        if not ns:
+            raise ApiError(400, "BadRequest", f"a namespace is required for {res.plural}")
+        if ns not in self._objs["namespaces"].get("", {}):
+            raise ApiError(404, "NotFound", f'namespaces "{ns}" not found',
+                           {"name": ns, "kind": "namespaces"})
+        return ns
+
+    # ------------------------------------------------------------------ reads
+
+    def entry(self, key: str, ns: str, name: str) -> Entry:
+        res = self.resource(key)
+        e = self._objs[key].get(ns if res.namespaced else "", {}).get(name)
+        if e is None:
+            raise _not_found(res, name)
+        return e
+
+    def get(self, key: str, ns: str, name: str) -> dict:
+        """A private copy of the stored object."""
+        return orjson.loads(self.entry(key, ns, name).raw)
+
+    def iter_entries(self, key: str, ns: str = "") -> Iterable[Entry]:
+        """Entries in key order (namespace, name); `ns` "" means all namespaces."""
+        res = self.resource(key)
+        by_ns = self._objs[key]
+        if res.namespaced and ns:
+            spaces = [ns] if ns in by_ns else []
+        else:
+            spaces = sorted(by_ns)
+        for space in spaces:
+            if (key, space) in self._unsorted:
+                by_ns[space] = dict(sorted(by_ns[space].items()))
+                self._unsorted.discard((key, space))
+            yield from by_ns[space].values()
+
+    def list(self, key: str, ns: str = "", labels: tuple[Requirement, ...] = (),
+             fields: tuple[FieldRequirement, ...] = ()) -> tuple[int, list[Entry]]:
+        """(list resourceVersion, matching entries)."""
+        if not labels and not fields:
+            return self.rv, list(self.iter_entries(key, ns))
+        return self.rv, [e for e in self.iter_entries(key, ns) if matches(labels, fields, e.obj)]
+
+    def count(self, key: str) -> int:
+        return sum(len(b) for b in self._objs[key].values())
+
+    # ------------------------------------------------------------------ writes
+
+    def create(self, key: str, ns: str, obj: dict, *, owned: bool = False) -> Entry:
+        """Create `obj` (copied unless `owned`); 409 AlreadyExists, 422 on a bad name or namespace."""
+        res = self.resource(key)
+        if not owned:
+            obj = orjson.loads(orjson.dumps(obj))
+        if not isinstance(obj.get("metadata"), dict):
+            obj["metadata"] = {}
+        meta = obj["metadata"]
+        ns = self._check_ns(res, ns)
+        if res.namespaced:
+            if meta.get("namespace") and meta["namespace"] != ns:
+                raise _invalid(res, meta.get("name", ""), "metadata.namespace",
+                               f"Invalid value: {meta['namespace']!r}: does not match the namespace of "
+                               f"the request ({ns})")
+            meta["namespace"] = ns
+        else:
+            meta.pop("namespace", None)
+        name = meta.get("name")
+        if not name and meta.get("generateName"):
+            name = meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        if not name:
+            raise _invalid(res, "", "metadata.name", "Required value: name or generateName is required")
+        self._validate_name(res, name)
+        if name in self._objs[key].get(ns, {}):
+            qual = res.plural + ("." + res.group if res.group else "")
+            raise ApiError(409, "AlreadyExists", f'{qual} "{name}" already exists',
+                           {"name": name, "group": res.group, "kind": res.plural})
+        obj["apiVersion"], obj["kind"] = res.api_version, res.kind
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = _now()
+        meta.pop("resourceVersion", None)
+        meta.pop("deletionTimestamp", None)
+        meta["generation"] = 1
+        self._defaults(res, obj)
+        return self._commit(res, ns, name, obj, ADDED, None)
+
+    @staticmethod
+    def _validate_name(res: Resource, name: str) -> None:
+        if not isinstance(name, str) or len(name) > 253 or not _NAME_RE.fullmatch(name):
+            raise _invalid(res, str(name), "metadata.name",
+                           f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of lower "
+                           "case alphanumeric characters, '-' or '.', and must start and end with an "
+                           "alphanumeric character")
+
+    @staticmethod
+    def _defaults(res: Resource, obj: dict) -> None:
+        if res.key == "pods":
+            spec = obj.setdefault("spec", {})
+            spec.setdefault("schedulerName", "default-scheduler")
+            spec.setdefault("restartPolicy", "Always")
+            spec.setdefault("terminationGracePeriodSeconds", 30)
+            obj["status"] = {"phase": "Pending"}
+        elif res.key == "namespaces":
+            obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+            obj["status"] = {"phase": "Active"}
+
+    def _prepare_update(self, res: Resource, ns: str, name: str, old: Entry, new: dict,
+                        subresource: str) -> dict:
+        """Validate `new` against `old` and carry over what the client may not change."""
+        meta = new.get("metadata")
+        if not isinstance(meta, dict):
+            meta = {}
+        meta = dict(meta)
+        new = dict(new)
+        new["metadata"] = meta
+        if meta.get("name", name) != name:
+            raise _invalid(res, name, "metadata.name",
+                           f"Invalid value: {meta.get('name')!r}: the name of the object does not match "
+                           f"the name on the URL ({name})")
+        if res.namespaced and meta.get("namespace", ns) != ns:
+            raise _invalid(res, name, "metadata.namespace",
+                           f"Invalid value: {meta.get('namespace')!r}: does not match the namespace of "
+                           f"the request ({ns})")
+        want_rv = meta.get("resourceVersion")
+        if want_rv and want_rv != old.rv:
+            raise _conflict(res, name)
+        want_uid = meta.get("uid")
+        if want_uid and want_uid != old.obj["metadata"]["uid"]:
+            raise _conflict(res, name, f"Precondition failed: UID in precondition: {want_uid}, "
+                                       f"UID in object meta: {old.obj['metadata']['uid']}")
+        oldmeta = old.obj["metadata"]
+        meta["name"] = name
+        if res.namespaced:
+            meta["namespace"] = ns
+        for k in ("uid", "creationTimestamp", "generation", "deletionTimestamp"):
+            if k in oldmeta:
+                meta[k] = oldmeta[k]
+            else:
+                meta.pop(k, None)
+        new["apiVersion"], new["kind"] = res.api_version, res.kind
+        if subresource == "status":
+            if "spec" in old.obj:
+                new["spec"] = old.obj["spec"]
+            else:
+                new.pop("spec", None)
+        elif res.key in STATUS_ONLY_ON_SUBRESOURCE:
+            if "status" in old.obj:
+                new["status"] = old.obj["status"]
+            else:
+                new.pop("status", None)
+        if new.get("spec") != old.obj.get("spec"):
+            meta["generation"] = oldmeta.get("generation", 1) + 1
+        return new
+
+    def update(self, key: str, ns: str, name: str, obj: dict, *, subresource: str = "",
+               owned: bool = False) -> Entry:
+        """PUT: replace the object; a stale metadata.resourceVersion gives 409 Conflict."""
+        res = self.resource(key)
+        ns = ns if res.namespaced else ""
+        old = self.entry(key, ns, name)
+        if not owned:
+            obj = orjson.loads(orjson.dumps(obj))
+        new = self._prepare_update(res, ns, name, old, obj, subresource)
+        if new == old.obj | {"metadata": new["metadata"]} and _same_meta(new["metadata"], old.obj["metadata"]):
+            return old  # a no-op write keeps the resourceVersion, as the real server does
+        return self._commit(res, ns, name, new, MODIFIED, old)
+
+    def patch(self, key: str, ns: str, name: str, body: bytes | str, content_type: str, *,
+              subresource: str = "") -> Entry:
+        """PATCH with one of the three patch types; metadata.resourceVersion in it is a precondition."""
+        res = self.resource(key)
+        ns = ns if res.namespaced else ""
+        old = self.entry(key, ns, name)
+        try:
+            patched = patchmod.apply_patch(old.obj, body, content_type)
+        except patchmod.PatchError as exc:
+            reason = {400: "BadRequest", 415: "UnsupportedMediaType"}.get(exc.code, "Invalid")
+            raise ApiError(exc.code, reason, exc.message) from None
+        return self.update(key, ns, name, patched, subresource=subresource, owned=True)
+
+    def delete(self, key: str, ns: str, name: str, *, uid: str | None = None,
+               resource_version: str | None = None) -> Entry:
+        """DELETE at once (no graceful termination); preconditions give 409 on mismatch."""
+        res = self.resource(key)
+        ns = ns if res.namespaced else ""
+        old = self.entry(key, ns, name)
+        if uid and uid != old.obj["metadata"]["uid"]:
+            raise _conflict(res, name, f"Precondition failed: UID in precondition: {uid}, "
+                                       f"UID in object meta: {old.obj['metadata']['uid']}")
+        if resource_version and resource_version != old.rv:
+            raise _conflict(res, name, f"Precondition failed: ResourceVersion in precondition: "
+                                       f"{resource_version}, ResourceVersion in object meta: {old.rv}")
+        if key == "namespaces":
+            for other in BY_KEY.values():
+                if other.namespaced:
+                    for e in list(self._objs[other.key].get(name, {}).values()):
+                        self.delete(other.key, name, e.obj["metadata"]["name"])
+        final = dict(old.obj)
+        final["metadata"] = dict(old.obj["metadata"])
+        return self._commit(res, ns, name, final, DELETED, old)
+
+    def bind(self, ns: str, name: str, binding: dict) -> Entry:
+        """pods/<name>/binding: set spec.nodeName once; 409 if already bound or the UID differs."""
+        res = self.resource("pods")
+        old = self.entry("pods", ns, name)
+        target = binding.get("target") if isinstance(binding.get("target"), dict) else {}
+        node = target.get("name")
+        if not node:
+            raise _invalid(res, name, "target.name", "Required value")
+        bmeta = binding.get("metadata") if isinstance(binding.get("metadata"), dict) else {}
+        if bmeta.get("uid") and bmeta["uid"] != old.obj["metadata"]["uid"]:
+            raise _conflict(res, name, f"Precondition failed: UID in precondition: {bmeta['uid']}, "
+                                       f"UID in object meta: {old.obj['metadata']['uid']}")
+        spec = dict(old.obj.get("spec") or {})
+        if spec.get("nodeName"):
+            raise _conflict(res, name, f'pod {name} is already assigned to node "{spec["nodeName"]}"')
+        spec["nodeName"] = node
+        new = dict(old.obj)
+        new["spec"] = spec
+        new["metadata"] = meta = dict(old.obj["metadata"])
+        if bmeta.get("annotations"):
+            meta["annotations"] = {**(meta.get("annotations") or {}), **bmeta["annotations"]}
+        status = dict(old.obj.get("status") or {})
+        conds = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                      "lastTransitionTime": _now()})
+        status["conditions"] = conds
+        new["status"] = status
+        return self._commit(res, ns, name, new, MODIFIED, old)
+
+    # ------------------------------------------------------------------ watch
+
+    def watch(self, key: str, ns: str = "", labels: tuple[Requirement, ...] = (),
+              fields: tuple[FieldRequirement, ...] = (), resource_version: str | None = None,
+              max_lines: int | None = None) -> Watcher:
+        """Open a watch. No RV (or "0"): ADDED for every current match first. Else replay events
+        after that RV from the window; an RV older than the window raises ApiError 410 Gone."""
+        res = self.resource(key)
+        ns = ns if res.namespaced else ""
+        w = Watcher(self, res, ns, labels, fields, max_lines or self.watch_buffer)
+        if not resource_version or resource_version == "0":
+            w.initial = [event_line(ADDED, e.raw) for e in self.iter_entries(key, ns)
+                         if (not labels and not fields) or matches(labels, fields, e.obj)]
+        else:
+            try:
+                since = int(resource_version)
+            except ValueError:
+                raise ApiError(400, "BadRequest", f"invalid resource version: {resource_version!r}") from None
+            if since < self._compacted:
+                raise ApiError(410, "Expired", f"too old resource version: {since} ({self._compacted})")
+            replay = []
+            for ev in reversed(self._events):
+                if ev.rv <= since:
+                    break
+                if ev.res == key:
+                    line = w._filter(ev)
+                    if line is not None:
+                        replay.append(line)
+            replay.reverse()
+            w.initial = replay
+        self._watchers[key].add(w)
+        return w
+
+    def _unregister(self, w: Watcher) -> None:
+        self._watchers[w.res.key].discard(w)
+
+    def watchers(self) -> list[Watcher]:
+        return [w for ws in self._watchers.values() for w in ws]
+
+    def drop_watchers(self, reason: str = "server stopping") -> int:
+        """Drop every open watch (their connections close); returns how many."""
+        ws = self.watchers()
+        for w in ws:
+            w.drop(reason)
+        return len(ws)
+
+
+def _same_meta(a: dict, b: dict) -> bool:
+    return {k: v for k, v in a.items() if k != "resourceVersion"} == \
+        {k: v for k, v in b.items() if k != "resourceVersion"}
+
+
+def bookmark_line(res: Resource, rv: int, extra_annotations: dict | None = None) -> bytes:
+    meta: dict[str, Any] = {"resourceVersion": str(rv)}
+    if extra_annotations:
+        meta["annotations"] = extra_annotations
+    return b'{"type":"BOOKMARK","object":' + orjson.dumps(
+        {"kind": res.kind, "apiVersion": res.api_version, "metadata": meta}) + b"}\n"
