@@ -1,0 +1,117 @@
+{{/* Names ------------------------------------------------------------------------------------ */}}
+
+{{- define "hami.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "hami.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "hami.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride -}}
+{{- end -}}
+
+{{- define "hami.scheduler" -}}
+{{- printf "%s-scheduler" (include "hami.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "hami.node" -}}
+{{- printf "%s-device-plugin" (include "hami.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "hami.scheduler.tls" -}}
+{{- printf "%s-tls" (include "hami.scheduler" .) -}}
+{{- end -}}
+
+{{/* Labels ----------------------------------------------------------------------------------- */}}
+
+{{- define "hami.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "hami.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "hami.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "hami.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.global.labels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Images: component overrides, then image.*, then the appVersion ----------------------------- */}}
+
+{{- define "hami.image" -}}
+{{- $root := index . 0 -}}
+{{- $img := index . 1 -}}
+{{- $registry := $img.registry | default $root.Values.global.imageRegistry | default $root.Values.image.registry -}}
+{{- $repository := $img.repository | default $root.Values.image.repository -}}
+{{- $tag := $img.tag | default $root.Values.image.tag | default $root.Chart.AppVersion -}}
+{{- if $registry -}}
+{{- printf "%s/%s:%s" $registry $repository $tag -}}
+{{- else -}}
+{{- printf "%s:%s" $repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "hami.imagePullPolicy" -}}
+{{- $root := index . 0 -}}
+{{- $img := index . 1 -}}
+{{- $img.pullPolicy | default $root.Values.image.pullPolicy | default "IfNotPresent" -}}
+{{- end -}}
+
+{{- define "hami.kubeSchedulerImage" -}}
+{{- $img := .Values.scheduler.kubeScheduler.image -}}
+{{- $tag := $img.tag | default (regexFind "^v[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version) -}}
+{{- $registry := .Values.global.imageRegistry | default $img.registry -}}
+{{- printf "%s/%s:%s" $registry $img.repository $tag -}}
+{{- end -}}
+
+{{- define "hami.imagePullSecrets" -}}
+{{- with .Values.global.imagePullSecrets }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Every HAMi resource name the extender manages (kube-scheduler ignores them itself). -------- */}}
+
+{{- define "hami.managedResources" -}}
+{{- $names := list .Values.resourceName .Values.resourceMem .Values.resourceMemPercentage .Values.resourceCores .Values.resourcePriority -}}
+{{- range $i, $n := $names }}
+{{- if $i }}{{ "\n" }}{{ end -}}
+- name: {{ $n | quote }}
+  ignoredByScheduler: true
+{{- end }}
+{{- end -}}
+
+{{/* The scheduler's HTTPS port (extender, webhook, health). ------------------------------------ */}}
+
+{{- define "hami.httpTargetPort" -}}
+{{- .Values.scheduler.service.httpTargetPort | default 443 | int -}}
+{{- end -}}
+
+{{- define "hami.metricsPort" -}}
+{{- last (splitList ":" .Values.scheduler.metricsBindAddress) | int -}}
+{{- end -}}
+
+{{/* DNS names the serving certificate covers. ------------------------------------------------- */}}
+
+{{- define "hami.tlsDNSNames" -}}
+{{- $svc := include "hami.scheduler" . -}}
+{{- $ns := include "hami.namespace" . -}}
+{{- toJson (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) "localhost") -}}
+{{- end -}}

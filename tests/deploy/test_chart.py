@@ -1,0 +1,295 @@
+"""The Helm chart deploy/helm/hami, rendered by Helm's own engine (helm-python-sdk, offline).
+
+Covers: rendering with the defaults, the tuning guide's production values and the dev values; every
+object valid against Kubernetes' OpenAPI schemas (kubernetes-validate, strict) and the Prometheus
+Operator objects checked structurally; the KubeSchedulerConfiguration's extender (HAMi's registration);
+the values keys HAMi users set reach the right flags, env and config files; the device and node config
+files parse with hami.config; every `hami` container command parses with hami's own CLI; the DaemonSet's
+host paths and environment (spec node.md §0).
+"""
+
+from __future__ import annotations
+
+import json
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from hami.config import build_config, parse_device_config, parse_node_configs
+from tests.deploy.chart import CHART, NAMESPACE, container, find, objects, one, rendered
+
+K8S_VERSIONS = ("1.30", "1.33")
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "Issuer", "Certificate"}
+
+
+def _kube_scheduler_config(docs: list[dict]) -> dict:
+    return yaml.safe_load(one(docs, "ConfigMap", "hami-scheduler")["data"]["config.yaml"])
+
+
+def _args(c: dict) -> list[str]:
+    return list(c.get("command", [])) + list(c.get("args", []))
+
+
+def _env(c: dict) -> dict:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env", [])}
+
+
+# --------------------------------------------------------------------------- schemas
+
+
+@pytest.mark.parametrize("which", ["default", "prod", "dev"])
+def test_every_object_validates_against_kubernetes_schemas(which):
+    docs = rendered(which)
+    core = [d for d in docs if d["kind"] not in CRD_KINDS]
+    assert len(core) >= 15
+    errors = []
+    for version in K8S_VERSIONS:
+        for d in core:
+            try:
+                kubernetes_validate.validate(d, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                errors.append(f"{version} {d['kind']}/{d['metadata']['name']}: {exc.message}")
+    assert not errors, "\n".join(errors)
+
+
+def test_prod_renders_the_prometheus_operator_objects_with_required_fields():
+    docs = rendered("prod")
+    monitors = find(docs, "ServiceMonitor")
+    assert {m["metadata"]["name"] for m in monitors} == {"hami-scheduler", "hami-device-plugin-monitor"}
+    services = {s["metadata"]["name"]: s for s in find(docs, "Service")}
+    for m in monitors:
+        assert m["apiVersion"] == "monitoring.coreos.com/v1"
+        sel = m["spec"]["selector"]["matchLabels"]
+        # the selector picks exactly the Service with the same name, and its port exists there
+        matching = [n for n, s in services.items() if sel.items() <= s["metadata"]["labels"].items()]
+        assert matching == [m["metadata"]["name"]]
+        ports = {p["name"] for p in services[matching[0]]["spec"]["ports"]}
+        assert all(ep["port"] in ports for ep in m["spec"]["endpoints"])
+    rule = one(docs, "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    for g in rule["spec"]["groups"]:
+        assert g["name"] and g["rules"]
+        for r in g["rules"]:
+            assert set(r) <= {"alert", "expr", "for", "labels", "annotations"} and r["alert"] and r["expr"]
+
+
+def test_defaults_leave_out_objects_that_need_operator_crds():
+    kinds = {d["kind"] for d in rendered("default")}
+    assert not kinds & CRD_KINDS
+    assert {"Deployment", "DaemonSet", "MutatingWebhookConfiguration", "Secret", "Service"} <= kinds
+
+
+# --------------------------------------------------------------------------- scheduler
+
+
+@pytest.mark.parametrize("which", ["default", "prod"])
+def test_kube_scheduler_configuration_registers_the_extender_like_hami(which):
+    cfg = _kube_scheduler_config(rendered(which))
+    assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert cfg["kind"] == "KubeSchedulerConfiguration"
+    assert [p["schedulerName"] for p in cfg["profiles"]] == ["hami-scheduler"]
+    (ext,) = cfg["extenders"]
+    assert ext["urlPrefix"] == "https://127.0.0.1:443"
+    assert (ext["filterVerb"], ext["bindVerb"]) == ("filter", "bind")
+    assert ext["nodeCacheCapable"] is True and ext["weight"] == 1 and ext["httpTimeout"] == "30s"
+    assert ext["enableHTTPS"] is True and ext["tlsConfig"]["insecure"] is False
+    assert "prioritizeVerb" not in ext
+    managed = {m["name"]: m["ignoredByScheduler"] for m in ext["managedResources"]}
+    assert managed == {
+        "nvidia.com/gpu": True, "nvidia.com/gpumem": True, "nvidia.com/gpumem-percentage": True,
+        "nvidia.com/gpucores": True, "nvidia.com/priority": True,
+    }
+
+
+def test_custom_resource_names_reach_managed_resources_and_device_config():
+    docs = objects({"resourceName": "example.com/vgpu", "resourceMem": "example.com/vmem"})
+    ext = _kube_scheduler_config(docs)["extenders"][0]
+    names = {m["name"] for m in ext["managedResources"]}
+    assert {"example.com/vgpu", "example.com/vmem"} <= names and "nvidia.com/gpu" not in names
+    dev = yaml.safe_load(one(docs, "ConfigMap", "hami-scheduler-device")["data"]["device-config.yaml"])
+    assert dev["nvidia"]["resourceCountName"] == "example.com/vgpu"
+
+
+def test_prod_values_reach_the_scheduler_flags_env_and_resources():
+    docs = rendered("prod")
+    dep = one(docs, "Deployment", "hami-scheduler")
+    assert dep["spec"]["replicas"] == 2
+    c = container(docs, "Deployment", "hami-scheduler")
+    args = _args(c)
+    assert args[:3] == ["hami", "--role", "scheduler"]
+    for flag in ("--kube-qps=50", "--kube-burst=100", "--kube-timeout=30", "--leader-elect=true",
+                 "--node-scheduler-policy=spread", "--gpu-scheduler-policy=spread",
+                 "--leader-elect-resource-name=hami-scheduler", f"--leader-elect-resource-namespace={NAMESPACE}"):
+        assert flag in args
+    assert _env(c)["HAMI_NODELOCK_EXPIRE"] == "5m"
+    assert c["resources"] == {"requests": {"cpu": "200m", "memory": "256Mi"},
+                              "limits": {"cpu": "2000m", "memory": "2Gi"}}
+    ks = container(docs, "Deployment", "kube-scheduler")
+    assert ks["resources"]["limits"] == {"cpu": "1000m", "memory": "1Gi"}
+    cfg = _kube_scheduler_config(docs)
+    assert cfg["leaderElection"]["leaderElect"] is True
+    # kube-scheduler and the hami scheduler elect on different Leases
+    assert cfg["leaderElection"]["resourceName"] != "hami-scheduler"
+    assert one(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+
+def test_default_scheduler_is_a_single_replica_without_leader_election():
+    docs = rendered("default")
+    assert one(docs, "Deployment", "hami-scheduler")["spec"]["replicas"] == 1
+    args = _args(container(docs, "Deployment", "hami-scheduler"))
+    assert "--leader-elect=false" in args and "--debug" in args and "-v=4" in args
+    assert "--node-scheduler-policy=binpack" in args and "--gpu-scheduler-policy=spread" in args
+    assert not find(docs, "PodDisruptionBudget")
+
+
+def test_node_lock_expire_and_label_selector_values():
+    docs = objects({"scheduler": {"nodeLockExpire": "8m", "nodeLabelSelector": {"gpu": "on", "pool": "a"}}})
+    c = container(docs, "Deployment", "hami-scheduler")
+    assert _env(c)["HAMI_NODELOCK_EXPIRE"] == "8m"
+    assert "--node-label-selector=gpu=on,pool=a" in _args(c)
+
+
+# --------------------------------------------------------------------------- config files
+
+
+@pytest.mark.parametrize("which,policy,level,split,scaling", [
+    ("default", "default", "1", 10, 1.0),
+    ("prod", "force", "0", 10, 1.0),
+    ("dev", "disable", "3", 20, 2.0),
+])
+def test_device_config_parses_with_hami_and_carries_the_values(which, policy, level, split, scaling):
+    docs = rendered(which)
+    text = one(docs, "ConfigMap", "hami-scheduler-device")["data"]["device-config.yaml"]
+    warnings: list[str] = []
+    cfg = parse_device_config(yaml.safe_load(text), "device-config.yaml", warnings.append)
+    assert warnings == []
+    assert cfg.gpu_core_policy == policy
+    assert cfg.lib_cuda_log_level == level
+    assert cfg.device_split_count == split
+    assert cfg.device_memory_scaling == scaling
+    assert cfg.resource_count_name == "nvidia.com/gpu"
+
+
+def test_device_config_content_override_is_used_verbatim():
+    content = "nvidia:\n  deviceSplitCount: 7\n  defaultMemory: 2048\n"
+    docs = objects({"device-config": {"content": content}})
+    text = one(docs, "ConfigMap", "hami-scheduler-device")["data"]["device-config.yaml"]
+    assert yaml.safe_load(text) == yaml.safe_load(content)
+
+
+def test_node_config_json_comes_from_values_and_parses_with_globs():
+    docs = rendered("dev")
+    text = one(docs, "ConfigMap", "hami-device-plugin")["data"]["config.json"]
+    nodes = parse_node_configs(json.loads(text), "config.json", lambda m: pytest.fail(m))
+    assert [(n.name, n.devicesplitcount) for n in nodes] == [("inference-pool-*", 20), ("training-pool-*", 5)]
+
+
+def test_external_node_config_map_replaces_the_chart_one():
+    docs = objects({"devicePlugin": {"nodeConfiguration": {"externalConfigName": "my-node-config"}}})
+    assert not find(docs, "ConfigMap", "hami-device-plugin")
+    vols = {v["name"]: v for v in one(docs, "DaemonSet")["spec"]["template"]["spec"]["volumes"]}
+    assert vols["node-config"]["configMap"]["name"] == "my-node-config"
+
+
+@pytest.mark.parametrize("which", ["default", "prod", "dev"])
+def test_every_hami_command_parses_with_the_hami_cli_and_builds_a_config(which, tmp_path):
+    from hami.cli.main import _role_parser
+
+    docs = rendered(which)
+    files = {
+        "/device-config.yaml": one(docs, "ConfigMap", "hami-scheduler-device")["data"]["device-config.yaml"],
+    }
+    node_cm = find(docs, "ConfigMap", "hami-device-plugin")
+    files["/config/config.json"] = node_cm[0]["data"]["config.json"]
+    seen = set()
+    for kind in ("Deployment", "DaemonSet"):
+        for d in find(docs, kind):
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                argv = _args(c)
+                if argv[0] != "hami":
+                    continue
+                for path, text in files.items():
+                    local = tmp_path / path.strip("/").replace("/", "_")
+                    local.write_text(text)
+                    argv = [a.replace(f"={path}", f"={local}") for a in argv]
+                args = _role_parser().parse_args(argv[1:])
+                flags = {k: v for k, v in vars(args).items() if k != "role"}
+                cfg = build_config({**flags, "roles": (args.role,)}, env={"NODE_NAME": "n1"},
+                                   warn=lambda m: pytest.fail(m))
+                seen.add(args.role)
+                if args.role == "scheduler":
+                    assert cfg.scheduler.cert_file == "/tls/tls.crt" and cfg.scheduler.key_file == "/tls/tls.key"
+                    assert cfg.scheduler.http_bind == "0.0.0.0:443"
+                if args.role == "monitor":
+                    assert cfg.monitor.metrics_bind_address == ":9394"
+                    assert cfg.monitor.cache_dir == "/usr/local/vgpu/containers"
+                    assert cfg.monitor.cache_grace == 300.0
+    assert seen == {"scheduler", "node-agent", "monitor"}
+
+
+# --------------------------------------------------------------------------- node DaemonSet
+
+
+def test_daemonset_runs_agent_and_monitor_with_hami_paths():
+    docs = rendered("default")
+    ds = one(docs, "DaemonSet", "hami-device-plugin")
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["hostPID"] is True
+    assert [c["name"] for c in spec["containers"]] == ["device-plugin", "vgpu-monitor"]
+    agent = container(docs, "DaemonSet", "device-plugin")
+    monitor = container(docs, "DaemonSet", "vgpu-monitor")
+    assert _args(agent)[:3] == ["hami", "--role", "node-agent"]
+    assert _args(monitor)[:3] == ["hami", "--role", "monitor"]
+    assert _env(agent)["HOOK_PATH"] == "/usr/local"
+    assert _env(monitor)["HOOK_PATH"] == "/usr/local/vgpu"
+    for c in (agent, monitor):
+        assert _env(c)["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    mounts = {c["name"]: {m["name"]: m["mountPath"] for m in c["volumeMounts"]} for c in (agent, monitor)}
+    # host dirs appear at the same path inside, so paths handed to kubelet are host paths
+    assert host["device-plugin"] == mounts["device-plugin"]["device-plugin"] == "/var/lib/kubelet/device-plugins"
+    assert host["lib"] == mounts["device-plugin"]["lib"] == "/usr/local/vgpu"
+    assert host["containers"] == mounts["vgpu-monitor"]["containers"] == "/usr/local/vgpu/containers"
+    assert host["hosttmp"] == mounts["device-plugin"]["hosttmp"] == mounts["vgpu-monitor"]["hosttmp"] == "/tmp"
+    assert mounts["device-plugin"]["node-config"] == "/config"
+    assert "--node-config-file=/config/config.json" in _args(agent)
+    assert agent["securityContext"]["privileged"] is True
+    assert monitor["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+    assert monitor["ports"] == [{"name": "metrics", "containerPort": 9394, "protocol": "TCP"}]
+    svc = one(docs, "Service", "hami-device-plugin-monitor")
+    assert svc["spec"]["type"] == "NodePort" and svc["spec"]["ports"][0]["nodePort"] == 31992
+
+
+def test_monitor_extra_args_and_core_scaling_values():
+    docs = objects({"devicePlugin": {"deviceCoreScaling": 2, "monitor": {"extraArgs": ["-v=5"]}}})
+    assert "-v=5" in _args(container(docs, "DaemonSet", "vgpu-monitor"))
+    dev = yaml.safe_load(one(docs, "ConfigMap", "hami-scheduler-device")["data"]["device-config.yaml"])
+    assert dev["nvidia"]["deviceCoreScaling"] == 2
+
+
+def test_chart_values_have_the_keys_hami_users_set():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    keys = [
+        "scheduler.extender.extraArgs", "scheduler.kubeScheduler", "scheduler.leaderElect", "scheduler.replicas",
+        "scheduler.nodeLockExpire", "scheduler.defaultSchedulerPolicy.nodeSchedulerPolicy",
+        "scheduler.defaultSchedulerPolicy.gpuSchedulerPolicy", "scheduler.extender.resources",
+        "devicePlugin.deviceSplitCount", "devicePlugin.deviceMemoryScaling", "devicePlugin.deviceCoreScaling",
+        "devicePlugin.nodeConfiguration.config", "devicePlugin.monitor.extraArgs",
+        "devices.nvidia.gpuCorePolicy", "devices.nvidia.libCudaLogLevel",
+    ]
+    for key in keys:
+        node = values
+        for part in key.split("."):
+            assert isinstance(node, dict) and part in node, f"values.yaml lacks {key}"
+            node = node[part]
+    # every key the production values set exists in values.yaml (no silently ignored settings)
+    prod = yaml.safe_load((CHART / "ci" / "prod-values.yaml").read_text())
+
+    def walk(sub, ref, path):
+        for k, v in sub.items():
+            assert k in ref, f"ci/prod-values.yaml sets unknown key {path}{k}"
+            if isinstance(v, dict) and ref[k]:
+                walk(v, ref[k], f"{path}{k}.")
+
+    walk(prod, values, "")
