@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from hami.agent.register import PluginSettings, physical_id
+from hami.agent.register import physical_id
 from hami.device import codec
 from hami.device.model import MODE_MIG, ContainerDevice, ContainerDevices, PodDevices
+from hami.device.nodeconfig import DeviceSettings
 
 ANN_TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
 ANN_BIND_PHASE = "hami.io/bind-phase"
@@ -88,7 +89,7 @@ def container_response(
     devices: ContainerDevices,
     container: Mapping,
     pod_uid: str,
-    settings: PluginSettings,
+    settings: DeviceSettings,
     hook_path: str,
     *,
     cache_name: str,
@@ -110,8 +111,8 @@ def container_response(
     envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{hook}/vgpu/{cache_name}.cache"
     if settings.memory_scaling > 1:
         envs["CUDA_OVERSUBSCRIBE"] = "true"
-    if settings.log_level:
-        envs["LIBCUDA_LOG_LEVEL"] = settings.log_level
+    if settings.lib_cuda_log_level:
+        envs["LIBCUDA_LOG_LEVEL"] = settings.lib_cuda_log_level
     if settings.disable_core_limit:
         envs["GPU_CORE_UTILIZATION_POLICY"] = "disable"
     cache_dir = f"{hook}/vgpu/containers/{pod_uid}_{name}"
@@ -141,7 +142,7 @@ def pod_devices_to_allocate(pod: Mapping) -> PodDevices:
 def plan_allocation(
     pod: Mapping,
     requests: Sequence[Sequence[str]],
-    settings: PluginSettings,
+    settings: DeviceSettings,
     hook_path: str,
     *,
     new_cache_name: Callable[[], str],
@@ -171,7 +172,7 @@ def plan_allocation(
                 f"{containers[k].get('name', '')!r} has {len(devices)} device(s) in {ANN_TO_ALLOCATE}, "
                 f"kubelet allocated {len(ids)}"
             )
-        if settings.preferred_allocation and settings.mode != MODE_MIG:
+        if settings.enable_get_preferred_allocation and settings.mode != MODE_MIG:
             devices = tuple(
                 ContainerDevice(physical_id(i), d.type, d.usedmem, d.usedcores, d.idx)
                 for d, i in zip(devices, ids, strict=True)

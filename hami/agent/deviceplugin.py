@@ -27,7 +27,8 @@ import grpc
 from hami.agent import allocate as alloc
 from hami.agent._pb import api_pb2 as pb
 from hami.agent._pb import api_pb2_grpc as pb_grpc
-from hami.agent.register import PluginDevice, PluginSettings, physical_id
+from hami.agent.register import PluginDevice, physical_id
+from hami.device.nodeconfig import DeviceSettings
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
@@ -266,7 +267,7 @@ class PodAllocator:
         node_name: str,
         pods: Mapping[str, dict],
         nodes: Mapping[str, dict],
-        settings: Callable[[], PluginSettings],
+        settings: Callable[[], DeviceSettings],
         hook_path: str,
         *,
         locker=None,

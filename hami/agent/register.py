@@ -16,32 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from hami.device.model import (
-    MODE_HAMI_CORE,
-    DeviceInfo,
-    FilterDevices,
-    NodeDeviceConfig,
-    NvidiaConfig,
-)
+from hami.device.model import DeviceInfo
+from hami.device.nodeconfig import DeviceSettings
 from hami.gpu.backend import GpuInfo
 
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
-
-
-@dataclass(frozen=True, slots=True)
-class PluginSettings:
-    """The device plugin's effective settings for one node."""
-
-    split_count: int = 10
-    memory_scaling: float = 1.0
-    core_scaling: float = 1.0
-    preconfigured_memory: int = 0
-    log_level: str = ""
-    numa_topology: bool = False
-    disable_core_limit: bool = False
-    mode: str = MODE_HAMI_CORE
-    filter: FilterDevices = FilterDevices()
-    preferred_allocation: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,64 +32,25 @@ class PluginDevice:
     numa: int | None = None
 
 
-def plugin_settings(
-    nvidia: NvidiaConfig, node: NodeDeviceConfig | None, *, mode_known: bool = True
-) -> PluginSettings:
-    """Merge the per-node entry over the `nvidia:` section (non-None per-node values win).
-
-    `mode_known=False` mirrors HAMi when the per-node config file could not be read: the
-    registration then carries no `mode` at all.
-    """
-    s = PluginSettings(
-        split_count=nvidia.device_split_count,
-        memory_scaling=float(nvidia.device_memory_scaling),
-        core_scaling=float(nvidia.device_core_scaling),
-        preconfigured_memory=nvidia.pre_configured_device_memory,
-        log_level=str(nvidia.lib_cuda_log_level or ""),
-        numa_topology=nvidia.enable_numa_topology,
-        disable_core_limit=nvidia.disable_core_limit,
-        mode=MODE_HAMI_CORE if mode_known else "",
-    )
-    if node is None:
-        return s
-    return PluginSettings(
-        split_count=node.devicesplitcount if node.devicesplitcount is not None else s.split_count,
-        memory_scaling=node.devicememoryscaling if node.devicememoryscaling is not None else s.memory_scaling,
-        core_scaling=node.devicecorescaling if node.devicecorescaling is not None else s.core_scaling,
-        preconfigured_memory=(
-            node.preconfigureddevicememory if node.preconfigureddevicememory is not None else s.preconfigured_memory
-        ),
-        log_level=node.libcudaloglevel if node.libcudaloglevel is not None else s.log_level,
-        numa_topology=node.enablenumatopology if node.enablenumatopology is not None else s.numa_topology,
-        disable_core_limit=s.disable_core_limit,
-        mode=node.operatingmode or s.mode,
-        filter=node.filterdevices if (node.filterdevices.uuid or node.filterdevices.index) else s.filter,
-        preferred_allocation=node.enablegetpreferredallocation,
-    )
-
-
 def device_type(nvml_name: str) -> str:
     """HAMi registers the NVML name, prefixed with `NVIDIA-` when it does not start with NVIDIA."""
     return nvml_name if nvml_name.startswith("NVIDIA") else "NVIDIA-" + nvml_name
 
 
-def filtered(gpus: Iterable[GpuInfo], flt: FilterDevices) -> list[GpuInfo]:
+def filtered(gpus: Iterable[GpuInfo], settings: DeviceSettings) -> list[GpuInfo]:
     """GPUs left after `filterdevices` (by UUID, or by index)."""
-    uuids, indexes = set(flt.uuid), set(flt.index)
-    return [g for g in gpus if g.uuid not in uuids and g.index not in indexes]
+    return [g for g in gpus if not settings.filtered(g.uuid, g.index)]
 
 
 def build_devices(
-    gpus: Sequence[GpuInfo], settings: PluginSettings, unhealthy: Iterable[str] = ()
+    gpus: Sequence[GpuInfo], settings: DeviceSettings, unhealthy: Iterable[str] = ()
 ) -> tuple[DeviceInfo, ...]:
     """The `hami.io/node-nvidia-register` device list, ordered by GPU index."""
     bad = set(unhealthy)
     out = []
-    for g in sorted(filtered(gpus, settings.filter), key=lambda g: g.index):
+    for g in sorted(filtered(gpus, settings), key=lambda g: g.index):
         if g.memory_supported:
-            mem = g.memory_total_mib
-            if settings.memory_scaling != 1.0:
-                mem = int(float(mem) * settings.memory_scaling)
+            mem = settings.devmem(g.memory_total_mib)
         elif settings.preconfigured_memory > 0:
             mem = settings.preconfigured_memory
         else:
@@ -120,7 +60,7 @@ def build_devices(
                 id=g.uuid,
                 count=settings.split_count,
                 devmem=mem,
-                devcore=int(settings.core_scaling * 100),
+                devcore=settings.devcore(),
                 type=device_type(g.name),
                 index=g.index,
                 numa=g.numa,
@@ -132,14 +72,14 @@ def build_devices(
 
 
 def plugin_devices(
-    gpus: Sequence[GpuInfo], settings: PluginSettings, unhealthy: Iterable[str] = ()
+    gpus: Sequence[GpuInfo], settings: DeviceSettings, unhealthy: Iterable[str] = ()
 ) -> tuple[PluginDevice, ...]:
     """Device IDs advertised to kubelet: `<UUID>-<i>` for each split slot of each GPU."""
     bad = set(unhealthy)
     out = []
-    for g in sorted(filtered(gpus, settings.filter), key=lambda g: g.index):
+    for g in sorted(filtered(gpus, settings), key=lambda g: g.index):
         health = HEALTHY if g.healthy and g.uuid not in bad else UNHEALTHY
-        numa = g.numa if settings.numa_topology else None
+        numa = g.numa if settings.enable_numa_topology else None
         out.extend(PluginDevice(f"{g.uuid}-{i}", health, numa) for i in range(settings.split_count))
     return tuple(out)
 

@@ -13,19 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fnmatch
-from collections.abc import Sequence
 
 from hami.agent.deviceplugin import DevicePluginServer, PodAllocator
-from hami.agent.register import (
-    PluginSettings,
-    build_devices,
-    plugin_devices,
-    plugin_settings,
-    same_devices,
-)
+from hami.agent.register import build_devices, plugin_devices, same_devices
 from hami.device import codec
-from hami.device.model import DeviceInfo, NodeDeviceConfig
+from hami.device.model import DeviceInfo
+from hami.device.nodeconfig import DeviceSettings, settings_for_node
 from hami.gpu.backend import GpuBackend, make_backend
 from hami.obs.log import get_logger
 
@@ -35,21 +28,10 @@ REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
 RETRY_AFTER_ERROR = 5.0
 
 
-def node_config_for(configs: Sequence[NodeDeviceConfig], node_name: str) -> NodeDeviceConfig | None:
-    """The per-node entry for this node: an exact name first, else the first glob that matches."""
-    for c in configs:
-        if c.name == node_name:
-            return c
-    for c in configs:
-        if any(ch in c.name for ch in "*?[") and fnmatch.fnmatchcase(node_name, c.name):
-            return c
-    return None
-
-
 class Agent:
     """One node's agent, built from its parts so the embedded cluster can run several."""
 
-    def __init__(self, client, node_name: str, backend: GpuBackend, settings: PluginSettings, *,
+    def __init__(self, client, node_name: str, backend: GpuBackend, settings: DeviceSettings, *,
                  socket_dir: str, hook_path: str, register_interval: float = 30.0,
                  tick: float = 0.5, lib_version: str = ""):
         from hami.kube.informer import Informer
@@ -69,7 +51,7 @@ class Agent:
             locker=self.locker, lib_version=lib_version,
         )
         self.plugin = DevicePluginServer(socket_dir, self.allocator,
-                                         preferred_allocation=settings.preferred_allocation)
+                                         preferred_allocation=settings.enable_get_preferred_allocation)
         self.registered: tuple[DeviceInfo, ...] | None = None
         self.register_patches = 0
         self._seen_annotation: str | None = None
@@ -161,7 +143,7 @@ async def run(ctx) -> None:
     if not node_name:
         raise RuntimeError("node-agent: the node name is required (--node-name or NODE_NAME)")
     backend = make_backend(cfg.agent.gpu_backend, cfg.agent.fake_gpus, node_name)
-    settings = plugin_settings(cfg.nvidia, node_config_for(cfg.node_configs, node_name))
+    settings = settings_for_node(cfg.nvidia, cfg.node_configs, node_name)
     kube = cfg.kube
     if not kube.kubeconfig and ctx.shared.get("kubeconfig"):
         kube = replace(kube, kubeconfig=ctx.shared["kubeconfig"])

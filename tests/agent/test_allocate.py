@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from hami.agent import allocate as alloc
 from hami.agent.allocate import AllocationError, Mount, plan_allocation
-from hami.agent.register import PluginSettings
 from hami.device import codec
 from hami.device.model import ContainerDevice
+from hami.device.nodeconfig import DeviceSettings
 
 U1 = "GPU-8f1c2a77-0d3b-4a51-9a0e-111111111111"
 U2 = "GPU-91ab03c4-77de-4c0a-8b21-222222222222"
@@ -46,7 +46,7 @@ def names():
     return lambda: f"cache-{next(counter)}"
 
 
-def plan(p, requests, settings=PluginSettings(log_level="1"), **kw):
+def plan(p, requests, settings=DeviceSettings(lib_cuda_log_level="1"), **kw):
     return plan_allocation(p, requests, settings, HOOK, new_cache_name=names(), **kw)
 
 
@@ -129,12 +129,12 @@ def test_cuda_disable_control_true_drops_ld_so_preload(value, preload):
 
 
 def test_oversubscribe_disable_core_limit_and_no_log_level():
-    s = PluginSettings(memory_scaling=1.5, disable_core_limit=True, log_level="")
+    s = DeviceSettings(memory_scaling=1.5, disable_core_limit=True, lib_cuda_log_level="")
     envs = plan(pod(f"{U1},NVIDIA,1000,10:;"), [["x"]], s).containers[0].envs
     assert envs["CUDA_OVERSUBSCRIBE"] == "true"
     assert envs["GPU_CORE_UTILIZATION_POLICY"] == "disable"
     assert "LIBCUDA_LOG_LEVEL" not in envs
-    envs = plan(pod(f"{U1},NVIDIA,1000,10:;"), [["x"]], PluginSettings(memory_scaling=1.0)).containers[0].envs
+    envs = plan(pod(f"{U1},NVIDIA,1000,10:;"), [["x"]], DeviceSettings(memory_scaling=1.0)).containers[0].envs
     assert "CUDA_OVERSUBSCRIBE" not in envs and "GPU_CORE_UTILIZATION_POLICY" not in envs
 
 
@@ -148,12 +148,12 @@ def test_license_and_versioned_library_mounts():
 
 
 def test_mig_mode_sets_only_visible_devices():
-    (c,) = plan(pod(f"{U1},NVIDIA,1000,10:;"), [["x"]], PluginSettings(mode="mig")).containers
+    (c,) = plan(pod(f"{U1},NVIDIA,1000,10:;"), [["x"]], DeviceSettings(mode="mig")).containers
     assert dict(c.envs) == {"NVIDIA_VISIBLE_DEVICES": U1} and c.mounts == () and c.cache_dir == ""
 
 
 def test_preferred_allocation_rewrites_uuids_from_kubelet_ids():
-    s = PluginSettings(preferred_allocation=True)
+    s = DeviceSettings(enable_get_preferred_allocation=True)
     p = plan(pod(f"{U1},NVIDIA,1000,10:;"), [[f"{U2}-3"]], s)
     assert p.containers[0].envs["NVIDIA_VISIBLE_DEVICES"] == U2
 
