@@ -20,6 +20,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 import orjson
 
 from hami.kube.client import ApiError, KubeClient
@@ -151,7 +152,7 @@ class Informer:
                     need_list = True
                     continue
                 log.warning("Watch failed", kind=self.kind, error=str(exc), retry_in=round(delay, 2))
-            except (TimeoutError, OSError, ValueError) as exc:
+            except (TimeoutError, OSError, ValueError, aiohttp.ClientError) as exc:
                 self.errors += 1
                 log.warning("Watch failed", kind=self.kind, error=repr(exc), retry_in=round(delay, 2))
             await asyncio.sleep(delay * (0.5 + random.random()))
@@ -216,6 +217,9 @@ class Informer:
             while True:
                 try:
                     line = await resp.content.readline()
+                except aiohttp.ClientError as exc:
+                    log.v(2).info("Watch stream broken, resuming", kind=self.kind, error=repr(exc))
+                    return delivered
                 except TimeoutError:
                     self.silent_reconnects += 1
                     log.v(2).info("Watch silent, reconnecting", kind=self.kind, after_s=self.silent_timeout)

@@ -17,7 +17,6 @@ timestamps are understood. Fixed HAMi bugs:
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 
@@ -111,7 +110,7 @@ class NodeLocker:
 
     async def lock(self, node_name: str, namespace: str, pod_name: str) -> None:
         """Take the lock for namespace/pod on node_name, or raise NodeLockError."""
-        value = codec.encode_node_lock(NodeLock(self.clock(), namespace, pod_name))
+        value = codec.encode_node_lock(self.clock(), namespace, pod_name)
         for _attempt in range(self.attempts):
             node = self._node(node_name)
             if node is None:
@@ -217,5 +216,3 @@ async def wait_lock_free(nodes: Informer, node_name: str, timeout: float) -> boo
         return not ((node.get("metadata") or {}).get("annotations") or {}).get(LOCK_KEY)
     return await nodes.wait_for(free, timeout)
 
-
-__all__ = ["LOCK_KEY", "NodeLockError", "NodeLocker", "wait_lock_free", "asyncio"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from hami.device import codec
 from hami.kube.client import ApiError, KubeClient
 from hami.obs.log import get_logger
 
@@ -25,23 +26,16 @@ HANDSHAKE_KEY = "hami.io/node-handshake"
 REGISTER_KEY = "hami.io/node-nvidia-register"
 REQUESTING = "Requesting"
 WINDOW_S = 60.0
-_LAYOUT = "%Y-%m-%d %H:%M:%S"
 
 
 def format_requesting(now: float) -> str:
     """`Requesting_2026-08-21 06:20:39` in the scheduler's local time zone (Go time.DateTime)."""
-    return "Requesting_" + time.strftime(_LAYOUT, time.localtime(now))
+    return codec.encode_handshake_requesting(now, None)
 
 
 def parse_requesting(value: str) -> float | None:
     """The stamp of a `Requesting_<local time>` value, or None when there is none to parse."""
-    _, sep, rest = value.partition("_")
-    if not sep:
-        return None
-    try:
-        return time.mktime(time.strptime(rest.strip(), _LAYOUT))
-    except (ValueError, OverflowError):
-        return None
+    return codec.decode_handshake(value, None).timestamp
 
 
 @dataclass(frozen=True, slots=True)

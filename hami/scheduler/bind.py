@@ -1,0 +1,164 @@
+"""/bind (spec scheduler.md §3.3): node lock, bind-phase=allocating, POST pods/<name>/binding.
+
+No API reads: the pod and node come from the informers (or from what /filter decided).
+Two replicas stay correct: after taking the node lock (a compare-and-swap), the binder waits
+(bounded) until its pod cache has caught up to the lock's resourceVersion, then checks that the
+pod's devices still fit next to every pod already bound or being bound on that node. A pod
+placed on the same GPU by another replica's concurrent /filter therefore fails here (the lock
+is released and kube-scheduler re-filters it), and no GPU is ever over-committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from hami.device import codec
+from hami.kube.client import ApiError, KubeClient
+from hami.kube.events import NORMAL, WARNING, EventRecorder
+from hami.kube.nodelock import NodeLocker, NodeLockError
+from hami.obs.log import get_logger
+from hami.scheduler import fit as fitmod
+from hami.scheduler.state import VGPU_NODE, ClusterState
+from hami.scheduler.usage import collapse_usage
+
+log = get_logger(__name__)
+
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+
+def _annos(obj: dict | None) -> dict:
+    return ((obj or {}).get("metadata") or {}).get("annotations") or {}
+
+
+def _in_pod_group(pod: dict | None) -> bool:
+    if pod is None:
+        return False
+    if ((pod.get("metadata") or {}).get("labels") or {}).get(POD_GROUP_LABEL):
+        return True
+    return bool(((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName"))
+
+
+class Binder:
+    def __init__(self, client: KubeClient, state: ClusterState, locker: NodeLocker, events: EventRecorder, *,
+                 retry_timeout: float = 28.0, catch_up: float = 1.0, clock: Callable[[], float] = time.time):
+        self.client = client
+        self.state = state
+        self.locker = locker
+        self.events = events
+        self.retry_timeout = retry_timeout
+        self.catch_up = catch_up
+        self.clock = clock
+        self.overcommit_refusals = 0
+
+    def _fail(self, ref, msg: str) -> str:
+        self.events.record(ref, WARNING, "BindingFailed", msg)
+        log.warning("Binding failed", pod=f"{ref[0]}/{ref[1]}", error=msg)
+        return msg
+
+    async def bind(self, ns: str, name: str, uid: str, node: str, assumed=None) -> str:
+        """Returns "" on success, else the error text for ExtenderBindingResult.Error."""
+        pod = self.state.pod(ns, name)
+        ref = (ns, name, uid or ((pod or {}).get("metadata") or {}).get("uid", ""))
+        if pod is None and assumed is None:
+            return self._fail(ref, f'pods "{name}" not found')
+        if self.state.node(node) is None:
+            return self._fail(ref, f'nodes "{node}" not found')
+        annos = _annos(pod)
+        devices = assumed.devices if assumed is not None and assumed.node == node else None
+        if devices is None and annos.get(VGPU_NODE) == node:
+            try:
+                devices = codec.decode_pod_devices(annos.get(codec.ALLOCATED_ANNOTATION, ""))
+            except codec.CodecError:
+                devices = ()
+        uses_devices = bool(devices) and any(devices)
+        locked = False
+        if uses_devices:
+            err = await self._lock(node, ns, name, pod)
+            if err:
+                return self._fail(ref, err)
+            locked = True
+            err = await self._check_fit(node, ref, devices, pod)
+            if err:
+                await self._release(node, ns, name)
+                return self._fail(ref, err)
+        try:
+            now = self.clock()
+            await self.client.patch_pod(ns, name, {"metadata": {"annotations": {
+                codec.BIND_PHASE_ANNOTATION: "allocating",
+                codec.BIND_TIME_ANNOTATION: codec.encode_unix_seconds(now),
+            }}})
+            await self.client.bind_pod(ns, name, ref[2], node)
+        except ApiError as exc:
+            if locked:
+                await self._release(node, ns, name)
+            return self._fail(ref, str(exc))
+        self.events.record(ref, NORMAL, "BindingSucceed", fitmod.binding_succeed_message(node, ns, name))
+        log.v(2).info("Bound pod", pod=f"{ns}/{name}", node=node)
+        return ""
+
+    async def _lock(self, node: str, ns: str, name: str, pod: dict | None) -> str:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.retry_timeout if _in_pod_group(pod) else 0.0)
+        while True:
+            try:
+                await self.locker.lock(node, ns, name)
+                return ""
+            except NodeLockError as exc:
+                if loop.time() >= deadline:
+                    return str(exc)
+            await asyncio.sleep(0.1)
+
+    async def _release(self, node: str, ns: str, name: str) -> None:
+        try:
+            await self.locker.release(node, ns, name)
+        except NodeLockError as exc:
+            log.warning("Node lock release failed", node=node, pod=f"{ns}/{name}", error=str(exc))
+
+    async def _check_fit(self, node: str, ref, devices, pod: dict | None) -> str:
+        """Refuse when this pod plus the pods bound (or binding) on `node` exceed a device."""
+        pods = self.state.pods
+        fresh = self.locker._fresh.get(node)
+        lock_rv = ((fresh or {}).get("metadata") or {}).get("resourceVersion", "")
+        if pods is not None and lock_rv:
+            await pods.wait_for(lambda: pods.rv_at_least(lock_rv), self.catch_up)
+        index = self.state.index
+        usage = index.node(node)
+        if usage is None:
+            return f"node {node} has no usable GPU registration"
+        uid = ref[2]
+        n_init = len(((pod or {}).get("spec") or {}).get("initContainers") or [])
+        want = collapse_usage(devices, n_init)
+        totals = {u: [m, c, s] for u, (m, c, s) in want.items()}
+        for key in index.pods_on(node):
+            if key == uid:
+                continue
+            rec = index.pod(key)
+            if rec is None or not self._committed(rec.namespace, key):
+                continue
+            for u, m, c, s in rec.usage:
+                t = totals.get(u)
+                if t is not None:
+                    t[0] += m
+                    t[1] += c
+                    t[2] += max(s, 1)
+        for u, (m, c, s) in totals.items():
+            d = usage.by_id.get(u)
+            if d is None:
+                return f"device {u} is no longer registered on node {node}"
+            own_cores = want[u][1]
+            if s > d.count or m > d.totalmem or c > d.totalcore or (own_cores >= 100 and s > 1):
+                self.overcommit_refusals += 1
+                return (f"device {u} on node {node} was taken by a concurrent placement "
+                        f"(slots {s}/{d.count}, mem {m}/{d.totalmem}, cores {c}/{d.totalcore})")
+        return ""
+
+    def _committed(self, namespace: str, uid: str) -> bool:
+        """A pod on the node that is bound, or being bound (bind-phase set)."""
+        pod = self.state.pod_by_uid(uid)
+        if pod is None:
+            return False
+        if (pod.get("spec") or {}).get("nodeName"):
+            return True
+        return _annos(pod).get(codec.BIND_PHASE_ANNOTATION) in ("allocating", "success")

@@ -1,0 +1,417 @@
+"""The kube-scheduler extender HTTP API (spec scheduler.md §3): /filter, /bind, /webhook, probes.
+
+* JSON of k8s.io/kube-scheduler/extender/v1: PascalCase keys, read case-insensitively; every
+  answer is HTTP 200 with the error in `Error`, as HAMi answers. Bodies above
+  `max_request_bytes` are refused by aiohttp (413).
+* NodeNames mode (nodeCacheCapable): the node usage comes from the watch-fed cache; on success
+  one merge patch writes vgpu-node, vgpu-time, devices-to-allocate, devices-allocated (and MIG
+  allocations) plus the `hami.io/vgpu-node` label. The usage cache is updated *before* the
+  patch is sent (so a concurrent filter cannot double-book) and rolled back if the patch fails.
+* Full-Nodes mode: the nodes come in the request; their registrations are decoded through the
+  same text-keyed cache, usage from the pod cache; nothing is patched (as in HAMi).
+* No API reads, ever. Events go to the EventRecorder queue and are written later.
+* TLS with --cert_file/--key_file, the certificate re-read when either file changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from hami.config import Config
+from hami.device import codec
+from hami.device.model import ContainerDeviceRequest
+from hami.kube.client import ApiError, KubeClient
+from hami.kube.events import NORMAL, WARNING, EventRecorder
+from hami.obs.log import get_logger
+from hami.scheduler import fit as fitmod
+from hami.scheduler import score as scoremod
+from hami.scheduler.metrics import SchedulerMetrics, split_bind
+from hami.scheduler.policy import PolicyError
+from hami.scheduler.state import VGPU_NODE, ClusterState
+from hami.scheduler.usage import NodeUsage, UsageIndex
+
+log = get_logger(__name__)
+
+JSON = "application/json"
+
+
+class BadRequest(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Assumed:
+    """What /filter decided for a pod, for /bind (node, devices) without reading the API."""
+
+    node: str
+    namespace: str
+    name: str
+    devices: tuple
+    at: float
+
+
+def _lower_keys(doc: Any) -> dict:
+    if not isinstance(doc, dict):
+        raise BadRequest("json: cannot unmarshal non-object into Go value of type extenderv1.ExtenderArgs")
+    return {k.lower(): v for k, v in doc.items()}
+
+
+def _json(data: Any) -> web.Response:
+    return web.Response(body=orjson.dumps(data), content_type=JSON)
+
+
+RequestsFn = Callable[[dict], "tuple[list[ContainerDeviceRequest | None], int]"]
+
+
+class Extender:
+    def __init__(self, config: Config, state: ClusterState, client: KubeClient | None,
+                 events: EventRecorder, *, requests_fn: RequestsFn, metrics: SchedulerMetrics | None = None,
+                 binder: Any = None, webhook: Callable[[bytes], Any] | None = None,
+                 clock: Callable[[], float] = time.time):
+        self.config = config
+        self.cfg = config.scheduler
+        self.state = state
+        self.client = client
+        self.events = events
+        self.metrics = metrics
+        self.binder = binder
+        self.webhook = webhook
+        self.requests_fn = requests_fn
+        self.clock = clock
+        self.assumed: dict[str, Assumed] = {}
+        self._decoded: dict[str, tuple] = {}  # register text -> devices (full-Nodes mode)
+        self.filters = 0
+        self.patch_failures = 0
+
+    # ------------------------------------------------------------------ /filter
+
+    async def filter(self, body: bytes) -> dict:
+        started = time.perf_counter()
+        result = "error"
+        try:
+            out = await self._filter(body)
+            result = "error" if out.get("Error") else ("fit" if out.get("NodeNames") or out.get("Nodes") else
+                                                       "nofit")
+            return out
+        finally:
+            self.filters += 1
+            if self.metrics is not None:
+                self.metrics.filter_seconds.labels(result).observe(time.perf_counter() - started)
+
+    async def _filter(self, body: bytes) -> dict:
+        try:
+            args = _lower_keys(orjson.loads(body))
+        except (orjson.JSONDecodeError, BadRequest) as exc:
+            return {"Error": str(exc)}
+        pod = args.get("pod")
+        if not isinstance(pod, dict):
+            return {"Error": "extender args missing pod"}
+        node_names = args.get("nodenames")
+        nodes = args.get("nodes")
+        meta = pod.get("metadata") or {}
+        ns = meta.get("namespace") or "default"
+        name = meta.get("name", "")
+        uid = meta.get("uid") or f"{ns}/{name}"
+        annos = meta.get("annotations") or {}
+        if not self.state.synced:
+            if not await self.state.wait_synced(self.cfg.sync_timeout):
+                return {"Error": "context cancelled"}
+        try:
+            requests, num_init = self.requests_fn(pod)
+        except ValueError as exc:
+            return {"Error": str(exc)}
+        if not any(r is not None and r.nums > 0 for r in requests):
+            log.v(5).info("Pod asks for no HAMi device, passing through", pod=f"{ns}/{name}")
+            return {"NodeNames": node_names, "FailedNodes": None, "Error": ""}
+        index = self.state.index
+        if nodes is not None and node_names is None:
+            return self._filter_nodes_mode(pod, ns, name, annos, requests, num_init, nodes)
+        node_names = list(node_names or [])
+        # HAMi drops any cached allocation of this pod first (a retried filter re-places it).
+        index.remove_pod(uid)
+        self.assumed.pop(uid, None)
+        try:
+            preq = fitmod.pod_request(
+                requests, num_init, annos, gpu_policy=self.cfg.gpu_scheduler_policy,
+                node_policy=self.cfg.node_scheduler_policy, namespace=ns, quota=index.quota_view(ns),
+            )
+        except PolicyError as exc:
+            return {"Error": f"calcScore failed {exc} for pod {name}"}
+        verbose = log.enabled(2)
+        if verbose:
+            fits, failed = scoremod.evaluate_nodes(index.nodes, node_names, preq)
+            self._log_decisions(ns, name, preq, node_names, fits, failed, index)
+            if fits:
+                best = fits[0]
+                sel = scoremod.Selection(best.node, best.devices, best.score, best.mig, failed, len(fits))
+            else:
+                sel = scoremod.Selection(None, (), 0.0, (), failed, 0)
+            fit_scores = [(r.node, r.score) for r in fits]
+        else:
+            sel = scoremod.select_node(index.nodes, node_names, preq)
+            fit_scores = [(sel.node, sel.score)] if sel.node else []
+        if sel.node is None:
+            self._record_no_fit(pod, node_names, sel.failed_nodes)
+            return {"NodeNames": None, "FailedNodes": sel.failed_nodes, "Error": ""}
+        node = sel.node
+        devices_text = codec.encode_pod_devices(sel.devices)
+        now = self.clock()
+        annotations = {
+            VGPU_NODE: node,
+            codec.VGPU_TIME_ANNOTATION: codec.encode_unix_seconds(now),
+            codec.TO_ALLOCATE_ANNOTATION: devices_text,
+            codec.ALLOCATED_ANNOTATION: devices_text,
+        }
+        if sel.mig:
+            annotations[codec.MIG_ALLOCATIONS_ANNOTATION] = codec.encode_mig_allocations(
+                codec.MigAllocation(c, d, u, p, pl) for c, d, u, p, pl in sel.mig)
+        # Count the pod before answering, so a concurrent filter sees these devices as taken.
+        index.add_pod(uid, node, sel.devices, namespace=ns, num_init=num_init,
+                      mig=tuple((u, pl) for _, _, u, _, pl in sel.mig))
+        self.assumed[uid] = Assumed(node, ns, name, sel.devices, now)
+        if self.client is not None:
+            patch = {"metadata": {"annotations": annotations, "labels": {VGPU_NODE: node}}}
+            try:
+                await self.client.patch_pod(ns, name, patch)
+            except ApiError as exc:
+                index.remove_pod(uid)
+                self.assumed.pop(uid, None)
+                self.patch_failures += 1
+                log.warning("Pod annotation patch failed", pod=f"{ns}/{name}", node=node, error=str(exc))
+                self.events.record(pod, WARNING, "FilteringFailed", str(exc))
+                return {"Error": str(exc)}
+        self.events.record(pod, NORMAL, "FilteringSucceed",
+                           fitmod.filtering_succeed_message(node, fit_scores, len(node_names)))
+        log.v(4).info("Pod filtered", pod=f"{ns}/{name}", node=node, devices=devices_text,
+                      score=round(sel.score, 2), tried=sel.tried)
+        return {"NodeNames": [node], "FailedNodes": None, "Error": ""}
+
+    def _record_no_fit(self, pod: dict, node_names: list, failed: dict) -> None:
+        for msg in fitmod.filtering_failed_messages(failed):
+            self.events.record(pod, WARNING, "FilteringFailed", msg)
+        self.events.record(pod, WARNING, "FilteringFailed", fitmod.no_available_node_message(len(node_names)))
+        meta = pod.get("metadata") or {}
+        log.v(2).info("No node fits pod", pod=f"{meta.get('namespace')}/{meta.get('name')}",
+                      nodes=len(node_names), failed=len(failed))
+
+    def _log_decisions(self, ns, name, preq, node_names, fits, failed, index: UsageIndex) -> None:
+        pod = f"{ns}/{name}"
+        for r in fits:
+            log.v(2).info("Node score", pod=pod, node=r.node, score=round(r.score, 2))
+        if not log.enabled(4):
+            return
+        wanted = [
+            f"{r.nums}x(mem={r.memreq or (str(r.mempercentagereq) + '%')},cores={r.coresreq})"
+            for r in preq.requests if r is not None
+        ]
+        for r in fits:
+            log.v(4).info("Node fits", pod=pod, node=r.node, requested=wanted,
+                          available=_available(index.node(r.node)))
+        for node, reason in failed.items():
+            log.v(4).info("Node filtered out", pod=pod, node=node, reason=reason, requested=wanted,
+                          available=_available(index.node(node)))
+
+    # ------------------------------------------------------------------ full-Nodes mode
+
+    def _node_usage(self, node: dict, index: UsageIndex) -> NodeUsage | None:
+        meta = node.get("metadata") or {}
+        name = meta.get("name", "")
+        text = (meta.get("annotations") or {}).get(codec.REGISTER_ANNOTATION)
+        if text is None:
+            return None
+        reg = self.state.registered.get(name)
+        if reg is not None and reg.register == text:
+            cached = index.node(name)
+            if cached is not None:
+                return cached
+            devices = reg.devices
+        else:
+            devices = self._decoded.get(text)
+            if devices is None:
+                try:
+                    devices = tuple(codec.decode_node_devices(text))
+                except codec.CodecError:
+                    devices = ()
+                if len(self._decoded) > 16384:
+                    self._decoded.clear()
+                self._decoded[text] = devices
+        if not devices:
+            return None
+        # A node the cache does not know as usable: build its usage from the pod cache.
+        tmp = UsageIndex(self.config.nvidia)
+        usage = tmp.set_node(name, devices, codec.decode_device_cordon(
+            (meta.get("annotations") or {}).get(codec.CORDON_ANNOTATION)))
+        for key in index.pods_on(name):
+            rec = index.pod(key)
+            if rec is not None:
+                tmp.add_pod(key, name, rec.devices, namespace=rec.namespace, num_init=rec.num_init,
+                            init_released=rec.init_released, mig=rec.mig)
+        return usage
+
+    def _filter_nodes_mode(self, pod, ns, name, annos, requests, num_init, nodes) -> dict:
+        if not isinstance(nodes, dict):
+            return {"Error": "json: cannot unmarshal Nodes into Go value of type v1.NodeList"}
+        index = self.state.index
+        items = nodes.get("items") or []
+        try:
+            preq = fitmod.pod_request(
+                requests, num_init, annos, gpu_policy=self.cfg.gpu_scheduler_policy,
+                node_policy=self.cfg.node_scheduler_policy, namespace=ns, quota=index.quota_view(ns),
+            )
+        except PolicyError as exc:
+            return {"Error": f"calcScore failed {exc} for pod {name}"}
+        usages: dict[str, NodeUsage] = {}
+        by_name: dict[str, dict] = {}
+        names = []
+        for node in items:
+            nname = (node.get("metadata") or {}).get("name", "")
+            names.append(nname)
+            by_name[nname] = node
+            u = self._node_usage(node, index)
+            if u is not None:
+                usages[nname] = u
+        sel = scoremod.select_node(usages, names, preq)
+        if sel.node is None:
+            self._record_no_fit(pod, names, sel.failed_nodes)
+            return {"Nodes": None, "FailedNodes": sel.failed_nodes, "Error": ""}
+        return {"Nodes": {"items": [by_name[sel.node]]}, "FailedNodes": sel.failed_nodes, "Error": ""}
+
+    # ------------------------------------------------------------------ /bind
+
+    async def bind(self, body: bytes) -> dict:
+        started = time.perf_counter()
+        err = "bad request"
+        try:
+            try:
+                args = _lower_keys(orjson.loads(body))
+            except (orjson.JSONDecodeError, BadRequest) as exc:
+                err = str(exc)
+                return {"Error": err}
+            ns = args.get("podnamespace") or "default"
+            name = args.get("podname") or ""
+            uid = args.get("poduid") or ""
+            node = args.get("node") or ""
+            if not name or not node:
+                err = "extender binding args missing PodName or Node"
+                return {"Error": err}
+            if self.binder is None:
+                err = "binding is not available"
+                return {"Error": err}
+            err = await self.binder.bind(ns, name, uid, node, self.assumed.get(uid))
+            if not err:
+                self.assumed.pop(uid, None)
+            return {"Error": err}
+        finally:
+            if self.metrics is not None:
+                self.metrics.bind_seconds.labels("error" if err else "ok").observe(time.perf_counter() - started)
+
+    # ------------------------------------------------------------------ HTTP
+
+    async def _h_filter(self, request: web.Request) -> web.Response:
+        return _json(await self.filter(await request.read()))
+
+    async def _h_bind(self, request: web.Request) -> web.Response:
+        return _json(await self.bind(await request.read()))
+
+    async def _h_webhook(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        if self.webhook is None:
+            return web.Response(status=500, text="webhook not available")
+        try:
+            out = self.webhook(body)
+        except ValueError as exc:
+            return web.Response(status=400, text=str(exc))
+        if isinstance(out, (bytes, bytearray)):
+            return web.Response(body=out, content_type=JSON)
+        return _json(out)
+
+    async def _h_healthz(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def _h_readyz(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.cfg.max_request_bytes)
+        app.router.add_post("/filter", self._h_filter)
+        app.router.add_post("/bind", self._h_bind)
+        app.router.add_post("/webhook", self._h_webhook)
+        app.router.add_get("/healthz", self._h_healthz)
+        app.router.add_get("/readyz", self._h_readyz)
+        return app
+
+
+def _available(node: NodeUsage | None) -> list[str]:
+    if node is None:
+        return []
+    return [
+        f"{d.id}:slots={d.count - d.used}/{d.count},mem={d.totalmem - d.usedmem}/{d.totalmem},"
+        f"cores={d.totalcore - d.usedcores}/{d.totalcore}"
+        for d in node.devices
+    ]
+
+
+# ---------------------------------------------------------------------- serving
+
+
+class CertReloader:
+    """An SSLContext whose certificate is re-read when the cert or key file changes."""
+
+    def __init__(self, cert_file: str, key_file: str, interval: float = 2.0):
+        self.cert_file, self.key_file, self.interval = cert_file, key_file, interval
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._stamp = self._mtimes()
+        self.context.load_cert_chain(cert_file, key_file)
+        self.reloads = 0
+
+    def _mtimes(self) -> tuple:
+        try:
+            return (os.stat(self.cert_file).st_mtime_ns, os.stat(self.key_file).st_mtime_ns)
+        except OSError:
+            return ()
+
+    def check(self) -> bool:
+        stamp = self._mtimes()
+        if stamp and stamp != self._stamp:
+            try:
+                self.context.load_cert_chain(self.cert_file, self.key_file)
+            except (ssl.SSLError, OSError) as exc:
+                log.warning("TLS certificate reload failed", cert=self.cert_file, error=str(exc))
+                return False
+            self._stamp = stamp
+            self.reloads += 1
+            log.info("TLS certificate reloaded", cert=self.cert_file)
+            return True
+        return False
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), self.interval)
+            except TimeoutError:
+                self.check()
+
+
+async def serve(app: web.Application, address: str, ssl_context: ssl.SSLContext | None = None) -> web.AppRunner:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    host, port = split_bind(address, default_host="0.0.0.0")
+    await web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=1024).start()
+    return runner
+
+
+def bound_port(runner: web.AppRunner) -> int:
+    for site in runner.sites:
+        server = getattr(site, "_server", None)
+        if server is not None and server.sockets:
+            return server.sockets[0].getsockname()[1]
+    raise RuntimeError("server not started")

@@ -1,0 +1,195 @@
+"""Scheduler metrics: HAMi's names and labels (spec scheduler.md §8.4), computed at scrape time.
+
+One registry per scheduler (no global state). The GPU gauges come from the usage cache through
+`snapshot()`; `zone="vGPU"` is a constant label on every HAMi metric, as HAMi's collector sets it.
+Ours, besides: filter/bind latency histograms and API request counters by verb, resource and code
+(read from `KubeClient.requests` at scrape time), events dropped, and the handshake write count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from hami.device.model import DeviceUsage
+
+ZONE = "vGPU"
+MIB = 1 << 20
+_LAT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+@dataclass(frozen=True, slots=True)
+class PodAlloc:
+    namespace: str
+    node: str
+    pod: str
+    container_index: int
+    device_uuid: str
+    usedmem: int  # MiB
+    usedcores: int
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    devices: tuple[tuple[str, DeviceUsage], ...] = ()  # (node, device usage)
+    pods: tuple[PodAlloc, ...] = ()
+
+
+_DEV = ("node", "device_uuid", "device_index", "device_type", "zone")
+_DEV_CORES = ("node", "device_uuid", "device_index", "device_cores", "device_type", "zone")
+_OVERVIEW = ("node", "device_uuid", "device_index", "device_cores", "device_memory_limit", "device_type", "zone")
+_POD = ("namespace", "node", "pod", "container_index", "device_uuid", "zone")
+_L_DEV = ("nodeid", "deviceuuid", "deviceidx", "zone")
+_L_DEV_CORES = ("nodeid", "deviceuuid", "deviceidx", "devicecores", "zone")
+_L_OVERVIEW = ("nodeid", "deviceuuid", "deviceidx", "devicecores", "devicememorylimit", "devicetype", "zone")
+_L_POD = ("podnamespace", "nodename", "podname", "containeridx", "deviceuuid", "zone")
+
+
+class UsageCollector:
+    """HAMi's `ClusterManagerCollector`: gauges over the current usage snapshot."""
+
+    def __init__(self, snapshot: Callable[[], Snapshot], legacy: bool = False):
+        self.snapshot = snapshot
+        self.legacy = legacy
+
+    def describe(self) -> Iterable:
+        return []
+
+    def collect(self) -> Iterable:
+        snap = self.snapshot()
+        g = {
+            "mem_limit": GaugeMetricFamily("hami_gpu_memory_limit_bytes", "GPU device memory limit", labels=_DEV),
+            "core_limit": GaugeMetricFamily("hami_gpu_core_limit_ratio", "GPU device core limit", labels=_DEV),
+            "mem_alloc": GaugeMetricFamily("hami_gpu_memory_allocated_bytes", "GPU device memory allocated",
+                                           labels=_DEV_CORES),
+            "shared": GaugeMetricFamily("hami_gpu_shared_count", "Number of containers sharing this GPU",
+                                        labels=_DEV),
+            "core_alloc": GaugeMetricFamily("hami_gpu_core_allocated_ratio", "GPU device core allocated",
+                                            labels=_DEV),
+            "overview": GaugeMetricFamily("hami_node_gpu_overview", "GPU overview on node", labels=_OVERVIEW),
+            "mem_ratio": GaugeMetricFamily("hami_node_gpu_memory_allocated_ratio",
+                                           "GPU memory allocated ratio on node", labels=_DEV),
+            "vmem": GaugeMetricFamily("hami_vgpu_memory_allocated_bytes", "vGPU memory allocated to a container",
+                                      labels=_POD),
+            "vcore": GaugeMetricFamily("hami_vgpu_core_allocated_ratio", "vGPU cores allocated to a container",
+                                       labels=_POD),
+        }
+        legacy = {}
+        if self.legacy:
+            legacy = {
+                "mem_limit": GaugeMetricFamily("GPUDeviceMemoryLimit", "Device memory limit", labels=_L_DEV),
+                "core_limit": GaugeMetricFamily("GPUDeviceCoreLimit", "Device core limit", labels=_L_DEV),
+                "mem_alloc": GaugeMetricFamily("GPUDeviceMemoryAllocated", "Device memory allocated",
+                                               labels=_L_DEV_CORES),
+                "shared": GaugeMetricFamily("GPUDeviceSharedNum", "Containers sharing this GPU", labels=_L_DEV),
+                "core_alloc": GaugeMetricFamily("GPUDeviceCoreAllocated", "Device core allocated", labels=_L_DEV),
+                "overview": GaugeMetricFamily("nodeGPUOverview", "GPU overview on node", labels=_L_OVERVIEW),
+                "mem_ratio": GaugeMetricFamily("nodeGPUMemoryPercentage", "GPU memory allocated ratio",
+                                               labels=_L_DEV),
+                "vmem": GaugeMetricFamily("vGPUMemoryAllocated", "vGPU memory allocated", labels=_L_POD),
+                "vcore": GaugeMetricFamily("vGPUCoreAllocated", "vGPU core allocated", labels=_L_POD),
+            }
+        for node, d in snap.devices:
+            idx = str(d.index)
+            dev = [node, d.id, idx, d.type, ZONE]
+            g["mem_limit"].add_metric(dev, d.totalmem * MIB)
+            g["core_limit"].add_metric(dev, d.totalcore)
+            g["mem_alloc"].add_metric([node, d.id, idx, str(d.usedcores), d.type, ZONE], d.usedmem * MIB)
+            g["shared"].add_metric(dev, d.used)
+            g["core_alloc"].add_metric(dev, d.usedcores)
+            g["overview"].add_metric([node, d.id, idx, str(d.usedcores), str(d.totalmem), d.type, ZONE],
+                                     d.usedmem * MIB)
+            g["mem_ratio"].add_metric(dev, d.usedmem / d.totalmem if d.totalmem else 0.0)
+            if legacy:
+                ldev = [node, d.id, idx, ZONE]
+                legacy["mem_limit"].add_metric(ldev, d.totalmem * MIB)
+                legacy["core_limit"].add_metric(ldev, d.totalcore)
+                legacy["mem_alloc"].add_metric([node, d.id, idx, str(d.usedcores), ZONE], d.usedmem * MIB)
+                legacy["shared"].add_metric(ldev, d.used)
+                legacy["core_alloc"].add_metric(ldev, d.usedcores)
+                legacy["overview"].add_metric(
+                    [node, d.id, idx, str(d.usedcores), str(d.totalmem), d.type, ZONE], d.usedmem * MIB)
+                legacy["mem_ratio"].add_metric(ldev, d.usedmem / d.totalmem if d.totalmem else 0.0)
+        for p in snap.pods:
+            labels = [p.namespace, p.node, p.pod, str(p.container_index), p.device_uuid, ZONE]
+            g["vmem"].add_metric(labels, p.usedmem * MIB)
+            g["vcore"].add_metric(labels, p.usedcores)
+            if legacy:
+                legacy["vmem"].add_metric(labels, p.usedmem * MIB)
+                legacy["vcore"].add_metric(labels, p.usedcores)
+        yield from g.values()
+        yield from legacy.values()
+
+
+class ApiCollector:
+    """API requests by verb, resource and code, read from the client's counter dict on scrape."""
+
+    def __init__(self, counts: Callable[[], dict[tuple[str, str, str], int]],
+                 extra: Callable[[], dict[str, float]] | None = None):
+        self.counts = counts
+        self.extra = extra
+
+    def describe(self) -> Iterable:
+        return []
+
+    def collect(self) -> Iterable:
+        c = CounterMetricFamily("hami_scheduler_kube_api_requests", "Kubernetes API requests sent",
+                                labels=("verb", "resource", "code"))
+        for (verb, resource, code), n in sorted(self.counts().items()):
+            c.add_metric([verb, resource, code], n)
+        yield c
+        if self.extra is not None:
+            for name, value in self.extra().items():
+                yield CounterMetricFamily(name, name.replace("_", " "), value=value)
+
+
+class SchedulerMetrics:
+    def __init__(self, snapshot: Callable[[], Snapshot],
+                 api_counts: Callable[[], dict[tuple[str, str, str], int]],
+                 *, legacy: bool = False, extra: Callable[[], dict[str, float]] | None = None,
+                 version: str = "0.1.0"):
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(UsageCollector(snapshot, legacy))
+        self.registry.register(ApiCollector(api_counts, extra))
+        self.filter_seconds = Histogram("hami_scheduler_filter_duration_seconds", "Time to answer /filter",
+                                        labelnames=("result",), buckets=_LAT_BUCKETS, registry=self.registry)
+        self.bind_seconds = Histogram("hami_scheduler_bind_duration_seconds", "Time to answer /bind",
+                                      labelnames=("result",), buckets=_LAT_BUCKETS, registry=self.registry)
+        from prometheus_client import Gauge
+
+        build = Gauge("hami_build_info", "Build information", labelnames=("version",), registry=self.registry)
+        build.labels(version).set(1)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = self.exposition()
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def split_bind(address: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
+    """`:9395` -> ("0.0.0.0", 9395); `127.0.0.1:8080` -> ("127.0.0.1", 8080); `[::1]:80` too."""
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        raise ValueError(f"bind address {address!r}: expected host:port")
+    host = host.strip("[]") or default_host
+    try:
+        return host, int(port)
+    except ValueError:
+        raise ValueError(f"bind address {address!r}: port {port!r} is not a number") from None
+
+
+async def serve_metrics(metrics: SchedulerMetrics, address: str) -> web.AppRunner:
+    app = web.Application()
+    app.router.add_get("/metrics", metrics.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    host, port = split_bind(address)
+    await web.TCPSite(runner, host, port).start()
+    return runner

@@ -1,0 +1,224 @@
+"""`hami --role scheduler`: the extender, its watches, the handshake, leases and metrics, wired.
+
+Tasks (all named, all stopped by ctx.stop): node and pod informers -> ClusterState; the event
+writer; the handshake writer (leader only with --leader-elect); a 15 s re-judge of time-based
+handshake state (no API calls); the lease elector; the TLS certificate watcher. Servers: the
+extender on --http_bind and /metrics on --metrics-bind-address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from hami.config import Config, replace
+from hami.device import request as devrequest
+from hami.kube.client import KubeClient
+from hami.kube.events import EventRecorder
+from hami.kube.leader import LeaderElector
+from hami.kube.nodelock import NodeLocker
+from hami.obs.log import get_logger
+from hami.scheduler import webhook as webhookmod
+from hami.scheduler.bind import Binder
+from hami.scheduler.extender import CertReloader, Extender, bound_port, serve
+from hami.scheduler.handshake import Handshaker, Verdict
+from hami.scheduler.metrics import PodAlloc, SchedulerMetrics, Snapshot, serve_metrics
+from hami.scheduler.state import ClusterState
+
+log = get_logger(__name__)
+
+RECHECK_S = 15.0
+
+
+def node_selector_text(pairs: tuple[tuple[str, str], ...]) -> str | None:
+    return ",".join(f"{k}={v}" for k, v in pairs) or None
+
+
+def make_requests_fn(config: Config):
+    nvidia = config.nvidia
+
+    def requests_fn(pod: dict):
+        reqs = devrequest.pod_requests(pod, nvidia)
+        n_init = len((pod.get("spec") or {}).get("initContainers") or [])
+        return list(reqs), n_init
+
+    return requests_fn
+
+
+def usage_snapshot(state: ClusterState) -> Snapshot:
+    index = state.index
+    devices = []
+    for name in sorted(index.nodes):
+        for d in index.nodes[name].devices:
+            devices.append((name, d))
+    pods = []
+    for uid, key in state.uid_keys.items():
+        rec = index.pod(uid)
+        if rec is None:
+            continue
+        ns, _, pname = key.partition("/")
+        for cidx, ctr in enumerate(rec.devices):
+            for dev in ctr:
+                pods.append(PodAlloc(ns, rec.node, pname, cidx, dev.uuid, dev.usedmem, dev.usedcores))
+    return Snapshot(tuple(devices), tuple(pods))
+
+
+@dataclass
+class Scheduler:
+    """Everything the role builds; tests build it the same way through `start_scheduler`."""
+
+    config: Config
+    client: KubeClient
+    state: ClusterState
+    events: EventRecorder
+    extender: Extender
+    binder: Binder
+    locker: NodeLocker
+    handshaker: Handshaker
+    metrics: SchedulerMetrics
+    leader: LeaderElector | None = None
+    runners: list = field(default_factory=list)
+    tasks: list = field(default_factory=list)
+    port: int = 0
+    metrics_port: int = 0
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _hs_pending: dict = field(default_factory=dict)
+    _hs_wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def url(self) -> str:
+        scheme = "https" if self.config.scheduler.cert_file and self.config.scheduler.key_file else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def queue_handshake(self, node: dict, verdict: Verdict) -> None:
+        self._hs_pending[(node.get("metadata") or {}).get("name", "")] = (node, verdict)
+        self._hs_wake.set()
+
+    async def handshake_writer(self) -> None:
+        while not self.stop.is_set():
+            if not self._hs_pending:
+                self._hs_wake.clear()
+                await _wait_either(self._hs_wake, self.stop)
+                continue
+            name, (node, verdict) = next(iter(self._hs_pending.items()))
+            del self._hs_pending[name]
+            await self.handshaker.apply(node, verdict)
+
+    async def rechecker(self) -> None:
+        while not self.stop.is_set():
+            try:
+                await asyncio.wait_for(self.stop.wait(), RECHECK_S)
+            except TimeoutError:
+                self.state.recheck()
+
+    async def close(self) -> None:
+        self.stop.set()
+        for t in self.tasks:
+            t.cancel()
+        for t in self.tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        for r in self.runners:
+            await r.cleanup()
+        await self.client.close()
+
+
+async def _wait_either(a: asyncio.Event, b: asyncio.Event) -> None:
+    ta, tb = asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())
+    try:
+        await asyncio.wait({ta, tb}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        ta.cancel()
+        tb.cancel()
+
+
+async def start_scheduler(config: Config, *, client: KubeClient | None = None, serve_metrics_too: bool = True,
+                          clock: Any = None, identity: str | None = None) -> Scheduler:
+    """Build and start every piece; returns once the servers listen (informers still syncing)."""
+    import time as _time
+
+    clock = clock or _time.time
+    sc = config.scheduler
+    client = client or await KubeClient.from_settings(config.kube)
+    identity = identity or config.kube.pod_name or f"{socket.gethostname()}-{os.getpid()}"
+    events = EventRecorder(client, sc.scheduler_name, instance=identity, clock=clock)
+    leader: LeaderElector | None = None
+    if sc.leader_elect:
+        leader = LeaderElector(client, sc.leader_elect_resource_namespace or config.kube.pod_namespace,
+                               sc.leader_elect_resource_name or "hami-scheduler", identity)
+    handshaker = Handshaker(client, resource=config.nvidia.resource_count_name, clock=clock,
+                            is_leader=(lambda: leader.is_leader) if leader else (lambda: True))
+    state = ClusterState(client, config.nvidia, node_label_selector=node_selector_text(sc.node_label_selector),
+                         handshaker=handshaker)
+    assert state.nodes is not None
+    locker = NodeLocker(client, state.nodes, state.pod, timeout=sc.node_lock_timeout, clock=clock)
+    binder = Binder(client, state, locker, events, retry_timeout=sc.node_lock_retry_timeout, clock=clock)
+    metrics = SchedulerMetrics(
+        lambda: usage_snapshot(state), lambda: client.requests, legacy=sc.legacy_metrics,
+        extra=lambda: {"hami_scheduler_events_dropped": float(events.dropped),
+                       "hami_scheduler_handshake_writes": float(handshaker.writes)},
+    )
+    wh_settings = webhookmod.WebhookSettings.from_config(config)
+
+    def webhook(body: bytes) -> dict:
+        try:
+            review = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"AdmissionReview: {exc}") from None
+        return webhookmod.mutate(review, wh_settings, quota=state.index.quota_view)
+
+    ext = Extender(config, state, client, events, requests_fn=make_requests_fn(config), metrics=metrics,
+                   binder=binder, webhook=webhook, clock=clock)
+    s = Scheduler(config, client, state, events, ext, binder, locker, handshaker, metrics, leader)
+    state.on_handshake_write = s.queue_handshake
+    if leader is not None:
+        leader.on_change = lambda is_leader: state.recheck() if is_leader else None
+
+    ssl_ctx = None
+    reloader = None
+    if sc.cert_file and sc.key_file:
+        reloader = CertReloader(sc.cert_file, sc.key_file)
+        ssl_ctx = reloader.context
+    runner = await serve(ext.make_app(), sc.http_bind, ssl_ctx)
+    s.runners.append(runner)
+    s.port = bound_port(runner)
+    if serve_metrics_too and sc.metrics_bind_address:
+        mrunner = await serve_metrics(metrics, sc.metrics_bind_address)
+        s.runners.append(mrunner)
+        s.metrics_port = bound_port(mrunner)
+
+    def spawn(coro, name: str) -> None:
+        s.tasks.append(asyncio.create_task(coro, name=f"scheduler:{name}"))
+
+    spawn(state.run(s.stop), "informers")
+    spawn(events.run(s.stop), "events")
+    spawn(s.handshake_writer(), "handshake")
+    spawn(s.rechecker(), "recheck")
+    if leader is not None:
+        spawn(leader.run(s.stop), "leader")
+    if reloader is not None:
+        spawn(reloader.run(s.stop), "tls-reload")
+    log.info("Scheduler extender listening", address=sc.http_bind, port=s.port, metrics=sc.metrics_bind_address,
+             scheduler_name=sc.scheduler_name, leader_elect=sc.leader_elect)
+    return s
+
+
+async def run(ctx) -> None:
+    config: Config = ctx.config
+    if not config.kube.kubeconfig and ctx.shared.get("kubeconfig"):
+        config = replace(config, kube=replace(config.kube, kubeconfig=ctx.shared["kubeconfig"]))
+    s = await start_scheduler(config)
+    ctx.shared["scheduler_url"] = s.url
+    try:
+        await s.state.wait_synced(config.scheduler.sync_timeout)
+        ctx.ready.set()
+        await ctx.stop.wait()
+    finally:
+        await s.close()

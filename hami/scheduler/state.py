@@ -1,0 +1,250 @@
+"""The scheduler's view of the cluster, fed only by watches (nodes, pods, resource quotas).
+
+* Nodes: the register annotation is decoded once per change of its text (not per filter); the
+  handshake verdict (hami.scheduler.handshake) decides whether the node's devices are usable;
+  usable nodes live in the `UsageIndex` (hami.scheduler.usage), others are dropped from it.
+* Pods: a pod counts once it carries `hami.io/vgpu-node` (whatever its bind phase, as in HAMi);
+  Succeeded/Failed or deleted pods release their devices; init-container usage collapses as in
+  HAMi and shrinks to app-only usage once every init container exited 0.
+* /filter and /bind read only this state; they never call the API server to read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hami.device import codec
+from hami.device.model import DeviceInfo, NvidiaConfig
+from hami.kube.client import KubeClient
+from hami.kube.informer import ADDED, DELETED, Informer
+from hami.obs.log import get_logger
+from hami.scheduler.handshake import REGISTER_KEY, Handshaker
+from hami.scheduler.usage import UsageIndex, parse_cordon
+
+log = get_logger(__name__)
+
+VGPU_NODE = "hami.io/vgpu-node"
+DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
+MIG_ALLOCATIONS = "hami.io/vgpu-mig-allocations"
+CORDON_KEY = "hami.io/device-cordon"
+SCORE_KEY = "hami.io/node-nvidia-score"
+TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDevices:
+    """Decoded registration of one node, kept while the annotation text is unchanged."""
+
+    register: str
+    devices: tuple[DeviceInfo, ...]
+    error: str = ""
+
+
+def _annos(obj: dict | None) -> dict:
+    return ((obj or {}).get("metadata") or {}).get("annotations") or {}
+
+
+def init_released(pod: dict) -> bool:
+    """True when the pod has init containers and every one terminated with exit code 0."""
+    statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
+    n_init = len((pod.get("spec") or {}).get("initContainers") or [])
+    if not n_init or len(statuses) < n_init:
+        return False
+    for st in statuses:
+        term = (st.get("state") or {}).get("terminated")
+        if not term or term.get("exitCode", 1) != 0:
+            return False
+    return True
+
+
+class ClusterState:
+    def __init__(self, client: KubeClient | None, nvidia: NvidiaConfig | None = None, *,
+                 node_label_selector: str | None = None, handshaker: Handshaker | None = None,
+                 silent_timeout: float = 120.0):
+        self.client = client
+        self.nvidia = nvidia or NvidiaConfig()
+        self.index = UsageIndex(self.nvidia)
+        self.handshaker = handshaker or Handshaker(None, resource=self.nvidia.resource_count_name)
+        self.registered: dict[str, NodeDevices] = {}  # node -> decoded registration (all HAMi nodes)
+        self.usable: set[str] = set()
+        self.pod_keys: dict[str, str] = {}  # "ns/name" -> uid of counted pods
+        self.uid_keys: dict[str, str] = {}  # uid -> "ns/name"
+        self.on_handshake_write: Callable[[dict, object], None] | None = None
+        self.nodes: Informer | None = None
+        self.pods: Informer | None = None
+        if client is not None:
+            self.nodes = Informer(client, "nodes", label_selector=node_label_selector,
+                                  handler=self.on_node, silent_timeout=silent_timeout)
+            self.pods = Informer(client, "pods", handler=self.on_pod, silent_timeout=silent_timeout)
+        self.decode_count = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, stop: asyncio.Event) -> None:
+        assert self.nodes is not None and self.pods is not None
+        await asyncio.gather(self.nodes.run(stop), self.pods.run(stop))
+
+    async def wait_synced(self, timeout: float | None) -> bool:
+        if self.nodes is None or self.pods is None:
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        for inf in (self.nodes, self.pods):
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            if not await inf.wait_synced(left):
+                return False
+        return True
+
+    @property
+    def synced(self) -> bool:
+        if self.nodes is None or self.pods is None:
+            return True
+        return self.nodes.synced.is_set() and self.pods.synced.is_set()
+
+    # ------------------------------------------------------------------ lookups
+
+    def pod(self, namespace: str, name: str) -> dict | None:
+        return self.pods.store.get(f"{namespace}/{name}") if self.pods is not None else None
+
+    def node(self, name: str) -> dict | None:
+        return self.nodes.store.get(name) if self.nodes is not None else None
+
+    def decode_node(self, node: dict) -> NodeDevices | None:
+        """Decoded registration of a node object (cached by annotation text)."""
+        annos = _annos(node)
+        text = annos.get(REGISTER_KEY)
+        if text is None:
+            return None
+        name = (node.get("metadata") or {}).get("name", "")
+        cached = self.registered.get(name)
+        if cached is not None and cached.register == text:
+            return cached
+        return self._decode(text)
+
+    def _decode(self, text: str) -> NodeDevices:
+        self.decode_count += 1
+        try:
+            devices = tuple(codec.decode_node_devices(text))
+        except codec.CodecError as exc:
+            return NodeDevices(text, (), str(exc))
+        return NodeDevices(text, devices)
+
+    # ------------------------------------------------------------------ node events
+
+    def on_node(self, etype: str, old: dict | None, new: dict | None) -> None:
+        if etype == DELETED or new is None:
+            name = ((old or {}).get("metadata") or {}).get("name", "")
+            self.registered.pop(name, None)
+            self.usable.discard(name)
+            self.index.remove_node(name)
+            self.handshaker.forget(name)
+            return
+        self.refresh_node(new)
+
+    def refresh_node(self, node: dict) -> None:
+        """Re-judge one cached node: decode (if changed), handshake verdict, usage index."""
+        meta = node.get("metadata") or {}
+        name = meta.get("name", "")
+        annos = meta.get("annotations") or {}
+        text = annos.get(REGISTER_KEY)
+        if text is None:
+            if name in self.registered or name in self.usable:
+                self.registered.pop(name, None)
+                self.usable.discard(name)
+                self.index.remove_node(name)
+            return
+        prev = self.registered.get(name)
+        if prev is None or prev.register != text:
+            dec = self._decode(text)
+            self.registered[name] = dec
+            if dec.error:
+                log.warning("Node registration unreadable", node=name, error=dec.error)
+        else:
+            dec = prev
+        verdict = self.handshaker.evaluate(node)
+        if verdict.write is not None and self.on_handshake_write is not None:
+            self.on_handshake_write(node, verdict)
+        healthy = verdict.healthy and not dec.error and bool(dec.devices)
+        cordon = parse_cordon(annos.get(CORDON_KEY))
+        pair = _pair_scores(annos.get(SCORE_KEY))
+        existing = self.index.node(name)
+        if healthy:
+            if existing is None or prev is None or prev.register != text or name not in self.usable:
+                self.index.set_node(name, dec.devices, cordon, pair)
+            else:
+                if existing.cordoned != cordon:
+                    self.index.set_cordon(name, cordon)
+                if pair != existing.pair_scores:
+                    existing.pair_scores = pair
+            self.usable.add(name)
+        elif name in self.usable or existing is not None:
+            self.usable.discard(name)
+            self.index.remove_node(name)
+            log.info("Node devices not usable", node=name,
+                     reason=dec.error or ("no devices" if not dec.devices else "handshake"))
+
+    def recheck(self) -> None:
+        """Re-judge time-dependent handshake state of every cached HAMi node (no API calls)."""
+        if self.nodes is None:
+            return
+        for name in list(self.registered):
+            node = self.nodes.store.get(name)
+            if node is not None:
+                self.refresh_node(node)
+
+    # ------------------------------------------------------------------ pod events
+
+    def on_pod(self, etype: str, old: dict | None, new: dict | None) -> None:
+        obj = new if new is not None else old
+        if obj is None:
+            return
+        meta = obj.get("metadata") or {}
+        uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        if etype == DELETED or new is None:
+            if self.index.remove_pod(uid):
+                log.v(4).info("Pod released devices", pod=key, reason="deleted")
+            self.pod_keys.pop(key, None)
+            self.uid_keys.pop(uid, None)
+            return
+        if (new.get("status") or {}).get("phase") in TERMINAL:
+            if self.index.remove_pod(uid):
+                log.v(4).info("Pod released devices", pod=key, reason="terminal")
+            self.pod_keys.pop(key, None)
+            self.uid_keys.pop(uid, None)
+            return
+        annos = meta.get("annotations") or {}
+        node = annos.get(VGPU_NODE)
+        if not node:
+            return
+        self.count_pod(uid, key, node, annos, new, etype == ADDED)
+
+    def count_pod(self, uid: str, key: str, node: str, annos: dict, pod: dict | None, added: bool = False) -> None:
+        text = annos.get(DEVICES_ALLOCATED, "")
+        try:
+            devices = codec.decode_pod_devices(text) if text else ()
+        except codec.CodecError as exc:
+            log.warning("Pod device annotation unreadable", pod=key, error=str(exc))
+            return
+        n_init = len(((pod or {}).get("spec") or {}).get("initContainers") or [])
+        released = init_released(pod) if pod is not None else False
+        ns = key.partition("/")[0]
+        if self.index.add_pod(uid, node, devices, namespace=ns, num_init=n_init, init_released=released):
+            log.v(5).info("Pod counted", pod=key, node=node, devices=text)
+        self.pod_keys[key] = uid
+        self.uid_keys[uid] = key
+
+    def pod_by_uid(self, uid: str) -> dict | None:
+        key = self.uid_keys.get(uid)
+        return self.pods.store.get(key) if key and self.pods is not None else None
+
+
+def _pair_scores(text: str | None) -> dict[str, dict[str, int]]:
+    if not text:
+        return {}
+    try:
+        return {e.uuid: dict(e.scores) for e in codec.decode_pair_scores(text)}
+    except codec.CodecError:
+        return {}
