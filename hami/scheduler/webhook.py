@@ -1,0 +1,379 @@
+"""The mutating admission webhook as a pure function (HAMi `pkg/scheduler/webhook.go`).
+
+Spec: scheduler.md §3.4. HAMi's NVIDIA `MutateAdmission` (`pkg/device/nvidia/device.go`).
+
+API
+---
+- `WebhookSettings(scheduler_name, force_overwrite_default_scheduler, nvidia)`;
+  `WebhookSettings.from_config(config)` builds it from `hami.config.Config`.
+- `mutate(review, settings, quota=None) -> dict`: takes a decoded AdmissionReview
+  (`admission.k8s.io/v1` or `v1beta1`) and returns the AdmissionReview to send back, with the
+  same apiVersion. Mutations come back as a base64 JSONPatch (`patchType: JSONPatch`) computed
+  with `jsonpatch` between the original and the mutated pod. `quota` is a callable
+  `namespace -> usage.QuotaView | None` (or a QuotaView) for the ResourceQuota check.
+- `mutate_pod(pod, settings, quota=None) -> Decision`: the same on a pod dict; `Decision.pod`
+  is the mutated copy.
+- `WebhookError`: the review itself is malformed (names the field).
+
+Handling, in HAMi's order: no containers -> denied `pod has no containers`; a foreign
+schedulerName -> allowed unchanged; per init container then container: gpumem-percentage
+outside 0..100 -> error (code 500); `nvidia.com/priority` -> env CUDA_TASK_PRIORITY;
+gpuCorePolicy force/disable -> env GPU_CORE_UTILIZATION_POLICY; gpucores/gpumem/percentage
+without a count -> `nvidia.com/gpu: defaultGPUNum`; exclusive default `nvidia.com/gpucores: 100`;
+runtimeClassName; overwriteEnv -> NVIDIA_VISIBLE_DEVICES=none; a privileged container with a
+GPU -> denied `container <name> is privileged`; schedulerName set, nodeName set -> denied
+`pod has node assigned`; ResourceQuota -> denied `exceeding resource quota`.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from typing import Any
+
+import jsonpatch
+
+from hami.device.model import NvidiaConfig
+
+from .usage import QuotaView
+
+DEFAULT_SCHEDULER = "default-scheduler"
+TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"
+CORE_POLICY_ENV = "GPU_CORE_UTILIZATION_POLICY"
+
+
+class WebhookError(ValueError):
+    """The AdmissionReview cannot be handled: names the field and what was wrong."""
+
+    def __init__(self, field: str, problem: str):
+        self.field, self.problem = field, problem
+        super().__init__(f"{field}: {problem}")
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSettings:
+    scheduler_name: str = "hami-scheduler"
+    force_overwrite_default_scheduler: bool = True
+    nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
+
+    @classmethod
+    def from_config(cls, config: Any) -> WebhookSettings:
+        return cls(
+            scheduler_name=config.scheduler.scheduler_name,
+            force_overwrite_default_scheduler=config.scheduler.force_overwrite_default_scheduler,
+            nvidia=config.nvidia,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    pod: dict | None = None  # mutated copy when allowed and changed
+    code: int = 200
+    message: str = ""
+    reason: str = ""
+
+
+# --------------------------------------------------------------------------- quantities
+
+_SUFFIX = {
+    "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}
+_QTY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:(Ki|Mi|Gi|Ti|Pi|Ei|[kMGTPE]|m|n|u)|([eE][+-]?\d+))?$")
+_SMALL = {"m": Decimal("0.001"), "u": Decimal("0.000001"), "n": Decimal("0.000000001")}
+
+
+def quantity_decimal(value: Any) -> Decimal | None:
+    """A Kubernetes resource.Quantity as a Decimal; None when it cannot be parsed."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    if not isinstance(value, str):
+        return None
+    m = _QTY.match(value.strip())
+    if not m:
+        return None
+    try:
+        num = Decimal(m.group(1))
+    except InvalidOperation:
+        return None
+    suffix, exp = m.group(2), m.group(3)
+    if exp:
+        return num * (Decimal(10) ** int(exp[1:]))
+    if suffix in _SMALL:
+        return num * _SMALL[suffix]
+    return num * _SUFFIX[suffix or ""]
+
+
+def quantity_value(value: Any) -> int | None:
+    """Quantity.Value(): rounded up to an integer."""
+    d = quantity_decimal(value)
+    if d is None:
+        return None
+    return int(d.to_integral_value(rounding=ROUND_CEILING))
+
+
+def quantity_int(value: Any) -> int | None:
+    """Quantity.AsInt64(): only exact integers."""
+    d = quantity_decimal(value)
+    if d is None or d != d.to_integral_value():
+        return None
+    return int(d)
+
+
+# --------------------------------------------------------------------------- containers
+
+def _resources(ctr: dict) -> tuple[dict, dict]:
+    res = ctr.get("resources") or {}
+    return (res.get("limits") or {}), (res.get("requests") or {})
+
+
+def _value(ctr: dict, name: str) -> int | None:
+    """resourceValue: limits, then requests, as Quantity.Value()."""
+    if not name:
+        return None
+    limits, requests = _resources(ctr)
+    if name in limits:
+        return quantity_value(limits[name])
+    if name in requests:
+        return quantity_value(requests[name])
+    return None
+
+
+def _present(ctr: dict, name: str) -> bool:
+    if not name:
+        return False
+    limits, requests = _resources(ctr)
+    return name in limits or name in requests
+
+
+def _set_limit(ctr: dict, name: str, value: str) -> None:
+    res = ctr.setdefault("resources", {})
+    if res is None:
+        res = ctr["resources"] = {}
+    limits = res.get("limits")
+    if limits is None:
+        limits = res["limits"] = {}
+    limits[name] = value
+
+
+def _add_env(ctr: dict, name: str, value: str) -> None:
+    env = ctr.get("env")
+    if env is None:
+        env = ctr["env"] = []
+    env.append({"name": name, "value": value})
+
+
+def _mutate_container(ctr: dict, pod: dict, cfg: NvidiaConfig) -> bool:
+    """NVIDIA MutateAdmission for one container; returns whether it has the resource.
+
+    Raises _Reject(500, ...) for an out-of-range gpumem-percentage.
+    """
+    pct = _value(ctr, cfg.resource_memory_percentage_name)
+    if pct is not None and (pct < 0 or pct > 100):
+        raise _Reject(
+            500,
+            f"invalid {cfg.resource_memory_percentage_name} value {pct} in container "
+            f"{ctr.get('name', '')}: must be an integer between 0 and 100",
+        )
+    limits, _ = _resources(ctr)
+    if cfg.resource_priority_name in limits:
+        prio = quantity_value(limits[cfg.resource_priority_name])
+        _add_env(ctr, TASK_PRIORITY_ENV, str(prio if prio is not None else 0))
+    if cfg.gpu_core_policy not in ("", "default"):
+        _add_env(ctr, CORE_POLICY_ENV, cfg.gpu_core_policy)
+
+    has = False
+    if cfg.resource_count_name in limits:
+        has = True
+    elif any(n and n in limits for n in (
+        cfg.resource_core_name, cfg.resource_memory_name, cfg.resource_memory_percentage_name,
+    )):
+        if cfg.default_gpu_num > 0:
+            _set_limit(ctr, cfg.resource_count_name, str(cfg.default_gpu_num))
+            has = True
+    if _default_exclusive_core(ctr, cfg):
+        has = True
+    if has and not pod["spec"].get("runtimeClassName") and cfg.runtime_class_name:
+        pod["spec"]["runtimeClassName"] = cfg.runtime_class_name
+    if not has and cfg.overwrite_env:
+        _add_env(ctr, "NVIDIA_VISIBLE_DEVICES", "none")
+    return has
+
+
+def _default_exclusive_core(ctr: dict, cfg: NvidiaConfig) -> bool:
+    if not _present(ctr, cfg.resource_count_name):
+        return False
+    if not cfg.resource_core_name or _present(ctr, cfg.resource_core_name):
+        return False
+    pct = _value(ctr, cfg.resource_memory_percentage_name)
+    if pct is not None:
+        exclusive = pct == 100
+    elif not cfg.resource_memory_name:
+        exclusive = True
+    else:
+        exclusive = _value(ctr, cfg.resource_memory_name) is None
+    if not exclusive:
+        return False
+    _set_limit(ctr, cfg.resource_core_name, "100")
+    return True
+
+
+class _Reject(Exception):
+    def __init__(self, code: int, message: str):
+        self.code, self.message = code, message
+        super().__init__(message)
+
+
+# --------------------------------------------------------------------------- quota
+
+def _request(ctr: dict, cfg: NvidiaConfig) -> tuple[int, int, int]:
+    """(nums, memreq, coresreq) as GenerateResourceRequests computes them (§4)."""
+    limits, requests = _resources(ctr)
+    raw = limits.get(cfg.resource_count_name, requests.get(cfg.resource_count_name))
+    if raw is None:
+        return 0, 0, 0
+    nums = quantity_int(raw)
+    if nums is None:
+        return 0, 0, 0
+    mem = 0
+    if _present(ctr, cfg.resource_memory_name):
+        q = limits.get(cfg.resource_memory_name, requests.get(cfg.resource_memory_name))
+        m = quantity_int(q)
+        factor = max(cfg.memory_factor, 1)
+        if m is None or m < 0 or m > (2**31 - 1) // factor:
+            return 0, 0, 0
+        mem = m * factor
+    pct = 101
+    if _present(ctr, cfg.resource_memory_percentage_name):
+        q = limits.get(cfg.resource_memory_percentage_name, requests.get(cfg.resource_memory_percentage_name))
+        p = quantity_int(q)
+        if p is not None:
+            p = min(p, 100)
+            pct = p if p > 0 else 101
+    if pct == 101 and mem == 0 and cfg.default_memory:
+        mem = cfg.default_memory
+    cores = cfg.default_cores
+    if _present(ctr, cfg.resource_core_name):
+        q = limits.get(cfg.resource_core_name, requests.get(cfg.resource_core_name))
+        c = quantity_int(q)
+        if c is not None:
+            cores = c
+    return nums, mem, cores
+
+
+def _fits_quota(pod: dict, cfg: NvidiaConfig, quota: QuotaView | None) -> bool:
+    if quota is None:
+        return True
+    spec = pod["spec"]
+    app_mem = app_cores = init_mem = init_cores = 0
+    for ctr in spec.get("initContainers") or ():
+        n, m, c = _request(ctr, cfg)
+        if n > 0:
+            init_mem = max(init_mem, m * n)
+            init_cores = max(init_cores, c * n)
+    for ctr in spec.get("containers") or ():
+        n, m, c = _request(ctr, cfg)
+        if n > 0:
+            app_mem += m * n
+            app_cores += c * n
+    return quota.fits(max(app_mem, init_mem), max(app_cores, init_cores))
+
+
+# --------------------------------------------------------------------------- pod
+
+QuotaSource = Callable[[str], QuotaView | None] | QuotaView | None
+
+
+def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = None, namespace: str = "") -> Decision:
+    """Apply HAMi's admission rules to a pod dict (not modified); see the module docstring."""
+    if not isinstance(pod, Mapping):
+        raise WebhookError("request.object", "expected a Pod object")
+    pod = copy.deepcopy(dict(pod))
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        raise WebhookError("request.object.spec", "missing")
+    containers = spec.get("containers") or []
+    if not containers:
+        return Decision(False, code=403, reason="Forbidden", message="pod has no containers")
+    sched = spec.get("schedulerName") or ""
+    if sched and not (
+        (sched == DEFAULT_SCHEDULER and settings.force_overwrite_default_scheduler)
+        or sched == settings.scheduler_name
+    ):
+        meta = pod.get("metadata") or {}
+        return Decision(
+            True, code=200,
+            message=f"pod {meta.get('namespace', namespace)}/{meta.get('name', '')} is not scheduled by {settings.scheduler_name}",
+        )
+    cfg = settings.nvidia
+    has_resource = False
+    privileged: str | None = None
+    try:
+        for group in ("initContainers", "containers"):
+            for ctr in spec.get(group) or ():
+                found = _mutate_container(ctr, pod, cfg)
+                if found:
+                    has_resource = True
+                    sc = ctr.get("securityContext") or {}
+                    if sc.get("privileged") is True and privileged is None:
+                        privileged = ctr.get("name", "")
+    except _Reject as r:
+        return Decision(False, code=r.code, message=r.message)
+    if privileged is not None:
+        return Decision(False, code=403, reason="Forbidden", message=f"container {privileged} is privileged")
+    if has_resource:
+        if settings.scheduler_name:
+            spec["schedulerName"] = settings.scheduler_name
+            if spec.get("nodeName"):
+                return Decision(False, code=403, reason="Forbidden", message="pod has node assigned")
+        ns = (pod.get("metadata") or {}).get("namespace") or namespace
+        view = quota(ns) if callable(quota) else quota
+        if not _fits_quota(pod, cfg, view):
+            return Decision(False, code=403, reason="Forbidden", message="exceeding resource quota")
+    return Decision(True, pod=pod)
+
+
+def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None) -> dict:
+    """AdmissionReview in, AdmissionReview out (v1 or v1beta1, echoing the request's version)."""
+    if not isinstance(review, Mapping):
+        raise WebhookError("AdmissionReview", "expected an object")
+    api_version = review.get("apiVersion") or "admission.k8s.io/v1"
+    if api_version not in ("admission.k8s.io/v1", "admission.k8s.io/v1beta1"):
+        raise WebhookError("apiVersion", f"unsupported {api_version!r}")
+    request = review.get("request")
+    if not isinstance(request, Mapping):
+        raise WebhookError("request", "missing")
+    uid = request.get("uid") or ""
+    obj = request.get("object")
+    response: dict[str, Any] = {"uid": uid}
+    if not isinstance(obj, Mapping) or not isinstance(obj.get("spec"), Mapping):
+        response.update(allowed=False, status={"code": 400, "message": "request.object: expected a Pod object"})
+    else:
+        d = mutate_pod(obj, settings, quota, namespace=request.get("namespace") or "")
+        response["allowed"] = d.allowed
+        if d.allowed and d.pod is not None:
+            ops = jsonpatch.make_patch(_plain(obj), d.pod).patch
+            if ops:
+                response["patchType"] = "JSONPatch"
+                response["patch"] = base64.b64encode(json.dumps(ops, separators=(",", ":")).encode()).decode()
+            response["status"] = {"code": 200}
+        else:
+            status: dict[str, Any] = {"code": d.code, "message": d.message}
+            if d.reason:
+                status["reason"] = d.reason
+            response["status"] = status
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
+
+
+def _plain(obj: Mapping) -> dict:
+    return copy.deepcopy(dict(obj))
