@@ -1,0 +1,144 @@
+"""The incremental usage index (hami.scheduler.usage).
+
+Covers: building node usage from decoded register devices, add_pod/remove_pod idempotence (a pod
+counts once, replaced data replaces usage), terminal pods releasing, pods seen before their node
+registers, re-registration re-applying usage, CollapseInitContainerUsage (§7.3, HAMi
+`pkg/device/initContainer.go`) and the app-only usage once init containers exited, the cached
+node score invalidated on change, cordon parsing (`TestCordonedDevices`), ResourceQuota usage
+and FitQuota (`pkg/device/quota.go`, `TestFitQuota` of device_test.go), MIG placements.
+"""
+
+from __future__ import annotations
+
+from hami.device.model import ContainerDevice, MigPlacement, NvidiaConfig
+from hami.scheduler.usage import UsageIndex, collapse_usage, parse_cordon
+
+from ._helpers import info
+
+
+def cd(uuid, mem, cores=0):
+    return ContainerDevice(uuid, "NVIDIA", mem, cores)
+
+
+def index():
+    idx = UsageIndex()
+    idx.set_node("n1", [info("GPU-0", index=0), info("GPU-1", index=1, numa=1)])
+    return idx
+
+
+def usage(idx, node="n1"):
+    return {d.id: (d.used, d.usedmem, d.usedcores) for d in idx.nodes[node].devices}
+
+
+def test_registered_devices_start_unused():
+    idx = index()
+    assert usage(idx) == {"GPU-0": (0, 0, 0), "GPU-1": (0, 0, 0)}
+    d = idx.nodes["n1"].by_id["GPU-1"]
+    assert (d.count, d.totalmem, d.totalcore, d.numa, d.type, d.is_nvidia) == (10, 8000, 100, 1, "NVIDIA A100-SXM4-40GB", True)
+
+
+def test_add_pod_is_idempotent_and_remove_releases():
+    idx = index()
+    devs = ((cd("GPU-0", 1000, 30),),)
+    assert idx.add_pod("ns/a", "n1", devs, namespace="ns")
+    assert not idx.add_pod("ns/a", "n1", devs, namespace="ns")
+    assert usage(idx)["GPU-0"] == (1, 1000, 30)
+    assert idx.remove_pod("ns/a")
+    assert not idx.remove_pod("ns/a")
+    assert usage(idx)["GPU-0"] == (0, 0, 0)
+
+
+def test_changed_pod_data_replaces_old_usage():
+    idx = index()
+    idx.add_pod("ns/a", "n1", ((cd("GPU-0", 1000),),))
+    idx.add_pod("ns/a", "n1", ((cd("GPU-1", 500),),))
+    assert usage(idx) == {"GPU-0": (0, 0, 0), "GPU-1": (1, 500, 0)}
+
+
+def test_pods_before_node_registration_and_re_registration():
+    idx = UsageIndex()
+    idx.add_pod("ns/a", "n1", ((cd("GPU-0", 1000, 10),),))
+    idx.set_node("n1", [info("GPU-0")])
+    assert usage(idx)["GPU-0"] == (1, 1000, 10)
+    idx.set_node("n1", [info("GPU-0", devmem=16000)])
+    assert usage(idx)["GPU-0"] == (1, 1000, 10)
+    assert idx.nodes["n1"].by_id["GPU-0"].totalmem == 16000
+    assert idx.pods_on("n1") == ("ns/a",)
+
+
+def test_unknown_uuids_are_ignored():
+    idx = index()
+    idx.add_pod("ns/a", "n1", ((cd("GPU-x", 1000),),))
+    assert usage(idx)["GPU-0"] == (0, 0, 0)
+
+
+def test_collapse_init_container_usage():
+    # init: max; app: sum; slots: max(1 if init, app occurrences, 1)
+    containers = ((cd("A", 3000, 10),), (cd("A", 5000, 20), cd("B", 100)), (cd("A", 1000, 5),), (cd("A", 1500, 5),))
+    got = collapse_usage(containers, 2)
+    assert got == {"A": (5000, 20, 2), "B": (100, 0, 1)}
+    assert list(got) == ["A", "B"]
+    assert collapse_usage(((cd("A", 1, 1),), (cd("A", 2, 2),)), 0) == {"A": (3, 3, 2)}
+
+
+def test_pod_with_init_containers_counts_collapsed_and_shrinks_when_released():
+    idx = index()
+    devs = ((cd("GPU-0", 6000, 50),), (cd("GPU-0", 1000, 10),), (cd("GPU-0", 1000, 10),))
+    idx.add_pod("ns/a", "n1", devs, num_init=1)
+    assert usage(idx)["GPU-0"] == (2, 6000, 50)
+    idx.add_pod("ns/a", "n1", devs, num_init=1, init_released=True)
+    assert usage(idx)["GPU-0"] == (2, 2000, 20)
+
+
+def test_node_score_cache_follows_usage():
+    idx = index()
+    n = idx.nodes["n1"]
+    assert n.score() == 0.0
+    idx.add_pod("ns/a", "n1", ((cd("GPU-0", 8000, 100),),))
+    assert n.score() == 10 * (1 / 20 + 100 / 200 + 8000 / 16000)
+    idx.remove_pod("ns/a")
+    assert n.score() == 0.0
+
+
+def test_parse_cordon():
+    assert parse_cordon(" a, b ,,c") == {"a", "b", "c"}
+    assert parse_cordon(None) == frozenset() and parse_cordon("") == frozenset()
+
+
+def test_quota_tracks_collapsed_usage_and_limits():
+    idx = UsageIndex(NvidiaConfig())
+    assert idx.quota_view("default") is None
+    idx.set_quota("default", "q", {"limits.nvidia.com/gpumem": 2048, "requests.cpu": 4})
+    view = idx.quota_view("default")
+    assert view is not None and view.fits(2048, 0) and not view.fits(2049, 0)
+    idx.add_pod("default/a", "n1", ((cd("GPU-0", 1024, 2),),), namespace="default")
+    assert idx.quota_view("default").fits(1024, 0)
+    assert not idx.quota_view("default").fits(1025, 0)
+    assert idx.quota_used("default")["nvidia.com/gpumem"] == (1024, 2048)
+    idx.remove_pod("default/a")
+    assert idx.quota_view("default").fits(2048, 0)
+    idx.remove_quota("default", "q")
+    assert idx.quota_view("default") is None
+
+
+def test_quota_memory_limit_scales_with_memory_factor():
+    idx = UsageIndex(NvidiaConfig(memory_factor=4))
+    idx.set_quota("ns", "q", {"limits.nvidia.com/gpumem": 100, "limits.nvidia.com/gpucores": 50})
+    view = idx.quota_view("ns")
+    assert view.fits(400, 50) and not view.fits(401, 0) and not view.fits(0, 51)
+
+
+def test_mig_placements_are_tracked():
+    idx = index()
+    pl = MigPlacement(0, 1)
+    idx.add_pod("ns/a", "n1", ((cd("GPU-0", 4864, 15),),), mig=(("GPU-0", pl),))
+    assert idx.nodes["n1"].by_id["GPU-0"].mig_in_use == [pl]
+    idx.remove_pod("ns/a")
+    assert idx.nodes["n1"].by_id["GPU-0"].mig_in_use == []
+
+
+def test_usage_for_builds_unstored_node_with_known_pods():
+    idx = index()
+    idx.add_pod("ns/a", "n2", ((cd("X", 100),),))
+    n = idx.usage_for("n2", [info("X")])
+    assert n.by_id["X"].used == 1 and "n2" not in idx.nodes
