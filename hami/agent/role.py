@@ -147,7 +147,7 @@ async def run(ctx) -> None:
     kube = cfg.kube
     if not kube.kubeconfig and ctx.shared.get("kubeconfig"):
         kube = replace(kube, kubeconfig=ctx.shared["kubeconfig"])
-    client = await KubeClient.create(kube)
+    client = await KubeClient.from_settings(kube)
     try:
         agent = Agent(client, node_name, backend, settings, socket_dir=cfg.agent.kubelet_socket_dir,
                       hook_path=cfg.agent.hook_path, register_interval=cfg.agent.register_interval)

@@ -85,6 +85,7 @@ class Kubelet:
         self._changed = asyncio.Condition()
         self._status_lock = asyncio.Lock()
         self.status_patches = 0
+        self.status_errors: list[str] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -153,8 +154,11 @@ class Kubelet:
             async for resp in conn.stub.ListAndWatch(pb.Empty()):
                 conn.devices = {d.ID: d for d in resp.devices}
                 conn.updates += 1
+                try:
+                    await self._update_node_status(conn.resource)
+                except Exception as exc:  # noqa: BLE001 - status is best effort, like kubelet's
+                    self.status_errors.append(str(exc))
                 await self._notify(conn.resource)
-                await self._update_node_status(conn.resource)
         except grpc.aio.AioRpcError:
             pass  # plugin went away; it registers again when it comes back
         finally:
