@@ -78,6 +78,7 @@ class ApiServer:
         self.max_body = max_body
         self.kubeconfig = ""
         self._runner: web.AppRunner | None = None
+        self._sock: socket.socket | None = None
         self._silent: set[asyncio.Event] = set()
         self._static = self._discovery_docs()
 
@@ -94,38 +95,49 @@ class ApiServer:
     async def start(self) -> None:
         if self._runner is not None:
             return
+        if self._sock is None:
+            sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((self.host, self.port))
+                sock.listen(512)
+            except OSError:
+                sock.close()
+                raise
+            self._sock = sock
+            self.port = sock.getsockname()[1]
         app = web.Application(client_max_size=self.max_body)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
         await runner.setup()
-        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self.host, self.port))
-        except OSError:
-            sock.close()
-            await runner.cleanup()
-            raise
-        self.port = sock.getsockname()[1]
-        site = web.SockSite(runner, sock, shutdown_timeout=1.0)
+        # The site gets a duplicate: closing it leaves our socket listening, so connections made
+        # during a restart wait in the backlog instead of being refused.
+        site = web.SockSite(runner, self._sock.dup(), backlog=512)
         await site.start()
         self._runner = runner
         log.info("Embedded API server listening", url=self.url, rv=self.store.rv)
 
-    async def stop(self) -> None:
-        """Close the listener and every open connection (watches included); the store stays."""
+    async def stop(self, *, keep_port: bool = False) -> None:
+        """End every watch and close every connection; the store stays. With `keep_port` the
+        listening socket stays open (new connections queue until `start()`)."""
         runner, self._runner = self._runner, None
-        if runner is None:
-            return
-        self.store.drop_watchers("server stopping")
-        for ev in list(self._silent):
-            ev.set()
-        await runner.cleanup()
-        log.info("Embedded API server stopped", url=self.url)
+        if runner is not None:
+            self.store.end_watchers()
+            for ev in list(self._silent):
+                ev.set()
+            await runner.cleanup()
+            log.info("Embedded API server stopped", url=self.url)
+        if not keep_port and self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
-    async def restart(self) -> None:
-        """Stop and start again on the same port, keeping the store."""
-        await self.stop()
+    async def restart(self, downtime: float = 0.0) -> None:
+        """Stop and start again on the same port, keeping the store. With `downtime` > 0 the port
+        is closed for that many seconds (clients get connection refused); else connections made
+        meanwhile wait in the listen backlog."""
+        await self.stop(keep_port=downtime <= 0)
+        if downtime > 0:
+            await asyncio.sleep(downtime)
         await self.start()
 
     def write_kubeconfig(self, path: str) -> str:
@@ -363,7 +375,7 @@ class ApiServer:
         try:
             await resp.prepare(request)
             send_initial_bookmark = bookmarks and q.get("sendInitialEvents", "").lower() in _TRUE
-            while not watcher.dropped:
+            while not watcher.dropped and not watcher.ended:
                 batch = watcher.take()
                 if batch:
                     await self._write_lines(resp, batch)

@@ -115,7 +115,8 @@ class Watcher:
         self.initial: list[bytes] = []  # ready lines (initial ADDED or replay); not bounded by max_lines
         self.lines: deque[bytes] = deque()
         self.wakeup = asyncio.Event()
-        self.dropped = False
+        self.dropped = False  # overflowed or cut: the connection is aborted
+        self.ended = False  # finished cleanly (server stopping): the stream ends normally
         self.drop_reason = ""
         self.on_drop: Callable[[], None] | None = None
 
@@ -152,6 +153,12 @@ class Watcher:
         self.wakeup.set()
         if self.on_drop is not None:
             self.on_drop()
+
+    def end(self) -> None:
+        """Finish this watch cleanly: the HTTP layer ends the stream, clients resume from their RV."""
+        self.ended = True
+        self.store._unregister(self)
+        self.wakeup.set()
 
     def close(self) -> None:
         self.store._unregister(self)
@@ -507,11 +514,18 @@ class Store:
     def watchers(self) -> list[Watcher]:
         return [w for ws in self._watchers.values() for w in ws]
 
-    def drop_watchers(self, reason: str = "server stopping") -> int:
-        """Drop every open watch (their connections close); returns how many."""
+    def drop_watchers(self, reason: str = "dropped") -> int:
+        """Abort every open watch connection; returns how many."""
         ws = self.watchers()
         for w in ws:
             w.drop(reason)
+        return len(ws)
+
+    def end_watchers(self) -> int:
+        """End every open watch cleanly (what a stopping server does); returns how many."""
+        ws = self.watchers()
+        for w in ws:
+            w.end()
         return len(ws)
 
 

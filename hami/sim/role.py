@@ -1,0 +1,69 @@
+"""`hami --role sim`: the embedded Kubernetes API server, the no-cluster default.
+
+Serves plain HTTP on `--sim-listen` (default 127.0.0.1:6443; port 0 picks a free one), writes a
+kubeconfig to `--sim-kubeconfig` (default `<--sim-state-dir>/kubeconfig`, else
+`<tmp>/hami-sim-<uid>/kubeconfig`) that kubectl and kubernetes-asyncio use as is, puts
+`ctx.shared["kubeconfig"]` (the path) and `ctx.shared["apiserver"]` (the `ApiServer`, with `.url`
+and `.store`) and then sets `ctx.ready`. Serves until `ctx.stop` is set.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tempfile
+from typing import Any
+
+from hami.obs.log import get_logger
+from hami.sim.apiserver import ApiServer
+from hami.sim.store import Store
+
+log = get_logger(__name__)
+
+
+def parse_listen(address: str) -> tuple[str, int]:
+    """`127.0.0.1:6443` -> ("127.0.0.1", 6443); `:6443` -> loopback; `[::1]:0` -> ("::1", 0)."""
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        raise ValueError(f"--sim-listen {address!r}: expected host:port")
+    try:
+        port_no = int(port)
+    except ValueError:
+        raise ValueError(f"--sim-listen {address!r}: port {port!r} is not a number") from None
+    if not 0 <= port_no <= 65535:
+        raise ValueError(f"--sim-listen {address!r}: port {port_no} is out of range")
+    return host.strip("[]") or "127.0.0.1", port_no
+
+
+def default_kubeconfig(state_dir: str) -> str:
+    base = state_dir or os.path.join(tempfile.gettempdir(), f"hami-sim-{os.getuid()}")
+    return os.path.join(base, "kubeconfig")
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+async def run(ctx: Any) -> None:
+    cfg = ctx.config.sim
+    host, port = parse_listen(cfg.listen)
+    if not _is_loopback(host):
+        log.warning("The embedded API server has no authentication; serving beyond loopback", listen=cfg.listen)
+    server = ApiServer(Store(watch_window=cfg.watch_window), host, port)
+    try:
+        await server.start()
+    except OSError as exc:
+        raise RuntimeError(f"--sim-listen {cfg.listen}: cannot listen: {exc.strerror or exc}") from None
+    try:
+        path = server.write_kubeconfig(cfg.kubeconfig or default_kubeconfig(cfg.state_dir))
+        ctx.shared["kubeconfig"] = path
+        ctx.shared["apiserver"] = server
+        log.info("Embedded Kubernetes API ready", url=server.url, kubeconfig=path,
+                 hint=f"export KUBECONFIG={path}")
+        ctx.ready.set()
+        await ctx.stop.wait()
+    finally:
+        await server.stop()

@@ -1,0 +1,51 @@
+"""Shared fixtures: the embedded Kubernetes API server that every test stands on.
+
+`apiserver` (function scope, async): an `hami.sim.apiserver.ApiServer` serving a fresh
+`hami.sim.store.Store` over HTTP on 127.0.0.1 with a free port. Use it through
+- `apiserver.url`, `apiserver.kubeconfig` (path of a kubeconfig file for kubectl / kubernetes-asyncio);
+- `apiserver.store`: the objects; `store.create/get/update/patch/delete/bind/list` act directly
+  (no HTTP), `store.rv` is the global resourceVersion;
+- `await apiserver.restart()` (or `stop()` then `start()`): cut every connection and listen again on
+  the same port; the store, its resourceVersion and watch window survive;
+- `apiserver.store.set_watch_window(n)` / `apiserver.store.compact()`: make watches from older
+  versions answer 410 Gone;
+- `apiserver.bookmark_interval`: seconds between BOOKMARK events of idle watches (default 5);
+- `apiserver.faults`: `delay` / `write_delay` (seconds before answering), `fail_next_writes(n, 429|500)`,
+  `silent_watch = True` (watches answer 200 and then stay silent), `reset()`.
+
+`kube_api`: a kubernetes_asyncio `ApiClient` loaded from that kubeconfig.
+
+Behaviour to know: pods are created with `status.phase: Pending` whatever the body says (set status
+through `pods/<name>/status`); updates to the main resource ignore `.status` for pods, nodes,
+namespaces and resourcequotas; DELETE removes at once (no graceful termination); creating in a
+namespace that does not exist gives 404 (`default`, `kube-system`, `kube-public` and
+`kube-node-lease` exist at start).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hami.sim.apiserver import ApiServer
+from hami.sim.store import Store
+
+
+@pytest.fixture
+async def apiserver(tmp_path):
+    server = ApiServer(Store(), "127.0.0.1", 0)
+    await server.start()
+    server.write_kubeconfig(str(tmp_path / "kubeconfig"))
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+async def kube_api(apiserver):
+    from kubernetes_asyncio import client, config
+
+    cfg = client.Configuration()
+    await config.load_kube_config(config_file=apiserver.kubeconfig, client_configuration=cfg)
+    async with client.ApiClient(cfg) as api:
+        yield api
