@@ -293,3 +293,40 @@ def test_chart_values_have_the_keys_hami_users_set():
                 walk(v, ref[k], f"{path}{k}.")
 
     walk(prod, values, "")
+
+
+# --------------------------------------------------------------------------- lint and values schema
+
+
+@pytest.mark.parametrize("which", ["default", "prod", "dev"])
+def test_helm_lint_strict_reports_no_warning(which):
+    import helm_python as helm
+
+    values = {} if which == "default" else yaml.safe_load((CHART / "ci" / f"{which}-values.yaml").read_text())
+    report = helm.lint(str(CHART), values, strict=True, namespace=NAMESPACE, kube_version="v1.30.0")
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@pytest.mark.parametrize("bad,where", [
+    ({"devices": {"nvidia": {"gpuCorePolicy": "sometimes"}}}, "/devices/nvidia/gpuCorePolicy"),
+    ({"devices": {"nvidia": {"libCudaLogLevel": 9}}}, "/devices/nvidia/libCudaLogLevel"),
+    ({"devicePlugin": {"deviceSplitCount": 0}}, "/devicePlugin/deviceSplitCount"),
+    ({"devicePlugin": {"deviceMemoryScaling": 0}}, "/devicePlugin/deviceMemoryScaling"),
+    ({"scheduler": {"nodeLockExpire": "5 minutes"}}, "/scheduler/nodeLockExpire"),
+    ({"scheduler": {"defaultSchedulerPolicy": {"nodeSchedulerPolicy": "random"}}},
+     "/scheduler/defaultSchedulerPolicy/nodeSchedulerPolicy"),
+])
+def test_values_schema_rejects_wrong_settings_naming_the_key(bad, where):
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmValuesError) as err:
+        objects(bad)
+    assert where in str(err.value)
+
+
+def test_values_schema_accepts_a_hami_values_file_with_keys_hami_does_not_use():
+    docs = objects({"devices": {"ascend": {"enabled": False}}, "mockDevicePlugin": {"enabled": False},
+                    "devicePlugin": {"deviceMemoryScaling": 1.5}})
+    dev = yaml.safe_load(one(docs, "ConfigMap", "hami-scheduler-device")["data"]["device-config.yaml"])
+    assert dev["nvidia"]["deviceMemoryScaling"] == 1.5
