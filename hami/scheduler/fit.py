@@ -190,6 +190,7 @@ class PodRequest:
     options: FitOptions
     node_policy: str = "binpack"
     namespace: str = ""
+    last_app: int = -1  # index of the last app container with a request
 
     @property
     def empty(self) -> bool:
@@ -207,12 +208,17 @@ def pod_request(
     quota: QuotaView | None = None,
 ) -> PodRequest:
     reqs = tuple(r if r is not None and r.nums > 0 else None for r in requests)
+    last = -1
+    for i in range(num_init, len(reqs)):
+        if reqs[i] is not None:
+            last = i
     return PodRequest(
         requests=reqs,
         num_init=num_init,
         options=fit_options(annotations, gpu_policy, quota),
         node_policy=node_policy_for(annotations, node_policy),
         namespace=namespace,
+        last_app=last,
     )
 
 
@@ -423,49 +429,97 @@ def _is_mig_request(request: ContainerDeviceRequest, devices: Sequence[DeviceSta
     return any(d.mode == MODE_MIG for d in devices)
 
 
-def _fit_container(
-    work: list[DeviceState],
-    by_id: dict[str, DeviceState],
-    request: ContainerDeviceRequest,
-    opts: FitOptions,
-    node: NodeUsage,
-    allocated: list[tuple[ContainerDevice, ...]],
-    num_init: int,
-    mig_out: list[tuple[int, int, str, str, MigPlacement]],
-    cidx: int,
-) -> tuple[tuple[ContainerDevice, ...] | None, str]:
-    """fitInDevices (§5.2) for one container with one NVIDIA request; mutates `work` usage/order."""
-    if request.type != NVIDIA:
-        return None, DEVICE_TYPE_NOT_FOUND
+def _sorted(devices: Sequence[DeviceState], request: ContainerDeviceRequest, opts: FitOptions) -> list[DeviceState]:
+    """Compute every device's score for this container and sort as Go's sort.Sort would."""
     reqs = (request,)
     weights = opts.weights
-    items = [(device_score(d, reqs, weights), d) for d in work]
+    items = [(device_score(d, reqs, weights), d) for d in devices]
     sort_devices(items, opts.policy, opts.numa_bind)
-    work[:] = [d for _, d in items]
-    type_devs = [d for d in work if d.is_nvidia]
-    if request.nums > len(type_devs) and not _is_mig_request(request, type_devs, opts):
-        return None, NODE_INSUFFICIENT_DEVICE
+    return [d for _, d in items]
+
+
+def _order_for(
+    node: NodeUsage, work: list[DeviceState] | None, request: ContainerDeviceRequest, opts: FitOptions
+) -> list[DeviceState]:
+    """The device list sorted for this container (§5.2 step 2).
+
+    `work` is None for a fresh copy of the node (registration order); then, when no device
+    type equals the request type (so scores do not depend on the request, §6.2), the node's
+    cached order for this policy is used.
+    """
+    if work is None:
+        if node.request_free:
+            key = (opts.policy, opts.numa_bind, opts.weights)
+            order = node.orders.get(key)
+            if order is None:
+                order = node.orders[key] = _sorted(node.devices, request, opts)
+            return order
+        return _sorted(node.devices, request, opts)
+    return _sorted(work, request, opts)
+
+
+def _fit_container(
+    node: NodeUsage,
+    work: list[DeviceState] | None,
+    request: ContainerDeviceRequest,
+    opts: FitOptions,
+    allocated: list[tuple[ContainerDevice, ...]],
+    num_init: int,
+    keep: bool,
+    mig_out: list[tuple[int, int, str, str, MigPlacement]],
+    cidx: int,
+) -> tuple[tuple[ContainerDevice, ...] | None, str, list[DeviceState] | None]:
+    """fitInDevices (§5.2) for one container's NVIDIA request.
+
+    Returns (devices, reason, work): when `keep` is true, `work` is the mutable sorted copy
+    with this container's usage added, for the next container.
+    """
+    if request.type != NVIDIA:
+        return None, DEVICE_TYPE_NOT_FOUND, work
+    if request.nums > node.nvidia_count and not (
+        node.has_mig and _is_mig_request(request, [d for d in node.devices if d.is_nvidia], opts)
+    ):
+        return None, NODE_INSUFFICIENT_DEVICE, work
+    order = _order_for(node, work, request, opts)
+    type_devs = order if node.all_nvidia else [d for d in order if d.is_nvidia]
     ok, chosen, reason = fit_devices(
         type_devs, request, opts, node.cordoned, node.pair_scores, allocated, num_init
     )
     if not ok:
-        return None, reason
+        return None, reason, work
+    if keep:
+        if work is None:
+            work = [d.clone() for d in order]
+        else:
+            work = order
+        by_id = {d.id: d for d in work}
+    else:
+        by_id = node.by_id if work is None else {d.id: d for d in order}
     out: list[ContainerDevice] = []
+    mig_local: dict[str, list[MigPlacement]] = {}
     for pos, cd in enumerate(chosen):
         d = by_id[cd.uuid]
         if d.mode == MODE_MIG:
-            sel = _select_mig(d.mig_profiles, d.mig_in_use, cd.usedmem)
+            occupied = mig_local.get(d.id)
+            if occupied is None:
+                occupied = mig_local[d.id] = list(d.mig_in_use)
+            sel = _select_mig(d.mig_profiles, occupied, cd.usedmem)
             if sel is None:
-                return None, f"AddResourceUsage failed for device {d.id}: MIG profile and placement allocation failed"
+                return None, (
+                    f"AddResourceUsage failed for device {d.id}: MIG profile and placement allocation failed"
+                ), work
             prof, pl = sel
             cd = ContainerDevice(cd.uuid, cd.type, prof.memory_mb, prof.core, cd.idx)
-            d.mig_in_use.append(pl)
+            occupied.append(pl)
+            if keep:
+                d.mig_in_use.append(pl)
             mig_out.append((cidx, pos, d.id, prof.name, pl))
-        d.used += 1
-        d.usedcores += cd.usedcores
-        d.usedmem += cd.usedmem
+        if keep:
+            d.used += 1
+            d.usedcores += cd.usedcores
+            d.usedmem += cd.usedmem
         out.append(cd)
-    return tuple(out), ""
+    return tuple(out), "", work
 
 
 # --------------------------------------------------------------------------- per pod
@@ -481,45 +535,53 @@ class FitResult:
 
 
 def fit_pod(node: NodeUsage, pod: PodRequest) -> FitResult:
-    """Fit every container of `pod` on `node` (§5.1) without modifying `node`."""
+    """Fit every container of `pod` on `node` (§5.1) without modifying `node`.
+
+    Init containers are each fitted against a fresh copy of the node; app containers
+    cumulatively against one copy, which is only materialised when a later app container
+    needs the earlier ones' usage.
+    """
+    r = try_pod(node, pod)
+    if r.__class__ is str:
+        return FitResult(node.name, False, reason=r)
+    devices, mig = r
+    return FitResult(node.name, True, devices, "", node.score_value, mig)
+
+
+def try_pod(node: NodeUsage, pod: PodRequest) -> str | tuple[PodDevices, tuple]:
+    """fit_pod without the result object: the reason string, or (PodDevices, mig placements)."""
     opts = pod.options
     num_init = pod.num_init
     requests = pod.requests
-    result: list[tuple[ContainerDevice, ...]] = []
+    n = len(requests)
     mig: list[tuple[int, int, str, str, MigPlacement]] = []
-    # Init containers: each against a fresh copy of the node, in registration order.
-    if num_init:
-        init_allocs: list[tuple[ContainerDevice, ...]] = []
-        for cidx in range(min(num_init, len(requests))):
-            req = requests[cidx]
-            if req is None:
-                init_allocs.append(())
-                continue
-            work = node.snapshot()
-            by_id = {d.id: d for d in work}
-            devs, reason = _fit_container(work, by_id, req, opts, node, init_allocs, num_init, mig, cidx)
-            if devs is None:
-                return FitResult(node.name, False, reason=reason)
-            init_allocs.append(devs)
-        result.extend(init_allocs)
-    # App containers: cumulative on one copy.
-    work = None
-    by_id: dict[str, DeviceState] = {}
+    init_allocs: list[tuple[ContainerDevice, ...]] = []
+    for cidx in range(min(num_init, n)):
+        req = requests[cidx]
+        if req is None:
+            init_allocs.append(())
+            continue
+        devs, reason, _ = _fit_container(node, None, req, opts, init_allocs, num_init, False, mig, cidx)
+        if devs is None:
+            return reason
+        init_allocs.append(devs)
+    last = pod.last_app
+    work: list[DeviceState] | None = None
     app_allocs: list[tuple[ContainerDevice, ...]] = []
-    for cidx in range(num_init, len(requests)):
+    for cidx in range(num_init, n):
         req = requests[cidx]
         if req is None:
             app_allocs.append(())
             continue
-        if work is None:
-            work = node.snapshot()
-            by_id = {d.id: d for d in work}
-        devs, reason = _fit_container(work, by_id, req, opts, node, app_allocs, num_init, mig, cidx)
+        devs, reason, work = _fit_container(
+            node, work, req, opts, app_allocs, num_init, cidx != last, mig, cidx
+        )
         if devs is None:
-            return FitResult(node.name, False, reason=reason)
+            return reason
         app_allocs.append(devs)
-    result.extend(app_allocs)
-    return FitResult(node.name, True, tuple(result), "", node.score(), tuple(mig))
+    if init_allocs:
+        return tuple(init_allocs) + tuple(app_allocs), tuple(mig)
+    return tuple(app_allocs), tuple(mig)
 
 
 # --------------------------------------------------------------------------- event texts

@@ -47,10 +47,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from hami.device.model import MigPlacement, PodDevices
 
-from .fit import FitResult, PodRequest, fit_pod
+from .fit import FitResult, PodRequest, fit_pod, try_pod
 from .policy import device_score, node_order_descending
 from .usage import NodeUsage, node_score
 
@@ -66,6 +67,8 @@ __all__ = [
 
 NODE_UNREGISTERED = "node unregistered"
 
+_SCORE = attrgetter("score_value")
+
 
 @dataclass(slots=True)
 class Selection:
@@ -79,7 +82,7 @@ class Selection:
 
 def order_nodes(nodes: Sequence[NodeUsage], policy: str) -> list[NodeUsage]:
     """Nodes in the order HAMi would prefer them (first = chosen when it fits)."""
-    return sorted(nodes, key=NodeUsage.score, reverse=node_order_descending(policy))
+    return sorted(nodes, key=_SCORE, reverse=node_order_descending(policy))
 
 
 def select_node(
@@ -91,21 +94,20 @@ def select_node(
 ) -> Selection:
     """Pick the node HAMi would pick for `pod` among `node_names` (see module docstring)."""
     failed: dict[str, str] = {}
-    candidates: list[NodeUsage] = []
     get = nodes.get
-    for name in node_names:
-        n = get(name)
-        if n is None:
-            failed[name] = unregistered_reason
-        else:
-            candidates.append(n)
+    candidates = [n for name in node_names if (n := get(name)) is not None]
+    if len(candidates) != len(node_names):
+        for name in node_names:
+            if name not in nodes:
+                failed[name] = unregistered_reason
     tried = 0
     for n in order_nodes(candidates, pod.node_policy):
         tried += 1
-        r = fit_pod(n, pod)
-        if r.fits:
-            return Selection(n.name, r.devices, r.score, r.mig, failed, tried)
-        failed[n.name] = r.reason
+        r = try_pod(n, pod)
+        if r.__class__ is str:
+            failed[n.name] = r
+        else:
+            return Selection(n.name, r[0], n.score_value, r[1], failed, tried)
     return Selection(None, (), 0.0, (), failed, tried)
 
 

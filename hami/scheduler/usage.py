@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hami.device.model import (
+    NVIDIA,
     ContainerDevices,
     DeviceInfo,
     MigPlacement,
@@ -159,9 +160,16 @@ def parse_cordon(value: str | None) -> frozenset[str]:
 
 
 class NodeUsage:
-    """Devices of one node with their current usage."""
+    """Devices of one node with their current usage.
 
-    __slots__ = ("name", "devices", "by_id", "cordoned", "pair_scores", "_score")
+    `score_value` (node score, §6.1) and the per-policy device orders are cached and refreshed by
+    `invalidate()`, which every usage change calls.
+    """
+
+    __slots__ = (
+        "name", "devices", "by_id", "cordoned", "pair_scores", "score_value", "orders",
+        "nvidia_count", "all_nvidia", "request_free", "has_mig",
+    )
 
     def __init__(
         self,
@@ -175,16 +183,23 @@ class NodeUsage:
         self.by_id = {d.id: d for d in devices}
         self.cordoned = frozenset(cordoned)
         self.pair_scores = pair_scores or {}
-        self._score: float | None = None
+        self.nvidia_count = sum(1 for d in devices if d.is_nvidia)
+        self.all_nvidia = self.nvidia_count == len(devices)
+        # Device scores ignore the request unless a device's type is exactly the request type
+        # "NVIDIA" (§6.2); then the sorted order can be cached per policy.
+        self.request_free = all(d.type != NVIDIA for d in devices)
+        self.has_mig = any(d.mode == "mig" for d in devices)
+        self.orders: dict = {}
+        self.score_value = node_score(devices)
 
     def score(self) -> float:
-        s = self._score
-        if s is None:
-            s = self._score = node_score(self.devices)
-        return s
+        return self.score_value
 
     def invalidate(self) -> None:
-        self._score = None
+        """Usage changed: recompute the node score, drop cached device orders."""
+        self.score_value = node_score(self.devices)
+        if self.orders:
+            self.orders = {}
 
     def snapshot(self) -> list[DeviceState]:
         return [d.clone() for d in self.devices]
