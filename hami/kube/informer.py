@@ -217,12 +217,12 @@ class Informer:
             while True:
                 try:
                     line = await resp.content.readline()
-                except aiohttp.ClientError as exc:
-                    log.v(2).info("Watch stream broken, resuming", kind=self.kind, error=repr(exc))
-                    return delivered
-                except TimeoutError:
+                except TimeoutError:  # aiohttp's ServerTimeoutError is one too: sock_read expired
                     self.silent_reconnects += 1
                     log.v(2).info("Watch silent, reconnecting", kind=self.kind, after_s=self.silent_timeout)
+                    return delivered
+                except aiohttp.ClientError as exc:
+                    log.v(2).info("Watch stream broken, resuming", kind=self.kind, error=repr(exc))
                     return delivered
                 if not line:
                     return delivered  # server closed (timeoutSeconds): resume from last RV
@@ -266,7 +266,7 @@ class Informer:
             try:
                 h(etype, old, new)
             except Exception:
-                log.exception("Informer handler failed", kind=self.kind, event=etype)
+                log.exception("Informer handler failed", kind=self.kind, event_type=etype)
 
     def _notify(self) -> None:
         if self._waiters:

@@ -1,0 +1,99 @@
+"""EventRecorder against the embedded API server: record() is synchronous and never touches the
+network, events carry the scheduler name as source component, repeats are coalesced into one
+Event whose count grows (a PATCH, like client-go), the per-object spam filter and the pending
+bound drop floods, and run() drains the queue in the background."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from hami.kube.events import NORMAL, WARNING, EventRecorder
+from tests.kube.helpers import client_for, eventually
+
+POD = ("default", "p1", "uid-1")
+
+
+@pytest.fixture
+async def client(apiserver):
+    c = await client_for(apiserver.kubeconfig)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+def events(apiserver):
+    return [e.obj for e in apiserver.store.list("events", "default")[1]]
+
+
+async def test_record_is_queued_without_any_request(client):
+    rec = EventRecorder(client, "hami-scheduler")
+    rec.record(POD, NORMAL, "BindingSucceed", "Successfully binding node [n1] to default/p1")
+    assert rec.pending == 1
+    assert client.requests == {}
+
+
+async def test_event_fields_follow_kubernetes_and_hami(apiserver, client):
+    rec = EventRecorder(client, "my-scheduler")
+    rec.record(POD, WARNING, "FilteringFailed", "no available node, 3 nodes do not meet")
+    await rec.flush()
+    [ev] = events(apiserver)
+    assert ev["type"] == "Warning" and ev["reason"] == "FilteringFailed"
+    assert ev["source"] == {"component": "my-scheduler"}
+    assert ev["involvedObject"]["kind"] == "Pod" and ev["involvedObject"]["name"] == "p1"
+    assert ev["involvedObject"]["uid"] == "uid-1"
+    assert ev["count"] == 1 and ev["message"] == "no available node, 3 nodes do not meet"
+
+
+async def test_repeats_are_coalesced_and_count_grows(apiserver, client):
+    rec = EventRecorder(client, "hami-scheduler")
+    for _ in range(3):
+        rec.record(POD, WARNING, "FilteringFailed", "same text")
+    await rec.flush()
+    rec.record(POD, WARNING, "FilteringFailed", "same text")
+    await rec.flush()
+    [ev] = events(apiserver)
+    assert ev["count"] == 4
+    assert rec.created == 1 and rec.patched == 1
+
+
+async def test_different_messages_are_different_events(apiserver, client):
+    rec = EventRecorder(client, "hami-scheduler")
+    rec.record(POD, WARNING, "FilteringFailed", "a")
+    rec.record(POD, WARNING, "FilteringFailed", "b")
+    await rec.flush()
+    assert sorted(e["message"] for e in events(apiserver)) == ["a", "b"]
+
+
+async def test_spam_filter_limits_events_about_one_object(apiserver, client):
+    clock = [1000.0]
+    rec = EventRecorder(client, "hami-scheduler", per_object_burst=3, clock=lambda: clock[0])
+    for i in range(10):
+        rec.record(POD, NORMAL, "R", f"m{i}")
+    await rec.flush()
+    assert len(events(apiserver)) == 3 and rec.dropped == 7
+    clock[0] += 300  # one token back after the refill period
+    rec.record(POD, NORMAL, "R", "late")
+    await rec.flush()
+    assert len(events(apiserver)) == 4
+
+
+async def test_pending_bound_drops_new_events(client):
+    rec = EventRecorder(client, "hami-scheduler", max_pending=2)
+    for i in range(5):
+        rec.record(("default", f"p{i}", ""), NORMAL, "R", "m")
+    assert rec.pending == 2 and rec.dropped == 3
+
+
+async def test_run_drains_in_background(apiserver, client):
+    rec = EventRecorder(client, "hami-scheduler", qps=100)
+    stop = asyncio.Event()
+    task = asyncio.create_task(rec.run(stop))
+    try:
+        rec.record(POD, NORMAL, "BindingSucceed", "x")
+        await eventually(lambda: len(events(apiserver)) == 1)
+    finally:
+        stop.set()
+        await task

@@ -1,0 +1,175 @@
+"""Informer (reflector) against the embedded API server: LIST then WATCH into the store, handler
+order and arguments, re-LIST on 410 Gone with synthetic DELETED for vanished objects and no
+event for unchanged ones, resuming after a server restart without a re-LIST, silent-watch
+reconnect, bookmarks advancing the resourceVersion, and backoff after errors."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from hami.kube.informer import Informer
+from tests.kube.helpers import client_for, eventually, node_obj, pod_obj
+
+
+@pytest.fixture
+async def client(apiserver):
+    c = await client_for(apiserver.kubeconfig)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str | None, str | None]] = []
+
+    def __call__(self, etype, old, new):
+        name = lambda o: None if o is None else o["metadata"]["name"]  # noqa: E731
+        self.events.append((etype, name(old), name(new)))
+
+
+async def run_informer(inf: Informer):
+    stop = asyncio.Event()
+    task = asyncio.create_task(inf.run(stop))
+    assert await inf.wait_synced(5)
+    return stop, task
+
+
+async def test_list_then_watch_fills_store_and_calls_handler(apiserver, client):
+    apiserver.store.create("nodes", "", node_obj("a"))
+    rec = Recorder()
+    inf = Informer(client, "nodes", handler=rec)
+    stop, task = await run_informer(inf)
+    try:
+        assert set(inf.store) == {"a"}
+        await client.create("nodes", node_obj("b"))
+        await client.patch_node("a", {"metadata": {"labels": {"x": "1"}}})
+        await client.delete("nodes", "b")
+        await eventually(lambda: ("DELETED", "b", None) in rec.events)
+        assert rec.events == [("ADDED", None, "a"), ("ADDED", None, "b"), ("MODIFIED", "a", "a"),
+                              ("DELETED", "b", None)]
+        assert inf.store["a"]["metadata"]["labels"] == {"x": "1"}
+        assert inf.lists == 1
+    finally:
+        stop.set()
+        await task
+
+
+async def test_pods_are_keyed_by_namespace_and_name(apiserver, client):
+    apiserver.store.create("pods", "default", pod_obj("p1"))
+    inf = Informer(client, "pods")
+    stop, task = await run_informer(inf)
+    try:
+        assert list(inf.store) == ["default/p1"]
+    finally:
+        stop.set()
+        await task
+
+
+async def test_gone_relists_with_synthetic_deletes_and_no_duplicates(apiserver, client):
+    for n in ("keep", "change", "vanish"):
+        apiserver.store.create("nodes", "", node_obj(n))
+    rec = Recorder()
+    inf = Informer(client, "nodes", handler=rec)
+    stop, task = await run_informer(inf)
+    try:
+        await eventually(lambda: apiserver.store.watchers())
+        rec.events.clear()
+        await apiserver.stop()
+        apiserver.store.patch("nodes", "", "change", b'{"metadata":{"labels":{"v":"2"}}}',
+                              "application/merge-patch+json")
+        apiserver.store.delete("nodes", "", "vanish")
+        apiserver.store.create("nodes", "", node_obj("new"))
+        apiserver.store.compact()
+        await apiserver.start()
+        await eventually(lambda: inf.relists_gone >= 1 and "new" in inf.store, timeout=10)
+        assert sorted(rec.events) == sorted([("DELETED", "vanish", None), ("MODIFIED", "change", "change"),
+                                             ("ADDED", None, "new")])
+        assert set(inf.store) == {"keep", "change", "new"}
+    finally:
+        stop.set()
+        await task
+
+
+async def test_restart_resumes_watch_without_relist(apiserver, client):
+    apiserver.store.create("nodes", "", node_obj("a"))
+    inf = Informer(client, "nodes", backoff_initial=0.05)
+    stop, task = await run_informer(inf)
+    try:
+        await eventually(lambda: apiserver.store.watchers())
+        await apiserver.restart()
+        await client.patch_node("a", {"metadata": {"labels": {"after": "restart"}}})
+        await eventually(lambda: inf.store["a"]["metadata"].get("labels") == {"after": "restart"}, timeout=10)
+        assert inf.lists == 1 and inf.watches >= 2
+    finally:
+        stop.set()
+        await task
+
+
+async def test_silent_watch_reconnects(apiserver, client):
+    apiserver.store.create("nodes", "", node_obj("a"))
+    apiserver.faults.silent_watch = True
+    inf = Informer(client, "nodes", silent_timeout=0.3)
+    stop, task = await run_informer(inf)
+    try:
+        await eventually(lambda: inf.silent_reconnects >= 1, timeout=5)
+        apiserver.faults.silent_watch = False
+        await client.patch_node("a", {"metadata": {"labels": {"k": "v"}}})
+        await eventually(lambda: inf.store["a"]["metadata"].get("labels") == {"k": "v"}, timeout=5)
+    finally:
+        apiserver.faults.reset()
+        stop.set()
+        await task
+
+
+async def test_bookmarks_advance_resource_version(apiserver, client):
+    apiserver.bookmark_interval = 0.1
+    inf = Informer(client, "nodes")
+    stop, task = await run_informer(inf)
+    try:
+        start_rv = inf.resource_version
+        apiserver.store.create("pods", "default", pod_obj("unrelated"))  # moves the global RV
+        await eventually(lambda: int(inf.resource_version) > int(start_rv), timeout=5)
+        assert inf.store == {}
+    finally:
+        stop.set()
+        await task
+
+
+async def test_errors_back_off_and_recover(apiserver, client):
+    inf = Informer(client, "nodes", backoff_initial=0.05, backoff_max=0.2)
+    await apiserver.stop()
+    stop = asyncio.Event()
+    task = asyncio.create_task(inf.run(stop))
+    try:
+        await eventually(lambda: inf.errors >= 2, timeout=5)
+        assert not inf.synced.is_set()
+        apiserver.store.create("nodes", "", node_obj("late"))
+        await apiserver.start()
+        assert await inf.wait_synced(5)
+        assert "late" in inf.store
+    finally:
+        stop.set()
+        await task
+
+
+async def test_handler_exception_does_not_stop_the_watch(apiserver, client):
+    seen = []
+
+    def bad(etype, old, new):
+        seen.append(etype)
+        raise RuntimeError("boom")
+
+    inf = Informer(client, "nodes", handler=bad)
+    stop, task = await run_informer(inf)
+    try:
+        await client.create("nodes", node_obj("a"))
+        await client.create("nodes", node_obj("b"))
+        await eventually(lambda: len(seen) == 2)
+        assert set(inf.store) == {"a", "b"}
+    finally:
+        stop.set()
+        await task

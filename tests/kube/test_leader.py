@@ -1,0 +1,63 @@
+"""Lease leader election against the embedded API server: one of two candidates leads, the
+other follows; a lease not renewed in time is taken over (fake clock) with leaseTransitions
+incremented; release hands the lease back."""
+
+from __future__ import annotations
+
+import pytest
+
+from hami.kube.leader import LeaderElector
+from tests.kube.helpers import client_for
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def client(apiserver):
+    c = await client_for(apiserver.kubeconfig)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+async def test_only_one_candidate_acquires(client):
+    clock = Clock()
+    a = LeaderElector(client, "default", "hami", "a", clock=clock)
+    b = LeaderElector(client, "default", "hami", "b", clock=clock)
+    assert await a.try_acquire_or_renew()
+    assert not await b.try_acquire_or_renew()
+    assert await a.try_acquire_or_renew()  # renew
+    lease = await client.get_lease("default", "hami")
+    assert lease["spec"]["holderIdentity"] == "a"
+
+
+async def test_expired_lease_is_taken_over(client):
+    clock = Clock()
+    a = LeaderElector(client, "default", "hami", "a", clock=clock, lease_duration=15)
+    b = LeaderElector(client, "default", "hami", "b", clock=clock, lease_duration=15)
+    assert await a.try_acquire_or_renew()
+    clock.now += 14
+    assert not await b.try_acquire_or_renew()
+    clock.now += 2
+    assert await b.try_acquire_or_renew()
+    lease = await client.get_lease("default", "hami")
+    assert lease["spec"]["holderIdentity"] == "b" and lease["spec"]["leaseTransitions"] == 1
+
+
+async def test_release_lets_the_other_candidate_in_at_once(client):
+    clock = Clock()
+    a = LeaderElector(client, "default", "hami", "a", clock=clock)
+    b = LeaderElector(client, "default", "hami", "b", clock=clock)
+    assert await a.try_acquire_or_renew()
+    a._set(True)
+    await a.release()
+    assert not a.is_leader
+    clock.now += 2
+    assert await b.try_acquire_or_renew()
