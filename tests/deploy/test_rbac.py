@@ -173,3 +173,16 @@ def test_call_scanner_sees_helpers_generic_calls_and_informers():
     got = {(r, v) for r, v, _ in _calls_in(tree, "t.py")}
     assert got == {("pods/binding", "create"), ("leases", "update"), ("resourcequotas", "list"),
                    ("resourcequotas", "watch"), ("nodes", "list"), ("nodes", "watch")}
+
+
+def test_lease_names_in_rbac_match_what_each_scheduler_elects_on():
+    docs = rendered("prod")
+    roles = {d["metadata"]["labels"]["hami.io/rbac-role"]: d for d in find(docs, "Role")}
+    named = {role: [n for r in d["rules"] for n in r.get("resourceNames", [])] for role, d in roles.items()}
+    dep = find(docs, "Deployment")[0]["spec"]["template"]["spec"]
+    hami = next(c for c in dep["containers"] if c["name"] == "hami-scheduler")["command"]
+    assert f"--leader-elect-resource-name={named['scheduler'][0]}" in hami
+    cm = next(d for d in find(docs, "ConfigMap") if d["metadata"]["name"] == "hami-scheduler")
+    kube_cfg = yaml.safe_load(cm["data"]["config.yaml"])
+    assert kube_cfg["leaderElection"]["resourceName"] == named["kube-scheduler"][0]
+    assert named["scheduler"] != named["kube-scheduler"]
