@@ -5,13 +5,16 @@ counts once, replaced data replaces usage), terminal pods releasing, pods seen b
 registers, re-registration re-applying usage, CollapseInitContainerUsage (§7.3, HAMi
 `pkg/device/initContainer.go`) and the app-only usage once init containers exited, the cached
 node score invalidated on change, cordon parsing (`TestCordonedDevices`), ResourceQuota usage
-and FitQuota (`pkg/device/quota.go`, `TestFitQuota` of device_test.go), MIG placements.
+and FitQuota (`pkg/device/quota.go`, `TestFitQuota` of device_test.go), MIG placements, and (hypothesis) incremental usage equal to HAMi's full recomputation.
 """
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from hami.device.model import ContainerDevice, MigPlacement, NvidiaConfig
-from hami.scheduler.usage import UsageIndex, collapse_usage, parse_cordon
+from hami.scheduler.usage import UsageIndex, collapse_usage, node_score, parse_cordon
 
 from ._helpers import info
 
@@ -142,3 +145,42 @@ def test_usage_for_builds_unstored_node_with_known_pods():
     idx.add_pod("ns/a", "n2", ((cd("X", 100),),))
     n = idx.usage_for("n2", [info("X")])
     assert n.by_id["X"].used == 1 and "n2" not in idx.nodes
+
+
+# --------------------------------------------------------------------------- incremental == recomputed
+
+_uuid = st.sampled_from(["GPU-0", "GPU-1", "GPU-2"])
+_ctr = st.lists(st.builds(cd, _uuid, st.integers(0, 4000), st.integers(0, 50)), max_size=3).map(tuple)
+_pod_op = st.tuples(st.sampled_from(["add", "remove"]), st.integers(0, 5), st.sampled_from(["n1", "n2"]),
+                    st.lists(_ctr, min_size=1, max_size=4).map(tuple), st.integers(0, 2), st.booleans())
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_pod_op, max_size=30))
+def test_incremental_usage_equals_a_full_recomputation(ops):
+    idx = UsageIndex()
+    for name in ("n1", "n2"):
+        idx.set_node(name, [info("GPU-0"), info("GPU-1"), info("GPU-2")])
+    live = {}
+    for op, k, node, devs, n_init, released in ops:
+        key = f"ns/p{k}"
+        if op == "add":
+            idx.add_pod(key, node, devs, namespace="ns", num_init=min(n_init, len(devs)), init_released=released)
+            live[key] = (node, devs, min(n_init, len(devs)), released)
+        else:
+            idx.remove_pod(key)
+            live.pop(key, None)
+    # HAMi getNodesUsage: start from zero and add every live pod's collapsed usage.
+    want = {(n, g): [0, 0, 0] for n in ("n1", "n2") for g in ("GPU-0", "GPU-1", "GPU-2")}
+    for node, devs, n_init, released in live.values():
+        coll = collapse_usage(devs[n_init:], 0) if released else collapse_usage(devs, n_init)
+        for uuid, (mem, cores, slots) in coll.items():
+            w = want[(node, uuid)]
+            w[0] += max(slots, 1)
+            w[1] += mem
+            w[2] += cores
+    for (node, uuid), (used, mem, cores) in want.items():
+        d = idx.nodes[node].by_id[uuid]
+        assert (d.used, d.usedmem, d.usedcores) == (used, mem, cores)
+    for name in ("n1", "n2"):
+        assert idx.nodes[name].score() == node_score(idx.nodes[name].devices)
