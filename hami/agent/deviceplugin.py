@@ -257,16 +257,17 @@ def _rv_int(obj: Mapping | None) -> int:
 class PodAllocator:
     """Allocate against the API server, reading pods and the node from informer caches.
 
-    `client` is a `hami.kube.client.KubeClient`, `pods`/`nodes` are the stores (dicts) of this
-    node's pod and node informers, `locker` a `hami.kube.nodelock.NodeLocker` for releasing.
+    `client` is a `hami.kube.client.KubeClient`; `pods()` / `nodes()` return the current stores
+    (dicts) of this node's pod and node informers (an informer may replace its dict on re-LIST);
+    `locker` is a `hami.kube.nodelock.NodeLocker` for releasing.
     """
 
     def __init__(
         self,
         client,
         node_name: str,
-        pods: Mapping[str, dict],
-        nodes: Mapping[str, dict],
+        pods: Callable[[], Mapping[str, dict]],
+        nodes: Callable[[], Mapping[str, dict]],
         settings: Callable[[], DeviceSettings],
         hook_path: str,
         *,
@@ -295,7 +296,7 @@ class PodAllocator:
     # ------------------------------------------------------------------ lookup
 
     def _pod(self, key: str) -> dict | None:
-        cached, fresh = self.pods.get(key), self._fresh.get(key)
+        cached, fresh = self.pods().get(key), self._fresh.get(key)
         if fresh is None:
             return cached
         if cached is not None and _rv_int(cached) >= _rv_int(fresh):
@@ -304,12 +305,12 @@ class PodAllocator:
         return fresh
 
     def _all_pods(self) -> list[dict]:
-        keys = set(self.pods) | set(self._fresh)
+        keys = set(self.pods()) | set(self._fresh)
         return [p for p in (self._pod(k) for k in keys) if p is not None]
 
     async def _find_pod(self) -> tuple[dict | None, bool]:
         """(pod, owns_lock) from the caches; falls back to the API when the caches know no pod."""
-        owner = alloc.lock_owner(self.nodes.get(self.node_name))
+        owner = alloc.lock_owner(self.nodes().get(self.node_name))
         if owner is not None:
             pod = self._pod(f"{owner[0]}/{owner[1]}")
             if pod is not None and alloc.allocating_pods([pod], self.node_name):
@@ -403,15 +404,18 @@ class PodAllocator:
         await self._release(pod, owns_lock)
 
     async def _release(self, pod: dict, owns_lock: bool) -> None:
+        """Release the node lock if this pod holds it: through the locker (cache + CAS), else, when
+        the node cache may be stale (no lock seen, or ours), after one GET of the node."""
         meta = pod.get("metadata") or {}
         ns, name = meta.get("namespace", ""), meta.get("name", "")
         try:
-            if owns_lock and self.locker is not None:
-                if await self.locker.release(self.node_name, ns, name):
-                    return
-            # The node cache may not show the scheduler's lock yet: check the node itself.
-            node = await self.client.get_node(self.node_name) if not owns_lock else None
-            if node is not None and alloc.lock_owner(node) == (ns, name):
+            if owns_lock and self.locker is not None and await self.locker.release(self.node_name, ns, name):
+                return
+            cached = alloc.lock_owner(self.nodes().get(self.node_name))
+            if cached is not None and cached != (ns, name):
+                return  # another pod's lock, and the cache has seen it
+            node = await self.client.get_node(self.node_name)
+            if alloc.lock_owner(node) == (ns, name):
                 rv = node["metadata"].get("resourceVersion", "")
                 await self.client.patch_node(self.node_name, {
                     "metadata": {"annotations": {alloc.ANN_NODE_LOCK: None}, "resourceVersion": rv}})

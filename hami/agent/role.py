@@ -47,7 +47,8 @@ class Agent:
         self.pods = Informer(client, "pods", field_selector=f"spec.nodeName={node_name}")
         self.locker = NodeLocker(client, self.nodes, lambda ns, name: self.pods.store.get(f"{ns}/{name}"))
         self.allocator = PodAllocator(
-            client, node_name, self.pods.store, self.nodes.store, lambda: self.settings, hook_path,
+            client, node_name, lambda: self.pods.store, lambda: self.nodes.store, lambda: self.settings,
+            hook_path,
             locker=self.locker, lib_version=lib_version,
         )
         self.plugin = DevicePluginServer(socket_dir, self.allocator,

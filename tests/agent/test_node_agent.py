@@ -113,6 +113,7 @@ async def test_allocate_one_container_one_gpu_sets_everything_and_releases_lock(
         assert anns(p)["hami.io/vgpu-devices-to-allocate"] == ";;"
         assert LOCK not in anns(await h.node())
         assert os.listdir(f"{h.hook}/vgpu/containers") == [f"{uid}_main"]
+        assert h.agent.allocator.api_fallbacks == 0
 
 
 async def test_allocate_two_containers_one_call_each_success_after_the_last():
@@ -227,3 +228,17 @@ async def test_options_and_prestart_rpcs():
         assert opts.get_preferred_allocation_available is True and opts.pre_start_required is False
         assert await stub.PreStartContainer(pb.PreStartContainerRequest(devices_ids=["x"])) == \
             pb.PreStartContainerResponse()
+
+
+async def test_allocate_falls_back_to_the_api_when_caches_know_no_pod():
+    from hami.agent.deviceplugin import PodAllocator
+
+    async with NodeHarness() as h:
+        await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 20)
+        await h.create_pod("cold", {"main": 1}, f"{U1},NVIDIA,1000,10:;")
+        assert h.agent.allocator.api_fallbacks == 0
+        cold = PodAllocator(h.client, NODE, lambda: {}, lambda: {}, lambda: h.settings, h.hook)
+        (c,) = await cold.allocate([[f"{U1}-0"]])
+        assert cold.api_fallbacks == 1 and c.envs["NVIDIA_VISIBLE_DEVICES"] == U1
+        assert anns(await h.pod("cold"))["hami.io/bind-phase"] == "success"
+        assert LOCK not in anns(await h.node())
