@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from hami.device import codec
 from hami.device.model import DeviceInfo, NvidiaConfig
+from hami.device.request import quantity_value
 from hami.kube.client import KubeClient
 from hami.kube.informer import ADDED, DELETED, Informer
 from hami.obs.log import get_logger
@@ -74,24 +75,28 @@ class ClusterState:
         self.on_handshake_write: Callable[[dict, object], None] | None = None
         self.nodes: Informer | None = None
         self.pods: Informer | None = None
+        self.quotas: Informer | None = None
         if client is not None:
             self.nodes = Informer(client, "nodes", label_selector=node_label_selector,
                                   handler=self.on_node, silent_timeout=silent_timeout)
             self.pods = Informer(client, "pods", handler=self.on_pod, silent_timeout=silent_timeout)
+            self.quotas = Informer(client, "resourcequotas", handler=self.on_quota, silent_timeout=silent_timeout)
         self.decode_count = 0
 
     # ------------------------------------------------------------------ lifecycle
 
     async def run(self, stop: asyncio.Event) -> None:
-        assert self.nodes is not None and self.pods is not None
-        await asyncio.gather(self.nodes.run(stop), self.pods.run(stop))
+        assert self.nodes is not None and self.pods is not None and self.quotas is not None
+        await asyncio.gather(self.nodes.run(stop), self.pods.run(stop), self.quotas.run(stop))
 
     async def wait_synced(self, timeout: float | None) -> bool:
         if self.nodes is None or self.pods is None:
             return True
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        for inf in (self.nodes, self.pods):
+        for inf in (self.nodes, self.pods, self.quotas):
+            if inf is None:
+                continue
             left = None if deadline is None else max(0.0, deadline - loop.time())
             if not await inf.wait_synced(left):
                 return False
@@ -101,7 +106,8 @@ class ClusterState:
     def synced(self) -> bool:
         if self.nodes is None or self.pods is None:
             return True
-        return self.nodes.synced.is_set() and self.pods.synced.is_set()
+        return self.nodes.synced.is_set() and self.pods.synced.is_set() and (
+            self.quotas is None or self.quotas.synced.is_set())
 
     # ------------------------------------------------------------------ lookups
 
@@ -194,6 +200,17 @@ class ClusterState:
             if node is not None:
                 self.refresh_node(node)
 
+    # ------------------------------------------------------------------ quota events
+
+    def on_quota(self, etype: str, old: dict | None, new: dict | None) -> None:
+        obj = new if new is not None else old
+        meta = (obj or {}).get("metadata") or {}
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        if etype == DELETED or new is None:
+            self.index.remove_quota(ns, name)
+        else:
+            self.index.set_quota(ns, name, _quota_hard(new))
+
     # ------------------------------------------------------------------ pod events
 
     def on_pod(self, etype: str, old: dict | None, new: dict | None) -> None:
@@ -239,6 +256,15 @@ class ClusterState:
     def pod_by_uid(self, uid: str) -> dict | None:
         key = self.uid_keys.get(uid)
         return self.pods.store.get(key) if key and self.pods is not None else None
+
+
+def _quota_hard(obj: dict) -> dict[str, int]:
+    out = {}
+    for key, value in ((obj.get("spec") or {}).get("hard") or {}).items():
+        n = quantity_value(value)
+        if n is not None:
+            out[key] = n
+    return out
 
 
 def _pair_scores(text: str | None) -> dict[str, dict[str, int]]:

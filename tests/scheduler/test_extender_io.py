@@ -1,0 +1,202 @@
+"""The extender over real HTTP against the embedded API server: /filter in NodeNames mode
+(annotations + label written in one patch, usage counted before the answer, no API reads),
+concurrent filters never double-book, pass-through pods, case-insensitive PascalCase keys,
+errors in the `Error` field with HTTP 200, the body limit, full-Nodes mode (no patch), patch
+failure rollback, the bounded wait for the first sync, events, probes, webhook and /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import aiohttp
+import orjson
+import pytest
+
+from hami.device import codec
+from hami.scheduler.role import start_scheduler
+from tests.kube.helpers import config_for, eventually, node_obj, pod_obj
+from tests.kube.scheduler_env import hami_nodes, start_env, stop_env
+
+
+@pytest.fixture
+async def env(apiserver):
+    e = await start_env(apiserver, hami_nodes(3))
+    try:
+        yield e
+    finally:
+        await stop_env(e)
+
+
+async def test_filter_chooses_a_node_and_writes_one_patch(env):
+    pod = env.create_pod(pod_obj("p1", mem=1000, cores=10))
+    reads = env.api_reads()
+    patches = env.client.total_requests(verb="patch", resource="pods")
+    out = await env.filter(pod, ["n0", "n1", "n2"])
+    assert out["Error"] == "" and out["FailedNodes"] is None and len(out["NodeNames"]) == 1
+    node = out["NodeNames"][0]
+    assert env.api_reads() == reads
+    assert env.client.total_requests(verb="patch", resource="pods") == patches + 1
+    stored = env.pod("default", "p1")
+    annos = stored["metadata"]["annotations"]
+    assert annos["hami.io/vgpu-node"] == node
+    assert stored["metadata"]["labels"]["hami.io/vgpu-node"] == node
+    assert annos["hami.io/vgpu-devices-to-allocate"] == annos["hami.io/vgpu-devices-allocated"]
+    [[dev], []] = codec.decode_pod_devices(annos["hami.io/vgpu-devices-allocated"])
+    assert (dev.type, dev.usedmem, dev.usedcores) == ("NVIDIA", 1000, 10)
+    assert int(annos["hami.io/vgpu-time"]) > 1_700_000_000
+    usage = env.sched.state.index.node(node).by_id[dev.uuid]
+    assert (usage.used, usage.usedmem, usage.usedcores) == (1, 1000, 10)
+
+
+async def test_concurrent_filters_never_double_book_exclusive_gpus(env):
+    pods = [env.create_pod(pod_obj(f"x{i}", gpus=1, cores=100)) for i in range(7)]
+    outs = await asyncio.gather(*(env.filter(p, ["n0", "n1", "n2"]) for p in pods))
+    placed = [o["NodeNames"][0] for o in outs if o["NodeNames"]]
+    assert len(placed) == 6  # 3 nodes x 2 GPUs, each exclusive
+    uuids = []
+    for p in pods:
+        annos = env.pod("default", p["metadata"]["name"])["metadata"]["annotations"]
+        if "hami.io/vgpu-devices-allocated" in annos:
+            uuids.append(codec.decode_pod_devices(annos["hami.io/vgpu-devices-allocated"])[0][0].uuid)
+    assert len(uuids) == len(set(uuids)) == 6
+    last = [o for o in outs if not o["NodeNames"]][0]
+    assert set(last["FailedNodes"]) == {"n0", "n1", "n2"}
+
+
+async def test_pod_without_gpu_request_passes_through(env):
+    pod = env.create_pod(pod_obj("cpu", gpus=0))
+    out = await env.filter(pod, ["n0", "n1", "ghost"])
+    assert out == {"NodeNames": ["n0", "n1", "ghost"], "FailedNodes": None, "Error": ""}
+    assert "hami.io/vgpu-node" not in env.pod("default", "cpu")["metadata"].get("annotations", {})
+
+
+async def test_keys_are_case_insensitive(env):
+    pod = env.create_pod(pod_obj("p", mem=10))
+    out = await env.filter(None, raw=orjson.dumps({"pod": pod, "nodenames": ["n1"]}))
+    assert out["NodeNames"] == ["n1"]
+
+
+@pytest.mark.parametrize(("raw", "error"), [
+    (b"{not json", "unexpected"),
+    (b"[1]", "cannot unmarshal"),
+    (b'{"NodeNames":["n1"]}', "extender args missing pod"),
+], ids=["syntax", "not-object", "no-pod"])
+async def test_bad_requests_answer_200_with_error(env, raw, error):
+    out = await env.filter(None, raw=raw)
+    assert error in out["Error"]
+
+
+async def test_unregistered_and_unknown_nodes_are_reported(apiserver):
+    e = await start_env(apiserver, hami_nodes(1) + [node_obj("plain", registered=False)])
+    try:
+        pod = e.create_pod(pod_obj("big", mem=10**6))
+        out = await e.filter(pod, ["n0", "plain", "ghost"])
+        assert out["NodeNames"] is None and out["Error"] == ""
+        assert out["FailedNodes"] == {"n0": "2/2 CardInsufficientMemory", "plain": "node unregistered",
+                                      "ghost": "node unregistered"}
+    finally:
+        await stop_env(e)
+
+
+async def test_failed_filter_emits_hami_events(env):
+    pod = env.create_pod(pod_obj("big", mem=10**6))
+    await env.filter(pod, ["n0", "n1", "n2"])
+    await env.sched.events.flush()
+    msgs = sorted(e.obj["message"] for e in env.store.list("events", "default")[1])
+    assert msgs == ["3 nodes CardInsufficientMemory(n0,n1,n2)", "no available node, 3 nodes do not meet"]
+    ev = env.store.list("events", "default")[1][0].obj
+    assert ev["reason"] == "FilteringFailed" and ev["source"]["component"] == "hami-scheduler"
+
+
+async def test_successful_filter_emits_filtering_succeed(env):
+    pod = env.create_pod(pod_obj("ok", mem=10))
+    out = await env.filter(pod, ["n0"])
+    await env.sched.events.flush()
+    [ev] = [e.obj for e in env.store.list("events", "default")[1]]
+    assert ev["reason"] == "FilteringSucceed"
+    assert ev["message"].startswith(f"find fit node({out['NodeNames'][0]}), 0 nodes not fit, 1 nodes fit(")
+
+
+async def test_patch_failure_rolls_back_usage_and_returns_error(env):
+    pod = env.create_pod(pod_obj("p", mem=1000))
+    env.apiserver.faults.fail_next_writes(1, 500)
+    out = await env.filter(pod, ["n0"])
+    env.apiserver.faults.reset()
+    assert out["Error"] and not out.get("NodeNames")
+    assert env.sched.state.index.pod(pod["metadata"]["uid"]) is None
+    assert all(d.used == 0 for d in env.sched.state.index.node("n0").devices)
+
+
+async def test_full_nodes_mode_returns_the_node_object_and_patches_nothing(env):
+    pod = env.create_pod(pod_obj("p", mem=1000))
+    nodes = {"items": [env.store.get("nodes", "", f"n{i}") for i in range(3)]}
+    patches = env.client.total_requests(verb="patch")
+    out = await env.filter(pod, nodes=nodes)
+    assert out["Error"] == "" and len(out["Nodes"]["items"]) == 1
+    assert out["Nodes"]["items"][0]["metadata"]["name"] in {"n0", "n1", "n2"}
+    assert env.client.total_requests(verb="patch") == patches
+    assert "hami.io/vgpu-node" not in env.pod("default", "p")["metadata"].get("annotations", {})
+
+
+async def test_full_nodes_mode_decodes_nodes_unknown_to_the_cache(env):
+    pod = env.create_pod(pod_obj("p", mem=1000))
+    foreign = node_obj("elsewhere", 1)
+    out = await env.filter(pod, nodes={"items": [foreign, node_obj("bare", registered=False)]})
+    assert out["Nodes"]["items"][0]["metadata"]["name"] == "elsewhere"
+
+
+async def test_body_over_limit_is_refused(apiserver):
+    e = await start_env(apiserver, hami_nodes(1), max_request_bytes=1024)
+    try:
+        pod = pod_obj("p", annotations={"pad": "x" * 4096})
+        async with e.http.post(e.sched.url + "/filter", data=orjson.dumps({"Pod": pod, "NodeNames": ["n0"]})) as r:
+            assert r.status == 413
+    finally:
+        await stop_env(e)
+
+
+async def test_filter_waits_bounded_for_first_sync(apiserver):
+    await apiserver.stop()
+    s = await start_scheduler(config_for(apiserver.kubeconfig, sync_timeout=0.3))
+    try:
+        async with aiohttp.ClientSession() as http:
+            body = orjson.dumps({"Pod": pod_obj("p"), "NodeNames": ["n0"]})
+            async with http.post(s.url + "/filter", data=body) as r:
+                assert (await r.json())["Error"] == "context cancelled"
+    finally:
+        await s.close()
+        await apiserver.start()
+
+
+async def test_probes_answer_200(env):
+    for path in ("/healthz", "/readyz"):
+        async with env.http.get(env.sched.url + path) as r:
+            assert r.status == 200
+
+
+async def test_webhook_mutates_a_gpu_pod(env):
+    pod = pod_obj("w", scheduler="")
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+              "request": {"uid": "u1", "namespace": "default", "operation": "CREATE", "object": pod}}
+    async with env.http.post(env.sched.url + "/webhook", data=orjson.dumps(review)) as r:
+        out = await r.json()
+    assert out["response"]["uid"] == "u1" and out["response"]["allowed"] is True
+    ops = orjson.loads(base64.b64decode(out["response"]["patch"]))
+    assert {"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"} in ops or any(
+        o["path"] == "/spec/schedulerName" and o["value"] == "hami-scheduler" for o in ops)
+
+
+async def test_metrics_expose_hami_names_and_api_counters(env):
+    pod = env.create_pod(pod_obj("m", mem=2048, cores=20))
+    out = await env.filter(pod, ["n0"])
+    assert out["NodeNames"] == ["n0"]
+    await eventually(lambda: env.sched.state.uid_keys.get(pod["metadata"]["uid"]))
+    async with env.http.get(f"http://127.0.0.1:{env.sched.metrics_port}/metrics") as r:
+        text = await r.text()
+    assert 'hami_gpu_memory_limit_bytes{device_index="0",device_type="NVIDIA A100-SXM4-40GB"' in text
+    assert 'zone="vGPU"' in text
+    assert "hami_vgpu_memory_allocated_bytes{" in text and 'pod="m"' in text
+    assert f"{2048 * 2**20:.1f}" in text or f"{2048 * 2**20:e}" in text or "2.147483648e+09" in text
+    assert 'hami_scheduler_filter_duration_seconds_count{result="fit"} 1.0' in text
+    assert 'hami_scheduler_kube_api_requests_total{code="200",resource="pods",verb="patch"}' in text
