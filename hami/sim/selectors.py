@@ -162,17 +162,16 @@ def _unescape(text: str, whole: str) -> str:
 
 def parse_field_selector(text: str | None, allowed: Collection[str] | None = None) -> tuple[FieldRequirement, ...]:
     """Parse a field selector; `allowed` (if given) is the set of field labels the resource supports."""
-    if not text or not text.strip():
+    if not text:
         return ()
     reqs = []
     for part in _split_escaped(text, ","):
-        part = part.strip()
         if not part:
-            raise SelectorError("fieldSelector", text, "empty requirement")
-        m = re.match(r"^([^=!\\]+?)\s*(==|!=|=)(.*)$", part, re.S)
+            continue  # as the real server does: empty terms are skipped
+        m = re.match(r"^([^=!\\]+?)(==|!=|=)(.*)$", part, re.S)
         if not m:
             raise SelectorError("fieldSelector", text, f"cannot parse requirement {part!r}")
-        field, op, raw = m.group(1).strip(), m.group(2), m.group(3)
+        field, op, raw = m.group(1), m.group(2), m.group(3)
         if allowed is not None and field not in allowed:
             raise SelectorError("fieldSelector", text, f'field label not supported: "{field}"')
         reqs.append(FieldRequirement(field, op == "!=", _unescape(raw, text)))
