@@ -330,3 +330,23 @@ def test_values_schema_accepts_a_hami_values_file_with_keys_hami_does_not_use():
                     "devicePlugin": {"deviceMemoryScaling": 1.5}})
     dev = yaml.safe_load(one(docs, "ConfigMap", "hami-scheduler-device")["data"]["device-config.yaml"])
     assert dev["nvidia"]["deviceMemoryScaling"] == 1.5
+
+
+@pytest.mark.parametrize("which", ["default", "prod", "dev"])
+def test_profiling_and_aiomonitor_are_off_in_every_container(which):
+    docs = rendered(which)
+    for kind in ("Deployment", "DaemonSet"):
+        for d in find(docs, kind):
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                for arg in _args(c):
+                    assert not arg.startswith(("--profiling", "--aiomonitor", "--debug-bind-address")), (c["name"], arg)
+
+
+def test_unprivileged_https_port_moves_the_extender_url_and_drops_the_sysctl():
+    docs = objects({"scheduler": {"service": {"httpTargetPort": 9443}}})
+    assert _kube_scheduler_config(docs)["extenders"][0]["urlPrefix"] == "https://127.0.0.1:9443"
+    assert "--http_bind=0.0.0.0:9443" in _args(container(docs, "Deployment", "hami-scheduler"))
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert "sysctls" not in pod["securityContext"] and pod["securityContext"]["runAsNonRoot"] is True
+    default_pod = one(rendered("default"), "Deployment")["spec"]["template"]["spec"]
+    assert default_pod["securityContext"]["sysctls"] == [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}]
