@@ -154,7 +154,7 @@ async def run(ctx: Any) -> None:
         kube = dataclasses.replace(kube, kubeconfig=ctx.shared["kubeconfig"])
     host, port = split_bind(cfg.metrics_bind_address)
     backend = await asyncio.to_thread(_backend, cfg, node)
-    client = await KubeClient.create(kube)
+    client = await KubeClient.from_settings(kube)
     informer = Informer(client, kind="pods", field_selector=f"spec.nodeName={node}")
     mon = Monitor(
         cache_dir=cfg.cache_dir, node_name=node, pods=lambda: list(informer.store.values()),
