@@ -376,16 +376,16 @@ def _break_patterns(data, a, b):
     length = b - a
     if length >= 8:
         random = length & _U64
-        modulus = 1 << (length.bit_length())  # nextPowerOfTwo
-        idx = a + (length // 4) * 2 - 1
-        for i in range(3):
+        modulus = 1 << length.bit_length()  # nextPowerOfTwo
+        start = a + (length // 4) * 2 - 1
+        for idx in range(start, start + 3):
             random ^= (random << 13) & _U64
-            random ^= random >> 7
-            random ^= (random << 17) & _U64
-            other = (random & (modulus - 1))
+            random ^= random >> 17
+            random ^= (random << 5) & _U64
+            other = random & (modulus - 1)
             if other >= length:
                 other -= length
-            _swap(data, idx - 1 + i, a + other)
+            _swap(data, idx, a + other)
 
 
 _UNKNOWN, _INCREASING, _DECREASING = 0, 1, 2

@@ -4,7 +4,8 @@ Covers: device ordering for binpack, spread, mutex, numa-bind and comma chains a
 `pkg/scheduler/policy/gpu_policy.go` and its tests (`gpu_policy_test.go`: score primary with
 NUMA as tie-break, #1806), pod annotation overrides, PolicyContains, device-scoring-weights
 parsing, float32 scores (§6.2 golden numbers), node order (node_policy_test.go) and the port
-of Go's pdqsort (sorted output, stable for n <= 12, deterministic for longer lists).
+of Go's pdqsort (sorted output, stable for n <= 12, and equal to golden orders
+recorded from Go 1.19's sort.Sort in tests/scheduler/data/go_sort_golden.json).
 """
 
 from __future__ import annotations
@@ -163,3 +164,16 @@ def test_sort_devices_for_many_cards_is_deterministic_and_ordered():
     assert [d.id for _, d in a] == [d.id for _, d in b]
     keys = [(s, d.numa) for s, d in a]
     assert keys == sorted(keys)
+
+
+def test_go_sort_matches_go_sort_sort_output():
+    """Golden orders produced by Go 1.19's sort.Sort for lists with many equal keys."""
+    import json
+    import pathlib
+
+    data = json.loads((pathlib.Path(__file__).parent / "data" / "go_sort_golden.json").read_text())
+    assert len(data["cases"]) >= 40
+    for case in data["cases"]:
+        items = [(k, i) for i, k in enumerate(case["keys"])]
+        go_sort(items, lambda i, j, items=items: items[i][0] < items[j][0])
+        assert [i for _, i in items] == case["order"], len(case["keys"])
