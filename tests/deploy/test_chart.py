@@ -350,3 +350,24 @@ def test_unprivileged_https_port_moves_the_extender_url_and_drops_the_sysctl():
     assert "sysctls" not in pod["securityContext"] and pod["securityContext"]["runAsNonRoot"] is True
     default_pod = one(rendered("default"), "Deployment")["spec"]["template"]["spec"]
     assert default_pod["securityContext"]["sysctls"] == [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}]
+
+
+def test_helm_template_script_prints_the_same_objects_and_names_bad_values():
+    import subprocess
+    import sys
+
+    from tests.deploy.chart import PROD_VALUES, ROOT
+
+    script = str(ROOT / "scripts" / "helm-template")
+    res = subprocess.run([sys.executable, script, "-f", str(PROD_VALUES), "--set-string", "scheduler.nodeLockExpire=8m"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    docs = [d for d in yaml.safe_load_all(res.stdout) if d]
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == \
+        sorted((d["kind"], d["metadata"]["name"]) for d in rendered("prod"))
+    c = next(c for d in docs if d["kind"] == "Deployment" for c in d["spec"]["template"]["spec"]["containers"]
+             if c["name"] == "hami-scheduler")
+    assert _env(c)["HAMI_NODELOCK_EXPIRE"] == "8m"
+    bad = subprocess.run([sys.executable, script, "--set-string", "devices.nvidia.gpuCorePolicy=bad"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "/devices/nvidia/gpuCorePolicy" in bad.stderr
