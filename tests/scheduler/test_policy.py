@@ -177,3 +177,27 @@ def test_go_sort_matches_go_sort_sort_output():
         items = [(k, i) for i, k in enumerate(case["keys"])]
         go_sort(items, lambda i, j, items=items: items[i][0] < items[j][0])
         assert [i for _, i in items] == case["order"], len(case["keys"])
+
+
+def test_scores_match_go_float32_arithmetic_bit_for_bit():
+    """Device and node scores recorded from Go's float32 arithmetic (amd64)."""
+    import json
+    import pathlib
+    import struct
+    from types import SimpleNamespace
+
+    from hami.scheduler.usage import score_from_sums
+
+    data = json.loads((pathlib.Path(__file__).parent / "data" / "float32_scores_golden.json").read_text())
+
+    def bits(x):
+        return struct.unpack("<I", struct.pack("<f", x))[0]
+
+    for case in data["cases"]:
+        count, tcore, tmem, used, uc, um, _, core, mem, ws, wc, wm = case["in"]
+        d = SimpleNamespace(count=count, totalcore=tcore, totalmem=tmem, used=used, usedcores=uc,
+                            usedmem=um, type="NVIDIA")
+        got = device_score(d, [req(1, mem, 101, core)], ScoringWeights(ws, wc, wm))
+        assert bits(got) == case["device_bits"], case
+        node = score_from_sums(used + 1, uc + core, um + mem, count, tcore, tmem)
+        assert bits(node) == case["node_bits"], case
