@@ -1,7 +1,8 @@
 """HAMi's NVIDIA Fit (hami.scheduler.fit.fit_devices) and reason strings.
 
 Covers: the TestDevices_Fit table and TestFit_DeviceCordon of HAMi
-`pkg/device/nvidia/device_test.go` (ported case by case), every reason key of §5.3/§5.4,
+`pkg/device/nvidia/device_test.go` and Test_fitInCertainDevice of `pkg/scheduler/score_test.go`
+(ported case by case), every reason key of §5.3/§5.4,
 GenReason/ParseReason formatting (`pkg/device/common/common_test.go`), the backward walk over
 the sorted list, numa-bind grouping, mutex, use/nouse type and UUID filters, vgpu-mode,
 memory percentage, core clamp, the ResourceQuota hook, topology-aware selection and MIG.
@@ -241,3 +242,34 @@ def test_reasons_count_each_rejected_card_once():
     assert not ok
     assert reason == ("1/4 CardInsufficientCore, 1/4 CardInsufficientMemory, 1/4 CardNotHealth, "
                       "1/4 CardTimeSlicingExhausted")
+
+
+# --------------------------------------------------------------------------- score_test.go Test_fitInCertainDevice
+
+def _certain(**kw):
+    base = dict(numa=1, used=1, count=4, totalmem=8192, usedmem=2048, usedcores=1, totalcore=4)
+    base.update(kw)
+    return [dev("test-0", **base)]
+
+
+CERTAIN = [
+    ("allocated device", _certain(), req(1, 1024, 100, 1), True, ""),
+    ("card type don't match", _certain(), req(1, 1024, 100, 1, type="test"), False, "1/1 CardTypeMismatch"),
+    ("device count less than device used", _certain(used=5), req(1, 1024, 100, 1), False,
+     "1/1 CardTimeSlicingExhausted"),
+    ("core limit exceed 100", _certain(), req(1, 1024, 100, 200), False, "1/1 CardInsufficientCore"),
+    ("card insufficient remaining memory", _certain(totalmem=8000, usedmem=8000), req(1, 0, 100, 100), False,
+     "1/1 CardInsufficientMemory"),
+    ("exclusive access to a card in use", _certain(usedcores=0, totalcore=100), req(1, 100, 100, 100), False,
+     "1/1 ExclusiveDeviceAllocateConflict"),
+    ("can't allocate core=0 job to an already full GPU", _certain(totalcore=1), req(1, 1024, 100, 0), False,
+     "1/1 CardComputeUnitsExhausted"),
+]
+
+
+@pytest.mark.parametrize("name,devices,request_,want_fit,want_reason", CERTAIN, ids=[c[0] for c in CERTAIN])
+def test_hami_fit_in_certain_device_cases(name, devices, request_, want_fit, want_reason):
+    ok, chosen, reason = run(devices, request_)
+    assert ok is want_fit and reason == want_reason
+    if ok:
+        assert [(c.uuid, c.usedmem, c.usedcores, c.type) for c in chosen] == [("test-0", 1024, 1, "NVIDIA")]

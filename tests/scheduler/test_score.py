@@ -179,3 +179,15 @@ def test_filtering_succeed_and_binding_texts():
         "find fit node(node1), 1 nodes not fit, 1 nodes fit(node1:15.00)"
     assert fit.binding_succeed_message("n1", "default", "p") == "Successfully binding node [n1] to default/p"
     assert score.NODE_UNREGISTERED == "node unregistered"
+
+
+def test_calc_score_two_nodes_two_containers_share_each_nodes_device():
+    # score_test.go: two nodes with one unused device each, two containers (30 and 40 cores).
+    nodes = {"node1": node("node1", [dev("uuid1", count=10, totalmem=8000)]),
+             "node2": node("node2", [dev("uuid2", count=10, totalmem=8000)])}
+    pod = pod_request([req(1, 1000, 101, 30), req(1, 1000, 101, 40)], 0, {})
+    fits, failed = evaluate_nodes(nodes, ["node1", "node2"], pod)
+    assert failed == {}
+    got = {r.node: ([[(c.uuid, c.usedmem, c.usedcores) for c in ctr] for ctr in r.devices], r.score) for r in fits}
+    assert got == {"node1": ([[("uuid1", 1000, 30)], [("uuid1", 1000, 40)]], 0.0),
+                   "node2": ([[("uuid2", 1000, 30)], [("uuid2", 1000, 40)]], 0.0)}
