@@ -201,3 +201,11 @@ def test_scores_match_go_float32_arithmetic_bit_for_bit():
         assert bits(got) == case["device_bits"], case
         node = score_from_sums(used + 1, uc + core, um + mem, count, tcore, tmem)
         assert bits(node) == case["node_bits"], case
+
+
+def test_compute_score_ignores_requests_of_other_types():
+    # gpu_policy_test.go TestComputeScore device: 2/10 slots, 1/4 cores, 2048/8192 MiB -> 7.
+    d = dev("test-device", type="", totalcore=4, totalmem=8192, count=10, used=2, usedcores=1, usedmem=2048)
+    assert device_score(d, []) == 7.0
+    # §6.2: only requests whose type equals the device type count, so these add nothing.
+    assert device_score(d, [req(1, 1024, 0, 1, type="type1"), req(2, 0, 50, 2, type="type2")]) == 7.0
