@@ -1,0 +1,657 @@
+"""`/debug/pprof/*` endpoints that `go tool pprof` reads, for an asyncio process.
+
+    go tool pprof -top http://127.0.0.1:6060/debug/pprof/profile?seconds=30   # CPU, every thread
+    go tool pprof http://127.0.0.1:6060/debug/pprof/heap                      # tracemalloc in-use
+    go tool pprof -sample_index=alloc_space http://127.0.0.1:6060/debug/pprof/allocs
+    curl http://127.0.0.1:6060/debug/pprof/goroutine?debug=2                  # asyncio tasks + threads
+
+Off by default. `--profiling` makes each role call `mount_pprof(app)` on its aiohttp application;
+`--debug-bind-address HOST:PORT` runs `run_debug_server` (host defaults to loopback).
+
+CPU profile: a sampler thread wakes every 10 ms, reads `sys._current_frames()` (every thread,
+the event-loop thread included) and each thread's CPU clock (`pthread_getcpuclockid`). The CPU
+time a thread used since the previous tick is charged to the stack it is in now, so idle threads
+(the loop waiting in epoll, workers blocked on a queue) cost nothing and do not show up, as in a
+Go CPU profile. Samples on a loop thread carry the running task's name as label `task`; every
+sample carries `thread`. `?mode=wall` counts every thread at every tick instead (off-CPU time too).
+
+Heap: tracemalloc. If it is not tracing yet, the first heap/allocs request starts it and waits
+`seconds` (default 5) so the profile has something in it; tracing then stays on. `alloc_*` values
+are a lower bound: the in-use growth summed over the snapshots this process has taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import linecache
+import os
+import sys
+import threading
+import time
+import tracemalloc
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from html import escape
+
+from aiohttp import web
+
+from hami.obs.pprof import Frame, Profile, Sample, encode_gzip
+
+__all__ = [
+    "CpuSampler",
+    "HeapTracker",
+    "goroutine_profile",
+    "goroutine_text",
+    "mount_pprof",
+    "run_debug_server",
+    "start_debug_server",
+]
+
+MAX_DEPTH = 128
+DEFAULT_INTERVAL = 0.01  # 100 Hz
+# While a CPU profile runs the GIL switch interval is lowered to this, so the sampler takes the GIL
+# from a computing thread within ~0.5 ms of waking, mid-computation, instead of waiting (5 ms by
+# default) until the thread blocks on its own -- which would charge its CPU to epoll.
+PROFILE_SWITCH_INTERVAL = 0.0005
+# Leaf frames that mean "this thread is blocked in C right now": CPU it used since the last tick
+# was spent elsewhere, so the tick is counted as idle (dropped), not charged to the wait.
+IDLE_LEAVES = frozenset({
+    "selectors.EpollSelector.select", "selectors.PollSelector.select", "selectors.SelectSelector.select",
+    "selectors.KqueueSelector.select", "selectors.DevpollSelector.select",
+    "threading.Condition.wait", "threading.Thread._wait_for_tstate_lock", "threading.Event.wait",
+    "threading.Semaphore.acquire", "queue.SimpleQueue.get", "queue.Queue.get",
+    "socket.socket.accept", "socketserver.BaseServer.serve_forever", "concurrent.futures.thread._worker",
+})
+
+
+# --------------------------------------------------------------------------- frames -> pprof Frames
+
+
+class _FrameNames:
+    """Caches code object -> (function name, filename, first line) for one profile."""
+
+    def __init__(self) -> None:
+        self.cache: dict[types.CodeType, tuple[str, str, int]] = {}
+
+    def name(self, frame: types.FrameType) -> tuple[str, str, int]:
+        code = frame.f_code
+        hit = self.cache.get(code)
+        if hit is None:
+            module = frame.f_globals.get("__name__", "") if frame.f_globals is not None else ""
+            qual = getattr(code, "co_qualname", code.co_name)
+            hit = self.cache[code] = (f"{module}.{qual}" if module else qual, code.co_filename, code.co_firstlineno)
+        return hit
+
+    def frame(self, key: tuple[types.CodeType, int]) -> Frame:
+        code, line = key
+        name, filename, first = self.cache[code]
+        return Frame(name, filename, line, first)
+
+
+def _walk(frame: types.FrameType | None, names: _FrameNames) -> tuple[tuple[types.CodeType, int], ...]:
+    """(code, line) pairs from `frame` outwards, leaf first."""
+    out = []
+    while frame is not None and len(out) < MAX_DEPTH:
+        names.name(frame)
+        out.append((frame.f_code, frame.f_lineno or 0))
+        frame = frame.f_back
+    return tuple(out)
+
+
+def _thread_names() -> dict[int, str]:
+    return {t.ident: t.name for t in threading.enumerate() if t.ident is not None}
+
+
+def _thread_cpu_ns(ident: int) -> int | None:
+    try:
+        return time.clock_gettime_ns(time.pthread_getcpuclockid(ident))
+    except (OSError, OverflowError, AttributeError):
+        return None
+
+
+# --------------------------------------------------------------------------- CPU sampler
+
+
+@dataclass
+class _Acc:
+    samples: dict[tuple, list[int]] = field(default_factory=dict)
+    ticks: int = 0
+
+
+class CpuSampler:
+    """Samples every thread's stack at `interval` seconds from a daemon thread.
+
+    `loops` maps a thread ident to the event loop it runs, so samples there get the running
+    task's name. `mode` is "cpu" (charge each thread's CPU time since the last tick) or "wall".
+    """
+
+    def __init__(
+        self,
+        interval: float = DEFAULT_INTERVAL,
+        mode: str = "cpu",
+        loops: dict[int, asyncio.AbstractEventLoop] | None = None,
+    ):
+        if mode not in ("cpu", "wall"):
+            raise ValueError(f"mode: got {mode!r}, expected cpu or wall")
+        if not interval > 0:
+            raise ValueError(f"interval: got {interval!r}, expected a number > 0")
+        self.interval = interval
+        self.mode = mode
+        self.loops = dict(loops or {})
+        self._names = _FrameNames()
+        self._acc = _Acc()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start_ns = 0
+        self._duration_ns = 0
+        self._saved_switch: float | None = None
+        self.sampler_cpu_ns = 0  # CPU the sampler thread itself used: its overhead
+        self.idle_ns = 0  # CPU seen on threads that were blocked at the tick: not charged
+
+    def start(self) -> None:
+        self._start_ns = time.time_ns()
+        if self.mode == "cpu" and sys.getswitchinterval() > PROFILE_SWITCH_INTERVAL:
+            self._saved_switch = sys.getswitchinterval()
+            sys.setswitchinterval(PROFILE_SWITCH_INTERVAL)
+        self._thread = threading.Thread(target=self._run, name="hami-pprof-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> Profile:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._saved_switch is not None and sys.getswitchinterval() == PROFILE_SWITCH_INTERVAL:
+            sys.setswitchinterval(self._saved_switch)
+        self._saved_switch = None
+        self._duration_ns = time.time_ns() - self._start_ns
+        return self.profile()
+
+    def _run(self) -> None:
+        me = threading.get_ident()
+        last_cpu: dict[int, int] = {}
+        wall_ns = int(self.interval * 1e9)
+        names: dict[int, str] = {}
+        tick = 0
+        t0 = time.thread_time_ns()
+        try:
+            while not self._stop.wait(self.interval):
+                if tick % 50 == 0:  # thread names change rarely; refresh twice a second
+                    names = _thread_names()
+                tick += 1
+                self._sample(me, names, last_cpu, wall_ns)
+        finally:
+            self.sampler_cpu_ns = time.thread_time_ns() - t0
+
+    def _sample(self, me: int, names: dict[int, str], last_cpu: dict[int, int], wall_ns: int) -> None:
+        frames = sys._current_frames()
+        acc = self._acc
+        acc.ticks += 1
+        for ident, frame in frames.items():
+            if ident == me:
+                continue
+            if self.mode == "cpu":
+                now = _thread_cpu_ns(ident)
+                if now is None:
+                    continue
+                before = last_cpu.get(ident)
+                last_cpu[ident] = now
+                if before is None or now <= before:
+                    continue
+                value = now - before
+            else:
+                value = wall_ns
+            stack = _walk(frame, self._names)
+            if self.mode == "cpu" and stack and self._names.cache[stack[0][0]][0] in IDLE_LEAVES:
+                self.idle_ns += value
+                continue
+            task_name = ""
+            loop = self.loops.get(ident)
+            if loop is not None:
+                try:
+                    task = asyncio.current_task(loop)
+                except RuntimeError:
+                    task = None
+                if task is not None:
+                    task_name = task.get_name()
+            key = (names.get(ident, str(ident)), task_name, stack)
+            slot = acc.samples.get(key)
+            if slot is None:
+                acc.samples[key] = [1, value]
+            else:
+                slot[0] += 1
+                slot[1] += value
+
+    def profile(self) -> Profile:
+        period = int(self.interval * 1e9)
+        kind = "cpu" if self.mode == "cpu" else "wall"
+        samples = []
+        for (thread, task, stack), (count, value) in self._acc.samples.items():
+            labels = {"thread": thread}
+            if task:
+                labels["task"] = task
+            samples.append(Sample(tuple(self._names.frame(k) for k in stack), (count, value), labels))
+        return Profile(
+            sample_types=(("samples", "count"), (kind, "nanoseconds")),
+            samples=samples,
+            period_type=(kind, "nanoseconds"),
+            period=period,
+            time_nanos=self._start_ns,
+            duration_nanos=self._duration_ns,
+            comments=(f"hami sampler: mode={self.mode} ticks={self._acc.ticks} "
+                      f"sampler_cpu_ns={self.sampler_cpu_ns} idle_cpu_ns_not_charged={self.idle_ns}",),
+            default_sample_type=kind,
+        )
+
+
+# --------------------------------------------------------------------------- heap (tracemalloc)
+
+
+class _FunctionIndex:
+    """(filename, line) -> function name, from the code objects of loaded modules.
+
+    tracemalloc frames carry only a filename and a line; pprof wants function names.
+    """
+
+    def __init__(self) -> None:
+        self._by_file: dict[str, list[tuple[int, int, str]] | None] = {}
+        self._modules: dict[str, str] | None = None
+
+    def _module_of(self, filename: str) -> tuple[str, types.ModuleType | None]:
+        if self._modules is None:
+            self._modules = {}
+            for name, mod in list(sys.modules.items()):
+                f = getattr(mod, "__file__", None)
+                if isinstance(f, str):
+                    self._modules.setdefault(f, name)
+        name = self._modules.get(filename, "")
+        return name, sys.modules.get(name) if name else None
+
+    def _ranges(self, filename: str) -> list[tuple[int, int, str]] | None:
+        if filename in self._by_file:
+            return self._by_file[filename]
+        modname, mod = self._module_of(filename)
+        ranges: list[tuple[int, int, str]] | None = None
+        top = None
+        loader = getattr(mod, "__loader__", None) if mod is not None else None
+        if loader is not None and hasattr(loader, "get_code"):
+            try:
+                top = loader.get_code(modname)
+            except Exception:  # noqa: BLE001 - a loader that cannot give code: compile the file below
+                top = None
+        if top is None and filename.endswith(".py"):
+            try:
+                with open(filename, "rb") as fh:
+                    top = compile(fh.read(), filename, "exec", dont_inherit=True)
+            except (OSError, SyntaxError, ValueError):
+                top = None
+        if top is not None:
+            ranges = []
+            stack = [top]
+            while stack:
+                code = stack.pop()
+                lines = [ln for _, _, ln in code.co_lines() if ln is not None]
+                if lines and code is not top:
+                    qual = getattr(code, "co_qualname", code.co_name)
+                    ranges.append((min(lines + [code.co_firstlineno]), max(lines), f"{modname}.{qual}"))
+                stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+        self._by_file[filename] = ranges
+        return ranges
+
+    def lookup(self, filename: str, line: int, inside: tuple[int, int, str] | None = None
+               ) -> tuple[int, int, str]:
+        """The innermost function range (first, last, name) around `line`.
+
+        `inside`: the range found for the frame called from this same line (a comprehension or
+        lambda): the caller is the innermost range strictly enclosing it.
+        """
+        best: tuple[int, int, str] | None = None
+        for r in self._ranges(filename) or ():
+            if not r[0] <= line <= r[1] or r == inside:
+                continue
+            if inside is not None and not (r[0] <= inside[0] and inside[1] <= r[1]):
+                continue
+            if best is None or r[1] - r[0] < best[1] - best[0]:
+                best = r
+        if best is not None:
+            return best
+        modname, _ = self._module_of(filename)
+        return 0, 0, f"{modname}.<module>" if modname else os.path.basename(filename) or "<unknown>"
+
+
+class HeapTracker:
+    """Turns tracemalloc snapshots into Go-style heap profiles (alloc_* and inuse_*).
+
+    `alloc_*` per stack is the in-use value of the first snapshot plus every later increase:
+    a lower bound on what was allocated, since frees between two snapshots are not seen.
+    """
+
+    def __init__(self, nframes: int = 32):
+        self.nframes = nframes
+        self.started_ns = 0
+        self._last: dict[tuple, tuple[int, int]] = {}
+        self._alloc: dict[tuple, list[int]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def tracing(self) -> bool:
+        return tracemalloc.is_tracing()
+
+    def start(self) -> bool:
+        """Start tracemalloc if it is off; True when this call started it."""
+        if tracemalloc.is_tracing():
+            if not self.started_ns:
+                self.started_ns = time.time_ns()
+            return False
+        tracemalloc.start(self.nframes)
+        self.started_ns = time.time_ns()
+        return True
+
+    def profile(self, default: str = "inuse_space") -> Profile:
+        """A snapshot now, as a profile with Go's four heap sample types."""
+        snap = tracemalloc.take_snapshot().filter_traces((
+            tracemalloc.Filter(False, tracemalloc.__file__),
+            tracemalloc.Filter(False, __file__),
+            tracemalloc.Filter(False, linecache.__file__),
+        ))
+        index = _FunctionIndex()
+        samples = []
+        with self._lock:
+            seen = set()
+            for stat in snap.statistics("traceback"):
+                key = tuple((f.filename, f.lineno) for f in reversed(stat.traceback))  # leaf first
+                seen.add(key)
+                size, count = stat.size, stat.count
+                prev = self._last.get(key)
+                acc = self._alloc.get(key)
+                if acc is None:
+                    acc = self._alloc[key] = [count, size]
+                elif prev is not None:
+                    acc[0] += max(0, count - prev[0])
+                    acc[1] += max(0, size - prev[1])
+                else:
+                    acc[0] += count
+                    acc[1] += size
+                self._last[key] = (count, size)
+                samples.append((key, acc[0], acc[1], count, size))
+            for key in list(self._last):
+                if key not in seen:  # all freed: remembered for alloc_*, no longer in use
+                    del self._last[key]
+                    acc = self._alloc[key]
+                    samples.append((key, acc[0], acc[1], 0, 0))
+        out = []
+        for key, ac, asz, ic, isz in samples:
+            stack = []
+            prev: tuple[str, int, tuple[int, int, str]] | None = None
+            for filename, line in key:
+                inside = prev[2] if prev is not None and prev[:2] == (filename, line) else None
+                found = index.lookup(filename, line, inside)
+                stack.append(Frame(found[2], filename, line, found[0]))
+                prev = (filename, line, found)
+            out.append(Sample(tuple(stack), (ac, asz, ic, isz)))
+        current, peak = tracemalloc.get_traced_memory()
+        return Profile(
+            sample_types=(("alloc_objects", "count"), ("alloc_space", "bytes"),
+                          ("inuse_objects", "count"), ("inuse_space", "bytes")),
+            samples=out,
+            period_type=("space", "bytes"),
+            period=1,
+            time_nanos=time.time_ns(),
+            comments=(f"tracemalloc since {self.started_ns} ns; traced now {current} B, peak {peak} B; "
+                      "alloc_* is a lower bound (sum of in-use growth between snapshots)",),
+            default_sample_type=default,
+        )
+
+
+# --------------------------------------------------------------------------- goroutines (tasks + threads)
+
+
+def _coro_frames(coro: object) -> list[types.FrameType]:
+    """Frames of a coroutine and everything it awaits, outermost first."""
+    out = []
+    seen = 0
+    while coro is not None and seen < MAX_DEPTH:
+        seen += 1
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
+        if frame is not None:
+            out.append(frame)
+        nxt = getattr(coro, "cr_await", None)
+        if nxt is None:
+            nxt = getattr(coro, "gi_yieldfrom", None)
+        if nxt is None:
+            nxt = getattr(coro, "ag_await", None)
+        coro = nxt
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Routine:
+    kind: str  # "task" | "thread"
+    name: str
+    state: str
+    stack: tuple[tuple[types.CodeType, int], ...]  # leaf first
+
+
+def _routines(loop: asyncio.AbstractEventLoop | None, names: _FrameNames) -> Iterator[_Routine]:
+    if loop is not None:
+        current = asyncio.current_task(loop)
+        for task in sorted(asyncio.all_tasks(loop), key=lambda t: t.get_name()):
+            frames = _coro_frames(task.get_coro())
+            stack = []
+            for fr in reversed(frames):
+                names.name(fr)
+                stack.append((fr.f_code, fr.f_lineno or 0))
+            waiter = getattr(task, "_fut_waiter", None)
+            state = "running" if task is current else (f"awaiting {type(waiter).__name__}" if waiter else "ready")
+            yield _Routine("task", task.get_name(), state, tuple(stack))
+    thread_names = _thread_names()
+    for ident, frame in sorted(sys._current_frames().items()):
+        yield _Routine("thread", thread_names.get(ident, str(ident)), "running", _walk(frame, names))
+
+
+def goroutine_profile(loop: asyncio.AbstractEventLoop | None) -> Profile:
+    """The goroutine profile: one sample per task and thread, count 1, stacks merged by pprof."""
+    names = _FrameNames()
+    samples = [
+        Sample(tuple(names.frame(k) for k in r.stack), (1,), {r.kind: r.name})
+        for r in _routines(loop, names)
+    ]
+    return Profile(sample_types=(("goroutine", "count"),), samples=samples,
+                   period_type=("goroutine", "count"), period=1, time_nanos=time.time_ns())
+
+
+def goroutine_text(loop: asyncio.AbstractEventLoop | None, debug: int) -> str:
+    """`?debug=1`: stacks grouped with a count; `?debug=2`: every task and thread on its own."""
+    names = _FrameNames()
+    routines = list(_routines(loop, names))
+
+    def lines(stack: tuple) -> list[str]:
+        out = []
+        for k in stack:
+            f = names.frame(k)
+            out.append(f"{f.function}(...)\n\t{f.filename}:{f.line}")
+        return out
+
+    if debug >= 2:
+        parts = []
+        for i, r in enumerate(routines, 1):
+            head = f"goroutine {i} [{r.state}]: {r.kind} {r.name!r}"
+            parts.append("\n".join([head, *lines(r.stack)]) or head)
+        return "\n\n".join(parts) + "\n"
+    groups: dict[tuple, list[_Routine]] = {}
+    for r in routines:
+        groups.setdefault(r.stack, []).append(r)
+    out = [f"goroutine profile: total {len(routines)}"]
+    for stack, members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        who = ", ".join(f"{m.kind} {m.name!r}" for m in members[:8])
+        more = f" (+{len(members) - 8} more)" if len(members) > 8 else ""
+        out.append(f"{len(members)} @ {who}{more}")
+        for k in stack:
+            f = names.frame(k)
+            out.append(f"#\t{f.function}\t{f.filename}:{f.line}")
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+_STATE = web.AppKey("hami_pprof_state", object)
+
+_INDEX = [
+    ("allocs", "A sampling of all past memory allocations (tracemalloc; lower bound)"),
+    ("cmdline", "The command line invocation of the current program"),
+    ("goroutine", "Stack traces of all asyncio tasks and threads"),
+    ("heap", "A sampling of memory allocations of live objects (tracemalloc)"),
+    ("profile", "CPU profile of every thread. Use the seconds GET parameter (default 30)."),
+]
+
+
+@dataclass
+class _PprofState:
+    heap: HeapTracker = field(default_factory=HeapTracker)
+    interval: float = DEFAULT_INTERVAL
+
+
+def _int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise web.HTTPBadRequest(text=f"{name}: got {raw!r}, expected an integer\n") from None
+    if not lo <= value <= hi:
+        raise web.HTTPBadRequest(text=f"{name}: got {value}, expected {lo}..{hi}\n")
+    return value
+
+
+def _profile_response(profile: Profile, name: str) -> web.Response:
+    return web.Response(
+        body=encode_gzip(profile),
+        content_type="application/octet-stream",
+        headers={"Content-Disposition": f'attachment; filename="{name}"', "X-Content-Type-Options": "nosniff"},
+    )
+
+
+async def _index(request: web.Request) -> web.Response:
+    rows = "\n".join(
+        f'<tr><td><a href="{n}?debug=1">{n}</a></td><td>{escape(d)}</td></tr>' for n, d in _INDEX
+    )
+    body = (
+        "<html><head><title>/debug/pprof/</title></head><body>/debug/pprof/<br><br>"
+        f"Types of profiles available:<table>{rows}</table>"
+        '<a href="goroutine?debug=2">full goroutine stack dump</a></body></html>\n'
+    )
+    return web.Response(text=body, content_type="text/html")
+
+
+async def _cmdline(request: web.Request) -> web.Response:
+    return web.Response(text="\x00".join(sys.argv), content_type="text/plain")
+
+
+async def _profile(request: web.Request) -> web.Response:
+    state: _PprofState = request.app[_STATE]
+    seconds = _int_param(request, "seconds", 30, 1, 3600)
+    mode = request.query.get("mode", "cpu")
+    if mode not in ("cpu", "wall"):
+        raise web.HTTPBadRequest(text=f"mode: got {mode!r}, expected cpu or wall\n")
+    loop = asyncio.get_running_loop()
+    sampler = CpuSampler(state.interval, mode, {threading.get_ident(): loop})
+    sampler.start()
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        profile = sampler.stop()
+    return _profile_response(profile, "profile")
+
+
+async def _heap_like(request: web.Request, default: str, name: str) -> web.Response:
+    state: _PprofState = request.app[_STATE]
+    if _int_param(request, "gc", 0, 0, 1):
+        import gc
+
+        gc.collect()
+    started = state.heap.start()
+    if started:
+        await asyncio.sleep(_int_param(request, "seconds", 5, 0, 3600))
+    # On the loop thread: a worker thread would fight a busy loop for the GIL (Go stops the world too).
+    profile = state.heap.profile(default)
+    if _int_param(request, "debug", 0, 0, 2):
+        return web.Response(text=_heap_text(profile), content_type="text/plain")
+    return _profile_response(profile, name)
+
+
+def _heap_text(profile: Profile) -> str:
+    total = sum(s.values[3] for s in profile.samples)
+    out = [f"heap profile: inuse {total} bytes; {profile.comments[0] if profile.comments else ''}"]
+    for s in sorted(profile.samples, key=lambda s: -s.values[3])[:200]:
+        ac, asz, ic, isz = s.values
+        out.append(f"{ic}: {isz} [{ac}: {asz}] @")
+        out.extend(f"#\t{f.function}\t{f.filename}:{f.line}" for f in s.stack)
+    return "\n".join(out) + "\n"
+
+
+async def _heap(request: web.Request) -> web.Response:
+    return await _heap_like(request, "inuse_space", "heap")
+
+
+async def _allocs(request: web.Request) -> web.Response:
+    return await _heap_like(request, "alloc_space", "allocs")
+
+
+async def _goroutine(request: web.Request) -> web.Response:
+    debug = _int_param(request, "debug", 0, 0, 2)
+    loop = asyncio.get_running_loop()
+    if debug:
+        return web.Response(text=goroutine_text(loop, debug), content_type="text/plain")
+    return _profile_response(goroutine_profile(loop), "goroutine")
+
+
+def mount_pprof(app: web.Application, *, interval: float = DEFAULT_INTERVAL) -> None:
+    """Add the /debug/pprof/ routes to `app` (call before the app starts)."""
+    app[_STATE] = _PprofState(interval=interval)
+    app.router.add_get("/debug/pprof", _index)
+    app.router.add_get("/debug/pprof/", _index)
+    app.router.add_get("/debug/pprof/cmdline", _cmdline)
+    app.router.add_get("/debug/pprof/profile", _profile)
+    app.router.add_get("/debug/pprof/heap", _heap)
+    app.router.add_get("/debug/pprof/allocs", _allocs)
+    app.router.add_get("/debug/pprof/goroutine", _goroutine)
+
+
+# --------------------------------------------------------------------------- standalone debug server
+
+
+def parse_bind_address(address: str) -> tuple[str, int]:
+    """`HOST:PORT`, `:PORT` (loopback) or `[v6]:PORT` -> (host, port)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--debug-bind-address: got {address!r}, expected HOST:PORT such as 127.0.0.1:6060")
+    host = host.strip("[]") or "127.0.0.1"
+    return host, int(port)
+
+
+async def start_debug_server(address: str) -> tuple[web.AppRunner, int]:
+    """Serve only /debug/pprof on `address`; returns the runner (cleanup() it) and the bound port."""
+    host, port = parse_bind_address(address)
+    app = web.Application()
+    mount_pprof(app)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = port
+    server = getattr(site, "_server", None)
+    if server is not None and server.sockets:
+        bound = server.sockets[0].getsockname()[1]
+    return runner, bound
+
+
+async def run_debug_server(address: str, stop: asyncio.Event) -> None:
+    """Run the `--debug-bind-address` listener until `stop` is set."""
+    runner, _ = await start_debug_server(address)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
