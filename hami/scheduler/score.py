@@ -55,7 +55,7 @@ from .fit import FitResult, PodRequest, fit_pod, try_pod
 from .policy import device_score, node_order_descending
 from .usage import NodeUsage, node_score
 
-__all__ = [
+__all__ = (
     "NODE_UNREGISTERED",
     "Selection",
     "device_score",
@@ -63,7 +63,7 @@ __all__ = [
     "node_score",
     "order_nodes",
     "select_node",
-]
+)
 
 NODE_UNREGISTERED = "node unregistered"
 

@@ -34,6 +34,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from types import MappingProxyType
 from typing import Any
 
 import jsonpatch
@@ -81,12 +82,12 @@ class Decision:
 
 # --------------------------------------------------------------------------- quantities
 
-_SUFFIX = {
+_SUFFIX = MappingProxyType({
     "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-}
+})
 _QTY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:(Ki|Mi|Gi|Ti|Pi|Ei|[kMGTPE]|m|n|u)|([eE][+-]?\d+))?$")
-_SMALL = {"m": Decimal("0.001"), "u": Decimal("0.000001"), "n": Decimal("0.000000001")}
+_SMALL = MappingProxyType({"m": Decimal("0.001"), "u": Decimal("0.000001"), "n": Decimal("0.000000001")})
 
 
 def quantity_decimal(value: Any) -> Decimal | None:
