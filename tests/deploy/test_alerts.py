@@ -129,3 +129,16 @@ def test_dashboard_is_valid_json_and_every_query_parses(tmp_path):
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     res = _run("check", "rules", str(path), cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_every_hami_metric_in_dashboard_and_alerts_is_exported_by_hami():
+    from tests.deploy.chart import ROOT
+
+    source = "\n".join(p.read_text() for p in (ROOT / "hami").rglob("*.py"))
+    cm = one(rendered("prod"), "ConfigMap", "hami-grafana-dashboard")
+    text = cm["data"]["hami-gpu-sharing.json"] + json.dumps(_rule_groups(rendered("prod")))
+    names = set(re.findall(r"\bhami_[a-z0-9_]+", text))
+    assert len(names) >= 10
+    for name in sorted(names):
+        base = re.sub(r"_(total|bucket|sum|count)$", "", name)
+        assert f'"{base}"' in source or f'"{name}"' in source, f"{name} is not a metric hami exports"
