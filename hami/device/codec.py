@@ -162,6 +162,8 @@ def parse_go_bool(text: str, *, field: str = "bool", position: int | None = None
 
 def go_json_string(text: str) -> str:
     """A JSON string literal exactly as Go encoding/json writes it (HTML-safe escaping)."""
+    if _PLAIN_JSON.fullmatch(text):
+        return '"' + text + '"'
     out = json.dumps(text, ensure_ascii=False)
     if not _GO_ESCAPE_NEEDED.search(out):
         return out
@@ -173,6 +175,8 @@ def go_json_string(text: str) -> str:
     return _SURROGATE.sub("\ufffd", out)
 
 
+# Printable ASCII that neither JSON nor Go's HTML-safe escaping touches.
+_PLAIN_JSON = re.compile(r"[ !#-%'-;=?-\[\]-~]*")
 _GO_ESCAPE_NEEDED = re.compile("[<>&\u2028\u2029\ud800-\udfff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -303,8 +307,7 @@ _DEV_FIELDS = (
     "migtemplate", "health", "devicevendor", "custominfo",
 )
 _DEV_KEYS = frozenset(_DEV_FIELDS)
-_EMPTY_DICT: dict = {}
-_EMPTY_LIST: list = []
+_HOT_KEYS = frozenset(("id", "index", "count", "devmem", "devcore", "type", "numa", "mode", "health"))
 _MIG_FIELDS = ("name", "memoryMB", "core", "sliceCount", "placements")
 _MIG_KEYS = frozenset(_MIG_FIELDS)
 _PLACEMENT_FIELDS = ("start", "size")
@@ -356,10 +359,16 @@ def _decode_mig_profiles(raw, field: str, text: str) -> tuple[MigProfile, ...]:
     return tuple(out)
 
 
-def _decode_device_slow(obj: dict, i: int, text: str) -> DeviceInfo:
-    """One device with every field checked on its own: nulls mean zero, a wrong type or range
-    raises the error Go's decoder gives for that field."""
+def _decode_device_any(obj, i: int, text: str) -> DeviceInfo:
+    """One device with every field checked on its own: nulls mean zero, keys match
+    case-insensitively, a wrong type or range raises the error Go's decoder gives for that field."""
     field = f"{REGISTER_ANNOTATION}[{i}]"
+    if type(obj) is not dict:
+        raise CodecError(
+            f"device entry {i} is {_JSON_KIND.get(type(obj), 'null')}, expected an object", field=field, text=text
+        )
+    if not obj.keys() <= _DEV_KEYS:
+        obj = _fold_keys(obj, _DEV_FIELDS)
     ints = {}
     for key, bounds, go_type in (
         ("index", _UINT64, "uint"), ("count", _INT32, "int32"), ("devmem", _INT32, "int32"),
@@ -399,42 +408,34 @@ def decode_node_devices_json(text: str | bytes) -> tuple[DeviceInfo, ...]:
     out = []
     append = out.append
     lo32, hi32 = _INT32
+    hot = _HOT_KEYS
     for i, obj in enumerate(doc):
-        if type(obj) is not dict:
-            raise CodecError(
-                f"device entry {i} is {_JSON_KIND.get(type(obj), 'null')}, expected an object",
-                field=f"{REGISTER_ANNOTATION}[{i}]", text=shown,
-            )
-        if not obj.keys() <= _DEV_KEYS:
-            obj = _fold_keys(obj, _DEV_FIELDS)
-        get = obj.get
-        id_ = get("id", "")
-        index = get("index", 0)
-        count = get("count", 0)
-        devmem = get("devmem", 0)
-        devcore = get("devcore", 0)
-        type_ = get("type", "")
-        numa = get("numa", 0)
-        mode = get("mode", "")
-        health = get("health", False)
-        migs = get("migProfiles")
-        # One combined check on the hot path; anything unusual (nulls, wrong types, MIG
-        # profiles) takes the slow path, which names the wrong field.
-        if (
-            type(id_) is str and type(type_) is str and type(mode) is str
-            and type(count) is int and lo32 <= count <= hi32
-            and type(devmem) is int and lo32 <= devmem <= hi32
-            and type(devcore) is int and lo32 <= devcore <= hi32
-            and type(index) is int and 0 <= index < 18446744073709551616
-            and type(numa) is int and -9223372036854775808 <= numa < 9223372036854775808
-            and type(health) is bool and migs is None
-            and type(get("devicevendor", "")) is str
-            and type(get("custominfo", _EMPTY_DICT)) is dict
-            and type(get("migtemplate", _EMPTY_LIST)) is list
-        ):
-            append(DeviceInfo(id_, count, devmem, devcore, type_, index, numa, mode, health))
-        else:
-            append(_decode_device_slow(obj, i, shown))
+        # Hot path: an object with only the plain keys the NVIDIA plugin writes, values of the
+        # right type and range, checked in one expression. Everything else (nulls, other keys,
+        # key case folding, MIG profiles, errors) takes the slow path.
+        if type(obj) is dict and obj.keys() <= hot:
+            get = obj.get
+            id_ = get("id", "")
+            index = get("index", 0)
+            count = get("count", 0)
+            devmem = get("devmem", 0)
+            devcore = get("devcore", 0)
+            type_ = get("type", "")
+            numa = get("numa", 0)
+            mode = get("mode", "")
+            health = get("health", False)
+            if (
+                type(id_) is str and type(type_) is str and type(mode) is str
+                and type(count) is int and lo32 <= count <= hi32
+                and type(devmem) is int and lo32 <= devmem <= hi32
+                and type(devcore) is int and lo32 <= devcore <= hi32
+                and type(index) is int and 0 <= index < 18446744073709551616
+                and type(numa) is int and -9223372036854775808 <= numa < 9223372036854775808
+                and type(health) is bool
+            ):
+                append(DeviceInfo(id_, count, devmem, devcore, type_, index, numa, mode, health))
+                continue
+        append(_decode_device_any(obj, i, shown))
     return tuple(out)
 
 
@@ -524,6 +525,35 @@ def decode_node_devices(text: str) -> tuple[DeviceInfo, ...]:
     if is_json_register(text):
         return decode_node_devices_json(text)
     return decode_node_devices_legacy(text)
+
+
+class RegisterDecoder:
+    """decode_node_devices with a bounded memo keyed by the annotation text.
+
+    The scheduler sees the same register text on most node watch events (status heartbeats,
+    label changes); the decoded tuple is immutable, so it can be shared. Create one per role and
+    pass it down (no module-level state). Errors are not cached.
+    """
+
+    __slots__ = ("_memo", "_maxsize", "hits", "misses")
+
+    def __init__(self, maxsize: int = 16384):
+        self._memo: dict[str, tuple[DeviceInfo, ...]] = {}
+        self._maxsize = maxsize
+        self.hits = 0
+        self.misses = 0
+
+    def __call__(self, text: str) -> tuple[DeviceInfo, ...]:
+        found = self._memo.get(text)
+        if found is not None:
+            self.hits += 1
+            return found
+        self.misses += 1
+        devices = decode_node_devices(text)
+        if len(self._memo) >= self._maxsize:
+            self._memo.clear()  # nodes re-register at most every 30 s: a cold refill is cheap
+        self._memo[text] = devices
+        return devices
 
 
 # --------------------------------------------------------------------------- node pair scores
