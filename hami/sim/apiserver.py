@@ -23,7 +23,15 @@ import orjson
 from aiohttp import web
 
 from hami.obs.log import get_logger
-from hami.sim.resources import GROUPS, RESOURCES, Resource, group_list, resource_list
+from hami.sim.resources import (
+    GROUPS,
+    RESOURCES,
+    Resource,
+    group_list,
+    openapi_v3,
+    openapi_v3_index,
+    resource_list,
+)
 from hami.sim.selectors import SelectorError, parse_field_selector, parse_label_selector
 from hami.sim.store import ApiError, Store, bookmark_line, event_line
 from hami.sim.tables import table, wants_table
@@ -191,11 +199,14 @@ class ApiServer:
             "/api/v1": resource_list("", "v1"),
             "/apis": group_list(),
             "/healthz": b"ok", "/livez": b"ok", "/readyz": b"ok",
+            "/openapi/v3": openapi_v3_index(),
+            "/openapi/v3/api/v1": openapi_v3("", "v1"),
         }
         for g in group_list()["groups"]:
             docs[f"/apis/{g['name']}"] = {"kind": "APIGroup", "apiVersion": "v1", **g}
             for v in GROUPS[g["name"]]:
                 docs[f"/apis/{g['name']}/{v}"] = resource_list(g["name"], v)
+                docs[f"/openapi/v3/apis/{g['name']}/{v}"] = openapi_v3(g["name"], v)
         return {k: (v if isinstance(v, bytes) else orjson.dumps(v)) for k, v in docs.items()}
 
     async def _dispatch(self, request: web.Request, method: str) -> web.StreamResponse:
@@ -375,9 +386,13 @@ class ApiServer:
         try:
             await resp.prepare(request)
             send_initial_bookmark = bookmarks and q.get("sendInitialEvents", "").lower() in _TRUE
+            as_table = wants_table(request.headers.get("Accept", ""))
+            include = q.get("includeObject", "Metadata")
             while not watcher.dropped and not watcher.ended:
                 batch = watcher.take()
                 if batch:
+                    if as_table:
+                        batch = [self._table_line(res, line, include) for line in batch]
                     await self._write_lines(resp, batch)
                     continue
                 if send_initial_bookmark:
@@ -402,6 +417,15 @@ class ApiServer:
         if watcher.dropped:
             log.v(2).info("Watch dropped", resource=res.key, namespace=ns, reason=watcher.drop_reason)
         return resp
+
+    def _table_line(self, res: Resource, line: bytes, include: str) -> bytes:
+        """A watch event for `kubectl get -w`: its object as a one-row Table."""
+        ev = orjson.loads(line)
+        if ev.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+            obj = ev["object"]
+            rv = int(obj.get("metadata", {}).get("resourceVersion") or self.store.rv)
+            ev["object"] = table(res.key, [obj], rv, include)
+        return orjson.dumps(ev) + b"\n"
 
     @staticmethod
     async def _write_lines(resp: web.StreamResponse, lines: list[bytes]) -> None:

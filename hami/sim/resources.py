@@ -124,6 +124,32 @@ def resource_list(group: str, version: str) -> dict:
             "groupVersion": f"{group}/{version}" if group else version, "resources": items}
 
 
+def openapi_v3_index() -> dict:
+    """`/openapi/v3`: where each group-version's document lives."""
+    gvs = ["api/v1"] + [f"apis/{g}/{v}" for g, versions in GROUPS.items() for v in versions]
+    return {"paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash=hami-sim"} for gv in gvs}}
+
+
+def openapi_v3(group: str, version: str) -> dict:
+    """A minimal OpenAPI v3 document for one group-version: no schemas, but every object path with
+    a PATCH and POST that accept `fieldValidation`, which tells kubectl (1.27+) that the server
+    validates, so `kubectl create -f` / `apply -f` need no client-side schema."""
+    param = [{"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True}}]
+    paths = {}
+    for r in _ALL:
+        if r.group != group or r.version != version:
+            continue
+        base = "/api/v1" if not group else f"/apis/{group}/{version}"
+        coll = f"{base}/namespaces/{{namespace}}/{r.plural}" if r.namespaced else f"{base}/{r.plural}"
+        gvk = {"group": group, "version": version, "kind": r.kind}
+        op = {"x-kubernetes-group-version-kind": gvk, "parameters": param,
+              "responses": {"200": {"description": "OK"}}}
+        paths[coll] = {"post": {**op, "operationId": f"create{r.kind}"}}
+        paths[coll + "/{name}"] = {"patch": {**op, "operationId": f"patch{r.kind}"}}
+    return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.31.0"}, "paths": paths,
+            "components": {"schemas": {}}}
+
+
 def group_list() -> dict:
     """The APIGroupList document for `/apis`."""
     groups = []

@@ -548,3 +548,35 @@ async def test_discovery_documents(apiserver):
         groups = {g["name"] for g in (await get("/apis"))["groups"]}
         assert groups == {"events.k8s.io", "coordination.k8s.io"}
         assert [r["name"] for r in (await get("/apis/coordination.k8s.io/v1"))["resources"]] == ["leases"]
+
+
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+
+
+async def test_table_answers_for_kubectl_list_get_and_watch(apiserver):
+    apiserver.store.create("nodes", "", node("n1"))
+    async with aiohttp.ClientSession(headers={"Accept": TABLE}) as s:
+        async with s.get(f"{apiserver.url}/api/v1/nodes") as r:
+            doc = await r.json()
+        assert doc["kind"] == "Table" and doc["rows"][0]["cells"][:2] == ["n1", "Ready"]
+        async with s.get(f"{apiserver.url}/api/v1/nodes/n1?includeObject=Object") as r:
+            doc = await r.json()
+        assert doc["rows"][0]["object"]["kind"] == "Node"
+        async with s.get(f"{apiserver.url}/api/v1/nodes?watch=1&timeoutSeconds=1") as r:
+            ev = orjson.loads(await r.content.readline())
+        assert ev["type"] == "ADDED" and ev["object"]["kind"] == "Table"
+
+
+async def test_openapi_v3_stub_advertises_field_validation(apiserver):
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{apiserver.url}/openapi/v3") as r:
+            index = await r.json()
+        url = index["paths"]["api/v1"]["serverRelativeURL"]
+        async with s.get(apiserver.url + url) as r:
+            doc = await r.json()
+        async with s.get(f"{apiserver.url}/openapi/v2") as r:
+            assert r.status == 404
+    op = doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"]
+    assert op["x-kubernetes-group-version-kind"] == {"group": "", "version": "v1", "kind": "Pod"}
+    assert [p["name"] for p in op["parameters"]] == ["fieldValidation"]
+    assert "apis/coordination.k8s.io/v1" in index["paths"]
