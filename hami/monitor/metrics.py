@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from hami.monitor import hostpid
 from hami.monitor.scan import Loaded, list_container_dirs, load_containers, pods_by_uid
@@ -365,3 +366,32 @@ class _Families:
 
     def all(self) -> list[GaugeMetricFamily]:
         return list(self.f.values())
+
+
+def _escape_value(v: str) -> str:
+    if "\\" in v or '"' in v or "\n" in v:
+        return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return v
+
+
+def render(families: Iterable[Metric]) -> bytes:
+    """Prometheus text exposition of gauge and counter families, byte-identical to
+    `prometheus_client.generate_latest` for what this collector yields (valid names, no
+    `_created` samples), at about a third of its cost: label names are not re-validated per sample.
+    """
+    out: list[str] = []
+    append = out.append
+    for m in families:
+        if m.type not in ("gauge", "counter"):
+            raise ValueError(f"render: metric {m.name}: type {m.type} not supported")
+        mname = m.name + "_total" if m.type == "counter" else m.name
+        doc = m.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        append(f"# HELP {mname} {doc}\n# TYPE {mname} {m.type}\n")
+        for sample in m.samples:
+            labels = sample.labels
+            if labels:
+                body = ",".join([f'{k}="{_escape_value(v)}"' for k, v in sorted(labels.items())])
+                append(f"{sample.name}{{{body}}} {floatToGoString(sample.value)}\n")
+            else:
+                append(f"{sample.name} {floatToGoString(sample.value)}\n")
+    return "".join(out).encode("utf-8")

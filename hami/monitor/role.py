@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
 from hami.monitor import feedback
-from hami.monitor.metrics import MonitorCollector, MonitorStats
+from hami.monitor.metrics import MonitorCollector, MonitorStats, render
 from hami.monitor.scan import list_container_dirs, load_containers, pods_by_uid, reap_candidates, remove_dir
 from hami.obs.log import get_logger
 
@@ -76,7 +76,7 @@ class Monitor:
         self.registry.register(self.collector)
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        return render(self.registry.collect())
 
     def housekeeping(self) -> dict[str, int]:
         """One 5-second tick: reap dirs of vanished pods, then the feedback loop. Blocking I/O."""
@@ -147,15 +147,16 @@ async def run(ctx: Any) -> None:
 
     cfg = ctx.config.monitor
     node = cfg.node_name
-    if not node:
+    if not node and not ctx.config.sim.embedded:
         raise ValueError("monitor: node name is required (--node-name or $NODE_NAME)")
+    # The embedded cluster shares one cache dir across its simulated nodes: watch all their pods.
     kube = ctx.config.kube
     if not kube.kubeconfig and ctx.shared.get("kubeconfig"):
         kube = dataclasses.replace(kube, kubeconfig=ctx.shared["kubeconfig"])
     host, port = split_bind(cfg.metrics_bind_address)
     backend = await asyncio.to_thread(_backend, cfg, node)
     client = await KubeClient.from_settings(kube)
-    informer = Informer(client, kind="pods", field_selector=f"spec.nodeName={node}")
+    informer = Informer(client, kind="pods", field_selector=f"spec.nodeName={node}" if node else None)
     mon = Monitor(
         cache_dir=cfg.cache_dir, node_name=node, pods=lambda: list(informer.store.values()),
         synced=informer.synced.is_set, backend=backend, proc_root=cfg.proc_root,

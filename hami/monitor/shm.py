@@ -19,6 +19,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 MAGIC = 19920718
 MAX_DEVICES = 16
@@ -142,8 +143,9 @@ def _slot_struct(lay: Layout) -> tuple[struct.Struct, int]:
 _SLOT_STRUCTS = {lay.name: _slot_struct(lay) for lay in LAYOUTS.values()}
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceMemory:
+class DeviceMemory(NamedTuple):
+    """`device_memory_t` (a NamedTuple: a region holds 16 per slot, built on every scrape)."""
+
     context_size: int = 0
     module_size: int = 0
     data_size: int = 0
@@ -296,8 +298,8 @@ def _parse_slot(lay: Layout, i: int, block: bytes, base: int, seq: int) -> ProcS
     status = v[-1]
     if status == 0:
         return None
-    mem = v[2:82]
-    used = tuple(DeviceMemory(*mem[k:k + 5]) for k in range(0, 80, 5))
+    make = DeviceMemory._make
+    used = tuple([make(v[k:k + 5]) for k in range(2, 82, 5)])
     util = v[98:146]
     return ProcSlot(
         index=i, pid=v[0], hostpid=v[1], status=status, used=used,

@@ -29,10 +29,12 @@ NOW = 1_700_000_100
 
 
 def promtool() -> str:
-    found = shutil.which("promtool") or os.path.join(ROOT, ".ci", "tools", "promtool")
-    if not os.access(found, os.X_OK):
-        pytest.fail("promtool not found on PATH or in .ci/tools: run scripts/install-promtool")
-    return found
+    candidates = [shutil.which("promtool"), os.path.join(ROOT, ".ci", "tools", "bin", "promtool"),
+                  os.path.join(ROOT, ".ci", "tools", "promtool")]
+    for found in candidates:
+        if found and os.access(found, os.X_OK):
+            return found
+    pytest.fail("promtool not found on PATH or in .ci/tools: run scripts/install-promtool")
 
 
 def make(tmp_path, pods, *, backend=None, legacy=False, warn=None):
@@ -245,3 +247,15 @@ def test_build_info_is_exported(tmp_path):
     reg, _ = make(tmp_path, [])
     text = generate_latest(reg).decode()
     assert "hami_build_info{" in text and 'compiler="cpython"' in text
+
+
+def test_fast_renderer_is_byte_identical_to_generate_latest(tmp_path):
+    from hami.monitor.metrics import BuildInfo, render
+
+    cache_file(str(tmp_path / "containers"), UID, "main", [Dev(U0, limit=1 << 30), Dev(U1)],
+               [Proc(pid=1, hostpid=9, used={0: 123456789, 1: 7}, sm_util={0: 3})], "1.2", last_kernel_time=NOW - 4)
+    _bad_files(str(tmp_path / "containers"))
+    f = fake_gpus(str(tmp_path / "gpus.yaml"), [{"uuid": U0, "memory_mib": 40960, "utilization": 3}])
+    reg, col = make(tmp_path, [pod(UID), pod("bad-magic", name="bm")], backend=FakeBackend(f), legacy=True)
+    col.build = BuildInfo(version="1.0", revision='we"ird\\rev\nx', build_date="2026-11-22")
+    assert render(reg.collect()) == generate_latest(reg)
