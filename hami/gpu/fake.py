@@ -67,6 +67,14 @@ def _gpu_list(doc: Any, source: str, node_name: str) -> tuple[list[Any], str]:
             return entry.get("gpus") or [], f"nodes.{node_name}.gpus"
         return entry, f"nodes.{node_name}"
     gpus = doc.get("gpus")
+    if gpus is None and not node_name and isinstance(doc.get("nodes"), dict):
+        # No node given (the embedded cluster's monitor): every node's GPUs, in file order.
+        merged: list[Any] = []
+        for entry in doc["nodes"].values():
+            items = entry.get("gpus") if isinstance(entry, dict) else entry
+            if isinstance(items, list):
+                merged.extend(items)
+        return merged, "nodes.*.gpus"
     return ([] if gpus is None else gpus), "gpus"
 
 

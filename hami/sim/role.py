@@ -63,7 +63,17 @@ async def run(ctx: Any) -> None:
         ctx.shared["apiserver"] = server
         log.info("Embedded Kubernetes API ready", url=server.url, kubeconfig=path,
                  hint=f"export KUBECONFIG={path}")
+        if not cfg.embedded:
+            ctx.ready.set()
+            await ctx.stop.wait()
+            return
+        # --embedded: simulated GPU nodes, their agents and kubelets, and a kube-scheduler loop.
+        from hami.sim.cluster import EmbeddedCluster, banner
+
+        cluster = EmbeddedCluster(ctx.config, path)
+        cluster.write_fake_gpus()  # before ready: the monitor role reads it at start
         ctx.ready.set()
-        await ctx.stop.wait()
+        print(banner(ctx.config, path, server.url), flush=True)
+        await cluster.run(ctx.stop)
     finally:
         await server.stop()

@@ -1,0 +1,454 @@
+"""The embedded cluster: simulated GPU nodes around the embedded API server.
+
+Started by the sim role when `--embedded` is given. For each of `--sim-nodes` nodes it creates the
+Node object (as a kubelet would), runs a real node agent (`hami.agent.role.Agent`) on the fake GPU
+backend with its own socket dir, and a simulated kubelet (`hami.sim.kubelet.Kubelet`) that registers
+the agent's device plugin over gRPC. When a pod binds to a node, that node's `PodRunner` calls the
+agent's real Allocate, marks the pod Running with the returned env recorded, and writes a
+HAMi-core-format shared region into the container's cache dir with simulated usage within the pod's
+limits, so the monitor reads real files. With `--sim-hostpid-bug` the regions record the container
+PID as the host PID (HAMi-core's behaviour on newer drivers) and a fake /proc tree lets the monitor
+repair it. A `KubeSchedulerLoop` plays kube-scheduler against the scheduler role's extender.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import re
+import struct
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import orjson
+import yaml
+
+from hami.config import Config, embedded_paths
+from hami.kube.client import ApiError, KubeClient, resource_path
+from hami.kube.informer import Informer
+from hami.obs.log import get_logger
+
+log = get_logger(__name__)
+
+ENV_ANNOTATION = "sim.hami.io/allocated-env"
+NODE_PREFIX = "gpu-node-"
+_GPU_SPEC = re.compile(r"^\s*(?:(\d+)\s*x\s*)?(.+?)\s*:\s*(\d+)\s*$")
+
+
+class SimSpecError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class GpuShape:
+    count: int
+    model: str
+    memory_mib: int
+
+
+def parse_sim_gpus(text: str) -> list[GpuShape]:
+    """`2xNVIDIA A100-SXM4-40GB:40960[,1xNVIDIA T4:15360]` -> shapes (pure)."""
+    shapes = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        m = _GPU_SPEC.match(part)
+        if not m:
+            raise SimSpecError(f"--sim-gpus {text!r}: {part!r} is not COUNTxMODEL:MEMORY_MIB")
+        count = int(m.group(1) or 1)
+        if count < 1 or count > 64:
+            raise SimSpecError(f"--sim-gpus {text!r}: count {count} is outside 1..64")
+        shapes.append(GpuShape(count, m.group(2), int(m.group(3))))
+    if not shapes:
+        raise SimSpecError(f"--sim-gpus {text!r}: no GPU given")
+    return shapes
+
+
+def node_names(n: int) -> list[str]:
+    return [f"{NODE_PREFIX}{i}" for i in range(1, n + 1)]
+
+
+def gpu_uuid(node_index: int, gpu_index: int) -> str:
+    return f"GPU-{node_index:08x}-0000-4000-8000-{gpu_index:012x}"
+
+
+def fake_gpu_document(names: list[str], shapes: list[GpuShape]) -> dict:
+    """The fake-GPU file of the whole cluster: `nodes: {name: {gpus: [...]}}` (pure)."""
+    nodes = {}
+    for ni, name in enumerate(names, start=1):
+        gpus, numa_split = [], sum(s.count for s in shapes)
+        for shape in shapes:
+            for _ in range(shape.count):
+                gi = len(gpus)
+                gpus.append({"uuid": gpu_uuid(ni, gi), "model": shape.model, "memory_mib": shape.memory_mib,
+                             "numa": 0 if gi < max(1, numa_split // 2) else 1, "healthy": True})
+        nodes[name] = {"gpus": gpus}
+    return {"nodes": nodes}
+
+
+def node_object(name: str, gpu_count: int) -> dict:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"gpu": "on", "kubernetes.io/hostname": name,
+                                              "kubernetes.io/os": "linux", "node.hami.io/simulated": "true"}},
+        "spec": {},
+        "status": {
+            "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+            "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "simulated kubelet is posting ready status",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}],
+            "nodeInfo": {"kubeletVersion": "v1.31.0-hami-sim", "operatingSystem": "linux",
+                         "architecture": "amd64", "containerRuntimeVersion": "sim://1"},
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
+        },
+    }
+
+
+def _limit_bytes(env: Mapping[str, str], i: int) -> int:
+    value = env.get(f"CUDA_DEVICE_MEMORY_LIMIT_{i}", "")
+    m = re.fullmatch(r"(\d+)([mMgG]?)", value)
+    if not m:
+        return 0
+    mult = {"": 1 << 20, "m": 1 << 20, "M": 1 << 20, "g": 1 << 30, "G": 1 << 30}[m.group(2)]
+    return int(m.group(1)) * mult
+
+
+class FakeGpuFile:
+    """The cluster's fake-GPU file, rewritten atomically when simulated processes come and go.
+
+    With the host-PID bug on, HAMi-core cannot match NVML's per-process samples to its slots, so
+    utilization must come from the GPU backend's samples keyed by host PID: they live here.
+    """
+
+    def __init__(self, path: str, doc: dict):
+        self.path = path
+        self.doc = doc
+
+    def _gpu(self, uuid: str) -> dict | None:
+        for entry in (self.doc.get("nodes") or {}).values():
+            for gpu in entry.get("gpus") or []:
+                if gpu.get("uuid") == uuid:
+                    return gpu
+        return None
+
+    def set_process(self, uuid: str, pid: int, sm_util: int, memory_mib: int) -> None:
+        gpu = self._gpu(uuid)
+        if gpu is None:
+            return
+        procs = [p for p in gpu.setdefault("processes", []) if p.get("pid") != pid]
+        procs.append({"pid": pid, "sm_util": sm_util, "memory_mib": memory_mib})
+        gpu["processes"] = procs
+
+    def drop_processes(self, pids: set[int]) -> None:
+        for entry in (self.doc.get("nodes") or {}).values():
+            for gpu in entry.get("gpus") or []:
+                if gpu.get("processes"):
+                    gpu["processes"] = [p for p in gpu["processes"] if p.get("pid") not in pids]
+
+    def save(self) -> None:
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as fh:
+            yaml.safe_dump(self.doc, fh, sort_keys=False)
+        os.replace(tmp, self.path)
+
+
+class PodRunner:
+    """The pod half of a simulated kubelet: start bound pods through the device plugin."""
+
+    def __init__(self, client: KubeClient, node: str, kubelet, cfg: Config, *, node_index: int,
+                 hostpid_bug: bool, proc_root: str, gpu_file: FakeGpuFile | None = None, seed: int = 0):
+        self.client = client
+        self.node = node
+        self.kubelet = kubelet
+        self.cfg = cfg
+        self.node_index = node_index
+        self.hostpid_bug = hostpid_bug
+        self.proc_root = proc_root
+        self.gpu_file = gpu_file
+        self.hostpids: dict[str, list[tuple[int, list[str]]]] = {}  # pod uid -> (host pid, GPU uuids)
+        self.rng = random.Random(seed or node_index)
+        self.pods = Informer(client, "pods", field_selector=f"spec.nodeName={node}", handler=self._on_pod)
+        # pod uid -> (cache file, per-device memory limits in bytes) written for it
+        self.started: dict[str, list[tuple[str, list[int]]]] = {}
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._next_pid = 1000 * node_index
+
+    def _on_pod(self, etype: str, old: dict | None, new: dict | None) -> None:
+        if new is None:
+            uid = (old or {}).get("metadata", {}).get("uid", "")
+            self.kubelet.release_pod(uid)
+            self.started.pop(uid, None)
+            gone = self.hostpids.pop(uid, [])
+            if gone and self.gpu_file is not None:
+                self.gpu_file.drop_processes({pid for pid, _ in gone})
+                self.gpu_file.save()
+            return
+        if (new.get("status") or {}).get("phase", "Pending") == "Pending":
+            meta = new["metadata"]
+            if meta.get("uid") not in self.started:
+                self._queue.put_nowait(f"{meta.get('namespace')}/{meta['name']}")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        watch = asyncio.create_task(self.pods.run(stop), name=f"kubelet-{self.node}-pods")
+        usage = asyncio.create_task(self._usage_loop(stop), name=f"kubelet-{self.node}-usage")
+        try:
+            while not stop.is_set():
+                getter = asyncio.create_task(self._queue.get())
+                stopper = asyncio.create_task(stop.wait())
+                done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                stopper.cancel()
+                if getter not in done:
+                    getter.cancel()
+                    break
+                pod = self.pods.store.get(getter.result())
+                if pod is None or pod["metadata"].get("uid") in self.started:
+                    continue
+                if (pod.get("status") or {}).get("phase", "Pending") != "Pending":
+                    continue
+                await self.start_pod(pod)
+        finally:
+            for t in (watch, usage):
+                t.cancel()
+            await asyncio.gather(watch, usage, return_exceptions=True)
+
+    async def start_pod(self, pod: dict) -> None:
+        meta = pod["metadata"]
+        key = f"{meta.get('namespace')}/{meta['name']}"
+        uid = meta.get("uid", "")
+        self.started[uid] = []
+        resource = self.cfg.nvidia.resource_count_name
+        try:
+            responses = await self.kubelet.allocate_pod(pod, resource)
+        except Exception as exc:  # Allocate failed: kubelet rejects the pod (UnexpectedAdmissionError)
+            details = getattr(exc, "details", None)
+            detail = (details() if callable(details) else None) or str(exc)
+            log.warning("Allocate failed; pod rejected", pod=key, node=self.node, error=detail)
+            await self._set_status(pod, {"phase": "Failed", "reason": "UnexpectedAdmissionError",
+                                         "message": f"Allocate failed due to {detail}"})
+            return
+        envs: dict[str, dict[str, str]] = {}
+        for container, resp in responses.items():
+            env = dict(resp.envs)
+            envs[container] = env
+            written = self._write_region(uid, container, env,
+                                         {m.container_path: m.host_path for m in resp.mounts})
+            if written:
+                self.started[uid].append(written)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        spec = pod.get("spec") or {}
+        statuses = [{"name": c["name"], "ready": True, "restartCount": 0, "image": c.get("image", ""),
+                     "imageID": "", "containerID": f"sim://{uid}-{c['name']}", "started": True,
+                     "state": {"running": {"startedAt": now}}} for c in spec.get("containers") or []]
+        try:
+            await self.client.patch_pod(meta.get("namespace", "default"), meta["name"], {
+                "metadata": {"annotations": {ENV_ANNOTATION: orjson.dumps(envs).decode()}}})
+        except ApiError as exc:
+            log.warning("Could not record the allocated env", pod=key, error=str(exc))
+        await self._set_status(pod, {
+            "phase": "Running", "hostIP": "127.0.0.1", "podIP": f"10.{self.node_index}.0.{len(self.started) % 250}",
+            "startTime": now, "containerStatuses": statuses,
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now},
+                           {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}],
+        })
+        log.info("Pod running", pod=key, node=self.node, containers=len(envs))
+
+    async def _set_status(self, pod: dict, status: dict) -> None:
+        meta = pod["metadata"]
+        try:
+            await self.client.request(
+                "patch", "pods/status", "PATCH", resource_path("pods", meta.get("namespace"), meta["name"], "status"),
+                body={"status": status}, content_type="application/merge-patch+json")
+        except ApiError as exc:
+            log.warning("Could not update pod status", pod=f"{meta.get('namespace')}/{meta['name']}", error=str(exc))
+
+    # ------------------------------------------------------------------ simulated HAMi-core
+
+    def _write_region(self, uid: str, container: str, env: Mapping[str, str],
+                      mounts: Mapping[str, str]) -> tuple[str, list[int]] | None:
+        from hami.monitor.hostpid import write_fake_proc
+        from hami.monitor.shmwrite import Dev, Proc, write_region
+
+        cache = env.get("CUDA_DEVICE_MEMORY_SHARED_CACHE")
+        if not cache:
+            return None
+        host_dir = mounts.get(os.path.dirname(cache))
+        if not host_dir:
+            return None
+        os.makedirs(host_dir, exist_ok=True)
+        path = os.path.join(host_dir, os.path.basename(cache))
+        uuids = [u for u in env.get("NVIDIA_VISIBLE_DEVICES", "").split(",") if u]
+        sm_limit = int(env.get("CUDA_DEVICE_SM_LIMIT", "0") or 0)
+        devs = [Dev(u, limit=_limit_bytes(env, i), sm_limit=sm_limit) for i, u in enumerate(uuids)]
+        self._next_pid += 1
+        hostpid = 40000 + self._next_pid
+        container_pid = 1 + (self._next_pid % 50)
+        used = {i: self._usage(d.limit) for i, d in enumerate(devs)}
+        util = {i: self.rng.randint(5, max(6, sm_limit or 100)) for i in range(len(devs))}
+        recorded_hostpid = container_pid if self.hostpid_bug else hostpid
+        # With the bug, HAMi-core never matches NVML's samples: its sm_util stays 0 and the truth is
+        # only in the backend's per-process samples, under the real host PID.
+        region_util = {i: 0 for i in util} if self.hostpid_bug else util
+        write_region(path, devices=devs,
+                     procs=[Proc(pid=container_pid, hostpid=recorded_hostpid, used=used, sm_util=region_util)])
+        if self.hostpid_bug:
+            write_fake_proc(self.proc_root, hostpid, (hostpid, container_pid),
+                            f"0::/kubepods/pod{uid}/sim-{uid}-{container}\n")
+            if self.gpu_file is not None:
+                for i, u in enumerate(uuids):
+                    self.gpu_file.set_process(u, hostpid, util[i], used[i] >> 20)
+                self.gpu_file.save()
+            self.hostpids.setdefault(uid, []).append((hostpid, uuids))
+        return path, [d.limit for d in devs]
+
+    def _usage(self, limit: int) -> int:
+        if limit <= 0:
+            return self.rng.randint(256, 2048) << 20
+        return int(limit * self.rng.uniform(0.2, 0.9))
+
+    async def _usage_loop(self, stop: asyncio.Event) -> None:
+        """Move simulated usage a little every few seconds, within each container's limits."""
+        from hami.monitor.shmwrite import RegionUpdater
+
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=5.0)
+            now = int(time.time())
+            for regions in list(self.started.values()):
+                for path, limits in regions:
+                    try:
+                        with RegionUpdater(path) as up:
+                            for d, limit in enumerate(limits):
+                                up.set_used(slot=0, device=d, total=self._usage(limit))
+                                if not self.hostpid_bug:
+                                    up.set_sm_util(slot=0, device=d, value=self.rng.randint(5, 95))
+                            up.set_last_kernel_time(now)
+                    except (OSError, ValueError, struct.error):
+                        continue
+
+
+class EmbeddedCluster:
+    def __init__(self, cfg: Config, kubeconfig: str):
+        self.cfg = cfg
+        self.kubeconfig = kubeconfig
+        self.paths = embedded_paths(cfg.sim.state_dir)
+        self.names = node_names(cfg.sim.nodes)
+        self.client: KubeClient | None = None
+        self.gpu_file: FakeGpuFile | None = None
+
+    def write_fake_gpus(self) -> str:
+        if self.cfg.sim.fake_gpus:
+            return self.cfg.sim.fake_gpus
+        doc = fake_gpu_document(self.names, parse_sim_gpus(self.cfg.sim.gpus))
+        os.makedirs(os.path.dirname(self.paths["all_gpus"]), exist_ok=True)
+        self.gpu_file = FakeGpuFile(self.paths["all_gpus"], doc)
+        self.gpu_file.save()
+        return self.paths["all_gpus"]
+
+    async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
+        from hami.agent.role import Agent
+        from hami.config import replace
+        from hami.device.nodeconfig import settings_for_node
+        from hami.gpu.backend import make_backend
+        from hami.sim.kubelet import Kubelet
+        from hami.sim.kubescheduler import KubeSchedulerLoop
+
+        cfg = self.cfg
+        gpu_file = self.write_fake_gpus()
+        for d in (self.paths["cache_dir"], os.path.join(self.paths["hook_path"], "vgpu")):
+            os.makedirs(d, exist_ok=True)
+        proc_root = cfg.monitor.proc_root if cfg.sim.hostpid_bug else os.path.join(cfg.sim.state_dir, "proc")
+        os.makedirs(proc_root, exist_ok=True)
+        kube = replace(cfg.kube, kubeconfig=self.kubeconfig)
+        self.client = client = await KubeClient.from_settings(kube)
+        tasks: list[asyncio.Task] = []
+        kubelets, backends = [], []
+        try:
+            for name in self.names:
+                with contextlib.suppress(ApiError):
+                    await client.create("nodes", node_object(name, 0))
+            for ni, name in enumerate(self.names, start=1):
+                socket_dir = os.path.join(self.paths["nodes_dir"], str(ni))  # short: unix paths <= 107 bytes
+                os.makedirs(socket_dir, exist_ok=True)
+                kubelet = Kubelet(socket_dir, client=client, node_name=name)
+                await kubelet.start()
+                kubelets.append(kubelet)
+                backend = make_backend("fake", gpu_file, name)
+                backends.append(backend)
+                agent = Agent(client, name, backend, settings_for_node(cfg.nvidia, cfg.node_configs, name),
+                              socket_dir=socket_dir, hook_path=self.paths["hook_path"], register_interval=30.0)
+                runner = PodRunner(client, name, kubelet, cfg, node_index=ni, hostpid_bug=cfg.sim.hostpid_bug,
+                                   proc_root=proc_root, gpu_file=self.gpu_file)
+                tasks.append(asyncio.create_task(agent.run(stop), name=f"agent-{name}"))
+                tasks.append(asyncio.create_task(runner.run(stop), name=f"kubelet-{name}"))
+            extender = _extender_url(cfg)
+            loop = KubeSchedulerLoop(client, extender, cfg.scheduler.scheduler_name)
+            tasks.append(asyncio.create_task(loop.run(stop), name="kube-scheduler"))
+            if cfg.sim.demo_workload:
+                from hami.sim.workload import run_workload
+
+                tasks.append(asyncio.create_task(run_workload(client, cfg.scheduler.scheduler_name, stop),
+                                                 name="demo-workload"))
+            if ready is not None:
+                ready.set()
+            done, _ = await asyncio.wait(tasks + [asyncio.create_task(stop.wait())],
+                                         return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                if t in tasks and not t.cancelled() and t.exception() is not None:
+                    raise RuntimeError(f"embedded cluster task {t.get_name()} failed: {t.exception()}") \
+                        from t.exception()
+        finally:
+            stop.set()
+            _, pending = await asyncio.wait(tasks, timeout=5.0) if tasks else (set(), set())
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for k in kubelets:
+                with contextlib.suppress(Exception):
+                    await k.stop()
+            for b in backends:
+                with contextlib.suppress(Exception):
+                    b.close()
+            await client.close()
+
+
+def _extender_url(cfg: Config) -> str:
+    host, _, port = cfg.scheduler.http_bind.rpartition(":")
+    host = host.strip("[]")
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    scheme = "https" if cfg.scheduler.cert_file and cfg.scheduler.key_file else "http"
+    return f"{scheme}://{host}:{port}"
+
+
+def banner(cfg: Config, kubeconfig: str, api_url: str) -> str:
+    def url(bind: str, path: str) -> str:
+        host, _, port = bind.rpartition(":")
+        host = host.strip("[]") or "127.0.0.1"
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return f"http://{host}:{port}{path}"
+
+    lines = [
+        "",
+        "hami is running on an embedded Kubernetes API server (no cluster, no GPU needed).",
+        f"  API server     {api_url}",
+        f"  kubeconfig     {kubeconfig}",
+        f"  extender       {_extender_url(cfg)}/filter  /bind  /webhook",
+        f"  metrics        {url(cfg.scheduler.metrics_bind_address, '/metrics')}  (scheduler)",
+        f"                 {url(cfg.monitor.metrics_bind_address, '/metrics')}  (monitor)",
+        f"  nodes          {cfg.sim.nodes} x {cfg.sim.gpus}",
+        "Try:",
+        f"  export KUBECONFIG={kubeconfig}",
+        "  kubectl get nodes",
+        "  kubectl get node gpu-node-1 -o jsonpath='{.metadata.annotations}'",
+        "  kubectl get pods -A -o wide",
+        "  hami doctor nodes",
+        "  hami doctor pod default/<pod>",
+    ]
+    if cfg.debug.profiling:
+        lines.append(f"  go tool pprof {_extender_url(cfg)}/debug/pprof/profile?seconds=30")
+    lines.append("Ctrl-C stops everything.")
+    return "\n".join(lines)
