@@ -258,4 +258,14 @@ def test_fast_renderer_is_byte_identical_to_generate_latest(tmp_path):
     f = fake_gpus(str(tmp_path / "gpus.yaml"), [{"uuid": U0, "memory_mib": 40960, "utilization": 3}])
     reg, col = make(tmp_path, [pod(UID), pod("bad-magic", name="bm")], backend=FakeBackend(f), legacy=True)
     col.build = BuildInfo(version="1.0", revision='we"ird\\rev\nx', build_date="2026-11-22")
-    assert render(reg.collect()) == generate_latest(reg)
+    families = list(reg.collect())  # one scrape (counters move between scrapes)
+
+    class Fixed:
+        def collect(self):
+            return families
+
+    fixed = CollectorRegistry(auto_describe=False)
+    fixed.register(Fixed())
+    body = render(families)
+    assert body == generate_latest(fixed)
+    assert b'revision="we\\"ird\\\\rev\\nx"' in body
