@@ -151,6 +151,7 @@ def _go_int(text: str, lo_hi: tuple[int, int], func: str) -> int | str:
 
 def parse_go_bool(text: str, *, field: str = "bool", position: int | None = None) -> bool:
     """strconv.ParseBool: 1 t T TRUE true True / 0 f F FALSE false False."""
+    _require_str(text, field)
     value = _GO_BOOLS.get(text)
     if value is None:
         raise CodecError(
@@ -179,6 +180,13 @@ def go_json_string(text: str) -> str:
 _PLAIN_JSON = re.compile(r"[ !#-%'-;=?-\[\]-~]*")
 _GO_ESCAPE_NEEDED = re.compile("[<>&\u2028\u2029\ud800-\udfff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _require_str(text, field: str, *, none_ok: bool = False, bytes_ok: bool = False) -> None:
+    """Decoders take annotation values, i.e. strings; anything else is a CodecError too."""
+    if type(text) is str or (none_ok and text is None) or (bytes_ok and type(text) is bytes):
+        return
+    raise CodecError(f"expected a string, got {type(text).__name__}", field=field, text=repr(text)[:200])
 
 
 def _loads(text: str | bytes, field: str):
@@ -395,6 +403,7 @@ def _decode_device_any(obj, i: int, text: str) -> DeviceInfo:
 
 def decode_node_devices_json(text: str | bytes) -> tuple[DeviceInfo, ...]:
     """Go UnMarshalNodeDevices: a JSON array of DeviceInfo (`null` is an empty list)."""
+    _require_str(text, REGISTER_ANNOTATION, bytes_ok=True)
     doc = _loads(text, REGISTER_ANNOTATION)
     if doc is None:
         return ()
@@ -444,6 +453,7 @@ _LEGACY_INT_FIELDS = ((1, "count", _INT32), (2, "memory", _INT32), (3, "core", _
 
 def decode_node_devices_legacy(text: str) -> tuple[DeviceInfo, ...]:
     """Go DecodeNodeDevices: `id,count,devmem,devcore,type,numa,health[,index,mode]:` per device."""
+    _require_str(text, REGISTER_ANNOTATION)
     field = REGISTER_ANNOTATION
     if ":" not in text:
         raise CodecError("node annotation missing device separator", field=field, text=text, position=None)
@@ -520,8 +530,7 @@ def is_json_register(text: str) -> bool:
 def decode_node_devices(text: str) -> tuple[DeviceInfo, ...]:
     """`hami.io/node-nvidia-register` in either form. An empty result means no GPU registered
     (HAMi's "no gpu found on node"); the caller decides what that means."""
-    if type(text) is not str:
-        raise CodecError("register annotation must be a string", field=REGISTER_ANNOTATION, text=repr(text))
+    _require_str(text, REGISTER_ANNOTATION)
     if is_json_register(text):
         return decode_node_devices_json(text)
     return decode_node_devices_legacy(text)
@@ -586,6 +595,7 @@ def encode_pair_scores(entries: Iterable[DevicePairScore]) -> str:
 
 def decode_pair_scores(text: str | bytes) -> tuple[DevicePairScore, ...]:
     """Go DecodePairScores."""
+    _require_str(text, PAIR_SCORE_ANNOTATION, bytes_ok=True)
     field = PAIR_SCORE_ANNOTATION
     doc = _loads(text, field)
     shown = text if isinstance(text, str) else text.decode("utf-8", "replace")
@@ -665,6 +675,7 @@ def encode_pod_devices_checked(pod: Iterable[Iterable[ContainerDevice]]) -> str:
 
 def decode_container_devices(text: str, *, field: str = TO_ALLOCATE_ANNOTATION, base: int = 0) -> ContainerDevices:
     """Go DecodeContainerDevices: devices of one container; empty segments are skipped."""
+    _require_str(text, field)
     if not text:
         return ()
     out = []
@@ -707,8 +718,7 @@ def decode_container_devices(text: str, *, field: str = TO_ALLOCATE_ANNOTATION, 
 def decode_pod_devices(text: str, *, field: str = TO_ALLOCATE_ANNOTATION) -> PodDevices:
     """Go DecodePodDevices for one vendor: split on `;` keeping empty containers, so index i is
     container i in init-then-app order and a trailing `;` yields one extra empty container."""
-    if type(text) is not str:
-        raise CodecError("pod device annotation must be a string", field=field, text=repr(text))
+    _require_str(text, field)
     out = []
     pos = 0
     for chunk in text.split(";"):
@@ -733,9 +743,12 @@ _GO_TIME_STRING_RE = re.compile(
 
 
 def _local(ts: float, tz: tzinfo | None) -> datetime:
-    if tz is None:
-        return datetime.fromtimestamp(ts).astimezone()
-    return datetime.fromtimestamp(ts, tz)
+    try:
+        if tz is None:
+            return datetime.fromtimestamp(ts).astimezone()
+        return datetime.fromtimestamp(ts, tz)
+    except (ValueError, OverflowError, OSError, TypeError) as exc:
+        raise CodecError(f"timestamp {ts!r} cannot be formatted: {exc}", field="timestamp", text=repr(ts)) from None
 
 
 def format_datetime(ts: float, tz: tzinfo | None = None) -> str:
@@ -749,6 +762,7 @@ def _fraction(digits: str | None) -> float:
 
 def parse_datetime(text: str, tz: tzinfo | None = None, *, field: str = HANDSHAKE_ANNOTATION) -> float:
     """Go time.ParseInLocation(time.DateTime, text, tz) -> unix seconds."""
+    _require_str(text, field)
     m = _DATETIME_RE.fullmatch(text)
     if m is None:
         raise CodecError(
@@ -757,10 +771,11 @@ def parse_datetime(text: str, tz: tzinfo | None = None, *, field: str = HANDSHAK
     y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
     try:
         naive = datetime(y, mo, d, h, mi, s)
-    except ValueError as exc:
+        aware = naive.astimezone() if tz is None else naive.replace(tzinfo=tz)
+        stamp = aware.timestamp()
+    except (ValueError, OverflowError, OSError) as exc:
         raise CodecError(f"parsing time {go_quote(text)}: {exc}", field=field, text=text) from None
-    aware = naive.astimezone() if tz is None else naive.replace(tzinfo=tz)
-    return aware.timestamp() + _fraction(m.group(7))
+    return stamp + _fraction(m.group(7))
 
 
 def encode_handshake_requesting(ts: float, tz: tzinfo | None = None) -> str:
@@ -796,6 +811,7 @@ def encode_handshake_reported(ts: float, tz: tzinfo | None = None) -> str:
 
 def parse_go_time_string(text: str, *, field: str = HANDSHAKE_ANNOTATION) -> float:
     """Unix seconds from a Go Time.String() value."""
+    _require_str(text, field)
     m = _GO_TIME_STRING_RE.fullmatch(text)
     if m is None:
         raise CodecError(f"not a Go time string: {go_quote(text)}", field=field, text=text)
@@ -803,10 +819,10 @@ def parse_go_time_string(text: str, *, field: str = HANDSHAKE_ANNOTATION) -> flo
     sign, oh, om = m.group(8), int(m.group(9)), int(m.group(10))
     offset = timedelta(hours=oh, minutes=om) * (-1 if sign == "-" else 1)
     try:
-        dt = datetime(y, mo, d, h, mi, s, tzinfo=timezone(offset))
-    except ValueError as exc:
+        stamp = datetime(y, mo, d, h, mi, s, tzinfo=timezone(offset)).timestamp()
+    except (ValueError, OverflowError) as exc:
         raise CodecError(f"parsing time {go_quote(text)}: {exc}", field=field, text=text) from None
-    return dt.timestamp() + _fraction(m.group(7))
+    return stamp + _fraction(m.group(7))
 
 
 def decode_handshake(text: str | None, tz: tzinfo | None = None) -> Handshake:
@@ -816,7 +832,7 @@ def decode_handshake(text: str | None, tz: tzinfo | None = None) -> Handshake:
     missing or unparsable); contains `Deleted` -> Deleted; starts with `Reported` -> Reported;
     anything else, or absent (None) -> Unknown.
     """
-    if not text:
+    if not text or type(text) is not str:
         return Handshake(HANDSHAKE_UNKNOWN)
     if HANDSHAKE_REQUESTING in text or HANDSHAKE_DELETED in text:
         state = HANDSHAKE_REQUESTING if HANDSHAKE_REQUESTING in text else HANDSHAKE_DELETED
@@ -858,6 +874,7 @@ def format_rfc3339(ts: float, tz: tzinfo | None = None) -> str:
 
 def parse_rfc3339(text: str, *, field: str = NODE_LOCK_ANNOTATION, position: int | None = None) -> float:
     """Go time.Parse(time.RFC3339, text) -> unix seconds (fractional seconds accepted)."""
+    _require_str(text, field)
     m = _RFC3339_RE.fullmatch(text)
     if m is None:
         raise CodecError(
@@ -898,8 +915,7 @@ def encode_node_lock_legacy(ts: float, tz: tzinfo | None = UTC) -> str:
 
 def decode_node_lock(text: str) -> NodeLock:
     """Go ParseNodeLock: no comma -> legacy bare RFC3339; else exactly 3 comma parts."""
-    if type(text) is not str:
-        raise CodecError("node lock must be a string", field=NODE_LOCK_ANNOTATION, text=repr(text))
+    _require_str(text, NODE_LOCK_ANNOTATION)
     if "," not in text:
         return NodeLock(parse_rfc3339(text, position=0))
     parts = text.split(",")
@@ -921,6 +937,7 @@ def node_lock_owner_suffix(namespace: str, name: str) -> str:
 
 def decode_device_cordon(text: str | None) -> tuple[str, ...]:
     """`hami.io/device-cordon`: comma list of UUIDs, spaces trimmed, empty members skipped."""
+    _require_str(text, CORDON_ANNOTATION, none_ok=True)
     if not text:
         return ()
     return tuple(u for u in (go_trim_space(p) for p in text.split(",")) if u)
@@ -966,6 +983,7 @@ def gpu_uuid_allowed(uuid: str, use: str | None, nouse: str | None) -> bool:
 
 def decode_id_list(text: str | None) -> tuple[str, ...]:
     """A use/nouse list as its trimmed, non-empty members."""
+    _require_str(text, "id list", none_ok=True)
     if not text:
         return ()
     return tuple(x for x in (go_trim_space(p) for p in text.split(",")) if x)
@@ -991,6 +1009,7 @@ def policy_contains(policy: str, name: str) -> bool:
 
 def decode_scoring_weights(text: str | None) -> ScoringWeights:
     """Go ParseDeviceScoringWeights; None (annotation absent) gives the defaults (1,1,1)."""
+    _require_str(text, SCORING_WEIGHTS_ANNOTATION, none_ok=True)
     if text is None:
         return ScoringWeights()
     key_name = SCORING_WEIGHTS_ANNOTATION
@@ -1073,6 +1092,7 @@ def encode_mig_allocations(allocations: Iterable[MigAllocation]) -> str:
 def decode_mig_allocations(text: str | None) -> tuple[MigAllocation, ...]:
     """Go DecodeMigAllocations, with its completeness, all-or-none runtime identity and
     duplicate checks."""
+    _require_str(text, MIG_ALLOCATIONS_ANNOTATION, none_ok=True)
     field = MIG_ALLOCATIONS_ANNOTATION
     if not text:
         return ()
@@ -1131,6 +1151,8 @@ def encode_unix_seconds(ts: float) -> str:
 
 
 def decode_unix_seconds(text: str, *, field: str = VGPU_TIME_ANNOTATION) -> int:
+    """`hami.io/vgpu-time` / `hami.io/bind-time` back to an int (strconv.ParseInt)."""
+    _require_str(text, field)
     value = _go_int(text, _INT64, "ParseInt")
     if isinstance(value, str):
         raise CodecError(value, field=field, text=text, position=0)

@@ -306,3 +306,13 @@ def test_go_json_string_is_valid_json_for_the_same_text(value):
     assert "<" not in encoded and ">" not in encoded and "&" not in encoded
     if not any(0xD800 <= ord(c) <= 0xDFFF for c in value):
         assert orjson.loads(encoded) == value
+
+
+@pytest.mark.parametrize("name", sorted(TEXT_DECODERS))
+@given(value=json_values.filter(lambda v: not isinstance(v, str)))
+def test_every_decoder_raises_only_codec_error_on_non_string_values(name, value):
+    try:
+        TEXT_DECODERS[name](value)
+    except CodecError as err:
+        assert err.field and isinstance(err.text, str)
+    assert codec.decode_handshake(value).state == "Unknown"
