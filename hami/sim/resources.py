@@ -112,6 +112,7 @@ def resource_list(group: str, version: str) -> dict:
             "kind": r.kind,
             "verbs": list(_VERBS) + ["deletecollection"],
             **({"shortNames": list(r.short_names)} if r.short_names else {}),
+            **({"categories": ["all"]} if r.key == "pods" else {}),
         })
         for sub in r.subresources:
             if sub == "status":

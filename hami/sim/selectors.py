@@ -9,7 +9,7 @@ Every parse error is a `SelectorError` naming the selector kind and the offendin
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +125,17 @@ class FieldRequirement:
     field: str
     negate: bool
     value: str
+    parts: tuple[str, ...] = ()  # field.split("."), filled by the parser
+
+    def matches(self, obj: Mapping[str, Any]) -> bool:
+        cur: Any = obj
+        for part in self.parts or self.field.split("."):
+            cur = cur.get(part) if isinstance(cur, dict) else None
+            if cur is None:
+                return ("" == self.value) != self.negate
+        if not isinstance(cur, str):
+            cur = _stringify(cur)
+        return (cur == self.value) != self.negate
 
 
 def _split_escaped(text: str, sep: str) -> list[str]:
@@ -174,19 +185,27 @@ def parse_field_selector(text: str | None, allowed: Collection[str] | None = Non
         field, op, raw = m.group(1), m.group(2), m.group(3)
         if allowed is not None and field not in allowed:
             raise SelectorError("fieldSelector", text, f'field label not supported: "{field}"')
-        reqs.append(FieldRequirement(field, op == "!=", _unescape(raw, text)))
+        reqs.append(FieldRequirement(field, op == "!=", _unescape(raw, text), tuple(field.split("."))))
     return tuple(reqs)
 
 
 def field_value(obj: Mapping[str, Any], path: str) -> str:
     """The string form of a dotted field as the API server compares it ("" when absent)."""
+    return _value_at(obj, tuple(path.split(".")))
+
+
+def _value_at(obj: Mapping[str, Any], parts: tuple[str, ...]) -> str:
     cur: Any = obj
-    for part in path.split("."):
+    for part in parts:
         if not isinstance(cur, Mapping):
             return ""
         cur = cur.get(part)
         if cur is None:
             return ""
+    return cur if isinstance(cur, str) else _stringify(cur)
+
+
+def _stringify(cur: Any) -> str:
     if isinstance(cur, bool):
         return "true" if cur else "false"
     if isinstance(cur, Mapping):
@@ -195,10 +214,9 @@ def field_value(obj: Mapping[str, Any], path: str) -> str:
     return str(cur)
 
 
-def fields_match(reqs: tuple[FieldRequirement, ...], obj: Mapping[str, Any],
-                 value_of: Callable[[Mapping[str, Any], str], str] = field_value) -> bool:
+def fields_match(reqs: tuple[FieldRequirement, ...], obj: Mapping[str, Any]) -> bool:
     for r in reqs:
-        if (value_of(obj, r.field) == r.value) == r.negate:
+        if not r.matches(obj):
             return False
     return True
 

@@ -119,6 +119,7 @@ class Watcher:
         self.ended = False  # finished cleanly (server stopping): the stream ends normally
         self.drop_reason = ""
         self.on_drop: Callable[[], None] | None = None
+        self.node: str | None = None  # set by Store.watch when indexed by spec.nodeName
 
     def _filter(self, ev: _Event) -> bytes | None:
         if self.ns and ev.ns != self.ns:
@@ -185,7 +186,11 @@ class Store:
         self._unsorted: set[tuple[str, str]] = set()
         self._events: deque[_Event] = deque(maxlen=max(1, watch_window))
         self._compacted = 0  # watches from an RV below this get 410 Gone
-        self._watchers: dict[str, set[Watcher]] = {k: set() for k in BY_KEY}
+        self._watchers: dict[str, set[Watcher]] = {k: set() for k in BY_KEY}  # not indexed
+        # Pods are indexed by spec.nodeName ("" = unbound), as the real watch cache does: a LIST or
+        # watch with `spec.nodeName=<node>` (every node agent and monitor) touches only that node's pods.
+        self._pods_by_node: dict[str, dict[tuple[str, str], None]] = {}
+        self._node_watchers: dict[str, set[Watcher]] = {}
         for ns in SEED_NAMESPACES:
             self.create("namespaces", "", {"metadata": {"name": ns}})
 
@@ -239,12 +244,36 @@ class Store:
         ev = _Event(self.rv, res.key, ns, type_, entry, old)
         self._append_event(ev)
         watchers = self._watchers[res.key]
+        if res.key == "pods":
+            watchers = self._index_pod(ns, name, type_, obj, old, watchers)
         if watchers:
             for w in list(watchers):
                 line = w._filter(ev)
                 if line is not None:
                     w.push(line)
         return entry
+
+    def _index_pod(self, ns: str, name: str, type_: str, obj: dict, old: Entry | None,
+                   watchers: set[Watcher]) -> set[Watcher] | list[Watcher]:
+        """Keep the nodeName index; return the watchers this pod event may concern."""
+        new_node = (obj.get("spec") or {}).get("nodeName") or ""
+        old_node = ((old.obj.get("spec") or {}).get("nodeName") or "") if old is not None else None
+        key = (ns, name)
+        if old_node is not None and (old_node != new_node or type_ == DELETED):
+            bucket = self._pods_by_node.get(old_node)
+            if bucket is not None:
+                bucket.pop(key, None)
+                if not bucket:
+                    del self._pods_by_node[old_node]
+        if type_ != DELETED:
+            self._pods_by_node.setdefault(new_node, {})[key] = None
+        if not self._node_watchers:
+            return watchers
+        out = list(watchers)
+        out.extend(self._node_watchers.get(new_node, ()))
+        if old_node is not None and old_node != new_node:
+            out.extend(self._node_watchers.get(old_node, ()))
+        return out
 
     def _check_ns(self, res: Resource, ns: str) -> str:
         if not res.namespaced:
@@ -288,7 +317,15 @@ class Store:
         """(list resourceVersion, matching entries)."""
         if not labels and not fields:
             return self.rv, list(self.iter_entries(key, ns))
-        return self.rv, [e for e in self.iter_entries(key, ns) if matches(labels, fields, e.obj)]
+        node = _node_trigger(key, fields)
+        if node is not None:
+            ns = ns if self.resource(key).namespaced else ""
+            keys = sorted(k for k in self._pods_by_node.get(node, ()) if not ns or k[0] == ns)
+            by_ns = self._objs[key]
+            entries: Iterable[Entry] = (by_ns[k[0]][k[1]] for k in keys)
+        else:
+            entries = self.iter_entries(key, ns)
+        return self.rv, [e for e in entries if matches(labels, fields, e.obj)]
 
     def count(self, key: str) -> int:
         return sum(len(b) for b in self._objs[key].values())
@@ -486,8 +523,7 @@ class Store:
         ns = ns if res.namespaced else ""
         w = Watcher(self, res, ns, labels, fields, max_lines or self.watch_buffer)
         if not resource_version or resource_version == "0":
-            w.initial = [event_line(ADDED, e.raw) for e in self.iter_entries(key, ns)
-                         if (not labels and not fields) or matches(labels, fields, e.obj)]
+            w.initial = [event_line(ADDED, e.raw) for e in self.list(key, ns, labels, fields)[1]]
         else:
             try:
                 since = int(resource_version)
@@ -505,14 +541,25 @@ class Store:
                         replay.append(line)
             replay.reverse()
             w.initial = replay
-        self._watchers[key].add(w)
+        w.node = _node_trigger(key, fields)
+        if w.node is not None:
+            self._node_watchers.setdefault(w.node, set()).add(w)
+        else:
+            self._watchers[key].add(w)
         return w
 
     def _unregister(self, w: Watcher) -> None:
-        self._watchers[w.res.key].discard(w)
+        if w.node is not None:
+            ws = self._node_watchers.get(w.node)
+            if ws is not None:
+                ws.discard(w)
+                if not ws:
+                    del self._node_watchers[w.node]
+        else:
+            self._watchers[w.res.key].discard(w)
 
     def watchers(self) -> list[Watcher]:
-        return [w for ws in self._watchers.values() for w in ws]
+        return [w for ws in (*self._watchers.values(), *self._node_watchers.values()) for w in ws]
 
     def drop_watchers(self, reason: str = "dropped") -> int:
         """Abort every open watch connection; returns how many."""
@@ -527,6 +574,16 @@ class Store:
         for w in ws:
             w.end()
         return len(ws)
+
+
+def _node_trigger(key: str, fields: tuple[FieldRequirement, ...]) -> str | None:
+    """The node of a `spec.nodeName=<node>` requirement on pods, else None."""
+    if key != "pods":
+        return None
+    for f in fields:
+        if f.field == "spec.nodeName" and not f.negate:
+            return f.value
+    return None
 
 
 def _same_meta(a: dict, b: dict) -> bool:
