@@ -352,8 +352,10 @@ def test_register_json_strings_are_escaped_like_go():
 
 
 def test_register_json_keys_match_case_insensitively_like_go():
-    """Go's decoder maps `ID` or `Count` onto the `id`/`count` fields; the exact key wins when both appear."""
+    """Go's decoder maps `ID` or `Count` onto the `id`/`count` fields, assigning keys in document
+    order, so of `Count` and `count` the later one wins."""
     assert codec.decode_node_devices('[{"ID":"GPU-x","Count":3,"count":4}]') == (DeviceInfo("GPU-x", 4, 0, 0, ""),)
+    assert codec.decode_node_devices('[{"count":4,"COUNT":3}]') == (DeviceInfo("", 3, 0, 0, ""),)
 
 
 @pytest.mark.parametrize(
