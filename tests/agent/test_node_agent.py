@@ -194,10 +194,11 @@ async def test_allocate_without_a_binding_pod_is_an_error():
         assert err.value.details() == f"no binding pod found on node {NODE}"
 
 
-async def test_kubelet_restart_leads_to_re_registration():
+@pytest.mark.parametrize("remove_plugin_sockets", [True, False], ids=["sockets-wiped", "kubelet-sock-only"])
+async def test_kubelet_restart_leads_to_re_registration(remove_plugin_sockets):
     async with NodeHarness() as h:
         assert await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 20)
-        await h.kubelet.restart(remove_plugin_sockets=True)
+        await h.kubelet.restart(remove_plugin_sockets=remove_plugin_sockets)
         assert h.kubelet.devices() == []
         assert await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 20)
         assert h.agent.plugin.registrations == 2
