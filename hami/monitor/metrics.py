@@ -110,6 +110,7 @@ class MonitorCollector:
         node_name: str,
         pods: Callable[[], Iterable[dict]],
         backend: Any = None,
+        node_backends: dict[str, Any] | None = None,
         proc_root: str = "/proc",
         legacy: bool = False,
         repair: bool = True,
@@ -122,7 +123,10 @@ class MonitorCollector:
         self.cache_dir = cache_dir
         self.node_name = node_name
         self.pods = pods
-        self.backend = backend
+        # node name -> GPU backend; one entry normally, one per simulated node in an embedded cluster.
+        self.backends: dict[str, Any] = dict(node_backends or {})
+        if backend is not None:
+            self.backends[node_name] = backend
         self.legacy = legacy
         self.repair = repair
         self.stats = stats or MonitorStats()
@@ -156,7 +160,7 @@ class MonitorCollector:
         now = self.clock()
         dirs, _ = list_container_dirs(self.cache_dir)
         loaded = load_containers(dirs, pods_by_uid(self.pods()), self.file_error)
-        overrides = self._repair(loaded) if self.repair and self.backend is not None else {}
+        overrides = self._repair(loaded) if self.repair and self.backends else {}
         for item in loaded:
             self._container(fams, item, overrides.get(item.path), now)
         self._host(fams)
@@ -238,12 +242,14 @@ class MonitorCollector:
     def _process_utilization(self, uuid: str) -> dict[int, int]:
         if not uuid:
             return {}
-        try:
-            return dict(self.backend.process_utilization(uuid))
-        except Exception as exc:  # a backend failure must not fail the scrape
-            if self.limiter.allow(("backend", "process_utilization")):
-                self.warn("GPU backend: per-process utilization failed", uuid=uuid, error=str(exc))
-            return {}
+        out: dict[int, int] = {}
+        for backend in self.backends.values():
+            try:
+                out.update(backend.process_utilization(uuid))
+            except Exception as exc:  # a backend failure must not fail the scrape
+                if self.limiter.allow(("backend", "process_utilization")):
+                    self.warn("GPU backend: per-process utilization failed", uuid=uuid, error=str(exc))
+        return out
 
     def _container(self, fams: _Families, item: Loaded, sm_override: dict[int, int] | None, now: float) -> None:
         meta = item.pod.get("metadata") or {}
@@ -276,17 +282,19 @@ class MonitorCollector:
                     fams.ctr("Device_last_kernel_of_container", labels, elapsed)
 
     def _host(self, fams: _Families) -> None:
-        if self.backend is None:
-            return
+        for node, backend in self.backends.items():
+            self._host_node(fams, node, backend)
+
+    def _host_node(self, fams: _Families, node: str, backend: Any) -> None:
         try:
-            gpus = self.backend.list_gpus()
+            gpus = backend.list_gpus()
         except Exception as exc:  # NVML trouble: container metrics still go out
-            if self.limiter.allow(("backend", "list_gpus")):
-                self.warn("GPU backend: listing GPUs failed", error=str(exc))
+            if self.limiter.allow(("backend", "list_gpus", node)):
+                self.warn("GPU backend: listing GPUs failed", node=node, error=str(exc))
             return
         for g in gpus:
             dtype = "NVIDIA-" + g.name
-            labels = [self.node_name, str(g.index), g.uuid, dtype, ZONE]
+            labels = [node, str(g.index), g.uuid, dtype, ZONE]
             if getattr(g, "memory_supported", True):
                 fams.host("hami_host_gpu_memory_used_bytes", labels, g.memory_used_mib * MIB)
                 if self.legacy:

@@ -53,6 +53,7 @@ class Monitor:
         pods: Callable[[], Iterable[dict]],
         synced: Callable[[], bool],
         backend: Any = None,
+        node_backends: dict[str, Any] | None = None,
         proc_root: str = "/proc",
         legacy: bool = False,
         feedback_enabled: bool = True,
@@ -69,7 +70,8 @@ class Monitor:
         self.clock = clock
         self.stats = MonitorStats()
         self.collector = MonitorCollector(
-            cache_dir=cache_dir, node_name=node_name, pods=pods, backend=backend, proc_root=proc_root,
+            cache_dir=cache_dir, node_name=node_name, pods=pods, backend=backend, node_backends=node_backends,
+            proc_root=proc_root,
             legacy=legacy, stats=self.stats, warn=log.warning, clock=clock,
         )
         self.registry = CollectorRegistry(auto_describe=False)
@@ -131,14 +133,25 @@ class Monitor:
                 log.error("Monitor housekeeping failed", error=f"{type(exc).__name__}: {exc}")
 
 
-def _backend(cfg: Any, node: str) -> Any:
+def _backends(cfg: Any, node: str) -> dict[str, Any]:
+    """node -> GPU backend. Without a node name (the embedded cluster's one monitor for all its
+    simulated nodes) every node of the fake GPU file's `nodes:` map gets its own fake backend."""
     from hami.gpu.backend import GpuBackendError, make_backend
 
     try:
-        return make_backend(cfg.gpu_backend, cfg.fake_gpus, node)
-    except GpuBackendError as exc:
+        if node:
+            return {node: make_backend(cfg.gpu_backend, cfg.fake_gpus, node)}
+        if cfg.gpu_backend != "fake" or not cfg.fake_gpus:
+            return {}
+        import yaml
+
+        with open(cfg.fake_gpus, "rb") as fh:
+            doc = yaml.safe_load(fh) or {}
+        names = sorted((doc.get("nodes") or {}) if isinstance(doc, dict) else {})
+        return {n: make_backend("fake", cfg.fake_gpus, n) for n in names}
+    except (GpuBackendError, OSError, ValueError) as exc:
         log.error("GPU backend unavailable: host GPU metrics and host-PID repair are off", error=str(exc))
-        return None
+        return {}
 
 
 async def run(ctx: Any) -> None:
@@ -154,12 +167,12 @@ async def run(ctx: Any) -> None:
     if not kube.kubeconfig and ctx.shared.get("kubeconfig"):
         kube = dataclasses.replace(kube, kubeconfig=ctx.shared["kubeconfig"])
     host, port = split_bind(cfg.metrics_bind_address)
-    backend = await asyncio.to_thread(_backend, cfg, node)
+    backends = await asyncio.to_thread(_backends, cfg, node)
     client = await KubeClient.from_settings(kube)
     informer = Informer(client, kind="pods", field_selector=f"spec.nodeName={node}" if node else None)
     mon = Monitor(
         cache_dir=cfg.cache_dir, node_name=node, pods=lambda: list(informer.store.values()),
-        synced=informer.synced.is_set, backend=backend, proc_root=cfg.proc_root,
+        synced=informer.synced.is_set, node_backends=backends, proc_root=cfg.proc_root,
         legacy=cfg.legacy_metrics, feedback_enabled=cfg.feedback, grace=cfg.cache_grace,
     )
     app = mon.app()
@@ -174,11 +187,12 @@ async def run(ctx: Any) -> None:
         site = web.TCPSite(runner, host, port)
         await site.start()
         bound = runner.addresses[0] if runner.addresses else (host, port)
-        ctx.shared.setdefault("monitor", {})[node] = {"address": f"{bound[0]}:{bound[1]}", "monitor": mon}
+        ctx.shared.setdefault("monitor", {})[node or "*"] = {"address": f"{bound[0]}:{bound[1]}", "monitor": mon}
         tasks.append(asyncio.create_task(informer.run(ctx.stop), name="monitor:pod-informer"))
         tasks.append(asyncio.create_task(mon.housekeeping_loop(ctx.stop), name="monitor:housekeeping"))
         log.info("Monitor serving", address=f"{bound[0]}:{bound[1]}", node=node, cache_dir=cfg.cache_dir,
-                 feedback=cfg.feedback, gpu_backend=cfg.gpu_backend if backend is not None else "none")
+                 feedback=cfg.feedback, gpu_backend=cfg.gpu_backend if backends else "none",
+                 gpu_nodes=",".join(backends))
         ctx.ready.set()
         stopper = asyncio.create_task(ctx.stop.wait())
         done, _ = await asyncio.wait({stopper, *tasks}, return_when=asyncio.FIRST_COMPLETED)
@@ -194,5 +208,6 @@ async def run(ctx: Any) -> None:
                 await t
         await runner.cleanup()
         await client.close()
-        if backend is not None:
-            backend.close()
+        for b in backends.values():
+            with contextlib.suppress(Exception):
+                b.close()

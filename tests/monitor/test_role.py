@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from hami.app import RoleContext
-from hami.config import Config, KubeSettings, MonitorSettings
+from hami.config import Config, KubeSettings, MonitorSettings, SimSettings
 from hami.monitor import role
 from hami.monitor.scan import read_region_file
 from hami.monitor.shmwrite import Dev, Proc
@@ -27,18 +27,18 @@ def pod_body(name, node, containers=("main",)):
             "spec": {"nodeName": node, "containers": [{"name": c, "image": "x"} for c in containers]}}
 
 
-async def start(apiserver, tmp_path, **monitor):
+async def start(apiserver, tmp_path, embedded=False, **monitor):
     settings = dict(node_name="node-1", cache_dir=str(tmp_path / "containers"), metrics_bind_address="127.0.0.1:0",
                     proc_root=str(tmp_path / "proc"), gpu_backend="fake",
                     fake_gpus=fake_gpus(str(tmp_path / "gpus.yaml"), [{"uuid": U0, "memory_mib": 1024,
                                                                         "utilization": 7}]))
     settings.update(monitor)
     cfg = Config(roles=("monitor",), kube=KubeSettings(kubeconfig=apiserver.kubeconfig),
-                 monitor=MonitorSettings(**settings))
+                 monitor=MonitorSettings(**settings), sim=SimSettings(embedded=embedded))
     ctx = RoleContext(name="monitor", config=cfg, stop=asyncio.Event())
     task = asyncio.create_task(role.run(ctx))
     await asyncio.wait_for(ctx.ready.wait(), 20)
-    entry = ctx.shared["monitor"]["node-1"]
+    entry = ctx.shared["monitor"][settings["node_name"] or "*"]
     return ctx, task, entry["address"], entry["monitor"]
 
 
@@ -182,3 +182,29 @@ def test_monitor_role_imports_neither_grpc_nor_pynvml():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+async def test_embedded_monitor_without_node_name_serves_every_simulated_node(apiserver, tmp_path):
+    import yaml
+
+    gpus = tmp_path / "gpus-all.yaml"
+    gpus.write_text(yaml.safe_dump({"nodes": {
+        "sim-1": {"gpus": [{"uuid": U0, "memory_mib": 1024, "utilization": 11}]},
+        "sim-2": {"gpus": [{"uuid": "GPU-0d4c6a5e-0000-4000-8000-000000000009", "memory_mib": 1024,
+                            "utilization": 22}]}}}))
+    a = apiserver.store.create("pods", "default", pod_body("on-a", "sim-1")).obj
+    b = apiserver.store.create("pods", "default", pod_body("on-b", "sim-2")).obj
+    root = str(tmp_path / "containers")
+    cache_file(root, a["metadata"]["uid"], "main", [Dev(U0)], [Proc(pid=1, used={0: 1})])
+    cache_file(root, b["metadata"]["uid"], "main", [Dev(U0)], [Proc(pid=1, used={0: 2})])
+    ctx, task, address, _ = await start(apiserver, tmp_path, embedded=True, node_name="", fake_gpus=str(gpus))
+    try:
+        async def both():
+            body = (await scrape(address))[2]
+            return 'pod="on-a"' in body and 'pod="on-b"' in body
+
+        assert await until(both)
+        body = (await scrape(address))[2]
+        assert 'node="sim-1",zone="vGPU"} 11.0' in body and 'node="sim-2",zone="vGPU"} 22.0' in body
+    finally:
+        await stop(ctx, task)
