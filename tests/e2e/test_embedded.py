@@ -1,0 +1,168 @@
+"""End to end: `hami --role all --embedded` as a subprocess, driven by real kubectl.
+
+Covers: pods submitted with kubectl are scheduled by the extender, allocated through the node
+agent's real gRPC Allocate and run with the right `CUDA_DEVICE_MEMORY_LIMIT_0`; the monitor's
+metrics show them (read from HAMi-core-format cache files); a pod that cannot fit gets
+FilteringFailed events and is explained by `hami doctor`; stopping the process leaves no
+stray processes or sockets behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from tests.sim.test_kubectl import find_kubectl
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(predicate, timeout=60.0, interval=0.3, what="condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except Exception as exc:  # noqa: BLE001 - keep polling; report the last error on timeout
+            last = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}: last={last!r}")
+
+
+POD = """
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default}}
+spec:
+  schedulerName: hami-scheduler
+  containers:
+  - name: cuda
+    image: nvidia/cuda:12.4.0-base-ubuntu22.04
+    resources:
+      limits: {{nvidia.com/gpu: "1", nvidia.com/gpumem: "{mem}", nvidia.com/gpucores: "30"}}
+"""
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory):
+    state = tmp_path_factory.mktemp("emb")
+    ports = {k: _free_port() for k in ("api", "ext", "smetrics", "mmetrics")}
+    cmd = [
+        sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded",
+        "--sim-state-dir", str(state), "--sim-listen", f"127.0.0.1:{ports['api']}",
+        "--http_bind", f"127.0.0.1:{ports['ext']}",
+        "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
+        "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
+        "--sim-nodes", "2", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960", "-v=2",
+    ]
+    log = open(state / "hami.log", "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    kubeconfig = str(state / "kubeconfig")
+    kubectl = find_kubectl()
+    env = {**os.environ, "KUBECONFIG": kubeconfig}
+
+    def run(*args, check=True, stdin=None):
+        res = subprocess.run([kubectl, *args], env=env, capture_output=True, text=True, input=stdin, timeout=60)
+        if check and res.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {res.stderr}")
+        return res.stdout
+
+    def registered():
+        out = run("get", "nodes", "-o", "json", check=False)
+        nodes = json.loads(out)["items"] if out else []
+        return len(nodes) == 2 and all("hami.io/node-nvidia-register" in (n["metadata"].get("annotations") or {})
+                                       for n in nodes)
+
+    try:
+        _wait(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
+        _wait(registered, 120, what="both nodes registered")
+        yield {"proc": proc, "kubectl": run, "state": state, "ports": ports, "env": env}
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+def test_pod_runs_with_its_memory_limit_and_shows_in_metrics(embedded):
+    run = embedded["kubectl"]
+    run("apply", "-f", "-", stdin=POD.format(name="e2e-small", mem=3000))
+
+    def running():
+        pod = json.loads(run("get", "pod", "e2e-small", "-o", "json"))
+        return pod if pod["status"].get("phase") == "Running" else None
+
+    pod = _wait(running, 120, what="e2e-small Running")
+    ann = pod["metadata"]["annotations"]
+    env = json.loads(ann["sim.hami.io/allocated-env"])["cuda"]
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+    assert env["CUDA_DEVICE_SM_LIMIT"] == "30"
+    assert env["NVIDIA_VISIBLE_DEVICES"].startswith("GPU-")
+    assert ann["hami.io/bind-phase"] == "success"
+    assert ann["hami.io/vgpu-node"] == pod["spec"]["nodeName"]
+
+    url = f"http://127.0.0.1:{embedded['ports']['mmetrics']}/metrics"
+
+    def in_metrics():
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        lines = [line for line in text.splitlines()
+                 if line.startswith("hami_vgpu_memory_limit_bytes{") and 'pod="e2e-small"' in line]
+        return lines
+
+    (line,) = _wait(in_metrics, 30, what="e2e-small in monitor metrics")
+    assert float(line.rsplit(" ", 1)[1]) == 3000 * 1024 * 1024
+
+
+def test_pod_that_cannot_fit_gets_filtering_failed_and_doctor_explains_it(embedded):
+    run = embedded["kubectl"]
+    run("apply", "-f", "-", stdin=POD.format(name="e2e-huge", mem=90000))
+
+    def failed_event():
+        out = run("get", "events", "-n", "default", "--field-selector",
+                  "involvedObject.name=e2e-huge,reason=FilteringFailed", "-o", "json")
+        items = json.loads(out)["items"]
+        return items or None
+
+    events = _wait(failed_event, 60, what="FilteringFailed event")
+    messages = " | ".join(e["message"] for e in events)
+    assert "CardInsufficientMemory" in messages
+    pod = json.loads(run("get", "pod", "e2e-huge", "-o", "json"))
+    assert pod["status"]["phase"] == "Pending"
+
+    res = subprocess.run([sys.executable, "-m", "hami.cli.main", "doctor", "pod", "default/e2e-huge", "--json"],
+                         env=embedded["env"], capture_output=True, text=True, timeout=60)
+    report = json.loads(res.stdout)
+    text = json.dumps(report)
+    assert "CardInsufficientMemory" in text, text
+    assert res.returncode != 0  # a pod that cannot schedule is a finding
+
+
+def test_stopping_leaves_no_processes_or_sockets(embedded):
+    proc, state = embedded["proc"], embedded["state"]
+    children = subprocess.run(["pgrep", "-g", str(os.getpgid(proc.pid))], capture_output=True, text=True)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    leftover = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert leftover == [], f"stray processes {leftover} (group had {children.stdout.split()})"
+    sockets = [os.path.join(d, f) for d, _, files in os.walk(state) for f in files if f.endswith(".sock")]
+    assert sockets == []
