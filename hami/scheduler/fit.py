@@ -111,9 +111,10 @@ def parse_reason(text: str) -> dict[str, int]:
 # --------------------------------------------------------------------------- options
 
 def _split_types(value: str | None) -> tuple[str, ...] | None:
+    """CheckType members: trimmed, upper-cased, empty members dropped (devices.go CheckType)."""
     if value is None or not value.strip():
         return None
-    return tuple(p.upper() for p in value.split(","))
+    return tuple(t for t in (p.strip().upper() for p in value.split(",")) if t)
 
 
 def _split_uuids(value: str | None) -> frozenset[str] | None:
@@ -128,7 +129,7 @@ class FitOptions:
 
     policy: str = "spread"
     numa_bind: bool = False
-    use_types: tuple[str, ...] | None = None  # upper-cased members, may include ""
+    use_types: tuple[str, ...] | None = None  # trimmed, upper-cased, non-empty members
     nouse_types: tuple[str, ...] | None = None
     use_uuids: frozenset[str] | None = None
     nouse_uuids: frozenset[str] | None = None
@@ -142,9 +143,9 @@ class FitOptions:
         """use-gputype / nouse-gputype (case-insensitive substring) and vgpu-mode."""
         if self.use_types is not None or self.nouse_types is not None:
             t = dev.type.upper()
-            if self.use_types is not None and not any(u and u in t for u in self.use_types):
+            if self.use_types is not None and not any(u in t for u in self.use_types):
                 return False
-            if self.nouse_types is not None and any(u and u in t for u in self.nouse_types):
+            if self.nouse_types is not None and any(u in t for u in self.nouse_types):
                 return False
         if self.vgpu_mode is not None and dev.mode not in self.vgpu_mode:
             return False

@@ -119,6 +119,11 @@ def test_use_gputype_is_a_case_insensitive_substring_match():
     assert ok and chosen[0].uuid == "a"
     ok, _, reason = run(devices, req(1, 10), {fit.USE_GPUTYPE: "H100"})
     assert not ok and reason == "2/2 CardTypeMismatch"
+    # members are trimmed; a list of only empty members constrains nothing it can match
+    ok, chosen, _ = run(devices, req(1, 10), {fit.USE_GPUTYPE: "H100, v100 "})
+    assert ok and chosen[0].uuid == "b"
+    ok, _, reason = run(devices, req(1, 10), {fit.USE_GPUTYPE: ",,"})
+    assert not ok and reason == "2/2 CardTypeMismatch"
 
 
 def test_blank_type_and_uuid_annotations_mean_no_constraint():
