@@ -20,9 +20,11 @@ schedulerName -> allowed unchanged; per init container then container: gpumem-pe
 outside 0..100 -> error (code 500); `nvidia.com/priority` -> env CUDA_TASK_PRIORITY;
 gpuCorePolicy force/disable -> env GPU_CORE_UTILIZATION_POLICY; gpucores/gpumem/percentage
 without a count -> `nvidia.com/gpu: defaultGPUNum`; exclusive default `nvidia.com/gpucores: 100`;
-runtimeClassName; overwriteEnv -> NVIDIA_VISIBLE_DEVICES=none; a privileged container with a
-GPU -> denied `container <name> is privileged`; schedulerName set, nodeName set -> denied
-`pod has node assigned`; ResourceQuota -> denied `exceeding resource quota`.
+runtimeClassName; overwriteEnv -> NVIDIA_VISIBLE_DEVICES=none; any privileged container in a pod
+with a GPU -> denied `container <name> is privileged` (first privileged, init containers first);
+schedulerName set, nodeName set -> denied `pod has node assigned`; ResourceQuota (memory and
+cores = max(sum over app containers, max over init containers) of request x count, §3.4)
+-> denied `exceeding resource quota`. Pods without GPUs still get env mutations back.
 """
 
 from __future__ import annotations
@@ -309,39 +311,40 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
     sched = spec.get("schedulerName") or ""
     if sched and not (
         (sched == DEFAULT_SCHEDULER and settings.force_overwrite_default_scheduler)
-        or sched == settings.scheduler_name
+        or (settings.scheduler_name and sched == settings.scheduler_name)
     ):
-        meta = pod.get("metadata") or {}
-        return Decision(
-            True, code=200,
-            message=f"pod {meta.get('namespace', namespace)}/{meta.get('name', '')} is not scheduled by {settings.scheduler_name}",
-        )
+        return Decision(True, code=200, message="pod already has different scheduler assigned")
     cfg = settings.nvidia
+    privileged = _privileged_container(spec)
     has_resource = False
-    privileged: str | None = None
     try:
         for group in ("initContainers", "containers"):
             for ctr in spec.get(group) or ():
-                found = _mutate_container(ctr, pod, cfg)
-                if found:
+                if _mutate_container(ctr, pod, cfg):
                     has_resource = True
-                    sc = ctr.get("securityContext") or {}
-                    if sc.get("privileged") is True and privileged is None:
-                        privileged = ctr.get("name", "")
     except _Reject as r:
         return Decision(False, code=r.code, message=r.message)
-    if privileged is not None:
+    if privileged is not None and has_resource:
         return Decision(False, code=403, reason="Forbidden", message=f"container {privileged} is privileged")
-    if has_resource:
-        if settings.scheduler_name:
-            spec["schedulerName"] = settings.scheduler_name
-            if spec.get("nodeName"):
-                return Decision(False, code=403, reason="Forbidden", message="pod has node assigned")
-        ns = (pod.get("metadata") or {}).get("namespace") or namespace
-        view = quota(ns) if callable(quota) else quota
-        if not _fits_quota(pod, cfg, view):
-            return Decision(False, code=403, reason="Forbidden", message="exceeding resource quota")
+    if has_resource and settings.scheduler_name:
+        spec["schedulerName"] = settings.scheduler_name
+        if spec.get("nodeName"):
+            return Decision(False, code=403, reason="Forbidden", message="pod has node assigned")
+    ns = (pod.get("metadata") or {}).get("namespace") or namespace
+    view = quota(ns) if callable(quota) else quota
+    if not _fits_quota(pod, cfg, view):
+        return Decision(False, code=403, reason="Forbidden", message="exceeding resource quota")
     return Decision(True, pod=pod)
+
+
+def _privileged_container(spec: dict) -> str | None:
+    """The first privileged container, init containers first (privilegedContainerName)."""
+    for group in ("initContainers", "containers"):
+        for ctr in spec.get(group) or ():
+            sc = ctr.get("securityContext") or {}
+            if sc.get("privileged") is True:
+                return ctr.get("name", "")
+    return None
 
 
 def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None) -> dict:

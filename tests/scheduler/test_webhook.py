@@ -157,9 +157,17 @@ def test_privileged_container_without_gpu_is_fine():
     assert d.allowed
 
 
+def test_any_privileged_container_in_a_gpu_pod_is_denied():
+    obj = pod(ctr("gpu", limits={"nvidia.com/gpu": "1"}),
+              init=[ctr("setup", limits={"cpu": "1"}, securityContext={"privileged": True})])
+    resp = mutate(review(obj), S)["response"]
+    assert resp["allowed"] is False and resp["status"]["message"] == "container setup is privileged"
+
+
 def test_foreign_scheduler_is_left_alone_but_default_is_overwritten():
     out = mutate(review(pod(ctr(limits={"nvidia.com/gpu": "1"}), schedulerName="volcano")), S)
     assert out["response"]["allowed"] is True and "patch" not in out["response"]
+    assert out["response"]["status"]["message"] == "pod already has different scheduler assigned"
     d = mutate_pod(pod(ctr(limits={"nvidia.com/gpu": "1"}), schedulerName="default-scheduler"), S)
     assert d.pod["spec"]["schedulerName"] == "hami-scheduler"
     s = WebhookSettings(force_overwrite_default_scheduler=False)
