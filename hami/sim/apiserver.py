@@ -329,23 +329,34 @@ class ApiServer:
 
     def _list(self, request: web.Request, res: Resource, ns: str, q) -> web.Response:
         labels, fields = self._selectors(res, q)
-        rv, entries = self.store.list(res.key, ns, labels, fields)
+        try:
+            limit = int(q.get("limit") or 0)
+        except ValueError:
+            raise ApiError(400, "BadRequest", f"invalid limit {q.get('limit')!r}") from None
+        token = ""
+        if limit > 0 or q.get("continue"):
+            rv, entries, token = self.store.list_page(res.key, ns, labels, fields, limit, q.get("continue", ""))
+        else:
+            rv, entries = self.store.list(res.key, ns, labels, fields)
         if wants_table(request.headers.get("Accept", "")):
-            return _json(table(res.key, (e.obj for e in entries), rv, q.get("includeObject", "Metadata")))
-        head = b'{"kind":"' + res.list_kind.encode() + b'","apiVersion":"' + res.api_version.encode() + \
-            b'","metadata":{"resourceVersion":"' + str(rv).encode() + b'"},"items":['
-        return web.Response(body=b"".join((head, b",".join(e.raw for e in entries), b"]}")), content_type=_JSON)
+            doc = table(res.key, (e.obj for e in entries), rv, q.get("includeObject", "Metadata"))
+            if token:
+                doc["metadata"]["continue"] = token
+            return _json(doc)
+        return self._list_body(res, entries, rv, token)
 
     def _delete_collection(self, res: Resource, ns: str, q) -> web.Response:
         labels, fields = self._selectors(res, q)
         _, entries = self.store.list(res.key, ns, labels, fields)
         gone = [self.store.delete(res.key, e.obj["metadata"].get("namespace", ""), e.obj["metadata"]["name"])
                 for e in entries]
-        return self._list_body(res, gone)
+        return self._list_body(res, gone, self.store.rv)
 
-    def _list_body(self, res: Resource, entries) -> web.Response:
+    @staticmethod
+    def _list_body(res: Resource, entries, rv: int, token: str = "") -> web.Response:
+        cont = b',"continue":"' + token.encode() + b'"' if token else b""
         head = b'{"kind":"' + res.list_kind.encode() + b'","apiVersion":"' + res.api_version.encode() + \
-            b'","metadata":{"resourceVersion":"' + str(self.store.rv).encode() + b'"},"items":['
+            b'","metadata":{"resourceVersion":"' + str(rv).encode() + b'"' + cont + b'},"items":['
         return web.Response(body=b"".join((head, b",".join(e.raw for e in entries), b"]}")), content_type=_JSON)
 
     # ------------------------------------------------------------------ watch

@@ -15,6 +15,8 @@ Errors are `ApiError(code, reason, message)`, rendered by the HTTP layer as a Ku
 from __future__ import annotations
 
 import asyncio
+import base64
+import bisect
 import re
 import time
 import uuid
@@ -190,6 +192,7 @@ class Store:
         # Pods are indexed by spec.nodeName ("" = unbound), as the real watch cache does: a LIST or
         # watch with `spec.nodeName=<node>` (every node agent and monitor) touches only that node's pods.
         self._pods_by_node: dict[str, dict[tuple[str, str], None]] = {}
+        self._key_cache: dict[str, dict[str, list[tuple[str, str]]]] = {k: {} for k in BY_KEY}  # for paging
         self._node_watchers: dict[str, set[Watcher]] = {}
         for ns in SEED_NAMESPACES:
             self.create("namespaces", "", {"metadata": {"name": ns}})
@@ -237,9 +240,11 @@ class Store:
         bucket = self._bucket(res.key, ns)
         if type_ == DELETED:
             bucket.pop(name, None)
+            self._key_cache[res.key] = {}
         else:
             if name not in bucket:
                 self._unsorted.add((res.key, ns))
+                self._key_cache[res.key] = {}
             bucket[name] = entry
         ev = _Event(self.rv, res.key, ns, type_, entry, old)
         self._append_event(ev)
@@ -326,6 +331,55 @@ class Store:
         else:
             entries = self.iter_entries(key, ns)
         return self.rv, [e for e in entries if matches(labels, fields, e.obj)]
+
+    def list_page(self, key: str, ns: str = "", labels: tuple[Requirement, ...] = (),
+                  fields: tuple[FieldRequirement, ...] = (), limit: int = 0,
+                  continue_: str = "") -> tuple[int, list[Entry], str]:
+        """One page of a LIST: (list resourceVersion, entries, continue token or "").
+
+        Pages after the first read the current objects but report the first page's version, which
+        is safe for a reflector (changes in between are replayed by the watch from that version).
+        A token older than the watch window answers 410 Expired, as the real server does.
+        """
+        after: tuple[str, str] | None = None
+        rv = self.rv
+        if continue_:
+            try:
+                tok = orjson.loads(base64.urlsafe_b64decode(continue_.encode()))
+                rv, after = int(tok["rv"]), (str(tok["k"][0]), str(tok["k"][1]))
+            except (ValueError, KeyError, IndexError, TypeError, orjson.JSONDecodeError):
+                raise ApiError(400, "BadRequest", f"invalid continue token {continue_[:40]!r}") from None
+            if rv < self._compacted:
+                raise ApiError(410, "Expired", "The provided continue parameter is too old to display a "
+                                               "consistent list result. You can start a new list without the "
+                                               "continue parameter.")
+        res = self.resource(key)
+        ns = ns if res.namespaced else ""
+        keys = self._sorted_keys(key, ns, fields)
+        i = bisect.bisect_right(keys, after) if after is not None else 0
+        by_ns = self._objs[key]
+        out: list[Entry] = []
+        limit = limit if limit > 0 else len(keys)
+        while i < len(keys) and len(out) < limit:
+            e = by_ns[keys[i][0]][keys[i][1]]
+            i += 1
+            if (not labels and not fields) or matches(labels, fields, e.obj):
+                out.append(e)
+        token = ""
+        if i < len(keys):
+            token = base64.urlsafe_b64encode(orjson.dumps({"rv": rv, "k": keys[i - 1]})).decode()
+        return rv, out, token
+
+    def _sorted_keys(self, key: str, ns: str, fields: tuple[FieldRequirement, ...]) -> list[tuple[str, str]]:
+        node = _node_trigger(key, fields)
+        if node is not None:
+            return sorted(k for k in self._pods_by_node.get(node, ()) if not ns or k[0] == ns)
+        cache = self._key_cache[key]
+        keys = cache.get(ns)
+        if keys is None:
+            keys = cache[ns] = [(e.obj["metadata"].get("namespace", ""), e.obj["metadata"]["name"])
+                                for e in self.iter_entries(key, ns)]
+        return keys
 
     def count(self, key: str) -> int:
         return sum(len(b) for b in self._objs[key].values())

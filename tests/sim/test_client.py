@@ -5,7 +5,8 @@ global monotonic resourceVersion and generation, PUT with a stale resourceVersio
 patch types (merge with null deletes, strategic with list merge keys, JSON patch with `test` and
 `~1`), resourceVersion as a patch precondition, status subresources, pods/binding (409 when bound),
 every label-selector form and the field selectors (pods, events for kubectl describe), list
-resourceVersion, leases and events.k8s.io, watch order with ADDED/MODIFIED/DELETED, bookmarks,
+resourceVersion, paging with limit/continue (410 for an expired token), Table answers for kubectl,
+the OpenAPI v3 stub, leases and events.k8s.io, watch order with ADDED/MODIFIED/DELETED, bookmarks,
 timeoutSeconds, 410 Gone then re-list, a server restart under an open watch, a slow watcher dropped
 after its bounded buffer, and bad input (400, 404, 413, 422).
 """
@@ -580,3 +581,28 @@ async def test_openapi_v3_stub_advertises_field_validation(apiserver):
     assert op["x-kubernetes-group-version-kind"] == {"group": "", "version": "v1", "kind": "Pod"}
     assert [p["name"] for p in op["parameters"]] == ["fieldValidation"]
     assert "apis/coordination.k8s.io/v1" in index["paths"]
+
+
+async def test_list_pages_with_limit_and_continue(kube_api, apiserver):
+    v1 = client.CoreV1Api(kube_api)
+    for i in range(7):
+        await v1.create_node(node(f"n{i}", {"even": str(i % 2 == 0).lower()}))
+    seen, token, rvs = [], None, set()
+    while True:
+        page = await v1.list_node(limit=3, _continue=token, label_selector="even=true")
+        seen += [n.metadata.name for n in page.items]
+        rvs.add(page.metadata.resource_version)
+        token = page.metadata._continue
+        if not token:
+            break
+        await v1.create_node(node(f"late{len(seen)}"))  # writes between pages do not change the list RV
+    assert seen == ["n0", "n2", "n4", "n6"] and len(rvs) == 1
+    first = await v1.list_node(limit=2)
+    await v1.create_node(node("after-first-page"))
+    apiserver.store.compact()
+    with pytest.raises(ApiException) as exc:
+        await v1.list_node(limit=2, _continue=first.metadata._continue)
+    assert exc.value.status == 410
+    with pytest.raises(ApiException) as exc:
+        await v1.list_node(limit=2, _continue="garbage")
+    assert exc.value.status == 400
