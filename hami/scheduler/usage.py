@@ -250,7 +250,9 @@ def steady_usage(containers: Sequence[ContainerDevices], num_init: int) -> dict[
 # --------------------------------------------------------------------------- quota
 
 @dataclass(slots=True)
-class _Quota:
+class Quota:
+    """One namespace resource: `used` (collapsed usage of its pods) and `limit` (0 = none)."""
+
     used: int = 0
     limit: int = 0
 
@@ -260,7 +262,7 @@ class QuotaView:
 
     __slots__ = ("mem", "cores", "memory_factor")
 
-    def __init__(self, mem: _Quota | None, cores: _Quota | None, memory_factor: int = 1):
+    def __init__(self, mem: Quota | None, cores: Quota | None, memory_factor: int = 1):
         self.mem = mem
         self.cores = cores
         self.memory_factor = memory_factor
@@ -300,7 +302,7 @@ class UsageIndex:
         self._pods: dict[str, PodRecord] = {}
         self._pods_by_node: dict[str, set[str]] = {}
         # namespace -> resource name -> quota; quota objects: (namespace, name) -> {resource: limit}
-        self._quota: dict[str, dict[str, _Quota]] = {}
+        self._quota: dict[str, dict[str, Quota]] = {}
         self._quota_objects: dict[tuple[str, str], dict[str, int]] = {}
 
     # ---------------------------------------------------------------- nodes
@@ -445,7 +447,7 @@ class UsageIndex:
                 continue
             q = ns.get(res)
             if q is None:
-                q = ns[res] = _Quota()
+                q = ns[res] = Quota()
             q.used = q.used + val if sign > 0 else max(0, q.used - val)
 
     def set_quota(self, namespace: str, name: str, hard: Mapping[str, int]) -> None:
@@ -462,7 +464,7 @@ class UsageIndex:
         for res, value in limits.items():
             q = ns.get(res)
             if q is None:
-                q = ns[res] = _Quota()
+                q = ns[res] = Quota()
             q.limit = value
 
     def remove_quota(self, namespace: str, name: str) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from hami.scheduler import fit
 from hami.scheduler.fit import fit_devices, fit_options, gen_reason, parse_reason
-from hami.scheduler.usage import QuotaView, _Quota
+from hami.scheduler.usage import Quota, QuotaView
 
 from ._helpers import dev, req
 
@@ -182,7 +182,7 @@ def test_numa_bind_accepts_go_parsebool_spellings():
 
 
 def test_quota_hook_rejects_cards_that_would_exceed_the_namespace_quota():
-    quota = QuotaView(_Quota(used=1000, limit=2048), None)
+    quota = QuotaView(Quota(used=1000, limit=2048), None)
     opts = fit_options({}, quota=quota)
     ok, _, reason = fit_devices([dev("a", totalmem=4096)], req(1, 2000), opts)
     assert not ok and reason == "1/1 ResourceQuotaNotFit"

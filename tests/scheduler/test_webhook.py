@@ -18,7 +18,7 @@ import jsonpatch
 import pytest
 
 from hami.device.model import NvidiaConfig
-from hami.scheduler.usage import QuotaView, _Quota
+from hami.scheduler.usage import Quota, QuotaView
 from hami.scheduler.webhook import (
     WebhookError,
     WebhookSettings,
@@ -176,7 +176,7 @@ def test_foreign_scheduler_is_left_alone_but_default_is_overwritten():
 
 
 def test_resource_quota_denial_uses_max_of_init_and_app_sum():
-    quota = QuotaView(_Quota(used=0, limit=4000), None)
+    quota = QuotaView(Quota(used=0, limit=4000), None)
     ok = pod(ctr("a", limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000"}),
              ctr("b", limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000"}),
              init=[ctr("i", limits={"nvidia.com/gpu": "2", "nvidia.com/gpumem": "2000"})])
