@@ -313,6 +313,11 @@ class PodAllocator:
         owner = alloc.lock_owner(self.nodes().get(self.node_name))
         if owner is not None:
             pod = self._pod(f"{owner[0]}/{owner[1]}")
+            if pod is None:
+                # The node cache shows the lock but the pod watch is behind: read the owner once.
+                self.api_fallbacks += 1
+                with contextlib.suppress(Exception):
+                    pod = await self.client.get_pod(owner[0], owner[1])
             if pod is not None and alloc.allocating_pods([pod], self.node_name):
                 return pod, True
         pods = alloc.allocating_pods(self._all_pods(), self.node_name)

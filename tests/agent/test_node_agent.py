@@ -243,3 +243,19 @@ async def test_allocate_falls_back_to_the_api_when_caches_know_no_pod():
         assert cold.api_fallbacks == 1 and c.envs["NVIDIA_VISIBLE_DEVICES"] == U1
         assert anns(await h.pod("cold"))["hami.io/bind-phase"] == "success"
         assert LOCK not in anns(await h.node())
+
+
+async def test_lock_owner_missing_from_the_pod_cache_is_read_from_the_api():
+    from hami.agent.deviceplugin import PodAllocator
+
+    async with NodeHarness() as h:
+        await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 20)
+        await h.create_pod("stuck", {"main": 1}, f"{U2},NVIDIA,1,1:;", bind_time=1, lock=False)
+        await h.create_pod("owner", {"main": 1}, f"{U1},NVIDIA,9,9:;", bind_time=2)
+        pods_without_owner = lambda: {k: v for k, v in h.agent.pods.store.items() if k != "default/owner"}  # noqa: E731
+        lagging = PodAllocator(h.client, NODE, pods_without_owner, lambda: h.agent.nodes.store,
+                               lambda: h.settings, h.hook, locker=h.agent.locker)
+        (c,) = await lagging.allocate([[f"{U1}-0"]])
+        assert (c.envs["NVIDIA_VISIBLE_DEVICES"], lagging.api_fallbacks) == (U1, 1)
+        assert anns(await h.pod("stuck"))["hami.io/bind-phase"] == "allocating"
+        assert LOCK not in anns(await h.node())
