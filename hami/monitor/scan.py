@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -77,15 +78,26 @@ def find_cache_file(dir_path: str) -> str | None:
     return None
 
 
-def read_region_file(path: str, *, writable: bool = False) -> Region:
-    """Parse the region at `path` through pread; any OSError becomes ShmError(io)."""
+def read_region_file(path: str, *, torn_attempts: int = 3, torn_pause: float = 0.001) -> Region:
+    """Parse the region at `path` through pread; any OSError becomes ShmError(io).
+
+    A slot still being written after the parser's re-reads (ShmError torn) is tried again up to
+    `torn_attempts` times, `torn_pause` seconds apart, giving the writer a chance to finish.
+    """
     try:
-        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except OSError as exc:
         raise ShmError("io", path, exc.strerror or str(exc)) from None
     try:
-        size = os.fstat(fd).st_size
-        return parse(lambda off, n: os.pread(fd, n, off), size)
+        for attempt in range(torn_attempts):
+            try:
+                size = os.fstat(fd).st_size
+                return parse(lambda off, n: os.pread(fd, n, off), size)
+            except ShmError as exc:
+                if exc.reason != "torn" or attempt == torn_attempts - 1:
+                    raise
+                time.sleep(torn_pause)
+        raise AssertionError("unreachable")
     except OSError as exc:
         raise ShmError("io", path, exc.strerror or str(exc)) from None
     finally:

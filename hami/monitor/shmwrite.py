@@ -235,6 +235,15 @@ class RegionUpdater:
         self._w("5Q", base, *cur)
         self._bump_seqlock(slot)
 
+    def set_totals(self, slot: int, totals: Mapping[int, int]) -> None:
+        """Set `used[d].total` of several devices inside one seqlock bracket (one pwrite each)."""
+        lay = self.layout
+        base = lay.slot_offset(slot) + lay.slot_used
+        self._bump_seqlock(slot)
+        for d, v in totals.items():
+            self._w("Q", base + lay.mem_size * d + 32, v)
+        self._bump_seqlock(slot)
+
     def set_sm_util(self, slot: int, device: int, value: int) -> None:
         lay = self.layout
         self._bump_seqlock(slot)
