@@ -44,7 +44,7 @@ def list_container_dirs(cache_dir: str) -> tuple[list[ContainerDir], list[str]]:
     skipped: list[str] = []
     try:
         it = os.scandir(cache_dir)
-    except FileNotFoundError:
+    except OSError:  # missing or unreadable: nothing to report (the role warns at start)
         return out, skipped
     with it:
         for entry in it:
