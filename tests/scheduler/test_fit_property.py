@@ -5,6 +5,7 @@ init containers, policies, numa-bind, mutex) are placed with select_node and rec
 UsageIndex.add_pod, with random deletions in between. After every step, for every device:
 used <= count, usedmem <= totalmem, usedcores <= totalcore. Also: a successful selection's
 devices are on the chosen node, one entry per container, and a failed one names every node.
+And: the first-fit node choice equals the fit-every-node-then-sort choice (performance.md).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from hami.device.model import ContainerDeviceRequest, DeviceInfo
 from hami.scheduler.fit import pod_request
-from hami.scheduler.score import select_node
+from hami.scheduler.score import evaluate_nodes, select_node
 from hami.scheduler.usage import UsageIndex
 
 gpu = st.builds(
@@ -85,4 +86,38 @@ def test_random_placements_never_over_commit(nodes, steps):
         key = f"ns/p{k}"
         idx.add_pod(key, sel.node, sel.devices, num_init=num_init)
         placed.append(key)
+        check(idx)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cluster, st.lists(pod, min_size=1, max_size=6), st.randoms(use_true_random=False))
+def test_first_fit_picks_the_node_a_full_evaluation_picks(nodes, pods, rnd):
+    """performance.md shortcut: trying nodes in score order and stopping at the first fit gives
+    the node HAMi's fit-everything-then-sort would give (same score; ties by name order)."""
+    idx = UsageIndex()
+    names = []
+    for i, gpus in enumerate(nodes):
+        name = f"n{i}"
+        names.append(name)
+        idx.set_node(name, [
+            DeviceInfo(id=f"{name}-g{j}", count=c, devmem=m, devcore=core, type="NVIDIA A100", index=j,
+                       numa=numa, health=True)
+            for j, (c, m, core, numa) in enumerate(gpus)
+        ])
+    for k, (reqs, num_init, gpol, npol, numa_bind) in enumerate(pods):
+        num_init = min(num_init, len(reqs))
+        annos = {"nvidia.com/numa-bind": "true"} if numa_bind else {}
+        p = pod_request(reqs, num_init, annos, gpu_policy=gpol, node_policy=npol)
+        order = list(names)
+        rnd.shuffle(order)
+        sel = select_node(idx.nodes, order, p)
+        fits, failed = evaluate_nodes(idx.nodes, order, p)
+        if sel.node is None:
+            assert fits == [] and failed == sel.failed_nodes
+            continue
+        scores = [r.score for r in fits]
+        best = max(scores) if npol != "spread" else min(scores)
+        assert sel.score == best
+        assert sel.node == fits[0].node and sel.devices == fits[0].devices
+        idx.add_pod(f"ns/p{k}", sel.node, sel.devices, num_init=num_init)
         check(idx)
