@@ -138,6 +138,8 @@ def _backends(cfg: Any, node: str) -> dict[str, Any]:
     simulated nodes) every node of the fake GPU file's `nodes:` map gets its own fake backend."""
     from hami.gpu.backend import GpuBackendError, make_backend
 
+    if not os.path.isdir(cfg.cache_dir):
+        log.warning("Cache dir does not exist (yet): no container metrics until it does", cache_dir=cfg.cache_dir)
     try:
         if node:
             return {node: make_backend(cfg.gpu_backend, cfg.fake_gpus, node)}

@@ -79,3 +79,29 @@ def test_cached_answers_are_revalidated_and_failed_lookups_back_off(tmp_path):
     assert r.resolve([w]) == {w: 4021} and r.tree_walks == 2  # cached, checked with one read
     write_fake_proc(root, 4021, [4021, 77], cgroup_line(UID, "abc"))  # pid reused by another process
     assert r.resolve([w]) == {} and r.tree_walks == 3
+
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_pids = st.lists(st.integers(1, 2**22), min_size=1, max_size=5)
+
+
+@given(pids=_pids, name=st.text(st.characters(blacklist_categories=("Cc", "Cs")), max_size=20))
+def test_nspid_parse_round_trips_what_linux_prints(pids, name):
+    text = f"Name:\t{name}\nPid:\t{pids[0]}\nNSpid:\t" + "\t".join(map(str, pids)) + "\nNStgid:\t1\n"
+    assert parse_nspid(text) == tuple(pids)
+
+
+@given(garbage=st.text(max_size=300))
+def test_nspid_parse_never_raises(garbage):
+    out = parse_nspid(garbage)
+    assert isinstance(out, tuple) and all(isinstance(x, int) for x in out)
+
+
+@given(uid=st.uuids().map(str), cid=st.text("0123456789abcdef", min_size=12, max_size=64),
+       other=st.uuids().map(str))
+def test_cgroup_line_matches_its_own_pod_and_container_only(uid, cid, other):
+    line = cgroup_line(uid, cid)
+    assert cgroup_matches(line, uid, cid) and cgroup_matches(line, uid, None)
+    assert not cgroup_matches(line, other, None) or other == uid

@@ -84,3 +84,13 @@ def test_load_containers_matches_pods_and_spec_containers(tmp_path):
     assert errors == [(os.path.join(bad, "x.cache"), "bad_magic")]
     every = load_containers(dirs, pods, lambda *a: None, spec_containers_only=False)
     assert sorted(x.dir.container for x in every) == ["init", "main"]
+
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@given(uid=st.text("abcdef0123456789-", min_size=1, max_size=36),
+       ctr=st.text("abcdefghijklmnopqrstuvwxyz0123456789-_", min_size=1, max_size=63))
+def test_split_keeps_underscores_in_container_names(uid, ctr):
+    assert split_dir_name(f"{uid}_{ctr}") == (uid, ctr)
