@@ -10,7 +10,10 @@ fi
 stamp="$venv/.hami-installed"
 if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ] || ! "$venv/bin/python" -c "import hami" 2>/dev/null; then
   "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  "$venv/bin/python" -m pip install -q -e "$root[dev]"
+  log="$venv/.install.log"
+  if ! "$venv/bin/python" -m pip install -q -e "$root[dev]" >"$log" 2>&1; then
+    cat "$log" >&2; echo "scripts: installing hami and its dev extras failed (log above)" >&2; exit 1
+  fi
   touch "$stamp"
 fi
 export PATH="$venv/bin:$root/.ci/tools/bin:$PATH"
