@@ -210,7 +210,9 @@ def test_exposition_passes_promtool(tmp_path):
     f = fake_gpus(str(tmp_path / "gpus.yaml"), [{"uuid": U0, "memory_mib": 40960, "utilization": 3}])
     pods = [pod(f"{UID}{i}", name=f"p{i}") for i in range(4)] + [pod("bad-magic", name="bm")]
     reg, _ = make(tmp_path, pods, backend=FakeBackend(f))
-    body = generate_latest(reg)
+    from hami.monitor.metrics import render
+
+    body = render(reg.collect())  # what the role serves on /metrics
     res = subprocess.run([promtool(), "check", "metrics"], input=body, capture_output=True, timeout=60)
     assert res.returncode == 0, (res.stdout + res.stderr).decode()
     assert body.count(b"hami_vgpu_memory_used_bytes{") == 8
