@@ -4,7 +4,7 @@
 map. The `run(stop)` task drains it. Like client-go's recorder:
 * identical events (same object, type, reason, message) are coalesced: the first is created with
   count 1, repeats PATCH `count` and `lastTimestamp` of the same Event object;
-* a per-object spam filter (token bucket, burst 25, one token per 5 minutes) drops floods about a
+* a per-object-and-reason spam filter (token bucket, burst 25, one token per 5 minutes) drops floods about a
   single pod, and a global bucket bounds the write rate;
 * the pending map is bounded: when full, new events are dropped and counted in `dropped`.
 The source component is the scheduler name.
@@ -55,7 +55,7 @@ class EventRecorder:
         self._pending: OrderedDict[_Key, list] = OrderedDict()
         # key -> (event name, count written so far); bounded LRU like client-go's cache of 4096
         self._written: OrderedDict[_Key, tuple[str, int]] = OrderedDict()
-        self._spam: dict[tuple[str, str], _Bucket] = {}
+        self._spam: dict[tuple[str, str, str, str], _Bucket] = {}
         self._wake = asyncio.Event()
         self.dropped = 0
         self.created = 0
@@ -88,13 +88,16 @@ class EventRecorder:
 
     # ------------------------------------------------------------------ writer
 
-    def _allow_object(self, ns: str, name: str) -> bool:
+    def _allow_object(self, ns: str, name: str, etype: str = "", reason: str = "") -> bool:
+        # Keyed by object, type and reason (client-go's spam key includes type and reason), so a
+        # flood of FilteringSucceed/BindingFailed retries never silences a pod's FilteringFailed.
         now = self.clock()
-        b = self._spam.get((ns, name))
+        skey = (ns, name, etype, reason)
+        b = self._spam.get(skey)
         if b is None:
             if len(self._spam) > 8192:
                 self._spam.clear()
-            b = self._spam[(ns, name)] = _Bucket(float(self.per_object_burst), now)
+            b = self._spam[skey] = _Bucket(float(self.per_object_burst), now)
         b.tokens = min(float(self.per_object_burst), b.tokens + (now - b.last) / self.per_object_refill_s)
         b.last = now
         if b.tokens < 1.0:
@@ -106,7 +109,7 @@ class EventRecorder:
         """Write everything pending now (used by run() and by tests)."""
         while self._pending:
             key, (ref, repeats) = self._pending.popitem(last=False)
-            if not self._allow_object(key[0], key[1]):
+            if not self._allow_object(*key[:4]):
                 self.dropped += 1
                 continue
             await self._write(key, ref, repeats)
@@ -125,7 +128,7 @@ class EventRecorder:
             budget = self.burst
             while self._pending and budget > 0:
                 key, (ref, repeats) = self._pending.popitem(last=False)
-                if not self._allow_object(key[0], key[1]):
+                if not self._allow_object(*key[:4]):
                     self.dropped += 1
                     continue
                 await self._write(key, ref, repeats)
