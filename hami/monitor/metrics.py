@@ -12,7 +12,8 @@ hami_vgpu_memory_used_bytes, hami_vgpu_memory_limit_bytes, hami_container_device
 hami_container_device_utilization_ratio, hami_container_last_kernel_elapsed_seconds,
 hami_vgpu_memory_{context,module,buffer}_bytes, and the tuning guide's hami_vgpu_core_used_percent
 and hami_vgpu_core_limit_percent. Host metrics: hami_host_gpu_memory_used_bytes,
-hami_host_gpu_utilization_ratio, hami_host_gpu_memory_controller_utilization_ratio (no `node`).
+hami_host_gpu_utilization_ratio, hami_host_gpu_memory_controller_utilization_ratio (no `node`),
+and hami_mig_device_info from the pods' `hami.io/vgpu-mig-allocations` annotation.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from hami.device.codec import MIG_ALLOCATIONS_ANNOTATION, CodecError, decode_mig_allocations
 from hami.monitor import hostpid
 from hami.monitor.scan import Loaded, list_container_dirs, load_containers, pods_by_uid
 from hami.monitor.shm import REASONS, ShmError
@@ -159,11 +161,13 @@ class MonitorCollector:
         fams = _Families(self.legacy)
         now = self.clock()
         dirs, _ = list_container_dirs(self.cache_dir)
-        loaded = load_containers(dirs, pods_by_uid(self.pods()), self.file_error)
+        pods = pods_by_uid(self.pods())
+        loaded = load_containers(dirs, pods, self.file_error)
         overrides = self._repair(loaded) if self.repair and self.backends else {}
         for item in loaded:
             self._container(fams, item, overrides.get(item.path), now)
         self._host(fams)
+        self._mig(fams, pods.values())
         with self.stats.lock:
             self.stats.scrapes += 1
             s = self.stats
@@ -281,6 +285,36 @@ class MonitorCollector:
                 if elapsed is not None:
                     fams.ctr("Device_last_kernel_of_container", labels, elapsed)
 
+    def _mig(self, fams: _Families, pods: Iterable[dict]) -> None:
+        """hami_mig_device_info from `hami.io/vgpu-mig-allocations` once the plugin filled in the
+        runtime identity (migUUID, GPU and compute instance IDs)."""
+        for p in pods:
+            meta = p.get("metadata") or {}
+            text = (meta.get("annotations") or {}).get(MIG_ALLOCATIONS_ANNOTATION)
+            if not text:
+                continue
+            try:
+                allocations = decode_mig_allocations(text)
+            except CodecError as exc:
+                if self.limiter.allow(("mig", meta.get("uid"))):
+                    self.warn("Bad MIG allocations annotation", pod=f"{meta.get('namespace')}/{meta.get('name')}",
+                              error=str(exc))
+                continue
+            spec = p.get("spec") or {}
+            names = [c.get("name", "") for c in (spec.get("initContainers") or ())]
+            names += [c.get("name", "") for c in (spec.get("containers") or ())]
+            for a in allocations:
+                if not a.mig_uuid or a.gpu_instance_id is None or a.compute_instance_id is None:
+                    continue
+                if not 0 <= a.container_index < len(names):
+                    continue
+                base = [meta.get("namespace", ""), meta.get("name", ""), names[a.container_index],
+                        str(a.device_index), a.gpu_uuid]
+                fams.f["hami_mig_device_info"].add_metric(
+                    base + [a.mig_uuid, a.profile, str(a.gpu_instance_id), str(a.compute_instance_id), ZONE], 1)
+                if self.legacy:
+                    fams.f["MigInfo"].add_metric(base + [str(a.gpu_instance_id), ZONE], 1)
+
     def _host(self, fams: _Families) -> None:
         for node, backend in self.backends.items():
             self._host_node(fams, node, backend)
@@ -354,11 +388,16 @@ class _Families:
             self.f[name] = GaugeMetricFamily(name, doc, labels=CTR_LABELS)
         for name, (doc, labels) in _HOST.items():
             self.f[name] = GaugeMetricFamily(name, doc, labels=labels)
+        self.f["hami_mig_device_info"] = GaugeMetricFamily(
+            "hami_mig_device_info", "MIG runtime identity for a container allocation",
+            labels=CTR_LABELS[:-1] + ["mig_uuid", "profile", "gpu_instance_id", "compute_instance_id", "zone"])
         if legacy:
             for name, doc in _LEGACY_HOST.items():
                 self.f[name] = GaugeMetricFamily(name, doc, labels=LEGACY_HOST_LABELS)
             for name, doc in _LEGACY_CTR.items():
                 self.f[name] = GaugeMetricFamily(name, doc, labels=LEGACY_CTR_LABELS)
+            self.f["MigInfo"] = GaugeMetricFamily("MigInfo", "Mig device information for container",
+                                                  labels=LEGACY_CTR_LABELS[:-1] + ["instanceid", "zone"])
             self.f["Device_memory_desc_of_container"] = GaugeMetricFamily(
                 "Device_memory_desc_of_container", "Container device memory description",
                 labels=LEGACY_CTR_LABELS[:-1] + ["context", "module", "data", "offset", "zone"])

@@ -271,3 +271,26 @@ def test_fast_renderer_is_byte_identical_to_generate_latest(tmp_path):
     body = render(families)
     assert body == generate_latest(fixed)
     assert b'revision="we\\"ird\\\\rev\\nx"' in body
+
+
+def test_mig_device_info_comes_from_the_allocations_annotation(tmp_path):
+    import json
+
+    p = pod(UID, containers=("main",), init=("setup",))
+    p["metadata"]["annotations"] = {"hami.io/vgpu-mig-allocations": json.dumps([
+        {"containerIndex": 1, "deviceIndex": 0, "gpuUUID": U0, "profile": "1g.10gb",
+         "placement": {"start": 6, "size": 1}, "migUUID": "MIG-aaaa", "gpuInstanceID": 13, "computeInstanceID": 0},
+        {"containerIndex": 1, "deviceIndex": 1, "gpuUUID": U1, "profile": "2g.20gb",
+         "placement": {"start": 0, "size": 2}},  # not applied yet: no runtime identity
+    ])}
+    bad = pod(UID2, name="p2")
+    bad["metadata"]["annotations"] = {"hami.io/vgpu-mig-allocations": "[{"}
+    reg, _ = make(tmp_path, [p, bad], legacy=True)
+    want = {"namespace": "ns", "pod": "p1", "container": "main", "vdevice_index": "0", "device_uuid": U0,
+            "mig_uuid": "MIG-aaaa", "profile": "1g.10gb", "gpu_instance_id": "13", "compute_instance_id": "0",
+            "zone": "vGPU"}
+    assert reg.get_sample_value("hami_mig_device_info", want) == 1
+    assert reg.get_sample_value("MigInfo", {"podnamespace": "ns", "podname": "p1", "ctrname": "main",
+                                            "vdeviceid": "0", "deviceuuid": U0, "instanceid": "13",
+                                            "zone": "vGPU"}) == 1
+    assert generate_latest(reg).count(b"hami_mig_device_info{") == 1
