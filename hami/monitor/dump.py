@@ -110,7 +110,8 @@ def render_text(doc: dict[str, Any]) -> str:
         lines.append(f"{d['index']:<4}{(d['uuid'] or '(not set)'):<42}{limit:>12}{d['sm_limit_percent']:>9}%"
                      f"{_bytes(d['used_bytes']):>12}{d['sm_util_percent']:>8}%")
     lines.append("")
-    lines.append(f"{'SLOT':<6}{'PID':>8}{'HOSTPID':>9}  {'STATUS':<10}{'DEV':>4}{'USED':>12}{'SM_UTIL':>9}")
+    lines.append(f"{'SLOT':<6}{'PID':>8}{'HOSTPID':>9}  {'STATUS':<10}{'DEV':>4}{'USED':>12}{'NVML_USED':>12}"
+                 f"{'SM_UTIL':>9}")
     suspect = 0
     for p in doc["processes"]:
         mark = " *" if p["hostpid_suspect"] else ""
@@ -122,7 +123,8 @@ def render_text(doc: dict[str, Any]) -> str:
             if d is None:
                 lines.append(head + mark)
             else:
-                lines.append(f"{head}{d['index']:>4}{_bytes(d['used_bytes']):>12}{d['sm_util_percent']:>8}%"
+                lines.append(f"{head}{d['index']:>4}{_bytes(d['used_bytes']):>12}"
+                             f"{_bytes(d['monitor_used_bytes']):>12}{d['sm_util_percent']:>8}%"
                              + (mark if k == 0 else ""))
     if not doc["processes"]:
         lines.append("(no live process slots)")
