@@ -35,6 +35,7 @@ log = get_logger(__name__)
 
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
+REGISTER_RETRY = 1.0  # seconds between failed registrations (HAMi waits 30 s; kubelet restarts are quick)
 
 
 def socket_name(resource_name: str) -> str:
@@ -147,6 +148,7 @@ class DevicePluginServer:
         self.registered = asyncio.Event()
         self.registrations = 0
         self.restarts = 0
+        self.register_failures = 0
 
     # ------------------------------------------------------------------ devices
 
@@ -224,6 +226,7 @@ class DevicePluginServer:
         kubelet_seen: tuple[int, int] | None = None
         try:
             while not stop.is_set():
+                delay = self.poll_interval
                 kubelet_now = _stamp(self.kubelet_socket)
                 own_gone = not _exists(self.socket_path)
                 if kubelet_now is not None and (kubelet_now != kubelet_seen or own_gone):
@@ -237,9 +240,12 @@ class DevicePluginServer:
                         await self.register()
                         kubelet_seen = kubelet_now
                     except (grpc.aio.AioRpcError, OSError) as exc:
-                        log.warning("Register with kubelet failed, retrying", error=str(exc)[:200])
+                        self.register_failures += 1
+                        log.warning("Register with kubelet failed, retrying", error=str(exc)[:200],
+                                    retry_in=REGISTER_RETRY)
+                        delay = REGISTER_RETRY
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.poll_interval)
+                    await asyncio.wait_for(stop.wait(), delay)
         finally:
             await self.stop()
 

@@ -259,3 +259,31 @@ async def test_lock_owner_missing_from_the_pod_cache_is_read_from_the_api():
         assert (c.envs["NVIDIA_VISIBLE_DEVICES"], lagging.api_fallbacks) == (U1, 1)
         assert anns(await h.pod("stuck"))["hami.io/bind-phase"] == "allocating"
         assert LOCK not in anns(await h.node())
+
+
+async def test_plugin_waits_for_kubelet_and_registers_when_it_appears():
+    import asyncio
+    import tempfile
+
+    from hami.agent.deviceplugin import DevicePluginServer
+    from hami.agent.register import PluginDevice
+    from hami.sim.kubelet import Kubelet
+
+    d = tempfile.mkdtemp(prefix="hami-", dir="/tmp")
+    plugin = DevicePluginServer(d, handler=None, poll_interval=0.02)
+    await plugin.set_devices([PluginDevice("GPU-x-0", "Healthy")])
+    stop = asyncio.Event()
+    task = asyncio.create_task(plugin.run(stop))
+    try:
+        await asyncio.sleep(0.1)
+        assert plugin.registrations == 0 and plugin.register_failures == 0  # no kubelet.sock: no attempt
+        async with Kubelet(d) as kubelet:
+            assert await kubelet.wait_for(lambda: kubelet.healthy_count() == 1, 10)
+            stop.set()
+            await task
+            assert await kubelet.wait_for(lambda: kubelet.devices() == [], 10)
+    finally:
+        stop.set()
+        await task
+    assert os.listdir(d) == []
+    os.rmdir(d)
