@@ -11,6 +11,10 @@ Every tick (5 s), for the containers with a readable region:
    `utilization_switch = 1` (enforce the SM limit); else 0 (alone: may use the whole GPU).
 
 `observe` is pure; `apply` writes the int32 fields that changed with `os.pwrite`.
+
+Two deliberate differences from HAMi's Go code: blocking looks at every GPU of the container
+(HAMi's CheckBlocking stops at the first of its UUIDs that has any active task), and priorities
+above 1 are counted instead of indexing past HAMi's two-entry per-GPU slice.
 """
 
 from __future__ import annotations

@@ -57,3 +57,10 @@ def test_apply_writes_only_changed_fields(tmp_path):
     apply(regions, observe(from_region(p, r) for p, r in regions))
     # hi decayed to 0 (idle) -> lo is released
     assert read_region_file(hi).recent_kernel == 0 and read_region_file(lo).recent_kernel == 0
+
+
+def test_blocking_considers_every_gpu_of_the_container_and_any_priority():
+    # HAMi stops at the first UUID with activity; a high-priority task on the second GPU still blocks.
+    got = observe([c("lo", [U0, U1], 2, 2), c("peer", [U0], 2, 2), c("hi", [U1], 0, 2)])
+    assert got["lo"] == Decision(-1, 1)
+    assert got["peer"] == Decision(1, 1)  # shares U0 with another priority-2 task
