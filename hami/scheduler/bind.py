@@ -60,6 +60,10 @@ class Binder:
     async def bind(self, ns: str, name: str, uid: str, node: str, assumed=None) -> str:
         """Returns "" on success, else the error text for ExtenderBindingResult.Error."""
         pod = self.state.pod(ns, name)
+        if pod is None and assumed is None and self.state.pods is not None:
+            # Just created: give the watch a moment rather than reading the API.
+            await self.state.pods.wait_for(lambda: self.state.pod(ns, name) is not None, self.catch_up)
+            pod = self.state.pod(ns, name)
         ref = (ns, name, uid or ((pod or {}).get("metadata") or {}).get("uid", ""))
         if pod is None and assumed is None:
             return self._fail(ref, f'pods "{name}" not found')
@@ -79,16 +83,17 @@ class Binder:
             if err:
                 return self._fail(ref, err)
             locked = True
-            err = await self._check_fit(node, ref, devices, pod)
-            if err:
-                await self._release(node, ns, name)
-                return self._fail(ref, err)
         try:
-            now = self.clock()
-            await self.client.patch_pod(ns, name, {"metadata": {"annotations": {
+            marked = await self.client.patch_pod(ns, name, {"metadata": {"annotations": {
                 codec.BIND_PHASE_ANNOTATION: "allocating",
-                codec.BIND_TIME_ANNOTATION: codec.encode_unix_seconds(now),
+                codec.BIND_TIME_ANNOTATION: codec.encode_unix_seconds(self.clock()),
             }}})
+            if locked:
+                err = await self._check_fit(node, ref, devices, pod, marked)
+                if err:
+                    await self._unmark(ns, name)
+                    await self._release(node, ns, name)
+                    return self._fail(ref, err)
             await self.client.bind_pod(ns, name, ref[2], node)
         except ApiError as exc:
             if locked:
@@ -116,13 +121,24 @@ class Binder:
         except NodeLockError as exc:
             log.warning("Node lock release failed", node=node, pod=f"{ns}/{name}", error=str(exc))
 
-    async def _check_fit(self, node: str, ref, devices, pod: dict | None) -> str:
-        """Refuse when this pod plus the pods bound (or binding) on `node` exceed a device."""
+    async def _unmark(self, ns: str, name: str) -> None:
+        try:
+            await self.client.patch_pod(ns, name, {"metadata": {"annotations": {
+                codec.BIND_PHASE_ANNOTATION: None, codec.BIND_TIME_ANNOTATION: None}}})
+        except ApiError as exc:
+            log.warning("Could not clear bind-phase", pod=f"{ns}/{name}", error=str(exc))
+
+    async def _check_fit(self, node: str, ref, devices, pod: dict | None, marked: dict | None) -> str:
+        """Refuse when this pod plus the pods bound (or binding) on `node` exceed a device.
+
+        Every earlier binder on this node marked its pod before releasing the lock we now hold,
+        and our own mark came after we took it: once the pod watch has delivered our mark, it
+        has delivered theirs too.
+        """
         pods = self.state.pods
-        fresh = self.locker._fresh.get(node)
-        lock_rv = ((fresh or {}).get("metadata") or {}).get("resourceVersion", "")
-        if pods is not None and lock_rv:
-            await pods.wait_for(lambda: pods.rv_at_least(lock_rv), self.catch_up)
+        mark_rv = ((marked or {}).get("metadata") or {}).get("resourceVersion", "")
+        if pods is not None and mark_rv:
+            await pods.wait_for(lambda: pods.rv_at_least(mark_rv), self.catch_up)
         index = self.state.index
         usage = index.node(node)
         if usage is None:

@@ -1,0 +1,186 @@
+"""/bind over HTTP against the embedded API server: node lock taken with HAMi's value, bind-phase
+allocating and bind-time written, pods/<name>/binding posted, BindingSucceed/BindingFailed
+events; unknown node or pod, lock contention and a failed binding (lock released); pods without
+HAMi devices bind without a lock; no API reads on the path; and two scheduler instances binding
+200 pods onto 10 nodes concurrently with no GPU over-committed."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import random
+
+import orjson
+import pytest
+
+from hami.device import codec
+from tests.kube.helpers import node_obj, pod_obj
+from tests.kube.scheduler_env import hami_nodes, requesting_now, start_env, stop_env
+
+LOCK = codec.NODE_LOCK_ANNOTATION
+
+
+@pytest.fixture
+async def env(apiserver):
+    e = await start_env(apiserver, hami_nodes(2))
+    try:
+        yield e
+    finally:
+        await stop_env(e)
+
+
+def events(env, reason=None):
+    return [e.obj for e in env.store.list("events", "default")[1] if reason in (None, e.obj["reason"])]
+
+
+async def test_filter_then_bind_locks_marks_and_binds(env):
+    pod = env.create_pod(pod_obj("p", mem=1000))
+    node = (await env.filter(pod, ["n0", "n1"]))["NodeNames"][0]
+    reads = env.api_reads()
+    out = await env.bind(pod, node)
+    assert out == {"Error": ""}
+    assert env.api_reads() == reads
+    stored = env.pod("default", "p")
+    assert stored["spec"]["nodeName"] == node
+    annos = stored["metadata"]["annotations"]
+    assert annos["hami.io/bind-phase"] == "allocating" and int(annos["hami.io/bind-time"]) > 0
+    lock = codec.decode_node_lock(env.store.get("nodes", "", node)["metadata"]["annotations"][LOCK])
+    assert (lock.namespace, lock.name) == ("default", "p")
+    await env.sched.events.flush()
+    [ev] = events(env, "BindingSucceed")
+    assert ev["message"] == f"Successfully binding node [{node}] to default/p"
+
+
+async def test_bind_to_unknown_node_fails_with_event(env):
+    pod = env.create_pod(pod_obj("p", mem=1000))
+    await env.filter(pod, ["n0"])
+    out = await env.bind(pod, "ghost")
+    assert out["Error"] == 'nodes "ghost" not found'
+    await env.sched.events.flush()
+    assert [e["message"] for e in events(env, "BindingFailed")] == ['nodes "ghost" not found']
+
+
+async def test_bind_of_unknown_pod_fails(env):
+    pod = pod_obj("never-created")
+    pod["metadata"]["uid"] = "nope"
+    out = await env.bind(pod, "n0")
+    assert out["Error"] == 'pods "never-created" not found'
+
+
+async def test_lock_contention_fails_the_bind(env):
+    holder = env.create_pod(pod_obj("holder", annotations={"hami.io/bind-phase": "allocating"}))
+    env.store.patch("nodes", "", "n0", orjson.dumps({"metadata": {"annotations": {
+        LOCK: codec.encode_node_lock(env.sched.locker.clock(), "default", "holder")}}}), "application/merge-patch+json")
+    pod = env.create_pod(pod_obj("p", mem=1000))
+    assert holder
+    out = await env.filter(pod, ["n0"])
+    assert out["NodeNames"] == ["n0"]
+    await asyncio.sleep(0.1)
+    out = await env.bind(pod, "n0")
+    assert "node lock contention" in out["Error"]
+    assert env.pod("default", "p")["spec"].get("nodeName") is None
+    await env.sched.events.flush()
+    assert len(events(env, "BindingFailed")) == 1
+
+
+async def test_failed_binding_releases_the_lock(env):
+    pod = env.create_pod(pod_obj("p", mem=1000))
+    node = (await env.filter(pod, ["n0"]))["NodeNames"][0]
+    env.store.bind("default", "p", {"target": {"name": "elsewhere"}})  # someone bound it already
+    out = await env.bind(pod, node)
+    assert "already" in out["Error"] or "409" in out["Error"] or out["Error"]
+    assert LOCK not in env.store.get("nodes", "", node)["metadata"].get("annotations", {})
+
+
+async def test_pod_without_devices_binds_without_lock(env):
+    pod = env.create_pod(pod_obj("cpu", gpus=0))
+    out = await env.bind(pod, "n1")
+    assert out == {"Error": ""}
+    assert env.pod("default", "cpu")["spec"]["nodeName"] == "n1"
+    assert LOCK not in env.store.get("nodes", "", "n1")["metadata"].get("annotations", {})
+
+
+# --------------------------------------------------------------------------- two replicas
+
+NODES, GPUS, PODS = 10, 4, 200
+MEM, CORES = 6000, 15  # 6 pods per 40960 MiB / 100-core card: capacity 240 >= 200
+
+
+def plugin_allocate(store, pod_name: str, node: str) -> None:
+    """What the device plugin does after Allocate: bind-phase=success and release our lock."""
+    store.patch("pods", "default", pod_name, b'{"metadata":{"annotations":{"hami.io/bind-phase":"success"}}}',
+                "application/merge-patch+json")
+    value = store.get("nodes", "", node)["metadata"].get("annotations", {}).get(LOCK)
+    if value and codec.decode_node_lock(value).owned_by("default", pod_name):
+        store.patch("nodes", "", node, orjson.dumps({"metadata": {"annotations": {LOCK: None}}}),
+                    "application/merge-patch+json")
+
+
+async def test_two_schedulers_bind_200_pods_without_overcommit(apiserver):
+    """Two replicas, each fed by its own kube-scheduler-like loop (filter one pod at a time, bind
+    asynchronously, re-queue failures), place 200 pods on 10 nodes at the same time."""
+    nodes = [node_obj(f"n{i}", GPUS, handshake=requesting_now()) for i in range(NODES)]
+    # spread: the replicas still collide on the least-used node, but binds proceed on many nodes at once
+    a = await start_env(apiserver, nodes, node_scheduler_policy="spread")
+    b = await start_env(apiserver, node_scheduler_policy="spread")
+    names = [f"n{i}" for i in range(NODES)]
+    pods = [a.create_pod(pod_obj(f"w{i}", mem=MEM, cores=CORES)) for i in range(PODS)]
+    bound: dict[str, str] = {}
+    failures: list[str] = []
+
+    async def bind_then_allocate(env, queue, pod, node, rng):
+        err = (await env.bind(pod, node))["Error"]
+        if err:
+            failures.append(err)
+            await asyncio.sleep(0.01 + rng.random() * 0.03)
+            queue.put_nowait(pod)
+            return
+        bound[pod["metadata"]["name"]] = node
+        await asyncio.sleep(rng.random() * 0.01)  # the device plugin's Allocate, later
+        plugin_allocate(apiserver.store, pod["metadata"]["name"], node)
+
+    async def kube_scheduler(env, mine: list[dict], seed: int):
+        rng = random.Random(seed)
+        queue: asyncio.Queue = asyncio.Queue()
+        for p in mine:
+            queue.put_nowait(p)
+        binds: set[asyncio.Task] = set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while loop.time() < deadline and not all(p["metadata"]["name"] in bound for p in mine):
+            try:
+                pod = await asyncio.wait_for(queue.get(), 0.05)
+            except TimeoutError:
+                continue
+            out = await env.filter(pod, names)
+            if out.get("NodeNames"):
+                t = asyncio.create_task(bind_then_allocate(env, queue, pod, out["NodeNames"][0], rng))
+                binds.add(t)
+                t.add_done_callback(binds.discard)
+            else:
+                failures.append("nofit")
+                loop.call_later(0.02, queue.put_nowait, pod)
+        await asyncio.gather(*binds)
+
+    try:
+        await asyncio.gather(kube_scheduler(a, pods[0::2], 1), kube_scheduler(b, pods[1::2], 2))
+        assert len(bound) == PODS, (len(bound), collections.Counter(f[:40] for f in failures).most_common(3))
+        used: dict[str, list[int]] = {}
+        for e in apiserver.store.list("pods", "default")[1]:
+            obj = e.obj
+            annos = obj["metadata"]["annotations"]
+            assert obj["spec"]["nodeName"] == annos["hami.io/vgpu-node"]
+            for ctr in codec.decode_pod_devices(annos["hami.io/vgpu-devices-allocated"]):
+                for d in ctr:
+                    u = used.setdefault(d.uuid, [0, 0, 0])
+                    u[0] += 1
+                    u[1] += d.usedmem
+                    u[2] += d.usedcores
+        assert sum(u[0] for u in used.values()) == PODS
+        for uuid, (slots, mem, cores) in used.items():
+            assert slots <= 10 and mem <= 40960 and cores <= 100, (uuid, slots, mem, cores)
+        # The replicas really raced for the same nodes.
+        assert any("lock contention" in f or "concurrent placement" in f for f in failures)
+    finally:
+        await stop_env(a)
+        await stop_env(b)
