@@ -1,0 +1,121 @@
+"""The node handshake: the pure verdict table (HAMi v2.10 CheckHealth with the 60 s window, the
+allocatable fallback, legacy Reported/Deleted values, unregistered nodes) and the writes against
+the embedded API server: one patch per HAMi node on first sight and none for plain nodes, zero
+requests in steady state, one clean-up for a dead node and silence afterwards, no writes when
+not leader, and a stale resourceVersion answered 409 without harm."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from hami.device import codec
+from hami.scheduler.handshake import HANDSHAKE_KEY, Handshaker, Seen, judge
+from tests.kube.helpers import eventually, node_obj
+from tests.kube.scheduler_env import start_env, stop_env
+
+NOW = time.time()
+
+
+def req(age: float) -> str:
+    return codec.encode_handshake_requesting(NOW - age, None)
+
+
+@pytest.mark.parametrize(("node", "seen", "healthy", "write"), [
+    (node_obj("n", handshake=req(10)), Seen(), True, None),
+    (node_obj("n", handshake=req(120)), Seen(), True, None),
+    (node_obj("n", handshake=req(120), allocatable=0), Seen(), False, "clean"),
+    (node_obj("n"), Seen(), True, "request"),
+    (node_obj("n", handshake="Reported 2024-01-23 04:30:04.434037031 +0000 UTC m=+1104711.777756895"), Seen(),
+     True, "request"),
+    (node_obj("n", handshake="Deleted_2024-01-23 04:30:04"), Seen(), True, "request"),
+    (node_obj("n", handshake="Requesting"), Seen(), True, None),
+    (node_obj("n", registered=False), Seen(), False, None),
+    (node_obj("n", handshake=req(10), allocatable=0), Seen(allocatable=20), False, "clean"),
+], ids=["fresh", "old-but-allocatable", "dead", "absent", "legacy-reported", "deleted", "no-stamp",
+        "unregistered", "allocatable-dropped"])
+def test_judge_follows_hami(node, seen, healthy, write):
+    v = judge(node, NOW, seen)
+    assert (v.healthy, v.write) == (healthy, write)
+
+
+def test_cleaned_node_stays_quiet_until_it_changes():
+    node = node_obj("n", allocatable=0)
+    reg = node["metadata"]["annotations"][codec.REGISTER_ANNOTATION]
+    assert judge(node, NOW, Seen(0, reg, cleaned=True)).write is None
+    assert judge(node, NOW, Seen(0, reg + " ", cleaned=True)).write == "request"
+
+
+@pytest.fixture
+async def env(apiserver):
+    nodes = [node_obj("fresh"), node_obj("also"), node_obj("plain", registered=False)]
+    e = await start_env(apiserver, nodes)
+    try:
+        yield e
+    finally:
+        await stop_env(e)
+
+
+def patches(env) -> int:
+    return env.client.total_requests(verb="patch", resource="nodes")
+
+
+async def test_first_sight_writes_once_per_hami_node_and_never_plain_nodes(env):
+    await eventually(lambda: env.sched.handshaker.writes == 2)
+    for name in ("fresh", "also"):
+        value = env.store.get("nodes", "", name)["metadata"]["annotations"][HANDSHAKE_KEY]
+        assert value.startswith("Requesting_")
+    assert HANDSHAKE_KEY not in env.store.get("nodes", "", "plain")["metadata"]["annotations"]
+    assert env.sched.state.usable == {"fresh", "also"}
+
+
+async def test_steady_state_sends_no_request_per_node(env):
+    await eventually(lambda: env.sched.handshaker.writes == 2)
+    await asyncio.sleep(0.2)
+    before = dict(env.client.requests)
+    for _ in range(5):
+        env.sched.state.recheck()  # what the 15 s ticker does
+    env.store.patch("nodes", "", "fresh", b'{"metadata":{"labels":{"unrelated":"change"}}}',
+                    "application/merge-patch+json")
+    await asyncio.sleep(0.3)
+    assert env.client.requests == before
+
+
+async def test_dead_node_is_cleaned_once_then_left_alone(apiserver):
+    dead = node_obj("dead", handshake=req(300), allocatable=0)
+    e = await start_env(apiserver, [dead])
+    try:
+        await eventually(lambda: HANDSHAKE_KEY not in e.store.get("nodes", "", "dead")["metadata"]["annotations"])
+        assert "dead" not in e.sched.state.usable
+        await asyncio.sleep(0.2)
+        n = patches(e)
+        for _ in range(3):
+            e.sched.state.recheck()
+        await asyncio.sleep(0.2)
+        assert patches(e) == n
+    finally:
+        await stop_env(e)
+
+
+async def test_no_writes_when_not_leader(apiserver, monkeypatch):
+    e = await start_env(apiserver)
+    try:
+        e.sched.handshaker.is_leader = lambda: False
+        e.store.create("nodes", "", node_obj("late"))
+        await eventually(lambda: "late" in e.sched.state.usable)
+        await asyncio.sleep(0.2)
+        assert e.sched.handshaker.writes == 0 and patches(e) == 0
+    finally:
+        await stop_env(e)
+
+
+async def test_stale_resource_version_conflict_is_harmless(env):
+    hs = Handshaker(env.client)
+    stale = env.store.get("nodes", "", "plain")
+    stale = {**stale, "metadata": {**stale["metadata"], "resourceVersion": "1"}}
+    from hami.scheduler.handshake import Verdict
+
+    await hs.apply(stale, Verdict(True, "request"))
+    assert hs.conflicts == 1 and hs.writes == 0

@@ -1,0 +1,112 @@
+"""The watch-fed scheduler state against the embedded API server: pods count once they carry
+hami.io/vgpu-node, a re-LIST after 410 Gone does not count any pod twice, a watch broken by a
+server restart heals and the cache converges on what changed while it was down, terminal and
+deleted pods release their devices, init-container usage collapses, and a node's registration
+is decoded once per change of its text."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from hami.device import codec
+from hami.device.model import ContainerDevice
+from tests.kube.helpers import eventually, gpu_uuid, pod_obj
+from tests.kube.scheduler_env import hami_nodes, start_env, stop_env
+
+
+def placed(name: str, node: str, mem: int, cores: int = 0, *, gpu: int = 0, init: bool = False) -> dict:
+    dev = ContainerDevice(gpu_uuid(node, gpu), "NVIDIA", mem, cores)
+    containers = ((dev,),) if not init else ((dev,), (ContainerDevice(dev.uuid, "NVIDIA", mem // 2, cores),))
+    text = codec.encode_pod_devices(containers)
+    p = pod_obj(name, annotations={"hami.io/vgpu-node": node, "hami.io/vgpu-devices-allocated": text,
+                                   "hami.io/vgpu-devices-to-allocate": text},
+                init=[{"name": "init", "image": "x"}] if init else None)
+    return p
+
+
+def used(env, node: str, gpu: int = 0) -> tuple[int, int, int]:
+    d = env.sched.state.index.node(node).by_id[gpu_uuid(node, gpu)]
+    return d.used, d.usedmem, d.usedcores
+
+
+@pytest.fixture
+async def env(apiserver):
+    apiserver.store.create("pods", "default", placed("a", "n0", 1000, 10))
+    apiserver.store.create("pods", "default", placed("b", "n0", 2000, 20))
+    apiserver.store.create("pods", "default", pod_obj("unplaced", mem=5))
+    e = await start_env(apiserver, hami_nodes(2))
+    try:
+        yield e
+    finally:
+        await stop_env(e)
+
+
+async def test_pods_with_vgpu_node_are_counted_once(env):
+    assert used(env, "n0") == (2, 3000, 30)
+    assert env.sched.state.index.pod_count == 2
+
+
+async def test_relist_after_gone_counts_nothing_twice(env, apiserver):
+    pods = env.sched.state.pods
+    await eventually(lambda: apiserver.store.watchers())
+    await apiserver.stop()
+    apiserver.store.create("pods", "default", placed("c", "n0", 500))
+    apiserver.store.compact()
+    await apiserver.start()
+    await eventually(lambda: pods.relists_gone >= 1 and "default/c" in pods.store, timeout=10)
+    assert used(env, "n0") == (3, 3500, 30)
+    assert env.sched.state.index.pod_count == 3
+
+
+async def test_restart_heals_and_converges(env, apiserver):
+    await eventually(lambda: len(apiserver.store.watchers()) >= 3)
+    await apiserver.stop()
+    apiserver.store.delete("pods", "default", "a")
+    apiserver.store.create("pods", "default", placed("d", "n1", 700, 7))
+    await apiserver.start()
+    await eventually(lambda: env.sched.state.index.pod_count == 2 and used(env, "n1") == (1, 700, 7), timeout=10)
+    assert used(env, "n0") == (1, 2000, 20)
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+async def test_terminal_pods_release_devices(env, apiserver, phase):
+    obj = apiserver.store.get("pods", "default", "a")
+    obj = {**obj, "status": {"phase": phase}}
+    apiserver.store.update("pods", "default", "a", obj, subresource="status")
+    await eventually(lambda: used(env, "n0") == (1, 2000, 20))
+
+
+async def test_deleted_pods_release_devices(env, apiserver):
+    apiserver.store.delete("pods", "default", "b")
+    await eventually(lambda: used(env, "n0") == (1, 1000, 10))
+
+
+async def test_init_container_usage_collapses_then_shrinks(env, apiserver):
+    apiserver.store.create("pods", "default", placed("i", "n1", 4000, 40, init=True))
+    # init uses 4000/40, the app container 2000/40: HAMi counts max(init, app) = 4000 and 40 cores
+    await eventually(lambda: used(env, "n1") == (1, 4000, 40))
+    obj = apiserver.store.get("pods", "default", "i")
+    status = {"phase": "Running", "initContainerStatuses": [
+        {"name": "init", "state": {"terminated": {"exitCode": 0}}}]}
+    apiserver.store.update("pods", "default", "i", {**obj, "status": status}, subresource="status")
+    await eventually(lambda: used(env, "n1") == (1, 2000, 40))
+
+
+async def test_registration_is_decoded_once_per_change(env, apiserver):
+    state = env.sched.state
+    await asyncio.sleep(0.1)
+    before = state.decode_count
+    for i in range(5):
+        apiserver.store.patch("nodes", "", "n0", orjson.dumps({"metadata": {"labels": {"i": str(i)}}}),
+                              "application/merge-patch+json")
+    await eventually(lambda: state.nodes.store["n0"]["metadata"]["labels"].get("i") == "4")
+    assert state.decode_count == before
+    reg = apiserver.store.get("nodes", "", "n0")["metadata"]["annotations"][codec.REGISTER_ANNOTATION]
+    apiserver.store.patch("nodes", "", "n0", orjson.dumps({"metadata": {"annotations": {
+        codec.REGISTER_ANNOTATION: reg.replace('"count":10', '"count":5')}}}), "application/merge-patch+json")
+    await eventually(lambda: state.index.node("n0").devices[0].count == 5)
+    assert state.decode_count == before + 1
+    assert used(env, "n0") == (2, 3000, 30)  # pods re-applied on the re-registered node
