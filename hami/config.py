@@ -504,6 +504,10 @@ def build_config(
         groups["scheduler"]["node_lock_timeout"] = parse_duration(
             env["HAMI_NODELOCK_EXPIRE"], key="HAMI_NODELOCK_EXPIRE", source="environment"
         )
+    if env.get("HAMI_RESYNC_INTERVAL"):  # HAMi's monitor env for how long unknown pods' dirs are kept
+        groups["monitor"]["cache_grace"] = parse_duration(
+            env["HAMI_RESYNC_INTERVAL"], key="HAMI_RESYNC_INTERVAL", source="environment"
+        )
     if env.get("HOOK_PATH"):
         groups["agent"]["hook_path"] = env["HOOK_PATH"]
 

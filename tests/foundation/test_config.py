@@ -62,6 +62,7 @@ def test_precedence_defaults_file_env_flags(tmp_path):
     assert cfg.agent.node_name == cfg.monitor.node_name == "gpu-1"  # env
     assert cfg.kube.kubeconfig == "/tmp/kc"
     assert build_config({}, env=env).scheduler.node_lock_timeout == 120.0  # env over default
+    assert build_config({}, env={"HAMI_RESYNC_INTERVAL": "10m"}).monitor.cache_grace == 600.0
     flag_cfg = build_config(_flags(["--kubeconfig", "/other"]), env=env)
     assert flag_cfg.kube.kubeconfig == "/other"
 
