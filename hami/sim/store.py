@@ -111,9 +111,10 @@ class Watcher:
     """One open watch: a bounded buffer of event lines the HTTP handler drains."""
 
     def __init__(self, store: Store, res: Resource, ns: str, labels: tuple[Requirement, ...],
-                 fields: tuple[FieldRequirement, ...], max_lines: int):
+                 fields: tuple[FieldRequirement, ...], max_lines: int, max_bytes: int = 64 << 20):
         self.store, self.res, self.ns, self.labels, self.fields = store, res, ns, labels, fields
-        self.max_lines = max_lines
+        self.max_lines, self.max_bytes = max_lines, max_bytes
+        self.buffered_bytes = 0
         self.initial: list[bytes] = []  # ready lines (initial ADDED or replay); not bounded by max_lines
         self.lines: deque[bytes] = deque()
         self.wakeup = asyncio.Event()
@@ -139,9 +140,10 @@ class Watcher:
     def push(self, line: bytes) -> None:
         if self.dropped:
             return
-        if len(self.lines) >= self.max_lines:
-            self.drop(f"watch buffer of {self.max_lines} events full: client too slow")
+        if len(self.lines) >= self.max_lines or self.buffered_bytes + len(line) > self.max_bytes:
+            self.drop(f"watch buffer full ({len(self.lines)} events, {self.buffered_bytes} bytes): client too slow")
             return
+        self.buffered_bytes += len(line)
         self.lines.append(line)
         self.wakeup.set()
 
@@ -174,6 +176,7 @@ class Watcher:
         if self.lines:
             out.extend(self.lines)
             self.lines.clear()
+            self.buffered_bytes = 0
         self.wakeup.clear()
         return out
 
@@ -181,9 +184,11 @@ class Watcher:
 class Store:
     """Objects by resource, namespace and name; a global resourceVersion; watchers."""
 
-    def __init__(self, watch_window: int = 10000, watch_buffer: int = 10000):
+    def __init__(self, watch_window: int = 10000, watch_buffer: int = 100_000,
+                 watch_buffer_bytes: int = 64 << 20):
         self.rv = 0
-        self.watch_buffer = watch_buffer
+        # Per watcher: events (and bytes) queued for a client before it counts as too slow.
+        self.watch_buffer, self.watch_buffer_bytes = watch_buffer, watch_buffer_bytes
         self._objs: dict[str, dict[str, dict[str, Entry]]] = {k: {} for k in BY_KEY}
         self._unsorted: set[tuple[str, str]] = set()
         self._events: deque[_Event] = deque(maxlen=max(1, watch_window))
@@ -575,7 +580,7 @@ class Store:
         after that RV from the window; an RV older than the window raises ApiError 410 Gone."""
         res = self.resource(key)
         ns = ns if res.namespaced else ""
-        w = Watcher(self, res, ns, labels, fields, max_lines or self.watch_buffer)
+        w = Watcher(self, res, ns, labels, fields, max_lines or self.watch_buffer, self.watch_buffer_bytes)
         if not resource_version or resource_version == "0":
             w.initial = [event_line(ADDED, e.raw) for e in self.list(key, ns, labels, fields)[1]]
         else:

@@ -383,11 +383,14 @@ async def test_watch_sends_bookmarks_with_a_resumable_version(kube_api, apiserve
     assert int(bookmark["metadata"]["resourceVersion"]) == apiserver.store.rv > int(rv)
 
 
-async def test_watch_ends_after_timeout_seconds(apiserver):
+@pytest.mark.parametrize("path", ["/api/v1/nodes?watch=true", "/api/v1/nodes?watch=True", "/api/v1/nodes?watch=1",
+                                  "/api/v1/watch/nodes?x=1", "/api/v1/watch/namespaces/default/pods?x=1",
+                                  "/api/v1/namespaces/default/pods?watch=TRUE"])
+async def test_watch_spellings_and_timeout_seconds(apiserver, path):
     async with aiohttp.ClientSession() as s, asyncio.timeout(10):
-        async with s.get(f"{apiserver.url}/api/v1/nodes?watch=true&timeoutSeconds=1") as r:
-            assert r.status == 200
-            assert await r.read() == b""
+        async with s.get(f"{apiserver.url}{path}&timeoutSeconds=1&resourceVersion={apiserver.store.rv}") as r:
+            assert r.status == 200 and r.headers["Content-Type"].startswith("application/json")
+            assert await r.read() == b""  # no events, then the server ends the stream
 
 
 async def test_watch_from_compacted_version_is_410_then_relist_recovers(kube_api, apiserver):

@@ -180,3 +180,14 @@ def test_node_index_agrees_with_brute_force(ops):
         assert indexed == brute
         assert sorted(seen[node]) == sorted(brute)
         assert not w.dropped
+
+
+def test_byte_budget_drops_a_watcher_with_few_large_events():
+    s = Store(watch_buffer_bytes=50_000)
+    w = s.watch("configmaps", resource_version=str(s.rv))
+    s.create("configmaps", "default", {"metadata": {"name": "small"}})
+    assert not w.dropped
+    w.take()  # a client that reads keeps its budget
+    for i in range(3):
+        s.create("configmaps", "default", {"metadata": {"name": f"big{i}"}, "data": {"k": "x" * 20_000}})
+    assert w.dropped and "buffer full" in w.drop_reason
