@@ -235,17 +235,18 @@ class ApiServer:
             return self._list(request, res, ns, q)
         if watch_path:
             raise ApiError(405, "MethodNotAllowed", "watch paths support GET only")
+        dry = bool(q.get("dryRun"))
         if method == "POST":
             if name and sub == "binding" and res.key == "pods":
                 binding = await self._read_json(request)
-                self.store.bind(ns, name, binding)
+                self.store.bind(ns, name, binding, dry_run=dry)
                 return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
             if name:
                 raise ApiError(405, "MethodNotAllowed", f"POST is not supported on {res.plural}/{name}")
             if res.namespaced and not ns:
                 raise ApiError(404, "NotFound", f"a namespace is required to create {res.plural}")
             obj = await self._read_json(request)
-            return _json(self.store.create(res.key, ns, obj, owned=True).raw, 201)
+            return _json(self.store.create(res.key, ns, obj, owned=True, dry_run=dry).raw, 201)
         if not name:
             if method == "DELETE":
                 return self._delete_collection(res, ns, q)
@@ -254,11 +255,11 @@ class ApiServer:
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {res.plural}/{sub}")
         if method == "PUT":
             obj = await self._read_json(request)
-            return _json(self.store.update(res.key, ns, name, obj, subresource=sub, owned=True).raw)
+            return _json(self.store.update(res.key, ns, name, obj, subresource=sub, owned=True, dry_run=dry).raw)
         if method == "PATCH":
             body = await self._read_body(request)
             ctype = request.headers.get("Content-Type", "")
-            return _json(self.store.patch(res.key, ns, name, body, ctype, subresource=sub).raw)
+            return _json(self.store.patch(res.key, ns, name, body, ctype, subresource=sub, dry_run=dry).raw)
         if method == "DELETE":
             opts = await self._read_body(request)
             uid = rv = None
@@ -267,9 +268,12 @@ class ApiServer:
                     doc = orjson.loads(opts)
                 except orjson.JSONDecodeError as exc:
                     raise ApiError(400, "BadRequest", f"invalid DeleteOptions: {exc}") from None
-                pre = doc.get("preconditions") or {} if isinstance(doc, dict) else {}
+                if not isinstance(doc, dict):
+                    raise ApiError(400, "BadRequest", "DeleteOptions must be a JSON object")
+                pre = doc.get("preconditions") or {}
                 uid, rv = pre.get("uid"), pre.get("resourceVersion")
-            return _json(self.store.delete(res.key, ns, name, uid=uid, resource_version=rv).raw)
+                dry = dry or bool(doc.get("dryRun"))
+            return _json(self.store.delete(res.key, ns, name, uid=uid, resource_version=rv, dry_run=dry).raw)
         raise ApiError(405, "MethodNotAllowed", f"method {method} is not supported")
 
     @staticmethod
@@ -348,8 +352,8 @@ class ApiServer:
     def _delete_collection(self, res: Resource, ns: str, q) -> web.Response:
         labels, fields = self._selectors(res, q)
         _, entries = self.store.list(res.key, ns, labels, fields)
-        gone = [self.store.delete(res.key, e.obj["metadata"].get("namespace", ""), e.obj["metadata"]["name"])
-                for e in entries]
+        gone = [self.store.delete(res.key, e.obj["metadata"].get("namespace", ""), e.obj["metadata"]["name"],
+                                  dry_run=bool(q.get("dryRun"))) for e in entries]
         return self._list_body(res, gone, self.store.rv)
 
     @staticmethod

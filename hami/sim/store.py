@@ -238,7 +238,11 @@ class Store:
             b = self._objs[key][ns] = {}
         return b
 
-    def _commit(self, res: Resource, ns: str, name: str, obj: dict, type_: str, old: Entry | None) -> Entry:
+    def _commit(self, res: Resource, ns: str, name: str, obj: dict, type_: str, old: Entry | None,
+                dry_run: bool = False) -> Entry:
+        if dry_run:  # `?dryRun=All`: validated and answered, never stored, no version consumed
+            obj["metadata"]["resourceVersion"] = old.rv if old is not None else ""
+            return Entry(obj, orjson.dumps(obj))
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
         entry = Entry(obj, orjson.dumps(obj))
@@ -391,7 +395,7 @@ class Store:
 
     # ------------------------------------------------------------------ writes
 
-    def create(self, key: str, ns: str, obj: dict, *, owned: bool = False) -> Entry:
+    def create(self, key: str, ns: str, obj: dict, *, owned: bool = False, dry_run: bool = False) -> Entry:
         """Create `obj` (copied unless `owned`); 409 AlreadyExists, 422 on a bad name or namespace."""
         res = self.resource(key)
         if not owned:
@@ -425,7 +429,7 @@ class Store:
         meta.pop("deletionTimestamp", None)
         meta["generation"] = 1
         self._defaults(res, obj)
-        return self._commit(res, ns, name, obj, ADDED, None)
+        return self._commit(res, ns, name, obj, ADDED, None, dry_run)
 
     @staticmethod
     def _validate_name(res: Resource, name: str) -> None:
@@ -496,7 +500,7 @@ class Store:
         return new
 
     def update(self, key: str, ns: str, name: str, obj: dict, *, subresource: str = "",
-               owned: bool = False) -> Entry:
+               owned: bool = False, dry_run: bool = False) -> Entry:
         """PUT: replace the object; a stale metadata.resourceVersion gives 409 Conflict."""
         res = self.resource(key)
         ns = ns if res.namespaced else ""
@@ -506,10 +510,10 @@ class Store:
         new = self._prepare_update(res, ns, name, old, obj, subresource)
         if new == old.obj | {"metadata": new["metadata"]} and _same_meta(new["metadata"], old.obj["metadata"]):
             return old  # a no-op write keeps the resourceVersion, as the real server does
-        return self._commit(res, ns, name, new, MODIFIED, old)
+        return self._commit(res, ns, name, new, MODIFIED, old, dry_run)
 
     def patch(self, key: str, ns: str, name: str, body: bytes | str, content_type: str, *,
-              subresource: str = "") -> Entry:
+              subresource: str = "", dry_run: bool = False) -> Entry:
         """PATCH with one of the three patch types; metadata.resourceVersion in it is a precondition."""
         res = self.resource(key)
         ns = ns if res.namespaced else ""
@@ -519,10 +523,10 @@ class Store:
         except patchmod.PatchError as exc:
             reason = {400: "BadRequest", 415: "UnsupportedMediaType"}.get(exc.code, "Invalid")
             raise ApiError(exc.code, reason, exc.message) from None
-        return self.update(key, ns, name, patched, subresource=subresource, owned=True)
+        return self.update(key, ns, name, patched, subresource=subresource, owned=True, dry_run=dry_run)
 
     def delete(self, key: str, ns: str, name: str, *, uid: str | None = None,
-               resource_version: str | None = None) -> Entry:
+               resource_version: str | None = None, dry_run: bool = False) -> Entry:
         """DELETE at once (no graceful termination); preconditions give 409 on mismatch."""
         res = self.resource(key)
         ns = ns if res.namespaced else ""
@@ -533,16 +537,16 @@ class Store:
         if resource_version and resource_version != old.rv:
             raise _conflict(res, name, f"Precondition failed: ResourceVersion in precondition: "
                                        f"{resource_version}, ResourceVersion in object meta: {old.rv}")
-        if key == "namespaces":
+        if key == "namespaces" and not dry_run:
             for other in BY_KEY.values():
                 if other.namespaced:
                     for e in list(self._objs[other.key].get(name, {}).values()):
                         self.delete(other.key, name, e.obj["metadata"]["name"])
         final = dict(old.obj)
         final["metadata"] = dict(old.obj["metadata"])
-        return self._commit(res, ns, name, final, DELETED, old)
+        return self._commit(res, ns, name, final, DELETED, old, dry_run)
 
-    def bind(self, ns: str, name: str, binding: dict) -> Entry:
+    def bind(self, ns: str, name: str, binding: dict, *, dry_run: bool = False) -> Entry:
         """pods/<name>/binding: set spec.nodeName once; 409 if already bound or the UID differs."""
         res = self.resource("pods")
         old = self.entry("pods", ns, name)
@@ -569,7 +573,7 @@ class Store:
                       "lastTransitionTime": _now()})
         status["conditions"] = conds
         new["status"] = status
-        return self._commit(res, ns, name, new, MODIFIED, old)
+        return self._commit(res, ns, name, new, MODIFIED, old, dry_run)
 
     # ------------------------------------------------------------------ watch
 

@@ -609,3 +609,18 @@ async def test_list_pages_with_limit_and_continue(kube_api, apiserver):
     with pytest.raises(ApiException) as exc:
         await v1.list_node(limit=2, _continue="garbage")
     assert exc.value.status == 400
+
+
+async def test_dry_run_answers_without_storing(kube_api, apiserver):
+    v1 = client.CoreV1Api(kube_api)
+    before = apiserver.store.rv
+    created = await v1.create_node(node("ghost"), dry_run="All")
+    assert created.metadata.name == "ghost" and created.metadata.uid
+    with pytest.raises(ApiException):
+        await v1.read_node("ghost")
+    await v1.create_node(node("n1"))
+    patched = await v1.patch_node("n1", {"metadata": {"labels": {"a": "b"}}}, dry_run="All", _content_type=MERGE)
+    assert patched.metadata.labels == {"a": "b"}
+    await v1.delete_node("n1", dry_run="All")
+    assert (await v1.read_node("n1")).metadata.labels == {}
+    assert apiserver.store.rv == before + 1

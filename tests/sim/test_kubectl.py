@@ -4,8 +4,8 @@ Covers the seed runbooks' commands: `get nodes` (server-side Table), `get node N
 all annotations and of one escaped key, `get nodes -o custom-columns=` with an annotation,
 `describe pod P -n NS` with its events, `get pods --all-namespaces --field-selector=status.phase=Pending`,
 `get pods -l`, `annotate node` (add, overwrite, remove), `patch` (strategic, merge and json),
-`create -f` and `apply -f` (with and, on kubectl 1.28+, without --validate=false), and a
-smoke run of every other kubectl version found (gcloud's kubectl.1.27..1.33, Debian's 1.20).
+`create -f` and `apply -f` (with and, on kubectl 1.28+, without --validate=false),
+`--dry-run=server`, and a smoke run of every other kubectl version found (gcloud's kubectl.1.27..1.33, Debian's 1.20).
 
 kubectl is looked up on PATH, then /usr/lib/google-cloud-sdk/bin/kubectl*, then .ci/tools/kubectl
 (`scripts/install-kubectl` puts it there). No kubectl means these tests FAIL; they never skip.
@@ -235,3 +235,10 @@ def test_create_and_apply_from_a_file(sim, tmp_path):
         manifest.write_text(json.dumps(doc))
         sim.kubectl("apply", "-f", str(manifest))
         assert sim.request("GET", "/api/v1/namespaces/ml/pods/from-file")["spec"]["containers"][0]["image"] == "busybox:3"
+
+
+def test_server_dry_run_changes_nothing(sim):
+    before = sim.request("GET", "/api/v1/nodes/gpu-node-01")
+    sim.kubectl("annotate", "node", "gpu-node-01", "dry=run", "--dry-run=server")
+    sim.kubectl("delete", "node", "gpu-node-01", "--dry-run=server")
+    assert sim.request("GET", "/api/v1/nodes/gpu-node-01") == before
