@@ -99,6 +99,12 @@ def _kube_imports(tree: ast.AST) -> set[str]:
     return mods
 
 
+def _is_client(receiver: ast.AST) -> bool:
+    """`client.get("nodes", n)` is an API call; `doc.get("nodes")` on a dict is not."""
+    name = receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")
+    return name in ("self", "kube", "api") or name.endswith("client")
+
+
 def _calls_in(tree: ast.AST, where: str) -> list[tuple[str, str, str]]:
     """(resource, verb, where) for each KubeClient call or Informer in a module."""
     found = []
@@ -112,7 +118,7 @@ def _calls_in(tree: ast.AST, where: str) -> list[tuple[str, str, str]]:
         if isinstance(fn, ast.Attribute) and name in methods:
             res, verb = methods[name]
             found.append((res, verb, loc))
-        elif isinstance(fn, ast.Attribute) and name in generic and node.args:
+        elif isinstance(fn, ast.Attribute) and name in generic and node.args and _is_client(fn.value):
             first = node.args[0]
             if isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value in CALLS["groups"]:
                 found.append((first.value, generic[name], loc))
