@@ -27,11 +27,13 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 
 import orjson
 
 from hami.device.model import (
+    NVIDIA,
     ContainerDevice,
     ContainerDevices,
     DeviceInfo,
@@ -315,6 +317,14 @@ _DEV_FIELDS = (
     "migtemplate", "health", "devicevendor", "custominfo",
 )
 _DEV_KEYS = frozenset(_DEV_FIELDS)
+# DeviceInfo is a frozen slots dataclass; its generated __init__ costs ~1 us. The hot path fills
+# the slots through their descriptors instead (same object, ~35% cheaper); the field list is
+# checked here so a change to the model fails at import, not silently.
+_DEVICE_FIELDS = ("id", "count", "devmem", "devcore", "type", "index", "numa", "mode", "health", "mig_profiles",
+                  "vendor")
+if tuple(f.name for f in dataclass_fields(DeviceInfo)) != _DEVICE_FIELDS:  # pragma: no cover
+    raise RuntimeError("hami.device.model.DeviceInfo fields changed: update codec._DEVICE_FIELDS")
+_DEVICE_SETTERS = tuple(DeviceInfo.__dict__[name].__set__ for name in _DEVICE_FIELDS)
 _HOT_KEYS = frozenset(("id", "index", "count", "devmem", "devcore", "type", "numa", "mode", "health"))
 _MIG_FIELDS = ("name", "memoryMB", "core", "sliceCount", "placements")
 _MIG_KEYS = frozenset(_MIG_FIELDS)
@@ -418,6 +428,9 @@ def decode_node_devices_json(text: str | bytes) -> tuple[DeviceInfo, ...]:
     append = out.append
     lo32, hi32 = _INT32
     hot = _HOT_KEYS
+    new = object.__new__
+    (set_id, set_count, set_devmem, set_devcore, set_type, set_index, set_numa, set_mode, set_health, set_migs,
+     set_vendor) = _DEVICE_SETTERS
     for i, obj in enumerate(doc):
         # Hot path: an object with only the plain keys the NVIDIA plugin writes, values of the
         # right type and range, checked in one expression. Everything else (nulls, other keys,
@@ -442,7 +455,19 @@ def decode_node_devices_json(text: str | bytes) -> tuple[DeviceInfo, ...]:
                 and type(numa) is int and -9223372036854775808 <= numa < 9223372036854775808
                 and type(health) is bool
             ):
-                append(DeviceInfo(id_, count, devmem, devcore, type_, index, numa, mode, health))
+                d = new(DeviceInfo)
+                set_id(d, id_)
+                set_count(d, count)
+                set_devmem(d, devmem)
+                set_devcore(d, devcore)
+                set_type(d, type_)
+                set_index(d, index)
+                set_numa(d, numa)
+                set_mode(d, mode)
+                set_health(d, health)
+                set_migs(d, ())
+                set_vendor(d, NVIDIA)
+                append(d)
                 continue
         append(_decode_device_any(obj, i, shown))
     return tuple(out)
@@ -696,10 +721,16 @@ def decode_container_devices(text: str, *, field: str = TO_ALLOCATE_ANNOTATION, 
                 "pod annotation format error, missing fields, do not use nodeName in task spec",
                 field=field, text=seg, position=start,
             )
-        if not items[0]:
+        uuid, type_, mem, cores = items[0], items[1], items[2], items[3]
+        if not uuid:
             raise CodecError("pod annotation format error, missing device UUID", field=field, text=seg, position=start)
-        if not items[1]:
+        if not type_:
             raise CodecError("pod annotation format error, missing device type", field=field, text=seg, position=start)
+        # Fast path: plain digits that fit int32 (what HAMi writes); anything else is checked
+        # the strconv way and reported with its position.
+        if len(mem) < 10 and len(cores) < 10 and mem.isdigit() and cores.isdigit() and (mem + cores).isascii():
+            out.append(ContainerDevice(uuid, type_, int(mem), int(cores), UNSET_CONTAINER_DEVICE_IDX))
+            continue
         nums = []
         for idx, name in ((2, "memory"), (3, "core")):
             value = _go_int(items[idx], _INT32, "ParseInt")
@@ -711,7 +742,7 @@ def decode_container_devices(text: str, *, field: str = TO_ALLOCATE_ANNOTATION, 
                     f"{name} field must not be negative: {value}", field=field, text=items[idx], position=where
                 )
             nums.append(value)
-        out.append(ContainerDevice(items[0], items[1], nums[0], nums[1], UNSET_CONTAINER_DEVICE_IDX))
+        out.append(ContainerDevice(uuid, type_, nums[0], nums[1], UNSET_CONTAINER_DEVICE_IDX))
     return tuple(out)
 
 
