@@ -57,6 +57,9 @@ class EventRecorder:
         self._written: OrderedDict[_Key, tuple[str, int]] = OrderedDict()
         self._spam: dict[tuple[str, str, str, str], _Bucket] = {}
         self._wake = asyncio.Event()
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
         self.dropped = 0
         self.created = 0
         self.patched = 0
@@ -113,6 +116,7 @@ class EventRecorder:
                 self.dropped += 1
                 continue
             await self._write(key, ref, repeats)
+        await self._idle.wait()  # writes the background task already took off the queue
 
     async def run(self, stop: asyncio.Event) -> None:
         interval = 1.0 / self.qps if self.qps > 0 else 0.0
@@ -144,6 +148,16 @@ class EventRecorder:
     async def _write(self, key: _Key, ref: tuple[str, str, str], repeats: int) -> None:
         if self.client is None:
             return
+        self._inflight += 1
+        self._idle.clear()
+        try:
+            await self._write_one(key, ref, repeats)
+        finally:
+            self._inflight -= 1
+            if not self._inflight:
+                self._idle.set()
+
+    async def _write_one(self, key: _Key, ref: tuple[str, str, str], repeats: int) -> None:
         ns, name, etype, reason, message = key
         now = _now_rfc3339(self.clock)
         written = self._written.get(key)

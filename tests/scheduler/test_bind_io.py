@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from hami.device import codec
-from tests.kube.helpers import node_obj, pod_obj
+from tests.kube.helpers import eventually, node_obj, pod_obj
 from tests.kube.scheduler_env import hami_nodes, requesting_now, start_env, stop_env
 
 LOCK = codec.NODE_LOCK_ANNOTATION
@@ -75,7 +75,8 @@ async def test_lock_contention_fails_the_bind(env):
     assert holder
     out = await env.filter(pod, ["n0"])
     assert out["NodeNames"] == ["n0"]
-    await asyncio.sleep(0.1)
+    state = env.sched.state
+    await eventually(lambda: state.pod("default", "holder") and LOCK in state.node("n0")["metadata"]["annotations"])
     out = await env.bind(pod, "n0")
     assert "node lock contention" in out["Error"]
     assert env.pod("default", "p")["spec"].get("nodeName") is None
