@@ -176,9 +176,7 @@ class ApiServer:
         try:
             return await self._dispatch(request, method)
         except ApiError as exc:
-            if exc.code >= 500 or log.enabled(4):
-                log.v(4).info("API request failed", method=method, path=request.path, code=exc.code,
-                              reason=exc.reason)
+            log.v(4).info("API request failed", method=method, path=request.path, code=exc.code, reason=exc.reason)
             return _error(exc)
         except SelectorError as exc:
             return _error(ApiError(400, "BadRequest", f"unable to parse requirement: {exc}"))
