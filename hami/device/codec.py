@@ -498,6 +498,16 @@ def decode_node_devices_legacy(text: str) -> tuple[DeviceInfo, ...]:
             raise CodecError(
                 f"unexpected field count {len(items)} in node annotation", field=field, text=seg, position=start
             )
+        if len(items) == 9:
+            digits = items[1] + items[2] + items[3] + items[5] + items[7]
+            plain = len(items[1]) < 10 and len(items[2]) < 10 and len(items[3]) < 10 and len(items[5]) < 18
+            plain = plain and len(items[7]) < 18 and items[6] in _GO_BOOLS and digits.isdigit() and digits.isascii()
+            if plain and all(items[i] for i in (1, 2, 3, 5, 7)):
+                out.append(DeviceInfo(
+                    items[0], int(items[1]), int(items[2]), int(items[3]), items[4], int(items[7]), int(items[5]),
+                    items[8], _GO_BOOLS[items[6]],
+                ))
+                continue
         nums = []
         for idx, name, bounds in _LEGACY_INT_FIELDS:
             value = _go_int(items[idx], bounds, "ParseInt")
