@@ -52,7 +52,6 @@ async def test_two_replicas_1000_pods_50_nodes_no_overcommit_no_lock_left(apiser
     b = await start_env(apiserver)
     replicas = [a, b]
     names = [n["metadata"]["name"] for n in nodes]
-    started = time.perf_counter()
     rng = random.Random(9)
     pods = [a.create_pod(mixed_pod(i, rng)) for i in range(PODS)]
     stats = collections.Counter()
