@@ -197,6 +197,9 @@ class DevicePluginServer:
             self._changed.notify_all()
         if server is not None:
             await server.stop(grace)
+        drain = getattr(self.handler, "drain", None)
+        if drain is not None:
+            await drain()  # an Allocate cancelled by the stop marks its pod failed first
         _unlink(self.socket_path)
         self.registered.clear()
 
@@ -295,6 +298,7 @@ class PodAllocator:
         self._lock = asyncio.Lock()
         # Pods returned by our own patches: newer than the informer until it catches up.
         self._fresh: dict[str, dict] = {}
+        self._cleanups: set[asyncio.Future] = set()
         self.allocations = 0
         self.failures = 0
         self.api_fallbacks = 0
@@ -378,6 +382,9 @@ class PodAllocator:
                     license_exists=_exists(f"{self.hook_path}/vgpu/license"),
                 )
                 await asyncio.to_thread(self._prepare_dirs, plan.containers)
+            except asyncio.CancelledError:
+                await self._abandon(pod, owns_lock)
+                raise
             except (alloc.AllocationError, OSError) as exc:
                 await self._fail(pod, owns_lock)
                 self.failures += 1
@@ -390,6 +397,9 @@ class PodAllocator:
             try:
                 patched = await self.client.patch_pod(meta["namespace"], meta["name"],
                                                       {"metadata": {"annotations": anns}})
+            except asyncio.CancelledError:
+                await self._abandon(pod, owns_lock)
+                raise
             except Exception as exc:  # ApiError and transport errors
                 await self._fail(pod, owns_lock)
                 self.failures += 1
@@ -401,6 +411,22 @@ class PodAllocator:
             log.info("Allocated", pod=ref, node=self.node_name,
                      containers=[c.container for c in plan.containers], done=plan.done)
             return plan.containers
+
+    async def _abandon(self, pod: dict, owns_lock: bool) -> None:
+        """Allocate was cancelled (kubelet gave up, or the agent is stopping) before the pod was
+        recorded: mark it failed and release its lock, so it is never left allocating."""
+        self.failures += 1
+        log.warning("Allocate cancelled, marking the pod failed", pod=alloc.pod_ref(pod), node=self.node_name)
+        task = asyncio.ensure_future(self._fail(pod, owns_lock))
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(asyncio.shield(task), 5.0)
+
+    async def drain(self, timeout: float = 5.0) -> None:
+        """Wait (bounded) for the clean-up of cancelled Allocates, before the client closes."""
+        if self._cleanups:
+            await asyncio.wait(set(self._cleanups), timeout=timeout)
 
     async def _fail(self, pod: dict, owns_lock: bool) -> None:
         meta = pod.get("metadata") or {}
