@@ -9,6 +9,7 @@ extender on --http_bind and /metrics on --metrics-bind-address.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import socket
 from dataclasses import dataclass, field
@@ -116,6 +117,19 @@ class Scheduler:
             except TimeoutError:
                 self.state.recheck()
 
+    async def wait_synced(self, timeout: float | None) -> bool:
+        """Wait for the first LIST of every informer, then move what it built out of the GC's way.
+
+        The cache holds hundreds of thousands of dicts; a full collection walking them costs tens
+        of milliseconds and lands on some /filter call (the p99). Freezing them once after the
+        initial sync removes that work; they are still freed by reference counting.
+        """
+        ok = await self.state.wait_synced(timeout)
+        if ok:
+            gc.collect()
+            gc.freeze()
+        return ok
+
     async def close(self) -> None:
         self.stop.set()
         for t in self.tasks:
@@ -217,7 +231,7 @@ async def run(ctx) -> None:
     s = await start_scheduler(config)
     ctx.shared["scheduler_url"] = s.url
     try:
-        await s.state.wait_synced(config.scheduler.sync_timeout)
+        await s.wait_synced(config.scheduler.sync_timeout)
         ctx.ready.set()
         await ctx.stop.wait()
     finally:
