@@ -418,6 +418,7 @@ class Store:
         if not name:
             raise _invalid(res, "", "metadata.name", "Required value: name or generateName is required")
         self._validate_name(res, name)
+        _validate_meta_maps(res, name, meta)
         if name in self._objs[key].get(ns, {}):
             qual = res.plural + ("." + res.group if res.group else "")
             raise ApiError(409, "AlreadyExists", f'{qual} "{name}" already exists',
@@ -485,6 +486,7 @@ class Store:
             else:
                 meta.pop(k, None)
         new["apiVersion"], new["kind"] = res.api_version, res.kind
+        _validate_meta_maps(res, name, meta)
         if subresource == "status":
             if "spec" in old.obj:
                 new["spec"] = old.obj["spec"]
@@ -637,6 +639,17 @@ class Store:
         for w in ws:
             w.end()
         return len(ws)
+
+
+def _validate_meta_maps(res: Resource, name: str, meta: dict) -> None:
+    """metadata.labels and metadata.annotations are maps of strings (else 422, as the real server)."""
+    for field in ("labels", "annotations"):
+        value = meta.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise _invalid(res, name, f"metadata.{field}", f"Invalid value: {str(value)[:100]!r}: must be a map "
+                                                           "of string keys to string values")
 
 
 def _node_trigger(key: str, fields: tuple[FieldRequirement, ...]) -> str | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 
 import aiohttp
 import orjson
@@ -518,12 +519,15 @@ BAD_INPUT = [
     ("POST", "/api/v1/namespaces/default/pods", b'{"metadata":{"name":"p","namespace":"other"}}', 422, "Invalid"),
     ("POST", "/api/v1/nodes", b'{"metadata":{"name":"Not_A_Name"}}', 422, "Invalid"),
     ("PATCH", "/api/v1/namespaces/default", b"{}", 415, "UnsupportedMediaType"),
+    ("POST", "/api/v1/nodes", b'{"metadata":{"name":"n","labels":"x"}}', 422, "Invalid"),
+    ("POST", "/api/v1/nodes", b'{"metadata":{"name":"n","annotations":{"a":1}}}', 422, "Invalid"),
 ]
 
 
 @pytest.mark.parametrize(("method", "path", "body", "code", "reason"), BAD_INPUT,
                          ids=["malformed-json", "not-an-object", "unknown-resource", "unknown-group", "over-3MiB",
-                              "no-name", "namespace-mismatch", "invalid-name", "patch-bad-type"])
+                              "no-name", "namespace-mismatch", "invalid-name", "patch-bad-type", "labels-not-a-map",
+                              "annotation-not-a-string"])
 async def test_bad_input_gets_a_status_with_the_right_code(apiserver, method, path, body, code, reason):
     status, doc = await raw(apiserver, method, path, body, "text/plain" if code == 415 else "application/json")
     assert status == code
@@ -624,3 +628,39 @@ async def test_dry_run_answers_without_storing(kube_api, apiserver):
     await v1.delete_node("n1", dry_run="All")
     assert (await v1.read_node("n1")).metadata.labels == {}
     assert apiserver.store.rv == before + 1
+
+
+async def test_random_requests_never_crash_the_server(apiserver):
+    """A seeded random walk over paths, methods, queries and bodies: every answer is a success or a
+    Status with a 4xx code, never a 500 or a non-JSON error page."""
+    import random
+
+    rnd = random.Random(int(os.environ.get("HAMI_FUZZ_SEED", "20261122")))
+    apiserver.store.create("pods", "default", pod("p"))
+    apiserver.store.create("nodes", "", node("n"))
+    segments = ["api", "apis", "v1", "namespaces", "default", "kube-system", "pods", "nodes", "p", "n", "status",
+                "binding", "watch", "events", "leases", "coordination.k8s.io", "events.k8s.io", "x", "", "%20", "..",
+                "configmaps", "resourcequotas", "finalize"]
+    queries = ["", "?watch=true&timeoutSeconds=0.1", "?labelSelector=a", "?labelSelector=!a,b%20notin%20(c)", "?labelSelector=a%20in%20(", "?fieldSelector=x", "?limit=-1",
+               "?limit=abc", "?continue=%%%", "?resourceVersion=abc&watch=1", "?timeoutSeconds=abc&watch=1",
+               "?fieldSelector=metadata.name%3Dp", "?dryRun=All", "?includeObject=Object"]
+    bodies = [b"", b"{", b"[]", b"null", b'{"metadata":null}', b'{"metadata":{"name":5}}', b'"x"',
+              b'{"metadata":{"name":"p"},"spec":[]}', b'[{"op":"add"}]', b'{"target":"n"}', b'{"preconditions":5}',
+              b'{"metadata":{"name":"q","labels":"x"}}', b'{"metadata":{"name":"q","resourceVersion":7}}',
+              b'{"metadata":{"labels":["x"]}}', b'{"metadata":{"annotations":{"a":null}}}', b'{"status":7}',
+              b'[{"op":"replace","path":"/metadata","value":7}]', b'{"metadata":{"name":"p","uid":5}}']
+    ctypes = ["application/json", "application/merge-patch+json", "application/strategic-merge-patch+json",
+              "application/json-patch+json", "text/plain"]
+    async with aiohttp.ClientSession() as s:
+        for _ in range(int(os.environ.get("HAMI_FUZZ_N", "400"))):
+            path = "/" + "/".join(rnd.choice(segments) for _ in range(rnd.randint(1, 7))) + rnd.choice(queries)
+            method = rnd.choice(["GET", "POST", "PUT", "PATCH", "DELETE"])
+            body = rnd.choice(bodies)
+            async with asyncio.timeout(10):
+                async with s.request(method, apiserver.url + path, data=body,
+                                     headers={"Content-Type": rnd.choice(ctypes)}) as r:
+                    raw = await r.read()
+            assert r.status < 500, (method, path, body, raw[:300])
+            if r.status >= 400:
+                doc = orjson.loads(raw)
+                assert doc["kind"] == "Status" and doc["code"] == r.status, (method, path, raw[:300])
