@@ -119,7 +119,8 @@ class EventRecorder:
         await self._idle.wait()  # writes the background task already took off the queue
 
     async def run(self, stop: asyncio.Event) -> None:
-        interval = 1.0 / self.qps if self.qps > 0 else 0.0
+        loop = asyncio.get_running_loop()
+        tokens, last = float(self.burst), loop.time()
         while not stop.is_set():
             if not self._pending:
                 self._wake.clear()
@@ -129,16 +130,20 @@ class EventRecorder:
                 waiter.cancel()
                 stopper.cancel()
                 continue
-            budget = self.burst
-            while self._pending and budget > 0:
-                key, (ref, repeats) = self._pending.popitem(last=False)
-                if not self._allow_object(*key[:4]):
-                    self.dropped += 1
-                    continue
-                await self._write(key, ref, repeats)
-                budget -= 1
-            if interval:
-                await asyncio.sleep(interval * (self.burst - budget))
+            # Token bucket: `burst` events at once after a quiet spell, then one per 1/qps,
+            # each write on its own so filters interleave with them.
+            now = loop.time()
+            tokens = min(float(self.burst), tokens + (now - last) * self.qps) if self.qps > 0 else 1.0
+            last = now
+            if tokens < 1.0:
+                await asyncio.sleep((1.0 - tokens) / self.qps)
+                continue
+            tokens -= 1.0
+            key, (ref, repeats) = self._pending.popitem(last=False)
+            if not self._allow_object(key[0], key[1]):
+                self.dropped += 1
+                continue
+            await self._write(key, ref, repeats)
         # best effort on shutdown
         try:
             await asyncio.wait_for(self.flush(), 2.0)
