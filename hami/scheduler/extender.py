@@ -65,8 +65,63 @@ def _lower_keys(doc: Any) -> dict:
     return {k.lower(): v for k, v in doc.items()}
 
 
+def _shape_error(pod: dict, node_names: Any, nodes: Any) -> str:
+    """Kubernetes validates every Pod; a body not shaped like one is refused here, naming the field."""
+    def bad(field: str, want: str, value: Any) -> str:
+        return f"extender args: {field}: expected {want}, got {type(value).__name__}"
+
+    meta = pod.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        return bad("Pod.metadata", "an object", meta)
+    for key in ("name", "namespace", "uid"):
+        v = (meta or {}).get(key)
+        if v is not None and not isinstance(v, str):
+            return bad(f"Pod.metadata.{key}", "a string", v)
+    for key in ("annotations", "labels"):
+        v = (meta or {}).get(key)
+        if v is not None and not (isinstance(v, dict) and all(isinstance(x, str) for x in v.values())):
+            return bad(f"Pod.metadata.{key}", "an object of strings", v)
+    spec = pod.get("spec")
+    if spec is not None and not isinstance(spec, dict):
+        return bad("Pod.spec", "an object", spec)
+    for group in ("containers", "initContainers"):
+        ctrs = (spec or {}).get(group)
+        if ctrs is not None and not isinstance(ctrs, list):
+            return bad(f"Pod.spec.{group}", "an array", ctrs)
+        for i, c in enumerate(ctrs or ()):
+            if not isinstance(c, dict):
+                return bad(f"Pod.spec.{group}[{i}]", "an object", c)
+            res = c.get("resources")
+            if res is not None and not isinstance(res, dict):
+                return bad(f"Pod.spec.{group}[{i}].resources", "an object", res)
+            for part in ("limits", "requests"):
+                v = (res or {}).get(part)
+                if v is not None and not isinstance(v, dict):
+                    return bad(f"Pod.spec.{group}[{i}].resources.{part}", "an object", v)
+    if node_names is not None and not (isinstance(node_names, list) and all(isinstance(n, str) for n in node_names)):
+        return bad("NodeNames", "an array of strings", node_names)
+    if isinstance(nodes, dict):
+        items = nodes.get("items")
+        if items is not None and not (isinstance(items, list) and all(isinstance(n, dict) for n in items)):
+            return bad("Nodes.items", "an array of objects", items)
+        for i, node in enumerate(items or ()):
+            nmeta = node.get("metadata")
+            if nmeta is not None and not isinstance(nmeta, dict):
+                return bad(f"Nodes.items[{i}].metadata", "an object", nmeta)
+            if not isinstance((nmeta or {}).get("name", ""), str):
+                return bad(f"Nodes.items[{i}].metadata.name", "a string", nmeta["name"])
+            v = (nmeta or {}).get("annotations")
+            if v is not None and not (isinstance(v, dict) and all(isinstance(x, str) for x in v.values())):
+                return bad(f"Nodes.items[{i}].metadata.annotations", "an object of strings", v)
+    return ""
+
+
 def _json(data: Any) -> web.Response:
-    return web.Response(body=orjson.dumps(data), content_type=JSON)
+    try:
+        body = orjson.dumps(data)
+    except TypeError as exc:  # an echoed object nested deeper than orjson writes (a hostile body)
+        body = orjson.dumps({"Error": f"cannot encode the answer: {exc}"})
+    return web.Response(body=body, content_type=JSON)
 
 
 RequestsFn = Callable[[dict], "tuple[list[ContainerDeviceRequest | None], int]"]
@@ -117,6 +172,9 @@ class Extender:
             return {"Error": "extender args missing pod"}
         node_names = args.get("nodenames")
         nodes = args.get("nodes")
+        shape = _shape_error(pod, node_names, nodes)
+        if shape:
+            return {"Error": shape}
         meta = pod.get("metadata") or {}
         ns = meta.get("namespace") or "default"
         name = meta.get("name", "")
@@ -161,6 +219,7 @@ class Extender:
             fit_scores = [(sel.node, sel.score)] if sel.node else []
         if sel.node is None:
             self._record_no_fit(pod, node_names, sel.failed_nodes)
+            await self._clear_stale_placement(pod, ns, name)
             return {"NodeNames": None, "FailedNodes": sel.failed_nodes, "Error": ""}
         node = sel.node
         devices_text = codec.encode_pod_devices(sel.devices)
@@ -194,6 +253,25 @@ class Extender:
         log.v(4).info("Pod filtered", pod=f"{ns}/{name}", node=node, devices=devices_text,
                       score=round(sel.score, 2), tried=sel.tried)
         return {"NodeNames": [node], "FailedNodes": None, "Error": ""}
+
+    async def _clear_stale_placement(self, pod: dict, ns: str, name: str) -> None:
+        """A pending pod that no longer fits anywhere drops the placement an earlier filter wrote.
+
+        HAMi leaves it, and every scheduler replica keeps counting those devices as used; two
+        such pods can then block each other forever. Bound pods are never touched.
+        """
+        cached = self.state.pod(ns, name) or pod
+        if (cached.get("spec") or {}).get("nodeName") or self.client is None:
+            return
+        if VGPU_NODE not in ((cached.get("metadata") or {}).get("annotations") or {}):
+            return
+        keys = (VGPU_NODE, codec.VGPU_TIME_ANNOTATION, codec.TO_ALLOCATE_ANNOTATION,
+                codec.ALLOCATED_ANNOTATION, codec.MIG_ALLOCATIONS_ANNOTATION)
+        patch = {"metadata": {"annotations": dict.fromkeys(keys), "labels": {VGPU_NODE: None}}}
+        try:
+            await self.client.patch_pod(ns, name, patch)
+        except ApiError as exc:
+            log.v(2).info("Could not clear stale placement", pod=f"{ns}/{name}", error=str(exc))
 
     def _record_no_fit(self, pod: dict, node_names: list, failed: dict) -> None:
         for msg in fitmod.filtering_failed_messages(failed):
@@ -300,6 +378,10 @@ class Extender:
             name = args.get("podname") or ""
             uid = args.get("poduid") or ""
             node = args.get("node") or ""
+            for field, value in (("PodName", name), ("PodNamespace", ns), ("PodUID", uid), ("Node", node)):
+                if not isinstance(value, str):
+                    err = f"extender binding args: {field}: expected a string, got {type(value).__name__}"
+                    return {"Error": err}
             if not name or not node:
                 err = "extender binding args missing PodName or Node"
                 return {"Error": err}

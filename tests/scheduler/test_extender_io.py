@@ -200,3 +200,18 @@ async def test_metrics_expose_hami_names_and_api_counters(env):
     assert f"{2048 * 2**20:.1f}" in text or f"{2048 * 2**20:e}" in text or "2.147483648e+09" in text
     assert 'hami_scheduler_filter_duration_seconds_count{result="fit"} 1.0' in text
     assert 'hami_scheduler_kube_api_requests_total{code="200",resource="pods",verb="patch"}' in text
+
+
+async def test_pod_that_no_longer_fits_drops_its_stale_placement(env):
+    pod = env.create_pod(pod_obj("s", mem=1000))
+    assert (await env.filter(pod, ["n0"]))["NodeNames"] == ["n0"]
+    await eventually(lambda: "hami.io/vgpu-node" in env.sched.state.pod("default", "s")["metadata"]["annotations"])
+    # The bind never happened and the pod now fits nowhere (here: its GPU filter excludes every card).
+    again = env.pod("default", "s")
+    again["metadata"]["annotations"]["nvidia.com/use-gpuuuid"] = "GPU-none"
+    out = await env.filter(again, ["n0"])
+    assert out["NodeNames"] is None
+    stored = env.pod("default", "s")["metadata"]
+    assert "hami.io/vgpu-node" not in stored["annotations"] and "hami.io/vgpu-devices-allocated" not in stored["annotations"]
+    assert "hami.io/vgpu-node" not in stored.get("labels", {})
+    assert all(d.used == 0 for d in env.sched.state.index.node("n0").devices)
