@@ -539,6 +539,9 @@ class Store:
         if resource_version and resource_version != old.rv:
             raise _conflict(res, name, f"Precondition failed: ResourceVersion in precondition: "
                                        f"{resource_version}, ResourceVersion in object meta: {old.rv}")
+        if key == "namespaces" and name in ("default", "kube-system", "kube-public"):
+            raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+                           {"name": name, "kind": "namespaces"})
         if key == "namespaces" and not dry_run:
             for other in BY_KEY.values():
                 if other.namespaced:

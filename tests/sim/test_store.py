@@ -76,6 +76,12 @@ def test_delete_preconditions_and_final_version():
     assert exc.value.code == 404
 
 
+def test_system_namespaces_cannot_be_deleted():
+    with pytest.raises(ApiError) as exc:
+        Store().delete("namespaces", "", "default")
+    assert exc.value.code == 403 and exc.value.reason == "Forbidden"
+
+
 def test_deleting_a_namespace_deletes_its_objects():
     s = Store()
     s.create("namespaces", "", {"metadata": {"name": "ml"}})
