@@ -347,6 +347,65 @@ def _privileged_container(spec: dict) -> str | None:
     return None
 
 
+MAX_DEPTH = 64  # a real Pod nests ~15 levels; orjson reads 1024, copy.deepcopy fails near 500
+
+
+def _check_shape(request: Mapping) -> None:
+    """The API server sends valid Pods; refuse a body not shaped like one, naming the field."""
+    def want(ok: bool, field: str, what: str, value: Any) -> None:
+        if not ok:
+            raise WebhookError(field, f"expected {what}, got {type(value).__name__}")
+
+    def strings(v: Any) -> bool:
+        return v is None or (isinstance(v, dict) and all(isinstance(x, str) for x in v.values()))
+
+    for key in ("uid", "namespace"):
+        v = request.get(key)
+        want(v is None or isinstance(v, str), f"request.{key}", "a string", v)
+    obj = request.get("object")
+    if not isinstance(obj, Mapping):
+        return
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:  # iterative: a hostile body must not exhaust the recursion limit (copy, jsonpatch)
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise WebhookError("request.object", f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+    meta = obj.get("metadata")
+    want(meta is None or isinstance(meta, dict), "request.object.metadata", "an object", meta)
+    for key in ("name", "namespace"):
+        v = (meta or {}).get(key)
+        want(v is None or isinstance(v, str), f"request.object.metadata.{key}", "a string", v)
+    for key in ("annotations", "labels"):
+        v = (meta or {}).get(key)
+        want(strings(v), f"request.object.metadata.{key}", "an object of strings", v)
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return
+    for key in ("schedulerName", "nodeName", "runtimeClassName"):
+        v = spec.get(key)
+        want(v is None or isinstance(v, str), f"request.object.spec.{key}", "a string", v)
+    for group in ("containers", "initContainers"):
+        ctrs = spec.get(group)
+        want(ctrs is None or isinstance(ctrs, list), f"request.object.spec.{group}", "an array", ctrs)
+        for i, c in enumerate(ctrs or ()):
+            at = f"request.object.spec.{group}[{i}]"
+            want(isinstance(c, dict), at, "an object", c)
+            want(isinstance(c.get("name", ""), str), f"{at}.name", "a string", c.get("name"))
+            for key in ("resources", "securityContext"):
+                v = c.get(key)
+                want(v is None or isinstance(v, dict), f"{at}.{key}", "an object", v)
+            for part in ("limits", "requests"):
+                v = (c.get("resources") or {}).get(part)
+                want(v is None or isinstance(v, dict), f"{at}.resources.{part}", "an object", v)
+            env = c.get("env")
+            want(env is None or (isinstance(env, list) and all(isinstance(e, dict) for e in env)),
+                 f"{at}.env", "an array of objects", env)
+
+
 def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None) -> dict:
     """AdmissionReview in, AdmissionReview out (v1 or v1beta1, echoing the request's version)."""
     if not isinstance(review, Mapping):
@@ -357,6 +416,7 @@ def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None
     request = review.get("request")
     if not isinstance(request, Mapping):
         raise WebhookError("request", "missing")
+    _check_shape(request)
     uid = request.get("uid") or ""
     obj = request.get("object")
     response: dict[str, Any] = {"uid": uid}
