@@ -23,6 +23,7 @@ class Resource:
     short_names: tuple[str, ...] = ()
     subresources: tuple[str, ...] = ()  # "status", "binding"
     fields: frozenset[str] = _META_FIELDS  # field-selector labels the server accepts
+    storage: str = ""  # another resource's key when this one is a view of its objects
 
     @property
     def api_version(self) -> str:
@@ -83,7 +84,7 @@ _ALL = (
     Resource("", "v1", "events", "event", "Event", True, ("ev",), (), _EVENT_FIELDS),
     Resource("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",)),
     Resource("", "v1", "resourcequotas", "resourcequota", "ResourceQuota", True, ("quota",), ("status",)),
-    Resource("events.k8s.io", "v1", "events", "event", "Event", True, (), (), _NEW_EVENT_FIELDS),
+    Resource("events.k8s.io", "v1", "events", "event", "Event", True, (), (), _NEW_EVENT_FIELDS, storage="events"),
     Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
 )
 
@@ -97,6 +98,46 @@ del _r
 
 # Status subresources replace .status only; the main resource ignores .status on update.
 STATUS_ONLY_ON_SUBRESOURCE = frozenset({"pods", "nodes", "namespaces", "resourcequotas"})
+
+
+# events.k8s.io/v1 Event <-> core/v1 Event: one stored object, two shapes (as on a real server).
+_EVENT_RENAMES = (
+    ("involvedObject", "regarding"),
+    ("message", "note"),
+    ("source", "deprecatedSource"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"),
+    ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("count", "deprecatedCount"),
+    ("reportingComponent", "reportingController"),
+)
+_TO_V1 = dict(_EVENT_RENAMES)
+_TO_CORE = {v: k for k, v in _EVENT_RENAMES}
+
+
+def event_to_view(core: dict) -> dict:
+    """A stored core/v1 Event as events.k8s.io/v1 shows it."""
+    out = {_TO_V1.get(k, k): v for k, v in core.items()}
+    out["apiVersion"], out["kind"] = "events.k8s.io/v1", "Event"
+    if not out.get("eventTime"):
+        # A real server shows `null` for core events without one, and kubernetes-asyncio's model then
+        # refuses the object; derive it from the first timestamp instead.
+        ts = out.get("deprecatedFirstTimestamp") or (core.get("metadata") or {}).get("creationTimestamp") or ""
+        if ts.endswith("Z") and "." not in ts:
+            out["eventTime"] = ts[:-1] + ".000000Z"
+    return out
+
+
+def event_from_view(view: dict) -> dict:
+    """An events.k8s.io/v1 Event in the core/v1 shape it is stored in."""
+    out = {_TO_CORE.get(k, k): v for k, v in view.items()}
+    out["apiVersion"], out["kind"] = "v1", "Event"
+    return out
+
+
+def event_field_to_core(field: str) -> str:
+    """`regarding.name` -> `involvedObject.name`, `reportingController` -> `reportingComponent`."""
+    head, dot, rest = field.partition(".")
+    return _TO_CORE.get(head, head) + dot + rest
 
 
 def resource_list(group: str, version: str) -> dict:

@@ -27,7 +27,14 @@ from typing import Any
 import orjson
 
 from hami.sim import patch as patchmod
-from hami.sim.resources import BY_KEY, STATUS_ONLY_ON_SUBRESOURCE, Resource
+from hami.sim.resources import (
+    BY_KEY,
+    STATUS_ONLY_ON_SUBRESOURCE,
+    Resource,
+    event_field_to_core,
+    event_from_view,
+    event_to_view,
+)
 from hami.sim.selectors import FieldRequirement, Requirement, matches
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
@@ -102,6 +109,13 @@ class _Event:
             got = self._lines[type_] = event_line(type_, self.entry.raw)
         return got
 
+    def view_line(self, type_: str) -> bytes:
+        """The line for watchers of the events.k8s.io/v1 view of a stored core/v1 Event."""
+        got = self._lines.get("view:" + type_)
+        if got is None:
+            got = self._lines["view:" + type_] = event_line(type_, orjson.dumps(event_to_view(self.entry.obj)))
+        return got
+
 
 def event_line(type_: str, raw: bytes) -> bytes:
     return b'{"type":"' + type_.encode() + b'","object":' + raw + b"}\n"
@@ -113,6 +127,8 @@ class Watcher:
     def __init__(self, store: Store, res: Resource, ns: str, labels: tuple[Requirement, ...],
                  fields: tuple[FieldRequirement, ...], max_lines: int, max_bytes: int = 64 << 20):
         self.store, self.res, self.ns, self.labels, self.fields = store, res, ns, labels, fields
+        self.key = res.storage or res.key  # where its objects are stored
+        self.view = bool(res.storage)
         self.max_lines, self.max_bytes = max_lines, max_bytes
         self.buffered_bytes = 0
         self.initial: list[bytes] = []  # ready lines (initial ADDED or replay); not bounded by max_lines
@@ -127,15 +143,16 @@ class Watcher:
     def _filter(self, ev: _Event) -> bytes | None:
         if self.ns and ev.ns != self.ns:
             return None
+        line = ev.view_line if self.view else ev.line
         if not self.labels and not self.fields:
-            return ev.line(ev.type)
+            return line(ev.type)
         now_ok = matches(self.labels, self.fields, ev.entry.obj)
         if ev.type != MODIFIED:
-            return ev.line(ev.type) if now_ok else None
+            return line(ev.type) if now_ok else None
         was_ok = ev.old is not None and matches(self.labels, self.fields, ev.old.obj)
         if now_ok:
-            return ev.line(MODIFIED if was_ok else ADDED)
-        return ev.line(DELETED) if was_ok else None
+            return line(MODIFIED if was_ok else ADDED)
+        return line(DELETED) if was_ok else None
 
     def push(self, line: bytes) -> None:
         if self.dropped:
@@ -303,6 +320,8 @@ class Store:
 
     def entry(self, key: str, ns: str, name: str) -> Entry:
         res = self.resource(key)
+        if res.storage:
+            return _view_entry(self.entry(res.storage, ns, name))
         e = self._objs[key].get(ns if res.namespaced else "", {}).get(name)
         if e is None:
             raise _not_found(res, name)
@@ -315,6 +334,9 @@ class Store:
     def iter_entries(self, key: str, ns: str = "") -> Iterable[Entry]:
         """Entries in key order (namespace, name); `ns` "" means all namespaces."""
         res = self.resource(key)
+        if res.storage:
+            yield from (_view_entry(e) for e in self.iter_entries(res.storage, ns))
+            return
         by_ns = self._objs[key]
         if res.namespaced and ns:
             spaces = [ns] if ns in by_ns else []
@@ -329,6 +351,10 @@ class Store:
     def list(self, key: str, ns: str = "", labels: tuple[Requirement, ...] = (),
              fields: tuple[FieldRequirement, ...] = ()) -> tuple[int, list[Entry]]:
         """(list resourceVersion, matching entries)."""
+        res = self.resource(key)
+        if res.storage:
+            rv, entries = self.list(res.storage, ns, labels, _core_fields(fields))
+            return rv, [_view_entry(e) for e in entries]
         if not labels and not fields:
             return self.rv, list(self.iter_entries(key, ns))
         node = _node_trigger(key, fields)
@@ -350,6 +376,10 @@ class Store:
         is safe for a reflector (changes in between are replayed by the watch from that version).
         A token older than the watch window answers 410 Expired, as the real server does.
         """
+        view = self.resource(key)
+        if view.storage:
+            rv, entries, token = self.list_page(view.storage, ns, labels, _core_fields(fields), limit, continue_)
+            return rv, [_view_entry(e) for e in entries], token
         after: tuple[str, str] | None = None
         rv = self.rv
         if continue_:
@@ -391,6 +421,7 @@ class Store:
         return keys
 
     def count(self, key: str) -> int:
+        key = self.resource(key).storage or key
         return sum(len(b) for b in self._objs[key].values())
 
     # ------------------------------------------------------------------ writes
@@ -400,6 +431,8 @@ class Store:
         res = self.resource(key)
         if not owned:
             obj = orjson.loads(orjson.dumps(obj))
+        if res.storage:
+            return _view_entry(self.create(res.storage, ns, event_from_view(obj), owned=True, dry_run=dry_run))
         if not isinstance(obj.get("metadata"), dict):
             obj["metadata"] = {}
         meta = obj["metadata"]
@@ -505,6 +538,9 @@ class Store:
                owned: bool = False, dry_run: bool = False) -> Entry:
         """PUT: replace the object; a stale metadata.resourceVersion gives 409 Conflict."""
         res = self.resource(key)
+        if res.storage:
+            return _view_entry(self.update(res.storage, ns, name, event_from_view(obj), subresource=subresource,
+                                           owned=owned, dry_run=dry_run))
         ns = ns if res.namespaced else ""
         old = self.entry(key, ns, name)
         if not owned:
@@ -531,6 +567,9 @@ class Store:
                resource_version: str | None = None, dry_run: bool = False) -> Entry:
         """DELETE at once (no graceful termination); preconditions give 409 on mismatch."""
         res = self.resource(key)
+        if res.storage:
+            return _view_entry(self.delete(res.storage, ns, name, uid=uid, resource_version=resource_version,
+                                           dry_run=dry_run))
         ns = ns if res.namespaced else ""
         old = self.entry(key, ns, name)
         if uid and uid != old.obj["metadata"]["uid"]:
@@ -544,7 +583,7 @@ class Store:
                            {"name": name, "kind": "namespaces"})
         if key == "namespaces" and not dry_run:
             for other in BY_KEY.values():
-                if other.namespaced:
+                if other.namespaced and not other.storage:
                     for e in list(self._objs[other.key].get(name, {}).values()):
                         self.delete(other.key, name, e.obj["metadata"]["name"])
         final = dict(old.obj)
@@ -589,9 +628,13 @@ class Store:
         after that RV from the window; an RV older than the window raises ApiError 410 Gone."""
         res = self.resource(key)
         ns = ns if res.namespaced else ""
+        if res.storage:
+            fields = _core_fields(fields)
         w = Watcher(self, res, ns, labels, fields, max_lines or self.watch_buffer, self.watch_buffer_bytes)
+        key = w.key
         if not resource_version or resource_version == "0":
-            w.initial = [event_line(ADDED, e.raw) for e in self.list(key, ns, labels, fields)[1]]
+            w.initial = [event_line(ADDED, (_view_entry(e) if w.view else e).raw)
+                         for e in self.list(key, ns, labels, fields)[1]]
         else:
             try:
                 since = int(resource_version)
@@ -624,7 +667,7 @@ class Store:
                 if not ws:
                     del self._node_watchers[w.node]
         else:
-            self._watchers[w.res.key].discard(w)
+            self._watchers[w.key].discard(w)
 
     def watchers(self) -> list[Watcher]:
         return [w for ws in (*self._watchers.values(), *self._node_watchers.values()) for w in ws]
@@ -642,6 +685,19 @@ class Store:
         for w in ws:
             w.end()
         return len(ws)
+
+
+def _view_entry(e: Entry) -> Entry:
+    obj = event_to_view(e.obj)
+    return Entry(obj, orjson.dumps(obj))
+
+
+def _core_fields(fields: tuple[FieldRequirement, ...]) -> tuple[FieldRequirement, ...]:
+    out = []
+    for f in fields:
+        core = event_field_to_core(f.field)
+        out.append(FieldRequirement(core, f.negate, f.value, tuple(core.split("."))))
+    return tuple(out)
 
 
 def _validate_meta_maps(res: Resource, name: str, meta: dict) -> None:

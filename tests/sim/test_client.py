@@ -6,6 +6,7 @@ patch types (merge with null deletes, strategic with list merge keys, JSON patch
 `~1`), resourceVersion as a patch precondition, status subresources, pods/binding (409 when bound),
 every label-selector form and the field selectors (pods, events for kubectl describe), list
 resourceVersion, paging with limit/continue (410 for an expired token), Table answers for kubectl,
+events.k8s.io/v1 as a view of core/v1 Events (both ways, watch, patch, delete),
 the OpenAPI v3 stub, leases and events.k8s.io, watch order with ADDED/MODIFIED/DELETED, bookmarks,
 timeoutSeconds, 410 Gone then re-list, a server restart under an open watch, a slow watcher dropped
 after its bounded buffer, and bad input (400, 404, 413, 422).
@@ -664,3 +665,37 @@ async def test_random_requests_never_crash_the_server(apiserver):
             if r.status >= 400:
                 doc = orjson.loads(raw)
                 assert doc["kind"] == "Status" and doc["code"] == r.status, (method, path, raw[:300])
+
+
+async def test_events_k8s_io_is_a_view_of_core_events(kube_api, apiserver):
+    v1, ev1 = client.CoreV1Api(kube_api), client.EventsV1Api(kube_api)
+    rv = (await ev1.list_namespaced_event("default")).metadata.resource_version
+    w = watch.Watch()
+    stream = w.stream(ev1.list_namespaced_event, "default", resource_version=rv,
+                      field_selector="regarding.name=p1", timeout_seconds=30)
+    await v1.create_namespaced_event("default", {
+        "metadata": {"name": "core-made"}, "reason": "FilteringFailed", "type": "Warning", "message": "m1",
+        "count": 3, "source": {"component": "hami-scheduler"},
+        "involvedObject": {"kind": "Pod", "name": "p1", "namespace": "default"}})
+    async with asyncio.timeout(10):
+        async for ev in stream:
+            seen = ev["raw_object"]
+            break
+    await w.close()
+    assert seen["apiVersion"] == "events.k8s.io/v1" and seen["regarding"]["name"] == "p1"
+    assert seen["note"] == "m1" and seen["deprecatedCount"] == 3
+    assert seen["deprecatedSource"] == {"component": "hami-scheduler"}
+
+    await ev1.create_namespaced_event("default", {
+        "metadata": {"name": "new-made"}, "eventTime": "2026-01-01T00:00:00.000000Z", "reason": "BindingSucceed",
+        "type": "Normal", "note": "bound", "action": "Bind", "reportingController": "hami-scheduler",
+        "reportingInstance": "i", "regarding": {"kind": "Pod", "name": "p1", "namespace": "default"}})
+    core = await v1.read_namespaced_event("new-made", "default")
+    assert core.message == "bound" and core.involved_object.name == "p1"
+    assert core.reporting_component == "hami-scheduler"
+    both = await v1.list_namespaced_event("default", field_selector="involvedObject.name=p1")
+    assert sorted(e.metadata.name for e in both.items) == ["core-made", "new-made"]
+    patched = await ev1.patch_namespaced_event("new-made", "default", {"note": "rebound"}, _content_type=MERGE)
+    assert patched.note == "rebound" and (await v1.read_namespaced_event("new-made", "default")).message == "rebound"
+    await ev1.delete_namespaced_event("core-made", "default")
+    assert [e.metadata.name for e in (await v1.list_namespaced_event("default")).items] == ["new-made"]
