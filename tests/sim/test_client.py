@@ -699,3 +699,11 @@ async def test_events_k8s_io_is_a_view_of_core_events(kube_api, apiserver):
     assert patched.note == "rebound" and (await v1.read_namespaced_event("new-made", "default")).message == "rebound"
     await ev1.delete_namespaced_event("core-made", "default")
     assert [e.metadata.name for e in (await v1.list_namespaced_event("default")).items] == ["new-made"]
+
+
+async def test_delete_collection_honours_selectors(kube_api):
+    v1 = client.CoreV1Api(kube_api)
+    for name in ("a", "b", "c"):
+        await v1.create_namespaced_pod("default", pod(name))
+    await v1.delete_collection_namespaced_pod("default", label_selector="app in (a,b)")
+    assert [p.metadata.name for p in (await v1.list_namespaced_pod("default")).items] == ["c"]
