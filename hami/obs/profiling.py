@@ -8,12 +8,17 @@
 Off by default. `--profiling` makes each role call `mount_pprof(app)` on its aiohttp application;
 `--debug-bind-address HOST:PORT` runs `run_debug_server` (host defaults to loopback).
 
-CPU profile: a sampler thread wakes every 10 ms, reads `sys._current_frames()` (every thread,
-the event-loop thread included) and each thread's CPU clock (`pthread_getcpuclockid`). The CPU
-time a thread used since the previous tick is charged to the stack it is in now, so idle threads
-(the loop waiting in epoll, workers blocked on a queue) cost nothing and do not show up, as in a
-Go CPU profile. Samples on a loop thread carry the running task's name as label `task`; every
-sample carries `thread`. `?mode=wall` counts every thread at every tick instead (off-CPU time too).
+CPU profile (~100 Hz, every thread). The main thread (where `asyncio.run` drives the loop) is
+sampled by SIGPROF (`setitimer(ITIMER_PROF)`): the handler runs between two bytecodes of the main
+thread and sees exactly where it spends CPU. Every other thread is sampled by a daemon thread that
+wakes every 10 ms, reads `sys._current_frames()` and each thread's CPU clock
+(`pthread_getcpuclockid`) and charges the CPU used since the last tick to the stack seen now. A
+thread blocked in a known wait (epoll, a lock, a queue) is idle: its tick is not charged, so idle
+threads do not show up, as in a Go CPU profile. The sampler thread needs the GIL, so it tends to
+see other threads where they release it; that bias is why the main thread uses SIGPROF. (Lowering
+the GIL switch interval instead cost 10-15% throughput on a busy machine.) Samples on a loop thread
+carry the running task's name as label `task`; every sample carries `thread`. `?mode=wall` counts
+every thread at every tick instead (off-CPU time too), from the sampler thread only.
 
 Heap: tracemalloc. If it is not tracing yet, the first heap/allocs request starts it and waits
 `seconds` (default 5) so the profile has something in it; tracing then stays on. `alloc_*` values
@@ -23,8 +28,10 @@ are a lower bound: the in-use growth summed over the snapshots this process has 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import linecache
 import os
+import signal
 import sys
 import threading
 import time
@@ -50,10 +57,6 @@ __all__ = [
 
 MAX_DEPTH = 128
 DEFAULT_INTERVAL = 0.01  # 100 Hz
-# While a CPU profile runs the GIL switch interval is lowered to this, so the sampler takes the GIL
-# from a computing thread within ~0.5 ms of waking, mid-computation, instead of waiting (5 ms by
-# default) until the thread blocks on its own -- which would charge its CPU to epoll.
-PROFILE_SWITCH_INTERVAL = 0.0005
 # Leaf frames that mean "this thread is blocked in C right now": CPU it used since the last tick
 # was spent elsewhere, so the tick is counted as idle (dropped), not charged to the wait.
 IDLE_LEAVES = frozenset({
@@ -145,15 +148,21 @@ class CpuSampler:
         self._thread: threading.Thread | None = None
         self._start_ns = 0
         self._duration_ns = 0
-        self._saved_switch: float | None = None
+        self._main_ident: int | None = None  # set while SIGPROF samples the main thread
+        self._saved_handler = None
+        self._main_acc = _Acc()
+        self._main_last_cpu = 0
         self.sampler_cpu_ns = 0  # CPU the sampler thread itself used: its overhead
         self.idle_ns = 0  # CPU seen on threads that were blocked at the tick: not charged
 
     def start(self) -> None:
         self._start_ns = time.time_ns()
-        if self.mode == "cpu" and sys.getswitchinterval() > PROFILE_SWITCH_INTERVAL:
-            self._saved_switch = sys.getswitchinterval()
-            sys.setswitchinterval(PROFILE_SWITCH_INTERVAL)
+        if self.mode == "cpu" and threading.current_thread() is threading.main_thread() \
+                and signal.getsignal(signal.SIGPROF) in (signal.SIG_DFL, None):
+            self._main_ident = threading.get_ident()
+            self._main_last_cpu = time.thread_time_ns()
+            self._saved_handler = signal.signal(signal.SIGPROF, self._on_sigprof)
+            signal.setitimer(signal.ITIMER_PROF, self.interval, self.interval)
         self._thread = threading.Thread(target=self._run, name="hami-pprof-sampler", daemon=True)
         self._thread.start()
 
@@ -161,9 +170,11 @@ class CpuSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        if self._saved_switch is not None and sys.getswitchinterval() == PROFILE_SWITCH_INTERVAL:
-            sys.setswitchinterval(self._saved_switch)
-        self._saved_switch = None
+        if self._main_ident is not None:
+            signal.setitimer(signal.ITIMER_PROF, 0, 0)
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGPROF, self._saved_handler or signal.SIG_DFL)
+            self._main_ident = None
         self._duration_ns = time.time_ns() - self._start_ns
         return self.profile()
 
@@ -183,12 +194,45 @@ class CpuSampler:
         finally:
             self.sampler_cpu_ns = time.thread_time_ns() - t0
 
+    def _on_sigprof(self, signum: int, frame: types.FrameType | None) -> None:
+        """SIGPROF on the main thread: `frame` is exactly where the main thread spends its CPU."""
+        if self._main_ident is None or frame is None:
+            return
+        now = time.thread_time_ns()
+        value = now - self._main_last_cpu
+        self._main_last_cpu = now
+        self._main_acc.ticks += 1
+        if value > 0:
+            self._record(self._main_acc, self._main_ident, threading.current_thread().name, frame, value)
+
+    def _record(self, acc: _Acc, ident: int, thread_name: str, frame: types.FrameType, value: int) -> None:
+        stack = _walk(frame, self._names)
+        if self.mode == "cpu" and stack and self._names.cache[stack[0][0]][0] in IDLE_LEAVES:
+            self.idle_ns += value
+            return
+        task_name = ""
+        loop = self.loops.get(ident)
+        if loop is not None:
+            try:
+                task = asyncio.current_task(loop)
+            except RuntimeError:
+                task = None
+            if task is not None:
+                task_name = task.get_name()
+        key = (thread_name, task_name, stack)
+        slot = acc.samples.get(key)
+        if slot is None:
+            acc.samples[key] = [1, value]
+        else:
+            slot[0] += 1
+            slot[1] += value
+
     def _sample(self, me: int, names: dict[int, str], last_cpu: dict[int, int], wall_ns: int) -> None:
         frames = sys._current_frames()
         acc = self._acc
         acc.ticks += 1
         for ident, frame in frames.items():
-            if ident == me:
+            if ident == me or ident == self._main_ident:
                 continue
             if self.mode == "cpu":
                 now = _thread_cpu_ns(ident)
@@ -201,32 +245,17 @@ class CpuSampler:
                 value = now - before
             else:
                 value = wall_ns
-            stack = _walk(frame, self._names)
-            if self.mode == "cpu" and stack and self._names.cache[stack[0][0]][0] in IDLE_LEAVES:
-                self.idle_ns += value
-                continue
-            task_name = ""
-            loop = self.loops.get(ident)
-            if loop is not None:
-                try:
-                    task = asyncio.current_task(loop)
-                except RuntimeError:
-                    task = None
-                if task is not None:
-                    task_name = task.get_name()
-            key = (names.get(ident, str(ident)), task_name, stack)
-            slot = acc.samples.get(key)
-            if slot is None:
-                acc.samples[key] = [1, value]
-            else:
-                slot[0] += 1
-                slot[1] += value
+            self._record(acc, ident, names.get(ident, str(ident)), frame, value)
 
     def profile(self) -> Profile:
         period = int(self.interval * 1e9)
         kind = "cpu" if self.mode == "cpu" else "wall"
         samples = []
-        for (thread, task, stack), (count, value) in self._acc.samples.items():
+        merged = dict(self._acc.samples)
+        for key, (count, value) in self._main_acc.samples.items():
+            have = merged.get(key)
+            merged[key] = [count, value] if have is None else [have[0] + count, have[1] + value]
+        for (thread, task, stack), (count, value) in merged.items():
             labels = {"thread": thread}
             if task:
                 labels["task"] = task
@@ -238,7 +267,7 @@ class CpuSampler:
             period=period,
             time_nanos=self._start_ns,
             duration_nanos=self._duration_ns,
-            comments=(f"hami sampler: mode={self.mode} ticks={self._acc.ticks} "
+            comments=(f"hami sampler: mode={self.mode} ticks={self._acc.ticks} sigprof={self._main_acc.ticks} "
                       f"sampler_cpu_ns={self.sampler_cpu_ns} idle_cpu_ns_not_charged={self.idle_ns}",),
             default_sample_type=kind,
         )
@@ -254,8 +283,15 @@ class _FunctionIndex:
     """
 
     def __init__(self) -> None:
-        self._by_file: dict[str, list[tuple[int, int, str]] | None] = {}
+        self._by_file: dict[str, list[tuple[int, types.CodeType, str]] | None] = {}
+        self._last: dict[types.CodeType, int] = {}
+        self._hits: dict[tuple, tuple[int, int, str]] = {}
         self._modules: dict[str, str] | None = None
+
+    def refresh_modules(self) -> None:
+        """Forget the filename -> module map (modules imported since are found next time)."""
+        self._modules = None
+        self._hits = {k: v for k, v in self._hits.items() if not v[2].endswith("<module>")}
 
     def _module_of(self, filename: str) -> tuple[str, types.ModuleType | None]:
         if self._modules is None:
@@ -267,11 +303,11 @@ class _FunctionIndex:
         name = self._modules.get(filename, "")
         return name, sys.modules.get(name) if name else None
 
-    def _ranges(self, filename: str) -> list[tuple[int, int, str]] | None:
+    def _functions(self, filename: str) -> list[tuple[int, types.CodeType, str]] | None:
+        """(first line, code, qualified name) of every function in the file, by first line."""
         if filename in self._by_file:
             return self._by_file[filename]
         modname, mod = self._module_of(filename)
-        ranges: list[tuple[int, int, str]] | None = None
         top = None
         loader = getattr(mod, "__loader__", None) if mod is not None else None
         if loader is not None and hasattr(loader, "get_code"):
@@ -285,36 +321,51 @@ class _FunctionIndex:
                     top = compile(fh.read(), filename, "exec", dont_inherit=True)
             except (OSError, SyntaxError, ValueError):
                 top = None
+        funcs: list[tuple[int, types.CodeType, str]] | None = None
         if top is not None:
-            ranges = []
+            funcs = []
             stack = [top]
             while stack:
                 code = stack.pop()
-                lines = [ln for _, _, ln in code.co_lines() if ln is not None]
-                if lines and code is not top:
+                if code is not top:
                     qual = getattr(code, "co_qualname", code.co_name)
-                    ranges.append((min(lines + [code.co_firstlineno]), max(lines), f"{modname}.{qual}"))
+                    funcs.append((code.co_firstlineno, code, f"{modname}.{qual}" if modname else qual))
                 stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
-        self._by_file[filename] = ranges
-        return ranges
+            funcs.sort(key=lambda f: f[0])
+        self._by_file[filename] = funcs
+        return funcs
+
+    def _range(self, func: tuple[int, types.CodeType, str]) -> tuple[int, int, str]:
+        hit = self._last.get(func[1])
+        if hit is None:
+            last = max((ln for _, _, ln in func[1].co_lines() if ln is not None), default=func[0])
+            hit = self._last[func[1]] = max(last, func[0])
+        return func[0], hit, func[2]
 
     def lookup(self, filename: str, line: int, inside: tuple[int, int, str] | None = None
                ) -> tuple[int, int, str]:
         """The innermost function range (first, last, name) around `line`.
 
         `inside`: the range found for the frame called from this same line (a comprehension or
-        lambda): the caller is the innermost range strictly enclosing it.
+        lambda): the caller is the innermost range strictly enclosing it. Only functions that
+        start at or before `line` are measured, nearest first, so few code objects are walked.
         """
-        best: tuple[int, int, str] | None = None
-        for r in self._ranges(filename) or ():
+        ckey = (filename, line, inside)
+        hit = self._hits.get(ckey)
+        if hit is None:
+            hit = self._hits[ckey] = self._lookup(filename, line, inside)
+        return hit
+
+    def _lookup(self, filename: str, line: int, inside: tuple[int, int, str] | None) -> tuple[int, int, str]:
+        funcs = self._functions(filename) or []
+        hi = bisect.bisect_right(funcs, line, key=lambda f: f[0])
+        for func in reversed(funcs[:hi]):
+            r = self._range(func)
             if not r[0] <= line <= r[1] or r == inside:
                 continue
             if inside is not None and not (r[0] <= inside[0] and inside[1] <= r[1]):
                 continue
-            if best is None or r[1] - r[0] < best[1] - best[0]:
-                best = r
-        if best is not None:
-            return best
+            return r
         modname, _ = self._module_of(filename)
         return 0, 0, f"{modname}.<module>" if modname else os.path.basename(filename) or "<unknown>"
 
@@ -332,6 +383,7 @@ class HeapTracker:
         self._last: dict[tuple, tuple[int, int]] = {}
         self._alloc: dict[tuple, list[int]] = {}
         self._lock = threading.Lock()
+        self._index = _FunctionIndex()  # source files do not change: names are looked up once
 
     @property
     def tracing(self) -> bool:
@@ -349,16 +401,16 @@ class HeapTracker:
 
     def profile(self, default: str = "inuse_space") -> Profile:
         """A snapshot now, as a profile with Go's four heap sample types."""
-        snap = tracemalloc.take_snapshot().filter_traces((
-            tracemalloc.Filter(False, tracemalloc.__file__),
-            tracemalloc.Filter(False, __file__),
-            tracemalloc.Filter(False, linecache.__file__),
-        ))
-        index = _FunctionIndex()
+        snap = tracemalloc.take_snapshot()
+        index = self._index
+        index.refresh_modules()
+        own = {tracemalloc.__file__, __file__, linecache.__file__}
         samples = []
         with self._lock:
             seen = set()
             for stat in snap.statistics("traceback"):
+                if stat.traceback[-1].filename in own:  # the profiler's own work
+                    continue
                 key = tuple((f.filename, f.lineno) for f in reversed(stat.traceback))  # leaf first
                 seen.add(key)
                 size, count = stat.size, stat.count
