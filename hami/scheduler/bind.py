@@ -83,6 +83,7 @@ class Binder:
             if err:
                 return self._fail(ref, err)
             locked = True
+            log.v(5).info("Node locked", pod=f"{ns}/{name}", node=node)
         try:
             marked = await self.client.patch_pod(ns, name, {"metadata": {"annotations": {
                 codec.BIND_PHASE_ANNOTATION: "allocating",
@@ -94,6 +95,7 @@ class Binder:
                     await self._unmark(ns, name)
                     await self._release(node, ns, name)
                     return self._fail(ref, err)
+            log.v(5).info("Pod marked allocating", pod=f"{ns}/{name}", node=node, checked=locked)
             await self.client.bind_pod(ns, name, ref[2], node)
         except ApiError as exc:
             if locked:

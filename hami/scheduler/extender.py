@@ -191,6 +191,11 @@ class Extender:
             log.v(5).info("Pod asks for no HAMi device, passing through", pod=f"{ns}/{name}")
             return {"NodeNames": node_names, "FailedNodes": None, "Error": ""}
         index = self.state.index
+        if log.enabled(5):
+            full = nodes is not None and node_names is None
+            count = len((nodes or {}).get("items") or []) if full and isinstance(nodes, dict) else len(node_names or [])
+            log.v(5).info("Filter request", pod=f"{ns}/{name}", uid=uid, nodes=count,
+                          mode="Nodes" if full else "NodeNames")
         if nodes is not None and node_names is None:
             return self._filter_nodes_mode(pod, ns, name, annos, requests, num_init, nodes)
         node_names = list(node_names or [])
