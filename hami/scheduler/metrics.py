@@ -35,9 +35,18 @@ class PodAlloc:
 
 
 @dataclass(frozen=True, slots=True)
+class QuotaUse:
+    namespace: str
+    resource: str  # e.g. nvidia.com/gpumem
+    used: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     devices: tuple[tuple[str, DeviceUsage], ...] = ()  # (node, device usage)
     pods: tuple[PodAlloc, ...] = ()
+    quotas: tuple[QuotaUse, ...] = ()
 
 
 _DEV = ("node", "device_uuid", "device_index", "device_type", "zone")
@@ -122,6 +131,20 @@ class UsageCollector:
             if legacy:
                 legacy["vmem"].add_metric(labels, p.usedmem * MIB)
                 legacy["vcore"].add_metric(labels, p.usedcores)
+        q_used = GaugeMetricFamily("hami_resource_quota_used", "ResourceQuota usage of HAMi resources",
+                                   labels=("namespace", "quota_name", "limit", "zone"))
+        q_limit = GaugeMetricFamily("hami_resource_quota_limit", "ResourceQuota limit of HAMi resources",
+                                    labels=("namespace", "quota_name", "zone"))
+        for q in snap.quotas:
+            q_used.add_metric([q.namespace, q.resource, str(q.limit), ZONE], q.used)
+            q_limit.add_metric([q.namespace, q.resource, ZONE], q.limit)
+        g["q_used"], g["q_limit"] = q_used, q_limit
+        if legacy:
+            lq = GaugeMetricFamily("QuotaUsed", "ResourceQuota usage", labels=("quotanamespace", "quotaName", "limit",
+                                                                               "zone"))
+            for q in snap.quotas:
+                lq.add_metric([q.namespace, q.resource, str(q.limit), ZONE], q.used)
+            legacy["q_used"] = lq
         yield from g.values()
         yield from legacy.values()
 

@@ -28,7 +28,7 @@ from hami.scheduler import webhook as webhookmod
 from hami.scheduler.bind import Binder
 from hami.scheduler.extender import CertReloader, Extender, bound_port, serve
 from hami.scheduler.handshake import Handshaker, Verdict
-from hami.scheduler.metrics import PodAlloc, SchedulerMetrics, Snapshot, serve_metrics
+from hami.scheduler.metrics import PodAlloc, QuotaUse, SchedulerMetrics, Snapshot, serve_metrics
 from hami.scheduler.state import ClusterState
 
 log = get_logger(__name__)
@@ -66,7 +66,12 @@ def usage_snapshot(state: ClusterState) -> Snapshot:
         for cidx, ctr in enumerate(rec.devices):
             for dev in ctr:
                 pods.append(PodAlloc(ns, rec.node, pname, cidx, dev.uuid, dev.usedmem, dev.usedcores))
-    return Snapshot(tuple(devices), tuple(pods))
+    quotas = []
+    for ns in sorted(getattr(index, "_quota", {})):
+        for resource, (used, limit) in sorted(index.quota_used(ns).items()):
+            if limit:
+                quotas.append(QuotaUse(ns, resource, used, limit))
+    return Snapshot(tuple(devices), tuple(pods), tuple(quotas))
 
 
 @dataclass

@@ -97,3 +97,12 @@ async def test_bad_scoring_weights_is_an_error(env):
     pod = env.create_pod(pod_obj("p", mem=10, annotations={"hami.io/device-scoring-weights": "slot=x"}))
     out = await env.filter(pod, ["plain"])
     assert out["Error"].startswith("calcScore failed ") and out["Error"].endswith(" for pod p")
+
+
+async def test_quota_metrics_are_exported(env):
+    pod = env.create_pod(pod_obj("p", "q", mem=600))
+    assert (await env.filter(pod, ["plain"]))["NodeNames"] == ["plain"]
+    async with env.http.get(f"http://127.0.0.1:{env.sched.metrics_port}/metrics") as r:
+        text = await r.text()
+    assert 'hami_resource_quota_limit{namespace="q",quota_name="nvidia.com/gpumem",zone="vGPU"} 1000.0' in text
+    assert 'hami_resource_quota_used{limit="1000",namespace="q",quota_name="nvidia.com/gpumem",zone="vGPU"} 600.0' in text
