@@ -185,3 +185,24 @@ async def test_two_schedulers_bind_200_pods_without_overcommit(apiserver):
     finally:
         await stop_env(a)
         await stop_env(b)
+
+
+async def test_bind_refuses_a_placement_that_collides_with_a_bound_pod(env):
+    """Another replica's stale /filter put pod2 on the GPU pod1 already holds exclusively."""
+    pod1 = env.create_pod(pod_obj("first", cores=100))
+    node = (await env.filter(pod1, ["n0"]))["NodeNames"][0]
+    assert (await env.bind(pod1, node))["Error"] == ""
+    plugin_allocate(env.store, "first", node)
+    taken = env.pod("default", "first")["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
+    pod2 = env.create_pod(pod_obj("second", cores=100, annotations={
+        "hami.io/vgpu-node": node, "hami.io/vgpu-devices-allocated": taken, "hami.io/vgpu-devices-to-allocate": taken}))
+    state = env.sched.state
+    await eventually(lambda: state.pod("default", "second") and state.pod("default", "first")["spec"].get("nodeName")
+                     and LOCK not in state.node(node)["metadata"]["annotations"])
+    out = await env.bind(pod2, node)
+    assert "taken by a concurrent placement" in out["Error"]
+    stored = env.pod("default", "second")
+    assert stored["spec"].get("nodeName") is None
+    assert "hami.io/bind-phase" not in stored["metadata"]["annotations"]
+    assert LOCK not in env.store.get("nodes", "", node)["metadata"].get("annotations", {})
+    assert env.sched.binder.overcommit_refusals == 1
