@@ -70,6 +70,20 @@ def load_role(name: str) -> Callable[[RoleContext], Awaitable[None]]:
     return module.run
 
 
+def _support_tasks(config: Config, stop: asyncio.Event) -> list[tuple[str, Any]]:
+    """Process-wide debugging aids, supervised like roles; off unless asked for."""
+    out: list[tuple[str, Any]] = []
+    if config.debug.profiling and config.debug.debug_bind_address:
+        from hami.obs.profiling import run_debug_server
+
+        out.append(("debug-server", run_debug_server(config.debug.debug_bind_address, stop)))
+    if config.debug.aiomonitor:
+        from hami.obs.aiomon import run_aiomonitor
+
+        out.append(("aiomonitor", run_aiomonitor(config.debug, stop)))
+    return out
+
+
 async def run_roles(
     config: Config,
     roles: tuple[str, ...],
@@ -121,6 +135,9 @@ async def run_roles(
                 if task in done:
                     ready.cancel()
                     break
+        if failure is None:
+            for name, coro in _support_tasks(config, stop):
+                tasks[asyncio.create_task(coro, name=name)] = name
         stop_waiter = asyncio.create_task(stop.wait(), name="stop-waiter")
         pending = set(tasks)
         while pending:

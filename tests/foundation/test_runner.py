@@ -101,3 +101,41 @@ def test_version_and_help_list_roles_and_flags():
         assert word in res.stdout
     res = subprocess.run([sys.executable, "-m", "hami.cli.main", "--version"], capture_output=True, text=True)
     assert res.stdout.startswith("hami ")
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_debug_server_and_aiomonitor_start_on_loopback_only_when_asked():
+    import urllib.request
+
+    dbg, tel, web_ui, con = (_free_port() for _ in range(4))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hami.cli.main", "--role", "sim", "--sim-listen", "127.0.0.1:0",
+         "--sim-kubeconfig", f"/tmp/hami-test-kc-{dbg}", "--profiling", "--debug-bind-address", f":{dbg}",
+         "--aiomonitor", "--aiomonitor-port", str(tel), "--aiomonitor-webui-port", str(web_ui),
+         "--aiomonitor-console-port", str(con)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        body = ""
+        while time.monotonic() < deadline and not body:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{dbg}/debug/pprof/", timeout=2).read().decode()
+            except OSError:
+                time.sleep(0.3)
+        assert "goroutine" in body
+        listening = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True).stdout
+        for port in (dbg, tel, web_ui):
+            local = [line.split()[3] for line in listening.splitlines() if line.split()[3].endswith(f":{port}")]
+            assert local and all(addr.startswith("127.0.0.1:") for addr in local), (port, local)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0
