@@ -1,0 +1,155 @@
+"""Reads the live cluster into the facts the pure decision modules (`tree`, `tuning`) take.
+
+The only I/O of `hami doctor`: pods, events, nodes, ResourceQuotas and the leader Lease through
+`hami.kube.client.KubeClient`, and the scheduler's /healthz over HTTP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Iterable
+
+import aiohttp
+
+from hami.config import KubeSettings, parse_duration
+from hami.device import codec
+from hami.device.model import NvidiaConfig
+from hami.device.request import quantity_value
+from hami.doctor.tree import EventFact, NodeFacts, QuotaFact, SchedulerFact
+from hami.kube.client import ApiError, KubeClient
+
+RECENT_EVENTS_S = 15 * 60.0
+
+
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    """Connection flags plus what the doctor must know about the scheduler."""
+    from hami.cli.flags import add_kube_flags
+
+    add_kube_flags(parser)
+    parser.add_argument("--scheduler-name", default="hami-scheduler",
+                        help="the HAMi scheduler's name (schedulerName of its pods, component of its events)")
+    parser.add_argument("--scheduler-url", default="",
+                        help="base URL of the scheduler's HTTP server; its /healthz tells if it runs")
+    parser.add_argument("--scheduler-namespace", default="kube-system",
+                        help="namespace of the scheduler's leader Lease (default kube-system)")
+    parser.add_argument("--lease-name", default="hami-scheduler", help="name of the leader Lease")
+    parser.add_argument("--node-lock-timeout", default="5m", help="nodeLockExpire, e.g. 5m (default 5m)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+async def client_from_args(args: argparse.Namespace) -> KubeClient:
+    timeout = getattr(args, "kube_timeout", None)
+    settings = KubeSettings(
+        kubeconfig=getattr(args, "kubeconfig", None),
+        qps=getattr(args, "kube_qps", 50.0),
+        burst=getattr(args, "kube_burst", 100),
+        timeout=parse_duration(timeout, key="--kube-timeout") if timeout else 0.0,
+    )
+    return await KubeClient.from_settings(settings)
+
+
+def lock_timeout(args: argparse.Namespace) -> float:
+    return parse_duration(getattr(args, "node_lock_timeout", "5m") or "5m", key="--node-lock-timeout")
+
+
+def parse_time(text: str | None) -> float:
+    """RFC3339 (with or without fraction) -> unix seconds; 0 when absent or unreadable."""
+    if not text:
+        return 0.0
+    try:
+        return codec.parse_rfc3339(text, field="time")
+    except codec.CodecError:
+        return 0.0
+
+
+def event_fact(ev: dict) -> EventFact:
+    t = (parse_time(ev.get("lastTimestamp")) or parse_time(ev.get("eventTime"))
+         or parse_time(ev.get("firstTimestamp")) or parse_time((ev.get("metadata") or {}).get("creationTimestamp")))
+    comp = (ev.get("source") or {}).get("component") or ev.get("reportingComponent") or ""
+    return EventFact(ev.get("reason", ""), ev.get("message", ""), ev.get("type", "Normal"), comp, t,
+                     int(ev.get("count") or 1))
+
+
+def node_facts(node: dict, resource: str = "nvidia.com/gpu") -> NodeFacts:
+    meta = node.get("metadata") or {}
+    status = node.get("status") or {}
+
+    def count(part: str) -> int:
+        v = (status.get(part) or {}).get(resource)
+        return int(quantity_value(v) or 0) if v is not None else 0
+
+    return NodeFacts(meta.get("name", ""), dict(meta.get("annotations") or {}), count("allocatable"),
+                     count("capacity"), dict(meta.get("labels") or {}))
+
+
+def quota_fact(q: dict) -> QuotaFact:
+    def ints(m: dict | None) -> dict[str, int]:
+        return {k: int(quantity_value(v) or 0) for k, v in (m or {}).items()}
+
+    return QuotaFact((q.get("metadata") or {}).get("name", ""), ints((q.get("spec") or {}).get("hard")),
+                     ints((q.get("status") or {}).get("used")))
+
+
+async def pod_events(client: KubeClient, namespace: str, name: str, uid: str = "") -> list[EventFact]:
+    items = (await client.list("events", namespace)).get("items") or []
+    out = []
+    for ev in items:
+        obj = ev.get("involvedObject") or {}
+        if obj.get("name") == name and (obj.get("kind") in (None, "", "Pod")) and (not uid or obj.get("uid") in (None, "", uid)):
+            out.append(event_fact(ev))
+    return out
+
+
+async def list_nodes(client: KubeClient, resource: str) -> list[NodeFacts]:
+    return [node_facts(n, resource) for n in (await client.list_nodes()).get("items") or []]
+
+
+async def list_quotas(client: KubeClient, namespace: str) -> list[QuotaFact]:
+    return [quota_fact(q) for q in (await client.list("resourcequotas", namespace)).get("items") or []]
+
+
+async def scheduler_fact(client: KubeClient, args: argparse.Namespace, now: float | None = None) -> SchedulerFact:
+    """Is the scheduler running? /healthz when --scheduler-url is given, else the leader Lease's
+    renew time, else whether it wrote any event recently; None when nothing tells."""
+    now = time.time() if now is None else now
+    url = getattr(args, "scheduler_url", "")
+    if url:
+        target = url.rstrip("/") + "/healthz"
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as s:
+                async with s.get(target, ssl=False) as resp:
+                    return SchedulerFact(resp.status == 200, f"GET {target}: {resp.status}")
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            return SchedulerFact(False, f"GET {target}: {type(exc).__name__} {exc}")
+    try:
+        lease = await client.get_lease(args.scheduler_namespace, args.lease_name)
+    except ApiError as exc:
+        if not exc.not_found:
+            raise
+        lease = None
+    if lease is not None:
+        spec = lease.get("spec") or {}
+        renew = parse_time(spec.get("renewTime"))
+        duration = float(spec.get("leaseDurationSeconds") or 15)
+        alive = renew > 0 and now - renew <= duration
+        return SchedulerFact(alive, f"lease {args.scheduler_namespace}/{args.lease_name} held by "
+                                    f"{spec.get('holderIdentity', '?')}, renewed {int(now - renew)}s ago "
+                                    f"(duration {int(duration)}s)")
+    items = (await client.list("events")).get("items") or []
+    recent = [e for e in map(event_fact, items)
+              if e.component == args.scheduler_name and now - e.time <= RECENT_EVENTS_S]
+    if recent:
+        return SchedulerFact(True, f"{len(recent)} event(s) from {args.scheduler_name} in the last "
+                                   f"{int(RECENT_EVENTS_S // 60)}m")
+    return SchedulerFact(None, f"no lease {args.scheduler_namespace}/{args.lease_name} and no event from "
+                               f"{args.scheduler_name} in the last {int(RECENT_EVENTS_S // 60)}m; "
+                               "pass --scheduler-url to check /healthz")
+
+
+def nvidia_config() -> NvidiaConfig:
+    return NvidiaConfig()
+
+
+def names(items: Iterable[NodeFacts]) -> list[str]:
+    return [n.name for n in items]

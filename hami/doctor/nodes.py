@@ -1,0 +1,52 @@
+"""`hami doctor nodes [--json]`: the node-annotation check of the runbook, as one table.
+
+    hami doctor nodes [--kubeconfig FILE] [--node-lock-timeout 5m] [--json]
+
+For every node: the `hami.io/node-nvidia-register` state, the `hami.io/node-handshake` value and
+age, the `hami.io/mutex.lock` holder and age, and the number of schedulable GPUs. Exit code 1 if
+any GPU node is unhealthy (register missing or invalid, handshake stale, lock older than the
+lock timeout, unhealthy GPUs), else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import orjson
+
+from hami.doctor import gather
+from hami.doctor.tree import NodeHealth, node_health, render_nodes
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    gather.add_common_flags(parser)
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("nodes", help="GPU node health table (register, handshake, lock)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    configure(p)
+    p.set_defaults(doctor_main=main)
+    return p
+
+
+async def check(client, args: argparse.Namespace, now: float | None = None) -> list[NodeHealth]:
+    now = time.time() if now is None else now
+    facts = await gather.list_nodes(client, gather.nvidia_config().resource_count_name)
+    timeout = gather.lock_timeout(args)
+    return [node_health(n, now, timeout) for n in sorted(facts, key=lambda n: n.name)]
+
+
+async def main(args: argparse.Namespace) -> int:
+    client = await gather.client_from_args(args)
+    try:
+        rows = await check(client, args)
+    finally:
+        await client.close()
+    if args.json:
+        sys.stdout.write(orjson.dumps([r.as_dict() for r in rows], option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(render_nodes(rows))
+    return 1 if any(not r.healthy for r in rows) else 0

@@ -1,0 +1,71 @@
+"""`hami doctor pod NAMESPACE/NAME [--json]`: why is this pod Pending?
+
+    hami doctor pod default/train-1 [--kubeconfig FILE] [--scheduler-url https://10.0.0.5:443]
+                    [--scheduler-name hami-scheduler] [--json]
+
+Gathers the pod, its events, the nodes, the namespace's ResourceQuotas and the scheduler's health
+(`hami.doctor.gather`), walks the runbook's decision tree (`hami.doctor.tree.diagnose_pod`) and
+prints the leaf reached, the evidence and the fix. Exit code 0 when the pod is fine, 1 when a
+problem leaf was reached, 2 on usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import orjson
+
+from hami.doctor import gather
+from hami.doctor.tree import Diagnosis, PodFacts, diagnose_pod, render_diagnosis
+from hami.kube.client import ApiError
+
+OK_LEAVES = ("not-pending",)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("pod", metavar="NAMESPACE/NAME", help="the pod to diagnose (NAME alone: namespace default)")
+    gather.add_common_flags(parser)
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("pod", help="walk the debugging decision tree for one pod",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    configure(p)
+    p.set_defaults(doctor_main=main)
+    return p
+
+
+async def diagnose(client, args: argparse.Namespace, now: float | None = None) -> Diagnosis:
+    ns, _, name = args.pod.rpartition("/")
+    ns = ns or "default"
+    now = time.time() if now is None else now
+    pod = await client.get_pod(ns, name)
+    cfg = gather.nvidia_config()
+    facts = PodFacts(
+        pod=pod,
+        events=await gather.pod_events(client, ns, name, (pod.get("metadata") or {}).get("uid", "")),
+        scheduler=await gather.scheduler_fact(client, args, now),
+        nodes=await gather.list_nodes(client, cfg.resource_count_name),
+        quotas=await gather.list_quotas(client, ns),
+        now=now,
+        scheduler_name=args.scheduler_name,
+        nvidia=cfg,
+        lock_timeout=gather.lock_timeout(args),
+    )
+    return diagnose_pod(facts)
+
+
+async def main(args: argparse.Namespace) -> int:
+    client = await gather.client_from_args(args)
+    try:
+        d = await diagnose(client, args)
+    except ApiError as exc:
+        print(f"hami doctor pod: {args.pod}: {exc}", file=sys.stderr)
+        return 2 if exc.not_found else 1
+    finally:
+        await client.close()
+    sys.stdout.write(orjson.dumps(d.as_dict(), option=orjson.OPT_INDENT_2).decode() + "\n" if args.json
+                     else render_diagnosis(d))
+    return 0 if d.leaf in OK_LEAVES else 1

@@ -1,0 +1,479 @@
+"""The debugging runbook's decision tree, as a pure function over gathered facts (no I/O).
+
+`diagnose_pod(PodFacts) -> Diagnosis` walks the tree of ../shared/runbooks.md (seed 001):
+
+    bind-phase=failed                      -> allocate-failed        (Allocate failed on the node)
+    no HAMi event:
+        scheduler not running              -> scheduler-not-running
+        pod asks for no HAMi resource      -> no-hami-resource
+        schedulerName is not ours          -> wrong-scheduler-name
+        else                               -> no-event               (raise -v to 5)
+    latest HAMi event BindingFailed:
+        node lock contention               -> binding-lock-contention
+        else                               -> binding-api-error
+    latest FilteringFailed:
+        ResourceQuotaNotFit / quota full   -> resource-quota
+        NodeUnfitPod or no reason code, and a GPU node without register annotation
+                                           -> node-register-missing
+        ... and a GPU node whose handshake is stale -> handshake-stale
+        else                               -> filtering-failed       (advice per reason code)
+    latest FilteringSucceed, still Pending -> filter-succeed-pending (another plugin blocks it)
+    BindingSucceed, bind-phase=allocating  -> allocating             (waiting for the node agent)
+    scheduled and running                  -> not-pending
+
+`node_health(NodeFacts, now) -> NodeHealth` is the per-node check of `hami doctor nodes`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+from hami.device import codec
+from hami.device.model import DeviceInfo, NvidiaConfig
+
+HAMI_EVENT_REASONS = ("FilteringFailed", "FilteringSucceed", "BindingFailed", "BindingSucceed")
+HANDSHAKE_WINDOW_S = 60.0  # hami.scheduler.handshake.WINDOW_S: a Requesting older than this needs devices
+_FAILED_KEY = re.compile(r"^(\d+) nodes ([A-Za-z][A-Za-z0-9_]*)\(([^)]*)\)$")
+_BARE_KEYS = ("NodeInsufficientDevice", "ResourceQuotaNotFit", "NodeUnfitPod", "AllocatedCardsInsufficientRequest")
+
+# Reason code -> (what it means, what to do). Keys are HAMi's (pkg/device/common/common.go).
+REASON_ADVICE: dict[str, tuple[str, str]] = {
+    "NodeInsufficientDevice": ("the node has fewer GPUs than one container asks for",
+                               "ask for fewer nvidia.com/gpu per container, or add nodes with more GPUs"),
+    "CardInsufficientMemory": ("no card has enough free memory for the request",
+                               "lower nvidia.com/gpumem (or gpumem-percentage), wait for pods to finish, "
+                               "or raise deviceMemoryScaling if cards are under-used (hami tune)"),
+    "CardInsufficientCore": ("no card has enough free cores (nvidia.com/gpucores)",
+                             "lower nvidia.com/gpucores or wait for pods holding cores to finish"),
+    "ExclusiveDeviceAllocateConflict": ("the pod wants a whole card (gpucores 100) but every card is shared, "
+                                        "or a card is held exclusively",
+                                        "wait for the sharing pods to finish, or schedule to another node"),
+    "CardTimeSlicingExhausted": ("every card already has deviceSplitCount tasks",
+                                 "raise deviceSplitCount (hami tune) or add GPUs"),
+    "CardComputeUnitsExhausted": ("a card's cores are fully allocated",
+                                  "lower gpucores requests or wait for pods to finish"),
+    "CardTypeMismatch": ("no card matches nvidia.com/use-gputype / nouse-gputype",
+                         "fix the pod's GPU type annotations or add that GPU model"),
+    "CardUuidMismatch": ("no card matches nvidia.com/use-gpuuuid / nouse-gpuuuid",
+                         "fix the pod's GPU UUID annotations"),
+    "CardNotHealth": ("the cards are reported unhealthy by the node agent",
+                      "check the node agent log and `nvidia-smi` on the node (XID errors)"),
+    "CardCordoned": ("the cards are cordoned with hami.io/device-cordon",
+                     "remove the UUIDs from the node's hami.io/device-cordon annotation"),
+    "NumaNotFit": ("nvidia.com/numa-bind asks for cards on one NUMA node and none has enough",
+                   "drop numa-bind or ask for fewer GPUs"),
+    "CardNotFoundCustomFilterRule": ("a custom filter rule rejected every card", "review the device filter rules"),
+    "CardMigTopologyInfeasible": ("no MIG placement fits on the card", "ask for another MIG size or free a GPU"),
+    "AllocatedCardsInsufficientRequest": ("fewer fitting cards than requested",
+                                          "ask for fewer GPUs or free some cards"),
+    "NodeUnfitPod": ("the node's device information is stale or does not match the pod",
+                     "check the node agent (register annotation, handshake), see `hami doctor nodes`"),
+    "ResourceQuotaNotFit": ("the namespace's ResourceQuota for GPU memory/cores is used up",
+                            "raise the quota (limits.nvidia.com/gpumem, limits.nvidia.com/gpucores) "
+                            "or delete pods in the namespace"),
+    "ModeNotFit": ("nvidia.com/vgpu-mode does not match the cards' mode (hami-core, mig, mps)",
+                   "fix the pod's vgpu-mode annotation or the node's operatingmode"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EventFact:
+    reason: str
+    message: str
+    type: str = "Normal"
+    component: str = ""
+    time: float = 0.0  # unix seconds of the last occurrence
+    count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerFact:
+    """What gathering learnt about the scheduler: alive True/False, or None when nothing told."""
+
+    alive: bool | None
+    how: str  # "healthz http://...: 200" / "no event from hami-scheduler for 10m" / "lease renewed 5s ago"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    name: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    allocatable_gpu: int = 0
+    capacity_gpu: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaFact:
+    name: str
+    hard: Mapping[str, int]
+    used: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    pod: Mapping
+    events: Sequence[EventFact]
+    scheduler: SchedulerFact
+    nodes: Sequence[NodeFacts]
+    quotas: Sequence[QuotaFact] = ()
+    now: float = 0.0
+    scheduler_name: str = "hami-scheduler"
+    nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
+    lock_timeout: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    pod: str
+    leaf: str
+    summary: str
+    evidence: tuple[str, ...]
+    fix: str
+    path: tuple[str, ...]
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHealth:
+    name: str
+    gpu_node: bool
+    register: str  # "ok (8 GPUs)", "missing", "invalid: ..."
+    handshake: str  # the raw value, or "-"
+    handshake_age: float | None
+    lock_holder: str  # "ns/pod", "(legacy)", or "-"
+    lock_age: float | None
+    schedulable_gpus: int
+    healthy: bool
+    problems: tuple[str, ...]
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- small readers
+
+
+def _meta(obj: Mapping) -> Mapping:
+    return obj.get("metadata") or {}
+
+
+def _annos(obj: Mapping) -> Mapping:
+    return _meta(obj).get("annotations") or {}
+
+
+def _age(now: float, ts: float | None) -> str:
+    if ts is None:
+        return "unknown age"
+    s = max(0, int(now - ts))
+    return f"{s // 3600}h{s % 3600 // 60}m{s % 60}s ago" if s >= 3600 else (
+        f"{s // 60}m{s % 60}s ago" if s >= 60 else f"{s}s ago")
+
+
+def hami_resources(cfg: NvidiaConfig) -> tuple[str, ...]:
+    return (cfg.resource_count_name, cfg.resource_memory_name, cfg.resource_memory_percentage_name,
+            cfg.resource_core_name)
+
+
+def requested_hami_resources(pod: Mapping, cfg: NvidiaConfig) -> dict[str, str]:
+    """HAMi resource names the pod's containers ask for -> the first value seen."""
+    names = hami_resources(cfg)
+    spec = pod.get("spec") or {}
+    out: dict[str, str] = {}
+    for c in list(spec.get("initContainers") or []) + list(spec.get("containers") or []):
+        res = c.get("resources") or {}
+        for part in ("limits", "requests"):
+            for k, v in (res.get(part) or {}).items():
+                if k in names:
+                    out.setdefault(k, str(v))
+    return out
+
+
+def _int(v) -> int:
+    try:
+        return int(str(v))
+    except (TypeError, ValueError):
+        return 0
+
+
+def pod_gpu_counts(pod: Mapping, cfg: NvidiaConfig) -> list[int]:
+    spec = pod.get("spec") or {}
+    out = []
+    for c in spec.get("containers") or []:
+        res = c.get("resources") or {}
+        v = (res.get("limits") or {}).get(cfg.resource_count_name, (res.get("requests") or {}).get(cfg.resource_count_name))
+        if v is not None:
+            out.append(_int(v))
+    return out
+
+
+def pod_quota_request(pod: Mapping, cfg: NvidiaConfig) -> dict[str, int]:
+    """What the pod adds to `limits.<gpumem|gpucores>` of a quota: per container nums x value."""
+    spec = pod.get("spec") or {}
+    mem = cores = 0
+    for c in spec.get("containers") or []:
+        lim = (c.get("resources") or {}).get("limits") or {}
+        n = _int(lim.get(cfg.resource_count_name, 0))
+        mem += n * _int(lim.get(cfg.resource_memory_name, 0))
+        cores += n * _int(lim.get(cfg.resource_core_name, 0))
+    return {f"limits.{cfg.resource_memory_name}": mem, f"limits.{cfg.resource_core_name}": cores}
+
+
+def failed_reasons(events: Sequence[EventFact]) -> dict[str, list[str]]:
+    """Reason key -> nodes, from FilteringFailed texts `2 nodes Key(n1,n2)` and bare keys."""
+    out: dict[str, list[str]] = {}
+    for e in events:
+        if e.reason != "FilteringFailed":
+            continue
+        m = _FAILED_KEY.match(e.message.strip())
+        if m:
+            out.setdefault(m.group(2), []).extend(n for n in m.group(3).split(",") if n)
+            continue
+        for key in (*REASON_ADVICE, *_BARE_KEYS):
+            if key in e.message and key not in out:
+                out[key] = []
+    return out
+
+
+def handshake_state(node: NodeFacts, now: float) -> tuple[str, float | None, bool]:
+    """(raw value, age seconds, stale?) of `hami.io/node-handshake`, judged as the scheduler does."""
+    value = node.annotations.get(codec.HANDSHAKE_ANNOTATION)
+    if value is None:
+        return "-", None, False
+    hs = codec.decode_handshake(value)
+    age = None if hs.timestamp is None else now - hs.timestamp
+    stale = (hs.state == codec.HANDSHAKE_DELETED) or (
+        hs.state == codec.HANDSHAKE_REQUESTING and age is not None and age > HANDSHAKE_WINDOW_S
+        and node.allocatable_gpu <= 0)
+    return value, age, stale
+
+
+def register_state(node: NodeFacts) -> tuple[str, tuple[DeviceInfo, ...] | None]:
+    value = node.annotations.get(codec.REGISTER_ANNOTATION)
+    if value is None:
+        return "missing", None
+    try:
+        devices = codec.decode_node_devices(value)
+    except codec.CodecError as exc:
+        return f"invalid: {exc}", None
+    return f"ok ({len(devices)} GPUs)", devices
+
+
+def is_gpu_node(node: NodeFacts) -> bool:
+    return (codec.REGISTER_ANNOTATION in node.annotations or codec.HANDSHAKE_ANNOTATION in node.annotations
+            or node.capacity_gpu > 0 or node.allocatable_gpu > 0
+            or any(k.startswith("nvidia.com/") or k == "gpu" for k in node.labels))
+
+
+def node_health(node: NodeFacts, now: float, lock_timeout: float = 300.0) -> NodeHealth:
+    gpu = is_gpu_node(node)
+    problems = []
+    register, devices = register_state(node)
+    if gpu and devices is None:
+        problems.append(f"register annotation {register}: the node agent has not registered GPUs")
+    hs_value, hs_age, stale = handshake_state(node, now)
+    if stale:
+        problems.append(f"handshake stale ({hs_value}, {_age(now, now - hs_age if hs_age is not None else None)}, "
+                        f"allocatable {node.allocatable_gpu}): the device plugin is not reporting")
+    lock = node.annotations.get(codec.NODE_LOCK_ANNOTATION)
+    holder, lock_age = "-", None
+    if lock:
+        try:
+            held = codec.decode_node_lock(lock)
+            holder = "(legacy)" if held.legacy else f"{held.namespace}/{held.name}"
+            lock_age = now - held.timestamp
+            if lock_age > lock_timeout:
+                problems.append(f"node lock held by {holder} for {int(lock_age)}s (> {int(lock_timeout)}s)")
+        except codec.CodecError as exc:
+            holder = f"(invalid: {exc})"
+            problems.append(f"node lock annotation unreadable: {exc}")
+    schedulable = 0
+    if devices is not None and not stale:
+        schedulable = sum(1 for d in devices if d.health)
+        sick = len(devices) - schedulable
+        if sick:
+            problems.append(f"{sick} GPU(s) unhealthy")
+    return NodeHealth(node.name, gpu, register if gpu or devices is not None else "-", hs_value, hs_age,
+                      holder, lock_age, schedulable, not (gpu and problems), tuple(problems))
+
+
+# --------------------------------------------------------------------------- the tree
+
+
+def _hami_events(f: PodFacts) -> list[EventFact]:
+    evs = [e for e in f.events if e.reason in HAMI_EVENT_REASONS]
+    return sorted(evs, key=lambda e: e.time)
+
+
+def _ev(e: EventFact, now: float) -> str:
+    return f"event {e.type} {e.reason} ({_age(now, e.time)}, x{e.count}): {e.message}"
+
+
+def diagnose_pod(f: PodFacts) -> Diagnosis:
+    pod = f.pod
+    meta = _meta(pod)
+    ref = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    annos = _annos(pod)
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    phase = status.get("phase", "Pending")
+    path: list[str] = [f"pod phase {phase}"]
+    evidence: list[str] = []
+    sched_line = f"scheduler: {'running' if f.scheduler.alive else 'not running' if f.scheduler.alive is False else 'unknown'} ({f.scheduler.how})"
+
+    def done(leaf: str, summary: str, fix: str) -> Diagnosis:
+        return Diagnosis(ref, leaf, summary, tuple(evidence), fix, tuple(path))
+
+    bind_phase = annos.get(codec.BIND_PHASE_ANNOTATION)
+    node_name = spec.get("nodeName") or annos.get(codec.VGPU_NODE_ANNOTATION, "")
+    if bind_phase == "failed":
+        path.append("bind-phase=failed")
+        evidence.append(f"annotation {codec.BIND_PHASE_ANNOTATION}=failed on node {node_name or '?'}")
+        if codec.BIND_TIME_ANNOTATION in annos:
+            evidence.append(f"annotation {codec.BIND_TIME_ANNOTATION}={annos[codec.BIND_TIME_ANNOTATION]}")
+        evidence.extend(_ev(e, f.now) for e in f.events if e.type == "Warning" and e.reason not in HAMI_EVENT_REASONS)
+        return done("allocate-failed", f"the device plugin's Allocate failed on node {node_name or '?'}",
+                    f"read the node agent log on {node_name or 'the node'} (hami --role node-agent -v=4) for the "
+                    "Allocate error; delete the pod so its controller recreates it")
+
+    hami = _hami_events(f)
+    if phase != "Pending" and not hami:
+        return done("not-pending", f"the pod is {phase}, not Pending", "nothing to do")
+
+    if not hami:
+        path.append("no HAMi event")
+        evidence.append(sched_line)
+        if f.scheduler.alive is False:
+            return done("scheduler-not-running", "the HAMi scheduler is not running",
+                        "restart it: kubectl -n kube-system rollout restart deployment/hami-scheduler, "
+                        "then read its log (kubectl logs -l app=hami-scheduler)")
+        path.append("scheduler running" if f.scheduler.alive else "scheduler state unknown")
+        requested = requested_hami_resources(pod, f.nvidia)
+        if not requested:
+            evidence.append("containers ask for none of " + ", ".join(hami_resources(f.nvidia)))
+            return done("no-hami-resource", "the pod asks for no HAMi resource, so HAMi does not schedule it",
+                        f"add resources.limits {f.nvidia.resource_count_name} (and {f.nvidia.resource_memory_name} "
+                        "or gpumem-percentage, gpucores) to the container")
+        path.append("asks for " + ", ".join(f"{k}={v}" for k, v in requested.items()))
+        got = spec.get("schedulerName") or "default-scheduler"
+        evidence.append(f"spec.schedulerName={got}")
+        if got != f.scheduler_name:
+            return done("wrong-scheduler-name", f"schedulerName is {got!r}, HAMi's is {f.scheduler_name!r}",
+                        f"set spec.schedulerName: {f.scheduler_name} (the webhook does this for pods that ask "
+                        "for HAMi resources: check the MutatingWebhookConfiguration is installed)")
+        path.append("schedulerName ok")
+        return done("no-event", "no HAMi event although the pod should be scheduled by HAMi",
+                    "raise the scheduler's log level to -v=5 and follow the pod in its log")
+
+    last = hami[-1]
+    evidence.append(_ev(last, f.now))
+    path.append(f"latest HAMi event {last.reason}")
+
+    if last.reason == "BindingFailed":
+        node = next((n for n in f.nodes if n.name == node_name), None)
+        if "lock" in last.message and ("contention" in last.message or "locked within" in last.message):
+            if node is not None:
+                h = node_health(node, f.now, f.lock_timeout)
+                evidence.append(f"node {node.name} lock holder {h.lock_holder}, "
+                                f"{_age(f.now, f.now - h.lock_age if h.lock_age is not None else None)}")
+            return done("binding-lock-contention", "binding failed: another pod holds the node lock",
+                        "usually transient: kube-scheduler retries. If the holder is gone or stuck, the lock "
+                        f"expires after nodeLockExpire ({int(f.lock_timeout)}s); lower it if it blocks too long")
+        return done("binding-api-error", "binding failed: the API server refused a write",
+                    "check the API server and etcd health, and that the scheduler's ServiceAccount may patch "
+                    "nodes and pods and create pods/binding (kubectl auth can-i patch nodes --as ...)")
+
+    if last.reason == "FilteringFailed":
+        reasons = failed_reasons([e for e in hami if e.reason == "FilteringFailed"])
+        path.append("reasons " + (", ".join(f"{k}({','.join(v)})" for k, v in sorted(reasons.items())) or "none given"))
+        over = []
+        want = pod_quota_request(pod, f.nvidia)
+        for q in f.quotas:
+            for key, add in want.items():
+                if add and key in q.hard and q.used.get(key, 0) + add > q.hard[key]:
+                    over.append(f"ResourceQuota {q.name}: {key} used {q.used.get(key, 0)} + {add} > hard {q.hard[key]}")
+        if "ResourceQuotaNotFit" in reasons or over:
+            evidence.extend(over or [f"ResourceQuota {q.name} hard {dict(q.hard)} used {dict(q.used)}" for q in f.quotas])
+            return done("resource-quota", "a ResourceQuota in the namespace leaves no room for the pod",
+                        REASON_ADVICE["ResourceQuotaNotFit"][1])
+        gpu_nodes = [n for n in f.nodes if is_gpu_node(n)]
+        if not set(reasons) - {"NodeUnfitPod"}:
+            missing = [n.name for n in gpu_nodes if register_state(n)[1] is None]
+            stale = [n for n in gpu_nodes if handshake_state(n, f.now)[2]]
+            if missing or not gpu_nodes:
+                path.append("node register annotation missing")
+                evidence.append(f"nodes without {codec.REGISTER_ANNOTATION}: "
+                                + (", ".join(missing) if missing else "(no GPU node at all)"))
+                return done("node-register-missing", "the device plugin has not registered GPUs on the node(s)",
+                            "check the node agent (device plugin) pod on those nodes is running: "
+                            "kubectl -n kube-system get pods -l app=hami-device-plugin -o wide; read its log")
+            if stale:
+                path.append("handshake stale")
+                for n in stale:
+                    value, age, _ = handshake_state(n, f.now)
+                    evidence.append(f"node {n.name} {codec.HANDSHAKE_ANNOTATION}={value} "
+                                    f"({int(age or 0)}s old), allocatable {f.nvidia.resource_count_name}={n.allocatable_gpu}")
+                return done("handshake-stale", "the node's handshake is stale: the device plugin stopped reporting",
+                            "check the device plugin can reach the API server and kubelet (its log, network "
+                            "policy, kubelet device-plugins socket); restart it on that node")
+            counts = pod_gpu_counts(pod, f.nvidia)
+            biggest = max((len(register_state(n)[1] or ()) for n in gpu_nodes), default=0)
+            if counts and max(counts) > biggest:
+                reasons.setdefault("NodeInsufficientDevice", [])
+                evidence.append(f"a container asks for {max(counts)} GPUs, the largest node has {biggest}")
+        advice = []
+        for key in sorted(reasons):
+            meaning, todo = REASON_ADVICE.get(key, ("unknown reason code", "raise -v to 4 and read the filter log"))
+            advice.append(f"{key}: {meaning} -> {todo}")
+        if not advice:
+            advice.append("no reason code in the events: raise -v to 4 and read the per-node filter log")
+        return done("filtering-failed", "no node fits the pod's GPU request", "; ".join(advice))
+
+    if last.reason == "FilteringSucceed":
+        if phase == "Pending" and not spec.get("nodeName"):
+            for c in status.get("conditions") or []:
+                if c.get("type") == "PodScheduled" and c.get("status") == "False":
+                    evidence.append(f"condition PodScheduled=False {c.get('reason', '')}: {c.get('message', '')}")
+            evidence.extend(_ev(e, f.now) for e in f.events if e.reason == "FailedScheduling")
+            return done("filter-succeed-pending", "HAMi found a node but the pod is still Pending",
+                        "another scheduler plugin (affinity, taints, volumes, ports) rejects it or binding never "
+                        "happened: read kube-scheduler's events/log for the pod at -v=5")
+    if bind_phase == "allocating" and phase == "Pending":
+        evidence.append(f"annotation {codec.BIND_PHASE_ANNOTATION}=allocating on {node_name}")
+        return done("allocating", f"bound to {node_name}, waiting for the node agent's Allocate",
+                    f"check the node agent on {node_name} is running and registered with kubelet")
+    return done("not-pending", f"the pod is {phase}", "nothing to do")
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def render_diagnosis(d: Diagnosis) -> str:
+    lines = [f"pod {d.pod}: {d.leaf}", f"  {d.summary}", "  path: " + " -> ".join(d.path)]
+    if d.evidence:
+        lines.append("  evidence:")
+        lines.extend(f"    - {e}" for e in d.evidence)
+    lines.append(f"  fix: {d.fix}")
+    return "\n".join(lines) + "\n"
+
+
+def render_nodes(rows: Sequence[NodeHealth]) -> str:
+    def age(v: float | None) -> str:
+        return "-" if v is None else f"{int(v)}s"
+
+    header = ("NODE", "GPU", "REGISTER", "HANDSHAKE", "HS-AGE", "LOCK-HOLDER", "LOCK-AGE", "SCHEDULABLE", "STATUS")
+    table = [header]
+    for r in rows:
+        hs = r.handshake if len(r.handshake) <= 32 else r.handshake[:29] + "..."
+        table.append((r.name, "yes" if r.gpu_node else "no", r.register, hs, age(r.handshake_age), r.lock_holder,
+                      age(r.lock_age), str(r.schedulable_gpus), "ok" if r.healthy else "UNHEALTHY"))
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    for r in rows:
+        for p in r.problems:
+            out.append(f"{r.name}: {p}")
+    return "\n".join(out) + "\n"
