@@ -418,7 +418,10 @@ class ApiServer:
                     if wait <= 0:
                         break
                 try:
-                    async with asyncio.timeout(wait):
+                    if bookmarks or deadline is not None:
+                        async with asyncio.timeout(wait):
+                            await watcher.wakeup.wait()
+                    else:
                         await watcher.wakeup.wait()
                 except TimeoutError:
                     if bookmarks and not watcher.dropped and (deadline is None or loop.time() < deadline):
