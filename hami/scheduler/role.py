@@ -205,7 +205,13 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     if sc.cert_file and sc.key_file:
         reloader = CertReloader(sc.cert_file, sc.key_file)
         ssl_ctx = reloader.context
-    runner = await serve(ext.make_app(), sc.http_bind, ssl_ctx)
+    app = ext.make_app()
+    if config.debug.profiling:
+        # HAMi's profiling guide: `go tool pprof https+insecure://<pod>/debug/pprof/profile` on the extender port.
+        from hami.obs.profiling import mount_pprof
+
+        mount_pprof(app)
+    runner = await serve(app, sc.http_bind, ssl_ctx)
     s.runners.append(runner)
     s.port = bound_port(runner)
     if serve_metrics_too and sc.metrics_bind_address:
