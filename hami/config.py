@@ -359,6 +359,8 @@ def _load_file(path: str) -> Any:
         if mark is not None:
             where = f" at line {mark.line + 1}, column {mark.column + 1}"
         raise ConfigError("(syntax)", path, str(exc).splitlines()[0][:200], f"valid YAML/JSON{where}") from None
+    except RecursionError:  # PyYAML's parser recurses per nesting level
+        raise ConfigError("(syntax)", path, "nested too deeply", "valid YAML/JSON") from None
 
 
 # Flag destination (argparse dest) -> (group, field). Only flags the user set arrive here.
