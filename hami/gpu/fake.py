@@ -169,7 +169,7 @@ class FakeBackend:
             with open(self.path, "rb") as fh:
                 doc = yaml.safe_load(fh.read())
             gpus = parse_fake_gpus(doc, self.path, self.node_name)
-        except (OSError, yaml.YAMLError, GpuBackendError) as exc:
+        except (OSError, yaml.YAMLError, GpuBackendError, RecursionError) as exc:  # Recursion: deep nesting
             if first:
                 if isinstance(exc, GpuBackendError):
                     raise
