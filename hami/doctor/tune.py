@@ -1,0 +1,119 @@
+"""`hami tune`: the tuning guide's recommendations from the cluster's pods and the monitor's metrics.
+
+    hami tune [--kubeconfig FILE] --metrics-url http://NODE:9394/metrics [--metrics-url ...]
+              [--samples 6 --interval 10]        # scrape each monitor N times; peaks over the window
+    hami tune --prometheus-url http://prometheus:9090 [--window 7d]   # max_over_time over the window
+    hami tune ... [--device-memory-scaling 1.0] [--device-split-count 10] [--json]
+
+Prints: the safe memory over-commit ratio (sum requested / sum peak used x 0.9), a deviceSplitCount
+from the memory-request distribution, pods that never use their cores, and nodes with pending
+pods, each with the numbers behind it (`hami.doctor.tuning`). Exit code 0; 2 when metrics cannot
+be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+import aiohttp
+import orjson
+
+from hami.doctor import gather
+from hami.doctor.tuning import (
+    METRICS,
+    MetricSample,
+    Recommendations,
+    TuneError,
+    merge_peaks,
+    parse_metrics,
+    pod_info,
+    recommend,
+    render,
+)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from hami.cli.flags import add_kube_flags
+
+    add_kube_flags(parser)
+    parser.add_argument("--metrics-url", action="append", default=[],
+                        help="a monitor's /metrics URL (repeatable: one per node)")
+    parser.add_argument("--prometheus-url", default="", help="Prometheus base URL (instead of --metrics-url)")
+    parser.add_argument("--window", default="7d", help="Prometheus range for max_over_time (default 7d)")
+    parser.add_argument("--samples", type=int, default=1, help="scrapes per --metrics-url (peak over them)")
+    parser.add_argument("--interval", type=float, default=10.0, help="seconds between scrapes (default 10)")
+    parser.add_argument("--device-memory-scaling", type=float, default=1.0, help="the current deviceMemoryScaling")
+    parser.add_argument("--device-split-count", type=int, default=10, help="the current deviceSplitCount")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("tune", help="tuning recommendations", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    configure(p)
+    return p
+
+
+async def scrape(session: aiohttp.ClientSession, url: str) -> list[MetricSample]:
+    async with session.get(url) as resp:
+        if resp.status != 200:
+            raise TuneError(f"{url}: HTTP {resp.status}")
+        return parse_metrics(await resp.text(), url)
+
+
+async def scrape_all(urls: list[str], samples: int, interval: float) -> list[list[MetricSample]]:
+    out = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        for i in range(max(1, samples)):
+            if i:
+                await asyncio.sleep(interval)
+            out.extend(await asyncio.gather(*(scrape(session, u) for u in urls)))
+    return out
+
+
+async def query_prometheus(base: str, window: str) -> list[MetricSample]:
+    out = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        for name in METRICS:
+            url = base.rstrip("/") + "/api/v1/query"
+            async with session.get(url, params={"query": f"max_over_time({name}[{window}])"}) as resp:
+                try:
+                    doc = await resp.json(content_type=None)
+                except (ValueError, aiohttp.ContentTypeError) as exc:
+                    raise TuneError(f"{url}: not a Prometheus API answer: {exc}") from None
+            if resp.status != 200 or doc.get("status") != "success":
+                raise TuneError(f"{url}: {resp.status} {doc.get('error', '')}")
+            for r in (doc.get("data") or {}).get("result") or []:
+                try:
+                    out.append(MetricSample(name, dict(r.get("metric") or {}), float(r["value"][1])))
+                except (KeyError, IndexError, TypeError, ValueError) as exc:
+                    raise TuneError(f"{url}: bad sample {r!r}: {exc}") from None
+    return out
+
+
+async def compute(client, args: argparse.Namespace) -> Recommendations:
+    pods = [p for p in map(pod_info, (await client.list_pods()).get("items") or []) if p is not None]
+    nodes = len((await client.list_nodes()).get("items") or [])
+    if args.prometheus_url:
+        scrapes = [await query_prometheus(args.prometheus_url, args.window)]
+    elif args.metrics_url:
+        scrapes = await scrape_all(args.metrics_url, args.samples, args.interval)
+    else:
+        scrapes = []
+    return recommend(pods, merge_peaks(scrapes), nodes, args.device_memory_scaling, args.device_split_count)
+
+
+async def main(args: argparse.Namespace) -> int:
+    client = await gather.client_from_args(args)
+    try:
+        rec = await compute(client, args)
+    except (TuneError, aiohttp.ClientError, OSError) as exc:
+        print(f"hami tune: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        await client.close()
+    sys.stdout.write(orjson.dumps(rec.as_dict(), option=orjson.OPT_INDENT_2).decode() + "\n" if args.json
+                     else render(rec))
+    return 0
