@@ -98,3 +98,48 @@ async def test_go_tool_pprof_top_reads_the_heap(pprof_app, tmp_path):
         await load
     assert "Type: inuse_space" in top
     assert "tests.obs.test_gotool.keep_buffers" in top
+
+
+async def filter_load(http, url: str, body: bytes, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        async with http.post(url, data=body) as resp:
+            assert resp.status == 200
+            await resp.read()
+
+
+async def test_go_tool_pprof_top_of_the_scheduler_under_filter_load_names_fit(apiserver, tmp_path):
+    """The real scheduler role with --profiling: /debug/pprof on its extender port, /filter load."""
+    import dataclasses
+
+    import aiohttp
+    import orjson
+
+    from hami.config import DebugSettings
+    from hami.scheduler.role import start_scheduler
+    from tests.kube.helpers import config_for, pod_obj
+    from tests.kube.scheduler_env import hami_nodes
+
+    nodes = hami_nodes(100, gpus=8)
+    for n in nodes:
+        apiserver.store.create("nodes", "", n)
+    config = dataclasses.replace(config_for(apiserver.kubeconfig), debug=DebugSettings(profiling=True))
+    sched = await start_scheduler(config)
+    try:
+        assert await sched.state.wait_synced(10)
+        pod = apiserver.store.create("pods", "default", pod_obj("big", mem=10**6)).obj  # fits nowhere
+        body = orjson.dumps({"Pod": pod, "NodeNames": [n["metadata"]["name"] for n in nodes]})
+        stop = asyncio.Event()
+        async with aiohttp.ClientSession() as http:
+            loads = [asyncio.create_task(filter_load(http, sched.url + "/filter", body, stop)) for _ in range(4)]
+            try:
+                top = await go_pprof(tmp_path, "-top", "-nodecount=300", "-seconds", "3",
+                                     f"{sched.url}/debug/pprof/profile")
+            finally:
+                stop.set()
+                await asyncio.gather(*loads)
+    finally:
+        await sched.close()
+    assert "Type: cpu" in top
+    fit_lines = [line for line in top.splitlines() if "hami.scheduler.fit." in line]
+    assert fit_lines, top
+    assert any("hami.scheduler.extender.Extender" in line for line in top.splitlines())
