@@ -41,6 +41,10 @@ _RESOURCE_PATHS = {
 }
 
 
+class KubeConfigError(RuntimeError):
+    """No usable connection settings: names the file or the missing in-cluster environment."""
+
+
 class ApiError(Exception):
     """A request the API server refused (status >= 300) or that never got an answer (status 0)."""
 
@@ -137,9 +141,20 @@ class KubeClient:
         cfg = k8s_client.Configuration()
         path = settings.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
         if path:
-            await k8s_config.load_kube_config(config_file=path, client_configuration=cfg)
+            if not os.path.isfile(path):
+                raise KubeConfigError(f"kubeconfig {path}: no such file (from --kubeconfig or $KUBECONFIG)")
+            try:
+                await k8s_config.load_kube_config(config_file=path, client_configuration=cfg)
+            except k8s_config.ConfigException as exc:
+                raise KubeConfigError(f"kubeconfig {path}: {exc}") from None
         else:
-            k8s_config.load_incluster_config(client_configuration=cfg)
+            try:
+                k8s_config.load_incluster_config(client_configuration=cfg)
+            except k8s_config.ConfigException as exc:
+                raise KubeConfigError(
+                    f"no Kubernetes connection: give --kubeconfig or set $KUBECONFIG, or run in a pod ({exc}); "
+                    "without a cluster, try `hami --role all --embedded`"
+                ) from None
         cfg.connection_pool_maxsize = max(getattr(cfg, "connection_pool_maxsize", 0) or 0, 64)
         api = k8s_client.ApiClient(configuration=cfg)
         _no_env_lookups(api)

@@ -133,3 +133,20 @@ async def test_client_applies_the_bucket_to_every_call(apiserver, monkeypatch):
         assert len(calls) == 3
     finally:
         await c.close()
+
+
+async def test_missing_kubeconfig_is_a_clear_error_naming_the_file(tmp_path, monkeypatch):
+    from hami.config import KubeSettings
+    from hami.kube.client import KubeClient, KubeConfigError
+
+    missing = tmp_path / "nope"
+    with pytest.raises(KubeConfigError, match=f"kubeconfig {missing}: no such file"):
+        await KubeClient.from_settings(KubeSettings(kubeconfig=str(missing)))
+    bad = tmp_path / "bad"
+    bad.write_text("apiVersion: v1\nkind: Config\n")
+    with pytest.raises(KubeConfigError, match=f"kubeconfig {bad}"):
+        await KubeClient.from_settings(KubeSettings(kubeconfig=str(bad)))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(KubeConfigError, match="--embedded"):
+        await KubeClient.from_settings(KubeSettings())
