@@ -9,6 +9,8 @@ recorded for docs/reliability.md."""
 
 from __future__ import annotations
 
+import zlib
+
 import orjson
 import pytest
 
@@ -64,7 +66,7 @@ async def test_fuzzed_bodies_get_clear_errors_and_the_process_keeps_serving(env,
     statuses: dict[int, int] = {}
     errors = 0
     n = 0
-    for body in bodies(seed, N, seed=hash(target) & 0xFFFF):
+    for body in bodies(seed, N, seed=zlib.crc32(target.encode())):
         n += 1
         status, data = await post(env, path, body)
         statuses[status] = statuses.get(status, 0) + 1
