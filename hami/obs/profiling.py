@@ -8,17 +8,18 @@
 Off by default. `--profiling` makes each role call `mount_pprof(app)` on its aiohttp application;
 `--debug-bind-address HOST:PORT` runs `run_debug_server` (host defaults to loopback).
 
-CPU profile (~100 Hz, every thread). The main thread (where `asyncio.run` drives the loop) is
-sampled by SIGPROF (`setitimer(ITIMER_PROF)`): the handler runs between two bytecodes of the main
-thread and sees exactly where it spends CPU. Every other thread is sampled by a daemon thread that
-wakes every 10 ms, reads `sys._current_frames()` and each thread's CPU clock
-(`pthread_getcpuclockid`) and charges the CPU used since the last tick to the stack seen now. A
-thread blocked in a known wait (epoll, a lock, a queue) is idle: its tick is not charged, so idle
-threads do not show up, as in a Go CPU profile. The sampler thread needs the GIL, so it tends to
-see other threads where they release it; that bias is why the main thread uses SIGPROF. (Lowering
-the GIL switch interval instead cost 10-15% throughput on a busy machine.) Samples on a loop thread
-carry the running task's name as label `task`; every sample carries `thread`. `?mode=wall` counts
-every thread at every tick instead (off-CPU time too), from the sampler thread only.
+CPU profile (~100 Hz of CPU time, every thread), as Go does it: SIGPROF from
+`setitimer(ITIMER_PROF)` fires per 10 ms of process CPU; the handler runs on the main thread
+(where `asyncio.run` drives the loop) between two bytecodes, so it sees exactly where the main
+thread spends its CPU. The same handler reads `sys._current_frames()` and every other thread's CPU
+clock (`pthread_getcpuclockid`) and charges the CPU each used since the last tick to the stack it
+is in now. No extra thread wakes up, and an idle process takes no samples at all. A thread blocked
+in a known wait (epoll, a lock, a queue) at the tick is idle: its tick is not charged, so idle
+threads do not show up. Other threads are seen where they released the GIL, a bias the main thread
+does not have. When the request is not served on the main thread (or SIGPROF is taken), and for
+`?mode=wall` (every thread at every tick, off-CPU time too), a sampler thread wakes every 10 ms
+instead. Samples on a loop thread carry the running task's name as label `task`; every sample
+carries `thread`. The profile's comment reports the profiler's own CPU time.
 
 Heap: tracemalloc. If it is not tracing yet, the first heap/allocs request starts it and waits
 `seconds` (default 5) so the profile has something in it; tracing then stays on. `alloc_*` values
@@ -123,7 +124,7 @@ class _Acc:
 
 
 class CpuSampler:
-    """Samples every thread's stack at `interval` seconds from a daemon thread.
+    """Samples every thread's stack every `interval` seconds of CPU (SIGPROF) or of wall time (thread).
 
     `loops` maps a thread ident to the event loop it runs, so samples there get the running
     task's name. `mode` is "cpu" (charge each thread's CPU time since the last tick) or "wall".
@@ -152,8 +153,11 @@ class CpuSampler:
         self._saved_handler = None
         self._main_acc = _Acc()
         self._main_last_cpu = 0
+        self._other_cpu: dict[int, int] = {}  # CPU clocks of the other threads, read by the handler
+        self._other_names: dict[int, str] = {}
         self.sampler_cpu_ns = 0  # CPU the sampler thread itself used: its overhead
         self.idle_ns = 0  # CPU seen on threads that were blocked at the tick: not charged
+        self.handler_cpu_ns = 0  # CPU the SIGPROF handler used on the main thread: overhead too
 
     def start(self) -> None:
         self._start_ns = time.time_ns()
@@ -163,6 +167,7 @@ class CpuSampler:
             self._main_last_cpu = time.thread_time_ns()
             self._saved_handler = signal.signal(signal.SIGPROF, self._on_sigprof)
             signal.setitimer(signal.ITIMER_PROF, self.interval, self.interval)
+            return  # the handler samples the other threads too: no sampler thread, no extra wakeups
         self._thread = threading.Thread(target=self._run, name="hami-pprof-sampler", daemon=True)
         self._thread.start()
 
@@ -204,6 +209,10 @@ class CpuSampler:
         self._main_acc.ticks += 1
         if value > 0:
             self._record(self._main_acc, self._main_ident, threading.current_thread().name, frame, value)
+        if self._main_acc.ticks % 50 == 1:  # thread names change rarely
+            self._other_names = _thread_names()
+        self._sample(self._main_ident, self._other_names, self._other_cpu, 0, count_tick=False)
+        self.handler_cpu_ns += time.thread_time_ns() - now
 
     def _record(self, acc: _Acc, ident: int, thread_name: str, frame: types.FrameType, value: int) -> None:
         stack = _walk(frame, self._names)
@@ -227,10 +236,12 @@ class CpuSampler:
             slot[0] += 1
             slot[1] += value
 
-    def _sample(self, me: int, names: dict[int, str], last_cpu: dict[int, int], wall_ns: int) -> None:
+    def _sample(self, me: int, names: dict[int, str], last_cpu: dict[int, int], wall_ns: int,
+                count_tick: bool = True) -> None:
         frames = sys._current_frames()
         acc = self._acc
-        acc.ticks += 1
+        if count_tick:
+            acc.ticks += 1
         for ident, frame in frames.items():
             if ident == me or ident == self._main_ident:
                 continue
@@ -268,7 +279,8 @@ class CpuSampler:
             time_nanos=self._start_ns,
             duration_nanos=self._duration_ns,
             comments=(f"hami sampler: mode={self.mode} ticks={self._acc.ticks} sigprof={self._main_acc.ticks} "
-                      f"sampler_cpu_ns={self.sampler_cpu_ns} idle_cpu_ns_not_charged={self.idle_ns}",),
+                      f"sampler_cpu_ns={self.sampler_cpu_ns} sigprof_handler_cpu_ns={self.handler_cpu_ns} "
+                      f"idle_cpu_ns_not_charged={self.idle_ns}",),
             default_sample_type=kind,
         )
 

@@ -194,3 +194,24 @@ def test_parse_bind_address(text, want):
 def test_parse_bind_address_rejects_bad_text(text):
     with pytest.raises(ValueError, match="--debug-bind-address"):
         parse_bind_address(text)
+
+
+def test_cpu_mode_off_the_main_thread_falls_back_to_the_sampler_thread():
+    stop, _ = _threads(spin_in_thread)
+    box = {}
+
+    def profile_from_worker():
+        sampler = CpuSampler(interval=0.005)
+        sampler.start()
+        deadline = time.monotonic() + 5
+        while sampler._acc.ticks < 20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        box["profile"] = sampler.stop()
+        box["sampler"] = sampler
+
+    worker = threading.Thread(target=profile_from_worker)
+    worker.start()
+    worker.join()
+    stop.set()
+    assert box["sampler"]._main_acc.ticks == 0  # no SIGPROF off the main thread
+    assert f"{HERE}.spin_in_thread" in {s.stack[0].function for s in box["profile"].samples if s.stack}
