@@ -389,7 +389,7 @@ class HeapTracker:
     a lower bound on what was allocated, since frees between two snapshots are not seen.
     """
 
-    def __init__(self, nframes: int = 32):
+    def __init__(self, nframes: int = 16):
         self.nframes = nframes
         self.started_ns = 0
         self._last: dict[tuple, tuple[int, int]] = {}
@@ -421,7 +421,7 @@ class HeapTracker:
         with self._lock:
             seen = set()
             for stat in snap.statistics("traceback"):
-                if stat.traceback[-1].filename in own:  # the profiler's own work
+                if any(f.filename in own for f in stat.traceback):  # the profiler's own work
                     continue
                 key = tuple((f.filename, f.lineno) for f in reversed(stat.traceback))  # leaf first
                 seen.add(key)
