@@ -311,16 +311,24 @@ async def test_allocate_with_wrong_device_counts_gives_clear_grpc_errors():
         await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 20)
         stub = h.kubelet.plugins["nvidia.com/gpu"].stub
         ok = errors = 0
+        need_pod = True
         for i in range(120):
-            if i % 15 == 0:
+            if need_pod:  # a fresh binding pod: one container on U1, then one on U2
                 await h.create_pod(f"f{i}", {"main": 1, "side": 1}, f"{U1},NVIDIA,1000,10:;{U2},NVIDIA,1000,10:;",
                                    bind_time=100 + i)
-            reqs = [[rng.choice(ids + junk) for _ in range(rng.randint(0, 3))] for _ in range(rng.randint(0, 4))]
+                need_pod, expect = False, [U1, U2]
+            reqs = [[rng.choice(ids + junk) for _ in range(rng.randint(0, 3))] for _ in range(rng.randint(0, 2))]
+            if i % 4 == 0:
+                reqs = [[rng.choice(ids)]]  # the right count: must succeed with this pod's device
             try:
-                await h.kubelet.allocate(reqs)
+                answer = await h.kubelet.allocate(reqs)
                 ok += 1
+                for resp in answer.container_responses:  # never another pod's device
+                    assert resp.envs["NVIDIA_VISIBLE_DEVICES"] == expect.pop(0)
+                need_pod = not expect
             except grpc.aio.AioRpcError as err:
                 errors += 1
+                need_pod = True
                 assert err.code() == grpc.StatusCode.UNKNOWN, err
                 assert err.details() and not err.details().startswith("Unexpected"), err.details()
         # Still serving: options, and a correct allocation gets its own devices.
@@ -329,7 +337,7 @@ async def test_allocate_with_wrong_device_counts_gives_clear_grpc_errors():
         pod = await h.create_pod("good", {"main": 1}, f"{U2},NVIDIA,2000,20:;", bind_time=10_000)
         (c,) = (await h.kubelet.allocate_pod(pod)).values()
         assert c.envs["NVIDIA_VISIBLE_DEVICES"] == U2 and c.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2000m"
-        assert errors > 0
+        assert errors > 0 and ok > 0
         record("gRPC Allocate (wrong device counts)", fuzz_inputs=120, errors=errors, allocated=ok)
 
 
