@@ -636,14 +636,35 @@ async def _heap_like(request: web.Request, default: str, name: str) -> web.Respo
         import gc
 
         gc.collect()
+    seconds = _int_param(request, "seconds", 0, 0, 3600)
+    debug = _int_param(request, "debug", 0, 0, 2)
     started = state.heap.start()
-    if started:
-        await asyncio.sleep(_int_param(request, "seconds", 5, 0, 3600))
     # On the loop thread: a worker thread would fight a busy loop for the GIL (Go stops the world too).
+    base = state.heap.profile(default) if seconds and not started else None
+    if started or seconds:
+        # Tracing just began: wait so the profile has something in it. `seconds=N` (pprof -seconds):
+        # like Go, alloc_* is what was allocated during the N seconds (in-use is the state at the end).
+        await asyncio.sleep(seconds if seconds else 5)
     profile = state.heap.profile(default)
-    if _int_param(request, "debug", 0, 0, 2):
+    if base is not None:
+        profile = heap_delta(base, profile)
+    if debug:
         return web.Response(text=_heap_text(profile), content_type="text/plain")
     return _profile_response(profile, name)
+
+
+def heap_delta(before: Profile, after: Profile) -> Profile:
+    """`after` with alloc_* reduced by what `before` had for the same stack (Go's ?seconds= delta)."""
+    was = {s.stack: s.values for s in before.samples}
+    samples = []
+    for s in after.samples:
+        old = was.get(s.stack, (0, 0, 0, 0))
+        values = (max(0, s.values[0] - old[0]), max(0, s.values[1] - old[1]), s.values[2], s.values[3])
+        if any(values):
+            samples.append(Sample(s.stack, values, s.labels, s.num_labels))
+    after.samples = samples
+    after.duration_nanos = max(0, after.time_nanos - before.time_nanos)
+    return after
 
 
 def _heap_text(profile: Profile) -> str:

@@ -215,3 +215,29 @@ def test_cpu_mode_off_the_main_thread_falls_back_to_the_sampler_thread():
     stop.set()
     assert box["sampler"]._main_acc.ticks == 0  # no SIGPROF off the main thread
     assert f"{HERE}.spin_in_thread" in {s.stack[0].function for s in box["profile"].samples if s.stack}
+
+
+def hold_early() -> list[bytearray]:
+    return [bytearray(4096) for _ in range(128)]
+
+
+async def test_allocs_with_seconds_is_a_delta_over_the_window(pprof_app):
+    base, session = pprof_app
+    async with session.get(f"{base}/debug/pprof/heap?seconds=0") as resp:  # starts tracemalloc
+        assert resp.status == 200
+    early = hold_early()
+
+    async def allocate_during_window():
+        await asyncio.sleep(0.3)
+        return hold_memory()
+
+    job = asyncio.create_task(allocate_during_window())
+    async with session.get(f"{base}/debug/pprof/allocs?seconds=1") as resp:
+        d = decode(await resp.read())
+    held = await job
+    alloc = d.cum("alloc_space")
+    assert alloc.get(f"{HERE}.hold_memory", 0) >= 256 * 4096
+    assert alloc.get(f"{HERE}.hold_early", 0) == 0  # allocated before the window
+    assert d.cum("inuse_space")[f"{HERE}.hold_early"] >= 128 * 4096  # still in use
+    assert d.duration_nanos > 0
+    del early, held
