@@ -388,7 +388,13 @@ def diagnose_pod(f: PodFacts) -> Diagnosis:
                     "nodes and pods and create pods/binding (kubectl auth can-i patch nodes --as ...)")
 
     if last.reason == "FilteringFailed":
-        reasons = failed_reasons([e for e in hami if e.reason == "FilteringFailed"])
+        failed_events = [e for e in hami if e.reason == "FilteringFailed"]
+        reasons = failed_reasons(failed_events)
+        seen_msgs = {last.message}
+        for e in reversed(failed_events):
+            if e.message not in seen_msgs:
+                seen_msgs.add(e.message)
+                evidence.append(_ev(e, f.now))
         path.append("reasons " + (", ".join(f"{k}({','.join(v)})" for k, v in sorted(reasons.items())) or "none given"))
         over = []
         want = pod_quota_request(pod, f.nvidia)
