@@ -1,4 +1,4 @@
-"""A small seeded mutational fuzzer for JSON request bodies (pure; deterministic per seed).
+"""A small seeded mutational fuzzer for JSON request bodies and annotation text (pure, seeded).
 
 `bodies(seed_doc, n, seed)` yields `n` byte strings derived from a valid document: values replaced
 by values of other types (null, bools, 64-bit-overflowing ints, floats, unicode and lone
@@ -126,3 +126,21 @@ def bodies(seed_doc, n: int, seed: int) -> Iterator[bytes]:
         if rng.random() < 0.35:
             raw = damage(rng, raw)
         yield raw
+
+
+def damage_text(rng: random.Random, text: str) -> str:
+    chars = list(text)
+    for _ in range(rng.randint(1, 4)):
+        op = rng.randrange(5)
+        i = rng.randrange(len(chars) + 1)
+        if op == 0:
+            chars = chars[:i]
+        elif op == 1 and chars:
+            chars[min(i, len(chars) - 1)] = rng.choice(",:;[]{}\"-0.9eE \x00é🚀\ud800\\")
+        elif op == 2:
+            chars.insert(i, rng.choice(["-1", "99999999999999999999", "NaN", ",", ":", ";", "null", "\"", "1e999"]))
+        elif op == 3 and chars:
+            del chars[min(i, len(chars) - 1)]
+        else:
+            chars = chars * rng.randint(2, 3)
+    return "".join(chars)

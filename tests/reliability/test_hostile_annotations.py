@@ -17,8 +17,8 @@ from hami.device.model import ContainerDevice
 from hami.kube import informer as informer_mod
 from tests.kube.helpers import node_obj, pod_obj
 from tests.kube.scheduler_env import requesting_now, start_env, stop_env
+from tests.reliability._fuzz import damage_text as _damage
 from tests.reliability._record import record
-from tests.reliability.test_hostile_inputs import _damage
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -39,30 +39,13 @@ from hami.monitor.scan import read_region_file
 from hami.monitor.shm import ShmError, parse_bytes
 from hami.monitor.shmwrite import Dev, Proc, build_region, write_region
 from tests.agent.harness import U1, U2, NodeHarness
+from tests.reliability._fuzz import damage_text as _damage
 from tests.reliability._fuzz import mutate_doc
 from tests.reliability._record import ROOT, record
 
 EXAMPLES = 300
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-
-
-def _damage(rng: random.Random, text: str) -> str:
-    chars = list(text)
-    for _ in range(rng.randint(1, 4)):
-        op = rng.randrange(5)
-        i = rng.randrange(len(chars) + 1)
-        if op == 0:
-            chars = chars[:i]
-        elif op == 1 and chars:
-            chars[min(i, len(chars) - 1)] = rng.choice(",:;[]{}\"-0.9eE \x00é🚀\ud800\\")
-        elif op == 2:
-            chars.insert(i, rng.choice(["-1", "99999999999999999999", "NaN", ",", ":", ";", "null", "\"", "1e999"]))
-        elif op == 3 and chars:
-            del chars[min(i, len(chars) - 1)]
-        else:
-            chars = chars * rng.randint(2, 3)
-    return "".join(chars)
 
 
 _DEV = DeviceInfo(id="GPU-0d4c6a5e-0000-4000-8000-000000000001", count=10, devmem=40960, devcore=100,
