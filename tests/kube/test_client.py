@@ -12,15 +12,6 @@ from hami.kube.client import JSON_PATCH, ApiError, KubeClient, TokenBucket
 from tests.kube.helpers import client_for, node_obj
 
 
-@pytest.fixture
-async def client(apiserver):
-    c = await client_for(apiserver.kubeconfig)
-    try:
-        yield c
-    finally:
-        await c.close()
-
-
 async def test_helpers_return_plain_dicts_and_count_requests(client: KubeClient):
     created = await client.create("nodes", node_obj("n1"))
     assert isinstance(created, dict) and created["metadata"]["name"] == "n1"

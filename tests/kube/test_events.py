@@ -7,21 +7,10 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from hami.kube.events import NORMAL, WARNING, EventRecorder
-from tests.kube.helpers import client_for, eventually
+from tests.kube.helpers import eventually
 
 POD = ("default", "p1", "uid-1")
-
-
-@pytest.fixture
-async def client(apiserver):
-    c = await client_for(apiserver.kubeconfig)
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 def events(apiserver):

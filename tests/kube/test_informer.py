@@ -7,19 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from hami.kube.informer import Informer
-from tests.kube.helpers import client_for, eventually, node_obj, pod_obj
-
-
-@pytest.fixture
-async def client(apiserver):
-    c = await client_for(apiserver.kubeconfig)
-    try:
-        yield c
-    finally:
-        await c.close()
+from tests.kube.helpers import eventually, node_obj, pod_obj
 
 
 class Recorder:

@@ -4,10 +4,7 @@ incremented; release hands the lease back."""
 
 from __future__ import annotations
 
-import pytest
-
 from hami.kube.leader import LeaderElector
-from tests.kube.helpers import client_for
 
 
 class Clock:
@@ -16,15 +13,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-async def client(apiserver):
-    c = await client_for(apiserver.kubeconfig)
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 async def test_only_one_candidate_acquires(client):
