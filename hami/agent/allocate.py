@@ -234,6 +234,8 @@ def allocating_pods(pods: Iterable[Mapping], node_name: str) -> list[Mapping]:
             continue
         if (p.get("metadata") or {}).get("deletionTimestamp"):
             continue
+        if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue  # e.g. rejected by kubelet after an Allocate that died: never hand its devices out
         out.append(p)
     out.sort(key=_age_key)
     return out
