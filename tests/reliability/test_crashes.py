@@ -175,3 +175,50 @@ async def test_kubelet_restarts_plugin_reregisters_every_time():
         record("kubelet restart", restarts=3, registrations=h.agent.plugin.registrations,
                max_reregister_s=round(max(times), 2))
     assert h.leftover_sockets == []
+
+
+class DeadClient:
+    """What a SIGKILLed agent writes: nothing (every call fails before reaching the server)."""
+
+    def __getattr__(self, name):
+        async def dead(*args, **kwargs):
+            raise ConnectionError("process killed")
+        return dead
+
+
+async def test_agent_hard_killed_during_allocate_never_hands_out_the_orphans_devices():
+    async with NodeHarness() as h:
+        await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 20)
+        orphan = await h.create_pod("orphan", {"main": 1}, f"{U1},NVIDIA,30000,60:;", bind_time=100)
+        hanging = HangingWrites(h.client)
+        h.agent.allocator.client = hanging
+        alloc = asyncio.create_task(h.kubelet.allocate_pod(orphan))
+        await asyncio.wait_for(hanging.hung.wait(), 10)
+        h.agent.allocator.client = DeadClient()  # SIGKILL: no clean-up write gets out
+        h.agent.locker.client = DeadClient()
+        h.stop.set()
+        await asyncio.wait_for(h.task, 20)
+        with pytest.raises(Exception):  # noqa: B017
+            await alloc
+        assert annos(await h.pod("orphan"))["hami.io/bind-phase"] == "allocating"
+        # kubelet rejects the pod whose Allocate failed (UnexpectedAdmissionError)
+        await h.client.request("patch", "pods/status", "PATCH", "/api/v1/namespaces/default/pods/orphan/status",
+                               body={"status": {"phase": "Failed", "reason": "UnexpectedAdmissionError"}},
+                               content_type="application/merge-patch+json")
+        # The agent restarts; the scheduler has taken the node lock over for the next pod (the orphan is
+        # terminal), or there is no lock at all: either way the next pod gets its own devices.
+        h.stop = asyncio.Event()
+        h.agent = Agent(h.client, NODE, FakeBackend(h.gpu_file, node_name=NODE), h.settings,
+                        socket_dir=h.sockets, hook_path=h.hook, tick=0.05)
+        ready = asyncio.Event()
+        h.task = asyncio.create_task(h.agent.run(h.stop, ready))
+        await asyncio.wait_for(ready.wait(), 20)
+        await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 20)
+        await h.client.patch_node(NODE, {"metadata": {"annotations": {LOCK: None}}})
+        nxt = await h.create_pod("next", {"main": 1}, f"{U2},NVIDIA,1000,10:;", bind_time=200, lock=False)
+        await h.agent.pods.wait_for(lambda: (h.agent.pods.store.get("default/orphan", {}).get("status") or {})
+                                    .get("phase") == "Failed", 10)
+        (c,) = (await h.kubelet.allocate_pod(nxt)).values()
+        assert c.envs["NVIDIA_VISIBLE_DEVICES"] == U2 and c.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1000m"
+        assert annos(await h.pod("next"))["hami.io/bind-phase"] == "success"
+        record("agent hard-killed during Allocate", orphan_phase="Failed (kubelet)", next_pod_devices="its own")
