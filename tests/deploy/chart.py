@@ -4,8 +4,6 @@ the output into Kubernetes objects. Shared by the deploy tests."""
 from __future__ import annotations
 
 import functools
-import os
-import shutil
 from pathlib import Path
 
 import yaml
@@ -67,11 +65,3 @@ def container(docs: list[dict], kind: str, cname: str) -> dict:
             if c["name"] == cname:
                 return c
     raise AssertionError(f"no container {cname} in any {kind}")
-
-
-def promtool() -> str:
-    """promtool from PATH or .ci/tools (scripts/install-promtool); the caller fails if it is missing."""
-    for cand in (shutil.which("promtool"), ROOT / ".ci" / "tools" / "promtool", ROOT / ".ci" / "tools" / "bin" / "promtool"):
-        if cand and os.access(str(cand), os.X_OK):
-            return str(cand)
-    raise AssertionError("promtool not found: run scripts/install-promtool (Debian package prometheus)")

@@ -16,7 +16,8 @@ import subprocess
 
 import yaml
 
-from tests.deploy.chart import objects, one, promtool, rendered
+from tests.deploy.chart import objects, one, rendered
+from tests.tools import promtool
 
 
 def _rule_groups(docs) -> dict:

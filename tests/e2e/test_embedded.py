@@ -20,7 +20,7 @@ import urllib.request
 
 import pytest
 
-from tests.sim.test_kubectl import find_kubectl
+from tests.tools import find_kubectl
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,6 @@ metrics` on the exposition (promtool from PATH or .ci/tools; missing promtool fa
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 
 import pytest
@@ -19,6 +18,7 @@ from hami.monitor.hostpid import cgroup_line, write_fake_proc
 from hami.monitor.metrics import MonitorCollector
 from hami.monitor.shm import DeviceMemory
 from hami.monitor.shmwrite import Dev, Proc
+from tests.tools import promtool
 
 from ._fixtures import U0, U1, VERSIONS, cache_file, fake_gpus, pod
 
@@ -26,15 +26,6 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 UID = "0a1b2c3d-1111-4000-8000-000000000001"
 UID2 = "0a1b2c3d-2222-4000-8000-000000000002"
 NOW = 1_700_000_100
-
-
-def promtool() -> str:
-    candidates = [shutil.which("promtool"), os.path.join(ROOT, ".ci", "tools", "bin", "promtool"),
-                  os.path.join(ROOT, ".ci", "tools", "promtool")]
-    for found in candidates:
-        if found and os.access(found, os.X_OK):
-            return found
-    pytest.fail("promtool not found on PATH or in .ci/tools: run scripts/install-promtool")
 
 
 def make(tmp_path, pods, *, backend=None, legacy=False, warn=None):

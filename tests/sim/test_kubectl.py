@@ -13,10 +13,8 @@ kubectl is looked up in $HAMI_TEST_KUBECTL, on PATH, then /usr/lib/google-cloud-
 
 from __future__ import annotations
 
-import glob
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -25,34 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.tools import find_kubectl, kubectl_candidates
+
 ROOT = Path(__file__).resolve().parents[2]
-GCLOUD_BIN = "/usr/lib/google-cloud-sdk/bin"
-
-
-def kubectl_candidates() -> list[str]:
-    found = [os.environ["HAMI_TEST_KUBECTL"]] if os.environ.get("HAMI_TEST_KUBECTL") else []
-    on_path = shutil.which("kubectl")
-    if on_path:
-        found.append(on_path)
-    found += sorted(glob.glob(os.path.join(GCLOUD_BIN, "kubectl*")))
-    local = ROOT / ".ci" / "tools" / "kubectl"
-    if local.exists():
-        found.append(str(local))
-    out, seen = [], set()
-    for path in found:
-        real = os.path.realpath(path)
-        if os.access(path, os.X_OK) and real not in seen:
-            seen.add(real)
-            out.append(path)
-    return out
-
-
-def find_kubectl() -> str:
-    found = kubectl_candidates()
-    if not found:
-        pytest.fail("no kubectl found on PATH, in /usr/lib/google-cloud-sdk/bin or .ci/tools; "
-                    "run scripts/install-kubectl")
-    return found[0]
 
 
 class Sim:
