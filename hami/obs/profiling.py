@@ -162,7 +162,7 @@ class CpuSampler:
     def start(self) -> None:
         self._start_ns = time.time_ns()
         if self.mode == "cpu" and threading.current_thread() is threading.main_thread() \
-                and signal.getsignal(signal.SIGPROF) in (signal.SIG_DFL, None):
+                and signal.getsignal(signal.SIGPROF) in (signal.SIG_DFL, signal.SIG_IGN, None):
             self._main_ident = threading.get_ident()
             self._main_last_cpu = time.thread_time_ns()
             self._saved_handler = signal.signal(signal.SIGPROF, self._on_sigprof)
@@ -178,7 +178,9 @@ class CpuSampler:
         if self._main_ident is not None:
             signal.setitimer(signal.ITIMER_PROF, 0, 0)
             if threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGPROF, self._saved_handler or signal.SIG_DFL)
+                # Never back to SIG_DFL: a SIGPROF still in flight would kill the process.
+                saved = self._saved_handler
+                signal.signal(signal.SIGPROF, signal.SIG_IGN if saved in (None, signal.SIG_DFL) else saved)
             self._main_ident = None
         self._duration_ns = time.time_ns() - self._start_ns
         return self.profile()

@@ -241,3 +241,18 @@ async def test_allocs_with_seconds_is_a_delta_over_the_window(pprof_app):
     assert d.cum("inuse_space")[f"{HERE}.hold_early"] >= 128 * 4096  # still in use
     assert d.duration_nanos > 0
     del early, held
+
+
+def test_sigprof_is_left_ignored_after_a_profile_and_a_second_profile_uses_it_again():
+    import signal
+
+    for _ in range(2):
+        sampler = CpuSampler(interval=0.002)
+        sampler.start()
+        assert sampler._main_ident is not None and sampler._thread is None  # SIGPROF, no sampler thread
+        x, deadline = 0, time.monotonic() + 5
+        while sampler._main_acc.ticks < 3 and time.monotonic() < deadline:
+            x += 1
+        sampler.stop()
+        assert signal.getsignal(signal.SIGPROF) == signal.SIG_IGN
+        assert signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)
