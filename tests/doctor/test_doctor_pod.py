@@ -206,3 +206,13 @@ async def test_cli_prints_text_and_json_with_exit_code(cluster, apiserver):
             text = out.decode()
             assert text.startswith("pod default/p: wrong-scheduler-name\n")
             assert "  evidence:\n" in text and "  fix: set spec.schedulerName: hami-scheduler" in text
+
+
+async def test_cli_unknown_pod_exits_2_naming_it(apiserver):
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "hami.cli.main", "doctor", "pod", "default/ghost", "--kubeconfig", apiserver.kubeconfig,
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await proc.communicate()
+    assert proc.returncode == 2
+    assert err.decode().startswith("hami doctor pod: default/ghost: 404")
