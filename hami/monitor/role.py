@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from hami.monitor import feedback
 from hami.monitor.metrics import MonitorCollector, MonitorStats, render
 from hami.monitor.scan import list_container_dirs, load_containers, pods_by_uid, reap_candidates, remove_dir
+from hami.netaddr import split_host_port
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
@@ -33,13 +34,7 @@ log = get_logger(__name__)
 
 def split_bind(address: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
     """`:9394` -> ("0.0.0.0", 9394); `127.0.0.1:0` -> ("127.0.0.1", 0); `[::1]:80` too."""
-    host, sep, port = address.rpartition(":")
-    if not sep:
-        raise ValueError(f"--metrics-bind-address {address!r}: expected host:port")
-    try:
-        return host.strip("[]") or default_host, int(port)
-    except ValueError:
-        raise ValueError(f"--metrics-bind-address {address!r}: port {port!r} is not a number") from None
+    return split_host_port(address, flag="--metrics-bind-address", default_host=default_host)
 
 
 class Monitor:

@@ -44,6 +44,7 @@ from html import escape
 
 from aiohttp import web
 
+from hami.netaddr import split_host_port
 from hami.obs.pprof import Frame, Profile, Sample, encode_gzip
 
 __all__ = [
@@ -712,11 +713,7 @@ def mount_pprof(app: web.Application, *, interval: float = DEFAULT_INTERVAL) -> 
 
 def parse_bind_address(address: str) -> tuple[str, int]:
     """`HOST:PORT`, `:PORT` (loopback) or `[v6]:PORT` -> (host, port)."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"--debug-bind-address: got {address!r}, expected HOST:PORT such as 127.0.0.1:6060")
-    host = host.strip("[]") or "127.0.0.1"
-    return host, int(port)
+    return split_host_port(address, flag="--debug-bind-address", default_host="127.0.0.1")
 
 
 async def start_debug_server(address: str) -> tuple[web.AppRunner, int]:

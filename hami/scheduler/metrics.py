@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from hami.device.model import DeviceUsage
+from hami.netaddr import split_host_port
 
 ZONE = "vGPU"
 MIB = 1 << 20
@@ -196,16 +197,9 @@ class SchedulerMetrics:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def split_bind(address: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
+def split_bind(address: str, default_host: str = "0.0.0.0", flag: str = "bind address") -> tuple[str, int]:
     """`:9395` -> ("0.0.0.0", 9395); `127.0.0.1:8080` -> ("127.0.0.1", 8080); `[::1]:80` too."""
-    host, sep, port = address.rpartition(":")
-    if not sep:
-        raise ValueError(f"bind address {address!r}: expected host:port")
-    host = host.strip("[]") or default_host
-    try:
-        return host, int(port)
-    except ValueError:
-        raise ValueError(f"bind address {address!r}: port {port!r} is not a number") from None
+    return split_host_port(address, flag=flag, default_host=default_host)
 
 
 async def serve_metrics(metrics: SchedulerMetrics, address: str) -> web.AppRunner:
@@ -213,6 +207,6 @@ async def serve_metrics(metrics: SchedulerMetrics, address: str) -> web.AppRunne
     app.router.add_get("/metrics", metrics.handle)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    host, port = split_bind(address)
+    host, port = split_bind(address, flag="--metrics-bind-address (scheduler)")
     await web.TCPSite(runner, host, port).start()
     return runner

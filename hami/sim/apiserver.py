@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import orjson
 from aiohttp import web
 
+from hami.netaddr import url_host
 from hami.obs.log import get_logger
 from hami.sim.resources import (
     GROUPS,
@@ -94,7 +95,7 @@ class ApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"http://{url_host(self.host)}:{self.port}"
 
     @property
     def running(self) -> bool:

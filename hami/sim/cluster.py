@@ -29,6 +29,7 @@ import yaml
 from hami.config import Config, embedded_paths
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
+from hami.netaddr import dial_url
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
@@ -415,30 +416,19 @@ class EmbeddedCluster:
 
 
 def _extender_url(cfg: Config) -> str:
-    host, _, port = cfg.scheduler.http_bind.rpartition(":")
-    host = host.strip("[]")
-    if host in ("", "0.0.0.0", "::"):
-        host = "127.0.0.1"
     scheme = "https" if cfg.scheduler.cert_file and cfg.scheduler.key_file else "http"
-    return f"{scheme}://{host}:{port}"
+    return dial_url(cfg.scheduler.http_bind, scheme=scheme)
 
 
 def banner(cfg: Config, kubeconfig: str, api_url: str) -> str:
-    def url(bind: str, path: str) -> str:
-        host, _, port = bind.rpartition(":")
-        host = host.strip("[]") or "127.0.0.1"
-        if host in ("0.0.0.0", "::"):
-            host = "127.0.0.1"
-        return f"http://{host}:{port}{path}"
-
     lines = [
         "",
         "hami is running on an embedded Kubernetes API server (no cluster, no GPU needed).",
         f"  API server     {api_url}",
         f"  kubeconfig     {kubeconfig}",
         f"  extender       {_extender_url(cfg)}/filter  /bind  /webhook",
-        f"  metrics        {url(cfg.scheduler.metrics_bind_address, '/metrics')}  (scheduler)",
-        f"                 {url(cfg.monitor.metrics_bind_address, '/metrics')}  (monitor)",
+        f"  metrics        {dial_url(cfg.scheduler.metrics_bind_address, '/metrics')}  (scheduler)",
+        f"                 {dial_url(cfg.monitor.metrics_bind_address, '/metrics')}  (monitor)",
         f"  nodes          {cfg.sim.nodes} x {cfg.sim.gpus}",
         "Try:",
         f"  export KUBECONFIG={kubeconfig}",

@@ -14,6 +14,7 @@ import os
 import tempfile
 from typing import Any
 
+from hami.netaddr import split_host_port
 from hami.obs.log import get_logger
 from hami.sim.apiserver import ApiServer
 from hami.sim.store import Store
@@ -23,16 +24,7 @@ log = get_logger(__name__)
 
 def parse_listen(address: str) -> tuple[str, int]:
     """`127.0.0.1:6443` -> ("127.0.0.1", 6443); `:6443` -> loopback; `[::1]:0` -> ("::1", 0)."""
-    host, sep, port = address.rpartition(":")
-    if not sep:
-        raise ValueError(f"--sim-listen {address!r}: expected host:port")
-    try:
-        port_no = int(port)
-    except ValueError:
-        raise ValueError(f"--sim-listen {address!r}: port {port!r} is not a number") from None
-    if not 0 <= port_no <= 65535:
-        raise ValueError(f"--sim-listen {address!r}: port {port_no} is out of range")
-    return host.strip("[]") or "127.0.0.1", port_no
+    return split_host_port(address, flag="--sim-listen", default_host="127.0.0.1")
 
 
 def default_kubeconfig(state_dir: str) -> str:
