@@ -141,7 +141,7 @@ class KubeClient:
         cfg = k8s_client.Configuration()
         path = settings.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
         if path:
-            if not os.path.isfile(path):
+            if not os.path.isfile(path):  # noqa: ASYNC240 - once at start-up, before any I/O
                 raise KubeConfigError(f"kubeconfig {path}: no such file (from --kubeconfig or $KUBECONFIG)")
             try:
                 await k8s_config.load_kube_config(config_file=path, client_configuration=cfg)
