@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import AsyncIterator
 
 import aiohttp
 import orjson
@@ -57,6 +59,16 @@ async def start_env(apiserver, nodes=(), **sched) -> Env:
 async def stop_env(env: Env) -> None:
     await env.http.close()
     await env.sched.close()
+
+
+@contextlib.asynccontextmanager
+async def running_env(apiserver, nodes=(), **sched) -> AsyncIterator[Env]:
+    """start_env ... stop_env around a block (the body of every `env` fixture)."""
+    env = await start_env(apiserver, nodes, **sched)
+    try:
+        yield env
+    finally:
+        await stop_env(env)
 
 
 def hami_nodes(n: int, gpus: int = 2, **kw) -> list[dict]:

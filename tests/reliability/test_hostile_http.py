@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from tests.kube.helpers import pod_obj
-from tests.kube.scheduler_env import hami_nodes, start_env, stop_env
+from tests.kube.scheduler_env import hami_nodes, running_env
 from tests.reliability._fuzz import bodies
 from tests.reliability._record import record
 
@@ -25,11 +25,8 @@ N = 500
 
 @pytest.fixture
 async def env(apiserver):
-    e = await start_env(apiserver, hami_nodes(2))
-    try:
+    async with running_env(apiserver, hami_nodes(2)) as e:
         yield e
-    finally:
-        await stop_env(e)
 
 
 async def post(env, path: str, body: bytes) -> tuple[int, bytes]:

@@ -15,18 +15,15 @@ import pytest
 
 from hami.device import codec
 from tests.kube.helpers import eventually, node_obj, pod_obj
-from tests.kube.scheduler_env import hami_nodes, requesting_now, start_env, stop_env
+from tests.kube.scheduler_env import hami_nodes, requesting_now, running_env, start_env, stop_env
 
 LOCK = codec.NODE_LOCK_ANNOTATION
 
 
 @pytest.fixture
 async def env(apiserver):
-    e = await start_env(apiserver, hami_nodes(2))
-    try:
+    async with running_env(apiserver, hami_nodes(2)) as e:
         yield e
-    finally:
-        await stop_env(e)
 
 
 def events(env, reason=None):

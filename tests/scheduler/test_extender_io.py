@@ -16,16 +16,13 @@ import pytest
 from hami.device import codec
 from hami.scheduler.role import start_scheduler
 from tests.kube.helpers import config_for, eventually, node_obj, pod_obj
-from tests.kube.scheduler_env import hami_nodes, start_env, stop_env
+from tests.kube.scheduler_env import hami_nodes, running_env, start_env, stop_env
 
 
 @pytest.fixture
 async def env(apiserver):
-    e = await start_env(apiserver, hami_nodes(3))
-    try:
+    async with running_env(apiserver, hami_nodes(3)) as e:
         yield e
-    finally:
-        await stop_env(e)
 
 
 async def test_filter_chooses_a_node_and_writes_one_patch(env):
@@ -200,6 +197,35 @@ async def test_metrics_expose_hami_names_and_api_counters(env):
     assert f"{2048 * 2**20:.1f}" in text or f"{2048 * 2**20:e}" in text or "2.147483648e+09" in text
     assert 'hami_scheduler_filter_duration_seconds_count{result="fit"} 1.0' in text
     assert 'hami_scheduler_kube_api_requests_total{code="200",resource="pods",verb="patch"}' in text
+
+
+async def test_mig_allocations_of_placed_pods_appear_as_mig_instance_info(env):
+    """hami_node_gpu_mig_instance_info (spec §8.4): one series per MIG instance the device plugin created."""
+    pod = env.create_pod(pod_obj("mig", mem=2048, cores=20))
+    assert (await env.filter(pod, ["n0"]))["NodeNames"] == ["n0"]
+    uid = pod["metadata"]["uid"]
+    await eventually(lambda: env.sched.state.uid_keys.get(uid))
+    uuid = env.sched.state.index.pod(uid).devices[0][0].uuid
+    allocations = ('[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"%s","profile":"1g.5gb",'
+                   '"placement":{"start":6,"size":1},"migUUID":"MIG-abc","gpuInstanceID":13,'
+                   '"computeInstanceID":0}]' % uuid)
+    env.store.patch("pods", "default", "mig", orjson.dumps(
+        {"metadata": {"annotations": {codec.MIG_ALLOCATIONS_ANNOTATION: allocations}}}), "application/merge-patch+json")
+    want = (f'hami_node_gpu_mig_instance_info{{compute_instance_id="0",device_index="0",device_uuid="{uuid}",'
+            'gpu_instance_id="13",mig_uuid="MIG-abc",node="n0",placement_size="1",placement_start="6",'
+            'profile="1g.5gb",zone="vGPU"} 1.0')
+
+    async def scraped():
+        async with env.http.get(f"http://127.0.0.1:{env.sched.metrics_port}/metrics") as r:
+            return want in await r.text()
+
+    for _ in range(50):
+        if await scraped():
+            break
+        await asyncio.sleep(0.1)
+    async with env.http.get(f"http://127.0.0.1:{env.sched.metrics_port}/metrics") as r:
+        text = await r.text()
+    assert want in text, [line for line in text.splitlines() if "mig" in line]
 
 
 async def test_pod_that_no_longer_fits_drops_its_stale_placement(env):

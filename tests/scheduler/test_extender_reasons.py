@@ -12,7 +12,7 @@ import pytest
 from hami.device import codec
 from hami.device.model import ContainerDevice, DeviceInfo
 from tests.kube.helpers import gpu_uuid, node_obj, pod_obj
-from tests.kube.scheduler_env import requesting_now, start_env, stop_env
+from tests.kube.scheduler_env import requesting_now, running_env
 
 
 def node(name, gpus=1, **kw):
@@ -48,11 +48,8 @@ async def env(apiserver):
     for p in (user("u-slices", "slices", 10, 0), user("u-core", "core", 10, 50), user("u-excl", "excl", 10, 0),
               user("u-cu", "cu", 10, 100)):
         store.create("pods", "default", p)
-    e = await start_env(apiserver, nodes)
-    try:
+    async with running_env(apiserver, nodes) as e:
         yield e
-    finally:
-        await stop_env(e)
 
 
 CASES = [

@@ -14,7 +14,7 @@ import pytest
 from hami.device import codec
 from hami.scheduler.handshake import HANDSHAKE_KEY, Handshaker, Seen, judge
 from tests.kube.helpers import eventually, node_obj
-from tests.kube.scheduler_env import start_env, stop_env
+from tests.kube.scheduler_env import running_env, start_env, stop_env
 
 NOW = time.time()
 
@@ -51,11 +51,8 @@ def test_cleaned_node_stays_quiet_until_it_changes():
 @pytest.fixture
 async def env(apiserver):
     nodes = [node_obj("fresh"), node_obj("also"), node_obj("plain", registered=False)]
-    e = await start_env(apiserver, nodes)
-    try:
+    async with running_env(apiserver, nodes) as e:
         yield e
-    finally:
-        await stop_env(e)
 
 
 def patches(env) -> int:

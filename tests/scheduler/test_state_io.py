@@ -14,7 +14,7 @@ import pytest
 from hami.device import codec
 from hami.device.model import ContainerDevice
 from tests.kube.helpers import eventually, gpu_uuid, pod_obj
-from tests.kube.scheduler_env import hami_nodes, start_env, stop_env
+from tests.kube.scheduler_env import hami_nodes, running_env
 
 
 def placed(name: str, node: str, mem: int, cores: int = 0, *, gpu: int = 0, init: bool = False) -> dict:
@@ -37,11 +37,8 @@ async def env(apiserver):
     apiserver.store.create("pods", "default", placed("a", "n0", 1000, 10))
     apiserver.store.create("pods", "default", placed("b", "n0", 2000, 20))
     apiserver.store.create("pods", "default", pod_obj("unplaced", mem=5))
-    e = await start_env(apiserver, hami_nodes(2))
-    try:
+    async with running_env(apiserver, hami_nodes(2)) as e:
         yield e
-    finally:
-        await stop_env(e)
 
 
 async def test_pods_with_vgpu_node_are_counted_once(env):
