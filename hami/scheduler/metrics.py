@@ -44,16 +44,32 @@ class QuotaUse:
 
 
 @dataclass(frozen=True, slots=True)
+class MigInstance:
+    node: str
+    device_uuid: str
+    device_index: int
+    mig_uuid: str
+    profile: str
+    gpu_instance_id: str
+    compute_instance_id: str
+    placement_start: int
+    placement_size: int
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     devices: tuple[tuple[str, DeviceUsage], ...] = ()  # (node, device usage)
     pods: tuple[PodAlloc, ...] = ()
     quotas: tuple[QuotaUse, ...] = ()
+    migs: tuple[MigInstance, ...] = ()
 
 
 _DEV = ("node", "device_uuid", "device_index", "device_type", "zone")
 _DEV_CORES = ("node", "device_uuid", "device_index", "device_cores", "device_type", "zone")
 _OVERVIEW = ("node", "device_uuid", "device_index", "device_cores", "device_memory_limit", "device_type", "zone")
 _POD = ("namespace", "node", "pod", "container_index", "device_uuid", "zone")
+_MIG = ("node", "device_uuid", "device_index", "mig_uuid", "profile", "gpu_instance_id", "compute_instance_id",
+        "placement_start", "placement_size", "zone")
 _L_DEV = ("nodeid", "deviceuuid", "deviceidx", "zone")
 _L_DEV_CORES = ("nodeid", "deviceuuid", "deviceidx", "devicecores", "zone")
 _L_OVERVIEW = ("nodeid", "deviceuuid", "deviceidx", "devicecores", "devicememorylimit", "devicetype", "zone")
@@ -125,6 +141,11 @@ class UsageCollector:
                 legacy["overview"].add_metric(
                     [node, d.id, idx, str(d.usedcores), str(d.totalmem), d.type, ZONE], d.usedmem * MIB)
                 legacy["mem_ratio"].add_metric(ldev, d.usedmem / d.totalmem if d.totalmem else 0.0)
+        mig = GaugeMetricFamily("hami_node_gpu_mig_instance_info", "MIG instance placed on a GPU", labels=_MIG)
+        for m in snap.migs:
+            mig.add_metric([m.node, m.device_uuid, str(m.device_index), m.mig_uuid, m.profile, m.gpu_instance_id,
+                            m.compute_instance_id, str(m.placement_start), str(m.placement_size), ZONE], 1)
+        yield mig
         for p in snap.pods:
             labels = [p.namespace, p.node, p.pod, str(p.container_index), p.device_uuid, ZONE]
             g["vmem"].add_metric(labels, p.usedmem * MIB)

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from hami.config import Config, replace
+from hami.device import codec
 from hami.device import request as devrequest
 from hami.kube.client import KubeClient
 from hami.kube.events import EventRecorder
@@ -28,7 +29,7 @@ from hami.scheduler import webhook as webhookmod
 from hami.scheduler.bind import Binder
 from hami.scheduler.extender import CertReloader, Extender, bound_port, serve
 from hami.scheduler.handshake import Handshaker, Verdict
-from hami.scheduler.metrics import PodAlloc, QuotaUse, SchedulerMetrics, Snapshot, serve_metrics
+from hami.scheduler.metrics import MigInstance, PodAlloc, QuotaUse, SchedulerMetrics, Snapshot, serve_metrics
 from hami.scheduler.state import ClusterState
 
 log = get_logger(__name__)
@@ -66,12 +67,31 @@ def usage_snapshot(state: ClusterState) -> Snapshot:
         for cidx, ctr in enumerate(rec.devices):
             for dev in ctr:
                 pods.append(PodAlloc(ns, rec.node, pname, cidx, dev.uuid, dev.usedmem, dev.usedcores))
+    migs = []
+    for uid, key in state.uid_keys.items():
+        pod = state.pods.store.get(key) if state.pods is not None else None
+        text = ((pod or {}).get("metadata") or {}).get("annotations", {}).get(codec.MIG_ALLOCATIONS_ANNOTATION)
+        rec = index.pod(uid)
+        if not text or rec is None:
+            continue
+        try:
+            allocations = codec.decode_mig_allocations(text)
+        except codec.CodecError:
+            continue  # a damaged annotation is reported where it is used, not by the metrics scrape
+        node = index.nodes.get(rec.node)
+        card_index = {d.id: d.index for d in node.devices} if node is not None else {}
+        for a in allocations:
+            migs.append(MigInstance(
+                rec.node, a.gpu_uuid, card_index.get(a.gpu_uuid, a.device_index), a.mig_uuid, a.profile,
+                "" if a.gpu_instance_id is None else str(a.gpu_instance_id),
+                "" if a.compute_instance_id is None else str(a.compute_instance_id),
+                a.placement.start, a.placement.size))
     quotas = []
     for ns in sorted(getattr(index, "_quota", {})):
         for resource, (used, limit) in sorted(index.quota_used(ns).items()):
             if limit:
                 quotas.append(QuotaUse(ns, resource, used, limit))
-    return Snapshot(tuple(devices), tuple(pods), tuple(quotas))
+    return Snapshot(tuple(devices), tuple(pods), tuple(quotas), tuple(migs))
 
 
 @dataclass

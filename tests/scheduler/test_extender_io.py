@@ -206,12 +206,13 @@ async def test_mig_allocations_of_placed_pods_appear_as_mig_instance_info(env):
     uid = pod["metadata"]["uid"]
     await eventually(lambda: env.sched.state.uid_keys.get(uid))
     uuid = env.sched.state.index.pod(uid).devices[0][0].uuid
-    allocations = ('[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"%s","profile":"1g.5gb",'
-                   '"placement":{"start":6,"size":1},"migUUID":"MIG-abc","gpuInstanceID":13,'
-                   '"computeInstanceID":0}]' % uuid)
+    card = next(d.index for d in env.sched.state.index.node("n0").devices if d.id == uuid)
+    allocations = orjson.dumps([{"containerIndex": 0, "deviceIndex": 0, "gpuUUID": uuid, "profile": "1g.5gb",
+                                 "placement": {"start": 6, "size": 1}, "migUUID": "MIG-abc",
+                                 "gpuInstanceID": 13, "computeInstanceID": 0}]).decode()
     env.store.patch("pods", "default", "mig", orjson.dumps(
         {"metadata": {"annotations": {codec.MIG_ALLOCATIONS_ANNOTATION: allocations}}}), "application/merge-patch+json")
-    want = (f'hami_node_gpu_mig_instance_info{{compute_instance_id="0",device_index="0",device_uuid="{uuid}",'
+    want = (f'hami_node_gpu_mig_instance_info{{compute_instance_id="0",device_index="{card}",device_uuid="{uuid}",'
             'gpu_instance_id="13",mig_uuid="MIG-abc",node="n0",placement_size="1",placement_start="6",'
             'profile="1g.5gb",zone="vGPU"} 1.0')
 
