@@ -16,11 +16,11 @@ from hami.device import codec
 from hami.device.model import MODE_MIG, ContainerDevice, ContainerDevices, PodDevices
 from hami.device.nodeconfig import DeviceSettings
 
-ANN_TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
-ANN_BIND_PHASE = "hami.io/bind-phase"
-ANN_BIND_TIME = "hami.io/bind-time"
-ANN_VGPU_NODE = "hami.io/vgpu-node"
-ANN_NODE_LOCK = "hami.io/mutex.lock"
+ANN_TO_ALLOCATE = codec.TO_ALLOCATE_ANNOTATION
+ANN_BIND_PHASE = codec.BIND_PHASE_ANNOTATION
+ANN_BIND_TIME = codec.BIND_TIME_ANNOTATION
+ANN_VGPU_NODE = codec.VGPU_NODE_ANNOTATION
+ANN_NODE_LOCK = codec.NODE_LOCK_ANNOTATION
 PHASE_ALLOCATING, PHASE_SUCCESS, PHASE_FAILED = "allocating", "success", "failed"
 
 VGPU_LOCK_DIR = "/tmp/vgpulock"

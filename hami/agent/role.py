@@ -24,7 +24,7 @@ from hami.obs.log import get_logger
 
 log = get_logger(__name__)
 
-REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
+REGISTER_ANNOTATION = codec.REGISTER_ANNOTATION
 RETRY_AFTER_ERROR = 5.0
 
 

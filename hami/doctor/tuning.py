@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from hami.device import codec
+
 MIB = 1024 * 1024
 SAFETY = 0.9
 USED = "hami_vgpu_memory_used_bytes"
@@ -147,7 +149,7 @@ def pod_info(pod: Mapping, count: str = "nvidia.com/gpu", mem: str = "nvidia.com
         cores = max(cores, _int(vals.get(core, 0)))
     if gpus == 0:
         return None
-    node = spec.get("nodeName") or (meta.get("annotations") or {}).get("hami.io/vgpu-node", "")
+    node = spec.get("nodeName") or (meta.get("annotations") or {}).get(codec.VGPU_NODE_ANNOTATION, "")
     return PodInfo(meta.get("namespace", ""), meta.get("name", ""), (pod.get("status") or {}).get("phase", ""),
                    node, gpus, tuple(mems), cores)
 

@@ -28,8 +28,8 @@ from hami.obs.log import get_logger
 
 log = get_logger(__name__)
 
-LOCK_KEY = "hami.io/mutex.lock"
-BIND_PHASE = "hami.io/bind-phase"
+LOCK_KEY = codec.NODE_LOCK_ANNOTATION
+BIND_PHASE = codec.BIND_PHASE_ANNOTATION
 
 
 class NodeLockError(Exception):

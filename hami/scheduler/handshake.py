@@ -22,8 +22,8 @@ from hami.obs.log import get_logger
 
 log = get_logger(__name__)
 
-HANDSHAKE_KEY = "hami.io/node-handshake"
-REGISTER_KEY = "hami.io/node-nvidia-register"
+HANDSHAKE_KEY = codec.HANDSHAKE_ANNOTATION
+REGISTER_KEY = codec.REGISTER_ANNOTATION
 REQUESTING = "Requesting"
 WINDOW_S = 60.0
 

@@ -26,11 +26,11 @@ from hami.scheduler.usage import UsageIndex, parse_cordon
 
 log = get_logger(__name__)
 
-VGPU_NODE = "hami.io/vgpu-node"
-DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
-MIG_ALLOCATIONS = "hami.io/vgpu-mig-allocations"
-CORDON_KEY = "hami.io/device-cordon"
-SCORE_KEY = "hami.io/node-nvidia-score"
+VGPU_NODE = codec.VGPU_NODE_ANNOTATION
+DEVICES_ALLOCATED = codec.ALLOCATED_ANNOTATION
+MIG_ALLOCATIONS = codec.MIG_ALLOCATIONS_ANNOTATION
+CORDON_KEY = codec.CORDON_ANNOTATION
+SCORE_KEY = codec.PAIR_SCORE_ANNOTATION
 TERMINAL = ("Succeeded", "Failed")
 
 
