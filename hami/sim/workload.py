@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from hami.device import codec
 from hami.kube.client import ApiError, KubeClient
 
 # name, limits. The last two never fit a 40 GiB card: too much memory, too many GPUs.
@@ -47,16 +48,17 @@ def summarize(pods: list[dict]) -> dict[str, int]:
         ann = (pod.get("metadata") or {}).get("annotations") or {}
         if phase == "Running":
             out["running"] += 1
-        elif phase == "Failed" or ann.get("hami.io/bind-phase") == "failed":
+        elif phase == "Failed" or ann.get(codec.BIND_PHASE_ANNOTATION) == "failed":
             out["failed"] += 1
         elif phase == "Pending":
             out["pending"] += 1
-        if phase in ("Running", "Pending") and ann.get("hami.io/vgpu-devices-allocated"):
-            for container in ann["hami.io/vgpu-devices-allocated"].split(";"):
-                for dev in container.split(":"):
-                    parts = dev.split(",")
-                    if len(parts) >= 4 and parts[2].isdigit():
-                        out["gpumem_mib"] += int(parts[2])
+        allocated = ann.get(codec.ALLOCATED_ANNOTATION)
+        if phase in ("Running", "Pending") and allocated:
+            try:
+                containers = codec.decode_pod_devices(allocated, field=codec.ALLOCATED_ANNOTATION)
+            except codec.CodecError:
+                continue  # a damaged annotation counts no memory; the scheduler reports it
+            out["gpumem_mib"] += sum(d.usedmem for c in containers for d in c)
     return out
 
 
