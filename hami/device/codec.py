@@ -1022,14 +1022,6 @@ def gpu_uuid_allowed(uuid: str, use: str | None, nouse: str | None) -> bool:
     return not (_has_constraint(nouse) and match(nouse))
 
 
-def decode_id_list(text: str | None) -> tuple[str, ...]:
-    """A use/nouse list as its trimmed, non-empty members."""
-    _require_str(text, "id list", none_ok=True)
-    if not text:
-        return ()
-    return tuple(x for x in (go_trim_space(p) for p in text.split(",")) if x)
-
-
 def numa_bind(value: str | None) -> bool:
     """`nvidia.com/numa-bind`: strconv.ParseBool true; anything unparsable means false."""
     return value is not None and _GO_BOOLS.get(value, False)

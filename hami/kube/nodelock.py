@@ -208,11 +208,3 @@ def _go_duration(seconds: float) -> str:
         return f"{m}m{sec}s"
     return f"{sec}s"
 
-
-async def wait_lock_free(nodes: Informer, node_name: str, timeout: float) -> bool:
-    """Wait until the cached node carries no lock (used by pod-group retry loops)."""
-    def free() -> bool:
-        node = nodes.store.get(node_name) or {}
-        return not ((node.get("metadata") or {}).get("annotations") or {}).get(LOCK_KEY)
-    return await nodes.wait_for(free, timeout)
-
