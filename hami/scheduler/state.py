@@ -43,10 +43,6 @@ class NodeDevices:
     error: str = ""
 
 
-def _annos(obj: dict | None) -> dict:
-    return ((obj or {}).get("metadata") or {}).get("annotations") or {}
-
-
 def init_released(pod: dict) -> bool:
     """True when the pod has init containers and every one terminated with exit code 0."""
     statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
@@ -116,18 +112,6 @@ class ClusterState:
 
     def node(self, name: str) -> dict | None:
         return self.nodes.store.get(name) if self.nodes is not None else None
-
-    def decode_node(self, node: dict) -> NodeDevices | None:
-        """Decoded registration of a node object (cached by annotation text)."""
-        annos = _annos(node)
-        text = annos.get(REGISTER_KEY)
-        if text is None:
-            return None
-        name = (node.get("metadata") or {}).get("name", "")
-        cached = self.registered.get(name)
-        if cached is not None and cached.register == text:
-            return cached
-        return self._decode(text)
 
     def _decode(self, text: str) -> NodeDevices:
         self.decode_count += 1
@@ -245,10 +229,17 @@ class ClusterState:
         except codec.CodecError as exc:
             log.warning("Pod device annotation unreadable", pod=key, error=str(exc))
             return
+        mig: tuple = ()
+        mig_text = annos.get(MIG_ALLOCATIONS)
+        if mig_text:
+            try:
+                mig = tuple((a.gpu_uuid, a.placement) for a in codec.decode_mig_allocations(mig_text))
+            except codec.CodecError as exc:
+                log.warning("Pod MIG allocation annotation unreadable", pod=key, error=str(exc))
         n_init = len(((pod or {}).get("spec") or {}).get("initContainers") or [])
         released = init_released(pod) if pod is not None else False
         ns = key.partition("/")[0]
-        if self.index.add_pod(uid, node, devices, namespace=ns, num_init=n_init, init_released=released):
+        if self.index.add_pod(uid, node, devices, namespace=ns, num_init=n_init, init_released=released, mig=mig):
             log.v(5).info("Pod counted", pod=key, node=node, devices=text)
         self.pod_keys[key] = uid
         self.uid_keys[uid] = key

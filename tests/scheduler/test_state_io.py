@@ -107,3 +107,27 @@ async def test_registration_is_decoded_once_per_change(env, apiserver):
     await eventually(lambda: state.index.node("n0").devices[0].count == 5)
     assert state.decode_count == before + 1
     assert used(env, "n0") == (2, 3000, 30)  # pods re-applied on the re-registered node
+
+
+def test_pod_updates_keep_the_mig_placements_of_its_annotation():
+    """The informer's recount passes hami.io/vgpu-mig-allocations on, so a status update does not
+    free the MIG placement the extender took (a later pod would be handed the same one)."""
+    from hami.device.model import DeviceInfo, MigPlacement
+    from hami.scheduler.state import ClusterState
+
+    state = ClusterState(None)
+    state.index.set_node("n0", (DeviceInfo(id="GPU-1", count=7, devmem=40960, devcore=100, type="NVIDIA A100",
+                                           index=0, numa=0, mode="mig", health=True),), frozenset(), {})
+    devices = ((ContainerDevice("GPU-1", "NVIDIA", 10240, 0),),)
+    placement = MigPlacement(6, 1)
+    state.index.add_pod("u1", "n0", devices, namespace="default", mig=(("GPU-1", placement),))
+    annotations = {codec.VGPU_NODE_ANNOTATION: "n0", codec.ALLOCATED_ANNOTATION: codec.encode_pod_devices(devices),
+                   codec.MIG_ALLOCATIONS_ANNOTATION: codec.encode_mig_allocations(
+                       [codec.MigAllocation(0, 0, "GPU-1", "1g.10gb", placement)])}
+    pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u1", "annotations": annotations},
+           "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Running"}}
+    state.on_pod("MODIFIED", pod, pod)
+    assert state.index.pod("u1").mig == (("GPU-1", placement),)
+    assert state.index.node("n0").by_id["GPU-1"].mig_in_use == [placement]
+    state.on_pod("DELETED", pod, None)
+    assert state.index.node("n0").by_id["GPU-1"].mig_in_use == []
