@@ -50,9 +50,8 @@ def check(idx: UsageIndex) -> None:
             assert 0 <= d.usedcores <= d.totalcore, d
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cluster, ops)
-def test_random_placements_never_over_commit(nodes, steps):
+def build_index(nodes) -> tuple[UsageIndex, list[str]]:
+    """A UsageIndex of nodes n0, n1, ... from the `cluster` strategy's (count, mem, cores, numa) tuples."""
     idx = UsageIndex()
     names = []
     for i, gpus in enumerate(nodes):
@@ -63,6 +62,13 @@ def test_random_placements_never_over_commit(nodes, steps):
                        numa=numa, health=True)
             for j, (c, m, core, numa) in enumerate(gpus)
         ])
+    return idx, names
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cluster, ops)
+def test_random_placements_never_over_commit(nodes, steps):
+    idx, names = build_index(nodes)
     placed: list[str] = []
     for k, step in enumerate(steps):
         if isinstance(step, int):
@@ -94,16 +100,7 @@ def test_random_placements_never_over_commit(nodes, steps):
 def test_first_fit_picks_the_node_a_full_evaluation_picks(nodes, pods, rnd):
     """performance.md shortcut: trying nodes in score order and stopping at the first fit gives
     the node HAMi's fit-everything-then-sort would give (same score; ties by name order)."""
-    idx = UsageIndex()
-    names = []
-    for i, gpus in enumerate(nodes):
-        name = f"n{i}"
-        names.append(name)
-        idx.set_node(name, [
-            DeviceInfo(id=f"{name}-g{j}", count=c, devmem=m, devcore=core, type="NVIDIA A100", index=j,
-                       numa=numa, health=True)
-            for j, (c, m, core, numa) in enumerate(gpus)
-        ])
+    idx, names = build_index(nodes)
     for k, (reqs, num_init, gpol, npol, numa_bind) in enumerate(pods):
         num_init = min(num_init, len(reqs))
         annos = {"nvidia.com/numa-bind": "true"} if numa_bind else {}
