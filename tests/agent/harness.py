@@ -59,13 +59,18 @@ class NodeHarness:
         self.write_gpus(gpu_doc())
         self.kubelet = Kubelet(self.sockets, client=self.client, node_name=NODE)
         await self.kubelet.start()
+        await self.start_agent()
+        return self
+
+    async def start_agent(self) -> None:
+        """A fresh Agent on this node (also after a simulated crash), running until `self.stop`."""
+        self.stop = asyncio.Event()
         self.agent = Agent(self.client, NODE, FakeBackend(self.gpu_file, node_name=NODE), self.settings,
                            socket_dir=self.sockets, hook_path=self.hook, tick=0.05)
         self.agent.plugin.poll_interval = 0.05
         ready = asyncio.Event()
         self.task = asyncio.create_task(self.agent.run(self.stop, ready))
         await asyncio.wait_for(ready.wait(), 20)
-        return self
 
     async def __aexit__(self, *exc) -> None:
         self.stop.set()

@@ -138,13 +138,7 @@ async def test_agent_killed_during_allocate_fails_the_pod_and_releases_the_lock(
         assert LOCK not in annos(await h.node())
 
         # The agent comes back; the next pod gets its own devices, not the orphan's.
-        h.stop = asyncio.Event()
-        h.agent = Agent(h.client, NODE, FakeBackend(h.gpu_file, node_name=NODE), h.settings,
-                        socket_dir=h.sockets, hook_path=h.hook, tick=0.05)
-        h.agent.plugin.poll_interval = 0.05
-        ready = asyncio.Event()
-        h.task = asyncio.create_task(h.agent.run(h.stop, ready))
-        await asyncio.wait_for(ready.wait(), 20)
+        await h.start_agent()
         await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 20)
         nxt = await h.create_pod("next", {"main": 1}, f"{U2},NVIDIA,1000,10:;", bind_time=200)
         (c,) = (await h.kubelet.allocate_pod(nxt)).values()
