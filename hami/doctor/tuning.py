@@ -44,7 +44,9 @@ DeviceKey = tuple[str, str, str, str]  # namespace, pod, container, device (inde
 
 
 @dataclass(slots=True)
-class DeviceUsage:
+class PeakUsage:
+    """Peaks of one container's device over the scrapes (not hami.device.model.DeviceUsage)."""
+
     limit_bytes: float = 0.0
     peak_used_bytes: float = 0.0
     core_limit: float = 0.0
@@ -104,12 +106,12 @@ def device_key(labels: Mapping[str, str]) -> DeviceKey:
     return ns, pod, ctr, dev
 
 
-def merge_peaks(scrapes: Iterable[Iterable[MetricSample]]) -> dict[DeviceKey, DeviceUsage]:
+def merge_peaks(scrapes: Iterable[Iterable[MetricSample]]) -> dict[DeviceKey, PeakUsage]:
     """Per vGPU device: the largest limit and the peak use seen over all scrapes."""
-    out: dict[DeviceKey, DeviceUsage] = {}
+    out: dict[DeviceKey, PeakUsage] = {}
     for scrape in scrapes:
         for s in scrape:
-            u = out.setdefault(device_key(s.labels), DeviceUsage())
+            u = out.setdefault(device_key(s.labels), PeakUsage())
             if s.name == USED:
                 u.peak_used_bytes = max(u.peak_used_bytes, s.value)
             elif s.name == LIMIT:
@@ -173,7 +175,7 @@ def _pct(values: Sequence[float], q: float) -> float:
     return s[min(len(s) - 1, int(len(s) * q))]
 
 
-def recommend(pods: Sequence[PodInfo], usage: Mapping[DeviceKey, DeviceUsage], node_count: int = 0,
+def recommend(pods: Sequence[PodInfo], usage: Mapping[DeviceKey, PeakUsage], node_count: int = 0,
               current_scaling: float = 1.0, current_split: int = 10) -> Recommendations:
     advice: list[str] = []
     measured = [u for u in usage.values() if u.limit_bytes > 0]
@@ -203,7 +205,7 @@ def recommend(pods: Sequence[PodInfo], usage: Mapping[DeviceKey, DeviceUsage], n
                       f"p50 {dist['p50']:.0f}, max {dist['max']:.0f}, n={len(reqs)})")
 
     idle = []
-    by_pod: dict[tuple[str, str], list[DeviceUsage]] = {}
+    by_pod: dict[tuple[str, str], list[PeakUsage]] = {}
     for (ns, pod, _, _), u in usage.items():
         by_pod.setdefault((ns, pod), []).append(u)
     cores_of = {(p.namespace, p.name): p.cores for p in pods}

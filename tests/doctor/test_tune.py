@@ -135,7 +135,7 @@ def test_split_count_table(mib, split):
 
 def test_split_count_capped_on_large_clusters_and_no_headroom_advice():
     pods = [tuning.PodInfo("d", "p", "Running", "n", 1, (1000,), 0)]
-    usage = {("d", "p", "c", "0"): tuning.DeviceUsage(limit_bytes=1000, peak_used_bytes=1000)}
+    usage = {("d", "p", "c", "0"): tuning.PeakUsage(limit_bytes=1000, peak_used_bytes=1000)}
     rec = tuning.recommend(pods, usage, node_count=500)
     assert rec.split_count == 30 and rec.memory_scaling == 0.9
     assert rec.advice[0].startswith("deviceMemoryScaling: keep at most 0.90")
