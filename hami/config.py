@@ -19,6 +19,7 @@ from hami.device.model import (
     NodeDeviceConfig,
     NvidiaConfig,
 )
+from hami.netaddr import split_host_port
 
 
 class ConfigError(ValueError):
@@ -442,6 +443,28 @@ def embedded_paths(state_dir: str) -> dict[str, str]:
     }
 
 
+# Listener flags checked at startup, so a typo exits 2 naming the flag instead of failing in a role.
+_LISTENERS = (
+    ("scheduler", "http_bind", "--http_bind"),
+    ("scheduler", "metrics_bind_address", "--scheduler-metrics-bind-address (or --metrics-bind-address)"),
+    ("monitor", "metrics_bind_address", "--monitor-metrics-bind-address (or --metrics-bind-address)"),
+    ("debug", "debug_bind_address", "--debug-bind-address"),
+    ("sim", "listen", "--sim-listen"),
+)
+
+
+def _check_listeners(groups: dict[str, dict[str, Any]]) -> None:
+    for group, attr, flag in _LISTENERS:
+        value = groups[group].get(attr)
+        if not value:
+            continue  # the default, or "" (listener off)
+        try:
+            split_host_port(value, flag=flag, default_host="")
+        except ValueError:
+            raise ConfigError(flag, "command line", value, "HOST:PORT with a port in 0..65535, e.g. 127.0.0.1:8080") \
+                from None
+
+
 def _embedded_defaults(groups: dict[str, dict[str, Any]], flags: Mapping[str, Any]) -> None:
     """`--embedded`: point every role at the embedded cluster's files unless the user said otherwise."""
     state = groups["sim"].get("state_dir") or ""
@@ -545,6 +568,7 @@ def build_config(
         )
     if "log" in groups and groups["log"].get("format", "text") not in ("text", "json"):
         raise ConfigError("--log-format", "command line", groups["log"]["format"], "text or json")
+    _check_listeners(groups)
 
     return Config(
         roles=tuple(flags.get("roles", ())),

@@ -41,6 +41,23 @@ def test_both_flag_spellings_are_accepted(argv):
     assert build_config(_flags(argv), env={}).scheduler.http_bind == "0.0.0.0:443"
 
 
+@pytest.mark.parametrize(("argv", "flag"), [
+    (["--http_bind", "8080"], "--http_bind"),
+    (["--scheduler-metrics-bind-address", "h:x"], "--scheduler-metrics-bind-address"),
+    (["--monitor-metrics-bind-address", ":99999"], "--monitor-metrics-bind-address"),
+    (["--debug-bind-address", "localhost"], "--debug-bind-address"),
+    (["--sim-listen", "127.0.0.1:-1"], "--sim-listen"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_bad_listener_addresses_are_refused_naming_the_flag(argv, flag):
+    with pytest.raises(ConfigError) as err:
+        build_config(_flags(argv), env={})
+    assert err.value.key.startswith(flag) and err.value.value == argv[1] and "HOST:PORT" in str(err.value)
+
+
+def test_empty_metrics_listener_means_off_and_is_accepted():
+    assert build_config(_flags(["--scheduler-metrics-bind-address", ""]), env={}).scheduler.metrics_bind_address == ""
+
+
 @pytest.mark.parametrize("argv", [["-v=4"], ["--v=4"], ["-v", "4"], ["--debug"]], ids=str)
 def test_verbosity_flags_and_debug_imply_level_4(argv):
     assert build_config(_flags(argv), env={}).log.verbosity == 4
