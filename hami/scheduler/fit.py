@@ -21,6 +21,11 @@ API
 - `fit_devices(devices, request, opts, ...)`: HAMi `NvidiaGPUDevices.Fit` over an already sorted
   device list (walked from the end).
 - `gen_reason(counts, cards)`, `parse_reason(text)`: HAMi's reason strings.
+- Failure fast path: for requests without filters, mutex or quota (`FitOptions.plain`), a node
+  whose cards all fail before or at the memory check gets its reason from a per-node summary
+  (`NodeUsage.fail_summary`, rebuilt after usage or cordon changes) with the text rendered once,
+  byte-identical to the per-card walk (tests/scheduler/test_fit_fastfail.py); `try_pod` answers
+  NodeInsufficientDevice and that case for the first request before any other setup.
 - Event texts: `filtering_failed_messages(failed_nodes)`, `no_available_node_message(n)`,
   `filtering_succeed_message(node, fit_scores, total)`, `binding_succeed_message(...)`.
 """
@@ -138,6 +143,9 @@ class FitOptions:
     need_topology: bool = False
     weights: ScoringWeights = field(default_factory=ScoringWeights)
     quota: QuotaView | None = None
+    # No filter, no mutex, no quota: a device's first checks do not depend on the pod (see
+    # `_FailSummary`); set by `fit_options`.
+    plain: bool = False
 
     def type_ok(self, dev: DeviceState) -> bool:
         """use-gputype / nouse-gputype (case-insensitive substring) and vgpu-mode."""
@@ -167,18 +175,28 @@ def fit_options(
     """Read the pod annotations Fit depends on. `gpu_policy` is `--gpu-scheduler-policy`."""
     a = annotations or {}
     policy = gpu_policy_for(a, gpu_policy)
+    use_types = _split_types(a.get(USE_GPUTYPE))
+    nouse_types = _split_types(a.get(NOUSE_GPUTYPE))
+    use_uuids = _split_uuids(a.get(USE_GPUUUID))
+    nouse_uuids = _split_uuids(a.get(NOUSE_GPUUUID))
+    vgpu_mode = a.get(VGPU_MODE)
+    is_mutex = policy_contains(policy, MUTEX)
     return FitOptions(
         policy=policy,
         numa_bind=parse_bool(a.get(NUMA_BIND)),
-        use_types=_split_types(a.get(USE_GPUTYPE)),
-        nouse_types=_split_types(a.get(NOUSE_GPUTYPE)),
-        use_uuids=_split_uuids(a.get(USE_GPUUUID)),
-        nouse_uuids=_split_uuids(a.get(NOUSE_GPUUUID)),
-        vgpu_mode=a.get(VGPU_MODE),
-        is_mutex=policy_contains(policy, MUTEX),
+        use_types=use_types,
+        nouse_types=nouse_types,
+        use_uuids=use_uuids,
+        nouse_uuids=nouse_uuids,
+        vgpu_mode=vgpu_mode,
+        is_mutex=is_mutex,
         need_topology=policy_contains(policy, TOPOLOGY),
         weights=weights_for(a),
         quota=quota,
+        plain=(
+            use_types is None and nouse_types is None and use_uuids is None
+            and nouse_uuids is None and vgpu_mode is None and not is_mutex and quota is None
+        ),
     )
 
 
@@ -192,6 +210,9 @@ class PodRequest:
     node_policy: str = "binpack"
     namespace: str = ""
     last_app: int = -1  # index of the last app container with a request
+    # The request fitted first (first non-None, init containers first): it always meets a fresh
+    # copy of the node, so try_pod can answer its cheap failures before any other work.
+    first: ContainerDeviceRequest | None = None
 
     @property
     def empty(self) -> bool:
@@ -220,6 +241,7 @@ def pod_request(
         node_policy=node_policy_for(annotations, node_policy),
         namespace=namespace,
         last_app=last,
+        first=next((r for r in reqs if r is not None), None),
     )
 
 
@@ -420,6 +442,78 @@ def _best_combination(cands: list[ContainerDevice], n: int, scores) -> list[Cont
     return list(best or ())
 
 
+# --------------------------------------------------------------------------- failure fast path
+
+class _FailSummary:
+    """What Fit's first checks decide about each NVIDIA device of a node, whatever the request.
+
+    For a request with no type/UUID/vgpu-mode filter, no mutex policy and no quota, a device's
+    walk in `fit_devices` ends at CardNotHealth, CardCordoned or CardTimeSlicingExhausted
+    (`base`, in that order of precedence) or reaches the memory check. When the (fixed) memory
+    request exceeds the largest free memory among the devices that reach it (`max_free`), every
+    one of them fails there, nothing is ever chosen (so no NumaNotFit, no
+    AllocatedCardsInsufficientRequest, no MIG or topology step), and the order of the walk does
+    not matter: the reason is `base` plus `rest` x CardInsufficientMemory. Its text is rendered
+    once per usage change.
+    """
+
+    __slots__ = ("cordoned", "base", "rest", "max_free", "cards", "text")
+
+    def __init__(self, node: NodeUsage):
+        cordoned = node.cordoned
+        base: dict[str, int] = {}
+        rest = 0
+        max_free: int | None = None
+        cards = 0
+        for d in node.devices:
+            if not d.is_nvidia:
+                continue
+            cards += 1
+            if not d.health:
+                key = CARD_NOT_HEALTH
+            elif cordoned and d.id in cordoned:
+                key = CARD_CORDONED
+            elif d.count <= d.used:
+                key = CARD_TIME_SLICING_EXHAUSTED
+            else:
+                rest += 1
+                free = d.totalmem - d.usedmem
+                if max_free is None or free > max_free:
+                    max_free = free
+                continue
+            base[key] = base.get(key, 0) + 1
+        self.cordoned = cordoned
+        self.base = base
+        self.rest = rest
+        self.max_free = max_free
+        self.cards = cards
+        self.text: str | None = None
+
+
+def _fast_fail(node: NodeUsage, request: ContainerDeviceRequest) -> str | None:
+    """The reason `fit_devices` would give when no device has the memory asked for, else None.
+
+    Only for `FitOptions.plain` requests of type NVIDIA on a fresh copy of the node; see
+    `_FailSummary` for why the answer equals the full walk's.
+    """
+    memreq_req = request.memreq
+    if memreq_req == 0 and request.mempercentagereq != PERCENTAGE_UNSET:
+        return None  # memory is a share of each card's total: per-device, take the full walk
+    memreq = memreq_req if memreq_req > 0 else 0
+    s = node.fail_summary
+    if s is None or s.cordoned is not node.cordoned:
+        s = node.fail_summary = _FailSummary(node)
+    if s.max_free is not None and memreq <= s.max_free:
+        return None
+    text = s.text
+    if text is None:
+        counts = dict(s.base)
+        if s.rest:
+            counts[CARD_INSUFFICIENT_MEMORY] = s.rest
+        text = s.text = gen_reason(counts, s.cards)
+    return text
+
+
 # --------------------------------------------------------------------------- per container
 
 def _is_mig_request(request: ContainerDeviceRequest, devices: Sequence[DeviceState], opts: FitOptions) -> bool:
@@ -481,6 +575,10 @@ def _fit_container(
         node.has_mig and _is_mig_request(request, [d for d in node.devices if d.is_nvidia], opts)
     ):
         return None, NODE_INSUFFICIENT_DEVICE, work
+    if work is None and opts.plain:
+        reason = _fast_fail(node, request)
+        if reason is not None:
+            return None, reason, work
     order = _order_for(node, work, request, opts)
     type_devs = order if node.all_nvidia else [d for d in order if d.is_nvidia]
     ok, chosen, reason = fit_devices(
@@ -552,6 +650,16 @@ def fit_pod(node: NodeUsage, pod: PodRequest) -> FitResult:
 def try_pod(node: NodeUsage, pod: PodRequest) -> str | tuple[PodDevices, tuple]:
     """fit_pod without the result object: the reason string, or (PodDevices, mig placements)."""
     opts = pod.options
+    first = pod.first
+    if first is not None and first.type == NVIDIA:
+        # The first fit of _fit_container, without its setup, for the common failures.
+        if first.nums > node.nvidia_count:
+            if not node.has_mig:
+                return NODE_INSUFFICIENT_DEVICE
+        elif opts.plain:
+            reason = _fast_fail(node, first)
+            if reason is not None:
+                return reason
     num_init = pod.num_init
     requests = pod.requests
     n = len(requests)
@@ -593,10 +701,17 @@ def filtering_failed_messages(failed_nodes: Mapping[str, str]) -> list[str]:
     Only `N/M Key` reasons produce one (bare ones like NodeInsufficientDevice do not).
     Ordered by reason key (HAMi's map order is random).
     """
-    by_key: dict[str, list[str]] = {}
+    by_reason: dict[str, list[str]] = {}
     for node, reason in failed_nodes.items():
+        nodes = by_reason.get(reason)
+        if nodes is None:
+            by_reason[reason] = [node]
+        else:
+            nodes.append(node)
+    by_key: dict[str, list[str]] = {}
+    for reason, nodes in by_reason.items():  # nodes mostly share a handful of reasons
         for key in parse_reason(reason):
-            by_key.setdefault(key, []).append(node)
+            by_key.setdefault(key, []).extend(nodes)
     return [
         f"{len(nodes)} nodes {key}({','.join(sorted(nodes))})"
         for key, nodes in sorted(by_key.items())

@@ -12,7 +12,8 @@ API
 - `NodeUsage`: `name`, `devices` (list of DeviceState in registration order), `by_id`,
   `cordoned` (frozenset of UUIDs from `hami.io/device-cordon`), `pair_scores`
   (`{uuid: {uuid: score}}` from `hami.io/node-nvidia-score`), `score()` (node score, §6.1,
-  float32, cached until usage changes), `snapshot()` (fresh DeviceState copies).
+  float32, cached until usage changes), `snapshot()` (fresh DeviceState copies),
+  `fail_summary` (the fit's failure fast-path cache; None after any usage or cordon change).
 - `UsageIndex`:
   - `set_node(name, devices, cordoned=(), pair_scores=None)`: register or re-register a node
     from decoded `DeviceInfo`s; usage of pods already known on it is re-applied.
@@ -168,7 +169,7 @@ class NodeUsage:
 
     __slots__ = (
         "name", "devices", "by_id", "cordoned", "pair_scores", "score_value", "orders",
-        "nvidia_count", "all_nvidia", "request_free", "has_mig",
+        "nvidia_count", "all_nvidia", "request_free", "has_mig", "fail_summary",
     )
 
     def __init__(
@@ -190,6 +191,9 @@ class NodeUsage:
         self.request_free = all(d.type != NVIDIA for d in devices)
         self.has_mig = any(d.mode == "mig" for d in devices)
         self.orders: dict = {}
+        # Opaque per-usage summary the fit keeps for its failure fast path (fit._fail_summary);
+        # None until first needed, dropped with the orders on every usage change.
+        self.fail_summary = None
         self.score_value = node_score(devices)
 
     def score(self) -> float:
@@ -200,6 +204,7 @@ class NodeUsage:
         self.score_value = node_score(self.devices)
         if self.orders:
             self.orders = {}
+        self.fail_summary = None
 
     def snapshot(self) -> list[DeviceState]:
         return [d.clone() for d in self.devices]
@@ -346,6 +351,7 @@ class UsageIndex:
         node = self.nodes.get(name)
         if node is not None:
             node.cordoned = frozenset(cordoned)
+            node.fail_summary = None
 
     def remove_node(self, name: str) -> None:
         self.nodes.pop(name, None)
