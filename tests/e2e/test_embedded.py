@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,15 +19,10 @@ import urllib.request
 
 import pytest
 
+from tests.ports import free_ports
 from tests.tools import find_kubectl
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(predicate, timeout=60.0, interval=0.3, what="condition"):
@@ -62,7 +56,7 @@ spec:
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory):
     state = tmp_path_factory.mktemp("emb")
-    ports = {k: _free_port() for k in ("api", "ext", "smetrics", "mmetrics")}
+    ports = dict(zip(("api", "ext", "smetrics", "mmetrics"), free_ports(4), strict=True))
     cmd = [
         sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded",
         "--sim-state-dir", str(state), "--sim-listen", f"127.0.0.1:{ports['api']}",

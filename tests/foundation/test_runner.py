@@ -10,6 +10,7 @@ import time
 import pytest
 
 from hami.app import expand_roles
+from tests.ports import free_ports
 
 HERE = os.path.dirname(__file__)
 
@@ -103,18 +104,10 @@ def test_version_and_help_list_roles_and_flags():
     assert res.stdout.startswith("hami ")
 
 
-def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_debug_server_and_aiomonitor_start_on_loopback_only_when_asked():
     import urllib.request
 
-    dbg, tel, web_ui, con = (_free_port() for _ in range(4))
+    dbg, tel, web_ui, con = free_ports(4)
     proc = subprocess.Popen(
         [sys.executable, "-m", "hami.cli.main", "--role", "sim", "--sim-listen", "127.0.0.1:0",
          "--sim-kubeconfig", f"/tmp/hami-test-kc-{dbg}", "--profiling", "--debug-bind-address", f":{dbg}",

@@ -7,26 +7,16 @@ names a task of the monitored loop, and nothing starts when the flag is off.
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import aiohttp
 
 from hami.config import DebugSettings
 from hami.obs.aiomon import run_aiomonitor
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+from tests.ports import free_ports
 
 
 async def test_aiomonitor_serves_task_list_and_webui_on_loopback():
-    term, webui, console = _free_ports(3)
+    term, webui, console = free_ports(3)
     settings = DebugSettings(aiomonitor=True, aiomonitor_port=term, aiomonitor_webui_port=webui,
                              aiomonitor_console_port=console)
     stop, gate = asyncio.Event(), asyncio.Event()

@@ -25,17 +25,12 @@ import yaml
 from hami.config import DebugSettings, build_config
 from tests.kube.helpers import eventually, node_obj, pod_obj
 from tests.kube.scheduler_env import requesting_now, start_env, stop_env
+from tests.ports import free_port, free_ports
 from tests.reliability._record import ROOT, record
 from tests.reliability._roles import gpu_doc, write_yaml
 
 pytestmark = pytest.mark.timeout(90)
 HAMI = [sys.executable, "-m", "hami.cli.main"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def listening(port: int) -> set[str]:
@@ -80,7 +75,7 @@ async def test_aiomonitor_and_debug_server_bind_loopback_only_when_on():
     from hami.obs.aiomon import run_aiomonitor
     from hami.obs.profiling import start_debug_server
 
-    ports = [free_port() for _ in range(3)]
+    ports = free_ports(3)
     settings = DebugSettings(aiomonitor=True, aiomonitor_port=ports[0], aiomonitor_webui_port=ports[1],
                              aiomonitor_console_port=ports[2])
     stop = asyncio.Event()
@@ -116,7 +111,7 @@ async def run_roles(apiserver, tmp_path, verbosity: int, token: str) -> str:
     write_yaml(gpus, gpu_doc())
     sock_dir = f"/tmp/hami-sec-{os.getpid()}-{verbosity}"
     os.makedirs(sock_dir, exist_ok=True)
-    ext_port, sm_port, mm_port = free_port(), free_port(), free_port()
+    ext_port, sm_port, mm_port = free_ports(3)
     envs = {**os.environ, "PYTHONPATH": ROOT, "KUBE_TOKEN": token, "NODE_NAME": "n1"}
     cmd = HAMI + ["--role", "scheduler,node-agent,monitor", "--kubeconfig", kubeconfig, f"-v={verbosity}",
                   "--http_bind", f"127.0.0.1:{ext_port}", "--scheduler-metrics-bind-address", f"127.0.0.1:{sm_port}",
