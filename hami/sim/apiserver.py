@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
 from dataclasses import dataclass
 
 import orjson
@@ -229,7 +230,8 @@ class ApiServer:
                     raise ApiError(405, "MethodNotAllowed", f"GET is not supported on {res.plural}/{sub}")
                 entry = self.store.entry(res.key, ns, name)
                 if wants_table(request.headers.get("Accept", "")):
-                    return _json(table(res.key, [entry.obj], self.store.rv, q.get("includeObject", "Metadata")))
+                    return _json(table(res.key, [entry.obj], self.store.rv, q.get("includeObject", "Metadata"),
+                                       now=time.time()))
                 return _json(entry.raw)
             return self._list(request, res, ns, q)
         if watch_path:
@@ -342,7 +344,7 @@ class ApiServer:
         else:
             rv, entries = self.store.list(res.key, ns, labels, fields)
         if wants_table(request.headers.get("Accept", "")):
-            doc = table(res.key, (e.obj for e in entries), rv, q.get("includeObject", "Metadata"))
+            doc = table(res.key, (e.obj for e in entries), rv, q.get("includeObject", "Metadata"), now=time.time())
             if token:
                 doc["metadata"]["continue"] = token
             return _json(doc)
@@ -441,7 +443,7 @@ class ApiServer:
         if ev.get("type") in ("ADDED", "MODIFIED", "DELETED"):
             obj = ev["object"]
             rv = int(obj.get("metadata", {}).get("resourceVersion") or self.store.rv)
-            ev["object"] = table(res.key, [obj], rv, include)
+            ev["object"] = table(res.key, [obj], rv, include, now=time.time())
         return orjson.dumps(ev) + b"\n"
 
     @staticmethod

@@ -111,10 +111,10 @@ def wants_table(accept: str) -> bool:
     return "as=Table" in accept
 
 
-def table(resource_key: str, objs: Iterable[dict], rv: int, include_object: str = "Metadata",
-          now: float | None = None) -> dict:
-    """A meta.k8s.io/v1 Table of `objs`; rows carry the object per `include_object` (None/Metadata/Object)."""
-    now = time.time() if now is None else now
+def table(resource_key: str, objs: Iterable[dict], rv: int, include_object: str = "Metadata", *,
+          now: float) -> dict:
+    """A meta.k8s.io/v1 Table of `objs` as of unix time `now` (ages); rows carry the object per
+    `include_object` (None/Metadata/Object)."""
     cols, row_of = _LAYOUTS.get(resource_key, _DEFAULT)
     rows = []
     for o in objs:
