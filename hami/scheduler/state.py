@@ -202,8 +202,8 @@ class ClusterState:
         if obj is None:
             return
         meta = obj.get("metadata") or {}
-        uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
         key = f"{meta.get('namespace')}/{meta.get('name')}"
+        uid = meta.get("uid") or key
         if etype == DELETED or new is None:
             if self.index.remove_pod(uid):
                 log.v(4).info("Pod released devices", pod=key, reason="deleted")
