@@ -69,12 +69,11 @@ def _containers(pod: Mapping) -> list[Mapping]:
 
 
 def parse_go_bool(text: str) -> bool | None:
-    """Go strconv.ParseBool: None when it does not parse."""
-    if text in ("1", "t", "T", "TRUE", "true", "True"):
-        return True
-    if text in ("0", "f", "F", "FALSE", "false", "False"):
-        return False
-    return None
+    """Go strconv.ParseBool (codec.parse_go_bool): None when it does not parse."""
+    try:
+        return codec.parse_go_bool(text)
+    except codec.CodecError:
+        return None
 
 
 def control_disabled(container: Mapping) -> bool:
