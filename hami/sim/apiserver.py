@@ -18,6 +18,7 @@ import contextlib
 import os
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import orjson
@@ -91,6 +92,8 @@ class ApiServer:
         self._sock: socket.socket | None = None
         self._silent: set[asyncio.Event] = set()
         self._static = self._discovery_docs()
+        # Mutating admission on CREATE (hami.sim.admission.WebhookAdmission in the embedded cluster).
+        self.admission: Callable[[str, str, dict, dict], Awaitable[dict]] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -247,6 +250,14 @@ class ApiServer:
             if res.namespaced and not ns:
                 raise ApiError(404, "NotFound", f"a namespace is required to create {res.plural}")
             obj = await self._read_json(request)
+            if self.admission is not None:
+                ns_labels = {}
+                if ns:
+                    try:
+                        ns_labels = (self.store.entry("namespaces", "", ns).obj.get("metadata") or {}).get("labels") or {}
+                    except ApiError:
+                        ns_labels = {}
+                obj = await self.admission(res.key, ns, obj, ns_labels)
             return _json(self.store.create(res.key, ns, obj, owned=True, dry_run=dry).raw, 201)
         if not name:
             if method == "DELETE":

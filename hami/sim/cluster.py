@@ -384,7 +384,7 @@ class EmbeddedCluster:
                                    proc_root=proc_root, gpu_file=self.gpu_file)
                 tasks.append(asyncio.create_task(agent.run(stop), name=f"agent-{name}"))
                 tasks.append(asyncio.create_task(runner.run(stop), name=f"kubelet-{name}"))
-            extender = _extender_url(cfg)
+            extender = extender_url(cfg)
             loop = KubeSchedulerLoop(client, extender, cfg.scheduler.scheduler_name)
             tasks.append(asyncio.create_task(loop.run(stop), name="kube-scheduler"))
             if cfg.sim.demo_workload:
@@ -415,7 +415,7 @@ class EmbeddedCluster:
             await client.close()
 
 
-def _extender_url(cfg: Config) -> str:
+def extender_url(cfg: Config) -> str:
     scheme = "https" if cfg.scheduler.cert_file and cfg.scheduler.key_file else "http"
     return dial_url(cfg.scheduler.http_bind, scheme=scheme)
 
@@ -426,7 +426,7 @@ def banner(cfg: Config, kubeconfig: str, api_url: str) -> str:
         "hami is running on an embedded Kubernetes API server (no cluster, no GPU needed).",
         f"  API server     {api_url}",
         f"  kubeconfig     {kubeconfig}",
-        f"  extender       {_extender_url(cfg)}/filter  /bind  /webhook",
+        f"  extender       {extender_url(cfg)}/filter  /bind  /webhook",
         f"  metrics        {dial_url(cfg.scheduler.metrics_bind_address, '/metrics')}  (scheduler)",
         f"                 {dial_url(cfg.monitor.metrics_bind_address, '/metrics')}  (monitor)",
         f"  nodes          {cfg.sim.nodes} x {cfg.sim.gpus}",
@@ -439,6 +439,6 @@ def banner(cfg: Config, kubeconfig: str, api_url: str) -> str:
         "  hami doctor pod default/<pod>",
     ]
     if cfg.debug.profiling:
-        lines.append(f"  go tool pprof {_extender_url(cfg)}/debug/pprof/profile?seconds=30")
+        lines.append(f"  go tool pprof {extender_url(cfg)}/debug/pprof/profile?seconds=30")
     lines.append("Ctrl-C stops everything.")
     return "\n".join(lines)

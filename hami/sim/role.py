@@ -60,8 +60,11 @@ async def run(ctx: Any) -> None:
             await ctx.stop.wait()
             return
         # --embedded: simulated GPU nodes, their agents and kubelets, and a kube-scheduler loop.
-        from hami.sim.cluster import EmbeddedCluster, banner
+        from hami.sim.admission import WebhookAdmission
+        from hami.sim.cluster import EmbeddedCluster, banner, extender_url
 
+        # As kube-apiserver with the chart's MutatingWebhookConfiguration: pods go through /webhook.
+        server.admission = WebhookAdmission(extender_url(ctx.config) + "/webhook")
         cluster = EmbeddedCluster(ctx.config, path)
         cluster.write_fake_gpus()  # before ready: the monitor role reads it at start
         ctx.ready.set()

@@ -1,6 +1,7 @@
 """End to end: `hami --role all --embedded` as a subprocess, driven by real kubectl.
 
-Covers: pods submitted with kubectl are scheduled by the extender, allocated through the node
+Covers: pods submitted with kubectl (no schedulerName: the embedded API server calls the
+scheduler's mutating webhook, as kube-apiserver does with the chart's configuration) are scheduled by the extender, allocated through the node
 agent's real gRPC Allocate and run with the right `CUDA_DEVICE_MEMORY_LIMIT_0`; the monitor's
 metrics show them (read from HAMi-core-format cache files); a pod that cannot fit gets
 FilteringFailed events and is explained by `hami doctor`; stopping the process leaves no
@@ -44,7 +45,6 @@ apiVersion: v1
 kind: Pod
 metadata: {{name: {name}, namespace: default}}
 spec:
-  schedulerName: hami-scheduler
   containers:
   - name: cuda
     image: nvidia/cuda:12.4.0-base-ubuntu22.04
@@ -107,6 +107,7 @@ def test_pod_runs_with_its_memory_limit_and_shows_in_metrics(embedded):
         return pod if pod["status"].get("phase") == "Running" else None
 
     pod = _wait(running, 120, what="e2e-small Running")
+    assert pod["spec"]["schedulerName"] == "hami-scheduler"  # set by the webhook
     ann = pod["metadata"]["annotations"]
     env = json.loads(ann["sim.hami.io/allocated-env"])["cuda"]
     assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
@@ -149,6 +150,17 @@ def test_pod_that_cannot_fit_gets_filtering_failed_and_doctor_explains_it(embedd
     text = json.dumps(report)
     assert "CardInsufficientMemory" in text, text
     assert res.returncode != 0  # a pod that cannot schedule is a finding
+
+
+def test_webhook_denial_reaches_kubectl(embedded):
+    run = embedded["kubectl"]
+    pod = POD.format(name="e2e-pinned", mem=1000).replace("spec:\n", "spec:\n  nodeName: gpu-node-1\n")
+    res = subprocess.run([find_kubectl(), "apply", "-f", "-"], env=embedded["env"], input=pod,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0
+    assert 'admission webhook "vgpu.hami.io" denied the request' in res.stderr
+    assert "node assigned" in res.stderr
+    assert "e2e-pinned" not in run("get", "pods", "-o", "name")
 
 
 def test_stopping_leaves_no_processes_or_sockets(embedded):
