@@ -24,7 +24,7 @@ CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "Issuer", "Certificate"}
 
 
 def _kube_scheduler_config(docs: list[dict]) -> dict:
-    return yaml.safe_load(one(docs, "ConfigMap", "hami-scheduler")["data"]["config.yaml"])
+    return yaml.safe_load(one(docs, "ConfigMap", "hami-scheduler-config")["data"]["config.yaml"])
 
 
 def _args(c: dict) -> list[str]:
@@ -371,3 +371,15 @@ def test_helm_template_script_prints_the_same_objects_and_names_bad_values():
     bad = subprocess.run([sys.executable, script, "--set-string", "devices.nvidia.gpuCorePolicy=bad"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "/devices/nvidia/gpuCorePolicy" in bad.stderr
+
+
+def test_runbook_names_resolve_in_the_rendered_chart():
+    """The debugging runbook's commands: `kubectl get pods -n kube-system -l app=hami-scheduler`,
+    `kubectl get configmap -n kube-system hami-scheduler-config`, `kubectl edit deployment hami-scheduler`."""
+    docs = rendered("default")
+    dep = one(docs, "Deployment", "hami-scheduler")
+    assert dep["spec"]["template"]["metadata"]["labels"]["app"] == "hami-scheduler"
+    cfg = one(docs, "ConfigMap", "hami-scheduler-config")
+    assert "config.yaml" in cfg["data"]
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert any((v.get("configMap") or {}).get("name") == "hami-scheduler-config" for v in volumes.values())

@@ -188,7 +188,7 @@ def test_lease_names_in_rbac_match_what_each_scheduler_elects_on():
     dep = find(docs, "Deployment")[0]["spec"]["template"]["spec"]
     hami = next(c for c in dep["containers"] if c["name"] == "hami-scheduler")["command"]
     assert f"--leader-elect-resource-name={named['scheduler'][0]}" in hami
-    cm = next(d for d in find(docs, "ConfigMap") if d["metadata"]["name"] == "hami-scheduler")
+    cm = next(d for d in find(docs, "ConfigMap") if d["metadata"]["name"] == "hami-scheduler-config")
     kube_cfg = yaml.safe_load(cm["data"]["config.yaml"])
     assert kube_cfg["leaderElection"]["resourceName"] == named["kube-scheduler"][0]
     assert named["scheduler"] != named["kube-scheduler"]
