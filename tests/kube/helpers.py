@@ -11,6 +11,16 @@ from hami.device.model import DeviceInfo
 from hami.kube.client import KubeClient
 
 
+class Clock:
+    """A settable clock for code that takes `clock=`: returns `now` until the test moves it."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def gpu_uuid(node: str, i: int) -> str:
     return f"GPU-{_uuid.uuid5(_uuid.NAMESPACE_DNS, f'{node}-{i}')}"
 

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from hami.kube.client import JSON_PATCH, ApiError, KubeClient, TokenBucket
-from tests.kube.helpers import client_for, node_obj
+from tests.kube.helpers import Clock, client_for, node_obj
 
 
 async def test_helpers_return_plain_dicts_and_count_requests(client: KubeClient):
@@ -74,16 +74,8 @@ async def test_bind_pod_sets_node_name(client: KubeClient):
     assert client.requests[("create", "pods/binding", "201")] == 1
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 async def test_token_bucket_allows_burst_then_paces_at_qps(monkeypatch):
-    clock = FakeClock()
+    clock = Clock()
     slept: list[float] = []
 
     async def fake_sleep(delay: float) -> None:

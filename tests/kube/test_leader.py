@@ -5,18 +5,11 @@ incremented; release hands the lease back."""
 from __future__ import annotations
 
 from hami.kube.leader import LeaderElector
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.kube.helpers import Clock
 
 
 async def test_only_one_candidate_acquires(client):
-    clock = Clock()
+    clock = Clock(1_800_000_000.0)
     a = LeaderElector(client, "default", "hami", "a", clock=clock)
     b = LeaderElector(client, "default", "hami", "b", clock=clock)
     assert await a.try_acquire_or_renew()
@@ -27,7 +20,7 @@ async def test_only_one_candidate_acquires(client):
 
 
 async def test_expired_lease_is_taken_over(client):
-    clock = Clock()
+    clock = Clock(1_800_000_000.0)
     a = LeaderElector(client, "default", "hami", "a", clock=clock, lease_duration=15)
     b = LeaderElector(client, "default", "hami", "b", clock=clock, lease_duration=15)
     assert await a.try_acquire_or_renew()
@@ -40,7 +33,7 @@ async def test_expired_lease_is_taken_over(client):
 
 
 async def test_release_lets_the_other_candidate_in_at_once(client):
-    clock = Clock()
+    clock = Clock(1_800_000_000.0)
     a = LeaderElector(client, "default", "hami", "a", clock=clock)
     b = LeaderElector(client, "default", "hami", "b", clock=clock)
     assert await a.try_acquire_or_renew()

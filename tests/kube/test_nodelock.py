@@ -14,17 +14,9 @@ import pytest
 from hami.device import codec
 from hami.kube.informer import Informer
 from hami.kube.nodelock import LOCK_KEY, NodeLocker, NodeLockError
-from tests.kube.helpers import client_for, node_obj
+from tests.kube.helpers import Clock, client_for, node_obj
 
 T0 = 1_800_000_000.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -36,7 +28,7 @@ async def env(apiserver):
     task = asyncio.create_task(nodes.run(stop))
     assert await nodes.wait_synced(5)
     pods: dict[tuple[str, str], dict] = {}
-    clock = Clock()
+    clock = Clock(T0)
     locker = NodeLocker(client, nodes, lambda ns, n: pods.get((ns, n)), timeout=300, clock=clock)
 
     class Env:
