@@ -472,9 +472,9 @@ class PodAllocator:
             if k >= len(slots):
                 out.append([])
                 continue
-            available = list(req.must_include_deviceIDs) + [
-                i for i in req.available_deviceIDs if i not in set(req.must_include_deviceIDs)
-            ]
+            must = list(req.must_include_deviceIDs)
+            must_set = set(must)
+            available = must + [i for i in req.available_deviceIDs if i not in must_set]
             chosen: list[str] = []
             for dev in slots[k][: req.allocation_size]:
                 pick = next((i for i in available if physical_id(i) == dev.uuid and i not in chosen), None)
