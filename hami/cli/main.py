@@ -110,13 +110,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"hami: error: {exc}", file=sys.stderr)
         return 2
-    configure_logging(config.log.verbosity, config.log.format)
+    shared: dict = {}
+    if config.sim.embedded:
+        # Keep recent lines so `kubectl logs -n kube-system -l app=hami-scheduler` works on the embedded cluster.
+        from hami.obs.log import LogRing
+
+        shared["log_ring"] = LogRing(sys.stderr)
+    configure_logging(config.log.verbosity, config.log.format, shared.get("log_ring"))
     log = get_logger("hami.cli")
     for message in dict.fromkeys(warnings):
         log.warning("Configuration warning", detail=message)
     log.info("Starting hami", version=__version__, roles=",".join(roles), verbosity=config.log.verbosity)
     try:
-        return asyncio.run(run_roles(config, roles))
+        return asyncio.run(run_roles(config, roles, shared=shared))
     except KeyboardInterrupt:
         return 130
 

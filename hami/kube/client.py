@@ -37,6 +37,7 @@ _RESOURCE_PATHS = {
     "events": ("/api/v1", True),
     "namespaces": ("/api/v1", False),
     "resourcequotas": ("/api/v1", True),
+    "configmaps": ("/api/v1", True),
     "leases": ("/apis/coordination.k8s.io/v1", True),
 }
 
@@ -206,7 +207,7 @@ class KubeClient:
                 data = await resp.read()
             finally:
                 resp.release()
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError, RuntimeError) as exc:  # RuntimeError: session closed
             self._count(verb, resource, "error", time.perf_counter() - started)
             raise ApiError(0, type(exc).__name__, str(exc) or type(exc).__name__) from exc
         self._count(verb, resource, str(resp.status), time.perf_counter() - started)
@@ -226,7 +227,7 @@ class KubeClient:
         timeout = aiohttp.ClientTimeout(total=None, connect=30, sock_connect=30, sock_read=read_timeout)
         try:
             resp = await self._send("GET", resource_path(resource, namespace), query, None, None, timeout)
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError, RuntimeError) as exc:  # RuntimeError: session closed
             self._count("watch", resource, "error", time.perf_counter() - started)
             raise ApiError(0, type(exc).__name__, str(exc) or type(exc).__name__) from exc
         self._count("watch", resource, str(resp.status), time.perf_counter() - started)

@@ -152,7 +152,7 @@ class Informer:
                     need_list = True
                     continue
                 log.warning("Watch failed", kind=self.kind, error=str(exc), retry_in=round(delay, 2))
-            except (TimeoutError, OSError, ValueError, aiohttp.ClientError) as exc:
+            except (TimeoutError, OSError, ValueError, RuntimeError, aiohttp.ClientError) as exc:
                 self.errors += 1
                 log.warning("Watch failed", kind=self.kind, error=repr(exc), retry_in=round(delay, 2))
             await asyncio.sleep(delay * (0.5 + random.random()))

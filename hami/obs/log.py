@@ -166,6 +166,31 @@ def _stamp(logger: Any, method: str, event_dict: dict) -> dict:
     return event_dict
 
 
+class LogRing:
+    """A stream that writes through to `out` and keeps the last `size` lines (the embedded cluster
+    serves them as `kubectl logs` of its scheduler pod)."""
+
+    def __init__(self, out: Any, size: int = 5000):
+        from collections import deque
+
+        self.out = out
+        self.lines: deque[str] = deque(maxlen=size)
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        self.out.write(text)
+        data = self._partial + text
+        *complete, self._partial = data.split("\n")
+        self.lines.extend(complete)
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def tail(self) -> list[str]:
+        return list(self.lines)
+
+
 def configure_logging(verbosity: int = 0, fmt: str = "text", stream: Any = None) -> None:
     """Configure structlog once for the process. Called by the CLI before roles start."""
     _gate.verbosity = max(0, int(verbosity))

@@ -94,6 +94,8 @@ class ApiServer:
         self._static = self._discovery_docs()
         # Mutating admission on CREATE (hami.sim.admission.WebhookAdmission in the embedded cluster).
         self.admission: Callable[[str, str, dict, dict], Awaitable[dict]] | None = None
+        # `pods/<name>/log`: (namespace, name) -> log lines, for pods the process itself plays.
+        self.pod_logs: Callable[[str, str], list[str] | None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -229,6 +231,8 @@ class ApiServer:
                     raise ApiError(405, "MethodNotAllowed", "watch a single object with a metadata.name field selector")
                 return await self._watch(request, res, ns, q)
             if name:
+                if sub == "log" and res.key == "pods":
+                    return self._pod_log(ns, name, q)
                 if sub not in ("", "status"):
                     raise ApiError(405, "MethodNotAllowed", f"GET is not supported on {res.plural}/{sub}")
                 entry = self.store.entry(res.key, ns, name)
@@ -287,6 +291,21 @@ class ApiServer:
                 dry = dry or bool(doc.get("dryRun"))
             return _json(self.store.delete(res.key, ns, name, uid=uid, resource_version=rv, dry_run=dry).raw)
         raise ApiError(405, "MethodNotAllowed", f"method {method} is not supported")
+
+    def _pod_log(self, ns: str, name: str, q) -> web.Response:
+        self.store.entry("pods", ns, name)  # 404 for a pod that does not exist
+        lines = self.pod_logs(ns, name) if self.pod_logs is not None else None
+        if lines is None:
+            raise ApiError(400, "BadRequest", f"pod {name} has no logs on this server: its containers are simulated")
+        tail = q.get("tailLines")
+        if tail is not None:
+            try:
+                n = int(tail)
+            except ValueError:
+                raise ApiError(400, "BadRequest", f"tailLines: {tail!r} is not an integer") from None
+            lines = lines[-n:] if n > 0 else []
+        return web.Response(body="".join(line if line.endswith("\n") else line + "\n" for line in lines).encode(),
+                            content_type="text/plain")
 
     @staticmethod
     def _route(path: str) -> tuple[Resource, str, str, str, bool]:

@@ -108,6 +108,49 @@ def node_object(name: str, gpu_count: int) -> dict:
     }
 
 
+SCHEDULER_POD = "hami-scheduler-embedded"
+
+
+def scheduler_objects(cfg: Config) -> list[tuple[str, str, dict]]:
+    """What the chart would run in kube-system, so the runbook's commands find it (pure).
+
+    `kubectl get pods -n kube-system -l app=hami-scheduler`, `kubectl logs ...` (served from this
+    process's log) and `kubectl get configmap -n kube-system hami-scheduler-config -o yaml`.
+    """
+    name = cfg.scheduler.scheduler_name
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    labels = {"app": name, "app.kubernetes.io/component": "hami-scheduler", "app.kubernetes.io/name": "hami"}
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": SCHEDULER_POD, "namespace": "kube-system", "labels": labels,
+                     "annotations": {"hami.io/embedded": "the scheduler role of this hami process"}},
+        "spec": {"schedulerName": "default-scheduler", "nodeName": "embedded",
+                 "containers": [{"name": "vgpu-scheduler-extender", "image": "hami (embedded)",
+                                 "args": ["--role", "scheduler", f"--http_bind={cfg.scheduler.http_bind}",
+                                          f"--scheduler-name={name}", f"-v={cfg.log.verbosity}"]}]},
+    }
+    status = {"phase": "Running", "startTime": now, "podIP": "127.0.0.1", "hostIP": "127.0.0.1",
+              "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+              "containerStatuses": [{"name": "vgpu-scheduler-extender", "ready": True, "restartCount": 0,
+                                     "image": "hami (embedded)", "imageID": "", "started": True,
+                                     "state": {"running": {"startedAt": now}}}]}
+    scheduler_config = yaml.safe_dump({
+        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": name}],
+        "extenders": [{
+            "urlPrefix": extender_url(cfg), "filterVerb": "filter", "bindVerb": "bind", "enableHTTPS": False,
+            "nodeCacheCapable": True, "weight": 1, "httpTimeout": "30s",
+            "managedResources": [{"name": r, "ignoredByScheduler": True} for r in cfg.nvidia.resource_names],
+        }],
+    }, sort_keys=False)
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": f"{name}-config", "namespace": "kube-system", "labels": labels},
+                 "data": {"config.yaml": scheduler_config}}
+    return [("pods", "kube-system", pod), ("pods/status", "kube-system", {"status": status}),
+            ("configmaps", "kube-system", configmap)]
+
+
 def _limit_bytes(env: Mapping[str, str], i: int) -> int:
     value = env.get(f"CUDA_DEVICE_MEMORY_LIMIT_{i}", "")
     m = re.fullmatch(r"(\d+)([mMgG]?)", value)
@@ -339,6 +382,20 @@ class EmbeddedCluster:
         self.client: KubeClient | None = None
         self.gpu_file: FakeGpuFile | None = None
 
+    async def _create_scheduler_objects(self, client: KubeClient) -> None:
+        for resource, ns, body in scheduler_objects(self.cfg):
+            try:
+                if resource == "pods/status":
+                    await client.request("patch", "pods/status", "PATCH",
+                                         resource_path("pods", ns, SCHEDULER_POD, "status"), body=body,
+                                         content_type="application/merge-patch+json")
+                else:
+                    await client.create(resource, body, ns)
+            except ApiError as exc:
+                if not exc.conflict:
+                    log.warning("Could not create the embedded scheduler's objects", resource=resource,
+                                error=str(exc))
+
     def write_fake_gpus(self) -> str:
         if self.cfg.sim.fake_gpus:
             return self.cfg.sim.fake_gpus
@@ -370,6 +427,7 @@ class EmbeddedCluster:
             for name in self.names:
                 with contextlib.suppress(ApiError):
                     await client.create("nodes", node_object(name, 0))
+            await self._create_scheduler_objects(client)
             for ni, name in enumerate(self.names, start=1):
                 socket_dir = os.path.join(self.paths["nodes_dir"], str(ni))  # short: unix paths <= 107 bytes
                 os.makedirs(socket_dir, exist_ok=True)

@@ -80,7 +80,7 @@ _ALL = (
              _META_FIELDS | {"status.phase"}),
     Resource("", "v1", "nodes", "node", "Node", False, ("no",), ("status",),
              _META_FIELDS | {"spec.unschedulable"}),
-    Resource("", "v1", "pods", "pod", "Pod", True, ("po",), ("status", "binding"), _POD_FIELDS),
+    Resource("", "v1", "pods", "pod", "Pod", True, ("po",), ("status", "binding", "log"), _POD_FIELDS),
     Resource("", "v1", "events", "event", "Event", True, ("ev",), (), _EVENT_FIELDS),
     Resource("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",)),
     Resource("", "v1", "resourcequotas", "resourcequota", "ResourceQuota", True, ("quota",), ("status",)),
@@ -162,6 +162,9 @@ def resource_list(group: str, version: str) -> dict:
             elif sub == "binding":
                 items.append({"name": f"{r.plural}/binding", "singularName": "", "namespaced": True,
                               "kind": "Binding", "verbs": ["create"]})
+            elif sub == "log":
+                items.append({"name": f"{r.plural}/log", "singularName": "", "namespaced": True,
+                              "kind": "Pod", "verbs": ["get"]})
     return {"kind": "APIResourceList", "apiVersion": "v1",
             "groupVersion": f"{group}/{version}" if group else version, "resources": items}
 

@@ -61,10 +61,13 @@ async def run(ctx: Any) -> None:
             return
         # --embedded: simulated GPU nodes, their agents and kubelets, and a kube-scheduler loop.
         from hami.sim.admission import WebhookAdmission
-        from hami.sim.cluster import EmbeddedCluster, banner, extender_url
+        from hami.sim.cluster import SCHEDULER_POD, EmbeddedCluster, banner, extender_url
 
         # As kube-apiserver with the chart's MutatingWebhookConfiguration: pods go through /webhook.
         server.admission = WebhookAdmission(extender_url(ctx.config) + "/webhook")
+        ring = ctx.shared.get("log_ring")
+        if ring is not None:
+            server.pod_logs = lambda ns, name: ring.tail() if (ns, name) == ("kube-system", SCHEDULER_POD) else None
         cluster = EmbeddedCluster(ctx.config, path)
         cluster.write_fake_gpus()  # before ready: the monitor role reads it at start
         ctx.ready.set()

@@ -152,6 +152,19 @@ def test_pod_that_cannot_fit_gets_filtering_failed_and_doctor_explains_it(embedd
     assert res.returncode != 0  # a pod that cannot schedule is a finding
 
 
+def test_debugging_runbook_commands_find_the_scheduler(embedded):
+    """seeds/001: `kubectl get pods -n kube-system -l app=hami-scheduler`, `kubectl logs` of it, its config."""
+    run = embedded["kubectl"]
+    name = run("get", "pods", "-n", "kube-system", "-l", "app=hami-scheduler",
+               "-o", "jsonpath={.items[0].metadata.name}")
+    assert name == "hami-scheduler-embedded"
+    logs = run("logs", name, "-n", "kube-system", "--tail=200")
+    assert '"Scheduler extender listening"' in logs or '"Role started" role="scheduler"' in logs
+    assert len(run("logs", "-n", "kube-system", "-l", "app=hami-scheduler", "--tail=5").splitlines()) <= 5
+    cfg = run("get", "configmap", "-n", "kube-system", "hami-scheduler-config", "-o", "yaml")
+    assert "nodeCacheCapable: true" in cfg and "filterVerb: filter" in cfg
+
+
 def test_webhook_denial_reaches_kubectl(embedded):
     run = embedded["kubectl"]
     pod = POD.format(name="e2e-pinned", mem=1000).replace("spec:\n", "spec:\n  nodeName: gpu-node-1\n")

@@ -56,3 +56,16 @@ def test_tokens_and_passwords_are_redacted_at_every_level(stream, fmt):
     out = stream.getvalue()
     assert "s3cr3t" not in out and "abc" not in out and "pw\"" not in out
     assert "<redacted>" in out
+
+
+def test_log_ring_keeps_complete_lines_and_writes_through():
+    from hami.obs.log import LogRing
+
+    out = io.StringIO()
+    ring = LogRing(out, size=2)
+    ring.write("first")
+    ring.write(" line\nsecond\nthi")
+    assert ring.tail() == ["first line", "second"]
+    ring.write("rd\n")
+    assert ring.tail() == ["second", "third"]  # bounded
+    assert out.getvalue() == "first line\nsecond\nthird\n"

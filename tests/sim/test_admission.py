@@ -1,4 +1,4 @@
-"""Mutating admission in the embedded API server: pod CREATE goes through the webhook, its JSONPatch
+"""Mutating admission and pods/log in the embedded API server: pod CREATE goes through the webhook, its JSONPatch
 is applied, a denial reaches the client as a Status error, an unreachable webhook admits unchanged
 (failurePolicy Ignore), and `hami.io/webhook=ignore` on the pod or its namespace skips the call."""
 
@@ -87,3 +87,16 @@ async def test_ignore_label_on_pod_or_namespace_skips_the_webhook(apiserver, web
     status, obj = await _create(apiserver, _pod("e"), ns="quiet")
     assert status == 201 and obj["spec"]["schedulerName"] == "default-scheduler"  # the server's default
     assert seen == []
+
+
+async def test_pod_log_subresource_serves_lines_the_process_provides(apiserver):
+    apiserver.store.create("pods", "kube-system", _pod("sched"))
+    apiserver.store.create("pods", "default", _pod("other"))
+    apiserver.pod_logs = lambda ns, name: ["a", "b", "c"] if (ns, name) == ("kube-system", "sched") else None
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{apiserver.url}/api/v1/namespaces/kube-system/pods/sched/log?tailLines=2") as r:
+            assert r.status == 200 and await r.text() == "b\nc\n"
+        async with http.get(f"{apiserver.url}/api/v1/namespaces/default/pods/other/log") as r:
+            assert r.status == 400 and "simulated" in (await r.json())["message"]
+        async with http.get(f"{apiserver.url}/api/v1/namespaces/default/pods/none/log") as r:
+            assert r.status == 404
