@@ -100,7 +100,7 @@ def embedded(tmp_path_factory):
 
 def test_pod_runs_with_its_memory_limit_and_shows_in_metrics(embedded):
     run = embedded["kubectl"]
-    run("apply", "-f", "-", stdin=POD.format(name="e2e-small", mem=3000))
+    run("apply", "--validate=false", "-f", "-", stdin=POD.format(name="e2e-small", mem=3000))
 
     def running():
         pod = json.loads(run("get", "pod", "e2e-small", "-o", "json"))
@@ -130,7 +130,7 @@ def test_pod_runs_with_its_memory_limit_and_shows_in_metrics(embedded):
 
 def test_pod_that_cannot_fit_gets_filtering_failed_and_doctor_explains_it(embedded):
     run = embedded["kubectl"]
-    run("apply", "-f", "-", stdin=POD.format(name="e2e-huge", mem=90000))
+    run("apply", "--validate=false", "-f", "-", stdin=POD.format(name="e2e-huge", mem=90000))
 
     def failed_event():
         out = run("get", "events", "-n", "default", "--field-selector",
@@ -168,7 +168,7 @@ def test_debugging_runbook_commands_find_the_scheduler(embedded):
 def test_webhook_denial_reaches_kubectl(embedded):
     run = embedded["kubectl"]
     pod = POD.format(name="e2e-pinned", mem=1000).replace("spec:\n", "spec:\n  nodeName: gpu-node-1\n")
-    res = subprocess.run([find_kubectl(), "apply", "-f", "-"], env=embedded["env"], input=pod,
+    res = subprocess.run([find_kubectl(), "apply", "--validate=false", "-f", "-"], env=embedded["env"], input=pod,
                          capture_output=True, text=True, timeout=60)
     assert res.returncode != 0
     assert 'admission webhook "vgpu.hami.io" denied the request' in res.stderr
