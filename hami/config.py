@@ -476,6 +476,9 @@ def _embedded_defaults(groups: dict[str, dict[str, Any]], flags: Mapping[str, An
     groups["kube"].setdefault("qps", 200.0)
     groups["kube"].setdefault("burst", 400)
     groups["monitor"].setdefault("cache_dir", paths["cache_dir"])
+    # A laptop demo has no reason to listen beyond loopback (the embedded API server has no auth).
+    groups["scheduler"].setdefault("metrics_bind_address", "127.0.0.1:9395")
+    groups["monitor"].setdefault("metrics_bind_address", "127.0.0.1:9394")
     if "gpu_backend" not in flags:
         groups["monitor"]["gpu_backend"] = groups["agent"]["gpu_backend"] = "fake"
     if "fake_gpus" not in flags:

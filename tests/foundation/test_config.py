@@ -178,3 +178,14 @@ def test_parse_duration_raises_only_config_error(text):
 def test_bad_duration_flag_names_flag():
     with pytest.raises(ConfigError, match="--node-lock-timeout"):
         build_config(_flags(["--node-lock-timeout", "five minutes"]), env={})
+
+
+def test_embedded_defaults_point_roles_at_the_embedded_cluster_on_loopback(tmp_path):
+    cfg = build_config(_flags(["--embedded"]) | {"sim_state_dir": str(tmp_path)}, env={"KUBECONFIG": "/real"})
+    assert cfg.kube.kubeconfig == str(tmp_path / "kubeconfig")  # never a real cluster's
+    assert cfg.monitor.gpu_backend == "fake" and cfg.monitor.cache_dir.startswith(str(tmp_path))
+    assert cfg.scheduler.metrics_bind_address == "127.0.0.1:9395"
+    assert cfg.monitor.metrics_bind_address == "127.0.0.1:9394"
+    mine = build_config(_flags(["--embedded", "--metrics-bind-address", ":9000"]) | {"sim_state_dir": str(tmp_path)},
+                        env={})
+    assert mine.scheduler.metrics_bind_address == ":9000"  # what the user set wins
