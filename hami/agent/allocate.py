@@ -154,6 +154,8 @@ def plan_allocation(
     uid = str((pod.get("metadata") or {}).get("uid", ""))
     out = []
     for ids in requests:
+        if not ids:  # HAMi server.go Allocate guard (TestAllocateRejectsEmptyDeviceIDs)
+            raise AllocationError(f"pod {pod_ref(pod)}: invalid allocation request with no devices requested")
         k = next((i for i, slot in enumerate(slots) if slot), None)
         if k is None:
             raise AllocationError(

@@ -470,8 +470,7 @@ class PodAllocator:
         out: list[list[str]] = []
         for k, req in enumerate(requests):
             if k >= len(slots):
-                out.append([])
-                continue
+                continue  # HAMi: no entry for this container, kubelet then chooses
             must = list(req.must_include_deviceIDs)
             must_set = set(must)
             available = must + [i for i in req.available_deviceIDs if i not in must_set]
@@ -482,7 +481,8 @@ class PodAllocator:
                     chosen = []
                     break
                 chosen.append(pick)
-            out.append(chosen if len(chosen) == req.allocation_size else [])
+            if len(chosen) == req.allocation_size:
+                out.append(chosen)
         return out
 
 

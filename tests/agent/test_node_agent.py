@@ -174,14 +174,15 @@ async def test_bad_annotation_fails_pod_releases_lock_and_returns_clear_error():
         assert LOCK not in anns(await h.node())
 
 
-@pytest.mark.parametrize("ids", [[f"{U1}-0", f"{U1}-1"], []], ids=["too-many", "none"])
-async def test_wrong_device_count_fails_the_pod(ids):
+@pytest.mark.parametrize(("ids", "message"), [([f"{U1}-0", f"{U1}-1"], "device number not matched"),
+                                              ([], "no devices requested")], ids=["too-many", "none"])
+async def test_wrong_device_count_fails_the_pod(ids, message):
     async with NodeHarness() as h:
         await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 20)
         await h.create_pod("count", {"main": 1}, f"{U1},NVIDIA,1000,10:;")
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await h.kubelet.allocate([ids])
-        assert "device number not matched" in err.value.details()
+        assert message in err.value.details()
         assert anns(await h.pod("count"))["hami.io/bind-phase"] == "failed"
         assert LOCK not in anns(await h.node())
 
