@@ -229,14 +229,16 @@ def allocating_pods(pods: Iterable[Mapping], node_name: str) -> list[Mapping]:
         if (p.get("spec") or {}).get("nodeName") not in (None, "", node_name):
             continue
         anns = _annotations(p)
-        if anns.get(ANN_BIND_PHASE) != PHASE_ALLOCATING or not _has_devices_left(p):
-            continue
-        if anns.get(ANN_VGPU_NODE, node_name) != node_name:
-            continue
+        if anns.get(ANN_BIND_PHASE) not in (PHASE_ALLOCATING, PHASE_SUCCESS) or not _has_devices_left(p):
+            continue  # HAMi GetPendingPod accepts both phases (multi-container pods)
+        if anns.get(ANN_VGPU_NODE) != node_name:
+            continue  # HAMi GetPendingPod: hami.io/vgpu-node must name this node
         if (p.get("metadata") or {}).get("deletionTimestamp"):
             continue
-        if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue  # e.g. rejected by kubelet after an Allocate that died: never hand its devices out
+        if (p.get("status") or {}).get("phase") not in (None, "", "Pending"):
+            continue  # HAMi: Pending only (e.g. never a pod kubelet rejected after an Allocate that died)
+        if ANN_BIND_TIME not in anns:
+            continue  # HAMi GetPendingPod: bind-time must be present
         out.append(p)
     out.sort(key=_age_key)
     return out

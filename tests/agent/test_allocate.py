@@ -198,9 +198,9 @@ def test_allocating_pods_oldest_bind_first_and_filtered():
     old = pod(f"{U1},NVIDIA,1,1:;", name="old", **{alloc.ANN_BIND_TIME: "50"})
     new = pod(f"{U1},NVIDIA,1,1:;", name="new", **{alloc.ANN_BIND_TIME: "60"})
     done = pod(";;", name="done")
-    success = pod(f"{U1},NVIDIA,1,1:;", name="ok", **{alloc.ANN_BIND_PHASE: "success"})
+    failed = pod(f"{U1},NVIDIA,1,1:;", name="failed", **{alloc.ANN_BIND_PHASE: "failed"})
     other = pod(f"{U1},NVIDIA,1,1:;", name="other", **{alloc.ANN_VGPU_NODE: "n2"})
-    got = alloc.allocating_pods([new, done, success, other, old], "n1")
+    got = alloc.allocating_pods([new, done, failed, other, old], "n1")
     assert [p["metadata"]["name"] for p in got] == ["old", "new"]
 
 
