@@ -166,7 +166,7 @@ class Extender:
         try:
             args = _lower_keys(orjson.loads(body))
         except (orjson.JSONDecodeError, BadRequest) as exc:
-            return {"Error": str(exc)}
+            return {"Error": _decode_error(exc)}
         pod = args.get("pod")
         if not isinstance(pod, dict):
             return {"Error": "extender args missing pod"}
@@ -377,7 +377,7 @@ class Extender:
             try:
                 args = _lower_keys(orjson.loads(body))
             except (orjson.JSONDecodeError, BadRequest) as exc:
-                err = str(exc)
+                err = _decode_error(exc)
                 return {"Error": err}
             ns = args.get("podnamespace") or "default"
             name = args.get("podname") or ""
@@ -435,6 +435,18 @@ class Extender:
         app.router.add_get("/healthz", self._h_healthz)
         app.router.add_get("/readyz", self._h_readyz)
         return app
+
+
+def _decode_error(exc: Exception) -> str:
+    """Go's json.Decoder words for a body that ends early: `EOF` (nothing but whitespace, as
+    HAMi's route_test TestMaxRequestSize expects) and `unexpected EOF` (cut off mid-value)."""
+    text = str(exc)
+    if isinstance(exc, orjson.JSONDecodeError):
+        if text.startswith(("input data is empty", "Input is a zero-length")):
+            return "EOF"
+        if text.startswith("unexpected end of data"):
+            return "unexpected EOF"
+    return text
 
 
 def _available(node: NodeUsage | None) -> list[str]:
