@@ -231,7 +231,7 @@ class MonitorCollector:
                     if uuid not in samples:
                         samples[uuid] = self._process_utilization(uuid)
                     total = 0
-                    for slot in item.region.procs:
+                    for slot in item.region.procs + item.region.exited:
                         hp = fixed.get(slot.index)
                         total += samples[uuid].get(hp, 0) if hp is not None else slot.sm_util[d]
                     per_dev[d] = total

@@ -155,7 +155,7 @@ class DeviceMemory(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class ProcSlot:
-    """One live process slot (status != 0, below proc_num)."""
+    """One process slot below proc_num (status 0 = exited, see Region.exited)."""
 
     index: int  # position in procs[]
     pid: int  # container-namespace PID
@@ -202,6 +202,10 @@ class Region:
     recent_kernel: int
     priority: int
     last_kernel_time: int  # unix seconds; 0 when the layout has none
+    # Slots below proc_num with status 0 (exited, usage not yet compacted away). HAMi's monitor
+    # (pkg/monitor/nvidia/v{0,1}/spec.go, and its spec_test.go) sums every slot below procnum
+    # whatever its status, so the per-device numbers include these too.
+    exited: tuple[ProcSlot, ...] = ()
 
     @property
     def device_count(self) -> int:
@@ -215,7 +219,7 @@ class Region:
         return [uuid_text(u) for u in self.uuids if u[:1] != b"\0"]
 
     def devices(self, sm_util: dict[int, int] | None = None) -> list[Device]:
-        """Per-device numbers for d < min(device_num, 16).
+        """Per-device numbers for d < min(device_num, 16), summed over every slot below proc_num.
 
         `sm_util` overrides the summed SM utilization per device (host-PID repair supplies it).
         """
@@ -223,7 +227,7 @@ class Region:
         for d in range(self.device_count):
             raw = self.uuids[d]
             ctx = mod = buf = off = tot = util = 0
-            for p in self.procs:
+            for p in self.procs + self.exited:
                 m = p.used[d]
                 ctx += m.context_size
                 mod += m.module_size
@@ -292,12 +296,10 @@ def _layout_name(lay: Layout, major: int, minor: int) -> str:
     return f"v{major}.{minor}"
 
 
-def _parse_slot(lay: Layout, i: int, block: bytes, base: int, seq: int) -> ProcSlot | None:
+def _parse_slot(lay: Layout, i: int, block: bytes, base: int, seq: int) -> ProcSlot:
     st, _ = _SLOT_STRUCTS[lay.name]
     v = st.unpack_from(block, base)
     status = v[-1]
-    if status == 0:
-        return None
     make = DeviceMemory._make
     used = tuple([make(v[k:k + 5]) for k in range(2, 82, 5)])
     util = v[98:146]
@@ -316,7 +318,7 @@ def _read_slots(read: Read, lay: Layout, n: int, retries: int) -> tuple[ProcSlot
         # No seqlock in this layout: one read of every slot in use.
         block = _read(read, lay.procs, lay.slot_size * (n - 1) + span, "procs")
         slots = (_parse_slot(lay, i, block, lay.slot_size * i, 0) for i in range(n))
-        return tuple(s for s in slots if s is not None)
+        return tuple(slots)
     out = []
     for i in range(n):
         off = lay.slot_offset(i)
@@ -328,9 +330,7 @@ def _read_slots(read: Read, lay: Layout, n: int, retries: int) -> tuple[ProcSlot
                 break
         else:
             raise ShmError("torn", f"procs[{i}].seqlock", f"still changing after {retries} reads ({s1} -> {s2})")
-        slot = _parse_slot(lay, i, block, 0, s1)
-        if slot is not None:
-            out.append(slot)
+        out.append(_parse_slot(lay, i, block, 0, s1))
     return tuple(out)
 
 
@@ -354,13 +354,15 @@ def parse(read: Read, size: int, *, retries: int = SEQLOCK_RETRIES) -> Region:
     proc_num, util_switch, recent_kernel, priority = _TAIL.unpack_from(tail, 0)
     last_kernel = _U64.unpack_from(tail, lay.last_kernel_time - lay.proc_num)[0] if lay.last_kernel_time else 0
     n = max(0, min(proc_num, MAX_PROCS))
-    procs = _read_slots(read, lay, n, retries)
+    slots = _read_slots(read, lay, n, retries)
+    procs = tuple(s for s in slots if s.status != 0)
+    exited = tuple(s for s in slots if s.status == 0)
     return Region(
         layout=_layout_name(lay, major, minor), major=major, minor=minor, file_size=size,
         sm_init_flag=sm_init, owner_pid=owner, device_num=device_num, uuids=uuids,
         limit=tuple(limit), sm_limit=tuple(sm_limit), proc_num=proc_num, procs=procs,
         utilization_switch=util_switch, recent_kernel=recent_kernel, priority=priority,
-        last_kernel_time=last_kernel,
+        last_kernel_time=last_kernel, exited=exited,
     )
 
 

@@ -40,8 +40,8 @@ def test_json_dump_lists_devices_and_live_processes(tmp_path, version):
     assert (doc["device_num"], doc["proc_num"], doc["priority"]) == (2, 3, 0)
     assert doc["last_kernel_time"] == (0 if version == "0" else 1_700_000_000)
     assert doc["devices"][0] == {"index": 0, "uuid": U0, "limit_bytes": 4 << 30, "sm_limit_percent": 30,
-                                 "used_bytes": 10, "context_bytes": 1, "module_bytes": 0, "buffer_bytes": 9,
-                                 "sm_util_percent": 0}
+                                 "used_bytes": 109, "context_bytes": 1, "module_bytes": 0, "buffer_bytes": 108,
+                                 "sm_util_percent": 0}  # the exited slot still counts, as in HAMi
     assert doc["devices"][1]["sm_util_percent"] == 40
     assert [(p["slot"], p["pid"], p["hostpid"], p["hostpid_suspect"]) for p in doc["processes"]] == [
         (0, 1082, 1082, True), (2, 1090, 36110, False)]

@@ -52,14 +52,15 @@ def test_container_metrics_have_hami_names_labels_and_values(tmp_path, version):
                version, last_kernel_time=NOW - 30)
     reg, _ = make(tmp_path, [pod(UID)])
     g = reg.get_sample_value
-    assert g("hami_vgpu_memory_used_bytes", lbl()) == 1024
-    assert g("hami_container_device_memory_bytes", lbl()) == 1024
+    exited = 1 << 30  # HAMi sums every slot below proc_num, the exited (status 0) one too
+    assert g("hami_vgpu_memory_used_bytes", lbl()) == 1024 + exited
+    assert g("hami_container_device_memory_bytes", lbl()) == 1024 + exited
     assert g("hami_vgpu_memory_limit_bytes", lbl()) == 4 << 30
     assert g("hami_vgpu_memory_context_bytes", lbl()) == 300
     assert g("hami_vgpu_memory_module_bytes", lbl()) == 0
-    assert g("hami_vgpu_memory_buffer_bytes", lbl()) == 724
-    assert g("hami_container_device_utilization_ratio", lbl()) == 25
-    assert g("hami_vgpu_core_used_percent", lbl()) == 25
+    assert g("hami_vgpu_memory_buffer_bytes", lbl()) == 724 + exited
+    assert g("hami_container_device_utilization_ratio", lbl()) == 75
+    assert g("hami_vgpu_core_used_percent", lbl()) == 75
     assert g("hami_vgpu_core_limit_percent", lbl()) == 30
     assert g("hami_vgpu_memory_used_bytes", lbl(d=1, uuid=U1)) == 5 << 20
     assert g("hami_vgpu_core_limit_percent", lbl(d=1, uuid=U1)) == 100

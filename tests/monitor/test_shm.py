@@ -1,5 +1,5 @@
 """Shared-region parser: layouts against the spec's compiled offsets, every version, HAMi's
-counting rules (proc_num clamp, status 0 skipped, device_num clamp, 40-byte UUID label), the
+counting rules (proc_num clamp, status-0 slots summed as HAMi does, device_num clamp, 40-byte UUID label), the
 seqlock re-read, each error reason, a hypothesis round trip through the writer, and a fuzz test
 feeding random and truncated bytes (the number of inputs run is printed)."""
 
@@ -119,12 +119,14 @@ def test_v1_2_sized_file_with_minor_1_is_v1_1_not_interim():
     assert r.layout == "v1.1"
 
 
-def test_only_slots_below_proc_num_with_nonzero_status_count():
+def test_only_slots_below_proc_num_count_whatever_their_status():
+    """HAMi's spec.go sums procs[:procnum] without looking at status; exited slots are listed apart."""
     procs = [Proc(pid=1, used={0: 1}), Proc(pid=2, status=0, used={0: 10}), Proc(pid=3, status=2, used={0: 100}),
              Proc(pid=4, used={0: 1000})]
     r = parse_bytes(build_region([Dev(U0)], procs, "1.2", proc_num=3))
     assert [p.pid for p in r.procs] == [1, 3]
-    assert r.devices()[0].used == 101
+    assert [p.pid for p in r.exited] == [2]
+    assert r.devices()[0].used == 111
 
 
 @pytest.mark.parametrize(("proc_num", "expected"), [(-5, 0), (0, 0), (2000, 2)], ids=["negative", "zero", "over-1024"])
@@ -247,8 +249,8 @@ def test_round_trip_through_writer_and_parser(version, devices, procs, priority,
     assert (r.priority, r.recent_kernel) == (priority, recent_kernel)
     for dev, want in zip(r.devices(), devices, strict=True):
         assert dev.uuid == want.uuid and dev.limit == want.limit and dev.sm_limit == want.sm_limit
-        assert dev.used == sum(p.used[dev.index].total for p in live if dev.index in p.used)
-        assert dev.sm_util == sum(p.sm_util.get(dev.index, 0) for p in live)
+        assert dev.used == sum(p.used[dev.index].total for p in procs if dev.index in p.used)
+        assert dev.sm_util == sum(p.sm_util.get(dev.index, 0) for p in procs)
 
 
 _FUZZ = {"inputs": 0}

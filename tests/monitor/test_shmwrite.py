@@ -65,7 +65,8 @@ def test_updater_appends_and_exits_slots_like_hami_core(tmp_path):
         assert up.read_int("proc_num") == 2
     r = read_region_file(str(path))
     assert [(p.pid, p.hostpid) for p in r.procs] == [(8, 9000)]
-    assert r.devices()[0].used == 5
+    assert [p.pid for p in r.exited] == [0]
+    assert r.devices()[0].used == 15  # HAMi sums every slot below proc_num until HAMi-core compacts
 
 
 def test_updater_sets_device_identity_and_limits(tmp_path):
