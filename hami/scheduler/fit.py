@@ -431,13 +431,15 @@ def _worst_single(cands: list[ContainerDevice], scores) -> list[ContainerDevice]
 def _best_combination(cands: list[ContainerDevice], n: int, scores) -> list[ContainerDevice]:
     """computeBestCombination: the first n-combination (candidate order) with the highest score."""
     best: tuple[ContainerDevice, ...] | None = None
-    best_score = -1
+    best_score = 0
     for combo in combinations(cands, n):
         total = 0
         for x in range(len(combo)):
             for y in range(x + 1, len(combo)):
                 total += _pair(scores, combo[x].uuid, combo[y].uuid)
-        if total > best_score:
+        # the first combination always counts, so all-negative pair scores still choose one
+        # (HAMi's `found` flag, TestFit_TopologyNegativeScores)
+        if best is None or total > best_score:
             best, best_score = combo, total
     return list(best or ())
 
