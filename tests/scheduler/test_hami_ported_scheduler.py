@@ -4,10 +4,16 @@ Covers `Test_getNodesUsage` (two pods on one card add up: used 2, usedmem 200, u
 the pure usage index, and `Test_Filter` (the node x GPU binpack/spread matrix: node1 device1 at 25 %,
 node2 device4 at 75 %) and `Test_ResourceQuota` (limits.hami.io/gpumem|gpucores quotas passing and
 denying multi-device and unspecified-memory pods) over HTTP /filter against the embedded API server,
-with HAMi's resource names `hami.io/gpu`, `hami.io/gpumem`, `hami.io/gpucores`.
+with HAMi's resource names `hami.io/gpu`, `hami.io/gpumem`, `hami.io/gpucores`; and
+Test_RegisterFromNodeAnnotations (+ _NIL): a node without a register annotation keeps its
+handshake annotations as they were (still `Requesting_<time.DateTime>`), nil annotations stay nil.
+Not ported: Test_getPodUsage (HAMi's per-node pod-count stats have no counterpart here),
+TestSchedulerOnDelNode* and Test_ListNodes_Concurrent (Go mutex-map and data-race checks).
 """
 
 from __future__ import annotations
+
+import datetime
 
 import aiohttp
 import pytest
@@ -171,5 +177,34 @@ async def test_ResourceQuota_filter(apiserver, limits, hard, passes):
             # v2.10 (scoreNode -> calcScoreWithOptions) writes the device Fit reason; the older
             # snapshot of this Go test expected the generic "NodeUnfitPod" from pre-scoreNode code.
             assert "ResourceQuotaNotFit" in fit.parse_reason(out["FailedNodes"]["node1"])
+    finally:
+        await stop_env(env)
+
+
+# ------------------------------------------------------------------ Test_RegisterFromNodeAnnotations
+
+
+@pytest.mark.parametrize("annotations", [
+    {"hami.io/node-handshake": "Requesting_2025-06-13 09:07:40",
+     "hami.io/node-handshake-dcu": "Requesting_2025-06-13 09:07:40"},
+    None,
+], ids=["Test_RegisterFromNodeAnnotations/test node handshake annotations layout",
+        "Test_RegisterFromNodeAnnotations_NIL/test nil annotations handling"])
+async def test_register_loop_leaves_nodes_without_devices_parseable(apiserver, annotations):
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    if annotations is not None:
+        node["metadata"]["annotations"] = dict(annotations)
+    env = await start_hami_env(apiserver, [node])
+    try:
+        await eventually(lambda: env.sched.state.node("node") is not None)
+        got = env.store.get("nodes", "", "node")["metadata"].get("annotations")
+        if annotations is None:
+            assert not got or "hami.io/node-handshake" not in got
+        else:
+            for key in ("hami.io/node-handshake", "hami.io/node-handshake-dcu"):
+                stamp = got[key].removeprefix("Requesting_")
+                datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S")
+        assert env.sched.state.index.node("node") is None  # no register annotation: no devices
     finally:
         await stop_env(env)
