@@ -131,7 +131,7 @@ def container_response(
 def pod_devices_to_allocate(pod: Mapping) -> PodDevices:
     text = _annotations(pod).get(ANN_TO_ALLOCATE)
     if text is None:
-        raise AllocationError(f"pod {pod_ref(pod)} has no {ANN_TO_ALLOCATE} annotation")
+        raise AllocationError(f"pod {pod_ref(pod)} has no {ANN_TO_ALLOCATE} annotation (device request not found)")
     try:
         return tuple(codec.decode_pod_devices(text))
     except codec.CodecError as exc:
@@ -159,7 +159,8 @@ def plan_allocation(
         k = next((i for i, slot in enumerate(slots) if slot), None)
         if k is None:
             raise AllocationError(
-                f"pod {pod_ref(pod)}: no devices left in {ANN_TO_ALLOCATE} for a request of {len(ids)} device(s)"
+                f"pod {pod_ref(pod)}: no pending device allocation found: no devices left in {ANN_TO_ALLOCATE} "
+                f"for a request of {len(ids)} device(s)"
             )
         devices = slots[k]
         if k >= len(containers):

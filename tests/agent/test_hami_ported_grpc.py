@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from hami.agent._pb import api_pb2 as pb
-from tests.agent.harness import NodeHarness
+from tests.agent.harness import U1, U2, NodeHarness
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -55,3 +55,16 @@ async def test_get_preferred_allocation(containers, init, annotation, available,
         resp = await h.kubelet.plugins["nvidia.com/gpu"].stub.GetPreferredAllocation(req)
         got = [sorted(r.deviceIDs) for r in resp.container_responses]
         assert got == [sorted(w) for w in want]
+
+
+async def test_allocate_patches_annotation_only_once():
+    """alloc_refactor_test.go TestAllocate_PatchesAnnotationOnlyOnce: two containers in one call, one pod patch."""
+    async with NodeHarness() as h:
+        await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 20)
+        await h.create_pod("test-pod", {"c0": 1, "c1": 1}, f"{U1},NVIDIA,3000,50:;{U2},NVIDIA,4000,60:;")
+        before = h.client.total_requests("patch", "pods")
+        resp = await h.kubelet.allocate([[f"{U1}-0"], [f"{U2}-0"]])
+        assert h.client.total_requests("patch", "pods") == before + 1
+        assert [(c.envs["CUDA_DEVICE_MEMORY_LIMIT_0"], c.envs["CUDA_DEVICE_SM_LIMIT"])
+                for c in resp.container_responses] == [("3000m", "50"), ("4000m", "60")]
+        assert (await h.pod("test-pod"))["metadata"]["annotations"]["hami.io/bind-phase"] == "success"

@@ -121,3 +121,69 @@ def test_pod_allocation_try_success_keeps_devices_left_for_other_containers():
     assert not p.done
     assert p.remaining_text == f";{GB},NVIDIA,1000,10:;;"
     assert plan(pod(p.remaining_text, ("a", "b")), [["y"]]).done
+
+
+# alloc_refactor_test.go TestPopNextContainerDevices: the first non-empty slot, blanked once served.
+@pytest.mark.parametrize(
+    ("annotation", "containers", "want_container", "want_uuid", "left"),
+    [
+        ("", ("c0",), None, None, None),
+        (";;;", ("c0", "c1", "c2"), None, None, None),
+        ("uuid1,NVIDIA,1024,4:;uuid2,NVIDIA,2048,8:;", ("c0", "c1"), "c0", "uuid1", ";uuid2,NVIDIA,2048,8:;;"),
+        (";uuid2,NVIDIA,2048,8:;uuid3,NVIDIA,512,2:;", ("c0", "c1", "c2"), "c1", "uuid2", ";;uuid3,NVIDIA,512,2:;;"),
+    ],
+    ids=["TestPopNextContainerDevices-EmptyPodSingleDevice", "TestPopNextContainerDevices-AllContainersEmpty",
+         "TestPopNextContainerDevices-FirstContainerHasDevices", "TestPopNextContainerDevices-SecondContainerHasDevices"],
+)
+def test_pop_next_container_devices(annotation, containers, want_container, want_uuid, left):
+    p = pod(annotation, containers)
+    if want_container is None:
+        with pytest.raises(AllocationError, match="no pending device allocation found"):
+            plan(p, [["id-0"]])
+        return
+    result = plan(p, [["id-0"]])
+    (c,) = result.containers
+    assert (c.container, c.devices[0].uuid) == (want_container, want_uuid)
+    assert result.remaining_text == left
+
+
+def test_pop_next_container_devices_after_decode():
+    """TestPopNextContainerDevices_AfterDecode: c1 then c2, then nothing left."""
+    p = pod(";uuid1,NVIDIA,1024,4:;uuid2,NVIDIA,2048,8:;", ("c0", "c1", "c2"))
+    first = plan(p, [["a"]])
+    second = plan(pod(first.remaining_text, ("c0", "c1", "c2")), [["b"]])
+    assert [first.containers[0].container, second.containers[0].container] == ["c1", "c2"]
+    with pytest.raises(AllocationError, match="no pending device allocation found"):
+        plan(pod(second.remaining_text, ("c0", "c1", "c2")), [["c"]])
+
+
+@pytest.mark.parametrize(
+    ("annotation", "containers", "requests", "message"),
+    [
+        (None, ("c0",), [["GPU-aaa-0"]], "device request not found"),
+        ("GPU-aaa,NVIDIA,3000,50:;", ("c0", "c1"), [["GPU-aaa-0"], ["GPU-bbb-0"]], "no pending device allocation found"),
+        ("GPU-aaa,NVIDIA,3000,50:;", ("c0",), [["GPU-aaa-0", "GPU-aaa-1"]], "device number not matched"),
+    ],
+    ids=["TestAllocate_DecodePodSingleDeviceError",
+         "TestAllocate_PopNextContainerDevicesError_MoreContainersThanAnnotation", "TestAllocate_DeviceNumberMismatch"],
+)
+def test_allocate_errors(annotation, containers, requests, message):
+    p = pod(annotation or "", containers)
+    if annotation is None:
+        del p["metadata"]["annotations"][ANN_TO_ALLOCATE]
+    with pytest.raises(AllocationError, match=message):
+        plan(p, requests)
+
+
+@pytest.mark.parametrize(("disabled", "preload"), [("c1", [True, False]), ("c0", [False, True])],
+                         ids=["TestAllocate_MultiContainer_CUDA_DISABLE_CONTROL_SecondContainer",
+                              "TestAllocate_MultiContainer_CUDA_DISABLE_CONTROL_FirstContainer"])
+def test_allocate_multi_container_cuda_disable_control(disabled, preload):
+    p = pod("GPU-aaa,NVIDIA,3000,50:;GPU-bbb,NVIDIA,4000,60:;", ("c0", "c1"))
+    for c in p["spec"]["containers"]:
+        if c["name"] == disabled:
+            c["env"] = [{"name": "CUDA_DISABLE_CONTROL", "value": "true"}]
+    got = plan(p, [["GPU-aaa-0"], ["GPU-bbb-0"]]).containers
+    assert [any(m.container_path == "/etc/ld.so.preload" for m in c.mounts) for c in got] == preload
+    assert [(c.envs["CUDA_DEVICE_MEMORY_LIMIT_0"], c.envs["CUDA_DEVICE_SM_LIMIT"]) for c in got] == \
+        [("3000m", "50"), ("4000m", "60")]  # TestAllocate_MultiContainer_EachGetsOwnDevice
