@@ -19,3 +19,15 @@ def free_ports(n: int) -> list[int]:
 
 def free_port() -> int:
     return free_ports(1)[0]
+
+
+async def serve_app(app) -> tuple[str, object]:
+    """Start an aiohttp `app` on a free loopback port; returns (base URL, runner to `cleanup()`)."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    return f"http://127.0.0.1:{port}", runner

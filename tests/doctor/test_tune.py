@@ -21,6 +21,7 @@ from aiohttp import web
 
 from hami.doctor import tuning
 from hami.doctor.tune import compute
+from tests.ports import serve_app
 
 GIB = 1024**3
 RUNNING = [f"inf-{i}" for i in range(10)]
@@ -80,12 +81,8 @@ async def monitors():
         return web.json_response({"status": "success", "data": {"resultType": "vector", "result": result}})
 
     app.router.add_get("/prom/api/v1/query", query)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}", hits
+    url, runner = await serve_app(app)
+    yield url, hits
     await runner.cleanup()
 
 

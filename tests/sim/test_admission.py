@@ -10,6 +10,7 @@ import pytest
 from aiohttp import web
 
 from hami.sim.admission import WebhookAdmission
+from tests.ports import serve_app
 
 
 @pytest.fixture
@@ -31,12 +32,8 @@ async def webhook():
 
     app = web.Application()
     app.router.add_post("/webhook", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}/webhook", seen
+    url, runner = await serve_app(app)
+    yield f"{url}/webhook", seen
     await runner.cleanup()
 
 
