@@ -41,6 +41,10 @@ from hami.scheduler.usage import NodeUsage, UsageIndex
 
 log = get_logger(__name__)
 
+# Up to this many candidate nodes /filter evaluates them all, as HAMi does, so the FilteringSucceed
+# event counts every fitting node; beyond it, it stops at the first fit in score order (same choice).
+FULL_EVALUATION_MAX_NODES = 64
+
 JSON = "application/json"
 
 
@@ -210,9 +214,12 @@ class Extender:
         except PolicyError as exc:
             return {"Error": f"calcScore failed {exc} for pod {name}"}
         verbose = log.enabled(2)
-        if verbose:
+        if verbose or len(node_names) <= FULL_EVALUATION_MAX_NODES:
+            # HAMi fits every node; its FilteringSucceed text counts them all. Small candidate lists
+            # cost little, so they get HAMi's exact message; big ones stop at the first fit (below).
             fits, failed = scoremod.evaluate_nodes(index.nodes, node_names, preq)
-            self._log_decisions(ns, name, preq, node_names, fits, failed, index)
+            if verbose:
+                self._log_decisions(ns, name, preq, node_names, fits, failed, index)
             if fits:
                 best = fits[0]
                 sel = scoremod.Selection(best.node, best.devices, best.score, best.mig, failed, len(fits))

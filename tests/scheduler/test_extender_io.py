@@ -115,6 +115,20 @@ async def test_successful_filter_emits_filtering_succeed(env):
     assert ev["message"].startswith(f"find fit node({out['NodeNames'][0]}), 0 nodes not fit, 1 nodes fit(")
 
 
+async def test_filtering_succeed_counts_every_fitting_node_as_hami_does(env):
+    """HAMi fits every candidate: `find fit node(n), 0 nodes not fit, 3 nodes fit(n0:s,n1:s,n2:s)`."""
+    pod = env.create_pod(pod_obj("all-fit", mem=10))
+    out = await env.filter(pod, ["n0", "n1", "n2"])
+    await env.sched.events.flush()
+    [ev] = [e.obj for e in env.store.list("events", "default")[1]]
+    chosen = out["NodeNames"][0]
+    prefix = f"find fit node({chosen}), 0 nodes not fit, 3 nodes fit("
+    assert ev["message"].startswith(prefix), ev["message"]
+    listed = ev["message"][len(prefix):-1].split(",")
+    assert sorted(item.split(":")[0] for item in listed) == ["n0", "n1", "n2"]
+    assert all(item.split(":")[1].replace(".", "").isdigit() for item in listed)
+
+
 async def test_patch_failure_rolls_back_usage_and_returns_error(env):
     pod = env.create_pod(pod_obj("p", mem=1000))
     env.apiserver.faults.fail_next_writes(1, 500)
