@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
+from hami.device.codec import go_trim_space
 from hami.device.model import (
     MODE_MIG,
     NVIDIA,
@@ -117,15 +118,15 @@ def parse_reason(text: str) -> dict[str, int]:
 
 def _split_types(value: str | None) -> tuple[str, ...] | None:
     """CheckType members: trimmed, upper-cased, empty members dropped (devices.go CheckType)."""
-    if value is None or not value.strip():
+    if value is None or not go_trim_space(value):
         return None
-    return tuple(t for t in (p.strip().upper() for p in value.split(",")) if t)
+    return tuple(t for t in (go_trim_space(p).upper() for p in value.split(",")) if t)
 
 
 def _split_uuids(value: str | None) -> frozenset[str] | None:
-    if value is None or not value.strip():
+    if value is None or not go_trim_space(value):
         return None
-    return frozenset(p.strip() for p in value.split(","))
+    return frozenset(go_trim_space(p) for p in value.split(","))
 
 
 @dataclass(frozen=True, slots=True)

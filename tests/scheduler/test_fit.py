@@ -278,3 +278,16 @@ def test_hami_fit_in_certain_device_cases(name, devices, request_, want_fit, wan
     assert ok is want_fit and reason == want_reason
     if ok:
         assert [(c.uuid, c.usedmem, c.usedcores, c.type) for c in chosen] == [("test-0", 1024, 1, "NVIDIA")]
+
+
+@pytest.mark.parametrize(
+    ("annotation", "fits"),
+    [("\x1cGPU-a\x1f", False), ("GPU-a\x85", True), ("GPU-a\u00a0", True), ("GPU-b, GPU-a ", True), ("GPU-b", False)],
+    ids=["ascii-separators", "nel", "nbsp", "spaces", "other-uuid"],
+)
+def test_use_gpuuuid_members_are_trimmed_like_go_strings_trimspace(annotation, fits):
+    """devices.go trims members with strings.TrimSpace: Unicode spaces yes, \\x1c-\\x1f (which str.strip drops) no."""
+    from hami.scheduler.fit import _split_uuids
+
+    allowed = _split_uuids(annotation)
+    assert ("GPU-a" in allowed) is fits
