@@ -322,11 +322,8 @@ class UsageIndex:
         cordoned: Iterable[str] = (),
         pair_scores: Mapping[str, Mapping[str, int]] | None = None,
     ) -> NodeUsage:
-        node = NodeUsage(name, [DeviceState.from_info(d) for d in devices], cordoned, pair_scores)
+        node = self.usage_for(name, devices, cordoned, pair_scores)
         self.nodes[name] = node
-        for key in self._pods_by_node.get(name, ()):
-            rec = self._pods[key]
-            self._apply(node, rec.usage, +1, rec.mig)
         node.invalidate()
         return node
 
