@@ -77,7 +77,12 @@ def test_diagnosis_and_node_health_never_raise(node_annos, pod_annos, events, al
     now = time.time()
     node = NodeFacts("n1", node_annos, allocatable_gpu=alloc, capacity_gpu=alloc)
     h = node_health(node, now)
-    assert h.healthy in (True, False) and h.schedulable_gpus >= 0
+    # Healthy exactly when the node is not a GPU node or nothing is wrong with it, and every
+    # problem is named; schedulable GPUs never exceed what the register annotation lists.
+    assert h.healthy is (not (h.gpu_node and h.problems))
+    assert h.schedulable_gpus >= 0 and all(isinstance(p, str) and p for p in h.problems)
+    if node_annos.get(codec.REGISTER_ANNOTATION) is None:
+        assert h.schedulable_gpus == 0
     pod = {"metadata": {"name": "p", "namespace": "d", "annotations": pod_annos},
            "spec": {"schedulerName": "hami-scheduler",
                     "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},

@@ -86,7 +86,7 @@ async def test_failed_binding_releases_the_lock(env):
     node = (await env.filter(pod, ["n0"]))["NodeNames"][0]
     env.store.bind("default", "p", {"target": {"name": "elsewhere"}})  # someone bound it already
     out = await env.bind(pod, node)
-    assert "already" in out["Error"] or "409" in out["Error"] or out["Error"]
+    assert out["Error"].startswith("409 Conflict") and 'already assigned to node "elsewhere"' in out["Error"]
     assert LOCK not in env.store.get("nodes", "", node)["metadata"].get("annotations", {})
 
 

@@ -194,8 +194,7 @@ async def test_webhook_mutates_a_gpu_pod(env):
         out = await r.json()
     assert out["response"]["uid"] == "u1" and out["response"]["allowed"] is True
     ops = orjson.loads(base64.b64decode(out["response"]["patch"]))
-    assert {"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"} in ops or any(
-        o["path"] == "/spec/schedulerName" and o["value"] == "hami-scheduler" for o in ops)
+    assert [o["value"] for o in ops if o["path"] == "/spec/schedulerName"] == ["hami-scheduler"]
 
 
 async def test_metrics_expose_hami_names_and_api_counters(env):

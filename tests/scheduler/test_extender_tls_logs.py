@@ -47,7 +47,6 @@ async def test_extender_serves_tls_and_reloads_changed_certificate(apiserver, tm
         assert e.sched.url.startswith("https://")
         assert await trusted_by(e.sched.url, first)
         make_cert(tmp_path, "second")
-        assert not await trusted_by(e.sched.url, cert) or True  # may already be reloaded
         for _ in range(60):  # the watcher polls every 2 s
             if await trusted_by(e.sched.url, cert):
                 break
@@ -72,7 +71,7 @@ async def filter_with_verbosity(apiserver, stream, verbosity: int) -> str:
         pod = e.create_pod(pod_obj("p", mem=30000))
         e.create_pod(pod_obj("q", mem=30000))
         out = await e.filter(pod, ["n0", "n1", "ghost"])
-        assert out["NodeNames"]
+        assert out["Error"] == "" and len(out["NodeNames"]) == 1 and out["NodeNames"][0] in ("n0", "n1"), out
         big = e.create_pod(pod_obj("big", mem=10**6))
         await e.filter(big, ["n0"])
         await eventually(lambda: True)
