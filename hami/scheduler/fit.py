@@ -37,7 +37,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from hami.device.codec import go_trim_space
 from hami.device.model import (
     MODE_MIG,
     NVIDIA,
@@ -50,6 +49,8 @@ from hami.device.model import (
     ScoringWeights,
 )
 
+from .podfilter import split_types as _split_types
+from .podfilter import split_uuids as _split_uuids
 from .policy import (
     MUTEX,
     TOPOLOGY,
@@ -115,19 +116,6 @@ def parse_reason(text: str) -> dict[str, int]:
 
 
 # --------------------------------------------------------------------------- options
-
-def _split_types(value: str | None) -> tuple[str, ...] | None:
-    """CheckType members: trimmed, upper-cased, empty members dropped (devices.go CheckType)."""
-    if value is None or not go_trim_space(value):
-        return None
-    return tuple(t for t in (go_trim_space(p).upper() for p in value.split(",")) if t)
-
-
-def _split_uuids(value: str | None) -> frozenset[str] | None:
-    if value is None or not go_trim_space(value):
-        return None
-    return frozenset(go_trim_space(p) for p in value.split(","))
-
 
 @dataclass(frozen=True, slots=True)
 class FitOptions:

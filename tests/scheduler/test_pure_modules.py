@@ -1,4 +1,4 @@
-"""The pure scheduler modules (policy, usage, fit, score, webhook) stay pure.
+"""The pure scheduler modules (policy, usage, fit, score, webhook, podfilter) stay pure.
 
 Covers: by reading their source, that they import nothing but the standard library, `jsonpatch`,
 `hami.device` and each other, never asyncio, logging, a kube client or another role, and that
@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-PURE = ("policy", "usage", "fit", "score", "webhook")
+PURE = ("policy", "usage", "fit", "score", "webhook", "podfilter")
 ROOT = pathlib.Path(__file__).resolve().parents[2] / "hami" / "scheduler"
 ALLOWED_THIRD_PARTY = {"jsonpatch"}
 FORBIDDEN_STDLIB = {"asyncio", "logging", "socket", "subprocess", "threading", "os", "time"}

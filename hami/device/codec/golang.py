@@ -1,0 +1,170 @@
+"""Go semantics the wire formats lean on: strconv ints and bools, strings.TrimSpace, strconv.Quote,
+encoding/json string escaping and its field-type errors. Shared by the format modules of this package.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+
+import orjson
+
+from hami.device.codec.errors import CodecError
+
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_UINT32 = (0, (1 << 32) - 1)
+_UINT64 = (0, (1 << 64) - 1)
+
+
+# Go's unicode.IsSpace set (strings.TrimSpace); Python's str.strip() also strips \x1c-\x1f.
+_GO_SPACE = (
+    " \t\n\v\f\r\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+    "\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+_GO_INT_RE = re.compile(r"[+-]?[0-9]+")
+_GO_BOOLS = {
+    "1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
+    "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False,
+}
+
+
+def go_trim_space(text: str) -> str:
+    """strings.TrimSpace."""
+    return text.strip(_GO_SPACE)
+
+
+def go_quote(text: str) -> str:
+    """strconv.Quote, close enough for error messages: printable text kept, the rest escaped."""
+    out = ['"']
+    for ch in text:
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch.isprintable():
+            out.append(ch)
+        elif ord(ch) < 0x80:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) <= 0xFFFF:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    out.append('"')
+    return "".join(out)
+
+
+def _go_int(text: str, lo_hi: tuple[int, int], func: str) -> int | str:
+    """strconv.ParseInt/Atoi: the value, or the strconv error text."""
+    if _GO_INT_RE.fullmatch(text) is None:
+        return f"strconv.{func}: parsing {go_quote(text)}: invalid syntax"
+    value = int(text)
+    if not lo_hi[0] <= value <= lo_hi[1]:
+        return f"strconv.{func}: parsing {go_quote(text)}: value out of range"
+    return value
+
+
+def parse_go_bool(text: str, *, field: str = "bool", position: int | None = None) -> bool:
+    """strconv.ParseBool: 1 t T TRUE true True / 0 f F FALSE false False."""
+    _require_str(text, field)
+    value = _GO_BOOLS.get(text)
+    if value is None:
+        raise CodecError(
+            f"strconv.ParseBool: parsing {go_quote(text)}: invalid syntax",
+            field=field, text=text, position=position,
+        )
+    return value
+
+
+def go_json_string(text: str) -> str:
+    """A JSON string literal exactly as Go encoding/json writes it (HTML-safe escaping)."""
+    if _PLAIN_JSON.fullmatch(text):
+        return '"' + text + '"'
+    out = json.dumps(text, ensure_ascii=False)
+    if not _GO_ESCAPE_NEEDED.search(out):
+        return out
+    out = (
+        out.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    )
+    # Lone surrogates cannot be UTF-8; Go writes U+FFFD for invalid UTF-8.
+    return _SURROGATE.sub("\ufffd", out)
+
+
+# Printable ASCII that neither JSON nor Go's HTML-safe escaping touches.
+_PLAIN_JSON = re.compile(r"[ !#-%'-;=?-\[\]-~]*")
+_GO_ESCAPE_NEEDED = re.compile("[<>&\u2028\u2029\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _require_str(text, field: str, *, none_ok: bool = False, bytes_ok: bool = False) -> None:
+    """Decoders take annotation values, i.e. strings; anything else is a CodecError too."""
+    if type(text) is str or (none_ok and text is None) or (bytes_ok and type(text) is bytes):
+        return
+    raise CodecError(f"expected a string, got {type(text).__name__}", field=field, text=repr(text)[:200])
+
+
+def _loads(text: str | bytes, field: str):
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        shown = text if isinstance(text, str) else text.decode("utf-8", "replace")
+        raise CodecError(f"invalid JSON: {exc.msg}", field=field, text=shown, position=exc.pos) from None
+
+
+_JSON_KIND = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "bool"}
+
+
+def _type_error(value, go_field: str, go_type: str, field: str, text: str) -> CodecError:
+    kind = _JSON_KIND.get(type(value), "value")
+    if kind == "number" and type(value) is int:
+        kind = f"number {value}"
+    elif kind == "number":
+        kind = f"number {orjson.dumps(value).decode()}"
+    return CodecError(
+        f"json: cannot unmarshal {kind} into Go struct field {go_field} of type {go_type}",
+        field=field, text=text,
+    )
+
+
+def _fold_keys(obj: dict, names: Iterable[str]) -> dict:
+    """Go's decoder matches object keys to fields case-insensitively (exact match first)."""
+    names = tuple(names)
+    lower = {n.lower(): n for n in names}
+    exact = set(names)
+    out: dict = {}
+    for key, value in obj.items():
+        if key in exact:
+            out[key] = value
+        else:
+            name = lower.get(key.lower())
+            if name is not None:
+                out[name] = value
+    return out
+
+
+def _int_field(obj: dict, key: str, bounds: tuple[int, int], go_field: str, go_type: str, field: str, text: str) -> int:
+    value = obj.get(key)
+    if value is None:
+        return 0
+    if type(value) is not int or not bounds[0] <= value <= bounds[1]:
+        raise _type_error(value, go_field, go_type, field, text)
+    return value
+
+
+def _str_field(obj: dict, key: str, go_field: str, field: str, text: str) -> str:
+    value = obj.get(key)
+    if value is None:
+        return ""
+    if type(value) is not str:
+        raise _type_error(value, go_field, "string", field, text)
+    return value
+
+
+def _offset(items: list[str], idx: int) -> int:
+    return sum(len(x) + 1 for x in items[:idx])
