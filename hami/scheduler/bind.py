@@ -19,7 +19,7 @@ from hami.kube.client import ApiError, KubeClient
 from hami.kube.events import NORMAL, WARNING, EventRecorder
 from hami.kube.nodelock import NodeLocker, NodeLockError
 from hami.obs.log import get_logger
-from hami.scheduler import fit as fitmod
+from hami.scheduler import messages
 from hami.scheduler.state import VGPU_NODE, ClusterState
 from hami.scheduler.usage import collapse_usage
 
@@ -53,7 +53,7 @@ class Binder:
         self.overcommit_refusals = 0
 
     def _fail(self, ref, msg: str) -> str:
-        self.events.record(ref, WARNING, "BindingFailed", msg)
+        self.events.record(ref, WARNING, messages.BINDING_FAILED, msg)
         log.warning("Binding failed", pod=f"{ref[0]}/{ref[1]}", error=msg)
         return msg
 
@@ -101,7 +101,7 @@ class Binder:
             if locked:
                 await self._release(node, ns, name)
             return self._fail(ref, str(exc))
-        self.events.record(ref, NORMAL, "BindingSucceed", fitmod.binding_succeed_message(node, ns, name))
+        self.events.record(ref, NORMAL, messages.BINDING_SUCCEED, messages.binding_succeed_message(node, ns, name))
         log.v(2).info("Bound pod", pod=f"{ns}/{name}", node=node)
         return ""
 

@@ -33,6 +33,7 @@ from hami.kube.client import ApiError, KubeClient
 from hami.kube.events import NORMAL, WARNING, EventRecorder
 from hami.obs.log import get_logger
 from hami.scheduler import fit as fitmod
+from hami.scheduler import messages
 from hami.scheduler import score as scoremod
 from hami.scheduler.metrics import SchedulerMetrics, split_bind
 from hami.scheduler.policy import PolicyError
@@ -206,13 +207,9 @@ class Extender:
         # HAMi drops any cached allocation of this pod first (a retried filter re-places it).
         index.remove_pod(uid)
         self.assumed.pop(uid, None)
-        try:
-            preq = fitmod.pod_request(
-                requests, num_init, annos, gpu_policy=self.cfg.gpu_scheduler_policy,
-                node_policy=self.cfg.node_scheduler_policy, namespace=ns, quota=index.quota_view(ns),
-            )
-        except PolicyError as exc:
-            return {"Error": f"calcScore failed {exc} for pod {name}"}
+        preq = self._pod_request(requests, num_init, annos, ns, name, index)
+        if isinstance(preq, str):
+            return {"Error": preq}
         verbose = log.enabled(2)
         if verbose or len(node_names) <= FULL_EVALUATION_MAX_NODES:
             # HAMi fits every node; its FilteringSucceed text counts them all. Small candidate lists
@@ -258,13 +255,24 @@ class Extender:
                 self.assumed.pop(uid, None)
                 self.patch_failures += 1
                 log.warning("Pod annotation patch failed", pod=f"{ns}/{name}", node=node, error=str(exc))
-                self.events.record(pod, WARNING, "FilteringFailed", str(exc))
+                self.events.record(pod, WARNING, messages.FILTERING_FAILED, str(exc))
                 return {"Error": str(exc)}
-        self.events.record(pod, NORMAL, "FilteringSucceed",
-                           fitmod.filtering_succeed_message(node, fit_scores, len(node_names)))
+        self.events.record(pod, NORMAL, messages.FILTERING_SUCCEED,
+                           messages.filtering_succeed_message(node, fit_scores, len(node_names)))
         log.v(4).info("Pod filtered", pod=f"{ns}/{name}", node=node, devices=devices_text,
                       score=round(sel.score, 2), tried=sel.tried)
         return {"NodeNames": [node], "FailedNodes": None, "Error": ""}
+
+    def _pod_request(self, requests, num_init, annos, ns: str, name: str,
+                     index: UsageIndex) -> fitmod.PodRequest | str:
+        """What the fit needs of the pod, for both /filter modes; bad scoring weights give HAMi's error text."""
+        try:
+            return fitmod.pod_request(
+                requests, num_init, annos, gpu_policy=self.cfg.gpu_scheduler_policy,
+                node_policy=self.cfg.node_scheduler_policy, namespace=ns, quota=index.quota_view(ns),
+            )
+        except PolicyError as exc:
+            return f"calcScore failed {exc} for pod {name}"
 
     async def _clear_stale_placement(self, pod: dict, ns: str, name: str) -> None:
         """A pending pod that no longer fits anywhere drops the placement an earlier filter wrote.
@@ -286,9 +294,9 @@ class Extender:
             log.v(2).info("Could not clear stale placement", pod=f"{ns}/{name}", error=str(exc))
 
     def _record_no_fit(self, pod: dict, node_names: list, failed: dict) -> None:
-        for msg in fitmod.filtering_failed_messages(failed):
-            self.events.record(pod, WARNING, "FilteringFailed", msg)
-        self.events.record(pod, WARNING, "FilteringFailed", fitmod.no_available_node_message(len(node_names)))
+        for msg in messages.filtering_failed_messages(failed):
+            self.events.record(pod, WARNING, messages.FILTERING_FAILED, msg)
+        self.events.record(pod, WARNING, messages.FILTERING_FAILED, messages.no_available_node_message(len(node_names)))
         meta = pod.get("metadata") or {}
         log.v(2).info("No node fits pod", pod=f"{meta.get('namespace')}/{meta.get('name')}",
                       nodes=len(node_names), failed=len(failed))
@@ -352,13 +360,9 @@ class Extender:
             return {"Error": "json: cannot unmarshal Nodes into Go value of type v1.NodeList"}
         index = self.state.index
         items = nodes.get("items") or []
-        try:
-            preq = fitmod.pod_request(
-                requests, num_init, annos, gpu_policy=self.cfg.gpu_scheduler_policy,
-                node_policy=self.cfg.node_scheduler_policy, namespace=ns, quota=index.quota_view(ns),
-            )
-        except PolicyError as exc:
-            return {"Error": f"calcScore failed {exc} for pod {name}"}
+        preq = self._pod_request(requests, num_init, annos, ns, name, index)
+        if isinstance(preq, str):
+            return {"Error": preq}
         usages: dict[str, NodeUsage] = {}
         by_name: dict[str, dict] = {}
         names = []

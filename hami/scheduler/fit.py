@@ -20,19 +20,17 @@ API
   placements chosen as `(container_index, device_index, gpu_uuid, profile_name, placement)`.
 - `fit_devices(devices, request, opts, ...)`: HAMi `NvidiaGPUDevices.Fit` over an already sorted
   device list (walked from the end).
-- `gen_reason(counts, cards)`, `parse_reason(text)`: HAMi's reason strings.
+- Reason keys, `gen_reason`, `parse_reason` and the event texts live in `messages.py`, MIG
+  profile/placement choice in `migplace.py`; fit re-exports the former for its callers.
 - Failure fast path: for requests without filters, mutex or quota (`FitOptions.plain`), a node
   whose cards all fail before or at the memory check gets its reason from a per-node summary
   (`NodeUsage.fail_summary`, rebuilt after usage or cordon changes) with the text rendered once,
   byte-identical to the per-card walk (tests/scheduler/test_fit_fastfail.py); `try_pod` answers
   NodeInsufficientDevice and that case for the first request before any other setup.
-- Event texts: `filtering_failed_messages(failed_nodes)`, `no_available_node_message(n)`,
-  `filtering_succeed_message(node, fit_scores, total)`, `binding_succeed_message(...)`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -44,11 +42,86 @@ from hami.device.model import (
     ContainerDevice,
     ContainerDeviceRequest,
     MigPlacement,
-    MigProfile,
     PodDevices,
     ScoringWeights,
 )
 
+from .messages import (
+    ALLOCATED_CARDS_INSUFFICIENT_REQUEST as ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
+)
+from .messages import (
+    CARD_COMPUTE_UNITS_EXHAUSTED as CARD_COMPUTE_UNITS_EXHAUSTED,
+)
+from .messages import (
+    CARD_CORDONED as CARD_CORDONED,
+)
+from .messages import (
+    CARD_INSUFFICIENT_CORE as CARD_INSUFFICIENT_CORE,
+)
+from .messages import (
+    CARD_INSUFFICIENT_MEMORY as CARD_INSUFFICIENT_MEMORY,
+)
+from .messages import (
+    CARD_MIG_TOPOLOGY_INFEASIBLE as CARD_MIG_TOPOLOGY_INFEASIBLE,
+)
+from .messages import (
+    CARD_NOT_FOUND_CUSTOM_FILTER_RULE as CARD_NOT_FOUND_CUSTOM_FILTER_RULE,
+)
+from .messages import (
+    CARD_NOT_HEALTH as CARD_NOT_HEALTH,
+)
+from .messages import (
+    CARD_TIME_SLICING_EXHAUSTED as CARD_TIME_SLICING_EXHAUSTED,
+)
+from .messages import (
+    CARD_TYPE_MISMATCH as CARD_TYPE_MISMATCH,
+)
+from .messages import (
+    CARD_UUID_MISMATCH as CARD_UUID_MISMATCH,
+)
+from .messages import (
+    DEVICE_TYPE_NOT_FOUND as DEVICE_TYPE_NOT_FOUND,
+)
+from .messages import (
+    EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT as EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
+)
+from .messages import (
+    MODE_NOT_FIT as MODE_NOT_FIT,
+)
+from .messages import (
+    NODE_FIT_POD as NODE_FIT_POD,
+)
+from .messages import (
+    NODE_INSUFFICIENT_DEVICE as NODE_INSUFFICIENT_DEVICE,
+)
+from .messages import (
+    NODE_UNFIT_POD as NODE_UNFIT_POD,
+)
+from .messages import (
+    NUMA_NOT_FIT as NUMA_NOT_FIT,
+)
+from .messages import (
+    RESOURCE_QUOTA_NOT_FIT as RESOURCE_QUOTA_NOT_FIT,
+)
+from .messages import (
+    binding_succeed_message as binding_succeed_message,
+)
+from .messages import (
+    filtering_failed_messages as filtering_failed_messages,
+)
+from .messages import (
+    filtering_succeed_message as filtering_succeed_message,
+)
+from .messages import (
+    gen_reason as gen_reason,
+)
+from .messages import (
+    no_available_node_message as no_available_node_message,
+)
+from .messages import (
+    parse_reason as parse_reason,
+)
+from .migplace import is_mig_request, mig_feasible, take_placement
 from .podfilter import split_types as _split_types
 from .podfilter import split_uuids as _split_uuids
 from .policy import (
@@ -64,27 +137,6 @@ from .policy import (
 )
 from .usage import DeviceState, NodeUsage, QuotaView, collapse_usage
 
-# Reason keys (pkg/device/common/common.go).
-CARD_TYPE_MISMATCH = "CardTypeMismatch"
-CARD_UUID_MISMATCH = "CardUuidMismatch"
-CARD_TIME_SLICING_EXHAUSTED = "CardTimeSlicingExhausted"
-CARD_COMPUTE_UNITS_EXHAUSTED = "CardComputeUnitsExhausted"
-CARD_INSUFFICIENT_MEMORY = "CardInsufficientMemory"
-CARD_INSUFFICIENT_CORE = "CardInsufficientCore"
-CARD_NOT_HEALTH = "CardNotHealth"
-CARD_CORDONED = "CardCordoned"
-NUMA_NOT_FIT = "NumaNotFit"
-EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = "ExclusiveDeviceAllocateConflict"
-CARD_NOT_FOUND_CUSTOM_FILTER_RULE = "CardNotFoundCustomFilterRule"
-CARD_MIG_TOPOLOGY_INFEASIBLE = "CardMigTopologyInfeasible"
-NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
-ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
-NODE_UNFIT_POD = "NodeUnfitPod"
-NODE_FIT_POD = "NodeFitPod"
-RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
-MODE_NOT_FIT = "ModeNotFit"
-DEVICE_TYPE_NOT_FOUND = "Device type not found"
-
 # Pod annotations read by Fit (pkg/device/nvidia/device.go:40-64).
 USE_GPUTYPE = "nvidia.com/use-gputype"
 NOUSE_GPUTYPE = "nvidia.com/nouse-gputype"
@@ -93,26 +145,6 @@ NOUSE_GPUUUID = "nvidia.com/nouse-gpuuuid"
 NUMA_BIND = "nvidia.com/numa-bind"
 VGPU_MODE = "nvidia.com/vgpu-mode"
 DEVICE_CORDON = "hami.io/device-cordon"
-
-
-# --------------------------------------------------------------------------- reasons
-
-def gen_reason(counts: Mapping[str, int], cards: int) -> str:
-    """GenReason: `"%d/%d %s"` per key, sorted as strings, joined by `", "`."""
-    return ", ".join(sorted(f"{n}/{cards} {k}" for k, n in counts.items()))
-
-
-_REASON_ITEM = re.compile(r"^(\d+)/(\d+) ([A-Za-z][A-Za-z0-9_]*)$")
-
-
-def parse_reason(text: str) -> dict[str, int]:
-    """ParseReason: `{key: count}` for every `N/M Key` entry; other text yields nothing."""
-    out: dict[str, int] = {}
-    for part in text.split(", "):
-        m = _REASON_ITEM.match(part.strip())
-        if m:
-            out[m.group(3)] = out.get(m.group(3), 0) + int(m.group(1))
-    return out
 
 
 # --------------------------------------------------------------------------- options
@@ -234,38 +266,6 @@ def pod_request(
     )
 
 
-# --------------------------------------------------------------------------- MIG
-
-def _overlaps(a: MigPlacement, b: MigPlacement) -> bool:
-    return a.start < b.start + b.size and b.start < a.start + a.size
-
-
-def _select_mig(
-    profiles: Sequence[MigProfile], occupied: Sequence[MigPlacement], memory: int
-) -> tuple[MigProfile, MigPlacement] | None:
-    """selectMigCandidate: smallest profile (memory, then slices) with memory >= request and a
-    placement free of every occupied one."""
-    for prof in sorted(profiles, key=lambda p: (p.memory_mb, p.slice_count)):
-        if prof.memory_mb < memory:
-            continue
-        for pl in prof.placements:
-            if not any(_overlaps(pl, o) for o in occupied):
-                return prof, pl
-    return None
-
-
-def _mig_feasible(dev: DeviceState, chosen: Sequence[ContainerDevice], memreq: int) -> bool:
-    occupied = list(dev.mig_in_use)
-    for existing in chosen:
-        if existing.uuid != dev.id:
-            continue
-        sel = _select_mig(dev.mig_profiles, occupied, existing.usedmem)
-        if sel is None:
-            return False
-        occupied.append(sel[1])
-    return _select_mig(dev.mig_profiles, occupied, memreq) is not None
-
-
 # --------------------------------------------------------------------------- Fit
 
 def _quota_fits(
@@ -372,7 +372,7 @@ def fit_devices(
             reason[CARD_COMPUTE_UNITS_EXHAUSTED] = reason.get(CARD_COMPUTE_UNITS_EXHAUSTED, 0) + 1
             continue
         is_mig = dev.mode == MODE_MIG
-        if is_mig and not _mig_feasible(dev, tmp, memreq):
+        if is_mig and not mig_feasible(dev, tmp, memreq):
             reason[CARD_MIG_TOPOLOGY_INFEASIBLE] = reason.get(CARD_MIG_TOPOLOGY_INFEASIBLE, 0) + 1
             continue
         if nums > 0:
@@ -507,14 +507,6 @@ def _fast_fail(node: NodeUsage, request: ContainerDeviceRequest) -> str | None:
 
 # --------------------------------------------------------------------------- per container
 
-def _is_mig_request(request: ContainerDeviceRequest, devices: Sequence[DeviceState], opts: FitOptions) -> bool:
-    if request.type != NVIDIA:
-        return False
-    if opts.vgpu_mode is not None and MODE_MIG not in opts.vgpu_mode:
-        return False
-    return any(d.mode == MODE_MIG for d in devices)
-
-
 def _sorted(devices: Sequence[DeviceState], request: ContainerDeviceRequest, opts: FitOptions) -> list[DeviceState]:
     """Compute every device's score for this container and sort as Go's sort.Sort would."""
     reqs = (request,)
@@ -563,7 +555,7 @@ def _fit_container(
     if request.type != NVIDIA:
         return None, DEVICE_TYPE_NOT_FOUND, work
     if request.nums > node.nvidia_count and not (
-        node.has_mig and _is_mig_request(request, [d for d in node.devices if d.is_nvidia], opts)
+        node.has_mig and is_mig_request(request, [d for d in node.devices if d.is_nvidia], opts.vgpu_mode)
     ):
         return None, NODE_INSUFFICIENT_DEVICE, work
     if work is None and opts.plain:
@@ -590,17 +582,13 @@ def _fit_container(
     for pos, cd in enumerate(chosen):
         d = by_id[cd.uuid]
         if d.mode == MODE_MIG:
-            occupied = mig_local.get(d.id)
-            if occupied is None:
-                occupied = mig_local[d.id] = list(d.mig_in_use)
-            sel = _select_mig(d.mig_profiles, occupied, cd.usedmem)
+            sel = take_placement(d, cd.usedmem, mig_local)
             if sel is None:
                 return None, (
                     f"AddResourceUsage failed for device {d.id}: MIG profile and placement allocation failed"
                 ), work
             prof, pl = sel
             cd = ContainerDevice(cd.uuid, cd.type, prof.memory_mb, prof.core, cd.idx)
-            occupied.append(pl)
             if keep:
                 d.mig_in_use.append(pl)
             mig_out.append((cidx, pos, d.id, prof.name, pl))
@@ -682,42 +670,3 @@ def try_pod(node: NodeUsage, pod: PodRequest) -> str | tuple[PodDevices, tuple]:
     if init_allocs:
         return tuple(init_allocs) + tuple(app_allocs), tuple(mig)
     return tuple(app_allocs), tuple(mig)
-
-
-# --------------------------------------------------------------------------- event texts
-
-def filtering_failed_messages(failed_nodes: Mapping[str, str]) -> list[str]:
-    """FilteringFailed texts, one per reason key: `2 nodes CardInsufficientMemory(node1,node2)`.
-
-    Only `N/M Key` reasons produce one (bare ones like NodeInsufficientDevice do not).
-    Ordered by reason key (HAMi's map order is random).
-    """
-    by_reason: dict[str, list[str]] = {}
-    for node, reason in failed_nodes.items():
-        nodes = by_reason.get(reason)
-        if nodes is None:
-            by_reason[reason] = [node]
-        else:
-            nodes.append(node)
-    by_key: dict[str, list[str]] = {}
-    for reason, nodes in by_reason.items():  # nodes mostly share a handful of reasons
-        for key in parse_reason(reason):
-            by_key.setdefault(key, []).extend(nodes)
-    return [
-        f"{len(nodes)} nodes {key}({','.join(sorted(nodes))})"
-        for key, nodes in sorted(by_key.items())
-    ]
-
-
-def no_available_node_message(node_count: int) -> str:
-    return f"no available node, {node_count} nodes do not meet"
-
-
-def filtering_succeed_message(node: str, fit_scores: Sequence[tuple[str, float]], total: int) -> str:
-    """`find fit node(n1), 1 nodes not fit, 1 nodes fit(n1:15.00)`; `total` = candidate count."""
-    fits = ",".join(f"{n}:{s:.2f}" for n, s in fit_scores)
-    return f"find fit node({node}), {total - len(fit_scores)} nodes not fit, {len(fit_scores)} nodes fit({fits})"
-
-
-def binding_succeed_message(node: str, namespace: str, name: str) -> str:
-    return f"Successfully binding node [{node}] to {namespace}/{name}"

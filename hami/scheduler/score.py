@@ -28,10 +28,10 @@ Build once per request::
 After a successful answer the caller records the allocation with
 `index.add_pod(key, sel.node, sel.devices, namespace=ns, num_init=num_init)`.
 
-Events: `fit.filtering_failed_messages(sel.failed_nodes)` and
-`fit.no_available_node_message(len(node_names))` when nothing fits; for FilteringSucceed,
+Events: `messages.filtering_failed_messages(sel.failed_nodes)` and
+`messages.no_available_node_message(len(node_names))` when nothing fits; for FilteringSucceed,
 `evaluate_nodes(...)` (every candidate, off the hot path, on the usage *before* add_pod) and
-`fit.filtering_succeed_message(node, fit_scores, total)`.
+`messages.filtering_succeed_message(node, fit_scores, total)`.
 
 How the choice follows HAMi (§5, §6): HAMi fits every node, sorts the fitting ones by node score
 (binpack ascending, spread descending) and takes the last. A node's score depends only on its
