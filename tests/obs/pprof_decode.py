@@ -1,4 +1,4 @@
-"""A tiny profile.proto decoder for tests: just enough to check what hami.obs.pprof writes."""
+"""A tiny profile.proto decoder for tests: just enough to check what hami.obs.profiling.encoder writes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""hami.obs.pprof: the hand-written profile.proto encoder.
+"""hami.obs.profiling.encoder: the hand-written profile.proto encoder.
 
 Covers: varint encoding (against the protobuf runtime's own decoder), round trip of arbitrary
 profiles through the test decoder (stacks leaf first, values, labels, comments, period), function
@@ -15,7 +15,7 @@ from google.protobuf.internal import decoder as pb_decoder
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami.obs.pprof import (
+from hami.obs.profiling.encoder import (
     Frame,
     PprofError,
     Profile,

@@ -45,7 +45,7 @@ from html import escape
 from aiohttp import web
 
 from hami.netaddr import split_host_port
-from hami.obs.pprof import Frame, Profile, Sample, encode_gzip
+from hami.obs.profiling.encoder import Frame, Profile, Sample, encode_gzip
 
 __all__ = [
     "CpuSampler",
