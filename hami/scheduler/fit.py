@@ -20,8 +20,9 @@ API
   placements chosen as `(container_index, device_index, gpu_uuid, profile_name, placement)`.
 - `fit_devices(devices, request, opts, ...)`: HAMi `NvidiaGPUDevices.Fit` over an already sorted
   device list (walked from the end).
-- Reason keys, `gen_reason`, `parse_reason` and the event texts live in `messages.py`, MIG
-  profile/placement choice in `migplace.py`; fit re-exports the former for its callers.
+- `gen_reason(counts, cards)`, `parse_reason(text)`: HAMi's reason strings.
+- MIG profile/placement choice lives in `migplace.py`, the event texts in `messages.py` (still
+  reachable as `fit.filtering_failed_messages` etc. for older callers).
 - Failure fast path: for requests without filters, mutex or quota (`FitOptions.plain`), a node
   whose cards all fail before or at the memory check gets its reason from a per-node summary
   (`NodeUsage.fail_summary`, rebuilt after usage or cordon changes) with the text rendered once,
@@ -31,6 +32,7 @@ API
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -46,81 +48,6 @@ from hami.device.model import (
     ScoringWeights,
 )
 
-from .messages import (
-    ALLOCATED_CARDS_INSUFFICIENT_REQUEST as ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
-)
-from .messages import (
-    CARD_COMPUTE_UNITS_EXHAUSTED as CARD_COMPUTE_UNITS_EXHAUSTED,
-)
-from .messages import (
-    CARD_CORDONED as CARD_CORDONED,
-)
-from .messages import (
-    CARD_INSUFFICIENT_CORE as CARD_INSUFFICIENT_CORE,
-)
-from .messages import (
-    CARD_INSUFFICIENT_MEMORY as CARD_INSUFFICIENT_MEMORY,
-)
-from .messages import (
-    CARD_MIG_TOPOLOGY_INFEASIBLE as CARD_MIG_TOPOLOGY_INFEASIBLE,
-)
-from .messages import (
-    CARD_NOT_FOUND_CUSTOM_FILTER_RULE as CARD_NOT_FOUND_CUSTOM_FILTER_RULE,
-)
-from .messages import (
-    CARD_NOT_HEALTH as CARD_NOT_HEALTH,
-)
-from .messages import (
-    CARD_TIME_SLICING_EXHAUSTED as CARD_TIME_SLICING_EXHAUSTED,
-)
-from .messages import (
-    CARD_TYPE_MISMATCH as CARD_TYPE_MISMATCH,
-)
-from .messages import (
-    CARD_UUID_MISMATCH as CARD_UUID_MISMATCH,
-)
-from .messages import (
-    DEVICE_TYPE_NOT_FOUND as DEVICE_TYPE_NOT_FOUND,
-)
-from .messages import (
-    EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT as EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
-)
-from .messages import (
-    MODE_NOT_FIT as MODE_NOT_FIT,
-)
-from .messages import (
-    NODE_FIT_POD as NODE_FIT_POD,
-)
-from .messages import (
-    NODE_INSUFFICIENT_DEVICE as NODE_INSUFFICIENT_DEVICE,
-)
-from .messages import (
-    NODE_UNFIT_POD as NODE_UNFIT_POD,
-)
-from .messages import (
-    NUMA_NOT_FIT as NUMA_NOT_FIT,
-)
-from .messages import (
-    RESOURCE_QUOTA_NOT_FIT as RESOURCE_QUOTA_NOT_FIT,
-)
-from .messages import (
-    binding_succeed_message as binding_succeed_message,
-)
-from .messages import (
-    filtering_failed_messages as filtering_failed_messages,
-)
-from .messages import (
-    filtering_succeed_message as filtering_succeed_message,
-)
-from .messages import (
-    gen_reason as gen_reason,
-)
-from .messages import (
-    no_available_node_message as no_available_node_message,
-)
-from .messages import (
-    parse_reason as parse_reason,
-)
 from .migplace import is_mig_request, mig_feasible, take_placement
 from .podfilter import split_types as _split_types
 from .podfilter import split_uuids as _split_uuids
@@ -137,6 +64,27 @@ from .policy import (
 )
 from .usage import DeviceState, NodeUsage, QuotaView, collapse_usage
 
+# Reason keys (pkg/device/common/common.go).
+CARD_TYPE_MISMATCH = "CardTypeMismatch"
+CARD_UUID_MISMATCH = "CardUuidMismatch"
+CARD_TIME_SLICING_EXHAUSTED = "CardTimeSlicingExhausted"
+CARD_COMPUTE_UNITS_EXHAUSTED = "CardComputeUnitsExhausted"
+CARD_INSUFFICIENT_MEMORY = "CardInsufficientMemory"
+CARD_INSUFFICIENT_CORE = "CardInsufficientCore"
+CARD_NOT_HEALTH = "CardNotHealth"
+CARD_CORDONED = "CardCordoned"
+NUMA_NOT_FIT = "NumaNotFit"
+EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = "ExclusiveDeviceAllocateConflict"
+CARD_NOT_FOUND_CUSTOM_FILTER_RULE = "CardNotFoundCustomFilterRule"
+CARD_MIG_TOPOLOGY_INFEASIBLE = "CardMigTopologyInfeasible"
+NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
+ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
+NODE_UNFIT_POD = "NodeUnfitPod"
+NODE_FIT_POD = "NodeFitPod"
+RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
+MODE_NOT_FIT = "ModeNotFit"
+DEVICE_TYPE_NOT_FOUND = "Device type not found"
+
 # Pod annotations read by Fit (pkg/device/nvidia/device.go:40-64).
 USE_GPUTYPE = "nvidia.com/use-gputype"
 NOUSE_GPUTYPE = "nvidia.com/nouse-gputype"
@@ -145,6 +93,26 @@ NOUSE_GPUUUID = "nvidia.com/nouse-gpuuuid"
 NUMA_BIND = "nvidia.com/numa-bind"
 VGPU_MODE = "nvidia.com/vgpu-mode"
 DEVICE_CORDON = "hami.io/device-cordon"
+
+
+# --------------------------------------------------------------------------- reasons
+
+def gen_reason(counts: Mapping[str, int], cards: int) -> str:
+    """GenReason: `"%d/%d %s"` per key, sorted as strings, joined by `", "`."""
+    return ", ".join(sorted(f"{n}/{cards} {k}" for k, n in counts.items()))
+
+
+_REASON_ITEM = re.compile(r"^(\d+)/(\d+) ([A-Za-z][A-Za-z0-9_]*)$")
+
+
+def parse_reason(text: str) -> dict[str, int]:
+    """ParseReason: `{key: count}` for every `N/M Key` entry; other text yields nothing."""
+    out: dict[str, int] = {}
+    for part in text.split(", "):
+        m = _REASON_ITEM.match(part.strip())
+        if m:
+            out[m.group(3)] = out.get(m.group(3), 0) + int(m.group(1))
+    return out
 
 
 # --------------------------------------------------------------------------- options
@@ -670,3 +638,20 @@ def try_pod(node: NodeUsage, pod: PodRequest) -> str | tuple[PodDevices, tuple]:
     if init_allocs:
         return tuple(init_allocs) + tuple(app_allocs), tuple(mig)
     return tuple(app_allocs), tuple(mig)
+
+
+# --------------------------------------------------------------------------- moved names
+
+_EVENT_TEXTS = frozenset((
+    "filtering_failed_messages", "no_available_node_message", "filtering_succeed_message", "binding_succeed_message",
+))
+
+
+def __getattr__(name: str):
+    """The event texts moved to messages.py (which reads reasons with parse_reason from here, so
+    fit cannot import it at the top); `fit.<text builder>` still resolves, on first use."""
+    if name in _EVENT_TEXTS:
+        import hami.scheduler.messages as messages
+
+        return getattr(messages, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
