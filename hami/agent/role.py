@@ -19,7 +19,7 @@ from hami.agent.register import build_devices, plugin_devices, same_devices
 from hami.device import codec
 from hami.device.model import DeviceInfo
 from hami.device.nodeconfig import DeviceSettings, settings_for_node
-from hami.gpu.backend import GpuBackend, make_backend
+from hami.gpu import GpuBackend, make_backend
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)

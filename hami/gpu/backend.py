@@ -3,7 +3,8 @@
 A backend is synchronous and cheap to poll: roles call it from a thread (`asyncio.to_thread`) or
 directly for the fake. Health is sticky per backend instance: once an XID marks a GPU unhealthy it
 stays so (HAMi has no path back to healthy short of a restart), except for the fake backend, where
-the file is the truth.
+the file is the truth. The factory, `make_backend`, lives in `select.py`: the backends import this
+module, so this module imports none of them.
 """
 
 from __future__ import annotations
@@ -46,18 +47,3 @@ class GpuBackend(Protocol):
     def close(self) -> None:
         """Stop background health watching and release the library."""
         ...
-
-
-def make_backend(name: str, fake_file: str = "", node_name: str = "") -> GpuBackend:
-    """Build a backend by name: "fake" reads `fake_file` (YAML), "nvml" loads libnvidia-ml."""
-    if name == "fake":
-        if not fake_file:
-            raise GpuBackendError("fake: --fake-gpus FILE is required with --gpu-backend fake")
-        from hami.gpu.fake import FakeBackend
-
-        return FakeBackend(fake_file, node_name=node_name)
-    if name == "nvml":
-        from hami.gpu.nvml import NvmlBackend
-
-        return NvmlBackend()
-    raise GpuBackendError(f"unknown GPU backend {name!r}: expected nvml or fake")

@@ -131,7 +131,7 @@ class Monitor:
 def _backends(cfg: Any, node: str) -> dict[str, Any]:
     """node -> GPU backend. Without a node name (the embedded cluster's one monitor for all its
     simulated nodes) every node of the fake GPU file's `nodes:` map gets its own fake backend."""
-    from hami.gpu.backend import GpuBackendError, make_backend
+    from hami.gpu import GpuBackendError, make_backend
 
     if not os.path.isdir(cfg.cache_dir):
         log.warning("Cache dir does not exist (yet): no container metrics until it does", cache_dir=cfg.cache_dir)

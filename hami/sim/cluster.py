@@ -409,7 +409,7 @@ class EmbeddedCluster:
         from hami.agent.role import Agent
         from hami.config import replace
         from hami.device.nodeconfig import settings_for_node
-        from hami.gpu.backend import make_backend
+        from hami.gpu import make_backend
         from hami.sim.kubelet import Kubelet
         from hami.sim.kubescheduler import KubeSchedulerLoop
 
