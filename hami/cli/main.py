@@ -26,7 +26,7 @@ from hami.cli.flags import add_role_flags
 # (a coroutine function or a plain function).
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("hami.doctor.cli", "diagnose Pending pods and GPU nodes (the debugging runbook, automated)"),
-    "tune": ("hami.doctor.tune_cli", "tuning recommendations from the cluster's pods and the monitor's metrics"),
+    "tune": ("hami.doctor.tune", "tuning recommendations from the cluster's pods and the monitor's metrics"),
     "cache": ("hami.monitor.dump_cli", "read HAMi-core shared-region cache files"),
 }
 

@@ -1,4 +1,4 @@
-"""Reads the live cluster into the facts the pure decision modules (`tree`, `tuning`) take.
+"""Reads the live cluster into the facts the pure decision modules (`tree`, `recommend`) take.
 
 The only I/O of `hami doctor`: pods, events, nodes, ResourceQuotas and the leader Lease through
 `hami.kube.client.KubeClient`, and the scheduler's /healthz over HTTP.

@@ -7,7 +7,7 @@
 
 Prints: the safe memory over-commit ratio (sum requested / sum peak used x 0.9), a deviceSplitCount
 from the memory-request distribution, pods that never use their cores, and nodes with pending
-pods, each with the numbers behind it (`hami.doctor.tuning`). Exit code 0; 2 when metrics cannot
+pods, each with the numbers behind it (`hami.doctor.recommend`). Exit code 0; 2 when metrics cannot
 be read.
 """
 
@@ -21,7 +21,7 @@ import aiohttp
 import orjson
 
 from hami.doctor import gather
-from hami.doctor.tuning import (
+from hami.doctor.recommend import (
     METRICS,
     MetricSample,
     Recommendations,

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami.device import codec
-from hami.doctor import tuning
+from hami.doctor import recommend as tuning
 from hami.doctor.tree import (
     EventFact,
     NodeFacts,

@@ -19,7 +19,7 @@ import sys
 import pytest
 from aiohttp import web
 
-from hami.doctor import tuning
+from hami.doctor import recommend as tuning
 from hami.doctor.tune import compute
 from tests.ports import serve_app
 

@@ -1,4 +1,5 @@
-"""The tuning guide's (seed 002) recommendations, computed from pods and monitor metrics (pure).
+"""The tuning guide's (seed 002) recommendations, computed from pods and monitor metrics (pure;
+`hami tune` in tune.py reads the cluster and the metrics, then calls `recommend`).
 
 - memory over-commit: safe `deviceMemoryScaling` = sum of requested (limit) memory / sum of peak
   used memory x 0.9, over the vGPU devices the metrics cover;
