@@ -83,6 +83,10 @@ class NvmlBackend:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._proc_seen: dict[str, int] = {}
+        self._xids: dict[str, dict[int, int]] = {}  # uuid -> XID code -> events (ignored ones too)
+        from hami.gpu.nvml_extra import NvmlMig
+
+        self._mig = NvmlMig(pynvml)
         ignored = ignored_xids(os.environ if env is None else env)
         if watch_health and ignored is not None:
             self._thread = threading.Thread(target=self._watch, args=(ignored,), name="nvml-health", daemon=True)
@@ -194,7 +198,10 @@ class NvmlBackend:
                         continue
                     self._mark(all_uuids)
                     continue
-                if ev.eventType != nv.nvmlEventTypeXidCriticalError or int(ev.eventData) in ignored:
+                if ev.eventType != nv.nvmlEventTypeXidCriticalError:
+                    continue
+                self._count_xid(ev)
+                if int(ev.eventData) in ignored:
                     continue
                 try:
                     self._mark([_text(nv.nvmlDeviceGetUUID(ev.device))])
@@ -205,6 +212,64 @@ class NvmlBackend:
                 nv.nvmlEventSetFree(es)
             except nv.NVMLError:
                 pass
+
+    def _count_xid(self, ev: Any) -> None:
+        try:
+            uuid = _text(self._nv.nvmlDeviceGetUUID(ev.device))
+        except self._nv.NVMLError:
+            return
+        with self._lock:
+            per = self._xids.setdefault(uuid, {})
+            per[int(ev.eventData)] = per.get(int(ev.eventData), 0) + 1
+
+    # ------------------------------------------------------------------ topology, telemetry, MIG
+
+    def links(self):
+        from hami.gpu.nvml_extra import read_links
+
+        try:
+            return read_links(self._nv)
+        except self._nv.NVMLError as exc:
+            raise GpuBackendError(f"nvml: reading GPU links failed: {exc}") from None
+
+    def health(self):
+        from hami.gpu.nvml_extra import read_health
+
+        nv, out = self._nv, []
+        try:
+            handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+        except nv.NVMLError as exc:
+            raise GpuBackendError(f"nvml: listing GPUs failed: {exc}") from None
+        for h in handles:
+            try:
+                uuid = _text(nv.nvmlDeviceGetUUID(h))
+            except nv.NVMLError:
+                continue
+            with self._lock:
+                xids = dict(self._xids.get(uuid, {}))
+            out.append(read_health(nv, h, uuid, xids))
+        return out
+
+    def mig_capable(self, uuid):
+        return self._mig.mig_capable(uuid)
+
+    def mig_enabled(self, uuid):
+        return self._mig.mig_enabled(uuid)
+
+    def set_mig_mode(self, uuid, enabled):
+        self._mig.set_mig_mode(uuid, enabled)
+
+    def mig_profiles(self, uuid):
+        return self._mig.mig_profiles(uuid)
+
+    def mig_instances(self, uuid):
+        return self._mig.mig_instances(uuid)
+
+    def create_mig(self, uuid, profile, start):
+        return self._mig.create_mig(uuid, profile, start)
+
+    def destroy_mig(self, uuid, gpu_instance_id):
+        self._mig.destroy_mig(uuid, gpu_instance_id)
 
     def close(self) -> None:
         if self._closed:

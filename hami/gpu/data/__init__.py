@@ -1,0 +1,1 @@
+"""Data files of the GPU backends (MIG geometries of the fake backend)."""
