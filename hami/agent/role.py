@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 
 from hami.agent.deviceplugin import DevicePluginServer, PodAllocator
 from hami.agent.register import build_devices, plugin_devices, same_devices
@@ -20,12 +21,24 @@ from hami.device import codec
 from hami.device.model import DeviceInfo
 from hami.device.nodeconfig import DeviceSettings, settings_for_node
 from hami.gpu import GpuBackend, make_backend
+from hami.gpu.topology import TopologySource, asymmetric_pairs, pair_scores
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
 
 REGISTER_ANNOTATION = codec.REGISTER_ANNOTATION
+PAIR_SCORE_ANNOTATION = codec.PAIR_SCORE_ANNOTATION
 RETRY_AFTER_ERROR = 5.0
+
+
+def _same_scores(text: str | None, want: str) -> bool:
+    """Equal as pair scores (entry order free): only a changed value is patched."""
+    if text is None:
+        return False
+    try:
+        return set(codec.decode_pair_scores(text)) == set(codec.decode_pair_scores(want))
+    except codec.CodecError:
+        return False
 
 
 class Agent:
@@ -33,7 +46,7 @@ class Agent:
 
     def __init__(self, client, node_name: str, backend: GpuBackend, settings: DeviceSettings, *,
                  socket_dir: str, hook_path: str, register_interval: float = 30.0,
-                 tick: float = 0.5, lib_version: str = ""):
+                 tick: float = 0.5, lib_version: str = "", topology_score: bool = False):
         from hami.kube.informer import Informer
         from hami.kube.nodelock import NodeLocker
 
@@ -55,6 +68,8 @@ class Agent:
                                          preferred_allocation=settings.enable_get_preferred_allocation)
         self.registered: tuple[DeviceInfo, ...] | None = None
         self.register_patches = 0
+        self.topology_score = topology_score  # HAMi: ENABLE_TOPOLOGY_SCORE=true
+        self._links_cache: tuple[tuple[str, ...], str] | None = None
         self._seen_annotation: str | None = None
         self._seen_devices: tuple[DeviceInfo, ...] | None = None
 
@@ -75,25 +90,54 @@ class Agent:
             self._seen_annotation = text
         return self._seen_devices
 
+    async def _call(self, fn, *args):
+        """Backend call: NVML in a thread (it blocks), the fake inline."""
+        if self.backend.name == "nvml":
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
+
+    async def _pair_scores(self, devices: tuple[DeviceInfo, ...]) -> str | None:
+        """The `hami.io/node-nvidia-score` value for the registered GPUs, or None when the node
+        does not need one (topology scoring off, backend without link facts, no GPU)."""
+        if not self.topology_score or not devices or not isinstance(self.backend, TopologySource):
+            return None
+        uuids = tuple(d.id for d in sorted(devices, key=lambda d: d.index))
+        if self._links_cache is None or self._links_cache[0] != uuids or self.backend.name == "fake":
+            links = await self._call(self.backend.links)
+            for a, b in asymmetric_pairs(uuids, links):
+                log.warning("Asymmetric GPU P2P link data: pair scored 0", node=self.node_name, gpu_a=a, gpu_b=b)
+            text = codec.encode_pair_scores(
+                codec.DevicePairScore(u, scores) for u, scores in pair_scores(uuids, links))
+            self._links_cache = (uuids, text)
+        return self._links_cache[1]
+
+    def _node_annotation(self, key: str) -> str | None:
+        node = self.nodes.store.get(self.node_name)
+        return ((node or {}).get("metadata") or {}).get("annotations", {}).get(key)
+
     async def sync_once(self) -> bool:
-        """Poll GPUs, update kubelet's list, patch the registration if it differs. True if patched."""
-        gpus = await asyncio.to_thread(self.backend.list_gpus) if self.backend.name == "nvml" \
-            else self.backend.list_gpus()
+        """Poll GPUs, update kubelet's list, patch the registration (and pair scores) where they
+        differ from what the Node carries. True if patched."""
+        gpus = await self._call(self.backend.list_gpus)
         await self.plugin.set_devices(plugin_devices(gpus, self.settings))
         devices = build_devices(gpus, self.settings)
+        annotations: dict[str, str] = {}
         current = self._node_devices()
-        if current is not None and same_devices(current, devices):
+        if current is None or not same_devices(current, devices):
+            annotations[REGISTER_ANNOTATION] = codec.encode_node_devices(devices)
+        scores = await self._pair_scores(devices)
+        if scores is not None and not _same_scores(self._node_annotation(PAIR_SCORE_ANNOTATION), scores):
+            annotations[PAIR_SCORE_ANNOTATION] = scores
+        if not annotations:
             self.registered = devices
             return False
         if self.node_name not in self.nodes.store:
             return False  # node not seen yet (or deleted): nothing to annotate
-        await self.client.patch_node(
-            self.node_name, {"metadata": {"annotations": {REGISTER_ANNOTATION: codec.encode_node_devices(devices)}}}
-        )
+        await self.client.patch_node(self.node_name, {"metadata": {"annotations": annotations}})
         self.registered = devices
         self.register_patches += 1
         log.info("Registered devices on node", node=self.node_name, devices=len(devices),
-                 healthy=sum(d.health for d in devices))
+                 healthy=sum(d.health for d in devices), pair_scores=PAIR_SCORE_ANNOTATION in annotations)
         return True
 
     async def device_loop(self, stop: asyncio.Event) -> None:
@@ -151,7 +195,8 @@ async def run(ctx) -> None:
     client = await KubeClient.from_settings(kube)
     try:
         agent = Agent(client, node_name, backend, settings, socket_dir=cfg.agent.kubelet_socket_dir,
-                      hook_path=cfg.agent.hook_path, register_interval=cfg.agent.register_interval)
+                      hook_path=cfg.agent.hook_path, register_interval=cfg.agent.register_interval,
+                      topology_score=os.environ.get("ENABLE_TOPOLOGY_SCORE") == "true")
         await agent.run(ctx.stop, ctx.ready)
     finally:
         backend.close()

@@ -32,7 +32,11 @@ def gpu_doc(healthy=(True, True)):
 
 
 class NodeHarness:
-    def __init__(self, settings: DeviceSettings | None = None, kube_qps: float = 1000.0):
+    def __init__(self, settings: DeviceSettings | None = None, kube_qps: float = 1000.0, *,
+                 gpus: dict | None = None, **agent_kwargs):
+        self.initial_gpus = gpus or gpu_doc()
+        self.agent_kwargs = agent_kwargs
+        self.backend: FakeBackend | None = None
         self.settings = settings or effective_device_settings(NvidiaConfig(lib_cuda_log_level="1"), None)
         self.kube_qps = kube_qps
         self.dir = tempfile.mkdtemp(prefix="hami-", dir="/tmp")
@@ -56,17 +60,20 @@ class NodeHarness:
         self.client = await KubeClient.from_settings(KubeSettings(kubeconfig=kubeconfig, qps=self.kube_qps,
                                                            burst=int(self.kube_qps)))
         await self.client.create("nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-        self.write_gpus(gpu_doc())
+        self.write_gpus(self.initial_gpus)
         self.kubelet = Kubelet(self.sockets, client=self.client, node_name=NODE)
         await self.kubelet.start()
         await self.start_agent()
         return self
 
-    async def start_agent(self) -> None:
-        """A fresh Agent on this node (also after a simulated crash), running until `self.stop`."""
+    async def start_agent(self, *, new_backend: bool = False) -> None:
+        """A fresh Agent on this node (also after a simulated crash), running until `self.stop`.
+        The fake backend (the node's hardware, MIG state included) outlives agent restarts."""
         self.stop = asyncio.Event()
-        self.agent = Agent(self.client, NODE, FakeBackend(self.gpu_file, node_name=NODE), self.settings,
-                           socket_dir=self.sockets, hook_path=self.hook, tick=0.05)
+        if self.backend is None or new_backend:
+            self.backend = FakeBackend(self.gpu_file, node_name=NODE)
+        self.agent = Agent(self.client, NODE, self.backend, self.settings,
+                           socket_dir=self.sockets, hook_path=self.hook, tick=0.05, **self.agent_kwargs)
         self.agent.plugin.poll_interval = 0.05
         ready = asyncio.Event()
         self.task = asyncio.create_task(self.agent.run(self.stop, ready))

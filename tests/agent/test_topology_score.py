@@ -1,0 +1,58 @@
+"""The agent publishes `hami.io/node-nvidia-score` (HAMi: ENABLE_TOPOLOGY_SCORE=true) over the
+embedded API server: HAMi's JSON format for the registered GPUs, patched once and again only when
+the value changes (a new NVLink bridge), never when topology scoring is off; the scheduler's
+state reads the published value back as the pair scores its topology-aware policy uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from hami.scheduler.state import _pair_scores
+from tests.agent.harness import NODE, NodeHarness
+
+SCORE = "hami.io/node-nvidia-score"
+
+
+def pcie_doc(nvlinks=None):
+    gpus = [{"uuid": f"GPU-{i:08d}-0000-4000-8000-000000000000", "model": "NVIDIA A100-PCIE-40GB",
+             "memory_mib": 40960, "index": i} for i in range(3)]
+    if nvlinks:
+        gpus[0]["nvlinks"] = nvlinks
+    return {"gpus": gpus, "topology": {"default": "system", "pairs": [{"gpus": [0, 1], "level": "single"}]}}
+
+
+async def _annotations(h) -> dict:
+    return (await h.node())["metadata"].get("annotations") or {}
+
+
+async def _wait_score(h, pred, timeout=10.0):
+    for _ in range(int(timeout / 0.05)):
+        text = (await _annotations(h)).get(SCORE)
+        if text is not None and pred(json.loads(text)):
+            return text
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"score annotation never matched: {(await _annotations(h)).get(SCORE)!r}")
+
+
+async def test_scores_published_in_hami_format_and_repatched_only_on_change():
+    async with NodeHarness(gpus=pcie_doc(), topology_score=True) as h:
+        u = [f"GPU-{i:08d}-0000-4000-8000-000000000000" for i in range(3)]
+        text = await _wait_score(h, lambda doc: len(doc) == 3)
+        assert json.loads(text)[0] == {"uuid": u[0], "score": {u[1]: 50, u[2]: 10}}
+        assert _pair_scores(text)[u[1]] == {u[0]: 50, u[2]: 10}
+        patches = h.agent.register_patches
+        await asyncio.sleep(0.5)  # ~10 ticks with nothing changed
+        assert h.agent.register_patches == patches
+        h.write_gpus(pcie_doc(nvlinks={2: 2}))
+        text = await _wait_score(h, lambda doc: doc[0]["score"][u[2]] == 210)
+        assert json.loads(text)[2]["score"] == {u[0]: 210, u[1]: 10}
+        assert h.agent.register_patches == patches + 1
+
+
+async def test_no_score_annotation_when_topology_scoring_is_off():
+    async with NodeHarness(gpus=pcie_doc()) as h:
+        await h.agent.nodes.wait_for(
+            lambda: "hami.io/node-nvidia-register" in (h.agent.nodes.store[NODE]["metadata"].get("annotations") or {}), 10)
+        assert SCORE not in await _annotations(h)
