@@ -8,7 +8,8 @@ Every call goes through `KubeClient.request`, which
 * returns the raw JSON decoded with orjson (`_preload_content=False`: the generated models are
   never built, which is ~20x cheaper for a NodeList).
 
-Non-2xx answers raise `ApiError(status, reason, message)`, the one error type of this package.
+Non-2xx answers raise `ApiError(status, reason, message, body=Status)` (`hami.apierror`, shared with the
+embedded server), the one error type of this package.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import orjson
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
+from hami.apierror import ApiError as ApiError  # the one API error shape (hami.apierror)
 from hami.config import KubeSettings
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -44,26 +46,6 @@ _RESOURCE_PATHS = {
 
 class KubeConfigError(RuntimeError):
     """No usable connection settings: names the file or the missing in-cluster environment."""
-
-
-class ApiError(Exception):
-    """A request the API server refused (status >= 300) or that never got an answer (status 0)."""
-
-    def __init__(self, status: int, reason: str = "", message: str = "", body: dict | None = None):
-        self.status, self.reason, self.message, self.body = status, reason, message, body or {}
-        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == 409
-
-    @property
-    def gone(self) -> bool:
-        return self.status == 410
 
 
 class TokenBucket:
@@ -349,4 +331,4 @@ def _api_error(status: int, reason: str, data: bytes) -> ApiError:
                 reason = str(decoded.get("reason") or reason)
         except orjson.JSONDecodeError:
             message = data[:200].decode("utf-8", "replace")
-    return ApiError(status, reason, message, body)
+    return ApiError(status, reason, message, body=body)

@@ -242,7 +242,7 @@ class Informer:
             code = obj.get("code")
             if code == 410:
                 raise _Gone()
-            raise ApiError(int(code or 500), str(obj.get("reason", "")), str(obj.get("message", "")), obj)
+            raise ApiError(int(code or 500), str(obj.get("reason", "")), str(obj.get("message", "")), body=obj)
         rv = _rv(obj)
         if etype == "BOOKMARK":
             if rv:

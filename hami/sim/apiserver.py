@@ -74,7 +74,7 @@ def _json(body: dict | bytes, status: int = 200, headers: dict | None = None) ->
 
 
 def _error(exc: ApiError, headers: dict | None = None) -> web.Response:
-    return _json(exc.status(), exc.code, headers)
+    return _json(exc.status_object(), exc.code, headers)
 
 
 class ApiServer:
@@ -422,7 +422,7 @@ class ApiServer:
             if exc.code != 410:
                 raise
             await resp.prepare(request)
-            await resp.write(event_line("ERROR", orjson.dumps(exc.status())))
+            await resp.write(event_line("ERROR", orjson.dumps(exc.status_object())))
             return resp
         transport = request.transport
         if transport is not None:

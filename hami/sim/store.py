@@ -9,7 +9,8 @@
   (its `on_drop` callback closes the connection), so a client that stops reading cannot grow memory.
 
 All methods are synchronous: in one event loop every write and its fan-out happen atomically.
-Errors are `ApiError(code, reason, message)`, rendered by the HTTP layer as a Kubernetes Status.
+Errors are `hami.apierror.ApiError(status, reason, message, details)`, the same class the client
+raises, rendered by the HTTP layer as a Kubernetes Status (`status_object()`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from hami.apierror import ApiError as ApiError  # the one API error shape (hami.apierror)
 from hami.sim import patch as patchmod
 from hami.sim.resources import (
     BY_KEY,
@@ -40,25 +42,6 @@ from hami.sim.selectors import FieldRequirement, Requirement, matches
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 _NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-
-
-class ApiError(Exception):
-    """An API failure with an HTTP code and a Kubernetes Status reason."""
-
-    def __init__(self, code: int, reason: str, message: str, details: dict | None = None):
-        self.code, self.reason, self.message, self.details = code, reason, message, details
-        super().__init__(f"{code} {reason}: {message}")
-
-    def status(self) -> dict:
-        return status_body(self.code, self.reason, self.message, self.details)
-
-
-def status_body(code: int, reason: str, message: str, details: dict | None = None) -> dict:
-    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
-    if details:
-        body["details"] = details
-    return body
 
 
 def _not_found(res: Resource, name: str) -> ApiError:
