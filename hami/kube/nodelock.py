@@ -18,7 +18,7 @@ timestamps are understood. Fixed HAMi bugs:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from hami.device import codec
 from hami.device.model import NodeLock
@@ -34,6 +34,15 @@ BIND_PHASE = codec.BIND_PHASE_ANNOTATION
 
 class NodeLockError(Exception):
     """The lock could not be taken or released (contention, unknown node, API failure)."""
+
+
+class _Write:
+    """A decision of `NodeLocker._swap_lock`: write the lock annotation as `value` (None removes it)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str | None):
+        self.value = value
 
 
 PodLookup = Callable[[str, str], "dict | None"]
@@ -108,14 +117,42 @@ class NodeLocker:
 
     # ------------------------------------------------------------------ API
 
+    async def _swap_lock(self, node_name: str, decide: Callable[[dict | None], Awaitable[object]], *,
+                         node_gone: Callable[[], bool], failed: str, exhausted: str) -> object:
+        """The compare-and-swap loop of lock and release.
+
+        `decide(node)` reads the cached node and answers `_Write(value)` to set the lock to `value`
+        (None removes it), or anything else to return that without writing. The write carries the
+        node's resourceVersion; on 409 the informer's newer node is awaited and decided on again,
+        `attempts` times at most. A node deleted under the write gives `node_gone()`; any other API
+        error a NodeLockError `"{failed}: {error}"`.
+        """
+        for _attempt in range(self.attempts):
+            node = self._node(node_name)
+            decision = await decide(node)
+            if not isinstance(decision, _Write):
+                return decision
+            rv = _rv(node)
+            try:
+                await self._patch_lock(node_name, rv, decision.value)
+                return True
+            except ApiError as exc:
+                if exc.conflict:
+                    self.conflicts += 1
+                    await self._await_change(node_name, rv)
+                    continue
+                if exc.not_found:
+                    return node_gone()
+                raise NodeLockError(f"{failed}: {exc}") from None
+        raise NodeLockError(exhausted)
+
     async def lock(self, node_name: str, namespace: str, pod_name: str) -> None:
         """Take the lock for namespace/pod on node_name, or raise NodeLockError."""
         value = codec.encode_node_lock(self.clock(), namespace, pod_name)
-        for _attempt in range(self.attempts):
-            node = self._node(node_name)
+
+        async def decide(node: dict | None) -> object:
             if node is None:
                 raise NodeLockError(f"node {node_name} not found")
-            rv = _rv(node)
             current = ((node.get("metadata") or {}).get("annotations") or {}).get(LOCK_KEY)
             if current:
                 try:
@@ -123,7 +160,7 @@ class NodeLocker:
                 except codec.CodecError as exc:
                     raise NodeLockError(f"node {node_name}: {exc}") from None
                 if held.owned_by(namespace, pod_name):
-                    return  # re-entrant
+                    return None  # re-entrant
                 state = self._holder_state(held)
                 expired = self.clock() - held.timestamp > self.timeout
                 if state not in ("gone", "done") and not expired:
@@ -138,23 +175,18 @@ class NodeLocker:
                 log.info("Taking over node lock", node=node_name, holder=f"{held.namespace}/{held.name}",
                          holder_state=state, expired=expired)
                 self.takeovers += 1
-            try:
-                await self._patch_lock(node_name, rv, value)
-                return
-            except ApiError as exc:
-                if exc.conflict:
-                    self.conflicts += 1
-                    await self._await_change(node_name, rv)
-                    continue
-                if exc.not_found:
-                    raise NodeLockError(f"node {node_name} not found") from None
-                raise NodeLockError(f"lock node {node_name}: {exc}") from None
-        raise NodeLockError(f"node {node_name}: node lock contention (resourceVersion kept changing)")
+            return _Write(value)
+
+        def node_gone() -> bool:
+            raise NodeLockError(f"node {node_name} not found")
+
+        await self._swap_lock(node_name, decide, node_gone=node_gone, failed=f"lock node {node_name}",
+                              exhausted=f"node {node_name}: node lock contention (resourceVersion kept changing)")
 
     async def release(self, node_name: str, namespace: str, pod_name: str) -> bool:
         """Remove our lock; True if removed, False if it was not ours (left alone)."""
-        for _attempt in range(self.attempts):
-            node = self._node(node_name)
+
+        async def decide(node: dict | None) -> object:
             if node is None:
                 return False
             current = ((node.get("metadata") or {}).get("annotations") or {}).get(LOCK_KEY)
@@ -166,19 +198,11 @@ class NodeLocker:
                 return False
             if not held.owned_by(namespace, pod_name):
                 return False
-            rv = _rv(node)
-            try:
-                await self._patch_lock(node_name, rv, None)
-                return True
-            except ApiError as exc:
-                if exc.conflict:
-                    self.conflicts += 1
-                    await self._await_change(node_name, rv)
-                    continue
-                if exc.not_found:
-                    return False
-                raise NodeLockError(f"release lock on node {node_name}: {exc}") from None
-        raise NodeLockError(f"release lock on node {node_name}: resourceVersion kept changing")
+            return _Write(None)
+
+        return bool(await self._swap_lock(
+            node_name, decide, node_gone=lambda: False, failed=f"release lock on node {node_name}",
+            exhausted=f"release lock on node {node_name}: resourceVersion kept changing"))
 
     async def _fail_owner(self, held: NodeLock) -> None:
         pod = self.pod_lookup(held.namespace, held.name)
