@@ -30,7 +30,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.utils import floatToGoString
 
 from hami.device.codec import MIG_ALLOCATIONS_ANNOTATION, CodecError, decode_mig_allocations
+from hami.gpu.health import HealthSource
 from hami.monitor import hostpid
+from hami.monitor.health import gpu_labels, health_families
 from hami.monitor.scan import Loaded, list_container_dirs, load_containers, pods_by_uid
 from hami.monitor.shm import REASONS, ShmError
 
@@ -166,7 +168,7 @@ class MonitorCollector:
         overrides = self._repair(loaded) if self.repair and self.backends else {}
         for item in loaded:
             self._container(fams, item, overrides.get(item.path), now)
-        self._host(fams)
+        health_samples = self._host(fams)
         self._mig(fams, pods.values())
         with self.stats.lock:
             self.stats.scrapes += 1
@@ -194,7 +196,7 @@ class MonitorCollector:
             ]
         info = GaugeMetricFamily("hami_build_info", "Build information of hami", labels=list(self.build.labels()))
         info.add_metric(list(self.build.labels().values()), 1)
-        return [info, *fams.all(), *extra]
+        return [info, *fams.all(), *health_families(health_samples), *extra]
 
     def _repair(self, loaded: list[Loaded]) -> dict[str, dict[int, int]]:
         """Per cache file, SM utilization per device recomputed from repaired host PIDs."""
@@ -315,17 +317,27 @@ class MonitorCollector:
                 if self.legacy:
                     fams.f["MigInfo"].add_metric(base + [str(a.gpu_instance_id), ZONE], 1)
 
-    def _host(self, fams: _Families) -> None:
+    def _host(self, fams: _Families) -> list:
+        """Host GPU metrics; returns the health samples (node, GpuHealth, labels) of every GPU."""
+        samples: list = []
         for node, backend in self.backends.items():
-            self._host_node(fams, node, backend)
+            self._host_node(fams, node, backend, samples)
+        return samples
 
-    def _host_node(self, fams: _Families, node: str, backend: Any) -> None:
+    def _host_node(self, fams: _Families, node: str, backend: Any, samples: list) -> None:
         try:
             gpus = backend.list_gpus()
         except Exception as exc:  # NVML trouble: container metrics still go out
             if self.limiter.allow(("backend", "list_gpus", node)):
                 self.warn("GPU backend: listing GPUs failed", node=node, error=str(exc))
             return
+        if isinstance(backend, HealthSource):
+            labels_of = gpu_labels(gpus)
+            try:
+                samples.extend((node, h, labels_of[h.uuid]) for h in backend.health() if h.uuid in labels_of)
+            except Exception as exc:  # health telemetry is best effort: its metrics are left out
+                if self.limiter.allow(("backend", "health", node)):
+                    self.warn("GPU backend: reading GPU health failed", node=node, error=str(exc))
         for g in gpus:
             dtype = "NVIDIA-" + g.name
             labels = [node, str(g.index), g.uuid, dtype, ZONE]

@@ -2,7 +2,9 @@
 
 Covers: the PrometheusRule's groups pass `promtool check rules`; `promtool test rules` unit tests
 show the tuning guide's alerts fire on the series they describe and stay quiet otherwise
-(HAMiGPUMemoryHigh over 90 % for 5 minutes, HAMiGPUPodPending only for GPU pods after 10 minutes);
+(HAMiGPUMemoryHigh over 90 % for 5 minutes, HAMiGPUPodPending only for GPU pods after 10 minutes),
+and the GPU health alerts fire only on their GPU (HAMiGPUHot above 85 C for 5 minutes,
+HAMiGPUUncorrectableECC on any uncorrectable error, HAMiGPUXidStorm at 5 XIDs in 10 minutes);
 thresholds follow values; every PromQL expression of the dashboard parses (checked by promtool as
 recording rules); the dashboard ConfigMap holds valid JSON. Fails when promtool is missing
 (scripts/install-promtool provides it).
@@ -33,7 +35,7 @@ def test_prometheus_rules_pass_promtool_check(tmp_path):
     path.write_text(yaml.safe_dump(_rule_groups(rendered("prod"))))
     res = _run("check", "rules", str(path), cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "SUCCESS: 4 rules found" in res.stdout + res.stderr
+    assert "SUCCESS: 7 rules found" in res.stdout + res.stderr
 
 
 def test_promtool_check_catches_a_broken_rule(tmp_path):
@@ -143,3 +145,70 @@ def test_every_hami_metric_in_dashboard_and_alerts_is_exported_by_hami():
     for name in sorted(names):
         base = re.sub(r"_(total|bucket|sum|count)$", "", name)
         assert f'"{base}"' in source or f'"{name}"' in source, f"{name} is not a metric hami exports"
+
+
+HEALTH_TESTS = """
+rule_files: [rules.yaml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'hami_gpu_temperature_celsius{node="n1",device_index="0",device_uuid="GPU-a",device_type="A100"}'
+        values: '90x20'
+      - series: 'hami_gpu_temperature_celsius{node="n1",device_index="1",device_uuid="GPU-b",device_type="A100"}'
+        values: '70x20'
+    alert_rule_test:
+      - eval_time: 3m
+        alertname: HAMiGPUHot
+        exp_alerts: []
+      - eval_time: 10m
+        alertname: HAMiGPUHot
+        exp_alerts:
+          - exp_labels: {severity: warning, node: n1, device_index: "0", device_uuid: GPU-a, device_type: A100}
+            exp_annotations:
+              summary: "GPU temperature above 85 C"
+              description: "GPU 0 (GPU-a) on n1 is at 90 C."
+  - interval: 1m
+    input_series:
+      - series: 'hami_gpu_ecc_uncorrected_errors_total{node="n1",device_index="0",device_uuid="GPU-a",device_type="A100"}'
+        values: '0 0 0 2 2 2'
+      - series: 'hami_gpu_ecc_uncorrected_errors_total{node="n1",device_index="1",device_uuid="GPU-b",device_type="A100"}'
+        values: '0x5'
+    alert_rule_test:
+      - eval_time: 1m
+        alertname: HAMiGPUUncorrectableECC
+        exp_alerts: []
+      - eval_time: 4m
+        alertname: HAMiGPUUncorrectableECC
+        exp_alerts:
+          - exp_labels: {severity: critical, node: n1, device_index: "0", device_uuid: GPU-a, device_type: A100}
+            exp_annotations:
+              summary: "GPU has uncorrectable ECC errors"
+              description: "GPU 0 (GPU-a) on n1 reported 2 uncorrectable ECC errors since the driver loaded; drain the node and reset the GPU."
+  - interval: 1m
+    input_series:
+      - series: 'hami_gpu_xid_errors_total{node="n1",device_index="0",device_uuid="GPU-a",device_type="A100",xid="79"}'
+        values: '0 1 2 3 4 5 6 7 8 9 10'
+      - series: 'hami_gpu_xid_errors_total{node="n1",device_index="0",device_uuid="GPU-a",device_type="A100",xid="48"}'
+        values: '0x10'
+      - series: 'hami_gpu_xid_errors_total{node="n1",device_index="1",device_uuid="GPU-b",device_type="A100",xid="13"}'
+        values: '0 0 0 0 0 1 1 1 1 1 2'
+    alert_rule_test:
+      - eval_time: 2m
+        alertname: HAMiGPUXidStorm
+        exp_alerts: []
+      - eval_time: 8m
+        alertname: HAMiGPUXidStorm
+        exp_alerts:
+          - exp_labels: {severity: critical, node: n1, device_index: "0", device_uuid: GPU-a}
+            exp_annotations:
+              summary: "Many XID errors on one GPU"
+              description: "GPU 0 (GPU-a) on n1 logged 8 XID events in 10m."
+"""
+
+
+def test_gpu_health_alerts_fire_on_hot_gpu_uncorrectable_ecc_and_xid_storm_only(tmp_path):
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(_rule_groups(rendered("prod"))))
+    (tmp_path / "tests.yaml").write_text(HEALTH_TESTS)
+    res = _run("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
