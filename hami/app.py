@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hami.config import Config
+from hami.config import DEFAULT_DEBUG_BIND, Config
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
@@ -73,10 +73,12 @@ def load_role(name: str) -> Callable[[RoleContext], Awaitable[None]]:
 def _support_tasks(config: Config, stop: asyncio.Event) -> list[tuple[str, Any]]:
     """Process-wide debugging aids, supervised like roles; off unless asked for."""
     out: list[tuple[str, Any]] = []
-    if config.debug.profiling and config.debug.debug_bind_address:
+    if config.debug.profiling:
+        # Profiling is only ever served here, on loopback (checked in config), never on a Service port.
         from hami.obs.profiling import run_debug_server
 
-        out.append(("debug-server", run_debug_server(config.debug.debug_bind_address, stop)))
+        address = config.debug.debug_bind_address or DEFAULT_DEBUG_BIND
+        out.append(("debug-server", run_debug_server(address, stop)))
     if config.debug.aiomonitor:
         from hami.obs.aiomon import run_aiomonitor
 

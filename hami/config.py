@@ -19,7 +19,7 @@ from hami.device.model import (
     NodeDeviceConfig,
     NvidiaConfig,
 )
-from hami.netaddr import split_host_port
+from hami.netaddr import is_loopback, split_host_port
 
 
 class ConfigError(ValueError):
@@ -47,10 +47,13 @@ class LogSettings:
     debug: bool = False
 
 
+DEFAULT_DEBUG_BIND = "127.0.0.1:6060"
+
+
 @dataclass(frozen=True, slots=True)
 class DebugSettings:
     profiling: bool = False
-    debug_bind_address: str = ""  # extra loopback listener for /debug/pprof
+    debug_bind_address: str = ""  # loopback listener for /debug/pprof; "" with profiling = DEFAULT_DEBUG_BIND
     aiomonitor: bool = False
     aiomonitor_port: int = 20101
     aiomonitor_console_port: int = 20103
@@ -59,9 +62,11 @@ class DebugSettings:
 
 @dataclass(frozen=True, slots=True)
 class SchedulerSettings:
-    http_bind: str = "127.0.0.1:8080"
+    http_bind: str = "127.0.0.1:8080"  # /filter and /bind: loopback, or any address with client_ca_file
     cert_file: str = ""
     key_file: str = ""
+    client_ca_file: str = ""  # mTLS: only clients with a certificate from this CA reach the extender
+    webhook_bind_address: str = ""  # own TLS listener for /webhook; "" = /webhook on the extender listener
     scheduler_name: str = "hami-scheduler"
     metrics_bind_address: str = ":9395"
     node_scheduler_policy: str = "binpack"
@@ -382,6 +387,8 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "http_bind": ("scheduler", "http_bind"),
     "cert_file": ("scheduler", "cert_file"),
     "key_file": ("scheduler", "key_file"),
+    "client_ca_file": ("scheduler", "client_ca_file"),
+    "webhook_bind_address": ("scheduler", "webhook_bind_address"),
     "scheduler_name": ("scheduler", "scheduler_name"),
     "scheduler_metrics_bind_address": ("scheduler", "metrics_bind_address"),
     "node_scheduler_policy": ("scheduler", "node_scheduler_policy"),
@@ -446,6 +453,7 @@ def embedded_paths(state_dir: str) -> dict[str, str]:
 # Listener flags checked at startup, so a typo exits 2 naming the flag instead of failing in a role.
 _LISTENERS = (
     ("scheduler", "http_bind", "--http_bind"),
+    ("scheduler", "webhook_bind_address", "--webhook-bind-address"),
     ("scheduler", "metrics_bind_address", "--scheduler-metrics-bind-address (or --metrics-bind-address)"),
     ("monitor", "metrics_bind_address", "--monitor-metrics-bind-address (or --metrics-bind-address)"),
     ("debug", "debug_bind_address", "--debug-bind-address"),
@@ -463,6 +471,36 @@ def _check_listeners(groups: dict[str, dict[str, Any]]) -> None:
         except ValueError:
             raise ConfigError(flag, "command line", value, "HOST:PORT with a port in 0..65535, e.g. 127.0.0.1:8080") \
                 from None
+
+
+def check_listener_trust(sc: SchedulerSettings, debug: DebugSettings) -> None:
+    """Refuse listener layouts that let other pods bind pods or profile the process.
+
+    /bind can bind any pod to any node with the scheduler's RBAC, so the extender listens on
+    loopback (kube-scheduler as a sidecar) unless client certificates are required (mTLS). The
+    webhook, reachable through the Service, is TLS only; profiling only ever on loopback.
+    """
+    tls = bool(sc.cert_file and sc.key_file)
+    if sc.client_ca_file and not tls:
+        raise ConfigError("--client-ca-file", "command line", sc.client_ca_file,
+                          "--cert_file and --key_file as well (mTLS needs a server certificate)")
+    host, _ = split_host_port(sc.http_bind, flag="--http_bind", default_host="")
+    if not is_loopback(host) and not sc.client_ca_file:
+        raise ConfigError("--http_bind", "command line", sc.http_bind,
+                          "a loopback address such as 127.0.0.1:8443 (kube-scheduler in the same pod), or "
+                          "--client-ca-file with --cert_file/--key_file so only kube-scheduler's certificate "
+                          "may call /filter and /bind")
+    if sc.webhook_bind_address:
+        host, _ = split_host_port(sc.webhook_bind_address, flag="--webhook-bind-address", default_host="")
+        if not is_loopback(host) and not tls:
+            raise ConfigError("--webhook-bind-address", "command line", sc.webhook_bind_address,
+                              "--cert_file and --key_file: the webhook is served over TLS only")
+    if debug.debug_bind_address:
+        host, _ = split_host_port(debug.debug_bind_address, flag="--debug-bind-address", default_host="127.0.0.1")
+        if not is_loopback(host):
+            raise ConfigError("--debug-bind-address", "command line", debug.debug_bind_address,
+                              "a loopback address such as 127.0.0.1:6060 (profiling is never served off the pod; "
+                              "use kubectl port-forward)")
 
 
 def _embedded_defaults(groups: dict[str, dict[str, Any]], flags: Mapping[str, Any]) -> None:
@@ -572,6 +610,8 @@ def build_config(
     if "log" in groups and groups["log"].get("format", "text") not in ("text", "json"):
         raise ConfigError("--log-format", "command line", groups["log"]["format"], "text or json")
     _check_listeners(groups)
+    config_scheduler = SchedulerSettings(**groups["scheduler"])
+    check_listener_trust(config_scheduler, DebugSettings(**groups["debug"]))
 
     return Config(
         roles=tuple(flags.get("roles", ())),
@@ -581,7 +621,7 @@ def build_config(
         nvidia=nvidia,
         node_configs=node_configs,
         device_config_file=top["device_config_file"],
-        scheduler=SchedulerSettings(**groups["scheduler"]),
+        scheduler=config_scheduler,
         agent=AgentSettings(**{**groups["agent"], "node_config_file": node_file}),
         monitor=MonitorSettings(**groups["monitor"]),
         sim=SimSettings(**groups["sim"]),

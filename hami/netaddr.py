@@ -6,6 +6,8 @@ flag, so they accept the same forms and their errors name the flag that was wron
 
 from __future__ import annotations
 
+import ipaddress
+
 _WILDCARDS = ("", "0.0.0.0", "::")
 
 
@@ -24,6 +26,16 @@ def split_host_port(address: str, *, flag: str, default_host: str) -> tuple[str,
     if port_no > 65535:
         raise ValueError(f"{flag} {address!r}: port {port_no} is out of range 0..65535")
     return host.strip("[]") or default_host, port_no
+
+
+def is_loopback(host: str) -> bool:
+    """True for `localhost`, 127.0.0.0/8 and ::1: a listener only this pod can reach."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a wildcard ("", 0.0.0.0, ::) or a name: reachable from elsewhere
 
 
 def url_host(host: str) -> str:

@@ -10,7 +10,13 @@ kubernetes-asyncio has no informer (spec protocols.md §2), so this is ours:
 * Silent watch: no event, bookmark or byte for `silent_timeout` seconds -> reconnect from the
   last RV (a half-open connection otherwise stalls the cache forever).
 * `handler(event_type, old, new)` runs synchronously in the event loop, in order; for DELETED
-  `new` is None, for ADDED `old` is None. A raising handler is logged and does not stop the watch.
+  `new` is None, for ADDED `old` is None. A raising handler does not stop the watch, but what it
+  fed may now differ from the cluster: the failure is counted (`handler_failures`), logged once per
+  object, and forces a full re-LIST; after it the failed objects are dispatched again and every
+  `resync_handlers` callback runs, so a consumer can rebuild what it derived. Until then `health()`
+  names the pending resync.
+* `health()` is "" while the cache is usable, else why not: never synced, a resync pending, or
+  LIST/WATCH failing for longer than `unready_after` seconds.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ class Informer:
                  field_selector: str | None = None, label_selector: str | None = None,
                  handler: Handler | None = None, silent_timeout: float = 120.0,
                  watch_timeout: float = 300.0, page_size: int = 500,
-                 backoff_initial: float = 0.8, backoff_max: float = 30.0):
+                 backoff_initial: float = 0.8, backoff_max: float = 30.0, unready_after: float = 60.0):
         self.client = client
         self.kind = kind
         self.namespace = namespace
@@ -65,12 +71,44 @@ class Informer:
         self.relists_gone = 0
         self.silent_reconnects = 0
         self.errors = 0
+        self.handler_failures = 0
+        self.resyncs = 0
+        self.resync_handlers: list[Callable[[], None]] = []
+        self.unready_after = unready_after
+        self.broken_since: float | None = None  # loop time of the first LIST/WATCH failure in a row
+        self.last_error = ""
+        self._failed: dict[str, str] = {}  # object key -> first handler error, until a resync
+        self._pending_resync = False
+        self._resync_streak = 0
         self._waiters: list[asyncio.Future] = []
 
     # ------------------------------------------------------------------ public
 
     def add_handler(self, handler: Handler) -> None:
         self.handlers.append(handler)
+
+    def health(self, now: float | None = None) -> str:
+        """"" when the cache can be trusted, else the reason (for /readyz)."""
+        if not self.synced.is_set():
+            return f"{self.kind}: initial list not done" + (f" ({self.last_error})" if self.last_error else "")
+        if self._pending_resync:
+            return f"{self.kind}: resync pending after handler failure(s): {next(iter(self._failed.values()), '')}"
+        if self.broken_since is not None:
+            now = asyncio.get_running_loop().time() if now is None else now
+            down = now - self.broken_since
+            if down >= self.unready_after:
+                return f"{self.kind}: watch broken for {int(down)}s: {self.last_error}"
+        return ""
+
+    def _call_failed(self, error: str) -> None:
+        self.errors += 1
+        self.last_error = error
+        if self.broken_since is None:
+            self.broken_since = asyncio.get_running_loop().time()
+
+    def _call_worked(self) -> None:
+        self.broken_since = None
+        self.last_error = ""
 
     async def wait_synced(self, timeout: float | None = None) -> bool:
         if self.synced.is_set():
@@ -136,24 +174,31 @@ class Informer:
                 if need_list:
                     await self._list()
                     need_list = False
+                    self._after_list()
                 delivered = await self._watch()
                 if delivered:
                     delay = self.backoff_initial
                 continue
+            except _Resync:
+                need_list = True
+                self._resync_streak += 1
+                if self._resync_streak == 1:
+                    continue  # the first re-list at once; a handler failing again backs off below
+                log.warning("Informer resync failed again", kind=self.kind, retry_in=round(delay, 2))
             except _Gone:
                 self.relists_gone += 1
                 log.v(2).info("Watch expired, re-listing", kind=self.kind, rv=self.resource_version)
                 need_list = True
                 continue
             except ApiError as exc:
-                self.errors += 1
                 if exc.gone:
                     self.relists_gone += 1
                     need_list = True
                     continue
+                self._call_failed(str(exc))
                 log.warning("Watch failed", kind=self.kind, error=str(exc), retry_in=round(delay, 2))
             except (TimeoutError, OSError, ValueError, RuntimeError, aiohttp.ClientError) as exc:
-                self.errors += 1
+                self._call_failed(repr(exc))
                 log.warning("Watch failed", kind=self.kind, error=repr(exc), retry_in=round(delay, 2))
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, self.backoff_max)
@@ -182,6 +227,7 @@ class Informer:
             cont = meta.get("continue")
             if not cont:
                 break
+        self._call_worked()
         self._replace(items, rv)
 
     def _replace(self, items: list[dict], rv: str) -> None:
@@ -189,6 +235,7 @@ class Informer:
         for obj in items:
             fresh[object_key(self.kind, obj)] = obj
         old_store = self.store
+        retry, self._failed = self._failed, {}  # handlers that failed get these objects again
         self.store = dict(old_store)
         for key, old in old_store.items():
             if key not in fresh:
@@ -199,7 +246,7 @@ class Informer:
             self.store[key] = obj
             if old is None:
                 self._dispatch(ADDED, None, obj)
-            elif _rv(old) != _rv(obj):
+            elif _rv(old) != _rv(obj) or key in retry:
                 self._dispatch(MODIFIED, old, obj)
         self.resource_version = rv
         self.synced.set()
@@ -212,6 +259,7 @@ class Informer:
         query += self._selectors()
         resp = await self.client.open_watch(self.kind, query, self.silent_timeout, self.namespace)
         self.watches += 1
+        self._call_worked()
         delivered = False
         try:
             while True:
@@ -232,6 +280,8 @@ class Informer:
                 ev = orjson.loads(line)
                 delivered = True
                 self._apply(ev)
+                if self._failed:
+                    raise _Resync()
         finally:
             resp.release()
 
@@ -265,8 +315,32 @@ class Informer:
         for h in self.handlers:
             try:
                 h(etype, old, new)
-            except Exception:
-                log.exception("Informer handler failed", kind=self.kind, event_type=etype)
+            except Exception as exc:
+                self.handler_failures += 1
+                key = object_key(self.kind, new if new is not None else (old or {}))
+                self._pending_resync = True
+                if key not in self._failed:  # once per object until the resync
+                    self._failed[key] = repr(exc)
+                    log.exception("Informer handler failed; re-listing", kind=self.kind, event_type=etype,
+                                  object=key)
+
+    def _after_list(self) -> None:
+        """After a LIST: if handlers failed before it, let consumers rebuild from the fresh store."""
+        if not self._pending_resync:
+            return
+        self.resyncs += 1
+        for cb in self.resync_handlers:
+            try:
+                cb()
+            except Exception as exc:
+                self.handler_failures += 1
+                self._failed.setdefault("(resync)", repr(exc))
+                log.exception("Informer resync handler failed; re-listing again", kind=self.kind)
+        if self._failed:
+            raise _Resync()
+        self._pending_resync = False
+        self._resync_streak = 0
+        log.info("Informer resynced after handler failure", kind=self.kind, objects=len(self.store))
 
     def _notify(self) -> None:
         if self._waiters:
@@ -278,6 +352,10 @@ class Informer:
 
 class _Gone(Exception):
     pass
+
+
+class _Resync(Exception):
+    """A handler failed: re-LIST and let consumers rebuild."""
 
 
 def _rv(obj: dict) -> str:

@@ -27,6 +27,7 @@ from hami.monitor import feedback
 from hami.monitor.metrics import MonitorCollector, MonitorStats, render
 from hami.monitor.scan import list_container_dirs, load_containers, pods_by_uid, reap_candidates, remove_dir
 from hami.netaddr import split_host_port
+from hami.obs.health import Health
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
@@ -55,8 +56,12 @@ class Monitor:
         grace: float = 300.0,
         mig_lock: str = feedback.MIG_APPLY_LOCK,
         clock: Callable[[], float] = time.time,
+        readiness: Callable[[], Iterable[str]] | None = None,
     ):
         self.cache_dir = cache_dir
+        self.health = Health("monitor")
+        # Ready once the pod cache synced and while its watch works: metrics then name the right pods.
+        self.health.add(readiness or (lambda: [] if synced() else ["pods: initial list not done"]))
         self.pods = pods
         self.synced = synced
         self.feedback_enabled = feedback_enabled
@@ -107,13 +112,10 @@ class Monitor:
         body = await asyncio.to_thread(self.exposition)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    async def handle_healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/metrics", self.handle_metrics)
-        app.router.add_get("/healthz", self.handle_healthz)
+        self.health.add_routes(app)  # /healthz alive, /readyz pod cache usable; no pprof here, ever
         return app
 
     async def housekeeping_loop(self, stop: asyncio.Event, interval: float = feedback.TICK_SECONDS) -> None:
@@ -171,12 +173,9 @@ async def run(ctx: Any) -> None:
         cache_dir=cfg.cache_dir, node_name=node, pods=lambda: list(informer.store.values()),
         synced=informer.synced.is_set, node_backends=backends, proc_root=cfg.proc_root,
         legacy=cfg.legacy_metrics, feedback_enabled=cfg.feedback, grace=cfg.cache_grace,
+        readiness=lambda: [informer.health()],
     )
     app = mon.app()
-    if ctx.config.debug.profiling:
-        from hami.obs.profiling import mount_pprof
-
-        mount_pprof(app)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     tasks: list[asyncio.Task] = []

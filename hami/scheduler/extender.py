@@ -1,5 +1,10 @@
 """The kube-scheduler extender HTTP API (spec scheduler.md §3): /filter, /bind, /webhook, probes.
 
+* Listeners by trust (hami.scheduler.role): /filter and /bind only where kube-scheduler reaches
+  them (loopback, or mTLS with --client-ca-file); /webhook on its own TLS listener when
+  --webhook-bind-address is set; /healthz and /readyz on every listener.
+* /filter never re-places a pod that is already bound (its devices are in use): it answers an Error.
+
 * JSON of k8s.io/kube-scheduler/extender/v1: PascalCase keys, read case-insensitively; every
   answer is HTTP 200 with the error in `Error`, as HAMi answers. Bodies above
   `max_request_bytes` are refused by aiohttp (413).
@@ -188,6 +193,11 @@ class Extender:
         if not self.state.synced:
             if not await self.state.wait_synced(self.cfg.sync_timeout):
                 return {"Error": "context cancelled"}
+        cached = self.state.pod(ns, name) or {}
+        same = ((cached.get("metadata") or {}).get("uid") or f"{ns}/{name}") == uid
+        bound = _bound_node(pod) or (_bound_node(cached) if same else "")
+        if bound:
+            return {"Error": f"pod {ns}/{name} is already bound to node {bound}; its devices are not re-placed"}
         try:
             requests, num_init = self.requests_fn(pod)
         except ValueError as exc:
@@ -432,20 +442,29 @@ class Extender:
             return web.Response(body=out, content_type=JSON)
         return _json(out)
 
-    async def _h_healthz(self, request: web.Request) -> web.Response:
-        return web.Response(status=200)
-
-    async def _h_readyz(self, request: web.Request) -> web.Response:
-        return web.Response(status=200)
-
-    def make_app(self) -> web.Application:
+    def make_app(self, *, extender: bool = True, webhook: bool = True, health: Any = None) -> web.Application:
+        """One listener's routes: the extender verbs, the webhook, or both; probes on each."""
         app = web.Application(client_max_size=self.cfg.max_request_bytes)
-        app.router.add_post("/filter", self._h_filter)
-        app.router.add_post("/bind", self._h_bind)
-        app.router.add_post("/webhook", self._h_webhook)
-        app.router.add_get("/healthz", self._h_healthz)
-        app.router.add_get("/readyz", self._h_readyz)
+        if extender:
+            app.router.add_post("/filter", self._h_filter)
+            app.router.add_post("/bind", self._h_bind)
+        if webhook:
+            app.router.add_post("/webhook", self._h_webhook)
+        if health is not None:
+            health.add_routes(app)
         return app
+
+    def readiness(self) -> list[str]:
+        """Why /filter or /bind cannot be served correctly now (empty: they can)."""
+        reasons = list(self.state.health())
+        if self.binder is None or self.client is None:
+            reasons.append("no API client: /bind cannot write bindings")
+        return reasons
+
+
+def _bound_node(pod: dict) -> str:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return node if isinstance(node, str) else ""
 
 
 def _decode_error(exc: Exception) -> str:
@@ -476,11 +495,14 @@ def _available(node: NodeUsage | None) -> list[str]:
 class CertReloader:
     """An SSLContext whose certificate is re-read when the cert or key file changes."""
 
-    def __init__(self, cert_file: str, key_file: str, interval: float = 2.0):
+    def __init__(self, cert_file: str, key_file: str, interval: float = 2.0, client_ca_file: str = ""):
         self.cert_file, self.key_file, self.interval = cert_file, key_file, interval
         self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self._stamp = self._mtimes()
         self.context.load_cert_chain(cert_file, key_file)
+        if client_ca_file:  # mTLS: a client without a certificate from this CA fails the handshake
+            self.context.verify_mode = ssl.CERT_REQUIRED
+            self.context.load_verify_locations(cafile=client_ca_file)
         self.reloads = 0
 
     def _mtimes(self) -> tuple:

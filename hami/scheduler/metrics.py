@@ -223,9 +223,11 @@ def split_bind(address: str, default_host: str = "0.0.0.0", flag: str = "bind ad
     return split_host_port(address, flag=flag, default_host=default_host)
 
 
-async def serve_metrics(metrics: SchedulerMetrics, address: str) -> web.AppRunner:
+async def serve_metrics(metrics: SchedulerMetrics, address: str, health=None) -> web.AppRunner:
     app = web.Application()
     app.router.add_get("/metrics", metrics.handle)
+    if health is not None:  # kubelet probes this plain-HTTP port (the extender is loopback only)
+        health.add_routes(app)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     host, port = split_bind(address, flag="--metrics-bind-address (scheduler)")

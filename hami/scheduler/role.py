@@ -2,8 +2,13 @@
 
 Tasks (all named, all stopped by ctx.stop): node and pod informers -> ClusterState; the event
 writer; the handshake writer (leader only with --leader-elect); a 15 s re-judge of time-based
-handshake state (no API calls); the lease elector; the TLS certificate watcher. Servers: the
-extender on --http_bind and /metrics on --metrics-bind-address.
+handshake state (no API calls); the lease elector; the TLS certificate watchers.
+
+Listeners, by who may reach them: /filter and /bind on --http_bind (loopback, where kube-scheduler
+runs as a sidecar, or mTLS with --client-ca-file); /webhook on --webhook-bind-address (TLS, behind
+the Service), or on the extender listener when that flag is empty; /metrics on
+--metrics-bind-address. /healthz and /readyz on each. Profiling only on the loopback debug
+listener (hami.app), never here.
 """
 
 from __future__ import annotations
@@ -17,13 +22,14 @@ from typing import Any
 
 import orjson
 
-from hami.config import Config, replace
+from hami.config import Config, check_listener_trust, replace
 from hami.device import codec
 from hami.device import request as devrequest
 from hami.kube.client import KubeClient
 from hami.kube.events import EventRecorder
 from hami.kube.leader import LeaderElector
 from hami.kube.nodelock import NodeLocker
+from hami.obs.health import Health
 from hami.obs.log import get_logger
 from hami.scheduler import webhook as webhookmod
 from hami.scheduler.bind import Binder
@@ -112,6 +118,8 @@ class Scheduler:
     tasks: list = field(default_factory=list)
     port: int = 0
     metrics_port: int = 0
+    webhook_port: int = 0
+    health: Health = field(default_factory=lambda: Health("scheduler"))
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     _hs_pending: dict = field(default_factory=dict)
     _hs_wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -120,6 +128,20 @@ class Scheduler:
     def url(self) -> str:
         scheme = "https" if self.config.scheduler.cert_file and self.config.scheduler.key_file else "http"
         return f"{scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def webhook_url(self) -> str:
+        """Where /webhook is served: its own listener when configured, else the extender's."""
+        if not self.webhook_port:
+            return self.url
+        scheme = "https" if self.config.scheduler.cert_file and self.config.scheduler.key_file else "http"
+        return f"{scheme}://127.0.0.1:{self.webhook_port}"
+
+    def readiness(self) -> list[str]:
+        reasons = self.extender.readiness()
+        if not self.state.synced:
+            reasons.insert(0, "caches not synced yet")
+        return reasons
 
     def queue_handshake(self, node: dict, verdict: Verdict) -> None:
         self._hs_pending[(node.get("metadata") or {}).get("name", "")] = (node, verdict)
@@ -185,6 +207,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
 
     clock = clock or _time.time
     sc = config.scheduler
+    check_listener_trust(sc, config.debug)  # also for configs built in code, not only from flags
     client = client or await KubeClient.from_settings(config.kube)
     identity = identity or config.kube.pod_name or f"{socket.gethostname()}-{os.getpid()}"
     events = EventRecorder(client, sc.scheduler_name, instance=identity, clock=clock)
@@ -202,7 +225,9 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     metrics = SchedulerMetrics(
         lambda: usage_snapshot(state), lambda: client.requests, legacy=sc.legacy_metrics,
         extra=lambda: {"hami_scheduler_events_dropped": float(events.dropped),
-                       "hami_scheduler_handshake_writes": float(handshaker.writes)},
+                       "hami_scheduler_handshake_writes": float(handshaker.writes),
+                       "hami_scheduler_informer_handler_failures": float(state.handler_failures),
+                       "hami_scheduler_index_rebuilds": float(state.rebuilds)},
     )
     wh_settings = webhookmod.WebhookSettings.from_config(config)
 
@@ -220,22 +245,25 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     if leader is not None:
         leader.on_change = lambda is_leader: state.recheck() if is_leader else None
 
-    ssl_ctx = None
-    reloader = None
+    s.health.add(s.readiness)
+    reloaders: list[CertReloader] = []
+    ext_ssl = webhook_ssl = None
     if sc.cert_file and sc.key_file:
-        reloader = CertReloader(sc.cert_file, sc.key_file)
-        ssl_ctx = reloader.context
-    app = ext.make_app()
-    if config.debug.profiling:
-        # HAMi's profiling guide: `go tool pprof https+insecure://<pod>/debug/pprof/profile` on the extender port.
-        from hami.obs.profiling import mount_pprof
-
-        mount_pprof(app)
-    runner = await serve(app, sc.http_bind, ssl_ctx)
+        reloaders.append(CertReloader(sc.cert_file, sc.key_file, client_ca_file=sc.client_ca_file))
+        ext_ssl = reloaders[-1].context
+        reloaders.append(CertReloader(sc.cert_file, sc.key_file))  # the API server shows no client cert
+        webhook_ssl = reloaders[-1].context
+    own_webhook = bool(sc.webhook_bind_address)
+    app = ext.make_app(webhook=not own_webhook, health=s.health)
+    runner = await serve(app, sc.http_bind, ext_ssl)
     s.runners.append(runner)
     s.port = bound_port(runner)
+    if own_webhook:
+        wrunner = await serve(ext.make_app(extender=False, health=s.health), sc.webhook_bind_address, webhook_ssl)
+        s.runners.append(wrunner)
+        s.webhook_port = bound_port(wrunner)
     if serve_metrics_too and sc.metrics_bind_address:
-        mrunner = await serve_metrics(metrics, sc.metrics_bind_address)
+        mrunner = await serve_metrics(metrics, sc.metrics_bind_address, s.health)
         s.runners.append(mrunner)
         s.metrics_port = bound_port(mrunner)
 
@@ -248,9 +276,10 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     spawn(s.rechecker(), "recheck")
     if leader is not None:
         spawn(leader.run(s.stop), "leader")
-    if reloader is not None:
-        spawn(reloader.run(s.stop), "tls-reload")
-    log.info("Scheduler extender listening", address=sc.http_bind, port=s.port, metrics=sc.metrics_bind_address,
+    for i, reloader in enumerate(reloaders):
+        spawn(reloader.run(s.stop), f"tls-reload-{i}")
+    log.info("Scheduler extender listening", address=sc.http_bind, port=s.port, mtls=bool(sc.client_ca_file),
+             webhook=sc.webhook_bind_address or sc.http_bind, metrics=sc.metrics_bind_address,
              scheduler_name=sc.scheduler_name, leader_elect=sc.leader_elect)
     return s
 

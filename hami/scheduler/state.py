@@ -7,6 +7,9 @@
   Succeeded/Failed or deleted pods release their devices; init-container usage collapses as in
   HAMi and shrinks to app-only usage once every init container exited 0.
 * /filter and /bind read only this state; they never call the API server to read.
+* A failing event handler leaves the index unknown: the informer re-lists and `rebuild()`
+  recomputes everything from the three caches, as a fresh scheduler would; `health()` stays
+  non-empty (unready) until then.
 """
 
 from __future__ import annotations
@@ -77,7 +80,10 @@ class ClusterState:
                                   handler=self.on_node, silent_timeout=silent_timeout)
             self.pods = Informer(client, "pods", handler=self.on_pod, silent_timeout=silent_timeout)
             self.quotas = Informer(client, "resourcequotas", handler=self.on_quota, silent_timeout=silent_timeout)
+            for inf in (self.nodes, self.pods, self.quotas):
+                inf.resync_handlers.append(self.rebuild)
         self.decode_count = 0
+        self.rebuilds = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -97,6 +103,36 @@ class ClusterState:
             if not await inf.wait_synced(left):
                 return False
         return True
+
+    def informers(self) -> tuple[Informer, ...]:
+        return tuple(i for i in (self.nodes, self.pods, self.quotas) if i is not None)
+
+    def health(self) -> list[str]:
+        """Why the index cannot be trusted now (empty: it can)."""
+        return [r for r in (i.health() for i in self.informers()) if r]
+
+    @property
+    def handler_failures(self) -> int:
+        return sum(i.handler_failures for i in self.informers())
+
+    def rebuild(self) -> None:
+        """Recompute the usage index from the caches alone (after a handler failure)."""
+        self.rebuilds += 1
+        self.index = UsageIndex(self.nvidia)
+        self.registered.clear()
+        self.usable.clear()
+        self.pod_keys.clear()
+        self.uid_keys.clear()
+        if self.quotas is not None:
+            for obj in list(self.quotas.store.values()):
+                self.on_quota(ADDED, None, obj)
+        if self.nodes is not None:
+            for obj in list(self.nodes.store.values()):
+                self.on_node(ADDED, None, obj)
+        if self.pods is not None:
+            for obj in list(self.pods.store.values()):
+                self.on_pod(ADDED, None, obj)
+        log.info("Usage index rebuilt from the caches", nodes=len(self.index.nodes), pods=len(self.uid_keys))
 
     @property
     def synced(self) -> bool:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import orjson
 import yaml
 
-from hami.config import Config, embedded_paths
+from hami.config import DEFAULT_DEBUG_BIND, Config, embedded_paths
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
 from hami.netaddr import dial_url
@@ -497,6 +497,7 @@ def banner(cfg: Config, kubeconfig: str, api_url: str) -> str:
         "  hami doctor pod default/<pod>",
     ]
     if cfg.debug.profiling:
-        lines.append(f"  go tool pprof {extender_url(cfg)}/debug/pprof/profile?seconds=30")
+        debug = cfg.debug.debug_bind_address or DEFAULT_DEBUG_BIND  # loopback only (hami.app)
+        lines.append(f"  go tool pprof {dial_url(debug, '/debug/pprof/profile?seconds=30')}")
     lines.append("Ctrl-C stops everything.")
     return "\n".join(lines)

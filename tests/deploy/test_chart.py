@@ -90,7 +90,7 @@ def test_kube_scheduler_configuration_registers_the_extender_like_hami(which):
     assert cfg["kind"] == "KubeSchedulerConfiguration"
     assert [p["schedulerName"] for p in cfg["profiles"]] == ["hami-scheduler"]
     (ext,) = cfg["extenders"]
-    assert ext["urlPrefix"] == "https://127.0.0.1:443"
+    assert ext["urlPrefix"] == "https://127.0.0.1:8443"  # the loopback extender listener
     assert (ext["filterVerb"], ext["bindVerb"]) == ("filter", "bind")
     assert ext["nodeCacheCapable"] is True and ext["weight"] == 1 and ext["httpTimeout"] == "30s"
     assert ext["enableHTTPS"] is True and ext["tlsConfig"]["insecure"] is False
@@ -220,7 +220,11 @@ def test_every_hami_command_parses_with_the_hami_cli_and_builds_a_config(which, 
                 seen.add(args.role)
                 if args.role == "scheduler":
                     assert cfg.scheduler.cert_file == "/tls/tls.crt" and cfg.scheduler.key_file == "/tls/tls.key"
-                    assert cfg.scheduler.http_bind == "0.0.0.0:443"
+                    # /filter and /bind on loopback for the kube-scheduler sidecar; the webhook alone
+                    # behind the Service (build_config refuses any other layout without mTLS)
+                    assert cfg.scheduler.http_bind == "127.0.0.1:8443"
+                    assert cfg.scheduler.webhook_bind_address == "0.0.0.0:443"
+                    assert cfg.scheduler.client_ca_file == "" and not cfg.debug.profiling
                 if args.role == "monitor":
                     assert cfg.monitor.metrics_bind_address == ":9394"
                     assert cfg.monitor.cache_dir == "/usr/local/vgpu/containers"
@@ -342,10 +346,11 @@ def test_profiling_and_aiomonitor_are_off_in_every_container(which):
                     assert not arg.startswith(("--profiling", "--aiomonitor", "--debug-bind-address")), (c["name"], arg)
 
 
-def test_unprivileged_https_port_moves_the_extender_url_and_drops_the_sysctl():
-    docs = objects({"scheduler": {"service": {"httpTargetPort": 9443}}})
-    assert _kube_scheduler_config(docs)["extenders"][0]["urlPrefix"] == "https://127.0.0.1:9443"
-    assert "--http_bind=0.0.0.0:9443" in _args(container(docs, "Deployment", "hami-scheduler"))
+def test_unprivileged_https_port_moves_the_webhook_listener_and_drops_the_sysctl():
+    docs = objects({"scheduler": {"service": {"httpTargetPort": 9443}, "extender": {"port": 7443}}})
+    assert _kube_scheduler_config(docs)["extenders"][0]["urlPrefix"] == "https://127.0.0.1:7443"
+    args = _args(container(docs, "Deployment", "hami-scheduler"))
+    assert "--webhook-bind-address=0.0.0.0:9443" in args and "--http_bind=127.0.0.1:7443" in args
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     assert "sysctls" not in pod["securityContext"] and pod["securityContext"]["runAsNonRoot"] is True
     default_pod = one(rendered("default"), "Deployment")["spec"]["template"]["spec"]

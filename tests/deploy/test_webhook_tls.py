@@ -15,6 +15,7 @@ import base64
 import ssl
 
 import pytest
+import yaml
 
 from tests.deploy.chart import NAMESPACE, container, find, objects, one, rendered
 
@@ -51,11 +52,16 @@ def test_webhook_goes_to_the_https_port_and_nothing_listens_in_plain_http(which)
     c = container(docs, "Deployment", "hami-scheduler")
     https = {p["name"]: p["containerPort"] for p in c["ports"]}["https"]
     args = c["command"]
-    assert f"--http_bind=0.0.0.0:{https}" in args
+    assert f"--webhook-bind-address=0.0.0.0:{https}" in args
     assert "--cert_file=/tls/tls.crt" in args and "--key_file=/tls/tls.key" in args
-    # the only other port is metrics; no second (plain) extender or webhook listener
+    # /filter and /bind are on loopback only, for the kube-scheduler container of the same pod
+    assert "--http_bind=127.0.0.1:8443" in args
+    ks = yaml.safe_load(one(docs, "ConfigMap", "hami-scheduler-config")["data"]["config.yaml"])
+    assert ks["extenders"][0]["urlPrefix"] == "https://127.0.0.1:8443"
+    # the only container ports are the webhook and metrics; the probes use the metrics port
     assert {p["name"] for p in c["ports"]} == {"https", "metrics"}
-    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert (c["readinessProbe"]["httpGet"]["path"], c["readinessProbe"]["httpGet"]["port"]) == ("/readyz", "metrics")
+    assert (c["livenessProbe"]["httpGet"]["path"], c["livenessProbe"]["httpGet"]["port"]) == ("/healthz", "metrics")
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
     vols = {v["name"]: v for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
     assert mounts["tls"] == "/tls" and vols["tls"]["secret"]["secretName"] == "hami-scheduler-tls"

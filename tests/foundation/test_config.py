@@ -34,11 +34,34 @@ def test_defaults_match_hami():
 
 @pytest.mark.parametrize(
     "argv",
-    [["--http_bind", "0.0.0.0:443"], ["--http-bind", "0.0.0.0:443"], ["--http_bind=0.0.0.0:443"]],
+    [["--http_bind", "127.0.0.2:443"], ["--http-bind", "127.0.0.2:443"], ["--http_bind=127.0.0.2:443"]],
     ids=["underscore", "dash", "equals"],
 )
 def test_both_flag_spellings_are_accepted(argv):
-    assert build_config(_flags(argv), env={}).scheduler.http_bind == "0.0.0.0:443"
+    assert build_config(_flags(argv), env={}).scheduler.http_bind == "127.0.0.2:443"
+
+
+TLS = ["--cert_file", "/tls/tls.crt", "--key_file", "/tls/tls.key"]
+
+
+@pytest.mark.parametrize(("argv", "flag", "words"), [
+    (["--http_bind", "0.0.0.0:443"], "--http_bind", "a loopback address"),
+    (["--http_bind", ":443", *TLS], "--http_bind", "--client-ca-file"),
+    (["--http_bind", "10.0.0.5:443", "--client-ca-file", "/tls/ca.crt"], "--client-ca-file", "--cert_file"),
+    (["--webhook-bind-address", "0.0.0.0:443"], "--webhook-bind-address", "TLS only"),
+    (["--debug-bind-address", "0.0.0.0:6060"], "--debug-bind-address", "loopback"),
+], ids=["extender-wildcard", "extender-tls-without-ca", "ca-without-cert", "webhook-plain", "pprof-off-pod"])
+def test_listeners_reachable_from_other_pods_need_mtls_or_tls(argv, flag, words):
+    with pytest.raises(ConfigError) as err:
+        build_config(_flags(argv), env={})
+    assert err.value.key == flag and words in str(err.value)
+
+
+def test_remote_extender_with_mtls_and_webhook_with_tls_are_accepted():
+    cfg = build_config(_flags(["--http_bind", "0.0.0.0:8443", "--client-ca-file", "/tls/ca.crt",
+                               "--webhook-bind-address", "0.0.0.0:443", *TLS]), env={})
+    sc = cfg.scheduler
+    assert (sc.http_bind, sc.client_ca_file, sc.webhook_bind_address) == ("0.0.0.0:8443", "/tls/ca.crt", "0.0.0.0:443")
 
 
 @pytest.mark.parametrize(("argv", "flag"), [

@@ -1,7 +1,9 @@
 """Informer (reflector) against the embedded API server: LIST then WATCH into the store, handler
 order and arguments, re-LIST on 410 Gone with synthetic DELETED for vanished objects and no
 event for unchanged ones, resuming after a server restart without a re-LIST, silent-watch
-reconnect, bookmarks advancing the resourceVersion, and backoff after errors."""
+reconnect, bookmarks advancing the resourceVersion, and backoff after errors. A failing handler is
+counted, forces a re-LIST that dispatches the object again and runs the resync callbacks, and
+`health()` names the pending resync, a missing first sync and a watch broken past its bound."""
 
 from __future__ import annotations
 
@@ -149,16 +151,66 @@ async def test_handler_exception_does_not_stop_the_watch(apiserver, client):
     seen = []
 
     def bad(etype, old, new):
-        seen.append(etype)
+        seen.append((etype, new["metadata"]["name"]))
         raise RuntimeError("boom")
 
-    inf = Informer(client, "nodes", handler=bad)
+    inf = Informer(client, "nodes", handler=bad, backoff_initial=0.05, backoff_max=0.2)
     stop, task = await run_informer(inf)
     try:
         await client.create("nodes", node_obj("a"))
         await client.create("nodes", node_obj("b"))
-        await eventually(lambda: len(seen) == 2)
+        await eventually(lambda: {"a", "b"} <= {n for _, n in seen})
         assert set(inf.store) == {"a", "b"}
+        # A handler that never recovers keeps the informer unready, naming the failure.
+        assert inf.handler_failures >= 2
+        assert inf.health().startswith("nodes: resync pending after handler failure(s): RuntimeError('boom')")
+    finally:
+        stop.set()
+        await task
+
+
+async def test_handler_failure_relists_redispatches_and_runs_resync_handlers(apiserver, client):
+    apiserver.store.create("nodes", "", node_obj("a"))
+    rec = Recorder()
+    fail = {"b"}
+
+    def flaky(etype, old, new):
+        name = (new or old)["metadata"]["name"]
+        if name in fail:
+            fail.discard(name)  # fails once for b, then works
+            raise RuntimeError("transient")
+        rec(etype, old, new)
+
+    resynced = []
+    inf = Informer(client, "nodes", handler=flaky)
+    inf.resync_handlers.append(lambda: resynced.append(sorted(inf.store)))
+    stop, task = await run_informer(inf)
+    try:
+        lists = inf.lists
+        await client.create("nodes", node_obj("b"))
+        await eventually(lambda: resynced == [["a", "b"]])
+        assert inf.handler_failures == 1 and inf.resyncs == 1 and inf.lists == lists + 1
+        # b is delivered again after the re-LIST (its resourceVersion did not change).
+        assert rec.events == [("ADDED", None, "a"), ("MODIFIED", "b", "b")]
+        assert inf.health() == ""
+    finally:
+        stop.set()
+        await task
+
+
+async def test_health_names_missing_sync_and_a_watch_broken_past_its_bound(apiserver, client):
+    inf = Informer(client, "nodes", unready_after=0.3, backoff_initial=0.05, backoff_max=0.1)
+    assert inf.health() == "nodes: initial list not done"
+    stop, task = await run_informer(inf)
+    try:
+        assert inf.health() == ""
+        await apiserver.stop()
+        await eventually(lambda: inf.broken_since is not None)
+        assert inf.health() == ""  # broken, but not yet for long: still ready
+        await eventually(lambda: "watch broken for" in inf.health(), timeout=5)
+        assert inf.health().startswith("nodes: watch broken for ")
+        await apiserver.start()
+        await eventually(lambda: inf.health() == "", timeout=5)
     finally:
         stop.set()
         await task

@@ -71,12 +71,15 @@ async def test_role_serves_metrics_for_pods_of_this_node(apiserver, tmp_path):
     ctx, task, address, _ = await start(apiserver, tmp_path)
     try:
         status, _, body = await scrape(address, "/healthz")
-        assert (status, body) == (200, "ok")
+        assert (status, body) == (200, "ok\n")
 
         async def shows_mine():
             return 'pod="mine"' in (await scrape(address))[2]
 
         assert await until(shows_mine)
+        status, _, body = await scrape(address, "/readyz")  # the pod cache synced: ready
+        assert (status, body) == (200, "ok\n")
+        assert (await scrape(address, "/debug/pprof/"))[0] == 404  # never profiling on the NodePort
         status, ctype, body = await scrape(address)
         assert status == 200 and ctype.startswith("text/plain")
         want = (f'hami_vgpu_memory_used_bytes{{container="main",device_uuid="{U0}",namespace="default",'
@@ -208,3 +211,11 @@ async def test_embedded_monitor_without_node_name_serves_every_simulated_node(ap
         assert 'node="sim-1",zone="vGPU"} 11.0' in body and 'node="sim-2",zone="vGPU"} 22.0' in body
     finally:
         await stop(ctx, task)
+
+
+def test_monitor_is_unready_until_its_pod_cache_syncs(tmp_path):
+    synced = [False]
+    mon = role.Monitor(cache_dir=str(tmp_path), node_name="n", pods=list, synced=lambda: synced[0])
+    assert mon.health.reasons() == ["pods: initial list not done"]
+    synced[0] = True
+    assert mon.health.reasons() == []

@@ -114,13 +114,14 @@ async def filter_load(http, url: str, body: bytes, stop: asyncio.Event) -> None:
 
 
 async def test_go_tool_pprof_top_of_the_scheduler_under_filter_load_names_fit(apiserver, tmp_path):
-    """The real scheduler role with --profiling: /debug/pprof on its extender port, /filter load."""
+    """The real scheduler with --profiling: /debug/pprof on the loopback debug listener, /filter load."""
     import dataclasses
 
     import aiohttp
     import orjson
 
     from hami.config import DebugSettings
+    from hami.obs.profiling import start_debug_server
     from hami.scheduler.role import start_scheduler
     from tests.kube.helpers import config_for, pod_obj
     from tests.kube.scheduler_env import hami_nodes
@@ -130,6 +131,7 @@ async def test_go_tool_pprof_top_of_the_scheduler_under_filter_load_names_fit(ap
         apiserver.store.create("nodes", "", n)
     config = dataclasses.replace(config_for(apiserver.kubeconfig), debug=DebugSettings(profiling=True))
     sched = await start_scheduler(config)
+    debug, debug_port = await start_debug_server("127.0.0.1:0")  # what hami.app runs with --profiling
     try:
         assert await sched.state.wait_synced(10)
         pod = apiserver.store.create("pods", "default", pod_obj("big", mem=10**6)).obj  # fits nowhere
@@ -139,11 +141,12 @@ async def test_go_tool_pprof_top_of_the_scheduler_under_filter_load_names_fit(ap
             loads = [asyncio.create_task(filter_load(http, sched.url + "/filter", body, stop)) for _ in range(4)]
             try:
                 top = await go_pprof(tmp_path, "-top", "-nodecount=300", "-seconds", "3",
-                                     f"{sched.url}/debug/pprof/profile")
+                                     f"http://127.0.0.1:{debug_port}/debug/pprof/profile")
             finally:
                 stop.set()
                 await asyncio.gather(*loads)
     finally:
+        await debug.cleanup()
         await sched.close()
     assert "Type: cpu" in top
     fit_lines = [line for line in top.splitlines() if "hami.scheduler.fit." in line]

@@ -104,6 +104,10 @@ imagePullSecrets:
 {{- .Values.scheduler.service.httpTargetPort | default 443 | int -}}
 {{- end -}}
 
+{{- define "hami.extenderPort" -}}
+{{- .Values.scheduler.extender.port | default 8443 | int -}}
+{{- end -}}
+
 {{- define "hami.metricsPort" -}}
 {{- last (splitList ":" .Values.scheduler.metricsBindAddress) | int -}}
 {{- end -}}
