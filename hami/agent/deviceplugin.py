@@ -9,7 +9,10 @@ socket vanishes. Allocate and GetPreferredAllocation are delegated to a handler 
 oldest `bind-phase=allocating` pod with devices left), answers from `hami.agent.allocate`, patches
 the pod once (devices-to-allocate rewritten, plus `bind-phase=success` when nothing is left) and
 releases the node lock if this pod owns it. On failure: `bind-phase=failed`, lock released, and a
-gRPC error carrying the reason.
+gRPC error carrying the reason. An API call Allocate depends on that fails (RBAC 403, a timeout, a
+5xx) is never swallowed: the gRPC error carries its cause with a matching status code
+(PERMISSION_DENIED, UNAVAILABLE, ...), and nothing is returned to kubelet for a pod whose
+allocation could not be recorded.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from hami.agent._pb import api_pb2 as pb
 from hami.agent._pb import api_pb2_grpc as pb_grpc
 from hami.agent.register import PluginDevice, physical_id
 from hami.device.nodeconfig import DeviceSettings
+from hami.kube.client import ApiError
+from hami.kube.nodelock import NodeLockError
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
@@ -36,6 +41,29 @@ log = get_logger(__name__)
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
 REGISTER_RETRY = 1.0  # seconds between failed registrations (HAMi waits 30 s; kubelet restarts are quick)
+
+
+class ApiCallError(alloc.AllocationError):
+    """An API call Allocate depends on failed; the message names the call and the server's answer."""
+
+    def __init__(self, what: str, exc: ApiError):
+        super().__init__(f"{what}: {exc}")
+        self.status = exc.status
+        self.reason = exc.reason
+
+
+def grpc_status(exc: alloc.AllocationError) -> grpc.StatusCode:
+    """The gRPC code kubelet shows: the API's answer when one caused it, else HAMi's UNKNOWN."""
+    status = getattr(exc, "status", None)
+    if status is None:
+        return grpc.StatusCode.UNKNOWN
+    if status == 0:  # no answer: timeout or transport
+        timed_out = getattr(exc, "reason", "") in ("TimeoutError", "ServerTimeoutError")
+        return grpc.StatusCode.DEADLINE_EXCEEDED if timed_out else grpc.StatusCode.UNAVAILABLE
+    return {401: grpc.StatusCode.UNAUTHENTICATED, 403: grpc.StatusCode.PERMISSION_DENIED,
+            404: grpc.StatusCode.NOT_FOUND, 409: grpc.StatusCode.ABORTED,
+            429: grpc.StatusCode.RESOURCE_EXHAUSTED}.get(
+        status, grpc.StatusCode.UNAVAILABLE if status >= 500 else grpc.StatusCode.UNKNOWN)
 
 
 def socket_name(resource_name: str) -> str:
@@ -111,7 +139,7 @@ class _Servicer(pb_grpc.DevicePluginServicer):
         try:
             containers = await self.s.handler.allocate(requests)
         except alloc.AllocationError as exc:
-            await context.abort(grpc.StatusCode.UNKNOWN, str(exc))
+            await context.abort(grpc_status(exc), str(exc))
         return to_pb_response(containers)
 
     async def PreStartContainer(self, request, context):
@@ -326,8 +354,7 @@ class PodAllocator:
             if pod is None:
                 # The node cache shows the lock but the pod watch is behind: read the owner once.
                 self.api_fallbacks += 1
-                with contextlib.suppress(Exception):
-                    pod = await self.client.get_pod(owner[0], owner[1])
+                pod = await self._get_pod(owner)
             if pod is not None and alloc.allocating_pods([pod], self.node_name):
                 return pod, True
         pods = alloc.allocating_pods(self._all_pods(), self.node_name)
@@ -335,17 +362,30 @@ class PodAllocator:
             return pods[0], owner is not None and alloc.pod_ref(pods[0]) == f"{owner[0]}/{owner[1]}"
         # Caches may lag the scheduler by a watch event: ask the API server once.
         self.api_fallbacks += 1
-        node = await self.client.get_node(self.node_name)
+        try:
+            node = await self.client.get_node(self.node_name)
+        except ApiError as exc:
+            raise ApiCallError(f"cannot read node {self.node_name}", exc) from None
         owner = alloc.lock_owner(node)
         if owner is not None:
-            try:
-                pod = await self.client.get_pod(owner[0], owner[1])
+            pod = await self._get_pod(owner)
+            if pod is not None:
                 return pod, True
-            except Exception:  # noqa: BLE001 - the owner vanished: fall through to the list
-                pass
-        listed = await self.client.list_pods(field_selector=f"spec.nodeName={self.node_name}")
+        try:
+            listed = await self.client.list_pods(field_selector=f"spec.nodeName={self.node_name}")
+        except ApiError as exc:
+            raise ApiCallError(f"cannot list the pods of node {self.node_name}", exc) from None
         pods = alloc.allocating_pods(listed.get("items") or [], self.node_name)
         return (pods[0] if pods else None), False
+
+    async def _get_pod(self, ref: tuple[str, str]) -> dict | None:
+        """The node-lock owner from the API; None only when it is gone (404), else the cause."""
+        try:
+            return await self.client.get_pod(ref[0], ref[1])
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise ApiCallError(f"cannot read pod {ref[0]}/{ref[1]} (the node lock owner)", exc) from None
 
     # ------------------------------------------------------------------ allocate
 
@@ -370,7 +410,12 @@ class PodAllocator:
 
     async def allocate(self, requests: Sequence[Sequence[str]]) -> Sequence[alloc.ContainerAllocation]:
         async with self._lock:
-            pod, owns_lock = await self._find_pod()
+            try:
+                pod, owns_lock = await self._find_pod()
+            except ApiCallError as exc:
+                self.failures += 1
+                log.warning("Allocate failed: API call", node=self.node_name, error=str(exc))
+                raise
             if pod is None:
                 self.failures += 1
                 raise alloc.AllocationError(f"no binding pod found on node {self.node_name}")
@@ -400,10 +445,11 @@ class PodAllocator:
             except asyncio.CancelledError:
                 await self._abandon(pod, owns_lock)
                 raise
-            except Exception as exc:  # ApiError and transport errors
+            except ApiError as exc:  # answered with an error, or no answer (status 0)
                 await self._fail(pod, owns_lock)
                 self.failures += 1
-                raise alloc.AllocationError(f"pod {ref}: cannot record the allocation: {exc}") from None
+                log.warning("Allocate failed: recording the allocation", pod=ref, error=str(exc))
+                raise ApiCallError(f"pod {ref}: cannot record the allocation", exc) from None
             self._fresh[f"{meta['namespace']}/{meta['name']}"] = patched
             if plan.done:
                 await self._release(pod, owns_lock)
@@ -436,7 +482,7 @@ class PodAllocator:
                 {"metadata": {"annotations": {alloc.ANN_BIND_PHASE: alloc.PHASE_FAILED}}},
             )
             self._fresh[f"{meta.get('namespace')}/{meta.get('name')}"] = patched
-        except Exception as exc:  # noqa: BLE001 - best effort, the gRPC error still goes out
+        except ApiError as exc:  # the gRPC error still goes out; the scheduler sees the pod not allocated
             log.warning("Marking pod failed did not work", pod=alloc.pod_ref(pod), error=str(exc))
         await self._release(pod, owns_lock)
 
@@ -456,7 +502,7 @@ class PodAllocator:
                 rv = node["metadata"].get("resourceVersion", "")
                 await self.client.patch_node(self.node_name, {
                     "metadata": {"annotations": {alloc.ANN_NODE_LOCK: None}, "resourceVersion": rv}})
-        except Exception as exc:  # noqa: BLE001 - the lock then expires on its own
+        except (ApiError, NodeLockError) as exc:  # the lock then expires on its own
             log.warning("Releasing node lock failed", node=self.node_name, pod=f"{ns}/{name}", error=str(exc))
 
     # ------------------------------------------------------------------ preferred allocation

@@ -193,7 +193,7 @@ class ApiServer:
         if code == 429:
             return _error(ApiError(429, "TooManyRequests", "injected fault: too many requests, please try again later",
                                    {"retryAfterSeconds": 1}), {"Retry-After": "1"})
-        reasons = {500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
+        reasons = {403: "Forbidden", 500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
         return _error(ApiError(code, reasons.get(code, "InternalError"), f"injected fault: status {code}"))
 
     def _discovery_docs(self) -> dict[str, bytes]:

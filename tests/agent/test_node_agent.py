@@ -195,6 +195,33 @@ async def test_allocate_without_a_binding_pod_is_an_error():
         assert err.value.details() == f"no binding pod found on node {NODE}"
 
 
+async def test_allocate_with_api_403_fails_with_that_cause_and_hands_out_nothing():
+    async with NodeHarness() as h:
+        await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 20)
+        pod = await h.create_pod("denied", {"main": 1}, f"{U1},NVIDIA,1000,10:;")
+        h.server.faults.fail_next_writes(1, 403)  # RBAC refuses the allocation patch
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await h.kubelet.allocate_pod(pod)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert err.value.details() == ("pod default/denied: cannot record the allocation: "
+                                       "403 Forbidden: injected fault: status 403")
+        p = anns(await h.pod("denied"))
+        assert p["hami.io/bind-phase"] == "failed"  # never left half-written as allocating
+        assert p["hami.io/vgpu-devices-to-allocate"] == f"{U1},NVIDIA,1000,10:;"
+        assert LOCK not in anns(await h.node())
+        assert h.agent.allocator.failures == 1 and h.agent.allocator.allocations == 0
+
+
+async def test_allocate_when_the_api_server_is_unreachable_names_the_call():
+    async with NodeHarness() as h:
+        await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 20)
+        await h.server.stop()  # the caches know no pod, and the fallback read gets no answer
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await h.kubelet.allocate([[f"{U1}-0"]])
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert err.value.details().startswith(f"cannot read node {NODE}: 0 ClientConnectorError")
+
+
 @pytest.mark.parametrize("remove_plugin_sockets", [True, False], ids=["sockets-wiped", "kubelet-sock-only"])
 async def test_kubelet_restart_leads_to_re_registration(remove_plugin_sockets):
     async with NodeHarness() as h:
