@@ -6,6 +6,7 @@
     hami doctor nodes                     GPU node health table
     hami tune                             tuning recommendations from pods and metrics
     hami cache dump FILE [--json]         print a HAMi-core shared region
+    hami whatif --snapshot FILE [--scenario PLAN]   replay a snapshot under changed settings
 
 Subcommands sit beside `--role`: the first word picks a subcommand, anything else is a role run.
 Subcommand modules are imported only when used.
@@ -28,6 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("hami.doctor.cli", "diagnose Pending pods and GPU nodes (the debugging runbook, automated)"),
     "tune": ("hami.doctor.tune", "tuning recommendations from the cluster's pods and the monitor's metrics"),
     "cache": ("hami.monitor.dump_cli", "read HAMi-core shared-region cache files"),
+    "whatif": ("hami.whatif.cli", "capacity planning: replay a cluster snapshot through the scheduler's code"),
 }
 
 
@@ -36,7 +38,7 @@ def _role_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="hami",
-        usage="hami --role ROLE[,ROLE...] [flags]  |  hami {doctor,tune,cache} ...",
+        usage="hami --role ROLE[,ROLE...] [flags]  |  hami {doctor,tune,cache,whatif} ...",
         description="GPU sharing control plane for Kubernetes, wire-compatible with HAMi v2.10.",
         epilog="subcommands:\n"
         + "\n".join(f"  hami {name:<8} {text}" for name, (_, text) in SUBCOMMANDS.items())

@@ -25,7 +25,7 @@ from hami.kube.client import KubeClient
 from hami.kube.informer import ADDED, DELETED, Informer
 from hami.obs.log import get_logger
 from hami.scheduler.handshake import REGISTER_KEY, Handshaker
-from hami.scheduler.usage import UsageIndex, parse_cordon
+from hami.scheduler.usage import UsageIndex, init_released, parse_cordon
 
 log = get_logger(__name__)
 
@@ -44,19 +44,6 @@ class NodeDevices:
     register: str
     devices: tuple[DeviceInfo, ...]
     error: str = ""
-
-
-def init_released(pod: dict) -> bool:
-    """True when the pod has init containers and every one terminated with exit code 0."""
-    statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
-    n_init = len((pod.get("spec") or {}).get("initContainers") or [])
-    if not n_init or len(statuses) < n_init:
-        return False
-    for st in statuses:
-        term = (st.get("state") or {}).get("terminated")
-        if not term or term.get("exitCode", 1) != 0:
-            return False
-    return True
 
 
 class ClusterState:

@@ -26,6 +26,7 @@ API
   - `pod(pod_key)` -> PodRecord | None.
   - quotas: `set_quota(namespace, name, hard)` / `remove_quota(namespace, name)` with the
     ResourceQuota `spec.hard` mapping (ints); `quota_view(namespace)` -> QuotaView | None.
+- `init_released(pod)`: every init container of the pod dict exited 0 (usage shrinks to app-only).
 - `collapse_usage(containers, num_init)` -> `{uuid: (mem, cores, slots)}` (spec §7.3).
 - `QuotaView.fits(mem, cores)`: HAMi `FitQuota` for one namespace.
 """
@@ -250,6 +251,19 @@ def collapse_usage(containers: Sequence[ContainerDevices], num_init: int) -> dic
 def steady_usage(containers: Sequence[ContainerDevices], num_init: int) -> dict[str, tuple[int, int, int]]:
     """Usage once every init container has exited 0: app containers only (§7.1)."""
     return collapse_usage(containers[num_init:], 0)
+
+
+def init_released(pod: dict) -> bool:
+    """True when the pod has init containers and every one terminated with exit code 0."""
+    statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
+    n_init = len((pod.get("spec") or {}).get("initContainers") or [])
+    if not n_init or len(statuses) < n_init:
+        return False
+    for st in statuses:
+        term = (st.get("state") or {}).get("terminated")
+        if not term or term.get("exitCode", 1) != 0:
+            return False
+    return True
 
 
 # --------------------------------------------------------------------------- quota

@@ -1,0 +1,100 @@
+"""`hami whatif`: the subcommand module the CLI loads (`configure` + `main`).
+
+    hami whatif --snapshot FILE [--scenario PLAN.yaml] [--format text|json]
+    hami whatif --kubeconfig K  [...]              snapshot the live cluster (reads only), then replay
+    hami whatif snapshot -o FILE [--kubeconfig K]  save a snapshot for later
+
+FILE is a saved snapshot or `kubectl get nodes,pods,resourcequotas -A -o json`. Without
+--scenario only the baseline runs (the snapshot's pending pods, queued again). Exit codes: 0;
+2 for unreadable input (the message names the file, the path in it and the field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import orjson
+
+from hami.config import KubeSettings, parse_duration
+
+from .cluster import SnapshotError, parse_snapshot
+from .engine import SchedulerDefaults, run_plan
+from .report import render_text, to_json
+from .scenario import NODE_POLICIES, Plan, Scenario, ScenarioError, parse_plan_text
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from hami.cli.flags import add_kube_flags
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = __doc__
+    add_kube_flags(parser)
+    parser.add_argument("command", nargs="?", default="run", choices=("run", "snapshot"),
+                        help="run (default): replay scenarios; snapshot: save the live cluster to -o FILE")
+    parser.add_argument("--snapshot", dest="snapshot_file", default="",
+                        help="read this snapshot instead of the live cluster")
+    parser.add_argument("-o", "--output", default="", help="snapshot: the file to write")
+    parser.add_argument("--scenario", default="", help="scenario YAML (workloads, changes, scenarios)")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    parser.add_argument("--node-scheduler-policy", default="binpack", choices=NODE_POLICIES,
+                        help="the scheduler's --node-scheduler-policy (default binpack)")
+    parser.add_argument("--gpu-scheduler-policy", default="spread", help="the scheduler's --gpu-scheduler-policy")
+    parser.add_argument("--scheduler-name", default="hami-scheduler", help="the scheduler's --scheduler-name")
+
+
+def _kube_settings(args: argparse.Namespace) -> KubeSettings:
+    timeout = getattr(args, "kube_timeout", None)
+    return KubeSettings(
+        kubeconfig=getattr(args, "kubeconfig", None),
+        qps=getattr(args, "kube_qps", 50.0),
+        burst=getattr(args, "kube_burst", 100),
+        timeout=parse_duration(timeout, key="--kube-timeout") if timeout else 0.0,
+    )
+
+
+def read_plan(path: str) -> Plan:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ScenarioError(path, "(file)", exc.strerror or str(exc)) from None
+    return parse_plan_text(text, path)
+
+
+def _err(message: str) -> int:
+    print(f"hami whatif: error: {message}", file=sys.stderr)
+    return 2
+
+
+async def main(args: argparse.Namespace) -> int:
+    from . import snapshot
+
+    if args.command == "snapshot":
+        if not args.output:
+            return _err("snapshot needs -o FILE")
+        doc = await snapshot.take(_kube_settings(args))
+        snapshot.save(doc, args.output)
+        print(f"saved {len(doc['items'])} objects to {args.output}", file=sys.stderr)
+        return 0
+    try:
+        if args.snapshot_file:
+            cluster = snapshot.load(args.snapshot_file)
+        else:
+            cluster = parse_snapshot(await snapshot.take(_kube_settings(args)), "live cluster")
+        plan = read_plan(args.scenario) if args.scenario else Plan(scenarios=(Scenario("baseline"),))
+    except (SnapshotError, ScenarioError) as exc:
+        return _err(str(exc))
+    defaults = SchedulerDefaults(node_policy=args.node_scheduler_policy, gpu_policy=args.gpu_scheduler_policy,
+                                 scheduler_name=args.scheduler_name)
+    for w in cluster.warnings:
+        print(f"hami whatif: warning: {w}", file=sys.stderr)
+    results = run_plan(cluster, plan, defaults)
+    suggestions = None
+    if args.format == "json":
+        doc = to_json(results, cluster.warnings,
+                      [s.as_dict() for s in suggestions] if suggestions is not None else None)
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(render_text(results))
+    return 0

@@ -1,0 +1,488 @@
+"""Replay a snapshot through the scheduler's own pure code, one scenario at a time (pure, no I/O).
+
+For each pod, in arrival order, exactly what the running scheduler does with it, in process:
+the admission webhook (`hami.scheduler.webhook.mutate_pod`: defaulting and the ResourceQuota
+check), the device requests (`hami.device.request.pod_requests`), the pod's fit options and
+policies (`hami.scheduler.fit.pod_request`, quota view from the `UsageIndex`), the node choice
+(`hami.scheduler.score.select_node`: HAMi's fit and node order), and the bookkeeping of a placed
+pod (`UsageIndex.add_pod`). What kube-scheduler does before the extender is reduced to what
+decides GPU placement: unschedulable (cordoned) nodes and `nodeSelector` labels are filtered out;
+candidates are passed in name order, so ties go to the first name, as in the extender.
+
+Scenario changes act on the snapshot before the replay: a new deviceSplitCount /
+deviceMemoryScaling / deviceCoreScaling re-registers each card the way the node agent would
+(`DeviceSettings.devmem`/`devcore` on the card's physical memory), nodes are added or removed
+(pods on removed nodes are queued again), GPUs cordoned, quotas set, policies and scoring weights
+changed. Deterministic: arrival order and names depend only on the plan and its seed.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from fnmatch import fnmatchcase
+
+from hami.device import codec
+from hami.device import request as devrequest
+from hami.device.model import PERCENTAGE_UNSET, DeviceInfo
+from hami.device.nodeconfig import DeviceSettings, settings_for_node
+from hami.scheduler import fit as fitmod
+from hami.scheduler import messages
+from hami.scheduler import score as scoremod
+from hami.scheduler import webhook as webhookmod
+from hami.scheduler.policy import PolicyError
+from hami.scheduler.usage import NodeUsage, UsageIndex
+
+from .cluster import Cluster, NodeInfo, PodInfo, holds_devices
+from .scenario import Changes, Plan, Scenario, Workload
+
+# Pending reasons that are not HAMi fit codes (the step that refused the pod).
+ADMISSION_DENIED = "AdmissionDenied"
+NO_CANDIDATE_NODE = "NoCandidateNode"  # kube-scheduler left no node (cordoned, nodeSelector)
+INVALID_POD = "InvalidPod"
+
+HAMI_ANNOTATIONS = (
+    codec.VGPU_NODE_ANNOTATION, codec.VGPU_TIME_ANNOTATION, codec.TO_ALLOCATE_ANNOTATION,
+    codec.ALLOCATED_ANNOTATION, codec.MIG_ALLOCATIONS_ANNOTATION, codec.BIND_PHASE_ANNOTATION,
+    codec.BIND_TIME_ANNOTATION,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerDefaults:
+    """The scheduler flags a replay runs with (the baseline's; a scenario may change the policies)."""
+
+    node_policy: str = "binpack"
+    gpu_policy: str = "spread"
+    scheduler_name: str = "hami-scheduler"
+    force_overwrite_default_scheduler: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to one queued pod."""
+
+    pod: str  # namespace/name
+    node: str = ""  # "" = pending
+    devices: str = ""  # hami.io/vgpu-devices-allocated as the scheduler would write it
+    reasons: tuple[str, ...] = ()  # pending: codes, most frequent first
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CardStats:
+    uuid: str
+    type: str
+    slots: int
+    slots_used: int
+    mem: int  # registered (scaled) MiB
+    mem_used: int
+    physical_mem: int
+    cores: int
+    cores_used: int
+    usable: bool  # healthy and not cordoned
+    stranded_mem: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStats:
+    name: str
+    cards: tuple[CardStats, ...]
+    free_mem: int
+    largest_free: int
+    fragmentation: float  # 1 - largest free block / free memory on cards with a free slot
+
+    @property
+    def gpus_used(self) -> int:
+        return sum(1 for c in self.cards if c.slots_used > 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    scenario: str
+    changes: Changes
+    outcomes: tuple[Outcome, ...]
+    nodes: tuple[NodeStats, ...]
+    node_policy: str
+    gpu_policy: str
+
+    @property
+    def placed(self) -> int:
+        return sum(1 for o in self.outcomes if o.node)
+
+    @property
+    def pending(self) -> int:
+        return sum(1 for o in self.outcomes if not o.node)
+
+    def pending_reasons(self) -> dict[str, int]:
+        """Reason code -> pending pods whose placement failed with it (a pod counts under each)."""
+        out: dict[str, int] = {}
+        for o in self.outcomes:
+            if not o.node:
+                for r in o.reasons:
+                    out[r] = out.get(r, 0) + 1
+        return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def totals(self) -> dict[str, float]:
+        cards = [c for n in self.nodes for c in n.cards]
+        frag = [n.fragmentation for n in self.nodes if n.free_mem]
+        return {
+            "placed": self.placed,
+            "pending": self.pending,
+            "nodes": len(self.nodes),
+            "gpus": len(cards),
+            "gpus_used": sum(1 for c in cards if c.slots_used > 0),
+            "mem_physical": sum(c.physical_mem for c in cards),
+            "mem_registered": sum(c.mem for c in cards),
+            "mem_allocated": sum(c.mem_used for c in cards),
+            "cores_physical": 100 * len(cards),
+            "cores_allocated": sum(c.cores_used for c in cards),
+            "stranded_mem": sum(c.stranded_mem for c in cards),
+            "fragmentation": round(sum(frag) / len(frag), 4) if frag else 0.0,
+        }
+
+
+# --------------------------------------------------------------------------- changes
+
+
+def _settings_change(base: DeviceSettings, split: int | None, mem: float | None, core: float | None) -> DeviceSettings:
+    changes = {}
+    if split is not None:
+        changes["split_count"] = split
+    if mem is not None:
+        changes["memory_scaling"] = mem
+    if core is not None:
+        changes["core_scaling"] = core
+    return replace(base, **changes) if changes else base
+
+
+def _reregister(node: NodeInfo, new: DeviceSettings) -> NodeInfo:
+    """The node's cards as its agent would register them with `new` settings."""
+    old = node.settings
+    if new == old:
+        return node
+    devices = []
+    for d, phys in zip(node.devices, node.physical_mem, strict=True):
+        if d.mode == "mig":
+            devices.append(d)
+            continue
+        devices.append(replace(
+            d,
+            count=new.split_count if new.split_count != old.split_count else d.count,
+            devmem=new.devmem(phys) if new.memory_scaling != old.memory_scaling else d.devmem,
+            devcore=new.devcore() if new.core_scaling != old.core_scaling else d.devcore,
+        ))
+    return replace(node, devices=tuple(devices), settings=new)
+
+
+def apply_changes(cluster: Cluster, changes: Changes) -> tuple[dict[str, NodeInfo], list[str]]:
+    """The nodes after `changes`, and the names of removed nodes (their pods are queued again)."""
+    nodes: dict[str, NodeInfo] = {}
+    removed: list[str] = []
+    for name, node in cluster.nodes.items():
+        if any(fnmatchcase(name, pat) for pat in changes.remove_nodes):
+            removed.append(name)
+            continue
+        new = _settings_change(node.settings, changes.split_count, changes.memory_scaling, changes.core_scaling)
+        unschedulable = node.unschedulable
+        for nc in changes.nodes:
+            if fnmatchcase(name, nc.name):
+                new = _settings_change(new, nc.split_count, nc.memory_scaling, nc.core_scaling)
+                if nc.cordon is not None:
+                    unschedulable = nc.cordon
+        node = _reregister(node, new)
+        if unschedulable != node.unschedulable:
+            node = replace(node, unschedulable=unschedulable)
+        nodes[name] = node
+    for add in changes.add_nodes:
+        for i in range(add.count):
+            name = f"{add.name}-{i}"
+            settings = _settings_change(settings_for_node(cluster.nvidia, cluster.node_configs, name),
+                                        add.split_count or changes.split_count, changes.memory_scaling,
+                                        changes.core_scaling)
+            devices = tuple(
+                DeviceInfo(id=f"GPU-whatif-{name}-{j}", count=settings.split_count, devmem=settings.devmem(add.memory),
+                           devcore=settings.devcore(), type=add.type, index=j, numa=0, mode="hami-core", health=True)
+                for j in range(add.gpus)
+            )
+            nodes[name] = NodeInfo(name, devices, (add.memory,) * add.gpus, settings, labels=dict(add.labels))
+    for target in changes.cordon_gpus:
+        node_name, sep, idx = target.partition("/")
+        for name, node in nodes.items():
+            if sep:
+                if name == node_name:
+                    ids = [d.id for d in node.devices if str(d.index) == idx]
+                else:
+                    continue
+            else:
+                ids = [d.id for d in node.devices if d.id == target]
+            if ids:
+                nodes[name] = replace(node, cordoned=node.cordoned | frozenset(ids))
+    return nodes, removed
+
+
+# --------------------------------------------------------------------------- queue
+
+
+def _stripped(pod: PodInfo) -> dict:
+    """The pod as it was created: no placement annotations, not bound, no status."""
+    obj = copy.deepcopy(pod.obj)
+    meta = obj.setdefault("metadata", {})
+    annos = meta.get("annotations") or {}
+    for key in HAMI_ANNOTATIONS:
+        annos.pop(key, None)
+    (meta.get("labels") or {}).pop(codec.VGPU_NODE_ANNOTATION, None)
+    (obj.setdefault("spec", {})).pop("nodeName", None)
+    obj.pop("status", None)
+    return obj
+
+
+def _generate(w: Workload, nvidia, defaults: SchedulerDefaults) -> list[dict]:
+    pods = []
+    for i in range(w.count):
+        name = f"{w.name}-{i}"
+        if w.pod is not None:
+            pod = copy.deepcopy(w.pod)
+        else:
+            limits = {nvidia.resource_count_name: str(w.gpus)}
+            if w.memory is not None:
+                limits[nvidia.resource_memory_name] = str(w.memory)
+            if w.memory_percentage is not None:
+                limits[nvidia.resource_memory_percentage_name] = str(w.memory_percentage)
+            if w.cores is not None:
+                limits[nvidia.resource_core_name] = str(w.cores)
+            pod = {"spec": {"containers": [{"name": "main", "image": "whatif", "resources": {"limits": limits}}]}}
+            if w.node_selector:
+                pod["spec"]["nodeSelector"] = dict(w.node_selector)
+        pod.setdefault("apiVersion", "v1")
+        pod.setdefault("kind", "Pod")
+        meta = pod.setdefault("metadata", {})
+        meta["name"] = name
+        meta["namespace"] = w.namespace
+        meta["uid"] = f"whatif-{w.namespace}-{name}"
+        if w.annotations:
+            meta["annotations"] = {**(meta.get("annotations") or {}), **dict(w.annotations)}
+        pods.append(pod)
+    return pods
+
+
+@dataclass(slots=True)
+class _Queued:
+    pod: dict
+    admit: bool  # run the admission webhook (a new pod); snapshot pods were admitted already
+
+
+def build_queue(cluster: Cluster, scenario: Scenario, plan: Plan, removed: Sequence[str],
+                defaults: SchedulerDefaults) -> tuple[list[_Queued], set[str]]:
+    """Pods to schedule, in arrival order, and the uids of snapshot pods taken off the cluster."""
+    replays = [w.replay for w in scenario.workloads if w.replay is not None]
+    taken: set[str] = set()
+    first: list[_Queued] = []
+    removed_set = set(removed)
+    live = sorted((p for p in cluster.pods if p.phase not in ("Succeeded", "Failed")),
+                  key=lambda p: (p.created, p.name, p.namespace))  # same second: by name
+
+    def pending(p: PodInfo) -> bool:
+        return not p.node and not p.bound_node and p.scheduler_name == defaults.scheduler_name
+
+    def in_window(p: PodInfo, rp) -> bool:
+        return ((not rp.namespace or p.namespace == rp.namespace) and (not rp.since or p.created >= rp.since)
+                and (not rp.until or p.created < rp.until))
+
+    for p in live:
+        if p.node and p.node in removed_set:
+            taken.add(p.uid)
+            first.append(_Queued(_stripped(p), False))
+        elif plan.include_pending and pending(p) and not any(in_window(p, rp) for rp in replays):
+            first.append(_Queued(_stripped(p), False))
+    groups: list[list[_Queued]] = []
+    for w in scenario.workloads:
+        if w.replay is not None:
+            # The window's pods, placed or pending, replayed at their creation time from scratch.
+            group = []
+            for p in live:
+                if p.uid not in taken and (p.node or pending(p)) and in_window(p, w.replay):
+                    taken.add(p.uid)
+                    group.append(_Queued(_stripped(p), True))
+            groups.append(group)
+        else:
+            groups.append([_Queued(p, True) for p in _generate(w, cluster.nvidia, defaults)])
+    if plan.arrival == "interleaved":
+        rest = [g[i] for i in range(max((len(g) for g in groups), default=0)) for g in groups if i < len(g)]
+    else:
+        rest = [q for g in groups for q in g]
+        if plan.arrival == "shuffled":
+            random.Random(plan.seed).shuffle(rest)
+    return first + rest, taken
+
+
+# --------------------------------------------------------------------------- replay
+
+
+def _reason_codes(failed: dict[str, str]) -> tuple[str, ...]:
+    counts: dict[str, int] = {}
+    for text in failed.values():
+        parsed = fitmod.parse_reason(text)
+        if not parsed:
+            parsed = {text: 1}
+        for code, n in parsed.items():
+            counts[code] = counts.get(code, 0) + n
+    return tuple(k for k, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _selector_ok(pod: dict, labels) -> bool:
+    sel = (pod.get("spec") or {}).get("nodeSelector") or {}
+    return all(labels.get(k) == v for k, v in sel.items())
+
+
+class Replayer:
+    """One scenario's cluster: the UsageIndex plus the nodes as changed; `place(pod)` schedules one."""
+
+    def __init__(self, cluster: Cluster, nodes: dict[str, NodeInfo], defaults: SchedulerDefaults,
+                 changes: Changes, taken: set[str]):
+        self.cluster = cluster
+        self.nodes = nodes
+        self.defaults = defaults
+        self.changes = changes
+        self.nvidia = cluster.nvidia
+        self.node_policy = changes.node_policy or defaults.node_policy
+        self.gpu_policy = changes.gpu_policy or defaults.gpu_policy
+        self.webhook = webhookmod.WebhookSettings(defaults.scheduler_name, defaults.force_overwrite_default_scheduler,
+                                                  self.nvidia)
+        self.index = UsageIndex(self.nvidia)
+        for name in sorted(nodes):
+            n = nodes[name]
+            self.index.set_node(name, n.devices, n.cordoned, n.pair_scores)
+        for q in cluster.quotas:
+            self.index.set_quota(q.namespace, q.name, q.hard)
+        for qc in changes.quotas:
+            hard = {}
+            if qc.memory is not None:
+                hard[f"limits.{self.nvidia.resource_memory_name}"] = qc.memory
+            if qc.cores is not None:
+                hard[f"limits.{self.nvidia.resource_core_name}"] = qc.cores
+            self.index.set_quota(qc.namespace, "whatif-quota", hard)
+        for p in cluster.pods:
+            if holds_devices(p) and p.uid not in taken and p.node in nodes:
+                self.index.add_pod(p.uid, p.node, p.devices, namespace=p.namespace, num_init=p.num_init,
+                                   init_released=p.init_released, mig=p.mig)
+        self.schedulable = [n for n in sorted(nodes) if not nodes[n].unschedulable]
+
+    def candidates(self, pod: dict) -> list[str]:
+        if not (pod.get("spec") or {}).get("nodeSelector"):
+            return self.schedulable
+        return [n for n in self.schedulable if _selector_ok(pod, self.nodes[n].labels)]
+
+    def place(self, pod: dict, admit: bool = True) -> Outcome | None:
+        """Schedule one pod; None when it asks for no HAMi device (not the extender's business)."""
+        meta = pod.get("metadata") or {}
+        ns = meta.get("namespace") or "default"
+        key = f"{ns}/{meta.get('name', '')}"
+        uid = meta.get("uid") or key
+        if self.changes.scoring_weights:
+            annos = meta.setdefault("annotations", {})
+            annos.setdefault(codec.SCORING_WEIGHTS_ANNOTATION, self.changes.scoring_weights)
+        if admit:
+            try:
+                decision = webhookmod.mutate_pod(pod, self.webhook, quota=self.index.quota_view, namespace=ns)
+            except webhookmod.WebhookError as exc:
+                return Outcome(key, reasons=(INVALID_POD,), message=str(exc))
+            if not decision.allowed:
+                return Outcome(key, reasons=(ADMISSION_DENIED,), message=decision.message)
+            if decision.pod is not None:
+                pod = decision.pod
+            if (pod.get("spec") or {}).get("schedulerName") != self.defaults.scheduler_name:
+                return None
+        try:
+            requests = devrequest.pod_requests(pod, self.nvidia)
+        except ValueError as exc:
+            return Outcome(key, reasons=(INVALID_POD,), message=str(exc))
+        if not any(r is not None and r.nums > 0 for r in requests):
+            return None
+        num_init = len((pod.get("spec") or {}).get("initContainers") or [])
+        annos = (pod.get("metadata") or {}).get("annotations") or {}
+        try:
+            preq = fitmod.pod_request(requests, num_init, annos, gpu_policy=self.gpu_policy,
+                                      node_policy=self.node_policy, namespace=ns, quota=self.index.quota_view(ns))
+        except PolicyError as exc:
+            return Outcome(key, reasons=(INVALID_POD,), message=str(exc))
+        names = self.candidates(pod)
+        if not names:
+            return Outcome(key, reasons=(NO_CANDIDATE_NODE,), message="no schedulable node matches the pod")
+        sel = scoremod.select_node(self.index.nodes, names, preq)
+        if sel.node is None:
+            return Outcome(key, reasons=_reason_codes(sel.failed_nodes),
+                           message=messages.no_available_node_message(len(names)))
+        self.index.add_pod(uid, sel.node, sel.devices, namespace=ns, num_init=num_init,
+                           mig=tuple((u, pl) for _, _, u, _, pl in sel.mig))
+        return Outcome(key, node=sel.node, devices=codec.encode_pod_devices(sel.devices))
+
+    def stats(self, pending_mem: int) -> tuple[NodeStats, ...]:
+        """Per node and card fill after the replay; `pending_mem`: smallest pending MiB ask (0 = none)."""
+        out = []
+        for name in sorted(self.index.nodes):
+            out.append(_node_stats(self.index.nodes[name], self.nodes[name], pending_mem))
+        return tuple(out)
+
+
+def _node_stats(usage: NodeUsage, info: NodeInfo, pending_mem: int) -> NodeStats:
+    phys = dict(zip((d.id for d in info.devices), info.physical_mem, strict=True))
+    cards = []
+    frees = []
+    for d in usage.devices:
+        usable = d.health and d.id not in usage.cordoned
+        free = max(0, d.totalmem - d.usedmem)
+        full = d.used >= d.count or d.usedcores >= d.totalcore
+        stranded = free if usable and free and (full or (pending_mem and free < pending_mem)) else 0
+        if usable and not full and free:
+            frees.append(free)
+        cards.append(CardStats(d.id, d.type, d.count, d.used, d.totalmem, d.usedmem, phys.get(d.id, d.totalmem),
+                               d.totalcore, d.usedcores, usable, stranded))
+    total = sum(frees)
+    largest = max(frees, default=0)
+    frag = round(1.0 - largest / total, 4) if total else 0.0
+    return NodeStats(usage.name, tuple(cards), total, largest, frag)
+
+
+def _smallest_pending_mem(replayer: Replayer, pending: list[dict]) -> int:
+    smallest = 0
+    for pod in pending:
+        try:
+            reqs = devrequest.pod_requests(pod, replayer.nvidia)
+        except ValueError:
+            continue
+        for r in reqs:
+            if r is not None and r.nums > 0 and r.memreq > 0 and r.mempercentagereq == PERCENTAGE_UNSET:
+                smallest = r.memreq if not smallest else min(smallest, r.memreq)
+    return smallest
+
+
+def run_scenario(cluster: Cluster, scenario: Scenario, plan: Plan,
+                 defaults: SchedulerDefaults = SchedulerDefaults()) -> Result:
+    nodes, removed = apply_changes(cluster, scenario.changes)
+    queue, taken = build_queue(cluster, scenario, plan, removed, defaults)
+    rp = Replayer(cluster, nodes, defaults, scenario.changes, taken)
+    outcomes = []
+    pending_pods = []
+    for q in queue:
+        o = rp.place(q.pod, q.admit)
+        if o is None:
+            continue
+        outcomes.append(o)
+        if not o.node:
+            pending_pods.append(q.pod)
+    return Result(scenario.name, scenario.changes, tuple(outcomes), rp.stats(_smallest_pending_mem(rp, pending_pods)),
+                  rp.node_policy, rp.gpu_policy)
+
+
+def run_plan(cluster: Cluster, plan: Plan, defaults: SchedulerDefaults = SchedulerDefaults(),
+             progress: Callable[[str], None] | None = None) -> list[Result]:
+    """Every scenario of the plan, baseline first."""
+    out = []
+    for s in plan.scenarios:
+        if progress is not None:
+            progress(s.name)
+        out.append(run_scenario(cluster, s, plan, defaults))
+    return out

@@ -1,0 +1,188 @@
+"""Golden whatif scenarios on small snapshots, through the scheduler's own fit/score/webhook code.
+
+Covers: spread strands memory that binpack uses (fragmentation); a deviceSplitCount change fits
+more pods; a ResourceQuota blocks pods (at admission and in the fit) and raising it unblocks them;
+memory scaling re-registers cards from their physical memory; added, removed and cordoned
+nodes/GPUs; nodeSelector; the snapshot's pending pods are queued; arrival orders and seeds are
+deterministic; the diff against the baseline.
+"""
+
+from __future__ import annotations
+
+from hami.whatif.cluster import parse_snapshot
+from hami.whatif.engine import ADMISSION_DENIED, NO_CANDIDATE_NODE, run_plan
+from hami.whatif.report import diff, render_text, to_json
+from hami.whatif.scenario import parse_plan_text
+from tests.whatif import snap
+
+
+def run(doc: dict, plan_yaml: str):
+    return run_plan(parse_snapshot(doc, "snap.json"), parse_plan_text(plan_yaml, "plan.yaml"))
+
+
+def by_name(results):
+    return {r.scenario: r for r in results}
+
+
+def test_spread_strands_memory_that_binpack_uses():
+    doc = snap.listing(snap.node("a"), snap.node("b"))
+    res = by_name(run(doc, """
+workloads:
+  - {name: small, count: 2, memory: 20000}
+  - {name: big, count: 1, memory: 40000}
+scenarios:
+  - {name: spread, changes: {nodeSchedulerPolicy: spread}}
+"""))
+    base, spread = res["baseline"], res["spread"]
+    assert [(o.pod, o.node) for o in base.outcomes] == [
+        ("default/small-0", "a"), ("default/small-1", "a"), ("default/big-0", "b")]
+    assert base.totals()["stranded_mem"] == 0
+    assert [(o.pod, o.node) for o in spread.outcomes] == [
+        ("default/small-0", "a"), ("default/small-1", "b"), ("default/big-0", "")]
+    assert spread.pending_reasons() == {"CardInsufficientMemory": 1}
+    # Each card keeps 20960 MiB free, too small for the pending 40000 MiB pod: stranded.
+    assert spread.totals()["stranded_mem"] == 2 * (40960 - 20000)
+    d = diff(base, spread)
+    assert d["newlyPending"] == ["default/big-0"] and d["totals"]["placed"] == -1
+
+
+def test_split_count_change_fits_more_pods():
+    doc = snap.listing(snap.node("a", count=2), snap.device_config(split=2))
+    res = by_name(run(doc, """
+workloads: [{name: p, count: 4, memory: 1000}]
+scenarios:
+  - {name: split-4, changes: {deviceSplitCount: 4}}
+"""))
+    assert res["baseline"].placed == 2 and res["baseline"].pending == 2
+    assert res["baseline"].pending_reasons() == {"CardTimeSlicingExhausted": 2}
+    assert res["split-4"].placed == 4 and res["split-4"].pending == 0
+    # A full card (no slot left) strands what memory it has left.
+    assert res["baseline"].totals()["stranded_mem"] == 40960 - 2000
+
+
+def test_quota_blocks_at_admission_and_raising_it_unblocks():
+    doc = snap.listing(snap.node("a"), snap.quota("ml", mem=10000))
+    res = by_name(run(doc, """
+workloads: [{name: p, namespace: ml, count: 3, memory: 4000}]
+scenarios:
+  - {name: more-quota, changes: {quotas: [{namespace: ml, memory: 20000}]}}
+"""))
+    base = res["baseline"]
+    assert [o.node for o in base.outcomes] == ["a", "a", ""]
+    assert base.outcomes[2].reasons == (ADMISSION_DENIED,)
+    assert base.outcomes[2].message == "exceeding resource quota"
+    assert res["more-quota"].placed == 3
+
+
+def test_quota_blocks_an_admitted_pending_pod_in_the_fit():
+    # Already admitted (it is in the snapshot, pending): the fit's quota check refuses it.
+    doc = snap.listing(snap.node("a"), snap.quota("ml", mem=6000),
+                       snap.pod("run", "ml", mem=4000, node="a"),
+                       snap.pod("wait", "ml", mem=4000, created="2026-11-24T01:00:00Z"))
+    base = run(doc, "{}")[0]
+    assert [(o.pod, o.node, o.reasons) for o in base.outcomes] == [("ml/wait", "", ("ResourceQuotaNotFit",))]
+
+
+def test_memory_scaling_reregisters_cards_from_physical_memory():
+    doc = snap.listing(snap.node("a", mem=40960))
+    res = by_name(run(doc, """
+workloads: [{name: p, count: 3, memory: 20000}]
+scenarios:
+  - {name: overcommit, changes: {deviceMemoryScaling: 1.5}}
+"""))
+    assert res["baseline"].placed == 2
+    over = res["overcommit"]
+    assert over.placed == 3
+    card = over.nodes[0].cards[0]
+    assert (card.mem, card.physical_mem) == (61440, 40960)
+
+
+def test_added_removed_and_cordoned_nodes():
+    doc = snap.listing(snap.node("old"), snap.node("keep", gpus=2),
+                       snap.pod("running", mem=30000, node="old"))
+    res = by_name(run(doc, """
+workloads: [{name: p, count: 2, memory: 30000}]
+scenarios:
+  - name: swap
+    changes:
+      removeNodes: ["old"]
+      addNodes: [{name: h100, count: 1, gpus: 1, type: NVIDIA-H100, memory: 81920}]
+      cordonGPUs: ["keep/1"]
+"""))
+    assert res["baseline"].placed == 2  # the two new pods, on keep's two cards
+    swap = res["swap"]
+    names = {n.name for n in swap.nodes}
+    assert names == {"keep", "h100-0"}
+    # The pod that ran on the removed node is queued again, first.
+    assert swap.outcomes[0].pod == "default/running" and swap.outcomes[0].node
+    placed = {o.pod: o.node for o in swap.outcomes}
+    assert sorted(placed.values()) == ["h100-0", "h100-0", "keep"]
+    assert "GPU-keep-1" not in "".join(o.devices for o in swap.outcomes)
+
+
+def test_node_selector_and_cordoned_node_leave_no_candidate():
+    doc = snap.listing(snap.node("a", labels={"pool": "x"}))
+    res = by_name(run(doc, """
+workloads:
+  - {name: p, count: 1, memory: 1000, nodeSelector: {pool: y}}
+  - {name: q, count: 1, memory: 1000, nodeSelector: {pool: x}}
+scenarios:
+  - {name: cordon, changes: {nodes: [{name: "a*", cordon: true}]}}
+"""))
+    assert [(o.node, o.reasons) for o in res["baseline"].outcomes] == [("", (NO_CANDIDATE_NODE,)), ("a", ())]
+    assert res["cordon"].placed == 0
+
+
+def test_snapshot_pending_pods_are_queued_in_creation_order():
+    doc = snap.listing(snap.node("a", count=1),
+                       snap.pod("late", created="2026-11-24T02:00:00Z"),
+                       snap.pod("early", created="2026-11-24T01:00:00Z"))
+    base = run(doc, "{}")[0]
+    assert [(o.pod, bool(o.node)) for o in base.outcomes] == [("default/early", True), ("default/late", False)]
+
+
+def test_arrival_orders_are_deterministic_for_a_seed():
+    doc = snap.listing(*(snap.node(f"n{i}", gpus=2) for i in range(3)))
+    plan = """
+seed: SEED
+arrival: shuffled
+workloads:
+  - {name: a, count: 5, memory: 9000}
+  - {name: b, count: 5, memory: 30000}
+"""
+    def order(seed):
+        return [(o.pod, o.node, o.devices) for o in run(doc, plan.replace("SEED", str(seed)))[0].outcomes]
+    assert order(1) == order(1)
+    assert [p for p, _, _ in order(1)] != [p for p, _, _ in order(2)]
+    inter = run(doc, plan.replace("SEED", "0").replace("shuffled", "interleaved"))[0]
+    assert [o.pod for o in inter.outcomes][:4] == ["default/a-0", "default/b-0", "default/a-1", "default/b-1"]
+
+
+def test_gpu_policy_and_scoring_weights_reach_the_fit():
+    doc = snap.listing(snap.node("a", gpus=2))
+    res = by_name(run(doc, """
+workloads: [{name: p, count: 2, memory: 1000}]
+scenarios:
+  - {name: gpu-binpack, changes: {gpuSchedulerPolicy: binpack, scoringWeights: "slot=1,core=1,memory=3"}}
+"""))
+    spread_cards = {o.devices.split(",")[0] for o in res["baseline"].outcomes}
+    binpack_cards = {o.devices.split(",")[0] for o in res["gpu-binpack"].outcomes}
+    assert len(spread_cards) == 2 and len(binpack_cards) == 1
+    assert res["gpu-binpack"].gpu_policy == "binpack"
+
+
+def test_text_and_json_reports_carry_the_numbers():
+    doc = snap.listing(snap.node("a"), snap.node("b"))
+    results = run(doc, """
+workloads: [{name: s, count: 2, memory: 20000}, {name: b, count: 1, memory: 40000}]
+scenarios: [{name: spread, changes: {nodeSchedulerPolicy: spread}}]
+""")
+    text = render_text(results)
+    assert "== scenario spread: nodeSchedulerPolicy=spread" in text
+    assert "CardInsufficientMemory" in text and "== diff against baseline" in text
+    doc_json = to_json(results)
+    spread = doc_json["scenarios"][1]
+    assert spread["totals"]["pending"] == 1 and spread["diff"]["newlyPending"] == ["default/b-0"]
+    assert spread["pods"][2] == {"pod": "default/b-0", "node": None, "devices": None,
+                                 "reasons": ["CardInsufficientMemory"], "message": spread["pods"][2]["message"]}
+    assert len(spread["nodes"]) == 2 and spread["nodes"][0]["gpus"][0]["memUsed"] == 20000
