@@ -28,6 +28,7 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from hami.device.codec import go_trim_space
 from hami.device.model import ScoringWeights
 
 from .gosort import go_sort
@@ -81,10 +82,8 @@ def gpu_policy_for(annotations: Mapping[str, str] | None, default: str) -> str:
 
 
 def policy_contains(policy: str, name: str) -> bool:
-    """HAMi PolicyContains: split on `,`, trim each member, compare exactly."""
-    if "," not in policy:
-        return policy.strip() == name
-    return any(p.strip() == name for p in policy.split(","))
+    """HAMi PolicyContains: split on `,`, strings.TrimSpace each member, compare exactly."""
+    return any(go_trim_space(p) == name for p in policy.split(","))
 
 
 def parse_scoring_weights(text: str) -> ScoringWeights:

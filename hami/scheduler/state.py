@@ -25,7 +25,7 @@ from hami.kube.client import KubeClient
 from hami.kube.informer import ADDED, DELETED, Informer
 from hami.obs.log import get_logger
 from hami.scheduler.handshake import REGISTER_KEY, Handshaker
-from hami.scheduler.usage import UsageIndex, init_released, parse_cordon
+from hami.scheduler.usage import UsageIndex, init_released
 
 log = get_logger(__name__)
 
@@ -180,7 +180,7 @@ class ClusterState:
         if verdict.write is not None and self.on_handshake_write is not None:
             self.on_handshake_write(node, verdict)
         healthy = verdict.healthy and not dec.error and bool(dec.devices)
-        cordon = parse_cordon(annos.get(CORDON_KEY))
+        cordon = frozenset(codec.decode_device_cordon(annos.get(CORDON_KEY)))  # the one cordon parser
         pair = _pair_scores(annos.get(SCORE_KEY))
         existing = self.index.node(name)
         if healthy:

@@ -154,13 +154,6 @@ def score_from_sums(used: int, cores: int, mem: int, total: int, tcore: int, tme
     return f32(_TEN * f32(f32(a + b) + c))
 
 
-def parse_cordon(value: str | None) -> frozenset[str]:
-    """`hami.io/device-cordon`: comma list of UUIDs, spaces trimmed, empty members skipped."""
-    if not value:
-        return frozenset()
-    return frozenset(p.strip() for p in value.split(",") if p.strip())
-
-
 class NodeUsage:
     """Devices of one node with their current usage.
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami.device.model import ContainerDevice, MigPlacement, NvidiaConfig
-from hami.scheduler.usage import UsageIndex, collapse_usage, node_score, parse_cordon
+from hami.scheduler.usage import UsageIndex, collapse_usage, node_score
 
 from ._helpers import info
 
@@ -101,11 +101,6 @@ def test_node_score_cache_follows_usage():
     assert n.score() == 10 * (1 / 20 + 100 / 200 + 8000 / 16000)
     idx.remove_pod("ns/a")
     assert n.score() == 0.0
-
-
-def test_parse_cordon():
-    assert parse_cordon(" a, b ,,c") == {"a", "b", "c"}
-    assert parse_cordon(None) == frozenset() and parse_cordon("") == frozenset()
 
 
 def test_quota_tracks_collapsed_usage_and_limits():
