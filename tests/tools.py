@@ -51,3 +51,19 @@ def promtool() -> str:
         if cand and os.access(str(cand), os.X_OK):
             return str(cand)
     pytest.fail("promtool not found on PATH or in .ci/tools: run scripts/install-promtool (Debian package prometheus)")
+
+
+def chromium() -> str:
+    """Debian's chromium (scripts/install-chromium puts it on PATH); the caller FAILS without it."""
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    import subprocess
+
+    proc = subprocess.run([str(ROOT / "scripts" / "install-chromium")], capture_output=True, text=True)
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.fail(f"chromium not found and scripts/install-chromium failed (rc {proc.returncode}): {proc.stderr[-2000:]}")

@@ -1,6 +1,6 @@
 """`hami whatif`: the subcommand module the CLI loads (`configure` + `main`).
 
-    hami whatif --snapshot FILE [--scenario PLAN.yaml] [--format text|json]
+    hami whatif --snapshot FILE [--scenario PLAN.yaml] [--format text|json] [--html REPORT.html] [--suggest]
     hami whatif --kubeconfig K  [...]              snapshot the live cluster (reads only), then replay
     hami whatif snapshot -o FILE [--kubeconfig K]  save a snapshot for later
 
@@ -37,6 +37,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", default="", help="snapshot: the file to write")
     parser.add_argument("--scenario", default="", help="scenario YAML (workloads, changes, scenarios)")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    parser.add_argument("--html", default="", help="also write a self-contained HTML report with plots here")
+    parser.add_argument("--suggest", action="store_true",
+                        help="search split count, memory scaling and policies for the change that places most pods")
     parser.add_argument("--node-scheduler-policy", default="binpack", choices=NODE_POLICIES,
                         help="the scheduler's --node-scheduler-policy (default binpack)")
     parser.add_argument("--gpu-scheduler-policy", default="spread", help="the scheduler's --gpu-scheduler-policy")
@@ -91,10 +94,20 @@ async def main(args: argparse.Namespace) -> int:
         print(f"hami whatif: warning: {w}", file=sys.stderr)
     results = run_plan(cluster, plan, defaults)
     suggestions = None
+    if args.suggest:
+        from .suggest import render_suggestions, suggest
+
+        suggestions = suggest(cluster, plan, defaults, baseline=results[0])
+    if args.html:
+        from .html import write_report
+
+        write_report(args.html, results, cluster.warnings, suggestions)
     if args.format == "json":
         doc = to_json(results, cluster.warnings,
                       [s.as_dict() for s in suggestions] if suggestions is not None else None)
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         sys.stdout.write(render_text(results))
+        if suggestions is not None:
+            sys.stdout.write(render_suggestions(suggestions))
     return 0

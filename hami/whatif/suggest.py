@@ -1,0 +1,153 @@
+"""Suggest mode: try one knob at a time and report which change places the most pods (pure).
+
+Knobs: deviceSplitCount, deviceMemoryScaling, the node policy and the GPU policy. Each candidate
+is a full replay of the baseline's workloads (engine.run_scenario). Candidates are ranked by pods
+placed, then by less stranded memory, then by fewer GPUs used; each comes with its trade-off: the
+risk the knob itself carries (memory over-commit, more pods per card) and what it costs in GPUs
+used, stranded memory and fragmentation against the baseline.
+
+`single_change_fits(cluster, pod, defaults)` serves `hami doctor pod`: the first single change
+(one knob, or uncordoning the GPUs, or lifting the namespace's quota) under which this one
+pending pod would be placed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+
+from .cluster import Cluster
+from .engine import Result, SchedulerDefaults, run_scenario
+from .scenario import Changes, Plan, QuotaChange, Scenario
+
+SPLIT_COUNTS = (2, 4, 5, 8, 10, 16, 20, 32)
+MEMORY_SCALINGS = (1.0, 1.25, 1.5, 2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Suggestion:
+    label: str
+    changes: Changes
+    result: Result
+    gained: int  # pods placed minus the baseline's
+    tradeoff: str
+
+    def as_dict(self) -> dict:
+        t = self.result.totals()
+        return {"change": self.label, "placed": t["placed"], "pending": t["pending"], "gained": self.gained,
+                "gpusUsed": t["gpus_used"], "strandedMem": t["stranded_mem"], "tradeoff": self.tradeoff}
+
+
+def _current(cluster: Cluster) -> tuple[int, float]:
+    splits = Counter(n.settings.split_count for n in cluster.nodes.values())
+    scalings = Counter(n.settings.memory_scaling for n in cluster.nodes.values())
+    split = splits.most_common(1)[0][0] if splits else cluster.nvidia.device_split_count
+    scaling = scalings.most_common(1)[0][0] if scalings else cluster.nvidia.device_memory_scaling
+    return split, scaling
+
+
+def candidates(cluster: Cluster, defaults: SchedulerDefaults) -> list[tuple[str, Changes]]:
+    split, scaling = _current(cluster)
+    out = [(f"deviceSplitCount {split} -> {s}", Changes(split_count=s)) for s in SPLIT_COUNTS if s != split]
+    out += [(f"deviceMemoryScaling {scaling:g} -> {m:g}", Changes(memory_scaling=m))
+            for m in MEMORY_SCALINGS if m != scaling]
+    other_node = "spread" if defaults.node_policy == "binpack" else "binpack"
+    other_gpu = "binpack" if defaults.gpu_policy == "spread" else "spread"
+    out.append((f"nodeSchedulerPolicy {defaults.node_policy} -> {other_node}", Changes(node_policy=other_node)))
+    out.append((f"gpuSchedulerPolicy {defaults.gpu_policy} -> {other_gpu}", Changes(gpu_policy=other_gpu)))
+    return out
+
+
+def _risk(changes: Changes, cluster: Cluster) -> str:
+    split, scaling = _current(cluster)
+    if changes.split_count is not None:
+        if changes.split_count > split:
+            return f"up to {changes.split_count} pods share a card (was {split}): more contention for its cores"
+        return f"at most {changes.split_count} pods per card (was {split}): fewer small pods fit"
+    if changes.memory_scaling is not None:
+        if changes.memory_scaling > 1.0:
+            return (f"over-commits GPU memory x{changes.memory_scaling:g}: pods that use what they asked for "
+                    "can run out of memory")
+        return "no memory over-commit"
+    if changes.node_policy is not None:
+        return f"nodes filled {'evenly' if changes.node_policy == 'spread' else 'one by one'}"
+    if changes.gpu_policy is not None:
+        return f"cards filled {'evenly' if changes.gpu_policy == 'spread' else 'one by one'}"
+    return ""
+
+
+def _cost(base: Result, r: Result) -> str:
+    b, t = base.totals(), r.totals()
+    parts = [f"GPUs used {t['gpus_used'] - b['gpus_used']:+d}",
+             f"stranded memory {(t['stranded_mem'] - b['stranded_mem']) / 1024:+.1f} GiB",
+             f"fragmentation {t['fragmentation'] - b['fragmentation']:+.2f}"]
+    return ", ".join(parts)
+
+
+def suggest(cluster: Cluster, plan: Plan, defaults: SchedulerDefaults, *, baseline: Result | None = None,
+            limit: int = 5) -> list[Suggestion]:
+    """The best `limit` single changes, most pods placed first (ties: less stranded memory)."""
+    base_scenario = plan.scenarios[0]
+    base = baseline or run_scenario(cluster, base_scenario, plan, defaults)
+    found = []
+    for label, changes in candidates(cluster, defaults):
+        r = run_scenario(cluster, Scenario(label, changes, base_scenario.workloads), plan, defaults)
+        found.append(Suggestion(label, changes, r, r.placed - base.placed, f"{_risk(changes, cluster)}; {_cost(base, r)}"))
+    # Stable: among equals, the candidate listed first (the smaller step) wins.
+    found.sort(key=lambda s: (-s.result.placed, s.result.totals()["stranded_mem"], s.result.totals()["gpus_used"]))
+    return found[:limit]
+
+
+def render_suggestions(suggestions: list[Suggestion]) -> str:
+    lines = ["== suggestions (one change at a time, most pods placed first)"]
+    if not suggestions:
+        lines.append("   no knob to try")
+    for s in suggestions:
+        lines.append(f"   {s.label:<40} placed {s.result.placed:>6} ({s.gained:+d})  {s.tradeoff}")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- one pending pod
+
+
+def single_change_fits(cluster: Cluster, namespace: str, name: str,
+                       defaults: SchedulerDefaults = SchedulerDefaults()) -> str | None:
+    """The first single change under which the snapshot's pending pod `namespace/name` is placed.
+
+    None when it fits as things are, or when no single change helps.
+    """
+    pod = next((p for p in cluster.pods if p.namespace == namespace and p.name == name), None)
+    if pod is None:
+        return None
+    plan = Plan(scenarios=(), include_pending=True)  # the pod is queued as the snapshot's only pending pod
+    alone = _only_pod(cluster, pod)
+
+    def placed(probe: Cluster, changes: Changes) -> bool:
+        r = run_scenario(probe, Scenario("probe", changes), plan, defaults)
+        return any(o.node for o in r.outcomes)
+
+    if placed(alone, Changes()):
+        return None
+    tries: list[tuple[str, Cluster, Changes]] = []
+    cordoned = sorted({u for n in alone.nodes.values() for u in n.cordoned})
+    if cordoned:
+        uncordoned = replace(alone, nodes={k: replace(v, cordoned=frozenset()) for k, v in alone.nodes.items()})
+        tries.append((f"the {len(cordoned)} cordoned GPU(s) were uncordoned", uncordoned, Changes()))
+    if any(q.namespace == namespace for q in cluster.quotas):
+        tries.append((f"the GPU ResourceQuota of namespace {namespace} were lifted", alone,
+                      Changes(quotas=(QuotaChange(namespace, memory=0, cores=0),))))
+    tries += [(_wording(label), alone, c) for label, c in candidates(cluster, defaults)]
+    for text, probe, changes in tries:
+        if placed(probe, changes):
+            return text
+    return None
+
+
+def _wording(label: str) -> str:
+    knob, _, change = label.partition(" ")
+    return f"{knob} were {change.split(' -> ')[-1]}"
+
+
+def _only_pod(cluster: Cluster, pod) -> Cluster:
+    """The cluster with `pod` as its only unplaced pod (others keep their allocations)."""
+    return replace(cluster, pods=tuple(p for p in cluster.pods if p.node or p is pod))
