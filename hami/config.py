@@ -92,6 +92,14 @@ class AgentSettings:
     gpu_backend: str = "nvml"  # nvml | fake
     fake_gpus: str = ""
     register_interval: float = 30.0
+    vgpu_lib: str = ""  # HAMi-core libvgpu.so to install under <hook_path>/vgpu at start; "" = none
+    vgpu_lib_version: str = ""  # its version, recorded on the host and the Node; "" = from the file
+    device_list_strategy: tuple[str, ...] = ("envvar",)  # envvar, cdi-annotations, cdi-cri
+    device_id_strategy: str = "uuid"  # CDI names: nvidia.com/gpu=<uuid> or =<index>
+
+
+DEVICE_LIST_STRATEGIES = ("envvar", "cdi-annotations", "cdi-cri")
+DEVICE_ID_STRATEGIES = ("uuid", "index")
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,6 +412,10 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "hook_path": ("agent", "hook_path"),
     "node_config_file": ("agent", "node_config_file"),
     "register_interval": ("agent", "register_interval"),
+    "vgpu_lib": ("agent", "vgpu_lib"),
+    "vgpu_lib_version": ("agent", "vgpu_lib_version"),
+    "device_list_strategy": ("agent", "device_list_strategy"),
+    "device_id_strategy": ("agent", "device_id_strategy"),
     "cache_dir": ("monitor", "cache_dir"),
     "cache_grace": ("monitor", "cache_grace"),
     "proc_root": ("monitor", "proc_root"),
@@ -503,6 +515,25 @@ def check_listener_trust(sc: SchedulerSettings, debug: DebugSettings) -> None:
                               "use kubectl port-forward)")
 
 
+def parse_device_list_strategy(value: str | tuple[str, ...], source: str) -> tuple[str, ...]:
+    """`envvar`, `cdi-cri`, or a comma list of them (NVIDIA's device plugin takes a list too)."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    out = tuple(dict.fromkeys(i.strip() for i in items if i.strip()))
+    bad = [i for i in out if i not in DEVICE_LIST_STRATEGIES]
+    if bad or not out:
+        raise ConfigError("--device-list-strategy", source, value,
+                          "one or more of " + ", ".join(DEVICE_LIST_STRATEGIES) + " (comma separated)")
+    return out
+
+
+def _check_device_lists(agent: dict[str, Any], source: str) -> None:
+    if "device_list_strategy" in agent:
+        agent["device_list_strategy"] = parse_device_list_strategy(agent["device_list_strategy"], source)
+    if agent.get("device_id_strategy", "uuid") not in DEVICE_ID_STRATEGIES:
+        raise ConfigError("--device-id-strategy", "command line", agent["device_id_strategy"],
+                          " or ".join(DEVICE_ID_STRATEGIES))
+
+
 def _embedded_defaults(groups: dict[str, dict[str, Any]], flags: Mapping[str, Any]) -> None:
     """`--embedded`: point every role at the embedded cluster's files unless the user said otherwise."""
     state = groups["sim"].get("state_dir") or ""
@@ -576,6 +607,12 @@ def build_config(
         )
     if env.get("HOOK_PATH"):
         groups["agent"]["hook_path"] = env["HOOK_PATH"]
+    if env.get("HAMI_VGPU_LIB"):  # the image sets these to the libvgpu.so it ships
+        groups["agent"]["vgpu_lib"] = env["HAMI_VGPU_LIB"]
+    if env.get("HAMI_VGPU_LIB_VERSION"):
+        groups["agent"]["vgpu_lib_version"] = env["HAMI_VGPU_LIB_VERSION"]
+    if env.get("DEVICE_LIST_STRATEGY"):  # NVIDIA's device plugin reads the same variable
+        groups["agent"]["device_list_strategy"] = env["DEVICE_LIST_STRATEGY"]
 
     # 4. flags the user set
     for dest, value in flags.items():
@@ -612,6 +649,8 @@ def build_config(
     _check_listeners(groups)
     config_scheduler = SchedulerSettings(**groups["scheduler"])
     check_listener_trust(config_scheduler, DebugSettings(**groups["debug"]))
+    _check_device_lists(groups["agent"], "DEVICE_LIST_STRATEGY" if "device_list_strategy" not in flags
+                        else "command line")
 
     return Config(
         roles=tuple(flags.get("roles", ())),

@@ -94,6 +94,13 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
     (("--gpu-backend",), "gpu_backend", "str", "nvml or fake"),
     (("--fake-gpus",), "fake_gpus", "str", "YAML file of fake GPUs (with --gpu-backend fake)"),
     (("--register-interval",), "register_interval", "duration", "registration check period (default 30s)"),
+    (("--vgpu-lib",), "vgpu_lib", "str",
+     "HAMi-core libvgpu.so to install under <hook-path>/vgpu at start (else $HAMI_VGPU_LIB; the image sets it)"),
+    (("--vgpu-lib-version",), "vgpu_lib_version", "str",
+     "version of --vgpu-lib, recorded on the host and the Node (else $HAMI_VGPU_LIB_VERSION)"),
+    (("--device-list-strategy",), "device_list_strategy", "str",
+     "how Allocate names GPUs: envvar, cdi-annotations, cdi-cri, or a comma list (default envvar)"),
+    (("--device-id-strategy",), "device_id_strategy", "str", "CDI device names by uuid or index (default uuid)"),
     # monitor
     (("--cache-dir",), "cache_dir", "str", "HAMi-core cache dirs (default /usr/local/vgpu/containers)"),
     (("--cache-grace",), "cache_grace", "duration", "keep dirs of unknown pods this long (default 5m)"),

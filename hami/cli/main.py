@@ -2,6 +2,7 @@
 
     hami --role scheduler|node-agent|monitor|sim|all[,...] [flags]
     hami --role all --embedded            everything on an embedded API server, no cluster needed
+    hami --role X [flags] --check-config  parse and check everything a start reads, print it, exit
     hami doctor pod NAMESPACE/NAME        why is this pod Pending?
     hami doctor nodes                     GPU node health table
     hami tune                             tuning recommendations from pods and metrics
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -49,6 +51,10 @@ def _role_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"hami {__version__}")
     parser.add_argument("--role", dest="role", default=None,
                         help="roles to run, comma separated: " + ", ".join(ROLES) + ", all")
+    parser.add_argument("--check-config", dest="check_config", action="store_true",
+                        help="parse flags, environment and config files as a start would, print the "
+                             "resolved configuration and exit (0 valid, 2 naming the bad flag or file); "
+                             "opens no socket and makes no API call")
     add_role_flags(parser)
     return parser
 
@@ -78,7 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = _role_parser()
     args = parser.parse_args(argv)
-    flags = {k: v for k, v in vars(args).items() if k != "role"}
+    check_only = args.check_config
+    flags = {k: v for k, v in vars(args).items() if k not in ("role", "check_config")}
 
     from hami.app import expand_roles, run_roles
     from hami.config import ConfigError, build_config
@@ -105,13 +112,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if flags.get("embedded") and not flags.get("sim_state_dir"):
         import tempfile
 
-        flags["sim_state_dir"] = tempfile.mkdtemp(prefix="hami-embedded-")
+        if check_only:  # a check writes nothing: name the directory a start would create
+            flags["sim_state_dir"] = os.path.join(tempfile.gettempdir(), "hami-embedded-XXXXXXXX")
+        else:
+            flags["sim_state_dir"] = tempfile.mkdtemp(prefix="hami-embedded-")
     warnings: list[str] = []
     try:
         config = build_config({**flags, "roles": roles}, warn=warnings.append)
+        if check_only:
+            from hami.cli.check import check, render
+
+            check(config)
     except ConfigError as exc:
         print(f"hami: error: {exc}", file=sys.stderr)
         return 2
+    if check_only:
+        for message in dict.fromkeys(warnings):
+            print(f"hami: warning: {message}", file=sys.stderr)
+        sys.stdout.write(render(config))
+        return 0
     shared: dict = {}
     if config.sim.embedded:
         # Keep recent lines so `kubectl logs -n kube-system -l app=hami-scheduler` works on the embedded cluster.
