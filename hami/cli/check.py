@@ -66,7 +66,8 @@ def _check_backend(backend: str, fake_file: str, node_name: str, role: str) -> N
         return  # nvml loads the driver library at start; nothing to read beforehand
     if not fake_file:
         raise ConfigError("--fake-gpus", "command line", "", f"a fake GPU file with --gpu-backend fake ({role})")
-    from hami.gpu.backend import GpuBackendError, make_backend
+    from hami.gpu.backend import GpuBackendError
+    from hami.gpu.select import make_backend
 
     try:
         make_backend("fake", fake_file, node_name).close()
