@@ -7,6 +7,7 @@ environment, then the flags the user actually set. Nothing else reads flags or e
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -19,6 +20,7 @@ from hami.device.model import (
     NodeDeviceConfig,
     NvidiaConfig,
 )
+from hami.device.vendors import VendorError, VendorTable, apply_device_config, parse_vendor_table
 from hami.netaddr import is_loopback, split_host_port
 
 
@@ -138,6 +140,8 @@ class Config:
     nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
     node_configs: tuple[NodeDeviceConfig, ...] = ()
     device_config_file: str = ""
+    # Every vendor the scheduler and webhook handle (config/vendors.yaml + the device config).
+    vendors: VendorTable = field(default_factory=lambda: default_vendor_table())
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
     monitor: MonitorSettings = field(default_factory=MonitorSettings)
@@ -579,8 +583,15 @@ def build_config(
     # 2. the device config file (flag, then env as HAMi's chart mounts it)
     device_file = flags.get("device_config_file") or env.get("HAMI_DEVICE_CONFIG_FILE", "")
     nvidia = NvidiaConfig()
+    vendors = default_vendor_table()
     if device_file:
-        nvidia = parse_device_config(_load_file(device_file), device_file, warn)
+        doc = _load_file(device_file)
+        nvidia = parse_device_config(doc, device_file, warn)
+        try:
+            vendors = apply_device_config(vendors, doc, device_file)
+        except VendorError as exc:
+            raise ConfigError("vendors", device_file, str(exc), "a valid vendor entry") from None
+    vendors = vendors_with_nvidia(vendors, nvidia)
     top["device_config_file"] = device_file
     node_file = flags.get("node_config_file") or ""
     node_configs: tuple[NodeDeviceConfig, ...] = ()
@@ -660,6 +671,7 @@ def build_config(
         nvidia=nvidia,
         node_configs=node_configs,
         device_config_file=top["device_config_file"],
+        vendors=vendors,
         scheduler=config_scheduler,
         agent=AgentSettings(**{**groups["agent"], "node_config_file": node_file}),
         monitor=MonitorSettings(**groups["monitor"]),
@@ -670,3 +682,27 @@ def build_config(
 def replace(cfg: Any, **changes: Any) -> Any:
     """dataclasses.replace, re-exported for roles that derive per-node configs (embedded cluster)."""
     return dataclasses.replace(cfg, **changes)
+
+
+# --------------------------------------------------------------------------- vendor table
+
+@functools.lru_cache(maxsize=1)
+def default_vendor_table() -> VendorTable:
+    """config/vendors.yaml as shipped inside the package (hami/device/vendors.yaml), read once."""
+    from importlib.resources import files
+
+    import yaml
+
+    src = files("hami.device").joinpath("vendors.yaml")
+    return parse_vendor_table(yaml.safe_load(src.read_text()), "hami/device/vendors.yaml")
+
+
+def vendors_with_nvidia(table: VendorTable, nvidia: NvidiaConfig) -> VendorTable:
+    """The NVIDIA row takes its resource names from the `nvidia:` section, as HAMi's does."""
+    for v in table.vendors:
+        if v.hook == "nvidia":
+            table = table.with_vendor(dataclasses.replace(
+                v, count_resource=nvidia.resource_count_name, memory_resource=nvidia.resource_memory_name,
+                percentage_resource=nvidia.resource_memory_percentage_name,
+                core_resource=nvidia.resource_core_name))
+    return table

@@ -33,7 +33,9 @@ from aiohttp import web
 
 from hami.config import Config
 from hami.device import codec
+from hami.device.allocation import allocation_annotations
 from hami.device.model import ContainerDeviceRequest
+from hami.device.vendorrequest import flat_requests
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.events import NORMAL, WARNING, EventRecorder
 from hami.obs.log import get_logger
@@ -202,7 +204,7 @@ class Extender:
             requests, num_init = self.requests_fn(pod)
         except ValueError as exc:
             return {"Error": str(exc)}
-        if not any(r is not None and r.nums > 0 for r in requests):
+        if not any(r is not None and (r.__class__ is tuple or r.nums > 0) for r in requests):
             log.v(5).info("Pod asks for no HAMi device, passing through", pod=f"{ns}/{name}")
             return {"NodeNames": node_names, "FailedNodes": None, "Error": ""}
         index = self.state.index
@@ -241,14 +243,13 @@ class Extender:
             await self._clear_stale_placement(pod, ns, name)
             return {"NodeNames": None, "FailedNodes": sel.failed_nodes, "Error": ""}
         node = sel.node
-        devices_text = codec.encode_pod_devices(sel.devices)
         now = self.clock()
         annotations = {
             VGPU_NODE: node,
             codec.VGPU_TIME_ANNOTATION: codec.encode_unix_seconds(now),
-            codec.TO_ALLOCATE_ANNOTATION: devices_text,
-            codec.ALLOCATED_ANNOTATION: devices_text,
+            **allocation_annotations(sel.devices, self.config.vendors, now),
         }
+        devices_text = annotations.get(codec.ALLOCATED_ANNOTATION, "")
         if sel.mig:
             annotations[codec.MIG_ALLOCATIONS_ANNOTATION] = codec.encode_mig_allocations(
                 codec.MigAllocation(c, d, u, p, pl) for c, d, u, p, pl in sel.mig)
@@ -280,6 +281,7 @@ class Extender:
             return fitmod.pod_request(
                 requests, num_init, annos, gpu_policy=self.cfg.gpu_scheduler_policy,
                 node_policy=self.cfg.node_scheduler_policy, namespace=ns, quota=index.quota_view(ns),
+                vendors=self.config.vendors,
             )
         except PolicyError as exc:
             return f"calcScore failed {exc} for pod {name}"
@@ -319,7 +321,7 @@ class Extender:
             return
         wanted = [
             f"{r.nums}x(mem={r.memreq or (str(r.mempercentagereq) + '%')},cores={r.coresreq})"
-            for r in preq.requests if r is not None
+            for r in (x for e in preq.requests for x in flat_requests(e))
         ]
         for r in fits:
             log.v(4).info("Node fits", pod=pod, node=r.node, requested=wanted,

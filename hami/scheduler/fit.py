@@ -47,6 +47,7 @@ from hami.device.model import (
     PodDevices,
     ScoringWeights,
 )
+from hami.device.vendors import Vendor, VendorTable
 
 from .migplace import is_mig_request, mig_feasible, take_placement
 from .podfilter import split_types as _split_types
@@ -135,6 +136,9 @@ class FitOptions:
     # No filter, no mutex, no quota: a device's first checks do not depend on the pod (see
     # `_FailSummary`); set by `fit_options`.
     plain: bool = False
+    # Other vendors' fits read their own use/nouse annotations from these, through the table.
+    annotations: Mapping[str, str] | None = field(default=None, compare=False)
+    vendors: VendorTable | None = field(default=None, compare=False)
 
     def type_ok(self, dev: DeviceState) -> bool:
         """use-gputype / nouse-gputype (case-insensitive substring) and vgpu-mode."""
@@ -160,6 +164,7 @@ def fit_options(
     annotations: Mapping[str, str] | None,
     gpu_policy: str = "spread",
     quota: QuotaView | None = None,
+    vendors: VendorTable | None = None,
 ) -> FitOptions:
     """Read the pod annotations Fit depends on. `gpu_policy` is `--gpu-scheduler-policy`."""
     a = annotations or {}
@@ -186,14 +191,18 @@ def fit_options(
             use_types is None and nouse_types is None and use_uuids is None
             and nouse_uuids is None and vgpu_mode is None and not is_mutex and quota is None
         ),
+        annotations=a,
+        vendors=vendors,
     )
 
 
 @dataclass(frozen=True, slots=True)
 class PodRequest:
-    """A pod as the fit sees it: per-container requests (init first) and its options."""
+    """A pod as the fit sees it: per-container requests (init first) and its options.
 
-    requests: tuple[ContainerDeviceRequest | None, ...]
+    An entry is None, one request, or (a container asking for several vendors) a tuple of them."""
+
+    requests: tuple[ContainerDeviceRequest | tuple[ContainerDeviceRequest, ...] | None, ...]
     num_init: int
     options: FitOptions
     node_policy: str = "binpack"
@@ -217,8 +226,9 @@ def pod_request(
     node_policy: str = "binpack",
     namespace: str = "",
     quota: QuotaView | None = None,
+    vendors: VendorTable | None = None,
 ) -> PodRequest:
-    reqs = tuple(r if r is not None and r.nums > 0 else None for r in requests)
+    reqs = tuple(r if r is not None and (r.__class__ is tuple or r.nums > 0) else None for r in requests)
     last = -1
     for i in range(num_init, len(reqs)):
         if reqs[i] is not None:
@@ -226,11 +236,11 @@ def pod_request(
     return PodRequest(
         requests=reqs,
         num_init=num_init,
-        options=fit_options(annotations, gpu_policy, quota),
+        options=fit_options(annotations, gpu_policy, quota, vendors),
         node_policy=node_policy_for(annotations, node_policy),
         namespace=namespace,
         last_app=last,
-        first=next((r for r in reqs if r is not None), None),
+        first=next((r[0] if r.__class__ is tuple else r for r in reqs if r is not None), None),
     )
 
 
@@ -521,7 +531,7 @@ def _fit_container(
     with this container's usage added, for the next container.
     """
     if request.type != NVIDIA:
-        return None, DEVICE_TYPE_NOT_FOUND, work
+        return _fit_vendor(node, work, request, opts, keep)
     if request.nums > node.nvidia_count and not (
         node.has_mig and is_mig_request(request, [d for d in node.devices if d.is_nvidia], opts.vgpu_mode)
     ):
@@ -566,6 +576,120 @@ def _fit_container(
             d.usedmem += cd.usedmem
         out.append(cd)
     return tuple(out), "", work
+
+
+def _fit_multi(
+    node: NodeUsage,
+    work: list[DeviceState] | None,
+    requests: tuple[ContainerDeviceRequest, ...],
+    opts: FitOptions,
+    allocated: list[tuple[ContainerDevice, ...]],
+    num_init: int,
+    mig_out: list[tuple[int, int, str, str, MigPlacement]],
+    cidx: int,
+) -> tuple[tuple[ContainerDevice, ...] | None, str, list[DeviceState] | None]:
+    """One container asking for several vendors: fitInDevices' loop over its requests, each
+    vendor's usage kept for the next (HAMi's first failing request gives the reason)."""
+    out: list[ContainerDevice] = []
+    for r in requests:
+        devs, reason, work = _fit_container(node, work, r, opts, allocated, num_init, True, mig_out, cidx)
+        if devs is None:
+            return None, reason, work
+        out.extend(devs)
+    return tuple(out), "", work
+
+
+def _fit_vendor(
+    node: NodeUsage,
+    work: list[DeviceState] | None,
+    request: ContainerDeviceRequest,
+    opts: FitOptions,
+    keep: bool,
+) -> tuple[tuple[ContainerDevice, ...] | None, str, list[DeviceState] | None]:
+    """fitInDevices for a request of another vendor of the table (Ascend, Cambricon, Hygon...):
+    that vendor's devices of the node, sorted as NVIDIA's, through the vendors' common Fit."""
+    vendor = opts.vendors.get(request.type) if opts.vendors is not None else None
+    if vendor is None:
+        return None, DEVICE_TYPE_NOT_FOUND, work
+    vtype = request.type
+    base = node.devices if work is None else work
+    if request.nums > sum(1 for d in base if d.vendor == vtype):
+        return None, NODE_INSUFFICIENT_DEVICE, work
+    order = _sorted(base, request, opts)
+    ok, chosen, reason = fit_vendor_devices(
+        [d for d in order if d.vendor == vtype], request, vendor, opts.annotations or {}, node.cordoned
+    )
+    if not ok:
+        return None, reason, work
+    if keep:
+        work = [d.clone() for d in order] if work is None else order
+        by_id = {d.id: d for d in work}
+        for cd in chosen:
+            d = by_id[cd.uuid]
+            d.used += 1
+            d.usedcores += cd.usedcores
+            d.usedmem += cd.usedmem
+    return tuple(chosen), "", work
+
+
+def fit_vendor_devices(
+    devices: Sequence[DeviceState],
+    request: ContainerDeviceRequest,
+    vendor: Vendor,
+    annotations: Mapping[str, str],
+    cordoned: frozenset[str] | set[str] = frozenset(),
+) -> tuple[bool, list[ContainerDevice], str]:
+    """The Fit HAMi's vendor packages share (pkg/device/{ascend,cambricon,hygon,...}/device.go):
+    NVIDIA's walk without MIG, topology, quota or numa-bind, with the vendor's own use/nouse
+    annotations. `devices` are the vendor's devices, sorted, walked from the end."""
+    use_uuids = _split_uuids(annotations.get(vendor.use_uuid_key)) if vendor.use_uuid_key else None
+    nouse_uuids = _split_uuids(annotations.get(vendor.nouse_uuid_key)) if vendor.nouse_uuid_key else None
+    use_types = _split_types(annotations.get(vendor.use_type_key)) if vendor.use_type_key else None
+    nouse_types = _split_types(annotations.get(vendor.nouse_type_key)) if vendor.nouse_type_key else None
+    nums = request.nums
+    coresreq = min(request.coresreq, 100)
+    memreq_req = request.memreq
+    pct = request.mempercentagereq
+    tmp: list[ContainerDevice] = []
+    reason: dict[str, int] = {}
+    type_ok = request.type == vendor.name  # checkType: the request names this vendor
+    for dev in reversed(devices):
+        if not type_ok:
+            key = CARD_TYPE_MISMATCH
+        elif not dev.health:
+            key = CARD_NOT_HEALTH
+        elif cordoned and dev.id in cordoned:
+            key = CARD_CORDONED
+        elif (use_types is not None and not any(t in dev.type.upper() for t in use_types)) or (
+                nouse_types is not None and any(t in dev.type.upper() for t in nouse_types)):
+            key = CARD_TYPE_MISMATCH
+        elif (use_uuids is not None and dev.id not in use_uuids) or (
+                nouse_uuids is not None and dev.id in nouse_uuids):
+            key = CARD_UUID_MISMATCH
+        elif dev.count <= dev.used:
+            key = CARD_TIME_SLICING_EXHAUSTED
+        else:
+            memreq = memreq_req if memreq_req > 0 else 0
+            if pct != PERCENTAGE_UNSET and memreq_req == 0:
+                memreq = _go_div(dev.totalmem * pct, 100)
+            if dev.totalmem - dev.usedmem < memreq:
+                key = CARD_INSUFFICIENT_MEMORY
+            elif dev.totalcore - dev.usedcores < coresreq:
+                key = CARD_INSUFFICIENT_CORE
+            elif dev.totalcore == 100 and coresreq == 100 and dev.used > 0:
+                key = EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+            elif dev.totalcore != 0 and dev.usedcores == dev.totalcore and coresreq == 0:
+                key = CARD_COMPUTE_UNITS_EXHAUSTED
+            else:
+                tmp.append(ContainerDevice(dev.id, request.type, memreq, coresreq, dev.index))
+                nums -= 1
+                if nums == 0:
+                    return True, tmp, ""
+                continue
+        reason[key] = reason.get(key, 0) + 1
+    if tmp:
+        reason[ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(tmp)
+    return False, tmp, gen_reason(reason, len(devices))
 
 
 # --------------------------------------------------------------------------- per pod
@@ -617,7 +741,10 @@ def try_pod(node: NodeUsage, pod: PodRequest) -> str | tuple[PodDevices, tuple]:
         if req is None:
             init_allocs.append(())
             continue
-        devs, reason, _ = _fit_container(node, None, req, opts, init_allocs, num_init, False, mig, cidx)
+        if req.__class__ is tuple:
+            devs, reason, _ = _fit_multi(node, None, req, opts, init_allocs, num_init, mig, cidx)
+        else:
+            devs, reason, _ = _fit_container(node, None, req, opts, init_allocs, num_init, False, mig, cidx)
         if devs is None:
             return reason
         init_allocs.append(devs)
@@ -629,9 +756,12 @@ def try_pod(node: NodeUsage, pod: PodRequest) -> str | tuple[PodDevices, tuple]:
         if req is None:
             app_allocs.append(())
             continue
-        devs, reason, work = _fit_container(
-            node, work, req, opts, app_allocs, num_init, cidx != last, mig, cidx
-        )
+        if req.__class__ is tuple:
+            devs, reason, work = _fit_multi(node, work, req, opts, app_allocs, num_init, mig, cidx)
+        else:
+            devs, reason, work = _fit_container(
+                node, work, req, opts, app_allocs, num_init, cidx != last, mig, cidx
+            )
         if devs is None:
             return reason
         app_allocs.append(devs)

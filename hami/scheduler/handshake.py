@@ -52,6 +52,7 @@ class Verdict:
     healthy: bool
     write: str | None = None  # "request" -> write Requesting_<now>; "clean" -> remove the key
     changed: bool = False
+    key: str = HANDSHAKE_KEY  # the handshake annotation (one per vendor)
 
 
 def gpu_allocatable(node: dict, resource: str = "nvidia.com/gpu") -> int:
@@ -62,14 +63,16 @@ def gpu_allocatable(node: dict, resource: str = "nvidia.com/gpu") -> int:
         return 0
 
 
-def judge(node: dict, now: float, seen: Seen, resource: str = "nvidia.com/gpu") -> Verdict:
-    """HAMi's CheckHealth + NVIDIA wrapper as a pure decision (spec §2.1)."""
+def judge(node: dict, now: float, seen: Seen, resource: str = "nvidia.com/gpu",
+          register_key: str = REGISTER_KEY, handshake_key: str = HANDSHAKE_KEY) -> Verdict:
+    """HAMi's CheckHealth + NVIDIA wrapper as a pure decision (spec §2.1); other vendors use the
+    same protocol under their own keys (util.CheckHealth with `hami.io/node-handshake-<vendor>`)."""
     annos = (node.get("metadata") or {}).get("annotations") or {}
-    register = annos.get(REGISTER_KEY)
+    register = annos.get(register_key)
     if register is None:
-        return Verdict(healthy=False)  # not a HAMi node: never written
+        return Verdict(healthy=False, key=handshake_key)  # not a HAMi node: never written
     alloc = gpu_allocatable(node, resource)
-    value = annos.get(HANDSHAKE_KEY, "")
+    value = annos.get(handshake_key, "")
     if REQUESTING in value:
         stamp = parse_requesting(value)
         if stamp is None or now < stamp + WINDOW_S or alloc > 0:
@@ -79,24 +82,27 @@ def judge(node: dict, now: float, seen: Seen, resource: str = "nvidia.com/gpu") 
         write = None
     elif seen.cleaned and seen.register == register and seen.allocatable == alloc:
         # We removed it because the node was dead; nothing changed since: stay quiet.
-        return Verdict(healthy=False)
+        return Verdict(healthy=False, key=handshake_key)
     else:
         healthy, write = True, "request"
     if alloc == 0 and seen.allocatable > 0:
         healthy = False
     changed = alloc != seen.allocatable or register != seen.register
-    if not healthy and write is None and HANDSHAKE_KEY in annos:
+    if not healthy and write is None and handshake_key in annos:
         write = "clean"
-    return Verdict(healthy=healthy, write=write, changed=changed)
+    return Verdict(healthy=healthy, write=write, changed=changed, key=handshake_key)
 
 
 class Handshaker:
     """Applies `judge` to cached nodes and performs the (rare) writes."""
 
     def __init__(self, client: KubeClient | None, *, resource: str = "nvidia.com/gpu",
-                 clock=time.time, is_leader=lambda: True):
+                 clock=time.time, is_leader=lambda: True, register_key: str = REGISTER_KEY,
+                 handshake_key: str = HANDSHAKE_KEY):
         self.client = client
         self.resource = resource
+        self.register_key = register_key
+        self.handshake_key = handshake_key
         self.clock = clock
         self.is_leader = is_leader
         self.seen: dict[str, Seen] = {}
@@ -109,11 +115,11 @@ class Handshaker:
     def evaluate(self, node: dict) -> Verdict:
         name = (node.get("metadata") or {}).get("name", "")
         seen = self.seen.get(name, Seen())
-        verdict = judge(node, self.clock(), seen, self.resource)
+        verdict = judge(node, self.clock(), seen, self.resource, self.register_key, self.handshake_key)
         annos = (node.get("metadata") or {}).get("annotations") or {}
         self.seen[name] = Seen(
             allocatable=gpu_allocatable(node, self.resource),
-            register=annos.get(REGISTER_KEY),
+            register=annos.get(self.register_key),
             cleaned=seen.cleaned and verdict.write is None and not verdict.healthy,
         )
         return verdict
@@ -124,7 +130,7 @@ class Handshaker:
         meta = node.get("metadata") or {}
         name = meta.get("name", "")
         value = format_requesting(self.clock()) if verdict.write == "request" else None
-        patch = {"metadata": {"annotations": {HANDSHAKE_KEY: value},
+        patch = {"metadata": {"annotations": {self.handshake_key: value},
                               "resourceVersion": meta.get("resourceVersion", "")}}
         try:
             await self.client.patch_node(name, patch)

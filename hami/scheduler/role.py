@@ -24,7 +24,7 @@ import orjson
 
 from hami.config import Config, check_listener_trust, replace
 from hami.device import codec
-from hami.device import request as devrequest
+from hami.device.vendorrequest import pod_vendor_requests
 from hami.kube.client import KubeClient
 from hami.kube.events import EventRecorder
 from hami.kube.leader import LeaderElector
@@ -49,9 +49,10 @@ def node_selector_text(pairs: tuple[tuple[str, str], ...]) -> str | None:
 
 def make_requests_fn(config: Config):
     nvidia = config.nvidia
+    vendors = config.vendors
 
     def requests_fn(pod: dict):
-        reqs = devrequest.pod_requests(pod, nvidia)
+        reqs = pod_vendor_requests(pod, vendors, nvidia)
         n_init = len((pod.get("spec") or {}).get("initContainers") or [])
         return list(reqs), n_init
 
@@ -144,7 +145,7 @@ class Scheduler:
         return reasons
 
     def queue_handshake(self, node: dict, verdict: Verdict) -> None:
-        self._hs_pending[(node.get("metadata") or {}).get("name", "")] = (node, verdict)
+        self._hs_pending[((node.get("metadata") or {}).get("name", ""), verdict.key)] = (node, verdict)
         self._hs_wake.set()
 
     async def handshake_writer(self) -> None:
@@ -155,7 +156,7 @@ class Scheduler:
                 continue
             name, (node, verdict) = next(iter(self._hs_pending.items()))
             del self._hs_pending[name]
-            await self.handshaker.apply(node, verdict)
+            await self.state.handshaker_for(verdict.key).apply(node, verdict)
 
     async def rechecker(self) -> None:
         while not self.stop.is_set():
@@ -218,7 +219,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     handshaker = Handshaker(client, resource=config.nvidia.resource_count_name, clock=clock,
                             is_leader=(lambda: leader.is_leader) if leader else (lambda: True))
     state = ClusterState(client, config.nvidia, node_label_selector=node_selector_text(sc.node_label_selector),
-                         handshaker=handshaker)
+                         handshaker=handshaker, vendors=config.vendors)
     assert state.nodes is not None
     locker = NodeLocker(client, state.nodes, state.pod, timeout=sc.node_lock_timeout, clock=clock)
     binder = Binder(client, state, locker, events, retry_timeout=sc.node_lock_retry_timeout, clock=clock)

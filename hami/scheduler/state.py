@@ -19,8 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hami.device import codec
+from hami.device.allocation import allocated_devices
 from hami.device.model import DeviceInfo, NvidiaConfig
 from hami.device.request import quantity_value
+from hami.device.vendorregister import decode_vendor_devices, registration_signature
+from hami.device.vendors import VendorTable
 from hami.kube.client import KubeClient
 from hami.kube.informer import ADDED, DELETED, Informer
 from hami.obs.log import get_logger
@@ -41,19 +44,30 @@ TERMINAL = ("Succeeded", "Failed")
 class NodeDevices:
     """Decoded registration of one node, kept while the annotation text is unchanged."""
 
-    register: str
+    register: str  # the NVIDIA register text, plus every other vendor's registration (signature)
     devices: tuple[DeviceInfo, ...]
     error: str = ""
+    # Other vendors: (vendor, devices) per registered vendor; errors name their annotation key.
+    groups: tuple[tuple[str, tuple[DeviceInfo, ...]], ...] = ()
 
 
 class ClusterState:
     def __init__(self, client: KubeClient | None, nvidia: NvidiaConfig | None = None, *,
                  node_label_selector: str | None = None, handshaker: Handshaker | None = None,
-                 silent_timeout: float = 120.0):
+                 silent_timeout: float = 120.0, vendors: VendorTable | None = None):
         self.client = client
         self.nvidia = nvidia or NvidiaConfig()
         self.index = UsageIndex(self.nvidia)
         self.handshaker = handshaker or Handshaker(None, resource=self.nvidia.resource_count_name)
+        # The other vendors of the table; those with a handshake key get their own handshaker.
+        self.vendors = vendors
+        self.vendor_handshakers: dict[str, Handshaker] = {}
+        for v in (vendors.others if vendors is not None else ()):
+            if v.handshake_key and v.register_source == "annotation":
+                self.vendor_handshakers[v.name] = Handshaker(
+                    self.handshaker.client, resource=v.count_resource, clock=self.handshaker.clock,
+                    is_leader=self.handshaker.is_leader, register_key=v.register_key,
+                    handshake_key=v.handshake_key)
         self.registered: dict[str, NodeDevices] = {}  # node -> decoded registration (all HAMi nodes)
         self.usable: set[str] = set()
         self.pod_keys: dict[str, str] = {}  # "ns/name" -> uid of counted pods
@@ -144,6 +158,16 @@ class ClusterState:
             return NodeDevices(text, (), str(exc))
         return NodeDevices(text, devices)
 
+    def _decode_all(self, name: str, text: str | None, sig: str, annos: dict, capacity: dict) -> NodeDevices:
+        """NVIDIA's registration and every other vendor's: a malformed one makes this node
+        unregistered, its error naming the annotation key; other nodes are not touched."""
+        nv = self._decode(text) if text is not None else NodeDevices("", ())
+        assert self.vendors is not None
+        groups, errors = decode_vendor_devices(name, annos, capacity, self.vendors)
+        error = "; ".join(e for e in ((f"{REGISTER_KEY}: {nv.error}" if nv.error else ""), *errors) if e)
+        devices = nv.devices + tuple(d for _, ds in groups for d in ds)
+        return NodeDevices(sig, devices if not error else (), error, groups)
+
     # ------------------------------------------------------------------ node events
 
     def on_node(self, etype: str, old: dict | None, new: dict | None) -> None:
@@ -153,6 +177,8 @@ class ClusterState:
             self.usable.discard(name)
             self.index.remove_node(name)
             self.handshaker.forget(name)
+            for hs in self.vendor_handshakers.values():
+                hs.forget(name)
             return
         self.refresh_node(new)
 
@@ -162,29 +188,43 @@ class ClusterState:
         name = meta.get("name", "")
         annos = meta.get("annotations") or {}
         text = annos.get(REGISTER_KEY)
-        if text is None:
+        extra = ""
+        if self.vendors is not None and self.vendors.others:
+            extra = registration_signature(annos, (node.get("status") or {}).get("capacity") or {}, self.vendors)
+        if text is None and not extra:
             if name in self.registered or name in self.usable:
                 self.registered.pop(name, None)
                 self.usable.discard(name)
                 self.index.remove_node(name)
             return
+        # NVIDIA-only nodes keep the register text itself as their signature.
+        sig = text if not extra else f"{text or ''}\x00{extra}"
         prev = self.registered.get(name)
-        if prev is None or prev.register != text:
-            dec = self._decode(text)
+        if prev is None or prev.register != sig:
+            dec = self._decode(sig) if not extra else self._decode_all(
+                name, text, sig, annos, (node.get("status") or {}).get("capacity") or {})
             self.registered[name] = dec
             if dec.error:
                 log.warning("Node registration unreadable", node=name, error=dec.error)
         else:
             dec = prev
-        verdict = self.handshaker.evaluate(node)
-        if verdict.write is not None and self.on_handshake_write is not None:
-            self.on_handshake_write(node, verdict)
-        healthy = verdict.healthy and not dec.error and bool(dec.devices)
+        if text is not None:
+            verdict = self.handshaker.evaluate(node)
+            if verdict.write is not None and self.on_handshake_write is not None:
+                self.on_handshake_write(node, verdict)
+            nv_healthy = verdict.healthy
+        else:
+            nv_healthy = True
+        if dec.groups:
+            dec = self._vendor_handshakes(node, dec, text is not None and nv_healthy)
+            nv_healthy = True
+        healthy = nv_healthy and not dec.error and bool(dec.devices)
         cordon = frozenset(codec.decode_device_cordon(annos.get(CORDON_KEY)))  # the one cordon parser
         pair = _pair_scores(annos.get(SCORE_KEY))
         existing = self.index.node(name)
         if healthy:
-            if existing is None or prev is None or prev.register != text or name not in self.usable:
+            if (existing is None or prev is None or prev.register != sig or name not in self.usable
+                    or (dec.groups and len(existing.devices) != len(dec.devices))):
                 self.index.set_node(name, dec.devices, cordon, pair)
             else:
                 if existing.cordoned != cordon:
@@ -197,6 +237,28 @@ class ClusterState:
             self.index.remove_node(name)
             log.info("Node devices not usable", node=name,
                      reason=dec.error or ("no devices" if not dec.devices else "handshake"))
+
+    def handshaker_for(self, key: str) -> Handshaker:
+        """The handshaker that owns handshake annotation `key` (NVIDIA's by default)."""
+        for hs in self.vendor_handshakers.values():
+            if hs.handshake_key == key:
+                return hs
+        return self.handshaker
+
+    def _vendor_handshakes(self, node: dict, dec: NodeDevices, nvidia_ok: bool) -> NodeDevices:
+        """Each vendor's handshake decides on its own devices (HAMi drops an unhealthy vendor
+        from the node, not the node): the devices of healthy vendors only."""
+        keep = [d for d in dec.devices if d.vendor == "NVIDIA"] if nvidia_ok else []
+        for vendor, devices in dec.groups:
+            hs = self.vendor_handshakers.get(vendor)
+            if hs is not None:
+                verdict = hs.evaluate(node)
+                if verdict.write is not None and self.on_handshake_write is not None:
+                    self.on_handshake_write(node, verdict)
+                if not verdict.healthy:
+                    continue
+            keep.extend(devices)
+        return NodeDevices(dec.register, tuple(keep), dec.error, dec.groups)
 
     def recheck(self) -> None:
         """Re-judge time-dependent handshake state of every cached HAMi node (no API calls)."""
@@ -248,7 +310,10 @@ class ClusterState:
     def count_pod(self, uid: str, key: str, node: str, annos: dict, pod: dict | None, added: bool = False) -> None:
         text = annos.get(DEVICES_ALLOCATED, "")
         try:
-            devices = codec.decode_pod_devices(text) if text else ()
+            if self.vendors is not None and self.vendors.other_allocated:
+                devices = allocated_devices(annos, self.vendors)
+            else:
+                devices = codec.decode_pod_devices(text) if text else ()
         except codec.CodecError as exc:
             log.warning("Pod device annotation unreadable", pod=key, error=str(exc))
             return

@@ -1,0 +1,96 @@
+"""The pod annotations that carry an allocation, for every vendor of the table (pure, no I/O).
+
+HAMi keeps one pod device string per vendor (`PodDevices` is a map vendor -> containers): NVIDIA's
+under `hami.io/vgpu-devices-to-allocate` / `-allocated`, every other vendor's under its own keys
+(`allocation.toAllocate` / `allocation.allocated` in the table), each listing every container
+(init first) with only that vendor's devices. Some vendors add their own annotation (each
+vendor's `PatchAnnotations`):
+
+* Ascend: `huawei.com/<commonWord>` = the vNPU template of each device (codec.ascend) and
+  `predicate-time` = unix seconds;
+* Cambricon: `CAMBRICON_DSMLU_PROFILE` = `<idx>_<cores>_<mem/256>` of the first device and
+  `CAMBRICON_DSMLU_ASSIGNED` = `false` (codec.cambricon).
+
+`allocation_annotations(devices, table, now)` builds them; for a pod of NVIDIA devices only the
+result is exactly the two NVIDIA keys. `allocated_devices(annotations, table)` reads them back
+(one PodDevices, vendors merged per container) for usage accounting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from hami.device import codec
+from hami.device.codec import ascend as ascend_codec
+from hami.device.codec import cambricon as cambricon_codec
+from hami.device.model import NVIDIA, ContainerDevice, PodDevices
+from hami.device.vendors import Vendor, VendorTable
+
+
+def vendors_of(devices: PodDevices) -> tuple[str, ...]:
+    seen: dict[str, None] = {}
+    for ctr in devices:
+        for cd in ctr:
+            seen.setdefault(cd.type, None)
+    return tuple(seen)
+
+
+def only(devices: PodDevices, vendor: str) -> PodDevices:
+    """The pod's containers with only `vendor`'s devices (every container kept)."""
+    return tuple(tuple(cd for cd in ctr if cd.type == vendor) for ctr in devices)
+
+
+def allocation_annotations(devices: PodDevices, table: VendorTable | None, now: float) -> dict[str, str]:
+    vendors = vendors_of(devices)
+    if not vendors or vendors == (NVIDIA,) or table is None:
+        text = codec.encode_pod_devices(devices)
+        return {codec.TO_ALLOCATE_ANNOTATION: text, codec.ALLOCATED_ANNOTATION: text}
+    out: dict[str, str] = {}
+    for name in vendors:
+        part = only(devices, name)
+        text = codec.encode_pod_devices(part)
+        v = table.get(name)
+        if name == NVIDIA or v is None or v.hook == "nvidia":
+            out[codec.TO_ALLOCATE_ANNOTATION] = text
+            out[codec.ALLOCATED_ANNOTATION] = text
+            continue
+        out[v.to_allocate_key] = text
+        out[v.allocated_key] = text
+        out.update(_vendor_extras(v, part, now))
+    return out
+
+
+def _vendor_extras(v: Vendor, part: PodDevices, now: float) -> dict[str, str]:
+    flat = [cd for ctr in part for cd in ctr]
+    if v.hook == "ascend":
+        extras = {"predicate-time": codec.encode_unix_seconds(now)}
+        if v.allocation_key:
+            extras[v.allocation_key] = ascend_codec.encode_runtime_info(
+                (cd.uuid, v.trim_memory(cd.usedmem)[1]) for cd in flat)
+        return extras
+    if v.hook == "cambricon" and flat:
+        first = flat[0]
+        return {cambricon_codec.DSMLU_ASSIGNED: "false",
+                cambricon_codec.DSMLU_PROFILE: cambricon_codec.encode_dsmlu_profile(
+                    first.idx, first.usedcores, first.usedmem)}
+    return {}
+
+
+def allocated_devices(annotations: Mapping[str, str], table: VendorTable | None) -> PodDevices:
+    """Every vendor's `allocated` annotation of a pod, merged per container (NVIDIA's first).
+    Raises CodecError naming the key of a string that does not decode."""
+    text = annotations.get(codec.ALLOCATED_ANNOTATION, "")
+    merged: list[tuple[ContainerDevice, ...]] = list(codec.decode_pod_devices(text)) if text else []
+    if table is None:
+        return tuple(merged)
+    for key, _v in table.other_allocated:
+        other = annotations.get(key)
+        if not other:
+            continue
+        part = codec.decode_pod_devices(other, field=key)
+        for i, ctr in enumerate(part):
+            if i < len(merged):
+                merged[i] = merged[i] + ctr
+            else:
+                merged.append(ctr)
+    return tuple(merged)

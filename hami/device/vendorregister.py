@@ -1,0 +1,89 @@
+"""How a node registers each vendor of the table, decoded (pure, no I/O).
+
+Every vendor but NVIDIA (whose register annotation the scheduler state reads itself, unchanged):
+
+* `annotation` vendors: their device plugin writes `register.key` (Ascend:
+  `hami.io/node-register-<commonWord>`, JSON as NVIDIA's; Hygon: `hami.io/node-dcu-register`,
+  the legacy colon form). HAMi's errors: `annos not found <key>` is simply "not this vendor";
+  an empty list is `no device found on node`.
+* `capacity` vendors (Cambricon): cards derived from the node's capacity (codec.cambricon).
+
+`registration_signature(annotations, capacity, table)` is the raw text every vendor's registration
+depends on ("" when the node registers none), so a caller decodes only when it changes.
+`decode_vendor_devices(node, annotations, capacity, table)` returns
+`((vendor, devices), ...)` and the errors, one `<key>: <why>` per vendor that does not decode;
+the devices carry `vendor` = the row's name, so the fit never mixes vendors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from hami.device import codec
+from hami.device.codec import cambricon as cambricon_codec
+from hami.device.model import DeviceInfo
+from hami.device.request import quantity_as_int64
+from hami.device.vendors import Vendor, VendorTable
+
+
+def registration_signature(annotations: Mapping[str, str], capacity: Mapping, table: VendorTable) -> str:
+    parts = []
+    for v in table.others:
+        if v.register_source == "annotation":
+            text = annotations.get(v.register_key)
+            if text is not None:
+                parts.append(f"{v.register_key}={text}")
+        else:
+            cores = capacity.get(v.core_resource)
+            if cores is not None:
+                parts.append(f"{v.core_resource}={cores};{capacity.get(v.memory_resource)}")
+    return "\x00".join(parts)
+
+
+def decode_one(v: Vendor, node: str, annotations: Mapping[str, str], capacity: Mapping) -> tuple[DeviceInfo, ...]:
+    """One vendor's devices on the node; () when the node does not register it. Raises
+    CodecError (message prefixed by the key) when it registers it wrongly."""
+    if v.register_source == "capacity":
+        raw = capacity.get(v.core_resource)
+        if raw is None:
+            return ()
+        cores = quantity_as_int64(raw)
+        if cores is None:
+            raise codec.CodecError(f"{v.core_resource}: capacity {raw!r} is not an integer", field=v.core_resource,
+                                   text=str(raw))
+        mem = quantity_as_int64(capacity.get(v.memory_resource, 0)) or 0
+        try:
+            return cambricon_codec.devices_from_capacity(node, cores, mem, vendor=v.name, id_format=v.capacity_id,
+                                                         cores_per_card=v.cores_per_card,
+                                                         resource=v.core_resource)
+        except codec.CodecError as exc:
+            raise codec.CodecError(f"{v.core_resource}: {exc}", field=v.core_resource, text=str(raw)) from None
+    text = annotations.get(v.register_key)
+    if text is None:
+        return ()
+    try:
+        if v.register_format == "legacy":
+            devices = codec.decode_node_devices_legacy(text)
+        else:
+            devices = codec.decode_node_devices_json(text)
+    except codec.CodecError as exc:
+        raise codec.CodecError(f"{v.register_key}: {exc}", field=v.register_key, text=text) from None
+    if not devices:
+        raise codec.CodecError(f"{v.register_key}: no device found on node", field=v.register_key, text=text)
+    return tuple(replace(d, vendor=v.name) for d in devices)
+
+
+def decode_vendor_devices(node: str, annotations: Mapping[str, str], capacity: Mapping,
+                          table: VendorTable) -> tuple[tuple[tuple[str, tuple[DeviceInfo, ...]], ...], tuple[str, ...]]:
+    groups = []
+    errors = []
+    for v in table.others:
+        try:
+            devices = decode_one(v, node, annotations, capacity)
+        except codec.CodecError as exc:
+            errors.append(str(exc))
+            continue
+        if devices:
+            groups.append((v.name, devices))
+    return tuple(groups), tuple(errors)

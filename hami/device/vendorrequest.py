@@ -1,0 +1,108 @@
+"""What each container asks of every vendor in the table (pure, no I/O).
+
+`pod_vendor_requests(pod, table, nvidia_cfg)` returns one entry per container, init containers
+first (as `request.pod_requests`): None (no device), a `ContainerDeviceRequest`, or, for a
+container that asks for several vendors, a tuple of them in table order (HAMi's
+`ContainerDeviceRequests` map, one request per vendor).
+
+NVIDIA keeps its own builder (`request.container_request`); the other vendors are only looked at
+when a container names one of their count resources (one set lookup per resource name), so a pod
+of NVIDIA containers pays nothing for the table. Builders, after each vendor's
+`GenerateResourceRequests` in Project-HAMi/HAMi pkg/device/<vendor>/device.go:
+
+* `generic` (Hygon, ...): nums = count (AsInt64, limits then requests); memreq = memory x
+  memoryUnit; cores = defaultCores unless given; a container with no memory asks for 100 % of
+  each card (percentage 100), one with memory gets percentage 0 (so memreq counts).
+* `cambricon`: the generic rule with memoryUnit 256 and defaultCores 100.
+* `ascend`: memory rounded up to the smallest vNPU template (`Vendor.trim_memory`), cores 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from hami.device.model import ContainerDeviceRequest, NvidiaConfig
+from hami.device.request import _resources, container_request, pod_containers, quantity_as_int64
+from hami.device.vendors import Vendor, VendorTable
+
+_INT32 = 1 << 31
+
+
+def _int32(n: int) -> int:
+    return (n + _INT32) % (1 << 32) - _INT32
+
+
+def _value(limits: Mapping, requests: Mapping, name: str) -> tuple[bool, int | None]:
+    if not name:
+        return False, None
+    if name in limits:
+        return True, quantity_as_int64(limits[name])
+    if name in requests:
+        return True, quantity_as_int64(requests[name])
+    return False, None
+
+
+def vendor_request(container: Mapping, vendor: Vendor) -> ContainerDeviceRequest | None:
+    """One vendor's GenerateResourceRequests for one container; None when it asks for none."""
+    limits, requests = _resources(container)
+    present, n = _value(limits, requests, vendor.count_resource)
+    if not present or n is None or _int32(n) <= 0:
+        return None
+    nums = _int32(n)
+    memreq = 0
+    present, mem = _value(limits, requests, vendor.memory_resource)
+    if present and mem is not None:
+        if vendor.hook == "ascend":
+            memreq, _ = vendor.trim_memory(mem)
+        else:
+            memreq = _int32(mem * vendor.memory_unit)
+    cores = vendor.default_cores if vendor.hook != "ascend" else 0
+    present, c = _value(limits, requests, vendor.core_resource)
+    if present and c is not None and vendor.hook != "ascend":
+        cores = _int32(c)
+    return ContainerDeviceRequest(
+        nums=nums, type=vendor.name, memreq=memreq, mempercentagereq=100 if memreq == 0 else 0, coresreq=cores,
+    )
+
+
+def container_vendor_requests(container: Mapping, table: VendorTable, cfg: NvidiaConfig):
+    """None, one request, or a tuple of requests (several vendors) for one container."""
+    first = container_request(container, cfg)
+    if not table.others:
+        return first
+    limits, requests = _resources(container)
+    counts = table.other_counts
+    if not any(k in counts for k in limits) and not any(k in counts for k in requests):
+        return first
+    out = [first] if first is not None else []
+    for v in table.others:
+        if v.count_resource in limits or v.count_resource in requests:
+            r = vendor_request(container, v)
+            if r is not None:
+                out.append(r)
+    if not out:
+        return None
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def pod_vendor_requests(pod: Mapping, table: VendorTable, cfg: NvidiaConfig) -> tuple:
+    """HAMi Resourcereqs over the whole table: one entry per container, init containers first."""
+    return tuple(container_vendor_requests(c, table, cfg) for c in pod_containers(pod))
+
+
+def flat_requests(entry) -> tuple[ContainerDeviceRequest, ...]:
+    """The requests of one per-container entry, whatever its shape."""
+    if entry is None:
+        return ()
+    if entry.__class__ is tuple:
+        return entry
+    return (entry,)
+
+
+def pod_vendors(requests) -> tuple[str, ...]:
+    """The vendors a pod asks for, in first-seen order."""
+    seen: dict[str, None] = {}
+    for entry in requests:
+        for r in flat_requests(entry):
+            seen.setdefault(r.type, None)
+    return tuple(seen)

@@ -1,0 +1,329 @@
+"""The vendor table: every accelerator HAMi schedules, described as data (pure, no I/O).
+
+HAMi has one Go package per vendor (`pkg/device/<vendor>/`); most of them differ only in names:
+resource names, annotation keys, the word that marks their devices. Here those names are rows of
+one table (`config/vendors.yaml`, shipped inside the package as `hami/device/vendors.yaml`), and
+code exists only where HAMi's rules really differ, as a small named hook:
+
+* `nvidia`    the NVIDIA fit of `hami.scheduler.fit` (MIG, topology, quota, numa-bind, ...);
+* `generic`   HAMi's common vendor Fit (Hygon, Iluvatar, Mthreads, ...): count, memory, cores;
+* `ascend`    generic fit, memory rounded up to the chip's vNPU templates (`templates`);
+* `cambricon` generic fit, memory in 256 MiB units paired with cores in the DSMLU profile.
+
+`register.source` says where a node's devices come from: `annotation` (the vendor's device
+plugin writes a register annotation: `json` as NVIDIA >= v2.8, or the `legacy` colon form) or
+`capacity` (Cambricon: cards are derived from the node's extended-resource capacity).
+
+API: `Vendor`, `Template`, `VendorTable` (lookups built once), `parse_vendor_table(doc, source)`,
+`apply_device_config(table, doc, source)` (HAMi's device-config sections override the names),
+`VendorError` (names the key and the source).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+HOOKS = ("nvidia", "generic", "ascend", "cambricon")
+REGISTER_SOURCES = ("annotation", "capacity")
+REGISTER_FORMATS = ("json", "legacy")
+
+
+class VendorError(ValueError):
+    """A vendor table entry that cannot be used; the message names the key and the source."""
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """One Ascend vNPU template (`vnpus[].templates[]` in HAMi's device config)."""
+
+    name: str
+    memory: int  # MiB
+    ai_core: int = 0
+    ai_cpu: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Vendor:
+    """One row of the table. `name` is HAMi's device type (the request type, the TYPE field of
+    the pod device string, `DeviceVendor`); for Ascend chips it is the chip's commonWord."""
+
+    name: str
+    family: str
+    hook: str = "generic"
+    count_resource: str = ""
+    memory_resource: str = ""
+    percentage_resource: str = ""
+    core_resource: str = ""
+    # Multiplies the memory request (Cambricon asks in 256 MiB units).
+    memory_unit: int = 1
+    # Cores a container gets when it names none (Cambricon: 100, a whole card).
+    default_cores: int = 0
+    register_source: str = "annotation"
+    register_key: str = ""
+    register_format: str = "json"
+    # Capacity registration (Cambricon): device id format, cores per card.
+    capacity_id: str = ""
+    cores_per_card: int = 100
+    handshake_key: str = ""
+    to_allocate_key: str = ""
+    allocated_key: str = ""
+    use_uuid_key: str = ""
+    nouse_uuid_key: str = ""
+    use_type_key: str = ""
+    nouse_type_key: str = ""
+    node_lock_key: str = "hami.io/mutex.lock"
+    # Ascend: templates sorted by memory, whole-card sizes, the allocation annotation.
+    templates: tuple[Template, ...] = ()
+    memory_capacity: int = 0
+    memory_allocatable: int = 0
+    allocation_key: str = ""
+
+    @property
+    def resource_names(self) -> tuple[str, ...]:
+        return tuple(n for n in (self.count_resource, self.memory_resource, self.percentage_resource,
+                                 self.core_resource) if n)
+
+    def trim_memory(self, mib: int) -> tuple[int, str]:
+        """Ascend trimMemory: the smallest template holding `mib` (memory, template name); a whole
+        card (memoryAllocatable, "") up to memoryCapacity; (0, "") beyond."""
+        for t in self.templates:
+            if mib <= t.memory:
+                return t.memory, t.name
+        if mib <= self.memory_capacity:
+            return self.memory_allocatable, ""
+        return 0, ""
+
+
+@dataclass(frozen=True)
+class VendorTable:
+    """The vendors in table order, with the lookups the hot paths need built once."""
+
+    vendors: tuple[Vendor, ...]
+    by_name: Mapping[str, Vendor] = field(init=False, repr=False)
+    by_count: Mapping[str, Vendor] = field(init=False, repr=False)
+    others: tuple[Vendor, ...] = field(init=False, repr=False)
+    other_counts: frozenset[str] = field(init=False, repr=False)
+    other_allocated: tuple[tuple[str, Vendor], ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        names: dict[str, Vendor] = {}
+        counts: dict[str, Vendor] = {}
+        for v in self.vendors:
+            if v.name in names:
+                raise VendorError(f"vendor {v.name!r} is listed twice")
+            names[v.name] = v
+            if v.count_resource:
+                if v.count_resource in counts:
+                    raise VendorError(f"resource {v.count_resource!r} belongs to both "
+                                      f"{counts[v.count_resource].name} and {v.name}")
+                counts[v.count_resource] = v
+        others = tuple(v for v in self.vendors if v.hook != "nvidia")
+        object.__setattr__(self, "by_name", names)
+        object.__setattr__(self, "by_count", counts)
+        object.__setattr__(self, "others", others)
+        object.__setattr__(self, "other_counts", frozenset(v.count_resource for v in others if v.count_resource))
+        object.__setattr__(self, "other_allocated",
+                           tuple((v.allocated_key, v) for v in others if v.allocated_key))
+
+    def get(self, name: str) -> Vendor | None:
+        return self.by_name.get(name)
+
+    @property
+    def resource_names(self) -> tuple[str, ...]:
+        return tuple(n for v in self.vendors for n in v.resource_names)
+
+    def with_vendor(self, vendor: Vendor) -> VendorTable:
+        """The table with `vendor` replacing the row of the same name, or appended."""
+        rows = [vendor if v.name == vendor.name else v for v in self.vendors]
+        if vendor.name not in self.by_name:
+            rows.append(vendor)
+        return VendorTable(tuple(rows))
+
+
+# --------------------------------------------------------------------------- parsing
+
+_SCALARS = {
+    "name": ("name", str), "family": ("family", str), "hook": ("hook", str),
+    "memoryUnit": ("memory_unit", int), "defaultCores": ("default_cores", int),
+    "handshake": ("handshake_key", str), "useUUID": ("use_uuid_key", str),
+    "noUseUUID": ("nouse_uuid_key", str), "useType": ("use_type_key", str),
+    "noUseType": ("nouse_type_key", str), "nodeLock": ("node_lock_key", str),
+    "memoryCapacity": ("memory_capacity", int), "memoryAllocatable": ("memory_allocatable", int),
+    "allocationAnnotation": ("allocation_key", str),
+}
+_RESOURCES = {"count": "count_resource", "memory": "memory_resource",
+              "memoryPercentage": "percentage_resource", "cores": "core_resource"}
+_REGISTER = {"source": ("register_source", str), "key": ("register_key", str),
+             "format": ("register_format", str), "id": ("capacity_id", str),
+             "coresPerCard": ("cores_per_card", int)}
+_ALLOCATION = {"toAllocate": "to_allocate_key", "allocated": "allocated_key"}
+
+
+def _want(value: Any, typ: type, key: str, source: str) -> Any:
+    if typ is int and (type(value) is not int):
+        raise VendorError(f"{key} in {source}: want an integer, got {value!r}")
+    if typ is str and not isinstance(value, str):
+        raise VendorError(f"{key} in {source}: want a string, got {value!r}")
+    return value
+
+
+def _section(entry: Mapping, key: str, where: str, source: str) -> Mapping:
+    sec = entry.get(key) or {}
+    if not isinstance(sec, Mapping):
+        raise VendorError(f"{where}.{key} in {source}: want a mapping, got {sec!r}")
+    return sec
+
+
+def parse_vendor(entry: Any, where: str, source: str) -> Vendor:
+    if not isinstance(entry, Mapping):
+        raise VendorError(f"{where} in {source}: want a mapping, got {entry!r}")
+    values: dict[str, Any] = {}
+    for key, value in entry.items():
+        if key in _SCALARS:
+            attr, typ = _SCALARS[key]
+            values[attr] = _want(value, typ, f"{where}.{key}", source)
+        elif key == "resources":
+            for rk, rv in _section(entry, key, where, source).items():
+                if rk not in _RESOURCES:
+                    raise VendorError(f"{where}.resources.{rk} in {source}: unknown key")
+                values[_RESOURCES[rk]] = _want(rv, str, f"{where}.resources.{rk}", source)
+        elif key == "register":
+            for rk, rv in _section(entry, key, where, source).items():
+                if rk not in _REGISTER:
+                    raise VendorError(f"{where}.register.{rk} in {source}: unknown key")
+                attr, typ = _REGISTER[rk]
+                values[attr] = _want(rv, typ, f"{where}.register.{rk}", source)
+        elif key == "allocation":
+            for rk, rv in _section(entry, key, where, source).items():
+                if rk not in _ALLOCATION:
+                    raise VendorError(f"{where}.allocation.{rk} in {source}: unknown key")
+                values[_ALLOCATION[rk]] = _want(rv, str, f"{where}.allocation.{rk}", source)
+        elif key == "templates":
+            values["templates"] = _templates(value, f"{where}.templates", source)
+        else:
+            raise VendorError(f"{where}.{key} in {source}: unknown key")
+    for required in ("name", "family"):
+        if not values.get(required):
+            raise VendorError(f"{where}.{required} in {source}: required")
+    v = Vendor(**values)
+    _check(v, where, source)
+    return v
+
+
+def _templates(items: Any, where: str, source: str) -> tuple[Template, ...]:
+    if not isinstance(items, list):
+        raise VendorError(f"{where} in {source}: want a list, got {items!r}")
+    out = []
+    for i, t in enumerate(items):
+        if not isinstance(t, Mapping) or not isinstance(t.get("name"), str) or type(t.get("memory")) is not int:
+            raise VendorError(f"{where}[{i}] in {source}: want {{name: str, memory: int}}, got {t!r}")
+        out.append(Template(t["name"], t["memory"], int(t.get("aiCore") or 0), int(t.get("aiCPU") or 0)))
+    # HAMi sorts templates by memory at start-up (InitDevices).
+    return tuple(sorted(out, key=lambda t: t.memory))
+
+
+def _check(v: Vendor, where: str, source: str) -> None:
+    if v.hook not in HOOKS:
+        raise VendorError(f"{where}.hook in {source}: {v.hook!r} is not one of {', '.join(HOOKS)}")
+    if v.register_source not in REGISTER_SOURCES:
+        raise VendorError(f"{where}.register.source in {source}: {v.register_source!r} is not one of "
+                          f"{', '.join(REGISTER_SOURCES)}")
+    if v.register_format not in REGISTER_FORMATS:
+        raise VendorError(f"{where}.register.format in {source}: {v.register_format!r} is not one of "
+                          f"{', '.join(REGISTER_FORMATS)}")
+    if not v.count_resource:
+        raise VendorError(f"{where}.resources.count in {source}: required")
+    if v.register_source == "annotation" and not v.register_key:
+        raise VendorError(f"{where}.register.key in {source}: required for annotation registration")
+    if v.register_source == "capacity" and (not v.core_resource or not v.capacity_id):
+        raise VendorError(f"{where}.register in {source}: capacity registration needs resources.cores "
+                          "and register.id")
+    if v.memory_unit < 1:
+        raise VendorError(f"{where}.memoryUnit in {source}: must be >= 1")
+    if v.hook != "nvidia" and not (v.to_allocate_key and v.allocated_key):
+        raise VendorError(f"{where}.allocation in {source}: toAllocate and allocated are required")
+
+
+def parse_vendor_table(doc: Any, source: str) -> VendorTable:
+    """`{vendors: [entry, ...]}` as in config/vendors.yaml."""
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("vendors"), list):
+        raise VendorError(f"(top level) in {source}: want a mapping with a `vendors:` list")
+    rows = tuple(parse_vendor(e, f"vendors[{i}]", source) for i, e in enumerate(doc["vendors"]))
+    try:
+        return VendorTable(rows)
+    except VendorError as exc:
+        raise VendorError(f"{exc} in {source}") from None
+
+
+# --------------------------------------------------------------------------- HAMi device config
+
+# HAMi device-config sections (charts/hami/templates/scheduler/device-configmap.yaml) whose
+# resource names override a table row, by family.
+_SECTION_FAMILY = {"cambricon": "cambricon", "hygon": "hygon", "mthreads": "mthreads",
+                   "awsneuron": "awsneuron", "kunlun": "kunlunxin", "enflame": "enflame",
+                   "metax": "metax"}
+_SECTION_KEYS = {"resourceCountName": "count_resource", "resourceMemoryName": "memory_resource",
+                 "resourceCoreName": "core_resource", "resourceName": "count_resource"}
+
+
+def apply_device_config(table: VendorTable, doc: Any, source: str) -> VendorTable:
+    """HAMi's device config overrides the table as HAMi's own does: the `<vendor>:` sections rename
+    resources; `vnpus:` (a list, or `{configs: [...]}`) defines Ascend chips, each replacing the row
+    with its commonWord or adding one; `vendors:` (our row format) replaces or adds rows."""
+    if not isinstance(doc, Mapping):
+        return table
+    for section, family in _SECTION_FAMILY.items():
+        sec = doc.get(section)
+        if not isinstance(sec, Mapping):
+            continue
+        changes = {attr: sec[k] for k, attr in _SECTION_KEYS.items() if isinstance(sec.get(k), str) and sec[k]}
+        if changes:
+            for v in table.vendors:
+                if v.family == family and v.hook != "nvidia":
+                    table = table.with_vendor(replace(v, **changes))
+    vnpus = doc.get("vnpus")
+    if isinstance(vnpus, Mapping):
+        vnpus = vnpus.get("configs")
+    if isinstance(vnpus, list):
+        for i, chip in enumerate(vnpus):
+            table = table.with_vendor(_ascend_chip(chip, f"vnpus[{i}]", source))
+    extra = doc.get("vendors")
+    if isinstance(extra, list):
+        for i, e in enumerate(extra):
+            table = table.with_vendor(parse_vendor(e, f"vendors[{i}]", source))
+    return table
+
+
+def _ascend_chip(chip: Any, where: str, source: str) -> Vendor:
+    """One `vnpus:` entry of HAMi's device config as a table row (keys as pkg/device/ascend)."""
+    if not isinstance(chip, Mapping):
+        raise VendorError(f"{where} in {source}: want a mapping, got {chip!r}")
+    cw = chip.get("commonWord")
+    res = chip.get("resourceName")
+    if not isinstance(cw, str) or not cw or not isinstance(res, str) or not res:
+        raise VendorError(f"{where} in {source}: commonWord and resourceName are required")
+    ints = {}
+    for k in ("memoryAllocatable", "memoryCapacity"):
+        val = chip.get(k, 0)
+        if type(val) is not int:
+            raise VendorError(f"{where}.{k} in {source}: want an integer, got {val!r}")
+        ints[k] = val
+    return Vendor(
+        name=cw, family="ascend", hook="ascend", count_resource=res,
+        memory_resource=str(chip.get("resourceMemoryName") or ""),
+        core_resource=str(chip.get("resourceCoreName") or ""),
+        register_key=f"hami.io/node-register-{cw}", register_format="json",
+        handshake_key=f"hami.io/node-handshake-{cw}",
+        to_allocate_key=f"hami.io/{cw}-devices-to-allocate",
+        allocated_key=f"hami.io/{cw}-devices-allocated",
+        use_uuid_key=f"hami.io/use-{cw}-uuid", nouse_uuid_key=f"hami.io/no-use-{cw}-uuid",
+        templates=_templates(chip.get("templates") or [], f"{where}.templates", source),
+        memory_capacity=ints["memoryCapacity"], memory_allocatable=ints["memoryAllocatable"],
+        allocation_key=f"huawei.com/{cw}",
+    )
+
+
+def vendor_names(table: VendorTable) -> Sequence[str]:
+    return tuple(v.name for v in table.vendors)

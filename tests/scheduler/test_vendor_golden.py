@@ -1,0 +1,116 @@
+"""HAMi's vendor test cases, one golden file per vendor (tests/scheduler/data/vendors/<vendor>.json).
+
+Each file names the HAMi test files it was ported from (`hami_tests`) and what it leaves out
+(`not_ported`). Sections, all run against the shipped vendor table:
+
+* `register`: a node's annotations/capacity -> that vendor's devices, or the error (naming the key);
+* `requests`: a container's limits -> the vendor's ContainerDeviceRequest (None: asks for none);
+* `fit`: HAMi's vendor Fit over a device list as given (walked from the end); `{vendor}` in an
+  annotation key is the row's name; without a `vendor` the case runs for every row of the family
+  (HAMi's TestDevices_Fit runs every Ascend chip);
+* `patch`: the pod annotations written for an allocation.
+
+Adding a vendor whose rules match an existing hook is a row in config/vendors.yaml plus one file here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hami.config import default_vendor_table
+from hami.device.allocation import allocation_annotations
+from hami.device.codec import CodecError
+from hami.device.model import ContainerDevice, ContainerDeviceRequest
+from hami.device.vendorregister import decode_one
+from hami.device.vendorrequest import vendor_request
+from hami.scheduler.fit import fit_vendor_devices
+from hami.scheduler.usage import DeviceState
+
+DATA = Path(__file__).parent / "data" / "vendors"
+FILES = sorted(DATA.glob("*.json"))
+TABLE = default_vendor_table()
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _cases(section: str):
+    out = []
+    for path in FILES:
+        doc = _load(path)
+        family = doc["vendor_family"]
+        for case in doc.get(section, ()):
+            vendors = [case["vendor"]] if "vendor" in case else [
+                v.name for v in TABLE.vendors if v.family == family]
+            for name in vendors:
+                out.append(pytest.param(name, case, id=f"{path.stem}:{name}:{case['name']}"))
+    return out
+
+
+def test_every_golden_file_names_its_hami_sources_and_a_table_family():
+    assert FILES, "no golden files"
+    families = {v.family for v in TABLE.vendors}
+    for path in FILES:
+        doc = _load(path)
+        assert doc["hami_tests"], path
+        assert doc["vendor_family"] in families, path
+
+
+@pytest.mark.parametrize(("vendor", "case"), _cases("register"))
+def test_register(vendor, case):
+    v = TABLE.get(vendor)
+    annos, capacity = case.get("annotations", {}), case.get("capacity", {})
+    if "error" in case or "error_prefix" in case:
+        with pytest.raises(CodecError) as err:
+            decode_one(v, case["node"], annos, capacity)
+        if "error" in case:
+            assert str(err.value) == case["error"]
+        else:
+            assert str(err.value).startswith(case["error_prefix"])
+        return
+    got = decode_one(v, case["node"], annos, capacity)
+    want = case["devices"]
+    assert len(got) == len(want)
+    for d, w in zip(got, want, strict=True):
+        assert d.vendor == vendor
+        for key, value in w.items():
+            assert getattr(d, key) == value, key
+
+
+@pytest.mark.parametrize(("vendor", "case"), _cases("requests"))
+def test_requests(vendor, case):
+    got = vendor_request({"resources": {"limits": case["limits"], "requests": dict(case["limits"])}}, TABLE.get(vendor))
+    if case["want"] is None:
+        assert got is None
+    else:
+        assert got == ContainerDeviceRequest(**case["want"])
+
+
+@pytest.mark.parametrize(("vendor", "case"), _cases("fit"))
+def test_fit(vendor, case):
+    v = TABLE.get(vendor)
+    devices = []
+    for d in case["devices"]:
+        s = DeviceState(id=d["id"], index=d["index"], count=d["count"], totalmem=d["totalmem"],
+                        totalcore=d["totalcore"], type=vendor, health=d["health"], vendor=vendor)
+        s.used, s.usedmem, s.usedcores = d["used"], d["usedmem"], d["usedcores"]
+        devices.append(s)
+    r = dict(case["request"])
+    r.setdefault("type", vendor)
+    annos = {k.replace("{vendor}", vendor): val for k, val in case["annotations"].items()}
+    fits, chosen, reason = fit_vendor_devices(devices, ContainerDeviceRequest(**r), v, annos)
+    assert fits is case["fits"]
+    assert reason == case["reason"]
+    if fits:
+        assert [c.uuid for c in chosen] == case["ids"]
+        assert all(c.type == vendor for c in chosen)
+
+
+@pytest.mark.parametrize(("vendor", "case"), _cases("patch"))
+def test_patch(vendor, case):
+    devices = tuple(tuple(ContainerDevice(**d) for d in ctr) for ctr in case["devices"])
+    assert allocation_annotations(devices, TABLE, case["now"]) == case["want"]

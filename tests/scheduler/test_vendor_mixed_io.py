@@ -1,0 +1,147 @@
+"""A mixed cluster through the real extender and the embedded API server: NVIDIA, Ascend 910B3
+(register annotation + its own handshake), Cambricon MLU (capacity only), a node with both NVIDIA
+and Ascend, and a node whose Ascend registration is malformed.
+
+An NVIDIA pod never lands on an Ascend card and the reverse, with HAMi's FailedNodes reasons; a pod
+asking for two vendors fits only where both are (elsewhere NodeInsufficientDevice, HAMi's answer);
+the malformed node alone is unregistered, its error naming the annotation key; vendor allocations
+are written under the vendor's keys and counted back from them."""
+
+from __future__ import annotations
+
+import pytest
+
+from hami.device import codec
+from hami.device.codec import ascend as ascend_codec
+from hami.device.model import DeviceInfo
+from tests.kube.helpers import eventually, node_obj, pod_obj
+from tests.kube.scheduler_env import requesting_now, running_env
+
+ASC = "Ascend910B3"
+ASC_REGISTER = f"hami.io/node-register-{ASC}"
+
+
+def ascend_register(node: str, n: int) -> str:
+    return codec.encode_node_devices(
+        DeviceInfo(id=f"{node}-npu-{i}", count=4, devmem=65536, devcore=100, type=ASC, index=i, health=True)
+        for i in range(n))
+
+
+def ascend_node(name: str, n: int = 2, *, nvidia: int = 0, register: str | None = None) -> dict:
+    obj = node_obj(name, nvidia, handshake=requesting_now() if nvidia else None, registered=bool(nvidia))
+    obj["metadata"]["annotations"][ASC_REGISTER] = register if register is not None else ascend_register(name, n)
+    obj["status"]["allocatable"][f"huawei.com/{ASC}"] = str(n)
+    obj["status"]["capacity"][f"huawei.com/{ASC}"] = str(n)
+    return obj
+
+
+def mlu_node(name: str, cards: int = 2) -> dict:
+    obj = node_obj(name, 0, registered=False)
+    obj["status"]["capacity"].update({"cambricon.com/mlu.smlu.vcore": str(100 * cards),
+                                      "cambricon.com/mlu.smlu.vmemory": str(64 * cards),
+                                      "cambricon.com/mlu": str(cards)})
+    return obj
+
+
+def vendor_pod(name: str, limits: dict, annotations: dict | None = None) -> dict:
+    pod = pod_obj(name, gpus=0, annotations=annotations)
+    pod["spec"]["containers"][0]["resources"]["limits"] = dict(limits)
+    return pod
+
+
+NODES = ["nv", "asc", "mlu", "mix", "bad"]
+
+
+@pytest.fixture
+async def env(apiserver):
+    nodes = [node_obj("nv", 2, handshake=requesting_now()), ascend_node("asc"), mlu_node("mlu"),
+             ascend_node("mix", 1, nvidia=1), ascend_node("bad", register='[{"id":"x","count":"four"}]')]
+    async with running_env(apiserver, nodes) as e:
+        await eventually(lambda: {"nv", "asc", "mlu", "mix"} <= set(e.sched.state.index.nodes))
+        yield e
+
+
+async def test_malformed_vendor_registration_marks_only_that_node_naming_the_key(env):
+    state = env.sched.state
+    assert "bad" not in state.index.nodes
+    assert state.registered["bad"].error.startswith(ASC_REGISTER + ": ")
+    pod = env.create_pod(vendor_pod("a0", {f"huawei.com/{ASC}": "1"}))
+    out = await env.filter(pod, NODES)
+    assert out["Error"] == "" and out["NodeNames"] in (["asc"], ["mix"])
+
+
+async def test_nvidia_pod_never_lands_on_ascend_or_mlu_cards(env):
+    for i in range(3):
+        pod = env.create_pod(pod_obj(f"g{i}", gpus=1, cores=100))
+        out = await env.filter(pod, NODES)
+        assert out["NodeNames"] in (["nv"], ["mix"]), out
+        annos = env.pod("default", f"g{i}")["metadata"]["annotations"]
+        [[dev], []] = codec.decode_pod_devices(annos[codec.ALLOCATED_ANNOTATION])
+        assert dev.type == "NVIDIA" and "npu" not in dev.uuid and "mlu" not in dev.uuid
+        assert not any(k.startswith("hami.io/Ascend") or k.startswith("huawei.com/") for k in annos)
+    pod = env.create_pod(pod_obj("g9", gpus=1, cores=100))
+    out = await env.filter(pod, NODES)
+    assert out["NodeNames"] is None
+    assert out["FailedNodes"] == {
+        "nv": "2/2 CardInsufficientMemory", "mix": "1/1 CardInsufficientMemory",
+        "asc": "NodeInsufficientDevice", "mlu": "NodeInsufficientDevice", "bad": "node unregistered",
+    }
+
+
+async def test_ascend_pod_lands_on_an_ascend_card_with_its_template(env):
+    pod = env.create_pod(vendor_pod("a1", {f"huawei.com/{ASC}": "1", f"huawei.com/{ASC}-memory": "12000"}))
+    out = await env.filter(pod, ["nv", "asc", "mlu"])
+    assert out["NodeNames"] == ["asc"]
+    annos = env.pod("default", "a1")["metadata"]["annotations"]
+    [[dev], []] = codec.decode_pod_devices(annos[f"hami.io/{ASC}-devices-allocated"])
+    assert dev.type == ASC and dev.uuid.startswith("asc-npu-") and dev.usedmem == 16384
+    assert annos[f"hami.io/{ASC}-devices-to-allocate"] == annos[f"hami.io/{ASC}-devices-allocated"]
+    assert ascend_codec.decode_runtime_info(annos[f"huawei.com/{ASC}"]) == ((dev.uuid, "vir05_1c_16g"),)
+    assert codec.ALLOCATED_ANNOTATION not in annos
+    usage = env.sched.state.index.node("asc").by_id[dev.uuid]
+    assert (usage.used, usage.usedmem) == (1, 16384)
+    # Too many cards: HAMi's reasons per node.
+    big = env.create_pod(vendor_pod("a2", {f"huawei.com/{ASC}": "3"}))
+    out = await env.filter(big, NODES)
+    assert out["FailedNodes"] == {"nv": "NodeInsufficientDevice", "asc": "NodeInsufficientDevice",
+                                  "mlu": "NodeInsufficientDevice", "mix": "NodeInsufficientDevice",
+                                  "bad": "node unregistered"}
+
+
+async def test_mlu_pod_pairs_memory_with_cores(env):
+    pod = env.create_pod(vendor_pod("m1", {"cambricon.com/mlu": "1", "cambricon.com/mlu.smlu.vmemory": "8",
+                                           "cambricon.com/mlu.smlu.vcore": "30"}))
+    out = await env.filter(pod, NODES)
+    assert out["NodeNames"] == ["mlu"]
+    annos = env.pod("default", "m1")["metadata"]["annotations"]
+    [[dev], []] = codec.decode_pod_devices(annos["hami.io/cambricon-mlu-devices-allocated"])
+    assert (dev.type, dev.usedmem, dev.usedcores) == ("MLU", 2048, 30)
+    idx = int(dev.uuid.rsplit("-", 1)[1])
+    assert annos["CAMBRICON_DSMLU_PROFILE"] == f"{idx}_30_8"
+    assert annos["CAMBRICON_DSMLU_ASSIGNED"] == "false"
+
+
+async def test_pod_asking_for_two_vendors_fits_only_where_both_are(env):
+    limits = {"nvidia.com/gpu": "1", f"huawei.com/{ASC}": "1"}
+    pod = env.create_pod(vendor_pod("two", limits))
+    out = await env.filter(pod, ["nv", "asc", "mlu", "bad"])
+    assert out["NodeNames"] is None
+    assert out["FailedNodes"] == {"nv": "NodeInsufficientDevice", "asc": "NodeInsufficientDevice",
+                                  "mlu": "NodeInsufficientDevice", "bad": "node unregistered"}
+    pod2 = env.create_pod(vendor_pod("two2", limits))
+    out = await env.filter(pod2, NODES)
+    assert out["NodeNames"] == ["mix"]
+    annos = env.pod("default", "two2")["metadata"]["annotations"]
+    [[nv], []] = codec.decode_pod_devices(annos[codec.ALLOCATED_ANNOTATION])
+    [[npu], []] = codec.decode_pod_devices(annos[f"hami.io/{ASC}-devices-allocated"])
+    assert (nv.type, npu.type) == ("NVIDIA", ASC)
+
+
+async def test_vendor_allocations_on_pods_are_counted_from_their_keys(env):
+    text = "asc-npu-0,Ascend910B3,32768,0:;"
+    pod = vendor_pod("placed", {f"huawei.com/{ASC}": "1"},
+                     annotations={"hami.io/vgpu-node": "asc", f"hami.io/{ASC}-devices-allocated": text})
+    env.create_pod(pod)
+    state = env.sched.state
+    await eventually(lambda: state.index.node("asc").by_id["asc-npu-0"].usedmem == 32768)
+    assert state.index.node("asc").by_id["asc-npu-0"].used == 1
