@@ -30,8 +30,12 @@ import grpc
 from hami.agent import allocate as alloc
 from hami.agent._pb import api_pb2 as pb
 from hami.agent._pb import api_pb2_grpc as pb_grpc
+from hami.agent.mig import MIG_ANNOTATION as MIG_ALLOCATIONS
+from hami.agent.mig import MigRequestError
 from hami.agent.register import PluginDevice, physical_id
+from hami.device.model import MODE_MIG
 from hami.device.nodeconfig import DeviceSettings
+from hami.gpu.mig import MigError
 from hami.kube.client import ApiError
 from hami.kube.nodelock import NodeLockError
 from hami.obs.log import get_logger
@@ -312,6 +316,8 @@ class PodAllocator:
         vgpu_lock_dir: str = alloc.VGPU_LOCK_DIR,
         lib_version: str = "",
         new_cache_name: Callable[[], str] = lambda: str(uuidlib.uuid4()),
+        mig=None,
+        gpus: Callable[[], Sequence] = tuple,
     ):
         self.client = client
         self.node_name = node_name
@@ -323,6 +329,8 @@ class PodAllocator:
         self.vgpu_lock_dir = vgpu_lock_dir
         self.lib_version = lib_version
         self.new_cache_name = new_cache_name
+        self.mig = mig  # hami.agent.migmgr.MigManager on a dynamic-MIG node
+        self.gpus = gpus  # the node's GPUs as last polled
         self._lock = asyncio.Lock()
         # Pods returned by our own patches: newer than the informer until it catches up.
         self._fresh: dict[str, dict] = {}
@@ -427,10 +435,13 @@ class PodAllocator:
                     license_exists=_exists(f"{self.hook_path}/vgpu/license"),
                 )
                 await asyncio.to_thread(self._prepare_dirs, plan.containers)
+                containers, mig_text = list(plan.containers), None
+                if self.mig is not None and self.settings().mode == MODE_MIG:
+                    containers, mig_text = await self.mig.apply(pod, plan.containers, self.gpus())
             except asyncio.CancelledError:
                 await self._abandon(pod, owns_lock)
                 raise
-            except (alloc.AllocationError, OSError) as exc:
+            except (alloc.AllocationError, OSError, MigRequestError, MigError) as exc:
                 await self._fail(pod, owns_lock)
                 self.failures += 1
                 log.warning("Allocate failed", pod=ref, node=self.node_name, error=str(exc))
@@ -438,6 +449,8 @@ class PodAllocator:
             anns: dict[str, str] = {alloc.ANN_TO_ALLOCATE: plan.remaining_text}
             if plan.done:
                 anns[alloc.ANN_BIND_PHASE] = alloc.PHASE_SUCCESS
+            if mig_text:
+                anns[MIG_ALLOCATIONS] = mig_text  # migUUID, gpuInstanceID, computeInstanceID filled in
             meta = pod["metadata"]
             try:
                 patched = await self.client.patch_pod(meta["namespace"], meta["name"],
@@ -456,7 +469,7 @@ class PodAllocator:
             self.allocations += 1
             log.info("Allocated", pod=ref, node=self.node_name,
                      containers=[c.container for c in plan.containers], done=plan.done)
-            return plan.containers
+            return containers
 
     async def _abandon(self, pod: dict, owns_lock: bool) -> None:
         """Allocate was cancelled (kubelet gave up, or the agent is stopping) before the pod was

@@ -14,13 +14,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Sequence
 
 from hami.agent.deviceplugin import DevicePluginServer, PodAllocator
-from hami.agent.register import build_devices, plugin_devices, same_devices
+from hami.agent.mig import with_mig_profiles
+from hami.agent.migmgr import MigManager
+from hami.agent.register import build_devices, filtered, plugin_devices, same_devices
 from hami.device import codec
-from hami.device.model import DeviceInfo
+from hami.device.model import MODE_MIG, DeviceInfo, MigProfileAllow
 from hami.device.nodeconfig import DeviceSettings, settings_for_node
-from hami.gpu import GpuBackend, make_backend
+from hami.gpu import GpuBackend, GpuInfo, make_backend
+from hami.gpu.mig import MigControl
 from hami.gpu.topology import TopologySource, asymmetric_pairs, pair_scores
 from hami.obs.log import get_logger
 
@@ -46,7 +50,8 @@ class Agent:
 
     def __init__(self, client, node_name: str, backend: GpuBackend, settings: DeviceSettings, *,
                  socket_dir: str, hook_path: str, register_interval: float = 30.0,
-                 tick: float = 0.5, lib_version: str = "", topology_score: bool = False):
+                 tick: float = 0.5, lib_version: str = "", topology_score: bool = False,
+                 mig_allowlist: Sequence[MigProfileAllow] = ()):
         from hami.kube.informer import Informer
         from hami.kube.nodelock import NodeLocker
 
@@ -59,10 +64,14 @@ class Agent:
         self.nodes = Informer(client, "nodes", field_selector=f"metadata.name={node_name}")
         self.pods = Informer(client, "pods", field_selector=f"spec.nodeName={node_name}")
         self.locker = NodeLocker(client, self.nodes, lambda ns, name: self.pods.store.get(f"{ns}/{name}"))
+        # Dynamic MIG (operating mode "mig"): the agent creates and destroys the slices.
+        self.mig = MigManager(backend, mig_allowlist) \
+            if settings.mode == MODE_MIG and isinstance(backend, MigControl) else None
+        self.gpus: tuple[GpuInfo, ...] = ()
         self.allocator = PodAllocator(
             client, node_name, lambda: self.pods.store, lambda: self.nodes.store, lambda: self.settings,
             hook_path,
-            locker=self.locker, lib_version=lib_version,
+            locker=self.locker, lib_version=lib_version, mig=self.mig, gpus=lambda: self.gpus,
         )
         self.plugin = DevicePluginServer(socket_dir, self.allocator,
                                          preferred_allocation=settings.enable_get_preferred_allocation)
@@ -119,8 +128,12 @@ class Agent:
         """Poll GPUs, update kubelet's list, patch the registration (and pair scores) where they
         differ from what the Node carries. True if patched."""
         gpus = await self._call(self.backend.list_gpus)
+        self.gpus = tuple(gpus)
         await self.plugin.set_devices(plugin_devices(gpus, self.settings))
         devices = build_devices(gpus, self.settings)
+        if self.mig is not None:
+            await self.mig.reconcile(filtered(gpus, self.settings), self.pods.store.values())
+            devices = with_mig_profiles(devices, await self.mig.register_profiles(filtered(gpus, self.settings)))
         annotations: dict[str, str] = {}
         current = self._node_devices()
         if current is None or not same_devices(current, devices):
@@ -196,7 +209,8 @@ async def run(ctx) -> None:
     try:
         agent = Agent(client, node_name, backend, settings, socket_dir=cfg.agent.kubelet_socket_dir,
                       hook_path=cfg.agent.hook_path, register_interval=cfg.agent.register_interval,
-                      topology_score=os.environ.get("ENABLE_TOPOLOGY_SCORE") == "true")
+                      topology_score=os.environ.get("ENABLE_TOPOLOGY_SCORE") == "true",
+                      mig_allowlist=cfg.nvidia.mig_profile_allowlist)
         await agent.run(ctx.stop, ctx.ready)
     finally:
         backend.close()

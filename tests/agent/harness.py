@@ -103,7 +103,7 @@ class NodeHarness:
 
     async def create_pod(self, name: str, containers: dict[str, int], to_allocate: str, *,
                          init: dict[str, int] | None = None, env: dict | None = None, bind_time: int = 100,
-                         lock: bool = True) -> dict:
+                         lock: bool = True, annotations: dict | None = None) -> dict:
         def ctr(n, gpus):
             c = {"name": n, "image": "cuda"}
             if gpus:
@@ -121,7 +121,7 @@ class NodeHarness:
                 "hami.io/vgpu-devices-to-allocate": to_allocate,
                 "hami.io/vgpu-devices-allocated": to_allocate,
                 "hami.io/vgpu-node": NODE, "hami.io/bind-phase": "allocating",
-                "hami.io/bind-time": str(bind_time)}},
+                "hami.io/bind-time": str(bind_time), **(annotations or {})}},
             "spec": spec}, "default")
         if lock:
             await self.lock_node("default", name)
