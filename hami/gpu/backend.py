@@ -26,8 +26,8 @@ class GpuInfo:
     memory_used_mib: int = 0
     numa: int = 0
     healthy: bool = True
-    utilization: int = 0  # percent, NVML utilization.gpu
-    memory_utilization: int = 0  # percent, NVML utilization.memory
+    utilization: int | None = 0  # percent, NVML utilization.gpu; None when NVML failed to say
+    memory_utilization: int | None = 0  # percent, NVML utilization.memory; None likewise
     minor: int = -1  # /dev/nvidia<minor>; -1 when unknown
     memory_supported: bool = True  # False when NVML answered NOT_SUPPORTED for memory info
 
@@ -41,7 +41,8 @@ class GpuBackend(Protocol):
         ...
 
     def process_utilization(self, uuid: str) -> dict[int, int]:
-        """host PID -> SM utilization percent of the processes running on GPU `uuid` right now."""
+        """host PID -> SM utilization percent of the processes running on GPU `uuid` right now
+        ({} when there were none); raises GpuBackendError when the GPU could not be asked."""
         ...
 
     def close(self) -> None:

@@ -83,6 +83,8 @@ class NvmlBackend:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._proc_seen: dict[str, int] = {}
+        self.errors: dict[str, int] = {}  # NVML call -> failures (their values were left unknown)
+        self.last_error = ""
         self._xids: dict[str, dict[int, int]] = {}  # uuid -> XID code -> events (ignored ones too)
         from hami.gpu.nvml_extra import NvmlMig
 
@@ -119,12 +121,13 @@ class NvmlBackend:
             if getattr(exc, "value", None) != nv.NVML_ERROR_NOT_SUPPORTED:
                 raise
             supported = False
-        util = mem_util = 0
+        util: int | None = None  # a failed read stays unknown: the metric is left out, never 0
+        mem_util: int | None = None
         try:
             rates = nv.nvmlDeviceGetUtilizationRates(h)
             util, mem_util = int(rates.gpu), int(rates.memory)
-        except nv.NVMLError:
-            pass
+        except nv.NVMLError as exc:
+            self._count_error("nvmlDeviceGetUtilizationRates", exc)
         try:
             minor = int(nv.nvmlDeviceGetMinorNumber(h))
         except nv.NVMLError:
@@ -149,13 +152,21 @@ class NvmlBackend:
             memory_supported=supported,
         )
 
+    def _count_error(self, call: str, exc: Exception) -> None:
+        key = f"{call}: {exc}"
+        self.errors[call] = self.errors.get(call, 0) + 1
+        self.last_error = key
+
     def process_utilization(self, uuid: str) -> dict[int, int]:
         nv = self._nv
         try:
             h = nv.nvmlDeviceGetHandleByUUID(uuid)
             samples = nv.nvmlDeviceGetProcessUtilization(h, self._proc_seen.get(uuid, 0))
-        except nv.NVMLError:
-            return {}
+        except nv.NVMLError as exc:
+            if getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_NOT_FOUND", 6):
+                return {}  # documented: no samples since the last timestamp (nothing ran)
+            self._count_error("nvmlDeviceGetProcessUtilization", exc)
+            raise GpuBackendError(f"nvml: process utilization of {uuid}: {exc}") from None
         out: dict[int, int] = {}
         newest = self._proc_seen.get(uuid, 0)
         for s in samples:

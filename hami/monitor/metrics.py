@@ -69,6 +69,7 @@ class MonitorStats:
     """Counters shared by the scrape path and the feedback loop (guarded by `lock`)."""
 
     cache_errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
+    backend_errors: dict[str, int] = field(default_factory=dict)  # GPU backend call -> failed reads
     repaired_total: int = 0
     repaired_now: int = 0
     unresolved_now: int = 0
@@ -178,8 +179,15 @@ class MonitorCollector:
                 labels=["reason"])
             for reason, n in sorted(s.cache_errors.items()):
                 errors.add_metric([reason], n)
+            backend_errors = CounterMetricFamily(
+                "hami_monitor_gpu_backend_errors",
+                "GPU backend reads that failed (their metrics are left out for that GPU), by call",
+                labels=["call"])
+            for call, n in sorted(s.backend_errors.items()):
+                backend_errors.add_metric([call], n)
             extra = [
                 errors,
+                backend_errors,
                 _counter("hami_monitor_hostpid_repaired_slots",
                          "Process slots whose host PID the monitor repaired (distinct slots since start)",
                          s.repaired_total),
@@ -232,10 +240,14 @@ class MonitorCollector:
                     uuid = item.region.uuid(d)
                     if uuid not in samples:
                         samples[uuid] = self._process_utilization(uuid)
+                    sampled = samples[uuid]
+                    if sampled is None:
+                        per_dev[d] = None  # NVML failed for this GPU: its SM utilization is left out
+                        continue
                     total = 0
                     for slot in item.region.procs + item.region.exited:
                         hp = fixed.get(slot.index)
-                        total += samples[uuid].get(hp, 0) if hp is not None else slot.sm_util[d]
+                        total += sampled.get(hp, 0) if hp is not None else slot.sm_util[d]
                     per_dev[d] = total
                 overrides[item.path] = per_dev
         with self.stats.lock:
@@ -245,7 +257,12 @@ class MonitorCollector:
         self._repaired_live = live
         return overrides
 
-    def _process_utilization(self, uuid: str) -> dict[int, int]:
+    def _backend_error(self, call: str) -> None:
+        with self.stats.lock:
+            self.stats.backend_errors[call] = self.stats.backend_errors.get(call, 0) + 1
+
+    def _process_utilization(self, uuid: str) -> dict[int, int] | None:
+        """host PID -> SM %, or None when a backend failed: the repaired utilization is then unknown."""
         if not uuid:
             return {}
         out: dict[int, int] = {}
@@ -253,8 +270,10 @@ class MonitorCollector:
             try:
                 out.update(backend.process_utilization(uuid))
             except Exception as exc:  # a backend failure must not fail the scrape
+                self._backend_error("process_utilization")
                 if self.limiter.allow(("backend", "process_utilization")):
                     self.warn("GPU backend: per-process utilization failed", uuid=uuid, error=str(exc))
+                return None
         return out
 
     def _container(self, fams: _Families, item: Loaded, sm_override: dict[int, int] | None, now: float) -> None:
@@ -339,6 +358,8 @@ class MonitorCollector:
                 if self.limiter.allow(("backend", "health", node)):
                     self.warn("GPU backend: reading GPU health failed", node=node, error=str(exc))
         for g in gpus:
+            if g.utilization is None:
+                self._backend_error("utilization")
             dtype = "NVIDIA-" + g.name
             labels = [node, str(g.index), g.uuid, dtype, ZONE]
             if getattr(g, "memory_supported", True):
@@ -414,7 +435,9 @@ class _Families:
                 "Device_memory_desc_of_container", "Container device memory description",
                 labels=LEGACY_CTR_LABELS[:-1] + ["context", "module", "data", "offset", "zone"])
 
-    def ctr(self, name: str, labels: list[str], value: float) -> None:
+    def ctr(self, name: str, labels: list[str], value: float | None) -> None:
+        if value is None:
+            return  # not measured (an NVML error): the sample is absent, never a made-up 0
         self.f[name].add_metric(labels, value)
 
     host = ctr

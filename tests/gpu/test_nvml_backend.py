@@ -15,9 +15,11 @@ import types
 
 import pytest
 
+from hami.gpu.backend import GpuBackendError
 from hami.gpu.nvml import NvmlBackend
 
-NOT_SUPPORTED, TIMEOUT, UNKNOWN = 3, 10, 999
+# nvmlReturn_t values from NVML's documentation (nvml.h)
+NOT_SUPPORTED, NOT_FOUND, TIMEOUT, GPU_IS_LOST, UNKNOWN = 3, 6, 10, 15, 999
 
 
 class NVMLError(Exception):
@@ -30,6 +32,7 @@ def fake_pynvml(gpus, events: queue.Queue):
     nv = types.SimpleNamespace()
     nv.NVMLError = NVMLError
     nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_TIMEOUT = NOT_SUPPORTED, TIMEOUT
+    nv.NVML_ERROR_NOT_FOUND, nv.NVML_ERROR_GPU_IS_LOST = NOT_FOUND, GPU_IS_LOST
     nv.nvmlEventTypeXidCriticalError, nv.nvmlEventTypeDoubleBitEccError = 8, 2
     nv.nvmlEventTypeSingleBitEccError = 1
     nv.calls = []
@@ -49,10 +52,19 @@ def fake_pynvml(gpus, events: queue.Queue):
         return types.SimpleNamespace(total=h["mem"] * 1024 * 1024, used=h["used"] * 1024 * 1024)
 
     nv.nvmlDeviceGetMemoryInfo = mem
-    nv.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=h["util"], memory=7)
+    def rates(h):
+        if h.get("util_error"):
+            raise NVMLError(h["util_error"])
+        return types.SimpleNamespace(gpu=h["util"], memory=7)
+
+    nv.nvmlDeviceGetUtilizationRates = rates
     nv.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=h["bus"].encode())
-    nv.nvmlDeviceGetProcessUtilization = lambda h, ts: [
-        types.SimpleNamespace(pid=p, smUtil=u, timeStamp=100) for p, u in h.get("procs", {}).items()]
+    def process_samples(h, ts):
+        if h.get("proc_error"):
+            raise NVMLError(h["proc_error"])
+        return [types.SimpleNamespace(pid=p, smUtil=u, timeStamp=100) for p, u in h.get("procs", {}).items()]
+
+    nv.nvmlDeviceGetProcessUtilization = process_samples
     nv.nvmlEventSetCreate = lambda: "set"
     nv.nvmlEventSetFree = lambda es: nv.calls.append("free")
     nv.nvmlDeviceGetSupportedEventTypes = lambda h: 0xFF
@@ -145,3 +157,33 @@ def test_healthchecks_disabled_starts_no_watcher(env):
     assert b._thread is None
     assert all(g.healthy for g in b.list_gpus())
     b.close()
+
+
+def test_failed_utilization_read_is_unknown_and_counted_never_zero(env):
+    """NVML_ERROR_GPU_IS_LOST from nvmlDeviceGetUtilizationRates: that GPU's utilization is None
+    (the monitor leaves its metric out), the other GPU still reports, and the failure is counted."""
+    env.gpus[0]["util_error"] = GPU_IS_LOST
+    b = NvmlBackend(env={}, sysfs_root=env.sysfs, watch_health=False)
+    try:
+        a, gh = b.list_gpus()
+        assert (a.utilization, a.memory_utilization) == (None, None)
+        assert (gh.utilization, gh.memory_utilization) == (0, 7)
+        assert b.errors == {"nvmlDeviceGetUtilizationRates": 1}
+        assert b.last_error == "nvmlDeviceGetUtilizationRates: nvml error 15"
+    finally:
+        b.close()
+
+
+def test_process_samples_not_found_is_empty_but_other_errors_raise(env):
+    """NVML documents NOT_FOUND as "no samples since lastSeenTimeStamp": an honest empty answer.
+    Any other error (GPU lost) raises, so the caller cannot mistake it for idle processes."""
+    b = NvmlBackend(env={}, sysfs_root=env.sysfs, watch_health=False)
+    try:
+        env.gpus[0]["proc_error"] = NOT_FOUND
+        assert b.process_utilization("GPU-a") == {}
+        env.gpus[0]["proc_error"] = GPU_IS_LOST
+        with pytest.raises(GpuBackendError, match="process utilization of GPU-a: nvml error 15"):
+            b.process_utilization("GPU-a")
+        assert b.errors == {"nvmlDeviceGetProcessUtilization": 1}
+    finally:
+        b.close()

@@ -286,3 +286,49 @@ def test_mig_device_info_comes_from_the_allocations_annotation(tmp_path):
                                             "vdeviceid": "0", "deviceuuid": U0, "instanceid": "13",
                                             "zone": "vGPU"}) == 1
     assert generate_latest(reg).count(b"hami_mig_device_info{") == 1
+
+
+def test_nvml_errors_leave_that_gpus_metrics_out_and_are_counted_never_zero(tmp_path):
+    """GPU U0's utilization reads fail (NVML error): its host utilization and its containers'
+    repaired SM utilization are absent, U1 still reports, and each failed read is counted."""
+    import dataclasses
+
+    from hami.gpu.backend import GpuBackendError
+
+    cache_file(str(tmp_path / "containers"), UID, "main", [Dev(U0), Dev(U1)],
+               [Proc(pid=12, hostpid=12, used={0: 100}), Proc(pid=13, hostpid=0, used={1: 5})])
+    proc = str(tmp_path / "proc")
+    write_fake_proc(proc, 36103, [36103, 12], cgroup_line(UID, "cid-main"))
+    write_fake_proc(proc, 36104, [36104, 13], cgroup_line(UID, "cid-main"))
+    fake = FakeBackend(fake_gpus(str(tmp_path / "gpus.yaml"), [
+        {"uuid": U0, "memory_mib": 40960, "utilization": 60, "processes": [{"pid": 36103, "sm_util": 41}]},
+        {"uuid": U1, "memory_mib": 40960, "index": 1, "utilization": 20,
+         "processes": [{"pid": 36104, "sm_util": 17}]},
+    ]))
+
+    class LosingU0:
+        name = "fake"
+
+        def list_gpus(self):
+            return [dataclasses.replace(g, utilization=None, memory_utilization=None) if g.uuid == U0 else g
+                    for g in fake.list_gpus()]
+
+        def process_utilization(self, uuid):
+            if uuid == U0:
+                raise GpuBackendError(f"nvml: process utilization of {uuid}: GPU is lost")
+            return fake.process_utilization(uuid)
+
+    reg, _ = make(tmp_path, [pod(UID, cids={"main": "cid-main"})], backend=LosingU0(), warn=lambda *a, **k: None)
+    host0 = {"node": "node-1", "device_index": "0", "device_uuid": U0,
+             "device_type": "NVIDIA-NVIDIA Fake GPU", "zone": "vGPU"}
+    host1 = {**host0, "device_index": "1", "device_uuid": U1}
+    assert reg.get_sample_value("hami_host_gpu_utilization_ratio", host0) is None
+    assert reg.get_sample_value("hami_host_gpu_utilization_ratio", host1) == 20
+    assert reg.get_sample_value("hami_container_device_utilization_ratio", lbl()) is None
+    assert reg.get_sample_value("hami_vgpu_core_used_percent", lbl()) is None
+    assert reg.get_sample_value("hami_vgpu_memory_used_bytes", lbl()) == 100  # memory comes from the cache file
+    assert reg.get_sample_value("hami_vgpu_core_used_percent", lbl(d=1, uuid=U1)) == 17
+    # every get_sample_value above was a scrape (6 so far); this one is the 7th: one failed read of each per scrape
+    errors = {s.labels["call"]: s.value for f in text_string_to_metric_families(generate_latest(reg).decode())
+              if f.name == "hami_monitor_gpu_backend_errors" for s in f.samples if s.name.endswith("_total")}
+    assert errors == {"process_utilization": 7.0, "utilization": 7.0}
