@@ -5,7 +5,9 @@
 
 Gathers the pod, its events, the nodes, the namespace's ResourceQuotas and the scheduler's health
 (`hami.doctor.gather`), walks the runbook's decision tree (`hami.doctor.tree.diagnose_pod`) and
-prints the leaf reached, the evidence and the fix. Exit code 0 when the pod is fine, 1 when a
+prints the leaf reached, the evidence and the fix; for a pod that is not fine, `whatif:` names the
+one change (split count, memory scaling, a policy, uncordoning GPUs, lifting the quota) under which
+the scheduler's own code would place it (`hami.whatif.suggest.single_change_fits`). Exit code 0 when the pod is fine, 1 when a
 problem leaf was reached, 2 on usage errors.
 """
 
@@ -27,6 +29,10 @@ OK_LEAVES = ("not-pending",)
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("pod", metavar="NAMESPACE/NAME", help="the pod to diagnose (NAME alone: namespace default)")
     gather.add_common_flags(parser)
+    parser.add_argument("--node-scheduler-policy", default="binpack", help="the scheduler's node policy (for whatif)")
+    parser.add_argument("--gpu-scheduler-policy", default="spread", help="the scheduler's GPU policy (for whatif)")
+    parser.add_argument("--no-whatif", dest="whatif", action="store_false",
+                        help="skip the whatif probe (one snapshot of nodes, pods and quotas)")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -57,15 +63,38 @@ async def diagnose(client, args: argparse.Namespace, now: float | None = None) -
     return diagnose_pod(facts)
 
 
+async def would_fit_if(client, args: argparse.Namespace) -> str | None:
+    """whatif: the one change under which this pending pod would be placed (hami.whatif.suggest)."""
+    from hami.whatif.cluster import SnapshotError, parse_snapshot
+    from hami.whatif.engine import SchedulerDefaults
+    from hami.whatif.snapshot import take_with
+    from hami.whatif.suggest import single_change_fits
+
+    ns, _, name = args.pod.rpartition("/")
+    try:
+        cluster = parse_snapshot(await take_with(client), "live cluster")
+    except SnapshotError as exc:
+        return f"(no whatif: {exc})"
+    defaults = SchedulerDefaults(node_policy=args.node_scheduler_policy, gpu_policy=args.gpu_scheduler_policy,
+                                 scheduler_name=args.scheduler_name)
+    change = single_change_fits(cluster, ns or "default", name, defaults)
+    return f"this pod would fit if {change}" if change else None
+
+
 async def main(args: argparse.Namespace) -> int:
     client = await gather.client_from_args(args)
+    whatif = None
     try:
         d = await diagnose(client, args)
+        if d.leaf not in OK_LEAVES and args.whatif:
+            whatif = await would_fit_if(client, args)
     except ApiError as exc:
         print(f"hami doctor pod: {args.pod}: {exc}", file=sys.stderr)
         return 2 if exc.not_found else 1
     finally:
         await client.close()
-    sys.stdout.write(orjson.dumps(d.as_dict(), option=orjson.OPT_INDENT_2).decode() + "\n" if args.json
-                     else render_diagnosis(d))
+    if args.json:
+        sys.stdout.write(orjson.dumps({**d.as_dict(), "whatif": whatif}, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(render_diagnosis(d) + (f"  whatif: {whatif}\n" if whatif else ""))
     return 0 if d.leaf in OK_LEAVES else 1

@@ -9,6 +9,8 @@
 - pods that never use their cores: a core limit (gpucores) set, and a peak SM use of 0 on every
   device the metrics show for the pod;
 - nodes with pending pods: Pending pods that ask for HAMi resources, by node where one is known.
+
+`whatif_scenario(r)` hands the recommendation to `hami whatif` as a scenario document.
 """
 
 from __future__ import annotations
@@ -228,6 +230,17 @@ def recommend(pods: Sequence[PodInfo], usage: Mapping[DeviceKey, PeakUsage], nod
                       + "; ".join(f"{n}: {len(v)}" for n, v in sorted(pending.items())))
     return Recommendations(scaling, req, peak, len(measured), split, dist, why, tuple(idle),
                            {k: tuple(v) for k, v in sorted(pending.items())}, tuple(advice))
+
+
+def whatif_scenario(r: Recommendations, current_scaling: float = 1.0, current_split: int = 10) -> dict:
+    """The recommendation as a `hami whatif --scenario` document: one scenario, "tune", changing
+    what the recommendation changes (deviceMemoryScaling, deviceSplitCount), to try before applying."""
+    changes: dict = {}
+    if r.memory_scaling is not None and r.memory_scaling > 0 and r.memory_scaling != current_scaling:
+        changes["deviceMemoryScaling"] = r.memory_scaling
+    if r.split_count is not None and r.split_count != current_split:
+        changes["deviceSplitCount"] = r.split_count
+    return {"scenarios": [{"name": "tune", "changes": changes}]}
 
 
 def render(r: Recommendations) -> str:

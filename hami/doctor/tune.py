@@ -4,6 +4,7 @@
               [--samples 6 --interval 10]        # scrape each monitor N times; peaks over the window
     hami tune --prometheus-url http://prometheus:9090 [--window 7d]   # max_over_time over the window
     hami tune ... [--device-memory-scaling 1.0] [--device-split-count 10] [--json]
+    hami tune ... --whatif-scenario tune.yaml      # then: hami whatif --scenario tune.yaml
 
 Prints: the safe memory over-commit ratio (sum requested / sum peak used x 0.9), a deviceSplitCount
 from the memory-request distribution, pods that never use their cores, and nodes with pending
@@ -31,6 +32,7 @@ from hami.doctor.recommend import (
     pod_info,
     recommend,
     render,
+    whatif_scenario,
 )
 
 
@@ -47,6 +49,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device-memory-scaling", type=float, default=1.0, help="the current deviceMemoryScaling")
     parser.add_argument("--device-split-count", type=int, default=10, help="the current deviceSplitCount")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--whatif-scenario", default="", metavar="FILE",
+                        help="also write the recommendation as a `hami whatif --scenario` file, to try it first")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -116,4 +120,16 @@ async def main(args: argparse.Namespace) -> int:
         await client.close()
     sys.stdout.write(orjson.dumps(rec.as_dict(), option=orjson.OPT_INDENT_2).decode() + "\n" if args.json
                      else render(rec))
+    if args.whatif_scenario:
+        write_scenario(args.whatif_scenario, whatif_scenario(rec, args.device_memory_scaling, args.device_split_count))
+        print(f"hami tune: wrote {args.whatif_scenario}; try it: hami whatif --scenario {args.whatif_scenario}",
+              file=sys.stderr)
     return 0
+
+
+def write_scenario(path: str, doc: dict) -> None:
+    import yaml
+
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("# hami tune's recommendation: hami whatif --snapshot SNAPSHOT --scenario " + path + "\n")
+        yaml.safe_dump(doc, f, sort_keys=False)

@@ -65,14 +65,19 @@ async def take(settings: KubeSettings) -> dict:
     """A snapshot document of the live cluster: GET/LIST only, nothing is written."""
     client = await KubeClient.from_settings(settings)
     try:
-        items: list[dict] = []
-        for resource in ("nodes", "pods", "resourcequotas"):
-            items += await _list_all(client, resource)
-        for cm in await _list_all(client, "configmaps"):
-            if any(k in (cm.get("data") or {}) for k in CONFIG_KEYS):
-                items.append(cm)
+        return await take_with(client)
     finally:
         await client.close()
+
+
+async def take_with(client: KubeClient) -> dict:
+    """`take` over a client the caller owns (hami doctor pod)."""
+    items: list[dict] = []
+    for resource in ("nodes", "pods", "resourcequotas"):
+        items += await _list_all(client, resource)
+    for cm in await _list_all(client, "configmaps"):
+        if any(k in (cm.get("data") or {}) for k in CONFIG_KEYS):
+            items.append(cm)
     return {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}
 
 

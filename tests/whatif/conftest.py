@@ -10,3 +10,11 @@ import structlog
 def _reset_logging():
     yield
     structlog.reset_defaults()
+
+
+@pytest.fixture
+def cli_out(capsys):
+    """capsys for in-process CLI runs: logging is reset before capsys closes (and before an
+    `apiserver` requested earlier stops and logs)."""
+    yield capsys
+    structlog.reset_defaults()
