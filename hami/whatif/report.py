@@ -140,10 +140,26 @@ def render_diff(results: list[Result]) -> list[str]:
     return lines
 
 
+def render_side_by_side(results: list[Result]) -> list[str]:
+    """One column per scenario, one row per total: the comparison at a glance."""
+    if len(results) < 2:
+        return []
+    rows = [("pods placed", "placed", str), ("pods pending", "pending", str), ("GPUs used", "gpus_used", str),
+            ("memory allocated", "mem_allocated", _gib), ("stranded memory", "stranded_mem", _gib),
+            ("cores allocated %", "cores_allocated", str), ("fragmentation", "fragmentation", lambda v: f"{v:.2f}")]
+    totals = [r.totals() for r in results]
+    width = max(14, *(len(r.scenario) + 2 for r in results))
+    lines = ["== side by side", f"{'':<20}" + "".join(f"{r.scenario:>{width}}" for r in results)]
+    for label, key, fmt in rows:
+        lines.append(f"{label:<20}" + "".join(f"{fmt(t[key]):>{width}}" for t in totals))
+    return lines + [""]
+
+
 def render_text(results: list[Result], warnings: list[str] | tuple[str, ...] = ()) -> str:
     lines = [f"warning: {w}" for w in warnings]
     for r in results:
         lines += render_result(r)
         lines.append("")
+    lines += render_side_by_side(results)
     lines += render_diff(results)
     return "\n".join(lines).rstrip() + "\n"

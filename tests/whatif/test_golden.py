@@ -186,3 +186,42 @@ scenarios: [{name: spread, changes: {nodeSchedulerPolicy: spread}}]
     assert spread["pods"][2] == {"pod": "default/b-0", "node": None, "devices": None,
                                  "reasons": ["CardInsufficientMemory"], "message": spread["pods"][2]["message"]}
     assert len(spread["nodes"]) == 2 and spread["nodes"][0]["gpus"][0]["memUsed"] == 20000
+
+
+def test_side_by_side_columns_per_scenario():
+    doc = snap.listing(snap.node("a"), snap.node("b"))
+    text = render_text(run(doc, """
+workloads: [{name: s, count: 2, memory: 20000}, {name: b, count: 1, memory: 40000}]
+scenarios: [{name: spread, changes: {nodeSchedulerPolicy: spread}}]
+"""))
+    block = text.split("== side by side\n")[1].split("\n\n")[0].splitlines()
+    assert block[0].split() == ["baseline", "spread"]
+    assert block[1].split() == ["pods", "placed", "3", "2"]
+    assert block[2].split() == ["pods", "pending", "0", "1"]
+
+
+def test_per_node_changes_apply_only_to_matching_nodes():
+    doc = snap.listing(snap.node("pool-a-0", count=1), snap.node("pool-b-0", count=1))
+    res = by_name(run(doc, """
+workloads: [{name: p, count: 4, memory: 1000}]
+scenarios:
+  - {name: a-split, changes: {nodes: [{name: "pool-a-*", deviceSplitCount: 3}]}}
+"""))
+    assert res["baseline"].placed == 2
+    split = res["a-split"]
+    assert split.placed == 4
+    assert {n.name: n.cards[0].slots for n in split.nodes} == {"pool-a-0": 3, "pool-b-0": 1}
+
+
+def test_replay_window_and_namespace_pick_the_pods_to_replay():
+    doc = snap.listing(
+        snap.node("a", gpus=2),
+        snap.pod("old", "ml", mem=30000, node="a", card=0, created="2026-11-23T00:00:00Z"),
+        snap.pod("new", "ml", mem=30000, node="a", card=1, created="2026-11-24T12:00:00Z"),
+        snap.pod("other", "web", mem=5000, node="a", card=1, created="2026-11-24T12:00:00Z"))
+    res = run(doc, """
+workloads: [{replay: {since: "2026-11-24T00:00:00Z", namespace: ml}}]
+""")[0]
+    # Only ml/new is replayed; ml/old and web/other keep their cards, so it lands where it was.
+    assert [(o.pod, o.node) for o in res.outcomes] == [("ml/new", "a")]
+    assert res.nodes[0].cards[1].mem_used == 35000

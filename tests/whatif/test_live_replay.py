@@ -114,3 +114,19 @@ async def test_whatif_snapshot_command_reads_the_live_cluster(apiserver, tmp_pat
     plan = parse_plan({}, "p")
     result = run_scenario(cluster, plan.scenarios[0], plan)
     assert [(o.pod, o.reasons) for o in result.outcomes] == [("ml/wait", ("ResourceQuotaNotFit",))]
+
+
+async def test_whatif_on_the_live_cluster_reads_and_replays(apiserver, cli_out):
+    apiserver.store.create("nodes", "", node_obj("n0", gpus=1, count=1))
+    apiserver.store.create("pods", "default", pod_obj("a", mem=1000))
+    apiserver.store.create("pods", "default", pod_obj("b", mem=1000))
+    argv = ["whatif", "--kubeconfig", apiserver.kubeconfig, "--format", "json"]
+    assert await asyncio.to_thread(main, argv) == 0
+    doc = json.loads(cli_out.readouterr().out)
+    pods = doc["scenarios"][0]["pods"]
+    assert [(p["pod"], p["node"]) for p in pods] == [("default/a", "n0"), ("default/b", None)]
+    assert pods[1]["reasons"] == ["CardTimeSlicingExhausted"]
+    # Nothing was written: both pods are still unplaced in the API server.
+    for name in ("a", "b"):
+        assert codec.VGPU_NODE_ANNOTATION not in (apiserver.store.get("pods", "default", name)["metadata"]
+                                                  .get("annotations") or {})
