@@ -1,7 +1,11 @@
 """Reads the live cluster into the facts the pure decision modules (`tree`, `recommend`) take.
 
-The only I/O of `hami doctor`: pods, events, nodes, ResourceQuotas and the leader Lease through
-`hami.kube.client.KubeClient`, and the scheduler's /healthz over HTTP.
+The only I/O of `hami doctor`: pods, events, nodes, ResourceQuotas, the leader Lease and the
+chart's device ConfigMap through `hami.kube.client.KubeClient`, and the scheduler's /healthz over HTTP.
+
+The doctor reads the deployment that is really there (`installation`): the namespace the chart was
+installed into (`--hami-namespace`, else the namespace of the chart's device ConfigMap, found by the
+label the chart sets), and the device config in that ConfigMap (custom resource names included).
 """
 
 from __future__ import annotations
@@ -9,10 +13,12 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import aiohttp
+import yaml
 
-from hami.config import KubeSettings, parse_duration
+from hami.config import ConfigError, KubeSettings, parse_device_config, parse_duration
 from hami.device import codec
 from hami.device.model import NvidiaConfig
 from hami.device.request import quantity_value
@@ -20,6 +26,44 @@ from hami.doctor.tree import EventFact, NodeFacts, QuotaFact, SchedulerFact
 from hami.kube.client import ApiError, KubeClient
 
 RECENT_EVENTS_S = 15 * 60.0
+SCHEDULER_LABEL = "app.kubernetes.io/component=hami-scheduler"  # the chart's scheduler objects
+DEVICE_CONFIG_KEY = "device-config.yaml"  # the chart's <release>-scheduler-device ConfigMap key
+FALLBACK_NAMESPACE = "kube-system"
+
+
+@dataclass(frozen=True, slots=True)
+class Installation:
+    """What the chart deployed, as read from the cluster."""
+
+    namespace: str
+    nvidia: NvidiaConfig
+    source: str  # where the device config came from, for the evidence lines
+    notes: tuple[str, ...] = field(default=())
+
+
+async def installation(client: KubeClient, args: argparse.Namespace) -> Installation:
+    """The HAMi namespace and device config of the deployed chart (its device ConfigMap)."""
+    wanted = getattr(args, "hami_namespace", "") or ""
+    items = (await client.list("configmaps", wanted or None, label_selector=SCHEDULER_LABEL)).get("items") or []
+    found = sorted((cm for cm in items if DEVICE_CONFIG_KEY in (cm.get("data") or {})),
+                   key=lambda cm: ((cm.get("metadata") or {}).get("namespace", ""), cm["metadata"].get("name", "")))
+    if not found:
+        ns = wanted or FALLBACK_NAMESPACE
+        return Installation(ns, NvidiaConfig(), "built-in defaults",
+                            (f"no ConfigMap with {SCHEDULER_LABEL} holding {DEVICE_CONFIG_KEY} in "
+                             f"{wanted or 'any namespace'}: using HAMi's default device config",))
+    cm = found[0]
+    meta = cm.get("metadata") or {}
+    ns, source = meta.get("namespace", ""), f"configmap {meta.get('namespace', '')}/{meta.get('name', '')}"
+    notes = []
+    if len({(c.get("metadata") or {}).get("namespace") for c in found}) > 1:
+        notes.append(f"several HAMi installations found; using {ns} (pass --hami-namespace to choose)")
+    try:
+        nvidia = parse_device_config(yaml.safe_load(cm["data"][DEVICE_CONFIG_KEY]), source, lambda msg: None)
+    except (yaml.YAMLError, ConfigError) as exc:
+        return Installation(ns, NvidiaConfig(), "built-in defaults",
+                            (*notes, f"{source}: unreadable device config ({exc}); using HAMi's defaults"))
+    return Installation(ns, nvidia, source, tuple(notes))
 
 
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
@@ -31,8 +75,11 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
                         help="the HAMi scheduler's name (schedulerName of its pods, component of its events)")
     parser.add_argument("--scheduler-url", default="",
                         help="base URL of the scheduler's HTTP server; its /healthz tells if it runs")
-    parser.add_argument("--scheduler-namespace", default="kube-system",
-                        help="namespace of the scheduler's leader Lease (default kube-system)")
+    parser.add_argument("--hami-namespace", default="",
+                        help="namespace HAMi is installed in (the Helm release namespace); default: the "
+                             "namespace of the chart's device ConfigMap (label " + SCHEDULER_LABEL + ")")
+    parser.add_argument("--scheduler-namespace", default="",
+                        help="namespace of the scheduler's leader Lease (default: the HAMi namespace)")
     parser.add_argument("--lease-name", default="hami-scheduler", help="name of the leader Lease")
     parser.add_argument("--node-lock-timeout", default="5m", help="nodeLockExpire, e.g. 5m (default 5m)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -109,7 +156,8 @@ async def list_quotas(client: KubeClient, namespace: str) -> list[QuotaFact]:
     return [quota_fact(q) for q in (await client.list("resourcequotas", namespace)).get("items") or []]
 
 
-async def scheduler_fact(client: KubeClient, args: argparse.Namespace, now: float | None = None) -> SchedulerFact:
+async def scheduler_fact(client: KubeClient, args: argparse.Namespace, now: float | None = None,
+                         namespace: str = FALLBACK_NAMESPACE) -> SchedulerFact:
     """Is the scheduler running? /healthz when --scheduler-url is given, else the leader Lease's
     renew time, else whether it wrote any event recently; None when nothing tells."""
     now = time.time() if now is None else now
@@ -122,8 +170,9 @@ async def scheduler_fact(client: KubeClient, args: argparse.Namespace, now: floa
                     return SchedulerFact(resp.status == 200, f"GET {target}: {resp.status}")
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             return SchedulerFact(False, f"GET {target}: {type(exc).__name__} {exc}")
+    lease_ns = getattr(args, "scheduler_namespace", "") or namespace  # the chart's lease: release namespace
     try:
-        lease = await client.get_lease(args.scheduler_namespace, args.lease_name)
+        lease = await client.get_lease(lease_ns, args.lease_name)
     except ApiError as exc:
         if not exc.not_found:
             raise
@@ -133,7 +182,7 @@ async def scheduler_fact(client: KubeClient, args: argparse.Namespace, now: floa
         renew = parse_time(spec.get("renewTime"))
         duration = float(spec.get("leaseDurationSeconds") or 15)
         alive = renew > 0 and now - renew <= duration
-        return SchedulerFact(alive, f"lease {args.scheduler_namespace}/{args.lease_name} held by "
+        return SchedulerFact(alive, f"lease {lease_ns}/{args.lease_name} held by "
                                     f"{spec.get('holderIdentity', '?')}, renewed {int(now - renew)}s ago "
                                     f"(duration {int(duration)}s)")
     items = (await client.list("events")).get("items") or []
@@ -142,13 +191,9 @@ async def scheduler_fact(client: KubeClient, args: argparse.Namespace, now: floa
     if recent:
         return SchedulerFact(True, f"{len(recent)} event(s) from {args.scheduler_name} in the last "
                                    f"{int(RECENT_EVENTS_S // 60)}m")
-    return SchedulerFact(None, f"no lease {args.scheduler_namespace}/{args.lease_name} and no event from "
+    return SchedulerFact(None, f"no lease {lease_ns}/{args.lease_name} and no event from "
                                f"{args.scheduler_name} in the last {int(RECENT_EVENTS_S // 60)}m; "
                                "pass --scheduler-url to check /healthz")
-
-
-def nvidia_config() -> NvidiaConfig:
-    return NvidiaConfig()
 
 
 def names(items: Iterable[NodeFacts]) -> list[str]:

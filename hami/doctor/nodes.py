@@ -1,6 +1,6 @@
 """`hami doctor nodes [--json]`: the node-annotation check of the runbook, as one table.
 
-    hami doctor nodes [--kubeconfig FILE] [--node-lock-timeout 5m] [--json]
+    hami doctor nodes [--kubeconfig FILE] [--node-lock-timeout 5m] [--hami-namespace NS] [--json]
 
 For every node: the `hami.io/node-nvidia-register` state, the `hami.io/node-handshake` value and
 age, the `hami.io/mutex.lock` holder and age, and the number of schedulable GPUs. Exit code 1 if
@@ -34,7 +34,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 async def check(client, args: argparse.Namespace, now: float | None = None) -> list[NodeHealth]:
     now = time.time() if now is None else now
-    facts = await gather.list_nodes(client, gather.nvidia_config().resource_count_name)
+    inst = await gather.installation(client, args)
+    facts = await gather.list_nodes(client, inst.nvidia.resource_count_name)
     timeout = gather.lock_timeout(args)
     return [node_health(n, now, timeout) for n in sorted(facts, key=lambda n: n.name)]
 

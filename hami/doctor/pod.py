@@ -1,7 +1,11 @@
 """`hami doctor pod NAMESPACE/NAME [--json]`: why is this pod Pending?
 
     hami doctor pod default/train-1 [--kubeconfig FILE] [--scheduler-url https://10.0.0.5:443]
-                    [--scheduler-name hami-scheduler] [--json]
+                    [--scheduler-name hami-scheduler] [--hami-namespace NS] [--json]
+
+HAMi's namespace and device config are read from the cluster: the chart's device ConfigMap
+(label app.kubernetes.io/component=hami-scheduler, key device-config.yaml) gives both, so custom
+resource names are recognised; --hami-namespace picks the installation when there are several.
 
 Gathers the pod, its events, the nodes, the namespace's ResourceQuotas and the scheduler's health
 (`hami.doctor.gather`), walks the runbook's decision tree (`hami.doctor.tree.diagnose_pod`) and
@@ -14,6 +18,7 @@ problem leaf was reached, 2 on usage errors.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 
@@ -48,19 +53,24 @@ async def diagnose(client, args: argparse.Namespace, now: float | None = None) -
     ns = ns or "default"
     now = time.time() if now is None else now
     pod = await client.get_pod(ns, name)
-    cfg = gather.nvidia_config()
+    inst = await gather.installation(client, args)
+    cfg = inst.nvidia
     facts = PodFacts(
         pod=pod,
         events=await gather.pod_events(client, ns, name, (pod.get("metadata") or {}).get("uid", "")),
-        scheduler=await gather.scheduler_fact(client, args, now),
+        scheduler=await gather.scheduler_fact(client, args, now, inst.namespace),
         nodes=await gather.list_nodes(client, cfg.resource_count_name),
         quotas=await gather.list_quotas(client, ns),
         now=now,
         scheduler_name=args.scheduler_name,
         nvidia=cfg,
         lock_timeout=gather.lock_timeout(args),
+        hami_namespace=inst.namespace,
     )
-    return diagnose_pod(facts)
+    d = diagnose_pod(facts)
+    setup = (f"HAMi in namespace {inst.namespace}, device config from {inst.source} "
+             f"(resource {cfg.resource_count_name})", *inst.notes)
+    return dataclasses.replace(d, setup=setup)
 
 
 async def would_fit_if(client, args: argparse.Namespace) -> str | None:

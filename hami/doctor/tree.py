@@ -123,6 +123,12 @@ class PodFacts:
     scheduler_name: str = "hami-scheduler"
     nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
     lock_timeout: float = 300.0
+    hami_namespace: str = "kube-system"  # where the chart installed HAMi (the Helm release namespace)
+
+
+# Labels the chart puts on its pods (deploy/helm/hami): what the fixes' kubectl commands select.
+SCHEDULER_SELECTOR = "app.kubernetes.io/component=hami-scheduler"
+DEVICE_PLUGIN_SELECTOR = "app.kubernetes.io/component=hami-device-plugin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +139,7 @@ class Diagnosis:
     evidence: tuple[str, ...]
     fix: str
     path: tuple[str, ...]
+    setup: tuple[str, ...] = ()  # what the doctor read about the installation (namespace, device config)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -349,8 +356,9 @@ def diagnose_pod(f: PodFacts) -> Diagnosis:
         evidence.append(sched_line)
         if f.scheduler.alive is False:
             return done("scheduler-not-running", "the HAMi scheduler is not running",
-                        "restart it: kubectl -n kube-system rollout restart deployment/hami-scheduler, "
-                        "then read its log (kubectl logs -l app=hami-scheduler)")
+                        f"restart it: kubectl -n {f.hami_namespace} rollout restart deployment/hami-scheduler, "
+                        f"then read its log (kubectl -n {f.hami_namespace} logs -l {SCHEDULER_SELECTOR} "
+                        "-c hami-scheduler)")
         path.append("scheduler running" if f.scheduler.alive else "scheduler state unknown")
         requested = requested_hami_resources(pod, f.nvidia)
         if not requested:
@@ -416,7 +424,8 @@ def diagnose_pod(f: PodFacts) -> Diagnosis:
                                 + (", ".join(missing) if missing else "(no GPU node at all)"))
                 return done("node-register-missing", "the device plugin has not registered GPUs on the node(s)",
                             "check the node agent (device plugin) pod on those nodes is running: "
-                            "kubectl -n kube-system get pods -l app=hami-device-plugin -o wide; read its log")
+                            f"kubectl -n {f.hami_namespace} get pods -l {DEVICE_PLUGIN_SELECTOR} -o wide; "
+                            "read its log")
             if stale:
                 path.append("handshake stale")
                 for n in stale:
@@ -464,6 +473,7 @@ def render_diagnosis(d: Diagnosis) -> str:
         lines.append("  evidence:")
         lines.extend(f"    - {e}" for e in d.evidence)
     lines.append(f"  fix: {d.fix}")
+    lines.extend(f"  setup: {s}" for s in d.setup)
     return "\n".join(lines) + "\n"
 
 

@@ -106,7 +106,7 @@ async def kube(apiserver):
 
 
 def doctor_args(**kw) -> argparse.Namespace:
-    base = dict(scheduler_name="hami-scheduler", scheduler_url="", scheduler_namespace="kube-system",
+    base = dict(scheduler_name="hami-scheduler", scheduler_url="", scheduler_namespace="kube-system", hami_namespace="",
                 lease_name="hami-scheduler", node_lock_timeout="5m", json=False)
     base.update(kw)
     return argparse.Namespace(**base)
