@@ -16,7 +16,7 @@ newer HAMi) are reported in `Cluster.warnings` and otherwise ignored.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hami.device import codec
@@ -274,13 +274,28 @@ def _node(obj, source, path, nvidia, node_configs, warnings) -> NodeInfo | None:
         except codec.CodecError as exc:
             raise SnapshotError(source, f"{path}.metadata.annotations[{codec.PAIR_SCORE_ANNOTATION!r}]",
                                 str(exc)) from None
-    settings = settings_for_node(nvidia, node_configs, name)
+    settings = _registered_settings(settings_for_node(nvidia, node_configs, name), devices)
     spec = _want_map(obj.get("spec"), source, f"{path}.spec")
     return NodeInfo(
         name=name, devices=devices, physical_mem=tuple(physical_memory(d.devmem, settings) for d in devices),
         settings=settings, cordoned=cordoned, pair_scores=pair, labels=labels,
         unschedulable=bool(spec.get("unschedulable")),
     )
+
+
+def _registered_settings(settings: DeviceSettings, devices: tuple[DeviceInfo, ...]) -> DeviceSettings:
+    """What the registration itself says wins over the config: split count (the cards' count) and
+    core scaling (devcore / 100) when every non-MIG card agrees. Memory scaling cannot be read
+    back from a registration; it comes from the device config (1 without one)."""
+    cards = [d for d in devices if d.mode != "mig"]
+    counts = {d.count for d in cards}
+    cores = {d.devcore for d in cards}
+    changes = {}
+    if len(counts) == 1 and (c := counts.pop()) != settings.split_count:
+        changes["split_count"] = c
+    if len(cores) == 1 and (k := cores.pop()) != settings.devcore():
+        changes["core_scaling"] = k / 100
+    return replace(settings, **changes) if changes else settings
 
 
 def _pod(obj, source, path, warnings) -> PodInfo:

@@ -158,10 +158,10 @@ def _settings_change(base: DeviceSettings, split: int | None, mem: float | None,
     return replace(base, **changes) if changes else base
 
 
-def _reregister(node: NodeInfo, new: DeviceSettings) -> NodeInfo:
-    """The node's cards as its agent would register them with `new` settings."""
-    old = node.settings
-    if new == old:
+def _reregister(node: NodeInfo, new: DeviceSettings, split: bool, mem: bool, core: bool) -> NodeInfo:
+    """The node's cards as its agent would register them with `new` settings; only the knobs the
+    scenario sets (`split`, `mem`, `core`) are re-derived, the rest stays as registered."""
+    if not (split or mem or core):
         return node
     devices = []
     for d, phys in zip(node.devices, node.physical_mem, strict=True):
@@ -170,9 +170,9 @@ def _reregister(node: NodeInfo, new: DeviceSettings) -> NodeInfo:
             continue
         devices.append(replace(
             d,
-            count=new.split_count if new.split_count != old.split_count else d.count,
-            devmem=new.devmem(phys) if new.memory_scaling != old.memory_scaling else d.devmem,
-            devcore=new.devcore() if new.core_scaling != old.core_scaling else d.devcore,
+            count=new.split_count if split else d.count,
+            devmem=new.devmem(phys) if mem else d.devmem,
+            devcore=new.devcore() if core else d.devcore,
         ))
     return replace(node, devices=tuple(devices), settings=new)
 
@@ -186,13 +186,16 @@ def apply_changes(cluster: Cluster, changes: Changes) -> tuple[dict[str, NodeInf
             removed.append(name)
             continue
         new = _settings_change(node.settings, changes.split_count, changes.memory_scaling, changes.core_scaling)
+        knobs = [changes.split_count is not None, changes.memory_scaling is not None, changes.core_scaling is not None]
         unschedulable = node.unschedulable
         for nc in changes.nodes:
             if fnmatchcase(name, nc.name):
                 new = _settings_change(new, nc.split_count, nc.memory_scaling, nc.core_scaling)
+                knobs = [knobs[0] or nc.split_count is not None, knobs[1] or nc.memory_scaling is not None,
+                         knobs[2] or nc.core_scaling is not None]
                 if nc.cordon is not None:
                     unschedulable = nc.cordon
-        node = _reregister(node, new)
+        node = _reregister(node, new, *knobs)
         if unschedulable != node.unschedulable:
             node = replace(node, unschedulable=unschedulable)
         nodes[name] = node

@@ -225,3 +225,15 @@ workloads: [{replay: {since: "2026-11-24T00:00:00Z", namespace: ml}}]
     # Only ml/new is replayed; ml/old and web/other keep their cards, so it lands where it was.
     assert [(o.pod, o.node) for o in res.outcomes] == [("ml/new", "a")]
     assert res.nodes[0].cards[1].mem_used == 35000
+
+
+def test_split_count_is_read_from_the_registration_without_a_device_config():
+    # Registered with 4 slots per card, no device config in the snapshot: setting 10 still changes it.
+    doc = snap.listing(snap.node("a", count=4))
+    cluster = parse_snapshot(doc, "s.json")
+    assert cluster.nodes["a"].settings.split_count == 4
+    res = by_name(run(doc, """
+workloads: [{name: p, count: 6, memory: 1000}]
+scenarios: [{name: ten, changes: {deviceSplitCount: 10}}]
+"""))
+    assert (res["baseline"].placed, res["ten"].placed) == (4, 6)
