@@ -357,7 +357,7 @@ class Extender:
         if not devices:
             return None
         # A node the cache does not know as usable: build its usage from the pod cache.
-        tmp = UsageIndex(self.config.nvidia)
+        tmp = UsageIndex(self.config.nvidia, self.config.vendors)
         usage = tmp.set_node(name, devices, codec.decode_device_cordon(
             (meta.get("annotations") or {}).get(codec.CORDON_ANNOTATION)))
         for key in index.pods_on(name):

@@ -33,6 +33,7 @@ class PodAlloc:
     device_uuid: str
     usedmem: int  # MiB
     usedcores: int
+    device_type: str = "NVIDIA"  # the vendor's device type (request type), e.g. Ascend910B3, MLU
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,7 @@ class Snapshot:
 _DEV = ("node", "device_uuid", "device_index", "device_type", "zone")
 _DEV_CORES = ("node", "device_uuid", "device_index", "device_cores", "device_type", "zone")
 _OVERVIEW = ("node", "device_uuid", "device_index", "device_cores", "device_memory_limit", "device_type", "zone")
-_POD = ("namespace", "node", "pod", "container_index", "device_uuid", "zone")
+_POD = ("namespace", "node", "pod", "container_index", "device_uuid", "device_type", "zone")
 _MIG = ("node", "device_uuid", "device_index", "mig_uuid", "profile", "gpu_instance_id", "compute_instance_id",
         "placement_start", "placement_size", "zone")
 _L_DEV = ("nodeid", "deviceuuid", "deviceidx", "zone")
@@ -147,16 +148,19 @@ class UsageCollector:
                             m.compute_instance_id, str(m.placement_start), str(m.placement_size), ZONE], 1)
         yield mig
         for p in snap.pods:
-            labels = [p.namespace, p.node, p.pod, str(p.container_index), p.device_uuid, ZONE]
+            labels = [p.namespace, p.node, p.pod, str(p.container_index), p.device_uuid, p.device_type, ZONE]
             g["vmem"].add_metric(labels, p.usedmem * MIB)
             g["vcore"].add_metric(labels, p.usedcores)
             if legacy:
+                labels = [p.namespace, p.node, p.pod, str(p.container_index), p.device_uuid, ZONE]
                 legacy["vmem"].add_metric(labels, p.usedmem * MIB)
                 legacy["vcore"].add_metric(labels, p.usedcores)
         q_used = GaugeMetricFamily("hami_resource_quota_used", "ResourceQuota usage of HAMi resources",
                                    labels=("namespace", "quota_name", "limit", "zone"))
         q_limit = GaugeMetricFamily("hami_resource_quota_limit", "ResourceQuota limit of HAMi resources",
                                     labels=("namespace", "quota_name", "zone"))
+        # quota_name is the resource (nvidia.com/gpumem, huawei.com/Ascend910B3-memory, ...): HAMi's
+        # label set, and it already says whose resource it is.
         for q in snap.quotas:
             q_used.add_metric([q.namespace, q.resource, str(q.limit), ZONE], q.used)
             q_limit.add_metric([q.namespace, q.resource, ZONE], q.limit)

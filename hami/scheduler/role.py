@@ -73,7 +73,7 @@ def usage_snapshot(state: ClusterState) -> Snapshot:
         ns, _, pname = key.partition("/")
         for cidx, ctr in enumerate(rec.devices):
             for dev in ctr:
-                pods.append(PodAlloc(ns, rec.node, pname, cidx, dev.uuid, dev.usedmem, dev.usedcores))
+                pods.append(PodAlloc(ns, rec.node, pname, cidx, dev.uuid, dev.usedmem, dev.usedcores, dev.type))
     migs = []
     for uid, key in state.uid_keys.items():
         pod = state.pods.store.get(key) if state.pods is not None else None
@@ -237,7 +237,8 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
             review = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             raise ValueError(f"AdmissionReview: {exc}") from None
-        return webhookmod.mutate(review, wh_settings, quota=state.index.quota_view)
+        return webhookmod.mutate(review, wh_settings, quota=state.index.quota_view,
+                                 vendor_quota=state.index.vendor_quota_view)
 
     ext = Extender(config, state, client, events, requests_fn=make_requests_fn(config), metrics=metrics,
                    binder=binder, webhook=webhook, clock=clock)

@@ -57,7 +57,7 @@ class ClusterState:
                  silent_timeout: float = 120.0, vendors: VendorTable | None = None):
         self.client = client
         self.nvidia = nvidia or NvidiaConfig()
-        self.index = UsageIndex(self.nvidia)
+        self.index = UsageIndex(self.nvidia, vendors)
         self.handshaker = handshaker or Handshaker(None, resource=self.nvidia.resource_count_name)
         # The other vendors of the table; those with a handshake key get their own handshaker.
         self.vendors = vendors
@@ -119,7 +119,7 @@ class ClusterState:
     def rebuild(self) -> None:
         """Recompute the usage index from the caches alone (after a handler failure)."""
         self.rebuilds += 1
-        self.index = UsageIndex(self.nvidia)
+        self.index = UsageIndex(self.nvidia, self.vendors)
         self.registered.clear()
         self.usable.clear()
         self.pod_keys.clear()

@@ -305,11 +305,18 @@ class PodRecord:
 class UsageIndex:
     """Nodes, their device usage and the pods that account for it."""
 
-    def __init__(self, nvidia: NvidiaConfig | None = None):
+    def __init__(self, nvidia: NvidiaConfig | None = None, vendors=None):
         cfg = nvidia or NvidiaConfig()
         self.mem_resource = cfg.resource_memory_name
         self.core_resource = cfg.resource_core_name
         self.memory_factor = cfg.memory_factor
+        # Other vendors (a hami.device.vendors.VendorTable): device type -> (memory, cores)
+        # resource their quota counts in, as HAMi's per-device FitQuota.
+        self.vendor_resources: dict[str, tuple[str, str]] = {
+            v.name: (v.memory_resource, v.core_resource) for v in (vendors.others if vendors is not None else ())}
+        self._quota_names = frozenset(
+            n for n in (self.mem_resource, self.core_resource,
+                        *(r for pair in self.vendor_resources.values() for r in pair)) if n)
         self.nodes: dict[str, NodeUsage] = {}
         self._pods: dict[str, PodRecord] = {}
         self._pods_by_node: dict[str, set[str]] = {}
@@ -403,7 +410,7 @@ class UsageIndex:
         n = self.nodes.get(node)
         if n is not None:
             self._apply(n, usage, +1, mig)
-        self._quota_add(namespace, usage, +1)
+        self._quota_add(namespace, usage, +1, devices)
         return True
 
     def remove_pod(self, pod_key: str) -> bool:
@@ -418,7 +425,7 @@ class UsageIndex:
         n = self.nodes.get(rec.node)
         if n is not None:
             self._apply(n, rec.usage, -1, rec.mig)
-        self._quota_add(rec.namespace, rec.usage, -1)
+        self._quota_add(rec.namespace, rec.usage, -1, rec.devices)
         return True
 
     def pods_on(self, node: str) -> tuple[str, ...]:
@@ -446,13 +453,25 @@ class UsageIndex:
 
     # ---------------------------------------------------------------- quota
 
-    def _quota_add(self, namespace: str, usage, sign: int) -> None:
+    def _quota_add(self, namespace: str, usage, sign: int, devices=()) -> None:
+        if self.vendor_resources:
+            vendor_of = {cd.uuid: cd.type for ctr in devices for cd in ctr if cd.type in self.vendor_resources}
+            if vendor_of:
+                # Each vendor's devices count in that vendor's quota resources.
+                for name, (mres, cres) in self.vendor_resources.items():
+                    part = [u for u in usage if vendor_of.get(u[0]) == name]
+                    if part:
+                        self._quota_put(namespace, mres, cres, part, sign)
+                usage = [u for u in usage if u[0] not in vendor_of]
+        self._quota_put(namespace, self.mem_resource, self.core_resource, usage, sign)
+
+    def _quota_put(self, namespace: str, mem_resource: str, core_resource: str, usage, sign: int) -> None:
         mem = sum(u[1] for u in usage)
         cores = sum(u[2] for u in usage)
         if not mem and not cores:
             return
         ns = self._quota.setdefault(namespace, {})
-        for res, val in ((self.mem_resource, mem), (self.core_resource, cores)):
+        for res, val in ((mem_resource, mem), (core_resource, cores)):
             if not res:
                 continue
             q = ns.get(res)
@@ -467,7 +486,7 @@ class UsageIndex:
             if not key.startswith("limits."):
                 continue
             res = key[len("limits."):]
-            if res and res in (self.mem_resource, self.core_resource):
+            if res and res in self._quota_names:
                 limits[res] = int(value)
         self._quota_objects[(namespace, name)] = limits
         ns = self._quota.setdefault(namespace, {})
@@ -497,6 +516,17 @@ class UsageIndex:
         if (mem is None or mem.limit == 0) and (cores is None or cores.limit == 0):
             return None
         return QuotaView(mem, cores, self.memory_factor)
+
+    def vendor_quota_view(self, namespace: str, vendor: str) -> QuotaView | None:
+        """`quota_view` for another vendor's memory and cores resources."""
+        ns = self._quota.get(namespace)
+        pair = self.vendor_resources.get(vendor)
+        if not ns or pair is None:
+            return None
+        mem, cores = ns.get(pair[0]), ns.get(pair[1])
+        if (mem is None or mem.limit == 0) and (cores is None or cores.limit == 0):
+            return None
+        return QuotaView(mem, cores, 1)
 
     def quota_used(self, namespace: str) -> dict[str, tuple[int, int]]:
         """resource -> (used, limit), for metrics."""

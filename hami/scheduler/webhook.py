@@ -42,6 +42,8 @@ from typing import Any
 import jsonpatch
 
 from hami.device.model import NvidiaConfig
+from hami.device.vendorrequest import vendor_request
+from hami.device.vendors import Vendor, VendorTable
 
 from .usage import QuotaView
 
@@ -63,6 +65,8 @@ class WebhookSettings:
     scheduler_name: str = "hami-scheduler"
     force_overwrite_default_scheduler: bool = True
     nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
+    # Every other vendor whose resources the webhook recognises (HAMi's GetDevices loop).
+    vendors: VendorTable | None = None
 
     @classmethod
     def from_config(cls, config: Any) -> WebhookSettings:
@@ -70,6 +74,7 @@ class WebhookSettings:
             scheduler_name=config.scheduler.scheduler_name,
             force_overwrite_default_scheduler=config.scheduler.force_overwrite_default_scheduler,
             nvidia=config.nvidia,
+            vendors=getattr(config, "vendors", None),
         )
 
 
@@ -231,6 +236,55 @@ def _default_exclusive_core(ctr: dict, cfg: NvidiaConfig) -> bool:
     return True
 
 
+def _mutate_vendor(ctr: dict, v: Vendor) -> bool:
+    """Another vendor's MutateAdmission: the count resource in limits means the container has
+    that vendor's device. Ascend (pkg/device/ascend MutateAdmission) also rounds the memory limit
+    up to a vNPU template (or the whole card) in limits and requests, and refuses a memory beyond
+    the card (`<memory resource> <value> is invalid`) and a vNPU for several devices."""
+    limits, _ = _resources(ctr)
+    if v.count_resource not in limits:
+        return False
+    if v.hook != "ascend" or not v.memory_resource:
+        return True
+    trimmed = v.memory_allocatable
+    if v.memory_resource in limits:
+        mem = quantity_value(limits[v.memory_resource])
+        trimmed, _ = v.trim_memory(mem if mem is not None else 0)
+        if trimmed <= 0:
+            raise _Reject(500, f"{v.memory_resource} {mem} is invalid")
+    count = quantity_value(limits[v.count_resource]) or 0
+    if count > 1 and trimmed != v.memory_allocatable:
+        raise _Reject(500, "vNPU nor supported for multiple devices")
+    _set_limit(ctr, v.memory_resource, str(trimmed))
+    requests = ctr["resources"].get("requests")
+    if not isinstance(requests, dict):
+        requests = ctr["resources"]["requests"] = {}
+    requests[v.memory_resource] = str(trimmed)
+    return True
+
+
+def _fits_vendor_quota(pod: dict, vendors: VendorTable, view: Callable[[str], QuotaView | None]) -> bool:
+    """HAMi fitResourceQuota for the other vendors: per vendor, memory and cores = the sum over
+    every container (init and app) of request x count, against that vendor's quota resources."""
+    spec = pod["spec"]
+    ctrs = [c for g in ("initContainers", "containers") for c in (spec.get(g) or ()) if isinstance(c, dict)]
+    for v in vendors.others:
+        if not (v.memory_resource or v.core_resource):
+            continue
+        mem = cores = 0
+        for ctr in ctrs:
+            r = vendor_request(ctr, v)
+            if r is not None:
+                mem += r.memreq * r.nums
+                cores += r.coresreq * r.nums
+        if not mem and not cores:
+            continue
+        q = view(v.name)
+        if q is not None and not q.fits(mem, cores):
+            return False
+    return True
+
+
 class _Reject(Exception):
     def __init__(self, code: int, message: str):
         self.code, self.message = code, message
@@ -295,9 +349,12 @@ def _fits_quota(pod: dict, cfg: NvidiaConfig, quota: QuotaView | None) -> bool:
 # --------------------------------------------------------------------------- pod
 
 QuotaSource = Callable[[str], QuotaView | None] | QuotaView | None
+# (namespace, vendor) -> that vendor's QuotaView (UsageIndex.vendor_quota_view).
+VendorQuotaSource = Callable[[str, str], QuotaView | None] | None
 
 
-def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = None, namespace: str = "") -> Decision:
+def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = None, namespace: str = "",
+               vendor_quota: VendorQuotaSource = None) -> Decision:
     """Apply HAMi's admission rules to a pod dict (not modified); see the module docstring."""
     if not isinstance(pod, Mapping):
         raise WebhookError("request.object", "expected a Pod object")
@@ -317,11 +374,17 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
     cfg = settings.nvidia
     privileged = _privileged_container(spec)
     has_resource = False
+    others = settings.vendors.others if settings.vendors is not None else ()
+    counts = settings.vendors.other_counts if settings.vendors is not None else frozenset()
     try:
         for group in ("initContainers", "containers"):
             for ctr in spec.get(group) or ():
                 if _mutate_container(ctr, pod, cfg):
                     has_resource = True
+                if counts and any(k in counts for k in _resources(ctr)[0]):
+                    for v in others:
+                        if _mutate_vendor(ctr, v):
+                            has_resource = True
     except _Reject as r:
         return Decision(False, code=r.code, message=r.message)
     if privileged is not None and has_resource:
@@ -333,6 +396,9 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
     ns = (pod.get("metadata") or {}).get("namespace") or namespace
     view = quota(ns) if callable(quota) else quota
     if not _fits_quota(pod, cfg, view):
+        return Decision(False, code=403, reason="Forbidden", message="exceeding resource quota")
+    if vendor_quota is not None and settings.vendors is not None and settings.vendors.others and not _fits_vendor_quota(
+            pod, settings.vendors, lambda vendor: vendor_quota(ns, vendor)):
         return Decision(False, code=403, reason="Forbidden", message="exceeding resource quota")
     return Decision(True, pod=pod)
 
@@ -406,7 +472,8 @@ def _check_shape(request: Mapping) -> None:
                  f"{at}.env", "an array of objects", env)
 
 
-def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None) -> dict:
+def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None,
+           vendor_quota: VendorQuotaSource = None) -> dict:
     """AdmissionReview in, AdmissionReview out (v1 or v1beta1, echoing the request's version)."""
     if not isinstance(review, Mapping):
         raise WebhookError("AdmissionReview", "expected an object")
@@ -423,7 +490,7 @@ def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None
     if not isinstance(obj, Mapping) or not isinstance(obj.get("spec"), Mapping):
         response.update(allowed=False, status={"code": 400, "message": "request.object: expected a Pod object"})
     else:
-        d = mutate_pod(obj, settings, quota, namespace=request.get("namespace") or "")
+        d = mutate_pod(obj, settings, quota, namespace=request.get("namespace") or "", vendor_quota=vendor_quota)
         response["allowed"] = d.allowed
         if d.allowed and d.pod is not None:
             ops = jsonpatch.make_patch(_plain(obj), d.pod).patch

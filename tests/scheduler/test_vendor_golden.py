@@ -8,7 +8,8 @@ Each file names the HAMi test files it was ported from (`hami_tests`) and what i
 * `fit`: HAMi's vendor Fit over a device list as given (walked from the end); `{vendor}` in an
   annotation key is the row's name; without a `vendor` the case runs for every row of the family
   (HAMi's TestDevices_Fit runs every Ascend chip);
-* `patch`: the pod annotations written for an allocation.
+* `patch`: the pod annotations written for an allocation;
+* `admission`: the mutating webhook on a one-container pod (HAMi MutateAdmission).
 
 Adding a vendor whose rules match an existing hook is a row in config/vendors.yaml plus one file here.
 """
@@ -28,6 +29,7 @@ from hami.device.vendorregister import decode_one
 from hami.device.vendorrequest import vendor_request
 from hami.scheduler.fit import fit_vendor_devices
 from hami.scheduler.usage import DeviceState
+from hami.scheduler.webhook import WebhookSettings, mutate_pod
 
 DATA = Path(__file__).parent / "data" / "vendors"
 FILES = sorted(DATA.glob("*.json"))
@@ -114,3 +116,25 @@ def test_fit(vendor, case):
 def test_patch(vendor, case):
     devices = tuple(tuple(ContainerDevice(**d) for d in ctr) for ctr in case["devices"])
     assert allocation_annotations(devices, TABLE, case["now"]) == case["want"]
+
+
+@pytest.mark.parametrize(("vendor", "case"), _cases("admission"))
+def test_admission(vendor, case):
+    """MutateAdmission: the webhook recognises the vendor's resource (the pod goes to our
+    scheduler) and applies the vendor's rules, HAMi's errors as admission errors (code 500)."""
+    ctr = {"name": "c", "image": "x", "resources": {"limits": dict(case["limits"])}}
+    if "requests" in case:
+        ctr["resources"]["requests"] = dict(case["requests"])
+    pod = {"metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": [ctr]}}
+    settings = WebhookSettings(scheduler_name="hami-scheduler", vendors=TABLE)
+    d = mutate_pod(pod, settings)
+    assert d.allowed is case["allowed"]
+    if not case["allowed"]:
+        assert (d.code, d.message) == (case["code"], case["message"])
+        return
+    spec = d.pod["spec"]
+    assert (spec.get("schedulerName") == "hami-scheduler") is case["scheduled"]
+    if "want_limits" in case:
+        assert spec["containers"][0]["resources"]["limits"] == case["want_limits"]
+    if "want_requests" in case:
+        assert spec["containers"][0]["resources"]["requests"] == case["want_requests"]

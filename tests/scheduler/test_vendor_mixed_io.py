@@ -9,6 +9,9 @@ are written under the vendor's keys and counted back from them."""
 
 from __future__ import annotations
 
+import base64
+
+import orjson
 import pytest
 
 from hami.device import codec
@@ -145,3 +148,49 @@ async def test_vendor_allocations_on_pods_are_counted_from_their_keys(env):
     state = env.sched.state
     await eventually(lambda: state.index.node("asc").by_id["asc-npu-0"].usedmem == 32768)
     assert state.index.node("asc").by_id["asc-npu-0"].used == 1
+
+
+async def _webhook(env, pod: dict, ns: str) -> dict:
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+              "request": {"uid": "u", "namespace": ns, "operation": "CREATE", "object": pod}}
+    async with env.http.post(env.sched.url + "/webhook", data=orjson.dumps(review)) as r:
+        return (await r.json())["response"]
+
+
+async def test_webhook_recognises_vendor_pods_and_keeps_each_vendor_quota(env):
+    store = env.store
+    store.create("namespaces", "", {"metadata": {"name": "q"}})
+    store.create("resourcequotas", "q", {"metadata": {"name": "npu", "namespace": "q"},
+                                         "spec": {"hard": {f"limits.huawei.com/{ASC}-memory": "20000"}}})
+    index = env.sched.state.index
+    await eventually(lambda: index.vendor_quota_view("q", ASC) is not None)
+    limits = {f"huawei.com/{ASC}": "1", f"huawei.com/{ASC}-memory": "16384"}
+    first = vendor_pod("n1", limits)
+    first["metadata"]["namespace"] = "q"
+    first["spec"]["schedulerName"] = ""
+    resp = await _webhook(env, first, "q")
+    assert resp["allowed"] is True
+    ops = orjson.loads(base64.b64decode(resp["patch"]))
+    assert [o["value"] for o in ops if o["path"] == "/spec/schedulerName"] == ["hami-scheduler"]
+    first["spec"]["schedulerName"] = "hami-scheduler"
+    pod = env.store.create("pods", "q", first).obj
+    assert (await env.filter(pod, ["asc"]))["NodeNames"] == ["asc"]
+    await eventually(lambda: index.quota_used("q").get(f"huawei.com/{ASC}-memory") == (16384, 20000))
+    # NVIDIA's quota resources are untouched by the Ascend pod.
+    assert "nvidia.com/gpumem" not in index.quota_used("q")
+    second = vendor_pod("n2", limits)
+    second["metadata"]["namespace"] = "q"
+    resp = await _webhook(env, second, "q")
+    assert resp["allowed"] is False and resp["status"]["message"] == "exceeding resource quota"
+
+
+async def test_allocation_metrics_carry_the_device_type(env):
+    pod = env.create_pod(vendor_pod("mt", {f"huawei.com/{ASC}": "1", f"huawei.com/{ASC}-memory": "8000"}))
+    assert (await env.filter(pod, ["asc"]))["NodeNames"] == ["asc"]
+    async with env.http.get(f"http://127.0.0.1:{env.sched.metrics_port}/metrics") as r:
+        text = await r.text()
+    vmem = [ln for ln in text.splitlines() if ln.startswith("hami_vgpu_memory_allocated_bytes{") and 'pod="mt"' in ln]
+    assert len(vmem) == 1 and f'device_type="{ASC}"' in vmem[0]
+    assert float(vmem[0].rsplit(" ", 1)[1]) == 16384 * 2**20
+    limit = [ln for ln in text.splitlines() if ln.startswith("hami_gpu_memory_limit_bytes{") and 'node="mlu"' in ln]
+    assert len(limit) == 2 and all('device_type="MLU"' in ln for ln in limit)
