@@ -136,6 +136,11 @@ def render(results: list[Result], warnings: tuple[str, ...] | list[str] = (), su
                      f"node policy {html.escape(r.node_policy)}, GPU policy {html.escape(r.gpu_policy)}</p>")
         if reasons:
             parts.append(_table([[k, v] for k, v in reasons.items()], ["pending reason", "pods"]))
+        frag = sorted((n for n in r.nodes if n.fragmentation > 0), key=lambda n: (-n.fragmentation, n.name))[:10]
+        if frag:
+            parts.append(_table([[n.name, f"{n.fragmentation:.2f}", n.free_mem, n.largest_free,
+                                  f"{n.gpus_used}/{len(n.cards)}"] for n in frag],
+                                ["most fragmented node", "fragmentation", "free MiB", "largest free MiB", "GPUs used"]))
         parts.append(_img(_heatmap(r), f"{r.scenario}: card fill heat map") + "</section>")
     if suggestions:
         srows = [[s.label, s.result.placed, s.gained, s.tradeoff] for s in suggestions]

@@ -237,3 +237,30 @@ workloads: [{name: p, count: 6, memory: 1000}]
 scenarios: [{name: ten, changes: {deviceSplitCount: 10}}]
 """))
     assert (res["baseline"].placed, res["ten"].placed) == (4, 6)
+
+
+def test_hami_managed_cluster_snapshot_as_it_is():
+    """Annotation texts as HAMi v2.10 writes them (spec node.md / scheduler.md), JSON and legacy registers."""
+    json_register = (
+        '[{"id":"GPU-8f1c2a77-0d3b-4a51-9a0e-111111111111","count":10,"devmem":40960,"devcore":100,'
+        '"type":"NVIDIA A100-SXM4-40GB","mode":"hami-core","health":true},{"id":"GPU-91ab03c4-77de-4c0a-8b21-'
+        '222222222222","index":1,"count":10,"devmem":40960,"devcore":100,"type":"NVIDIA A100-SXM4-40GB","numa":1,'
+        '"mode":"hami-core","health":true}]')
+    legacy_register = ("GPU-aaa,10,40960,100,NVIDIA A100-SXM4-40GB,0,true,0,hami-core:"
+                       "GPU-bbb,10,40960,100,NVIDIA A100-SXM4-40GB,1,true,1,hami-core:")
+    nodes = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": {
+        "hami.io/node-nvidia-register": reg, "hami.io/node-handshake": "Reported 2026-11-24 10:00:00"}}}
+        for name, reg in (("gpu-json", json_register), ("gpu-legacy", legacy_register))]
+    running = snap.pod("train", mem=30000)
+    running["metadata"]["annotations"] = {
+        "hami.io/vgpu-node": "gpu-legacy", "hami.io/vgpu-time": "1763978400", "hami.io/bind-phase": "success",
+        "hami.io/vgpu-devices-allocated": "GPU-aaa,NVIDIA,30000,50:;",
+        "hami.io/vgpu-devices-to-allocate": ";"}
+    running["spec"]["nodeName"] = "gpu-legacy"
+    cluster = parse_snapshot(snap.listing(*nodes, running), "hami.json")
+    assert cluster.warnings == ()
+    assert [len(cluster.nodes[n].devices) for n in ("gpu-json", "gpu-legacy")] == [2, 2]
+    base = run(snap.listing(*nodes, running), "workloads: [{name: p, count: 4, memory: 20000}]")[0]
+    assert base.placed == 4
+    card = next(c for n in base.nodes for c in n.cards if c.uuid == "GPU-aaa")
+    assert (card.mem_used, card.cores_used) == (30000, 50)  # the running pod still holds its share
