@@ -35,9 +35,12 @@ class ConfigError(ValueError):
 @dataclass(frozen=True, slots=True)
 class KubeSettings:
     kubeconfig: str | None = None  # --kubeconfig, else $KUBECONFIG, else in-cluster
-    qps: float = 5.0
-    burst: int = 10
-    timeout: float = 0.0  # seconds per request; 0 = no client-side limit
+    # Rate lanes (hami.kube.lanes, docs/kube-client.md): None = the role's default budget.
+    qps: float | None = None  # critical lane (--kube-qps); <= 0 = unlimited
+    burst: int | None = None  # critical lane (--kube-burst)
+    background_qps: float | None = None  # --kube-background-qps
+    background_burst: int | None = None  # --kube-background-burst
+    timeout: float | None = None  # deadline of one non-watch request; None = 10 s, 0 = none
     pod_namespace: str = "default"  # $POD_NAMESPACE: where leases and our own objects live
     pod_name: str = ""  # $POD_NAME
 
@@ -129,6 +132,10 @@ class SimSettings:
     demo_workload: bool = False
     hostpid_bug: bool = False
     watch_window: int = 10000  # events retained for watch resume; older RVs get 410 Gone
+    # A realistic API server (docs/kube-client.md): added latency and an APF-like in-flight limit.
+    read_latency: float = 0.0  # seconds added to every read
+    write_latency: float = 0.0  # seconds added to every write
+    max_inflight: int = 0  # concurrent non-watch requests; more get 429 + Retry-After (0 = no limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,6 +393,8 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "kubeconfig": ("kube", "kubeconfig"),
     "kube_qps": ("kube", "qps"),
     "kube_burst": ("kube", "burst"),
+    "kube_background_qps": ("kube", "background_qps"),
+    "kube_background_burst": ("kube", "background_burst"),
     "kube_timeout": ("kube", "timeout"),
     "v": ("log", "verbosity"),
     "log_format": ("log", "format"),
@@ -434,6 +443,9 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "demo_workload": ("sim", "demo_workload"),
     "sim_hostpid_bug": ("sim", "hostpid_bug"),
     "sim_watch_window": ("sim", "watch_window"),
+    "sim_read_latency": ("sim", "read_latency"),
+    "sim_write_latency": ("sim", "write_latency"),
+    "sim_max_inflight": ("sim", "max_inflight"),
 }
 # Flags that feed more than one group.
 SHARED_FLAGS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -442,7 +454,7 @@ SHARED_FLAGS: dict[str, tuple[tuple[str, str], ...]] = {
     "fake_gpus": (("agent", "fake_gpus"), ("monitor", "fake_gpus"), ("sim", "fake_gpus")),
     "legacy_metrics": (("scheduler", "legacy_metrics"), ("monitor", "legacy_metrics")),
 }
-_DURATION_FLAGS = {"kube_timeout", "node_lock_timeout", "node_lock_retry_timeout", "cache_grace", "register_interval"}
+_DURATION_FLAGS = {"kube_timeout", "sim_read_latency", "sim_write_latency", "node_lock_timeout", "node_lock_retry_timeout", "cache_grace", "register_interval"}
 
 
 def parse_label_selector(text: str, source: str = "--node-label-selector") -> tuple[tuple[str, str], ...]:
@@ -546,8 +558,6 @@ def _embedded_defaults(groups: dict[str, dict[str, Any]], flags: Mapping[str, An
     paths = embedded_paths(state)
     groups["sim"].setdefault("kubeconfig", paths["kubeconfig"])
     groups["kube"]["kubeconfig"] = groups["sim"]["kubeconfig"]  # never a real cluster's KUBECONFIG
-    groups["kube"].setdefault("qps", 200.0)
-    groups["kube"].setdefault("burst", 400)
     groups["monitor"].setdefault("cache_dir", paths["cache_dir"])
     # A laptop demo has no reason to listen beyond loopback (the embedded API server has no auth).
     groups["scheduler"].setdefault("metrics_bind_address", "127.0.0.1:9395")

@@ -26,6 +26,7 @@ from hami.device.nodeconfig import DeviceSettings, settings_for_node
 from hami.gpu import GpuBackend, GpuInfo, make_backend
 from hami.gpu.mig import MigControl
 from hami.gpu.topology import TopologySource, asymmetric_pairs, pair_scores
+from hami.kube.lanes import background
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
@@ -146,7 +147,8 @@ class Agent:
             return False
         if self.node_name not in self.nodes.store:
             return False  # node not seen yet (or deleted): nothing to annotate
-        await self.client.patch_node(self.node_name, {"metadata": {"annotations": annotations}})
+        with background():  # a registration never delays an Allocate patch or an unlock
+            await self.client.patch_node(self.node_name, {"metadata": {"annotations": annotations}})
         self.registered = devices
         self.register_patches += 1
         log.info("Registered devices on node", node=self.node_name, devices=len(devices),
@@ -205,7 +207,7 @@ async def run(ctx) -> None:
     kube = cfg.kube
     if not kube.kubeconfig and ctx.shared.get("kubeconfig"):
         kube = replace(kube, kubeconfig=ctx.shared["kubeconfig"])
-    client = await KubeClient.from_settings(kube)
+    client = await KubeClient.from_settings(kube, role="node-agent")
     try:
         agent = Agent(client, node_name, backend, settings, socket_dir=cfg.agent.kubelet_socket_dir,
                       hook_path=cfg.agent.hook_path, register_interval=cfg.agent.register_interval,

@@ -44,9 +44,17 @@ def _positive_float(text: str) -> float:
 FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
     # process
     (("--kubeconfig",), "kubeconfig", "str", "kubeconfig file (else $KUBECONFIG, else in-cluster)"),
-    (("--kube-qps",), "kube_qps", "float", "API requests per second, all calls together (default 5)"),
-    (("--kube-burst",), "kube_burst", "int", "API request burst (default 10)"),
-    (("--kube-timeout",), "kube_timeout", "duration", "timeout of one API request, e.g. 30s (default none)"),
+    (("--kube-qps",), "kube_qps", "float",
+     "critical-lane API requests per second: what a pending pod waits on (default per role: "
+     "scheduler 150, node-agent 50, monitor 20; docs/kube-client.md)"),
+    (("--kube-burst",), "kube_burst", "int", "critical-lane API request burst (default per role: 300, 100, 40)"),
+    (("--kube-background-qps",), "kube_background_qps", "float",
+     "background-lane API requests per second: events, handshakes, registrations, leases, re-lists "
+     "(default per role: scheduler 50, node-agent 10, monitor 20)"),
+    (("--kube-background-burst",), "kube_background_burst", "int",
+     "background-lane API request burst (default per role: 100, 20, 40)"),
+    (("--kube-timeout",), "kube_timeout", "duration",
+     "deadline of one API request except watches, e.g. 30s; 0 = none (default 10s)"),
     (("-v", "--v"), "v", "int", "log verbosity: 0 errors and key events, 2 scores, 4 filter decisions, 5 trace"),
     (("--log-format",), "log_format", "str", "text (klog style) or json"),
     (("--debug",), "debug", "bool", "debug mode; implies -v=4"),
@@ -117,6 +125,11 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
     (("--sim-state-dir",), "sim_state_dir", "str", "sockets, cache dirs and kubeconfig of the embedded cluster"),
     (("--sim-hostpid-bug",), "sim_hostpid_bug", "bool", "simulated containers record the container PID as host PID"),
     (("--sim-watch-window",), "sim_watch_window", "int", "watch events retained by the embedded server"),
+    (("--sim-read-latency",), "sim_read_latency", "duration", "latency the embedded server adds to every read, e.g. 1ms"),
+    (("--sim-write-latency",), "sim_write_latency", "duration",
+     "latency the embedded server adds to every write, e.g. 5ms (an etcd-backed write)"),
+    (("--sim-max-inflight",), "sim_max_inflight", "int",
+     "concurrent requests the embedded server serves; more get 429 + Retry-After, as APF (default 0 = no limit)"),
     (("--demo-workload",), "demo_workload", "bool", "submit a stream of sample GPU pods"),
 ]
 
@@ -147,6 +160,7 @@ def add_role_flags(parser: argparse.ArgumentParser) -> None:
 def add_kube_flags(parser: argparse.ArgumentParser) -> None:
     """The connection flags subcommands need (doctor, tune)."""
     for names, dest, kind, help_text in FLAGS:
-        if dest in ("kubeconfig", "kube_qps", "kube_burst", "kube_timeout", "v", "log_format"):
+        if dest in ("kubeconfig", "kube_qps", "kube_burst", "kube_background_qps", "kube_background_burst",
+                    "kube_timeout", "v", "log_format"):
             parser.add_argument(*_spellings(names), dest=dest, type=_KIND_TYPES[kind],
                                 default=argparse.SUPPRESS, help=help_text)

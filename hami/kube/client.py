@@ -1,8 +1,12 @@
 """The one door to the API server: `KubeClient` over one kubernetes-asyncio `ApiClient`.
 
 Every call goes through `KubeClient.request`, which
-* waits on a token bucket (`--kube-qps`, `--kube-burst`) shared by all calls, like client-go;
-* applies the per-request timeout (`--kube-timeout`, 0 = none; never to watches);
+* waits on the token bucket of its lane (`hami.kube.lanes`): `critical` for what a pending pod
+  waits on (`--kube-qps`, `--kube-burst`), `background` for events, handshakes, registrations,
+  leases and re-lists (`--kube-background-qps`, `--kube-background-burst`); defaults per role;
+* applies the per-request deadline (`--kube-timeout`, default 10 s; never to watches);
+* on 429 waits the server's Retry-After (plus jitter) and retries, at most `MAX_RETRIES` times
+  and never past the deadline, taking a token of its lane again each time, like client-go;
 * counts the request by verb, resource and HTTP status code (`client.requests`, a plain dict the
   scheduler's metrics exporter reads at scrape time; code "error" for transport failures);
 * returns the raw JSON decoded with orjson (`_preload_content=False`: the generated models are
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +33,20 @@ from kubernetes_asyncio import config as k8s_config
 
 from hami.apierror import ApiError as ApiError  # the one API error shape (hami.apierror)
 from hami.config import KubeSettings
+from hami.kube.lanes import (
+    BACKGROUND,
+    CRITICAL,
+    DEFAULT_TIMEOUT,
+    MAX_RETRIES,
+    LaneStats,
+    TokenBucket,
+    budgets_for,
+    lane_for,
+    retry_after_seconds,
+)
+
+__all__ = ["ApiError", "KubeClient", "KubeConfigError", "TokenBucket", "resource_path",
+           "MERGE_PATCH", "JSON_PATCH", "STRATEGIC_PATCH"]
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -46,43 +65,6 @@ _RESOURCE_PATHS = {
 
 class KubeConfigError(RuntimeError):
     """No usable connection settings: names the file or the missing in-cluster environment."""
-
-
-class TokenBucket:
-    """client-go's token-bucket rate limiter: `qps` tokens a second, at most `burst` banked.
-
-    qps <= 0 disables limiting. `clock` is injectable for tests (defaults to the loop's time).
-    """
-
-    def __init__(self, qps: float, burst: int, clock: Callable[[], float] | None = None):
-        self.qps = float(qps)
-        self.burst = max(1, int(burst))
-        self._clock = clock or time.monotonic
-        self._tokens = float(self.burst)
-        self._last = self._clock()
-        self._lock = asyncio.Lock()
-        self.waited = 0.0  # total seconds callers waited, for diagnostics
-
-    def _refill(self) -> None:
-        now = self._clock()
-        self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
-        self._last = now
-
-    async def acquire(self) -> None:
-        if self.qps <= 0:
-            return
-        self._refill()
-        if self._tokens >= 1.0 and not self._lock.locked():
-            self._tokens -= 1.0
-            return
-        async with self._lock:  # FIFO: one waiter computes its sleep at a time
-            self._refill()
-            while self._tokens < 1.0:
-                delay = (1.0 - self._tokens) / self.qps
-                self.waited += delay
-                await asyncio.sleep(delay)
-                self._refill()
-            self._tokens -= 1.0
 
 
 def resource_path(resource: str, namespace: str | None = None, name: str | None = None,
@@ -106,12 +88,18 @@ class KubeClient:
     """Thin async client returning plain dicts. Build with `await KubeClient.from_settings(settings)`."""
 
     def __init__(self, api: k8s_client.ApiClient, settings: KubeSettings,
-                 clock: Callable[[], float] | None = None):
+                 clock: Callable[[], float] | None = None, *, role: str = "default"):
         self.api = api
         self.settings = settings
+        self.role = role
         self.host = api.configuration.host
-        self.bucket = TokenBucket(settings.qps, settings.burst, clock)
-        self.timeout = settings.timeout
+        crit, bg = budgets_for(role, settings.qps, settings.burst, settings.background_qps,
+                               settings.background_burst)
+        self.budgets = {CRITICAL: crit, BACKGROUND: bg}
+        self.buckets = {CRITICAL: TokenBucket(crit.qps, crit.burst, clock),
+                        BACKGROUND: TokenBucket(bg.qps, bg.burst, clock)}
+        self.lane_stats = {CRITICAL: LaneStats(), BACKGROUND: LaneStats()}
+        self.timeout = DEFAULT_TIMEOUT if settings.timeout is None else settings.timeout
         # (verb, resource, code) -> count; code is the HTTP status as a string, or "error".
         self.requests: dict[tuple[str, str, str], int] = {}
         self.on_request: Callable[[str, str, str, float], None] | None = None
@@ -119,8 +107,9 @@ class KubeClient:
     # ------------------------------------------------------------------ construction
 
     @classmethod
-    async def from_settings(cls, settings: KubeSettings, clock: Callable[[], float] | None = None) -> KubeClient:
-        """--kubeconfig, else $KUBECONFIG, else in-cluster service account."""
+    async def from_settings(cls, settings: KubeSettings, clock: Callable[[], float] | None = None, *,
+                            role: str = "default") -> KubeClient:
+        """--kubeconfig, else $KUBECONFIG, else in-cluster service account; lane budgets of `role`."""
         cfg = k8s_client.Configuration()
         path = settings.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
         if path:
@@ -141,7 +130,7 @@ class KubeClient:
         cfg.connection_pool_maxsize = max(getattr(cfg, "connection_pool_maxsize", 0) or 0, 64)
         api = k8s_client.ApiClient(configuration=cfg)
         _no_env_lookups(api)
-        return cls(api, settings, clock)
+        return cls(api, settings, clock, role=role)
 
     async def close(self) -> None:
         await self.api.close()
@@ -176,26 +165,59 @@ class KubeClient:
             auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout,
         )
 
+    def lane_report(self) -> dict[str, dict[str, float]]:
+        """Per lane: seconds waited for tokens, requests, 429s, retries (the saturation signals)."""
+        return {lane: {"wait_seconds": self.buckets[lane].waited, "requests": float(s.requests),
+                       "writes": float(s.writes),
+                       "throttled": float(s.throttled), "retries": float(s.retries)}
+                for lane, s in self.lane_stats.items()}
+
+    @property
+    def bucket(self) -> TokenBucket:
+        """The critical lane's bucket (what a pending pod waits on)."""
+        return self.buckets[CRITICAL]
+
     async def request(self, verb: str, resource: str, method: str, path: str, *,
                       query: list[tuple[str, Any]] | None = None, body: Any = None,
                       content_type: str | None = None) -> Any:
         """One rate-limited, counted request; returns the decoded JSON body (or None if empty)."""
-        await self.bucket.acquire()
-        started = time.perf_counter()
+        lane = lane_for(verb, resource)
+        bucket, stats = self.buckets[lane], self.lane_stats[lane]
         timeout = self.timeout if self.timeout > 0 else None
-        try:
-            resp = await self._send(method, path, query, body, content_type, timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout if timeout else None
+        attempt = 0
+        while True:
+            await bucket.acquire()
+            stats.requests += 1
+            stats.writes += method != "GET"
+            started = time.perf_counter()
+            left = None if deadline is None else max(0.001, deadline - loop.time())
             try:
-                data = await resp.read()
-            finally:
-                resp.release()
-        except (TimeoutError, aiohttp.ClientError, OSError, RuntimeError) as exc:  # RuntimeError: session closed
-            self._count(verb, resource, "error", time.perf_counter() - started)
-            raise ApiError(0, type(exc).__name__, str(exc) or type(exc).__name__) from exc
-        self._count(verb, resource, str(resp.status), time.perf_counter() - started)
-        if resp.status >= 300:
-            raise _api_error(resp.status, resp.reason or "", data)
-        return orjson.loads(data) if data else None
+                resp = await self._send(method, path, query, body, content_type, left)
+                try:
+                    data = await resp.read()
+                finally:
+                    resp.release()
+            except (TimeoutError, aiohttp.ClientError, OSError, RuntimeError) as exc:  # RuntimeError: session closed
+                self._count(verb, resource, "error", time.perf_counter() - started)
+                raise ApiError(0, type(exc).__name__, str(exc) or type(exc).__name__) from exc
+            self._count(verb, resource, str(resp.status), time.perf_counter() - started)
+            if resp.status < 300:
+                return orjson.loads(data) if data else None
+            err = _api_error(resp.status, resp.reason or "", data)
+            if resp.status != 429:
+                raise err
+            # Too many requests: the server refused before doing anything, so any verb may retry.
+            stats.throttled += 1
+            wait = retry_after_seconds(resp.headers.get("Retry-After"), err.body)
+            wait = (0.5 * 2 ** attempt) if wait is None else wait
+            wait += random.uniform(0.0, 0.1 * wait + 0.01)  # jitter: retries of a burst spread out
+            attempt += 1
+            if attempt > MAX_RETRIES or (deadline is not None and loop.time() + wait >= deadline):
+                raise err
+            stats.retries += 1
+            await asyncio.sleep(wait)
 
     async def open_watch(self, resource: str, query: list[tuple[str, Any]],
                          read_timeout: float, namespace: str | None = None) -> aiohttp.ClientResponse:
@@ -204,7 +226,8 @@ class KubeClient:
         `read_timeout` bounds the silence between two chunks: a watch that delivers no event or
         bookmark for that long raises asyncio.TimeoutError from readline.
         """
-        await self.bucket.acquire()
+        await self.buckets[BACKGROUND].acquire()
+        self.lane_stats[BACKGROUND].requests += 1
         started = time.perf_counter()
         timeout = aiohttp.ClientTimeout(total=None, connect=30, sock_connect=30, sock_read=read_timeout)
         try:

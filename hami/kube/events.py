@@ -1,12 +1,16 @@
 """EventRecorder: core/v1 Events written off the hot path, coalesced and rate-limited.
 
 `record(pod, type, reason, message)` is synchronous and O(1): it only puts the event in a pending
-map. The `run(stop)` task drains it. Like client-go's recorder:
-* identical events (same object, type, reason, message) are coalesced: the first is created with
-  count 1, repeats PATCH `count` and `lastTimestamp` of the same Event object;
+map. The `run(stop)` task drains it, one write at a time, on the client's *background* lane
+(`hami.kube.lanes`), so no event ever delays a filter or a bind. Like client-go's recorder:
+* pending events are coalesced per pod, type and reason: one pending slot holds the distinct
+  messages (at most `MESSAGES_PER_REASON`, the oldest giving way), repeats add up; a written event
+  that happens again PATCHes `count` and `lastTimestamp` of the same Event;
 * a per-object-and-reason spam filter (token bucket, burst 25, one token per 5 minutes) drops floods about a
-  single pod, and a global bucket bounds the write rate;
-* the pending map is bounded: when full, new events are dropped and counted in `dropped`.
+  single pod;
+* the pending map is bounded by what the background lane can absorb (its burst, unless
+  `max_pending` is given): when the lane is over budget, new events are dropped, counted in
+  `dropped` (`hami_scheduler_events_dropped`) and logged once. `record` never blocks.
 The source component is the scheduler name.
 """
 
@@ -19,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from hami.kube.client import ApiError, KubeClient
+from hami.kube.lanes import BACKGROUND
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
@@ -26,6 +31,11 @@ log = get_logger(__name__)
 NORMAL, WARNING = "Normal", "Warning"
 
 _Key = tuple[str, str, str, str, str]  # (namespace, name, type, reason, message)
+_PendingKey = tuple[str, str, str, str]  # (namespace, name, type, reason)
+
+# Distinct messages kept pending per pod and reason: HAMi's failed filter says two things (the
+# per-node reasons and "no available node"); a flood of changing messages keeps the newest few.
+MESSAGES_PER_REASON = 4
 
 
 def _now_rfc3339(clock: Callable[[], float]) -> str:
@@ -41,18 +51,23 @@ class _Bucket:
 
 class EventRecorder:
     def __init__(self, client: KubeClient | None, component: str, *, instance: str = "",
-                 qps: float = 10.0, burst: int = 50, per_object_burst: int = 25,
-                 per_object_refill_s: float = 300.0, max_pending: int = 4096,
+                 qps: float = 0.0, burst: int = 50, per_object_burst: int = 25,
+                 per_object_refill_s: float = 300.0, max_pending: int | None = None,
                  clock: Callable[[], float] = time.time):
         self.client = client
         self.component = component or "hami-scheduler"
         self.instance = instance
+        # An optional pacing of its own (qps 0 = none: the background lane paces the writes).
         self.qps, self.burst = qps, burst
         self.per_object_burst, self.per_object_refill_s = per_object_burst, per_object_refill_s
+        if max_pending is None:
+            # Over budget = more pending than the background lane can write in 30 s.
+            lane = getattr(client, "budgets", {}).get(BACKGROUND)
+            max_pending = max(64, lane.burst, int(lane.qps * 30)) if lane is not None and lane.qps > 0 else 4096
         self.max_pending = max_pending
         self.clock = clock
-        # key -> [pod ref, pending repeats]
-        self._pending: OrderedDict[_Key, list] = OrderedDict()
+        # (ns, name, type, reason) -> (pod ref, {message: pending repeats})
+        self._pending: OrderedDict[_PendingKey, tuple[tuple[str, str, str], dict[str, int]]] = OrderedDict()
         # key -> (event name, count written so far); bounded LRU like client-go's cache of 4096
         self._written: OrderedDict[_Key, tuple[str, int]] = OrderedDict()
         self._spam: dict[tuple[str, str, str, str], _Bucket] = {}
@@ -61,6 +76,7 @@ class EventRecorder:
         self._idle = asyncio.Event()
         self._idle.set()
         self.dropped = 0
+        self._drop_logged: set[str] = set()  # each reason for dropping is logged once
         self.created = 0
         self.patched = 0
         self.failed = 0
@@ -74,16 +90,30 @@ class EventRecorder:
             ref = (meta.get("namespace") or "default", meta.get("name", ""), meta.get("uid", ""))
         else:
             ref = pod
-        key = (ref[0], ref[1], etype, reason, message)
+        key = (ref[0], ref[1], etype, reason)
         entry = self._pending.get(key)
         if entry is not None:
-            entry[1] += 1
+            messages = entry[1]
+            if message in messages:
+                messages[message] += 1
+            else:
+                if len(messages) >= MESSAGES_PER_REASON:
+                    del messages[next(iter(messages))]
+                    self._drop("too many distinct messages for one pod and reason")
+                messages[message] = 1
         else:
             if len(self._pending) >= self.max_pending:
-                self.dropped += 1
+                self._drop("background lane over budget")
                 return
-            self._pending[key] = [ref, 1]
+            self._pending[key] = (ref, {message: 1})
         self._wake.set()
+
+    def _drop(self, why: str) -> None:
+        self.dropped += 1
+        if why not in self._drop_logged:
+            self._drop_logged.add(why)
+            log.warning("Dropping events", reason=why, pending=len(self._pending), max_pending=self.max_pending,
+                        metric="hami_scheduler_events_dropped")
 
     @property
     def pending(self) -> int:
@@ -111,11 +141,8 @@ class EventRecorder:
     async def flush(self) -> None:
         """Write everything pending now (used by run() and by tests)."""
         while self._pending:
-            key, (ref, repeats) = self._pending.popitem(last=False)
-            if not self._allow_object(*key[:4]):
-                self.dropped += 1
-                continue
-            await self._write(key, ref, repeats)
+            pkey, (ref, messages) = self._pending.popitem(last=False)
+            await self._write_slot(pkey, ref, messages)
         await self._idle.wait()  # writes the background task already took off the queue
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -139,16 +166,20 @@ class EventRecorder:
                 await asyncio.sleep((1.0 - tokens) / self.qps)
                 continue
             tokens -= 1.0
-            key, (ref, repeats) = self._pending.popitem(last=False)
-            if not self._allow_object(key[0], key[1]):
-                self.dropped += 1
-                continue
-            await self._write(key, ref, repeats)
+            pkey, (ref, messages) = self._pending.popitem(last=False)
+            await self._write_slot(pkey, ref, messages)
         # best effort on shutdown
         try:
             await asyncio.wait_for(self.flush(), 2.0)
         except (TimeoutError, ApiError):
             pass
+
+    async def _write_slot(self, pkey: _PendingKey, ref: tuple[str, str, str], messages: dict[str, int]) -> None:
+        for message, repeats in messages.items():
+            if not self._allow_object(*pkey):
+                self._drop("spam filter")
+                continue
+            await self._write((*pkey, message), ref, repeats)
 
     async def _write(self, key: _Key, ref: tuple[str, str, str], repeats: int) -> None:
         if self.client is None:

@@ -167,7 +167,7 @@ async def run(ctx: Any) -> None:
         kube = dataclasses.replace(kube, kubeconfig=ctx.shared["kubeconfig"])
     host, port = split_bind(cfg.metrics_bind_address)
     backends = await asyncio.to_thread(_backends, cfg, node)
-    client = await KubeClient.from_settings(kube)
+    client = await KubeClient.from_settings(kube, role="monitor")
     informer = Informer(client, kind="pods", field_selector=f"spec.nodeName={node}" if node else None)
     mon = Monitor(
         cache_dir=cfg.cache_dir, node_name=node, pods=lambda: list(informer.store.values()),

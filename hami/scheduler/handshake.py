@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from hami.device import codec
 from hami.kube.client import ApiError, KubeClient
+from hami.kube.lanes import background
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
@@ -133,7 +134,8 @@ class Handshaker:
         patch = {"metadata": {"annotations": {self.handshake_key: value},
                               "resourceVersion": meta.get("resourceVersion", "")}}
         try:
-            await self.client.patch_node(name, patch)
+            with background():  # never delays a /bind's lock or binding
+                await self.client.patch_node(name, patch)
             self.writes += 1
             if verdict.write == "clean":
                 s = self.seen.get(name, Seen())

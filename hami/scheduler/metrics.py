@@ -179,9 +179,11 @@ class ApiCollector:
     """API requests by verb, resource and code, read from the client's counter dict on scrape."""
 
     def __init__(self, counts: Callable[[], dict[tuple[str, str, str], int]],
-                 extra: Callable[[], dict[str, float]] | None = None):
+                 extra: Callable[[], dict[str, float]] | None = None,
+                 lanes: Callable[[], dict[str, dict[str, float]]] | None = None):
         self.counts = counts
         self.extra = extra
+        self.lanes = lanes
 
     def describe(self) -> Iterable:
         return []
@@ -195,16 +197,32 @@ class ApiCollector:
         if self.extra is not None:
             for name, value in self.extra().items():
                 yield CounterMetricFamily(name, name.replace("_", " "), value=value)
+        if self.lanes is not None:
+            # The client's rate lanes (docs/kube-client.md): wait seconds grow when a lane saturates.
+            families = {
+                "wait_seconds": CounterMetricFamily("hami_kube_lane_wait_seconds",
+                                                    "Seconds requests waited for a token of the lane", labels=("lane",)),
+                "requests": CounterMetricFamily("hami_kube_lane_requests", "Requests sent on the lane",
+                                                labels=("lane",)),
+                "throttled": CounterMetricFamily("hami_kube_lane_throttled",
+                                                 "429 answers (server-side limits) on the lane", labels=("lane",)),
+                "retries": CounterMetricFamily("hami_kube_lane_retries", "Retries after a 429 on the lane",
+                                               labels=("lane",)),
+            }
+            for lane, values in sorted(self.lanes().items()):
+                for key, fam in families.items():
+                    fam.add_metric([lane], values.get(key, 0.0))
+            yield from families.values()
 
 
 class SchedulerMetrics:
     def __init__(self, snapshot: Callable[[], Snapshot],
                  api_counts: Callable[[], dict[tuple[str, str, str], int]],
                  *, legacy: bool = False, extra: Callable[[], dict[str, float]] | None = None,
-                 version: str = "0.1.0"):
+                 lanes: Callable[[], dict[str, dict[str, float]]] | None = None, version: str = "0.1.0"):
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(UsageCollector(snapshot, legacy))
-        self.registry.register(ApiCollector(api_counts, extra))
+        self.registry.register(ApiCollector(api_counts, extra, lanes))
         self.filter_seconds = Histogram("hami_scheduler_filter_duration_seconds", "Time to answer /filter",
                                         labelnames=("result",), buckets=_LAT_BUCKETS, registry=self.registry)
         self.bind_seconds = Histogram("hami_scheduler_bind_duration_seconds", "Time to answer /bind",

@@ -209,7 +209,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     clock = clock or _time.time
     sc = config.scheduler
     check_listener_trust(sc, config.debug)  # also for configs built in code, not only from flags
-    client = client or await KubeClient.from_settings(config.kube)
+    client = client or await KubeClient.from_settings(config.kube, role="scheduler")
     identity = identity or config.kube.pod_name or f"{socket.gethostname()}-{os.getpid()}"
     events = EventRecorder(client, sc.scheduler_name, instance=identity, clock=clock)
     leader: LeaderElector | None = None
@@ -229,6 +229,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
                        "hami_scheduler_handshake_writes": float(handshaker.writes),
                        "hami_scheduler_informer_handler_failures": float(state.handler_failures),
                        "hami_scheduler_index_rebuilds": float(state.rebuilds)},
+        lanes=client.lane_report,
     )
     wh_settings = webhookmod.WebhookSettings.from_config(config)
 

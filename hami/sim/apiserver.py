@@ -52,10 +52,18 @@ _TRUE = frozenset({"true", "1", "yes", "t"})
 
 @dataclass
 class Faults:
-    """Knobs for reliability tests; all off by default. Change them at any time."""
+    """Knobs for reliability tests and a realistic server; all off by default. Change them at any time.
+
+    `read_delay`/`write_delay` model an etcd-backed server (e.g. 1 ms / 5 ms); `max_inflight`
+    models API Priority and Fairness: a non-watch request arriving while that many are being
+    served is answered 429 with `Retry-After: retry_after` (counted in `throttled`).
+    """
 
     delay: float = 0.0  # seconds added before answering every request
+    read_delay: float = 0.0  # seconds added before answering reads (GET, not watches)
     write_delay: float = 0.0  # seconds added before answering writes (POST/PUT/PATCH/DELETE)
+    max_inflight: int = 0  # concurrent non-watch requests served; more get 429 (0 = no limit)
+    retry_after: int = 1  # the Retry-After (seconds) of those 429s
     fail_writes: int = 0  # the next N writes answer `fail_status` without changing anything
     fail_status: int = 500  # 429 (with Retry-After: 1) or 500, or any other code
     silent_watch: bool = False  # new watches answer 200 and then never send a byte
@@ -64,7 +72,8 @@ class Faults:
         self.fail_writes, self.fail_status = n, status
 
     def reset(self) -> None:
-        self.delay = self.write_delay = 0.0
+        self.delay = self.read_delay = self.write_delay = 0.0
+        self.max_inflight, self.retry_after = 0, 1
         self.fail_writes, self.fail_status, self.silent_watch = 0, 500, False
 
 
@@ -91,6 +100,8 @@ class ApiServer:
         self._runner: web.AppRunner | None = None
         self._sock: socket.socket | None = None
         self._silent: set[asyncio.Event] = set()
+        self.inflight = 0  # non-watch requests being served now
+        self.throttled = 0  # 429s answered by the max_inflight limit
         self._static = self._discovery_docs()
         # Mutating admission on CREATE (hami.sim.admission.WebhookAdmission in the embedded cluster).
         self.admission: Callable[[str, str, dict, dict], Awaitable[dict]] | None = None
@@ -170,16 +181,33 @@ class ApiServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         f = self.faults
-        if f.delay:
-            await asyncio.sleep(f.delay)
         method = request.method
         write = method in ("POST", "PUT", "PATCH", "DELETE")
+        watch = not write and request.query.get("watch", "").lower() in _TRUE
+        if watch:
+            return await self._serve(request, method, write)
+        if f.max_inflight and self.inflight >= f.max_inflight:
+            self.throttled += 1
+            return _error(ApiError(429, "TooManyRequests", "too many requests, please try again later",
+                                   {"retryAfterSeconds": f.retry_after}), {"Retry-After": str(f.retry_after)})
+        self.inflight += 1
+        try:
+            return await self._serve(request, method, write)
+        finally:
+            self.inflight -= 1
+
+    async def _serve(self, request: web.Request, method: str, write: bool) -> web.StreamResponse:
+        f = self.faults
+        if f.delay:
+            await asyncio.sleep(f.delay)
         if write:
             if f.write_delay:
                 await asyncio.sleep(f.write_delay)
             if f.fail_writes > 0:
                 f.fail_writes -= 1
                 return self._injected(f.fail_status)
+        elif f.read_delay and method == "GET":
+            await asyncio.sleep(f.read_delay)
         try:
             return await self._dispatch(request, method)
         except ApiError as exc:

@@ -420,7 +420,9 @@ class EmbeddedCluster:
         proc_root = cfg.monitor.proc_root if cfg.sim.hostpid_bug else os.path.join(cfg.sim.state_dir, "proc")
         os.makedirs(proc_root, exist_ok=True)
         kube = replace(cfg.kube, kubeconfig=self.kubeconfig)
-        self.client = client = await KubeClient.from_settings(kube)
+        # One client plays every simulated kubelet and kube-scheduler: each of those has its own
+        # budget in a real cluster, so this one is not limited ("sim" in hami.kube.lanes).
+        self.client = client = await KubeClient.from_settings(kube, role="sim")
         tasks: list[asyncio.Task] = []
         kubelets, backends = [], []
         try:

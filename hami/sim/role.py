@@ -16,7 +16,7 @@ from typing import Any
 
 from hami.netaddr import split_host_port
 from hami.obs.log import get_logger
-from hami.sim.apiserver import ApiServer
+from hami.sim.apiserver import ApiServer, Faults
 from hami.sim.store import Store
 
 log = get_logger(__name__)
@@ -44,7 +44,9 @@ async def run(ctx: Any) -> None:
     host, port = parse_listen(cfg.listen)
     if not _is_loopback(host):
         log.warning("The embedded API server has no authentication; serving beyond loopback", listen=cfg.listen)
-    server = ApiServer(Store(watch_window=cfg.watch_window), host, port)
+    server = ApiServer(Store(watch_window=cfg.watch_window), host, port,
+                       faults=Faults(read_delay=cfg.read_latency, write_delay=cfg.write_latency,
+                                     max_inflight=cfg.max_inflight))
     try:
         await server.start()
     except OSError as exc:

@@ -27,7 +27,8 @@ def test_defaults_match_hami():
     assert cfg.scheduler.gpu_scheduler_policy == "spread"
     assert cfg.scheduler.metrics_bind_address == ":9395"
     assert cfg.monitor.metrics_bind_address == ":9394"
-    assert (cfg.kube.qps, cfg.kube.burst) == (5.0, 10)
+    # None: each role takes its lanes' budgets from hami.kube.lanes (tests/kube/test_lanes.py)
+    assert (cfg.kube.qps, cfg.kube.burst, cfg.kube.timeout) == (None, None, None)
     assert cfg.nvidia.device_split_count == 10
     assert cfg.nvidia.default_gpu_num == 1
 

@@ -101,19 +101,21 @@ async def test_token_bucket_disabled_with_zero_qps():
 async def test_client_applies_the_bucket_to_every_call(apiserver, monkeypatch):
     c = await client_for(apiserver.kubeconfig, qps=1000, burst=2)
     calls = []
-    orig = c.bucket.acquire
+    for lane, bucket in c.buckets.items():
+        orig = bucket.acquire
 
-    async def counting():
-        calls.append(1)
-        await orig()
+        async def counting(lane=lane, orig=orig):
+            calls.append(lane)
+            await orig()
 
-    monkeypatch.setattr(c.bucket, "acquire", counting)
+        monkeypatch.setattr(bucket, "acquire", counting)
     try:
         await c.list_nodes()
         await c.list_pods()
         with pytest.raises(ApiError):
             await c.get_node("x")
-        assert len(calls) == 3
+        # LISTs (re-lists) take the background lane, a GET the critical one.
+        assert calls == ["background", "background", "critical"]
     finally:
         await c.close()
 

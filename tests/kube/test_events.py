@@ -48,12 +48,48 @@ async def test_repeats_are_coalesced_and_count_grows(apiserver, client):
     assert rec.created == 1 and rec.patched == 1
 
 
-async def test_different_messages_are_different_events(apiserver, client):
+async def test_pending_events_coalesce_per_pod_and_reason(apiserver, client):
+    rec = EventRecorder(client, "hami-scheduler")
+    for _ in range(3):
+        rec.record(POD, WARNING, "FilteringFailed", "a")
+        rec.record(POD, WARNING, "FilteringFailed", "b")
+    rec.record(POD, NORMAL, "FilteringSucceed", "c")
+    assert rec.pending == 2  # one slot per pod and reason
+    await rec.flush()
+    got = sorted((e["reason"], e["message"], e["count"]) for e in events(apiserver))
+    assert got == [("FilteringFailed", "a", 3), ("FilteringFailed", "b", 3), ("FilteringSucceed", "c", 1)]
+
+
+async def test_a_flood_of_distinct_messages_keeps_the_newest_few(apiserver, client):
+    from hami.kube.events import MESSAGES_PER_REASON
+
+    rec = EventRecorder(client, "hami-scheduler", per_object_burst=100)
+    for i in range(10):
+        rec.record(POD, NORMAL, "FilteringSucceed", f"m{i}")
+    assert rec.pending == 1 and rec.dropped == 10 - MESSAGES_PER_REASON
+    await rec.flush()
+    assert sorted(e["message"] for e in events(apiserver)) == [f"m{i}" for i in range(10 - MESSAGES_PER_REASON, 10)]
+
+
+async def test_written_events_with_a_new_message_are_new_events(apiserver, client):
     rec = EventRecorder(client, "hami-scheduler")
     rec.record(POD, WARNING, "FilteringFailed", "a")
+    await rec.flush()
     rec.record(POD, WARNING, "FilteringFailed", "b")
     await rec.flush()
     assert sorted(e["message"] for e in events(apiserver)) == ["a", "b"]
+
+
+async def test_events_over_the_background_lane_budget_are_dropped_never_sent(client):
+    # The background lane absorbs what it can write in 30 s; more pending events are dropped.
+    lane_client = client
+    rec = EventRecorder(lane_client, "hami-scheduler")
+    lane = lane_client.budgets["background"]
+    assert rec.max_pending == max(64, lane.burst, int(lane.qps * 30))
+    for i in range(rec.max_pending + 30):
+        rec.record(("default", f"p{i}", f"uid-{i}"), NORMAL, "FilteringSucceed", "x")
+    assert rec.pending == rec.max_pending and rec.dropped == 30
+    assert client.requests == {}  # recording never sends, never waits
 
 
 async def test_spam_filter_limits_events_about_one_object(apiserver, client):
@@ -61,7 +97,7 @@ async def test_spam_filter_limits_events_about_one_object(apiserver, client):
     rec = EventRecorder(client, "hami-scheduler", per_object_burst=3, clock=lambda: clock[0])
     for i in range(10):
         rec.record(POD, NORMAL, "R", f"m{i}")
-    await rec.flush()
+        await rec.flush()  # one at a time: pending messages of one pod and reason are capped
     assert len(events(apiserver)) == 3 and rec.dropped == 7
     clock[0] += 300  # one token back after the refill period
     rec.record(POD, NORMAL, "R", "late")

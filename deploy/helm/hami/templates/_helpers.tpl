@@ -119,3 +119,18 @@ imagePullSecrets:
 {{- $ns := include "hami.namespace" . -}}
 {{- toJson (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) "localhost") -}}
 {{- end -}}
+
+{{/*
+The API client's rate lanes and deadline of one role (docs/kube-client.md), from a values map with
+kubeQPS, kubeBurst (critical lane), kubeBackgroundQPS, kubeBackgroundBurst and kubeTimeout, as
+command-line items (use with `| trim | nindent N`); an empty value leaves the binary's default.
+*/}}
+{{- define "hami.kubeLaneArgs" -}}
+{{- $flags := list (list "kubeQPS" "kube-qps") (list "kubeBurst" "kube-burst") (list "kubeBackgroundQPS" "kube-background-qps") (list "kubeBackgroundBurst" "kube-background-burst") (list "kubeTimeout" "kube-timeout") -}}
+{{- range $flags }}
+{{- $v := index $ (index . 0) | default "" | toString }}
+{{- if ne $v "" }}
+- --{{ index . 1 }}={{ $v }}
+{{ end }}
+{{- end }}
+{{- end -}}
