@@ -52,6 +52,7 @@ class NodeInfo:
     pair_scores: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     unschedulable: bool = False
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect) of NoSchedule/NoExecute taints
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +281,37 @@ def _node(obj, source, path, nvidia, node_configs, warnings) -> NodeInfo | None:
         name=name, devices=devices, physical_mem=tuple(physical_memory(d.devmem, settings) for d in devices),
         settings=settings, cordoned=cordoned, pair_scores=pair, labels=labels,
         unschedulable=bool(spec.get("unschedulable")),
+        taints=_taints(spec.get("taints"), source, f"{path}.spec.taints"),
     )
+
+
+def _taints(value: Any, source: str, path: str) -> tuple[tuple[str, str, str], ...]:
+    if value is None:
+        return ()
+    if not (isinstance(value, list) and all(isinstance(t, dict) for t in value)):
+        raise SnapshotError(source, path, "expected an array of objects")
+    out = []
+    for t in value:
+        if t.get("effect") in ("NoSchedule", "NoExecute"):
+            out.append((str(t.get("key") or ""), str(t.get("value") or ""), str(t["effect"])))
+    return tuple(out)
+
+
+def tolerates(tolerations: Any, taint: tuple[str, str, str]) -> bool:
+    """Kubernetes' ToleratesTaint: one toleration of the pod matches the taint."""
+    key, value, effect = taint
+    for tol in tolerations if isinstance(tolerations, list) else ():
+        if not isinstance(tol, dict):
+            continue
+        if tol.get("effect") and tol.get("effect") != effect:
+            continue
+        op = tol.get("operator") or "Equal"
+        tkey = tol.get("key") or ""
+        if op == "Exists" and (not tkey or tkey == key):
+            return True
+        if op == "Equal" and tkey == key and (tol.get("value") or "") == value:
+            return True
+    return False
 
 
 def _registered_settings(settings: DeviceSettings, devices: tuple[DeviceInfo, ...]) -> DeviceSettings:

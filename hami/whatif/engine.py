@@ -6,7 +6,8 @@ check), the device requests (`hami.device.request.pod_requests`), the pod's fit 
 policies (`hami.scheduler.fit.pod_request`, quota view from the `UsageIndex`), the node choice
 (`hami.scheduler.score.select_node`: HAMi's fit and node order), and the bookkeeping of a placed
 pod (`UsageIndex.add_pod`). What kube-scheduler does before the extender is reduced to what
-decides GPU placement: unschedulable (cordoned) nodes and `nodeSelector` labels are filtered out;
+decides GPU placement: unschedulable (cordoned) nodes, `nodeSelector` labels and NoSchedule/NoExecute
+taints the pod does not tolerate are filtered out;
 candidates are passed in name order, so ties go to the first name, as in the extender.
 
 Scenario changes act on the snapshot before the replay: a new deviceSplitCount /
@@ -35,12 +36,12 @@ from hami.scheduler import webhook as webhookmod
 from hami.scheduler.policy import PolicyError
 from hami.scheduler.usage import NodeUsage, UsageIndex
 
-from .cluster import Cluster, NodeInfo, PodInfo, holds_devices
+from .cluster import Cluster, NodeInfo, PodInfo, holds_devices, tolerates
 from .scenario import Changes, Plan, Scenario, Workload
 
 # Pending reasons that are not HAMi fit codes (the step that refused the pod).
 ADMISSION_DENIED = "AdmissionDenied"
-NO_CANDIDATE_NODE = "NoCandidateNode"  # kube-scheduler left no node (cordoned, nodeSelector)
+NO_CANDIDATE_NODE = "NoCandidateNode"  # kube-scheduler left no node (cordoned, nodeSelector, taints)
 INVALID_POD = "InvalidPod"
 
 HAMI_ANNOTATIONS = (
@@ -335,9 +336,12 @@ def _reason_codes(failed: dict[str, str]) -> tuple[str, ...]:
     return tuple(k for k, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def _selector_ok(pod: dict, labels) -> bool:
-    sel = (pod.get("spec") or {}).get("nodeSelector") or {}
-    return all(labels.get(k) == v for k, v in sel.items())
+def _selector_ok(pod: dict, node: NodeInfo) -> bool:
+    spec = pod.get("spec") or {}
+    sel = spec.get("nodeSelector") or {}
+    if not all(node.labels.get(k) == v for k, v in sel.items()):
+        return False
+    return all(tolerates(spec.get("tolerations"), t) for t in node.taints)
 
 
 class Replayer:
@@ -372,11 +376,13 @@ class Replayer:
                 self.index.add_pod(p.uid, p.node, p.devices, namespace=p.namespace, num_init=p.num_init,
                                    init_released=p.init_released, mig=p.mig)
         self.schedulable = [n for n in sorted(nodes) if not nodes[n].unschedulable]
+        self.tainted = any(nodes[n].taints for n in self.schedulable)
 
     def candidates(self, pod: dict) -> list[str]:
-        if not (pod.get("spec") or {}).get("nodeSelector"):
+        """What kube-scheduler would pass the extender: schedulable, nodeSelector and taints allow."""
+        if not (pod.get("spec") or {}).get("nodeSelector") and not self.tainted:
             return self.schedulable
-        return [n for n in self.schedulable if _selector_ok(pod, self.nodes[n].labels)]
+        return [n for n in self.schedulable if _selector_ok(pod, self.nodes[n])]
 
     def place(self, pod: dict, admit: bool = True) -> Outcome | None:
         """Schedule one pod; None when it asks for no HAMi device (not the extender's business)."""

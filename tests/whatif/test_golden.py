@@ -264,3 +264,20 @@ def test_hami_managed_cluster_snapshot_as_it_is():
     assert base.placed == 4
     card = next(c for n in base.nodes for c in n.cards if c.uuid == "GPU-aaa")
     assert (card.mem_used, card.cores_used) == (30000, 50)  # the running pod still holds its share
+
+
+def test_taints_keep_pods_without_a_toleration_away():
+    tainted = snap.node("gpu")
+    tainted["spec"] = {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+                                  {"key": "soft", "effect": "PreferNoSchedule"}]}
+    plain = snap.pod("plain", mem=1000)
+    exact = snap.pod("exact", mem=1000)
+    exact["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present"}]
+    wrong = snap.pod("wrong", mem=1000)
+    wrong["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "value": "absent", "effect": "NoSchedule"}]
+    anything = snap.pod("anything", mem=1000)
+    anything["spec"]["tolerations"] = [{"operator": "Exists"}]
+    base = run(snap.listing(tainted, plain, exact, wrong, anything), "{}")[0]
+    assert {o.pod: (o.node, o.reasons) for o in base.outcomes} == {
+        "default/plain": ("", (NO_CANDIDATE_NODE,)), "default/exact": ("gpu", ()),
+        "default/wrong": ("", (NO_CANDIDATE_NODE,)), "default/anything": ("gpu", ())}
