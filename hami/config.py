@@ -300,7 +300,7 @@ _NODE_KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "preconfigureddevicememory": (int, "an integer >= 0"),
     "libcudaloglevel": ((str, int), "a string"),
     "enablenumatopology": (bool, "a boolean"),
-    "migstrategy": (str, "a string"),
+    "migstrategy": (str, "one of none, single, mixed"),
     "filterdevices": (dict, "a mapping with uuid and index lists"),
     "enablegetpreferredallocation": (bool, "a boolean"),
 }
@@ -345,6 +345,8 @@ def parse_node_configs(doc: Any, source: str, warn) -> tuple[NodeDeviceConfig, .
             elif lkey == "devicesplitcount" and value < 1:
                 raise ConfigError(f"nodeconfig[{i}].{key}", source, value, expected)
             elif lkey == "operatingmode" and value not in ("", "hami-core", "mig", "mps"):
+                raise ConfigError(f"nodeconfig[{i}].{key}", source, value, expected)
+            elif lkey == "migstrategy" and value not in ("", "none", "single", "mixed"):
                 raise ConfigError(f"nodeconfig[{i}].{key}", source, value, expected)
             values[lkey] = value
         if not values.get("name"):

@@ -20,6 +20,7 @@ from hami.agent.deviceplugin import DevicePluginServer, PodAllocator
 from hami.agent.mig import with_mig_profiles
 from hami.agent.migmgr import MigManager
 from hami.agent.register import build_devices, filtered, plugin_devices, same_devices
+from hami.agent.staticmig import GPU_RESOURCE, StaticMig, StaticMigRouter, advertised
 from hami.device import codec
 from hami.device.model import MODE_MIG, DeviceInfo, MigProfileAllow
 from hami.device.nodeconfig import DeviceSettings, settings_for_node
@@ -74,7 +75,15 @@ class Agent:
             hook_path,
             locker=self.locker, lib_version=lib_version, mig=self.mig, gpus=lambda: self.gpus,
         )
-        self.plugin = DevicePluginServer(socket_dir, self.allocator,
+        # Static MIG (migstrategy single|mixed, NVIDIA's device plugin): existing MIG devices.
+        self.static_mig = settings.mig_strategy in ("single", "mixed") and settings.mode != MODE_MIG \
+            and isinstance(backend, MigControl)
+        self._mig_ids: frozenset[str] = frozenset()
+        self._mig_servers: dict[str, tuple[DevicePluginServer, asyncio.Task]] = {}
+        self._stop: asyncio.Event | None = None
+        self.socket_dir = socket_dir
+        handler = StaticMigRouter(self.allocator, lambda: self._mig_ids) if self.static_mig else self.allocator
+        self.plugin = DevicePluginServer(socket_dir, handler,
                                          preferred_allocation=settings.enable_get_preferred_allocation)
         self.registered: tuple[DeviceInfo, ...] | None = None
         self.register_patches = 0
@@ -130,8 +139,14 @@ class Agent:
         differ from what the Node carries. True if patched."""
         gpus = await self._call(self.backend.list_gpus)
         self.gpus = tuple(gpus)
-        await self.plugin.set_devices(plugin_devices(gpus, self.settings))
-        devices = build_devices(gpus, self.settings)
+        static = await self._static_mig(gpus) if self.static_mig else None
+        whole = [g for g in gpus if static is None or g.uuid not in static.mig_parents]
+        kubelet = plugin_devices(whole, self.settings)
+        if static is not None:
+            kubelet = kubelet + static.resources.get(GPU_RESOURCE, ())
+            await self._serve_mig_resources(static)
+        await self.plugin.set_devices(kubelet)
+        devices = build_devices(whole, self.settings)
         if self.mig is not None:
             await self.mig.reconcile(filtered(gpus, self.settings), self.pods.store.values())
             devices = with_mig_profiles(devices, await self.mig.register_profiles(filtered(gpus, self.settings)))
@@ -155,6 +170,31 @@ class Agent:
                  healthy=sum(d.health for d in devices), pair_scores=PAIR_SCORE_ANNOTATION in annotations)
         return True
 
+    async def _static_mig(self, gpus) -> StaticMig:
+        instances = {}
+        for g in filtered(gpus, self.settings):
+            if await self._call(self.backend.mig_enabled, g.uuid):
+                instances[g.uuid] = await self._call(self.backend.mig_instances, g.uuid)
+        static = advertised(self.settings.mig_strategy, filtered(gpus, self.settings), instances)
+        for w in static.warnings:
+            log.v(2).warning("Static MIG", node=self.node_name, warning=w)
+        self._mig_ids = frozenset(d.id for devs in static.resources.values() for d in devs)
+        return static
+
+    async def _serve_mig_resources(self, static: StaticMig) -> None:
+        """mixed: one plugin per `nvidia.com/mig-<profile>`; a profile that vanished lists nothing."""
+        for res in sorted(set(static.resources) | set(self._mig_servers)):
+            if res == GPU_RESOURCE:
+                continue
+            if res not in self._mig_servers:
+                if self._stop is None:
+                    continue  # not running (a direct sync_once): nothing to serve from
+                server = DevicePluginServer(self.socket_dir, StaticMigRouter(None, lambda: self._mig_ids),
+                                            resource_name=res)
+                task = asyncio.create_task(server.run(self._stop), name=f"agent-{self.node_name}-{res}")
+                self._mig_servers[res] = (server, task)
+            await self._mig_servers[res][0].set_devices(static.resources.get(res, ()))
+
     async def device_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             delay = self.tick
@@ -170,6 +210,7 @@ class Agent:
 
     async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None,
                   sync_timeout: float = 30.0) -> None:
+        self._stop = stop
         tasks = [
             asyncio.create_task(self.nodes.run(stop), name=f"agent-{self.node_name}-nodes"),
             asyncio.create_task(self.pods.run(stop), name=f"agent-{self.node_name}-pods"),
@@ -192,6 +233,10 @@ class Agent:
                     t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.plugin.stop()
+            for server, task in self._mig_servers.values():
+                await asyncio.gather(task, return_exceptions=True)
+                await server.stop()
+            self._mig_servers.clear()
 
 
 async def run(ctx) -> None:

@@ -44,6 +44,7 @@ class DeviceSettings:
     enable_get_preferred_allocation: bool = False
     disable_core_limit: bool = False
     matched_entry: str | None = None  # the nodeconfig name (or glob) that applied
+    mig_strategy: str = "none"  # static MIG as NVIDIA's device plugin: none | single | mixed
 
     def filtered(self, uuid: str, index: int | str | None = None) -> bool:
         """HAMi FilterDeviceToRegister: the card is left out (not advertised, not registered)."""
@@ -127,6 +128,8 @@ def effective_device_settings(
             changes[attr] = value
     if entry.operatingmode:
         changes["mode"] = entry.operatingmode
+    if entry.migstrategy:
+        changes["mig_strategy"] = entry.migstrategy
     if entry.filterdevices.uuid or entry.filterdevices.index:
         changes["filter"] = entry.filterdevices
     changes["enable_get_preferred_allocation"] = entry.enablegetpreferredallocation
