@@ -72,7 +72,7 @@ def container_vendor_requests(container: Mapping, table: VendorTable, cfg: Nvidi
         return first
     limits, requests = _resources(container)
     counts = table.other_counts
-    if not any(k in counts for k in limits) and not any(k in counts for k in requests):
+    if counts.isdisjoint(limits) and counts.isdisjoint(requests):
         return first
     out = [first] if first is not None else []
     for v in table.others:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from hami.device import codec
+from hami.device.allocation import allocated_devices
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.events import NORMAL, WARNING, EventRecorder
 from hami.kube.nodelock import NodeLocker, NodeLockError
@@ -73,7 +74,7 @@ class Binder:
         devices = assumed.devices if assumed is not None and assumed.node == node else None
         if devices is None and annos.get(VGPU_NODE) == node:
             try:
-                devices = codec.decode_pod_devices(annos.get(codec.ALLOCATED_ANNOTATION, ""))
+                devices = allocated_devices(annos, self.state.vendors)  # every vendor's devices
             except codec.CodecError:
                 devices = ()
         uses_devices = bool(devices) and any(devices)

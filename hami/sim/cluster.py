@@ -66,6 +66,14 @@ def parse_sim_gpus(text: str) -> list[GpuShape]:
     return shapes
 
 
+def parse_sim_gpu_groups(text: str) -> list[list[GpuShape]]:
+    """`;`-separated per-node groups of `parse_sim_gpus` (node i gets group i mod len) (pure)."""
+    groups = [g for g in (p.strip() for p in text.split(";")) if g]
+    if not groups:
+        raise SimSpecError(f"--sim-gpus {text!r}: no GPU given")
+    return [parse_sim_gpus(g) for g in groups]
+
+
 def node_names(n: int) -> list[str]:
     return [f"{NODE_PREFIX}{i}" for i in range(1, n + 1)]
 
@@ -74,10 +82,13 @@ def gpu_uuid(node_index: int, gpu_index: int) -> str:
     return f"GPU-{node_index:08x}-0000-4000-8000-{gpu_index:012x}"
 
 
-def fake_gpu_document(names: list[str], shapes: list[GpuShape]) -> dict:
-    """The fake-GPU file of the whole cluster: `nodes: {name: {gpus: [...]}}` (pure)."""
+def fake_gpu_document(names: list[str], shapes: list[GpuShape] | list[list[GpuShape]]) -> dict:
+    """The fake-GPU file of the whole cluster: `nodes: {name: {gpus: [...]}}` (pure). `shapes` is
+    one list for every node, or per-node groups (node i gets group i mod len)."""
+    groups = shapes if shapes and isinstance(shapes[0], list) else [shapes]
     nodes = {}
     for ni, name in enumerate(names, start=1):
+        shapes = groups[(ni - 1) % len(groups)]
         gpus, numa_split = [], sum(s.count for s in shapes)
         for shape in shapes:
             for _ in range(shape.count):
@@ -396,10 +407,27 @@ class EmbeddedCluster:
                     log.warning("Could not create the embedded scheduler's objects", resource=resource,
                                 error=str(exc))
 
+    def node_shapes(self) -> list[tuple[list[GpuShape], list[tuple]]]:
+        """Per node: (NVIDIA shapes, [(vendor row, cards, memory)]) from `--sim-gpus`."""
+        from hami.sim.vendornodes import vendor_for_model
+
+        groups = parse_sim_gpu_groups(self.cfg.sim.gpus)
+        out = []
+        for i in range(len(self.names)):
+            nvidia, vendors = [], []
+            for s in groups[i % len(groups)]:
+                v = vendor_for_model(s.model, self.cfg.vendors)
+                if v is None:
+                    nvidia.append(s)
+                else:
+                    vendors.append((v, s.count, s.memory_mib))
+            out.append((nvidia, vendors))
+        return out
+
     def write_fake_gpus(self) -> str:
         if self.cfg.sim.fake_gpus:
             return self.cfg.sim.fake_gpus
-        doc = fake_gpu_document(self.names, parse_sim_gpus(self.cfg.sim.gpus))
+        doc = fake_gpu_document(self.names, [nv for nv, _ in self.node_shapes()])
         os.makedirs(os.path.dirname(self.paths["all_gpus"]), exist_ok=True)
         self.gpu_file = FakeGpuFile(self.paths["all_gpus"], doc)
         self.gpu_file.save()
@@ -412,6 +440,7 @@ class EmbeddedCluster:
         from hami.gpu import make_backend
         from hami.sim.kubelet import Kubelet
         from hami.sim.kubescheduler import KubeSchedulerLoop
+        from hami.sim.vendornodes import VendorPodRunner, vendor_registration
 
         cfg = self.cfg
         gpu_file = self.write_fake_gpus()
@@ -426,11 +455,23 @@ class EmbeddedCluster:
         tasks: list[asyncio.Task] = []
         kubelets, backends = [], []
         try:
-            for name in self.names:
+            shapes = self.node_shapes() if not cfg.sim.fake_gpus else [(None, [])] * len(self.names)
+            for ni, name in enumerate(self.names, start=1):
+                obj = node_object(name, 0)
+                vendors = shapes[ni - 1][1]
+                if vendors:  # registered as the vendor's own HAMi device plugin would
+                    annos, capacity = vendor_registration(name, ni, vendors)
+                    obj["metadata"]["annotations"] = annos
+                    obj["status"]["capacity"].update(capacity)
+                    obj["status"]["allocatable"].update(capacity)
                 with contextlib.suppress(ApiError):
-                    await client.create("nodes", node_object(name, 0))
+                    await client.create("nodes", obj)
             await self._create_scheduler_objects(client)
             for ni, name in enumerate(self.names, start=1):
+                if shapes[ni - 1][0] == []:  # no NVIDIA GPU: the vendor's plugin, not our agent
+                    vrunner = VendorPodRunner(client, name)
+                    tasks.append(asyncio.create_task(vrunner.run(stop), name=f"vendor-kubelet-{name}"))
+                    continue
                 socket_dir = os.path.join(self.paths["nodes_dir"], str(ni))  # short: unix paths <= 107 bytes
                 os.makedirs(socket_dir, exist_ok=True)
                 kubelet = Kubelet(socket_dir, client=client, node_name=name)
