@@ -93,7 +93,8 @@ class NodeStats:
     cards: tuple[CardStats, ...]
     free_mem: int
     largest_free: int
-    fragmentation: float  # 1 - largest free block / free memory on cards with a free slot
+    partial_free: int  # free memory on cards already shared (some allocation, a slot left)
+    fragmentation: float  # partial_free / free_mem: how much of the free memory is in pieces
 
     @property
     def gpus_used(self) -> int:
@@ -128,7 +129,7 @@ class Result:
 
     def totals(self) -> dict[str, float]:
         cards = [c for n in self.nodes for c in n.cards]
-        frag = [n.fragmentation for n in self.nodes if n.free_mem]
+        free = sum(n.free_mem for n in self.nodes)
         return {
             "placed": self.placed,
             "pending": self.pending,
@@ -141,7 +142,7 @@ class Result:
             "cores_physical": 100 * len(cards),
             "cores_allocated": sum(c.cores_used for c in cards),
             "stranded_mem": sum(c.stranded_mem for c in cards),
-            "fragmentation": round(sum(frag) / len(frag), 4) if frag else 0.0,
+            "fragmentation": round(sum(n.partial_free for n in self.nodes) / free, 4) if free else 0.0,
         }
 
 
@@ -440,6 +441,7 @@ def _node_stats(usage: NodeUsage, info: NodeInfo, pending_mem: int) -> NodeStats
     phys = dict(zip((d.id for d in info.devices), info.physical_mem, strict=True))
     cards = []
     frees = []
+    partial = 0
     for d in usage.devices:
         usable = d.health and d.id not in usage.cordoned
         free = max(0, d.totalmem - d.usedmem)
@@ -447,12 +449,14 @@ def _node_stats(usage: NodeUsage, info: NodeInfo, pending_mem: int) -> NodeStats
         stranded = free if usable and free and (full or (pending_mem and free < pending_mem)) else 0
         if usable and not full and free:
             frees.append(free)
+            if d.used:
+                partial += free
         cards.append(CardStats(d.id, d.type, d.count, d.used, d.totalmem, d.usedmem, phys.get(d.id, d.totalmem),
                                d.totalcore, d.usedcores, usable, stranded))
     total = sum(frees)
     largest = max(frees, default=0)
-    frag = round(1.0 - largest / total, 4) if total else 0.0
-    return NodeStats(usage.name, tuple(cards), total, largest, frag)
+    frag = round(partial / total, 4) if total else 0.0
+    return NodeStats(usage.name, tuple(cards), total, largest, partial, frag)
 
 
 def _smallest_pending_mem(replayer: Replayer, pending: list[dict]) -> int:

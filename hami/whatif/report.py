@@ -59,7 +59,8 @@ def result_dict(result: Result, baseline: Result | None = None) -> dict[str, Any
             for o in result.outcomes
         ],
         "nodes": [
-            {"name": n.name, "freeMem": n.free_mem, "largestFree": n.largest_free, "fragmentation": n.fragmentation,
+            {"name": n.name, "freeMem": n.free_mem, "largestFree": n.largest_free, "partialFree": n.partial_free,
+             "fragmentation": n.fragmentation,
              "gpus": [{"uuid": c.uuid, "type": c.type, "slots": c.slots, "slotsUsed": c.slots_used, "mem": c.mem,
                        "memUsed": c.mem_used, "physicalMem": c.physical_mem, "cores": c.cores,
                        "coresUsed": c.cores_used, "usable": c.usable, "strandedMem": c.stranded_mem}
@@ -105,7 +106,7 @@ def render_result(result: Result) -> list[str]:
         ("cores allocated", f"{t['cores_allocated']}% of {t['cores_physical']}% physical "
                             f"({_pct(t['cores_allocated'], t['cores_physical'])})"),
         ("stranded memory", f"{_gib(t['stranded_mem'])} ({_pct(t['stranded_mem'], t['mem_registered'])} of registered)"),
-        ("fragmentation", f"{t['fragmentation']:.2f} mean over nodes with free memory"),
+        ("fragmentation", f"{t['fragmentation']:.2f} of the free memory is on cards already shared"),
     ]
     width = max(len(k) for k, _ in rows)
     lines += [f"   {k:<{width}}  {v}" for k, v in rows]
@@ -115,7 +116,7 @@ def render_result(result: Result) -> list[str]:
         lines += [f"     {code:<40} {n}" for code, n in reasons.items()]
     frag = sorted((n for n in result.nodes if n.fragmentation > 0), key=lambda n: (-n.fragmentation, n.name))
     if frag:
-        lines.append("   most fragmented nodes (free memory split over cards with a free slot):")
+        lines.append("   most fragmented nodes (share of free memory on cards already shared):")
         lines.append(f"     {'node':<24} {'frag':>5} {'free':>12} {'largest':>12}  GPUs used")
         for n in frag[:TOP_NODES]:
             lines.append(f"     {n.name:<24} {n.fragmentation:>5.2f} {_gib(n.free_mem):>12} {_gib(n.largest_free):>12}"

@@ -99,9 +99,11 @@ def suggest(cluster: Cluster, plan: Plan, defaults: SchedulerDefaults, *, baseli
 
 
 def render_suggestions(suggestions: list[Suggestion]) -> str:
-    lines = ["== suggestions (one change at a time, most pods placed first)"]
+    lines = ["", "== suggestions (one change at a time, most pods placed first)"]
     if not suggestions:
         lines.append("   no knob to try")
+    elif suggestions[0].gained <= 0:
+        lines.append("   no single knob places more pods than the baseline; the closest:")
     for s in suggestions:
         lines.append(f"   {s.label:<40} placed {s.result.placed:>6} ({s.gained:+d})  {s.tradeoff}")
     return "\n".join(lines) + "\n"

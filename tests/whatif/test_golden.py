@@ -281,3 +281,13 @@ def test_taints_keep_pods_without_a_toleration_away():
     assert {o.pod: (o.node, o.reasons) for o in base.outcomes} == {
         "default/plain": ("", (NO_CANDIDATE_NODE,)), "default/exact": ("gpu", ()),
         "default/wrong": ("", (NO_CANDIDATE_NODE,)), "default/anything": ("gpu", ())}
+
+
+def test_fragmentation_counts_free_memory_on_shared_cards_only():
+    doc = snap.listing(snap.node("a", gpus=2), snap.node("b", gpus=2))
+    base = run(doc, "workloads: [{name: p, count: 1, memory: 10960}]")[0]
+    nodes = {n.name: n for n in base.nodes}
+    assert base.outcomes[0].node == "a"  # equal scores: the first name
+    assert nodes["b"].fragmentation == 0.0
+    assert (nodes["a"].partial_free, nodes["a"].free_mem) == (30000, 70960)
+    assert base.totals()["fragmentation"] == round(30000 / (70960 + 81920), 4)

@@ -107,5 +107,5 @@ def test_html_lists_the_most_fragmented_nodes():
     cluster = parse_snapshot(snap.listing(snap.node("a", gpus=2)), "s.json")
     plan = parse_plan_text("workloads: [{name: s, count: 2, memory: 10000}]", "p.yaml")
     page = html.render(run_plan(cluster, plan))
-    # spread over both cards: 30960 MiB free on each, the largest block is half the free memory
-    assert "<tr><td>a</td><td>0.50</td><td>61920</td><td>30960</td><td>2/2</td></tr>" in page
+    # spread over both cards: all 61920 MiB free sit on shared cards, 30960 MiB the largest block
+    assert "<tr><td>a</td><td>1.00</td><td>61920</td><td>30960</td><td>2/2</td></tr>" in page
