@@ -71,16 +71,18 @@ def _err(message: str) -> int:
 
 
 async def main(args: argparse.Namespace) -> int:
+    from hami.kube.client import ApiError, KubeConfigError
+
     from . import snapshot
 
-    if args.command == "snapshot":
-        if not args.output:
-            return _err("snapshot needs -o FILE")
-        doc = await snapshot.take(_kube_settings(args))
-        snapshot.save(doc, args.output)
-        print(f"saved {len(doc['items'])} objects to {args.output}", file=sys.stderr)
-        return 0
     try:
+        if args.command == "snapshot":
+            if not args.output:
+                return _err("snapshot needs -o FILE")
+            doc = await snapshot.take(_kube_settings(args))
+            snapshot.save(doc, args.output)
+            print(f"saved {len(doc['items'])} objects to {args.output}", file=sys.stderr)
+            return 0
         if args.snapshot_file:
             cluster = snapshot.load(args.snapshot_file)
         else:
@@ -88,6 +90,8 @@ async def main(args: argparse.Namespace) -> int:
         plan = read_plan(args.scenario) if args.scenario else Plan(scenarios=(Scenario("baseline"),))
     except (SnapshotError, ScenarioError) as exc:
         return _err(str(exc))
+    except (ApiError, KubeConfigError, OSError) as exc:
+        return _err(f"cannot read the cluster: {exc}")
     defaults = SchedulerDefaults(node_policy=args.node_scheduler_policy, gpu_policy=args.gpu_scheduler_policy,
                                  scheduler_name=args.scheduler_name)
     for w in cluster.warnings:
@@ -101,7 +105,10 @@ async def main(args: argparse.Namespace) -> int:
     if args.html:
         from .html import write_report
 
-        write_report(args.html, results, cluster.warnings, suggestions)
+        try:
+            write_report(args.html, results, cluster.warnings, suggestions)
+        except OSError as exc:
+            return _err(f"--html {args.html}: {exc.strerror or exc}")
     if args.format == "json":
         doc = to_json(results, cluster.warnings,
                       [s.as_dict() for s in suggestions] if suggestions is not None else None)

@@ -117,3 +117,11 @@ def test_cli_json_output_and_exit_code_for_bad_input(tmp_path, capsys):
     snapshot.write_text('{"kind": "List", "items": [')
     assert main(["whatif", "--snapshot", str(snapshot)]) == 2
     assert f"{snapshot}: line 1 column" in capsys.readouterr().err
+
+
+def test_cli_unreadable_cluster_or_output_exits_2(tmp_path, capsys):
+    missing = tmp_path / "no-kubeconfig"
+    assert main(["whatif", "--kubeconfig", str(missing)]) == 2
+    assert "hami whatif: error: cannot read the cluster:" in capsys.readouterr().err
+    assert main(["whatif", "snapshot"]) == 2
+    assert "snapshot needs -o FILE" in capsys.readouterr().err
