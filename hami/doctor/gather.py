@@ -18,10 +18,18 @@ from dataclasses import dataclass, field
 import aiohttp
 import yaml
 
-from hami.config import ConfigError, KubeSettings, parse_device_config, parse_duration
+from hami.config import (
+    ConfigError,
+    KubeSettings,
+    default_vendor_table,
+    parse_device_config,
+    parse_duration,
+    vendors_with_nvidia,
+)
 from hami.device import codec
 from hami.device.model import NvidiaConfig
 from hami.device.request import quantity_value
+from hami.device.vendors import VendorError, VendorTable, apply_device_config
 from hami.doctor.tree import EventFact, NodeFacts, QuotaFact, SchedulerFact
 from hami.kube.client import ApiError, KubeClient
 
@@ -39,6 +47,7 @@ class Installation:
     nvidia: NvidiaConfig
     source: str  # where the device config came from, for the evidence lines
     notes: tuple[str, ...] = field(default=())
+    vendors: VendorTable = field(default_factory=default_vendor_table)  # with the device config's overrides
 
 
 async def installation(client: KubeClient, args: argparse.Namespace) -> Installation:
@@ -59,11 +68,13 @@ async def installation(client: KubeClient, args: argparse.Namespace) -> Installa
     if len({(c.get("metadata") or {}).get("namespace") for c in found}) > 1:
         notes.append(f"several HAMi installations found; using {ns} (pass --hami-namespace to choose)")
     try:
-        nvidia = parse_device_config(yaml.safe_load(cm["data"][DEVICE_CONFIG_KEY]), source, lambda msg: None)
-    except (yaml.YAMLError, ConfigError) as exc:
+        doc = yaml.safe_load(cm["data"][DEVICE_CONFIG_KEY])
+        nvidia = parse_device_config(doc, source, lambda msg: None)
+        vendors = vendors_with_nvidia(apply_device_config(default_vendor_table(), doc, source), nvidia)
+    except (yaml.YAMLError, ConfigError, VendorError) as exc:
         return Installation(ns, NvidiaConfig(), "built-in defaults",
                             (*notes, f"{source}: unreadable device config ({exc}); using HAMi's defaults"))
-    return Installation(ns, nvidia, source, tuple(notes))
+    return Installation(ns, nvidia, source, tuple(notes), vendors)
 
 
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
@@ -127,7 +138,8 @@ def node_facts(node: dict, resource: str = "nvidia.com/gpu") -> NodeFacts:
         return int(quantity_value(v) or 0) if v is not None else 0
 
     return NodeFacts(meta.get("name", ""), dict(meta.get("annotations") or {}), count("allocatable"),
-                     count("capacity"), dict(meta.get("labels") or {}))
+                     count("capacity"), dict(meta.get("labels") or {}),
+                     dict(status.get("capacity") or {}), dict(status.get("allocatable") or {}))
 
 
 def quota_fact(q: dict) -> QuotaFact:

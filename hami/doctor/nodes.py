@@ -3,7 +3,9 @@
     hami doctor nodes [--kubeconfig FILE] [--node-lock-timeout 5m] [--hami-namespace NS] [--json]
 
 For every node: the `hami.io/node-nvidia-register` state, the `hami.io/node-handshake` value and
-age, the `hami.io/mutex.lock` holder and age, and the number of schedulable GPUs. Exit code 1 if
+age, the `hami.io/mutex.lock` holder and age, and the number of schedulable devices; below the
+table, each other vendor the node registers (Ascend, Cambricon, Hygon, ...): its registration
+and its own handshake key. Exit code 1 if
 any GPU node is unhealthy (register missing or invalid, handshake stale, lock older than the
 lock timeout, unhealthy GPUs), else 0.
 """
@@ -37,7 +39,7 @@ async def check(client, args: argparse.Namespace, now: float | None = None) -> l
     inst = await gather.installation(client, args)
     facts = await gather.list_nodes(client, inst.nvidia.resource_count_name)
     timeout = gather.lock_timeout(args)
-    return [node_health(n, now, timeout) for n in sorted(facts, key=lambda n: n.name)]
+    return [node_health(n, now, timeout, inst.vendors) for n in sorted(facts, key=lambda n: n.name)]
 
 
 async def main(args: argparse.Namespace) -> int:

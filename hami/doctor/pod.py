@@ -66,6 +66,7 @@ async def diagnose(client, args: argparse.Namespace, now: float | None = None) -
         nvidia=cfg,
         lock_timeout=gather.lock_timeout(args),
         hami_namespace=inst.namespace,
+        vendors=inst.vendors,
     )
     d = diagnose_pod(facts)
     setup = (f"HAMi in namespace {inst.namespace}, device config from {inst.source} "

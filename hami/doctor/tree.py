@@ -32,6 +32,9 @@ from dataclasses import asdict, dataclass, field
 
 from hami.device import codec
 from hami.device.model import DeviceInfo, NvidiaConfig
+from hami.device.vendorregister import decode_one
+from hami.device.vendorrequest import vendor_request
+from hami.device.vendors import Vendor, VendorTable
 
 HAMI_EVENT_REASONS = ("FilteringFailed", "FilteringSucceed", "BindingFailed", "BindingSucceed")
 HANDSHAKE_WINDOW_S = 60.0  # hami.scheduler.handshake.WINDOW_S: a Requesting older than this needs devices
@@ -103,6 +106,9 @@ class NodeFacts:
     allocatable_gpu: int = 0
     capacity_gpu: int = 0
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Every extended resource (other vendors register through capacity and handshake on allocatable).
+    capacity: Mapping[str, str] = field(default_factory=dict)
+    allocatable: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +130,7 @@ class PodFacts:
     nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
     lock_timeout: float = 300.0
     hami_namespace: str = "kube-system"  # where the chart installed HAMi (the Helm release namespace)
+    vendors: VendorTable | None = None  # the other vendors the scheduler places (config/vendors.yaml)
 
 
 # Labels the chart puts on its pods (deploy/helm/hami): what the fixes' kubectl commands select.
@@ -157,6 +164,7 @@ class NodeHealth:
     schedulable_gpus: int
     healthy: bool
     problems: tuple[str, ...]
+    vendors: tuple[str, ...] = ()  # one line per other vendor the node registers: registration, handshake
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -186,9 +194,9 @@ def hami_resources(cfg: NvidiaConfig) -> tuple[str, ...]:
             cfg.resource_core_name)
 
 
-def requested_hami_resources(pod: Mapping, cfg: NvidiaConfig) -> dict[str, str]:
-    """HAMi resource names the pod's containers ask for -> the first value seen."""
-    names = hami_resources(cfg)
+def requested_hami_resources(pod: Mapping, cfg: NvidiaConfig, vendors: VendorTable | None = None) -> dict[str, str]:
+    """HAMi resource names (every vendor's) the pod's containers ask for -> the first value seen."""
+    names = hami_resources(cfg) + (tuple(n for v in vendors.others for n in v.resource_names) if vendors else ())
     spec = pod.get("spec") or {}
     out: dict[str, str] = {}
     for c in list(spec.get("initContainers") or []) + list(spec.get("containers") or []):
@@ -228,6 +236,52 @@ def pod_quota_request(pod: Mapping, cfg: NvidiaConfig) -> dict[str, int]:
         mem += n * _int(lim.get(cfg.resource_memory_name, 0))
         cores += n * _int(lim.get(cfg.resource_core_name, 0))
     return {f"limits.{cfg.resource_memory_name}": mem, f"limits.{cfg.resource_core_name}": cores}
+
+
+def asked_vendors(pod: Mapping, vendors: VendorTable | None) -> list[tuple[Vendor, int]]:
+    """The other vendors the pod asks for, with the largest count one container asks."""
+    spec = pod.get("spec") or {}
+    ctrs = [c for c in list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
+            if isinstance(c, Mapping)]
+    out = []
+    for v in (vendors.others if vendors is not None else ()):
+        nums = [r.nums for r in (vendor_request(c, v) for c in ctrs) if r is not None]
+        if nums:
+            out.append((v, max(nums)))
+    return out
+
+
+def vendor_advice(key: str, v: Vendor) -> tuple[str, str]:
+    """REASON_ADVICE in the words of another vendor: its resources, annotations and rules."""
+    mem, core, count = v.memory_resource or "memory", v.core_resource or "cores", v.count_resource
+    if key == "NodeInsufficientDevice":
+        return (f"the node has fewer {v.name} devices than one container asks for",
+                f"ask for fewer {count} per container, or add nodes with more {v.name} devices")
+    if key == "CardInsufficientMemory":
+        if v.hook == "ascend":
+            sizes = ", ".join(f"{t.name}={t.memory}" for t in v.templates)
+            return (f"no {v.name} card has the free memory of the vNPU template the request rounds up to "
+                    f"(templates {sizes}; more than the largest is a whole card, {v.memory_allocatable} MiB)",
+                    f"ask for a smaller template with {mem}, or wait for pods on the cards to finish")
+        if v.hook == "cambricon":
+            return (f"no MLU has enough free memory ({mem} counts 256 MiB units)",
+                    f"lower {mem} (1 = 256 MiB) or wait for pods to finish")
+        return f"no {v.name} card has enough free memory", f"lower {mem} or wait for pods to finish"
+    if key in ("CardInsufficientCore", "CardComputeUnitsExhausted", "ExclusiveDeviceAllocateConflict"):
+        default = (f"; a container without {core} asks for {v.default_cores} (a whole card)"
+                   if v.default_cores else "")
+        return (f"no {v.name} card has the cores asked for, or the pod wants a whole card that is shared{default}",
+                f"set {core} lower to share a card, or wait for the pods holding cores to finish")
+    if key == "CardUuidMismatch":
+        return (f"no {v.name} card matches {v.use_uuid_key} / {v.nouse_uuid_key}",
+                "fix the pod's UUID annotations (exact device ids, comma separated)")
+    if key == "CardTypeMismatch":
+        return (f"no {v.name} card matches {v.use_type_key or 'the requested type'} / {v.nouse_type_key or '-'}",
+                "fix the pod's type annotations")
+    if key == "CardTimeSlicingExhausted":
+        return (f"every {v.name} card already runs as many tasks as its device plugin allows",
+                f"free cards, add {v.name} nodes, or raise the split count of the {v.family} device plugin")
+    return REASON_ADVICE.get(key, ("unknown reason code", "raise -v to 4 and read the filter log"))
 
 
 def failed_reasons(events: Sequence[EventFact]) -> dict[str, list[str]]:
@@ -270,18 +324,75 @@ def register_state(node: NodeFacts) -> tuple[str, tuple[DeviceInfo, ...] | None]
     return f"ok ({len(devices)} GPUs)", devices
 
 
+@dataclass(frozen=True, slots=True)
+class VendorState:
+    """One other vendor on one node: its registration and handshake, judged as the scheduler does."""
+
+    vendor: Vendor
+    register: str  # "ok (2 devices)" or "invalid: <key>: <why>"
+    devices: tuple[DeviceInfo, ...] | None  # None when the registration does not decode
+    handshake: str = "-"
+    handshake_age: float | None = None
+    stale: bool = False
+
+    def line(self, now: float) -> str:
+        v = self.vendor
+        where = v.register_key or f"capacity {v.core_resource}"
+        text = f"{v.name}: register {self.register} ({where})"
+        if v.handshake_key:
+            age = "" if self.handshake_age is None else f", {int(self.handshake_age)}s"
+            text += f"; handshake {v.handshake_key}={self.handshake}{age}" + (" STALE" if self.stale else "")
+        return text
+
+
+def vendor_states(node: NodeFacts, now: float, vendors: VendorTable | None) -> list[VendorState]:
+    """The other vendors this node registers (an annotation or capacity of theirs is present)."""
+    out: list[VendorState] = []
+    for v in (vendors.others if vendors is not None else ()):
+        try:
+            devices = decode_one(v, node.name, node.annotations, node.capacity)
+        except codec.CodecError as exc:
+            out.append(VendorState(v, f"invalid: {exc}", None))
+            continue
+        if not devices:
+            continue
+        hs, age, stale = "-", None, False
+        if v.handshake_key and v.handshake_key in node.annotations:
+            hs = node.annotations[v.handshake_key]
+            parsed = codec.decode_handshake(hs)
+            age = None if parsed.timestamp is None else now - parsed.timestamp
+            alloc = _int(node.allocatable.get(v.count_resource, 0))
+            stale = parsed.state == codec.HANDSHAKE_DELETED or (
+                parsed.state == codec.HANDSHAKE_REQUESTING and age is not None and age > HANDSHAKE_WINDOW_S
+                and alloc <= 0)
+        out.append(VendorState(v, f"ok ({len(devices)} devices)", devices, hs, age, stale))
+    return out
+
+
 def is_gpu_node(node: NodeFacts) -> bool:
     return (codec.REGISTER_ANNOTATION in node.annotations or codec.HANDSHAKE_ANNOTATION in node.annotations
             or node.capacity_gpu > 0 or node.allocatable_gpu > 0
             or any(k.startswith("nvidia.com/") or k == "gpu" for k in node.labels))
 
 
-def node_health(node: NodeFacts, now: float, lock_timeout: float = 300.0) -> NodeHealth:
-    gpu = is_gpu_node(node)
+def node_health(node: NodeFacts, now: float, lock_timeout: float = 300.0,
+                vendors: VendorTable | None = None) -> NodeHealth:
+    vstates = vendor_states(node, now, vendors)
+    gpu = is_gpu_node(node) or bool(vstates)
     problems = []
     register, devices = register_state(node)
-    if gpu and devices is None:
+    if gpu and devices is None and not vstates:
         problems.append(f"register annotation {register}: the node agent has not registered GPUs")
+    elif devices is None and register == "missing" and vstates:
+        register = "- (" + ", ".join(s.vendor.name for s in vstates) + ")"
+    for s in vstates:
+        if s.devices is None:
+            problems.append(f"{s.register}: the {s.vendor.name} device plugin's registration does not decode, "
+                            "so the scheduler treats the node as unregistered; fix or restart that plugin")
+        elif s.stale:
+            problems.append(f"{s.vendor.handshake_key} stale ({s.handshake}, allocatable "
+                            f"{s.vendor.count_resource}={node.allocatable.get(s.vendor.count_resource, 0)}): "
+                            f"the {s.vendor.name} device plugin is not reporting")
     hs_value, hs_age, stale = handshake_state(node, now)
     if stale:
         problems.append(f"handshake stale ({hs_value}, {_age(now, now - hs_age if hs_age is not None else None)}, "
@@ -304,8 +415,10 @@ def node_health(node: NodeFacts, now: float, lock_timeout: float = 300.0) -> Nod
         sick = len(devices) - schedulable
         if sick:
             problems.append(f"{sick} GPU(s) unhealthy")
+    schedulable += sum(sum(1 for d in s.devices if d.health) for s in vstates if s.devices and not s.stale)
     return NodeHealth(node.name, gpu, register if gpu or devices is not None else "-", hs_value, hs_age,
-                      holder, lock_age, schedulable, not (gpu and problems), tuple(problems))
+                      holder, lock_age, schedulable, not (gpu and problems), tuple(problems),
+                      tuple(s.line(now) for s in vstates))
 
 
 # --------------------------------------------------------------------------- the tree
@@ -360,7 +473,7 @@ def diagnose_pod(f: PodFacts) -> Diagnosis:
                         f"then read its log (kubectl -n {f.hami_namespace} logs -l {SCHEDULER_SELECTOR} "
                         "-c hami-scheduler)")
         path.append("scheduler running" if f.scheduler.alive else "scheduler state unknown")
-        requested = requested_hami_resources(pod, f.nvidia)
+        requested = requested_hami_resources(pod, f.nvidia, f.vendors)
         if not requested:
             evidence.append("containers ask for none of " + ", ".join(hami_resources(f.nvidia)))
             return done("no-hami-resource", "the pod asks for no HAMi resource, so HAMi does not schedule it",
@@ -414,6 +527,9 @@ def diagnose_pod(f: PodFacts) -> Diagnosis:
             evidence.extend(over or [f"ResourceQuota {q.name} hard {dict(q.hard)} used {dict(q.used)}" for q in f.quotas])
             return done("resource-quota", "a ResourceQuota in the namespace leaves no room for the pod",
                         REASON_ADVICE["ResourceQuotaNotFit"][1])
+        asked = asked_vendors(pod, f.vendors)
+        if asked:
+            return _diagnose_vendor_filter(f, asked, reasons, path, evidence, done)
         gpu_nodes = [n for n in f.nodes if is_gpu_node(n)]
         if not set(reasons) - {"NodeUnfitPod"}:
             missing = [n.name for n in gpu_nodes if register_state(n)[1] is None]
@@ -464,6 +580,51 @@ def diagnose_pod(f: PodFacts) -> Diagnosis:
     return done("not-pending", f"the pod is {phase}", "nothing to do")
 
 
+def _diagnose_vendor_filter(f: PodFacts, asked, reasons: dict, path: list, evidence: list, done) -> Diagnosis:
+    """FilteringFailed for a pod asking for another vendor: is the vendor registered anywhere,
+    readable, handshaking; then each reason code in that vendor's words, with its fix."""
+    states = {n.name: vendor_states(n, f.now, f.vendors) for n in f.nodes}
+    for v, nums in asked:
+        mine = [(name, s) for name, ss in states.items() for s in ss if s.vendor.name == v.name]
+        ok = [(name, s) for name, s in mine if s.devices is not None and not s.stale]
+        bad = [(name, s) for name, s in mine if s.devices is None]
+        stale = [(name, s) for name, s in mine if s.stale]
+        where = v.register_key or f"node capacity {v.core_resource}"
+        if not ok:
+            evidence.extend(f"node {name}: {s.register}" for name, s in bad)
+            evidence.extend(f"node {name}: {s.line(f.now)}" for name, s in stale)
+            if bad:
+                path.append(f"{v.name} registration unreadable")
+                return done("vendor-register-invalid",
+                            f"the {v.name} registration on {', '.join(n for n, _ in bad)} does not decode, so "
+                            "the scheduler treats those nodes as unregistered",
+                            f"fix or restart the {v.family} device plugin there: it must write {where} in HAMi's "
+                            "format (see docs/vendors.md)")
+            if stale:
+                path.append(f"{v.name} handshake stale")
+                return done("handshake-stale", f"the {v.name} handshake is stale: its device plugin stopped reporting",
+                            f"check the {v.family} device plugin on {', '.join(n for n, _ in stale)} (its log, "
+                            f"kubelet socket); {v.handshake_key} is re-requested once it reports again")
+            path.append(f"no node registers {v.name}")
+            evidence.append(f"no node has {where}")
+            return done("vendor-not-registered", f"no node registers {v.name} devices",
+                        f"run the {v.family} vendor's HAMi device plugin on the {v.name} nodes: it writes {where}"
+                        " (hami's own node agent is NVIDIA-only)")
+        biggest = max(len(s.devices or ()) for _, s in ok)
+        if nums > biggest:
+            reasons.setdefault("NodeInsufficientDevice", [])
+            evidence.append(f"a container asks for {nums} {v.name}, the largest {v.name} node has {biggest}")
+        path.append(f"{v.name} registered on {len(ok)} node(s)")
+    advice = []
+    v = asked[0][0]
+    for key in sorted(reasons):
+        meaning, todo = vendor_advice(key, v)
+        advice.append(f"{key}: {meaning} -> {todo}")
+    if not advice:
+        advice.append("no reason code in the events: raise -v to 4 and read the per-node filter log")
+    return done("filtering-failed", f"no node fits the pod's {v.name} request", "; ".join(advice))
+
+
 # --------------------------------------------------------------------------- rendering
 
 
@@ -490,6 +651,8 @@ def render_nodes(rows: Sequence[NodeHealth]) -> str:
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
     for r in rows:
+        for v in r.vendors:
+            out.append(f"{r.name}: {v}")
         for p in r.problems:
             out.append(f"{r.name}: {p}")
     return "\n".join(out) + "\n"

@@ -1,0 +1,103 @@
+"""`hami doctor` on other vendors' nodes and pods (pure decision modules, no I/O).
+
+`doctor nodes` shows each vendor's registration and handshake under its own keys, counts its
+devices as schedulable, and names the key of a registration that does not decode; `doctor pod`
+explains a vendor pod's FilteringFailed in that vendor's words with a fix: no node registers the
+vendor, its registration is unreadable, or a reason code (Ascend's vNPU templates, Cambricon's
+256 MiB units and default whole-card cores)."""
+
+from __future__ import annotations
+
+from hami.config import default_vendor_table
+from hami.device import codec
+from hami.device.model import DeviceInfo
+from hami.doctor.tree import (
+    EventFact,
+    NodeFacts,
+    PodFacts,
+    SchedulerFact,
+    diagnose_pod,
+    node_health,
+    render_nodes,
+)
+
+TABLE = default_vendor_table()
+NOW = 1_800_000_000.0
+ASC = "Ascend910B3"
+
+
+def ascend_node(name: str, cards: int = 2, register: str | None = None, handshake_age: float = 5,
+                allocatable: int = 2) -> NodeFacts:
+    text = register if register is not None else codec.encode_node_devices(
+        DeviceInfo(id=f"{name}-{i}", count=4, devmem=65536, devcore=100, type=ASC, index=i, health=True)
+        for i in range(cards))
+    annos = {f"hami.io/node-register-{ASC}": text,
+             f"hami.io/node-handshake-{ASC}": codec.encode_handshake_requesting(NOW - handshake_age, None)}
+    return NodeFacts(name, annos, labels={"gpu": "on"}, allocatable={f"huawei.com/{ASC}": str(allocatable)},
+                     capacity={f"huawei.com/{ASC}": str(cards)})
+
+
+def mlu_node(name: str) -> NodeFacts:
+    cap = {"cambricon.com/mlu.smlu.vcore": "200", "cambricon.com/mlu.smlu.vmemory": "96"}
+    return NodeFacts(name, {}, labels={"gpu": "on"}, capacity=cap, allocatable=cap)
+
+
+def test_nodes_table_shows_each_vendor_registration_and_handshake():
+    rows = [node_health(n, NOW, vendors=TABLE) for n in (ascend_node("npu"), mlu_node("mlu"))]
+    npu, mlu = rows
+    assert (npu.healthy, npu.schedulable_gpus, npu.register) == (True, 2, f"- ({ASC})")
+    assert npu.vendors[0].startswith(f"{ASC}: register ok (2 devices) (hami.io/node-register-{ASC}); "
+                                     f"handshake hami.io/node-handshake-{ASC}=Requesting_")
+    assert (mlu.healthy, mlu.schedulable_gpus) == (True, 2)
+    assert mlu.vendors == ("MLU: register ok (2 devices) (capacity cambricon.com/mlu.smlu.vcore)",)
+    text = render_nodes(rows)
+    assert f"npu: {ASC}: register ok" in text and "mlu: MLU: register ok" in text
+
+
+def test_malformed_vendor_registration_names_the_key_and_stale_handshakes_show():
+    bad = node_health(ascend_node("bad", register='[{"id":"x","count":"four"}]'), NOW, vendors=TABLE)
+    assert not bad.healthy and bad.schedulable_gpus == 0
+    assert bad.problems[0].startswith(f"invalid: hami.io/node-register-{ASC}: json: cannot unmarshal string")
+    stale = node_health(ascend_node("old", handshake_age=600, allocatable=0), NOW, vendors=TABLE)
+    assert not stale.healthy and stale.schedulable_gpus == 0
+    assert any(p.startswith(f"hami.io/node-handshake-{ASC} stale") for p in stale.problems)
+
+
+def _pod(limits: dict) -> dict:
+    return {"metadata": {"name": "p", "namespace": "default", "uid": "u"},
+            "spec": {"schedulerName": "hami-scheduler",
+                     "containers": [{"name": "c", "resources": {"limits": limits}}]},
+            "status": {"phase": "Pending"}}
+
+
+def _facts(pod: dict, nodes, message: str = "no available node, 2 nodes do not meet") -> PodFacts:
+    ev = EventFact("FilteringFailed", message, "Warning", "hami-scheduler", NOW - 3)
+    return PodFacts(pod, [ev], SchedulerFact(True, "healthz ok"), nodes, now=NOW, vendors=TABLE)
+
+
+def test_pod_for_an_unregistered_vendor_says_which_plugin_to_run():
+    d = diagnose_pod(_facts(_pod({"cambricon.com/mlu": "1"}), [ascend_node("npu")]))
+    assert d.leaf == "vendor-not-registered"
+    assert d.summary == "no node registers MLU devices"
+    assert "cambricon vendor's HAMi device plugin" in d.fix and "NVIDIA-only" in d.fix
+    assert "no node has node capacity cambricon.com/mlu.smlu.vcore" in d.evidence
+
+
+def test_pod_whose_vendor_registration_is_unreadable_points_at_the_key():
+    d = diagnose_pod(_facts(_pod({f"huawei.com/{ASC}": "1"}), [ascend_node("bad", register="[")]))
+    assert d.leaf == "vendor-register-invalid"
+    assert f"hami.io/node-register-{ASC}" in d.fix
+    assert d.evidence[-1].startswith(f"node bad: invalid: hami.io/node-register-{ASC}: ")
+
+
+def test_vendor_reason_codes_are_explained_in_the_vendor_words():
+    d = diagnose_pod(_facts(_pod({f"huawei.com/{ASC}": "1", f"huawei.com/{ASC}-memory": "30000"}),
+                            [ascend_node("npu")], "1 nodes CardInsufficientMemory(npu)"))
+    assert d.leaf == "filtering-failed"
+    assert "vir05_1c_16g=16384, vir10_3c_32g=32768" in d.fix and f"huawei.com/{ASC}-memory" in d.fix
+    d = diagnose_pod(_facts(_pod({"cambricon.com/mlu": "1"}), [mlu_node("mlu")],
+                            "1 nodes ExclusiveDeviceAllocateConflict(mlu)"))
+    assert "a container without cambricon.com/mlu.smlu.vcore asks for 100 (a whole card)" in d.fix
+    d = diagnose_pod(_facts(_pod({f"huawei.com/{ASC}": "3"}), [ascend_node("npu")]))
+    assert d.fix.startswith("NodeInsufficientDevice: the node has fewer Ascend910B3 devices")
+    assert f"a container asks for 3 {ASC}, the largest {ASC} node has 2" in d.evidence
