@@ -184,3 +184,22 @@ def test_nvml_reader_sees_nvswitch_pairs():
     gpus = [{"uuid": f"GPU-{i}", "bus": f"00000000:{0x10 + i:02X}:00.0", "links": switch} for i in range(3)]
     links = read_links(stand_in_nvml(gpus, {(0, 1): 40, (0, 2): 40, (1, 2): 40}))
     assert all(v == PairLink(40, 12) for v in links.values()) and len(links) == 6
+
+
+def test_topology_policy_on_the_nvswitch_node_keeps_a_4_gpu_pod_inside_one_numa_half(tmp_path):
+    uuids, scores = _scores(tmp_path, nvswitch_node())
+    devices = [dev(u, index=i, numa=i // 4) for i, u in enumerate(uuids)]
+    opts = fit_options({"hami.io/gpu-scheduler-policy": "topology-aware"})
+    ok, chosen, _ = fit_devices(devices, req(4, 10), opts, pair_scores=scores)
+    halves = {uuids.index(c.uuid) // 4 for c in chosen}
+    assert ok and len(chosen) == 4 and len(halves) == 1
+    ok, chosen, _ = fit_devices(devices[3:7], req(2, 10), opts, pair_scores=scores)
+    assert ok and {uuids.index(c.uuid) for c in chosen} in ({4, 5}, {4, 6}, {5, 6})
+
+
+def test_topology_policy_on_the_pcie_node_picks_a_pair_under_one_switch(tmp_path):
+    uuids, scores = _scores(tmp_path, pcie_node())
+    devices = [dev(u, index=i) for i, u in enumerate(uuids)]
+    ok, chosen, _ = fit_devices(devices[1:], req(2, 10), fit_options({"hami.io/gpu-scheduler-policy": "topology-aware"}),
+                                pair_scores=scores)
+    assert ok and {uuids.index(c.uuid) for c in chosen} == {2, 3}
