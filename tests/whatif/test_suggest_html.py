@@ -73,6 +73,7 @@ scenarios: [{name: spread, changes: {nodeSchedulerPolicy: spread, gpuSchedulerPo
     proc = subprocess.run(
         [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
+         "--disable-dev-shm-usage",
          f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1200,1600",
          report.as_uri()],
         capture_output=True, text=True, timeout=120)
