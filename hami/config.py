@@ -203,7 +203,8 @@ _NVIDIA_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
     "migProfileAllowlist": ("mig_profile_allowlist", list),
 }
 # Keys HAMi's chart writes that hami accepts but does not use.
-_NVIDIA_IGNORED = {"knownMigGeometries", "migStrategy", "migstrategy"}
+_NVIDIA_IGNORED = {"migStrategy", "migstrategy"}
+_MIG_PROFILE = re.compile(r"[0-9]+g\.[0-9]+gb")
 _TYPE_NAMES = {str: "a string", bool: "a boolean", int: "an integer", list: "a list"}
 
 
@@ -232,8 +233,12 @@ def parse_device_config(doc: Any, source: str, warn) -> NvidiaConfig:
     if not isinstance(section, Mapping):
         raise ConfigError("nvidia", source, section, "a mapping")
     values: dict[str, Any] = {}
+    legacy_geometries: tuple[MigProfileAllow, ...] = ()
     for key, value in section.items():
         if key in _NVIDIA_IGNORED:
+            continue
+        if key == "knownMigGeometries":
+            legacy_geometries = _parse_known_geometries(value, source)
             continue
         if key not in _NVIDIA_KEYS:
             warn(f"unknown key nvidia.{key} in {source}: ignored")
@@ -249,9 +254,44 @@ def parse_device_config(doc: Any, source: str, warn) -> NvidiaConfig:
         elif isinstance(want, tuple) and float in want:
             value = float(value)
         values[attr] = value
+    if legacy_geometries and "mig_profile_allowlist" not in values:
+        # HAMi <= v2.8 named the allowed MIG shapes per model; their profile names are the allowlist.
+        values["mig_profile_allowlist"] = legacy_geometries
     cfg = NvidiaConfig(**values)
     _validate_nvidia(cfg, source)
     return cfg
+
+
+def _parse_known_geometries(items: Any, source: str) -> tuple[MigProfileAllow, ...]:
+    """Legacy `knownMigGeometries: [{models, allowedGeometries: [[{name, core, memory, count}]]}]`
+    -> one allowlist entry per item (the profile names of all its geometries)."""
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise ConfigError("nvidia.knownMigGeometries", source, items, "a list")
+    out = []
+    for i, item in enumerate(items):
+        key = f"nvidia.knownMigGeometries[{i}]"
+        if not isinstance(item, Mapping):
+            raise ConfigError(key, source, item, "a mapping")
+        models = item.get("models") or []
+        if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
+            raise ConfigError(f"{key}.models", source, models, "a non-empty list of strings")
+        geometries = item.get("allowedGeometries") or []
+        if not isinstance(geometries, list) or not geometries:
+            raise ConfigError(f"{key}.allowedGeometries", source, geometries, "a non-empty list of geometries")
+        names: list[str] = []
+        for j, geometry in enumerate(geometries):
+            if not isinstance(geometry, list):
+                raise ConfigError(f"{key}.allowedGeometries[{j}]", source, geometry, "a list of {name, memory, count}")
+            for k, shape in enumerate(geometry):
+                name = shape.get("name") if isinstance(shape, Mapping) else None
+                if not isinstance(name, str) or not name:
+                    raise ConfigError(f"{key}.allowedGeometries[{j}][{k}].name", source, name, "a MIG profile name")
+                if name not in names:
+                    names.append(name)
+        out.append(MigProfileAllow(tuple(models), tuple(names)))
+    return tuple(out)
 
 
 def _parse_allowlist(items: list, source: str) -> tuple[MigProfileAllow, ...]:
@@ -264,6 +304,12 @@ def _parse_allowlist(items: list, source: str) -> tuple[MigProfileAllow, ...]:
         for k, v in (("models", models), ("profiles", profiles)):
             if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
                 raise ConfigError(f"nvidia.migProfileAllowlist[{i}].{k}", source, v, "a list of strings")
+        if not models or not profiles:  # HAMi ValidateMigProfileAllowlist
+            raise ConfigError(f"nvidia.migProfileAllowlist[{i}]", source, item, "both models and profiles")
+        for p in profiles:
+            if not _MIG_PROFILE.fullmatch(p):
+                raise ConfigError(f"nvidia.migProfileAllowlist[{i}].profiles", source, p,
+                                  "MIG profile names shaped <N>g.<M>gb, e.g. 1g.10gb")
         out.append(MigProfileAllow(tuple(models), tuple(profiles)))
     return tuple(out)
 

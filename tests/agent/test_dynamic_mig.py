@@ -11,7 +11,8 @@ two containers on one card; a restart mid-allocation keeps the held instance (an
 Allocate reuses it) while an unheld one is destroyed; an infeasible slice (overlap, bad placement,
 profile outside migProfileAllowlist) fails with a clear error and leaves the card unchanged; a
 malformed annotation is refused naming the key with the card untouched, and pauses reconcile;
-a malformed allowlist is refused naming the key.
+a malformed allowlist or legacy `knownMigGeometries` is refused naming the key (by the config
+parser and by the agent), and legacy `knownMigGeometries` become the allowlist when none is given.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 
 from hami.agent.mig import MigRequestError
 from hami.agent.migmgr import MigManager
+from hami.config import ConfigError, parse_device_config
 from hami.device import codec
 from hami.device.model import MigPlacement, MigProfileAllow, NodeDeviceConfig, NvidiaConfig
 from hami.device.nodeconfig import effective_device_settings
@@ -181,3 +183,31 @@ def test_malformed_allowlist_is_refused_naming_the_key(tmp_path):
     with pytest.raises(MigRequestError, match=r"nvidia.migProfileAllowlist\[0\]: must define models and profiles"):
         MigManager(backend, (MigProfileAllow((), ("1g.5gb",)),))
     assert not backend.mig_enabled("GPU-8f1c2a77-0d3b-4a51-9a0e-111111111111")
+
+
+@pytest.mark.parametrize(("section", "key"), [
+    ({"migProfileAllowlist": [{"models": ["A100-SXM4-40GB"], "profiles": ["1g"]}]}, "nvidia.migProfileAllowlist[0].profiles"),
+    ({"migProfileAllowlist": [{"profiles": ["1g.5gb"]}]}, "nvidia.migProfileAllowlist[0]"),
+    ({"migProfileAllowlist": [{"models": "A100", "profiles": ["1g.5gb"]}]}, "nvidia.migProfileAllowlist[0].models"),
+    ({"knownMigGeometries": [{"models": ["A100-SXM4-40GB"], "allowedGeometries": [[{"memory": 5}]]}]},
+     "nvidia.knownMigGeometries[0].allowedGeometries[0][0].name"),
+    ({"knownMigGeometries": {"models": []}}, "nvidia.knownMigGeometries"),
+])
+def test_malformed_mig_device_config_is_refused_naming_the_key(section, key):
+    with pytest.raises(ConfigError) as err:
+        parse_device_config({"nvidia": section}, "device-config.yaml", lambda m: None)
+    assert err.value.key == key and str(err.value).startswith(f"device-config.yaml: {key}: got ")
+
+
+def test_legacy_known_mig_geometries_become_the_allowlist():
+    cfg = parse_device_config({"nvidia": {"knownMigGeometries": [
+        {"models": ["A100-SXM4-40GB"], "allowedGeometries": [
+            [{"name": "1g.5gb", "memory": 5120, "count": 7}],
+            [{"name": "2g.10gb", "memory": 10240, "count": 3}, {"name": "1g.5gb", "memory": 5120, "count": 1}]]}]}},
+        "device-config.yaml", lambda m: None)
+    assert cfg.mig_profile_allowlist == (MigProfileAllow(("A100-SXM4-40GB",), ("1g.5gb", "2g.10gb")),)
+    both = parse_device_config({"nvidia": {
+        "migProfileAllowlist": [{"models": ["H100 80GB HBM3"], "profiles": ["1g.10gb"]}],
+        "knownMigGeometries": [{"models": ["A100-SXM4-40GB"], "allowedGeometries": [[{"name": "7g.40gb"}]]}]}},
+        "device-config.yaml", lambda m: None)
+    assert both.mig_profile_allowlist == (MigProfileAllow(("H100 80GB HBM3",), ("1g.10gb",)),)
