@@ -9,7 +9,7 @@ the number of IDs kubelet handed over. The I/O layer (deviceplugin.py) creates t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hami.agent.register import physical_id
 from hami.device import codec
@@ -44,6 +44,8 @@ class ContainerAllocation:
     envs: Mapping[str, str]
     mounts: tuple[Mount, ...]
     cache_dir: str  # host directory to (re)create, "" in MIG mode
+    annotations: Mapping[str, str] = field(default_factory=dict)  # CDI annotations (cdi.py)
+    cdi_devices: tuple[str, ...] = ()  # CDI device names for the cdi_devices field (cdi.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from typing import Protocol
 import grpc
 
 from hami.agent import allocate as alloc
+from hami.agent import cdi, hamicore
 from hami.agent._pb import api_pb2 as pb
 from hami.agent._pb import api_pb2_grpc as pb_grpc
 from hami.agent.mig import MIG_ANNOTATION as MIG_ALLOCATIONS
@@ -56,8 +57,14 @@ class ApiCallError(alloc.AllocationError):
         self.reason = exc.reason
 
 
+class HamiCoreMissingError(alloc.AllocationError):
+    """The host lacks a HAMi-core file the answer would mount: refuse rather than mount nothing."""
+
+
 def grpc_status(exc: alloc.AllocationError) -> grpc.StatusCode:
     """The gRPC code kubelet shows: the API's answer when one caused it, else HAMi's UNKNOWN."""
+    if isinstance(exc, HamiCoreMissingError):
+        return grpc.StatusCode.FAILED_PRECONDITION
     status = getattr(exc, "status", None)
     if status is None:
         return grpc.StatusCode.UNKNOWN
@@ -105,6 +112,9 @@ def to_pb_response(containers: Sequence[alloc.ContainerAllocation]) -> pb.Alloca
         cr.envs.update(c.envs)
         for m in c.mounts:
             cr.mounts.add(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+        cr.annotations.update(c.annotations)
+        for name in c.cdi_devices:
+            cr.cdi_devices.add(name=name)
     return resp
 
 
@@ -315,6 +325,9 @@ class PodAllocator:
         locker=None,
         vgpu_lock_dir: str = alloc.VGPU_LOCK_DIR,
         lib_version: str = "",
+        device_list_strategy: tuple[str, ...] = ("envvar",),
+        device_id_strategy: str = "uuid",
+        index_of: Callable[[str], int | None] = lambda _uuid: None,
         new_cache_name: Callable[[], str] = lambda: str(uuidlib.uuid4()),
         mig=None,
         gpus: Callable[[], Sequence] = tuple,
@@ -328,6 +341,9 @@ class PodAllocator:
         self.locker = locker
         self.vgpu_lock_dir = vgpu_lock_dir
         self.lib_version = lib_version
+        self.device_list_strategy = tuple(device_list_strategy)
+        self.device_id_strategy = device_id_strategy
+        self.index_of = index_of
         self.new_cache_name = new_cache_name
         self.mig = mig  # hami.agent.migmgr.MigManager on a dynamic-MIG node
         self.gpus = gpus  # the node's GPUs as last polled
@@ -434,12 +450,21 @@ class PodAllocator:
                     new_cache_name=self.new_cache_name, lib_path=self._lib_path(),
                     license_exists=_exists(f"{self.hook_path}/vgpu/license"),
                 )
+                self._check_hamicore(plan.containers)
                 await asyncio.to_thread(self._prepare_dirs, plan.containers)
                 containers, mig_text = list(plan.containers), None
                 if self.mig is not None and self.settings().mode == MODE_MIG:
                     containers, mig_text = await self.mig.apply(pod, plan.containers, self.gpus())
+                containers = [
+                    cdi.apply_strategy(c, self.device_list_strategy, self.device_id_strategy, self.index_of)
+                    for c in containers]
             except asyncio.CancelledError:
                 await self._abandon(pod, owns_lock)
+                raise
+            except HamiCoreMissingError as exc:
+                await self._fail(pod, owns_lock)
+                self.failures += 1
+                log.warning("Allocate refused: HAMi-core missing", pod=ref, node=self.node_name, error=str(exc))
                 raise
             except (alloc.AllocationError, OSError, MigRequestError, MigError) as exc:
                 await self._fail(pod, owns_lock)
@@ -470,6 +495,14 @@ class PodAllocator:
             log.info("Allocated", pod=ref, node=self.node_name,
                      containers=[c.container for c in plan.containers], done=plan.done)
             return containers
+
+    def _check_hamicore(self, containers: Sequence[alloc.ContainerAllocation]) -> None:
+        """Every libvgpu.so / ld.so.preload the answer mounts must exist on the host."""
+        missing = hamicore.missing_mounts([m.host_path for c in containers for m in c.mounts])
+        if missing:
+            raise HamiCoreMissingError(
+                f"HAMi-core is not installed on node {self.node_name}: {', '.join(missing)} missing "
+                f"(the node agent installs it from --vgpu-lib at start; see `hami doctor nodes`)")
 
     async def _abandon(self, pod: dict, owns_lock: bool) -> None:
         """Allocate was cancelled (kubelet gave up, or the agent is stopping) before the pod was

@@ -16,6 +16,7 @@ import contextlib
 import os
 from collections.abc import Sequence
 
+from hami.agent import hamicore
 from hami.agent.deviceplugin import DevicePluginServer, PodAllocator
 from hami.agent.mig import with_mig_profiles
 from hami.agent.migmgr import MigManager
@@ -53,7 +54,9 @@ class Agent:
     def __init__(self, client, node_name: str, backend: GpuBackend, settings: DeviceSettings, *,
                  socket_dir: str, hook_path: str, register_interval: float = 30.0,
                  tick: float = 0.5, lib_version: str = "", topology_score: bool = False,
-                 mig_allowlist: Sequence[MigProfileAllow] = ()):
+                 mig_allowlist: Sequence[MigProfileAllow] = (),
+                 vgpu_lib: str = "", vgpu_lib_version: str = "",
+                 device_list_strategy: tuple[str, ...] = ("envvar",), device_id_strategy: str = "uuid"):
         from hami.kube.informer import Informer
         from hami.kube.nodelock import NodeLocker
 
@@ -74,7 +77,12 @@ class Agent:
             client, node_name, lambda: self.pods.store, lambda: self.nodes.store, lambda: self.settings,
             hook_path,
             locker=self.locker, lib_version=lib_version, mig=self.mig, gpus=lambda: self.gpus,
+            device_list_strategy=device_list_strategy, device_id_strategy=device_id_strategy,
+            index_of=self._gpu_index,
         )
+        self.hook_path = hook_path
+        self.vgpu_lib, self.vgpu_lib_version = vgpu_lib, vgpu_lib_version
+        self.hamicore = hamicore.HamiCoreState(False)
         # Static MIG (migstrategy single|mixed, NVIDIA's device plugin): existing MIG devices.
         self.static_mig = settings.mig_strategy in ("single", "mixed") and settings.mode != MODE_MIG \
             and isinstance(backend, MigControl)
@@ -134,6 +142,34 @@ class Agent:
         node = self.nodes.store.get(self.node_name)
         return ((node or {}).get("metadata") or {}).get("annotations", {}).get(key)
 
+    def _gpu_index(self, uuid: str) -> int | None:
+        return next((d.index for d in self.registered or () if d.id == uuid), None)
+
+    # ------------------------------------------------------------------ HAMi-core
+
+    async def install_hamicore(self) -> hamicore.HamiCoreState:
+        """Put the image's libvgpu.so and ld.so.preload under <hook>/vgpu (only what differs).
+        Raises LibraryError / HookPathError: the agent does not start half-able to limit GPUs."""
+        if self.vgpu_lib:
+            state = await asyncio.to_thread(hamicore.install, self.vgpu_lib, self.hook_path, self.vgpu_lib_version)
+            log.info("HAMi-core installed" if state.changed else "HAMi-core already up to date",
+                     node=self.node_name, version=state.version, path=state.lib_path, written=",".join(state.changed))
+        else:
+            state = await asyncio.to_thread(hamicore.installed_state, self.hook_path)
+            if not state.installed:
+                log.warning("HAMi-core is not installed and no --vgpu-lib is given: Allocate refuses GPU pods",
+                            node=self.node_name, path=state.lib_path)
+        self.hamicore = state
+        return state
+
+    def _hamicore_now(self) -> hamicore.HamiCoreState:
+        """Re-read the host state only when the files appeared or vanished since last seen."""
+        d = hamicore.vgpu_dir(self.hook_path)
+        present = all(os.path.isfile(os.path.join(d, n)) for n in (hamicore.LIB_NAME, hamicore.PRELOAD_NAME))
+        if present != self.hamicore.installed:
+            self.hamicore = hamicore.installed_state(self.hook_path)
+        return self.hamicore
+
     async def sync_once(self) -> bool:
         """Poll GPUs, update kubelet's list, patch the registration (and pair scores) where they
         differ from what the Node carries. True if patched."""
@@ -157,6 +193,9 @@ class Agent:
         scores = await self._pair_scores(devices)
         if scores is not None and not _same_scores(self._node_annotation(PAIR_SCORE_ANNOTATION), scores):
             annotations[PAIR_SCORE_ANNOTATION] = scores
+        core = self._hamicore_now().annotation
+        if self._node_annotation(hamicore.ANNOTATION) != core:
+            annotations[hamicore.ANNOTATION] = core
         if not annotations:
             self.registered = devices
             return False
@@ -211,6 +250,7 @@ class Agent:
     async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None,
                   sync_timeout: float = 30.0) -> None:
         self._stop = stop
+        await self.install_hamicore()
         tasks = [
             asyncio.create_task(self.nodes.run(stop), name=f"agent-{self.node_name}-nodes"),
             asyncio.create_task(self.pods.run(stop), name=f"agent-{self.node_name}-pods"),
@@ -257,7 +297,10 @@ async def run(ctx) -> None:
         agent = Agent(client, node_name, backend, settings, socket_dir=cfg.agent.kubelet_socket_dir,
                       hook_path=cfg.agent.hook_path, register_interval=cfg.agent.register_interval,
                       topology_score=os.environ.get("ENABLE_TOPOLOGY_SCORE") == "true",
-                      mig_allowlist=cfg.nvidia.mig_profile_allowlist)
+                      mig_allowlist=cfg.nvidia.mig_profile_allowlist,
+                      vgpu_lib=cfg.agent.vgpu_lib, vgpu_lib_version=cfg.agent.vgpu_lib_version,
+                      device_list_strategy=cfg.agent.device_list_strategy,
+                      device_id_strategy=cfg.agent.device_id_strategy)
         await agent.run(ctx.stop, ctx.ready)
     finally:
         backend.close()

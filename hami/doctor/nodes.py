@@ -2,12 +2,14 @@
 
     hami doctor nodes [--kubeconfig FILE] [--node-lock-timeout 5m] [--hami-namespace NS] [--json]
 
-For every node: the `hami.io/node-nvidia-register` state, the `hami.io/node-handshake` value and
+For every node: the `hami.io/node-nvidia-register` state, whether HAMi-core is installed on the
+host and which version (`hami.io/hami-core`, published by the node agent; `-` when it does not say),
+the `hami.io/node-handshake` value and
 age, the `hami.io/mutex.lock` holder and age, and the number of schedulable devices; below the
 table, each other vendor the node registers (Ascend, Cambricon, Hygon, ...): its registration
 and its own handshake key. Exit code 1 if
 any GPU node is unhealthy (register missing or invalid, handshake stale, lock older than the
-lock timeout, unhealthy GPUs), else 0.
+lock timeout, unhealthy GPUs, HAMi-core missing), else 0.
 """
 
 from __future__ import annotations

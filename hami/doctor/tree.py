@@ -99,6 +99,10 @@ class SchedulerFact:
     how: str  # "healthz http://...: 200" / "no event from hami-scheduler for 10m" / "lease renewed 5s ago"
 
 
+# Published by the node agent (hami.agent.hamicore.ANNOTATION): the installed version or "missing".
+HAMI_CORE_ANNOTATION = "hami.io/hami-core"
+
+
 @dataclass(frozen=True, slots=True)
 class NodeFacts:
     name: str
@@ -165,6 +169,7 @@ class NodeHealth:
     healthy: bool
     problems: tuple[str, ...]
     vendors: tuple[str, ...] = ()  # one line per other vendor the node registers: registration, handshake
+    hami_core: str = "-"  # installed HAMi-core version, "missing", or "-" (not reported: e.g. HAMi's Go agent)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -416,9 +421,13 @@ def node_health(node: NodeFacts, now: float, lock_timeout: float = 300.0,
         if sick:
             problems.append(f"{sick} GPU(s) unhealthy")
     schedulable += sum(sum(1 for d in s.devices if d.health) for s in vstates if s.devices and not s.stale)
+    hami_core = node.annotations.get(HAMI_CORE_ANNOTATION) or "-"
+    if gpu and hami_core == "missing":
+        problems.append("HAMi-core (libvgpu.so) is not installed on the host: Allocate refuses GPU pods; "
+                        "check the node agent's --vgpu-lib and --hook-path and its log")
     return NodeHealth(node.name, gpu, register if gpu or devices is not None else "-", hs_value, hs_age,
                       holder, lock_age, schedulable, not (gpu and problems), tuple(problems),
-                      tuple(s.line(now) for s in vstates))
+                      tuple(s.line(now) for s in vstates), hami_core)
 
 
 # --------------------------------------------------------------------------- the tree
@@ -642,12 +651,13 @@ def render_nodes(rows: Sequence[NodeHealth]) -> str:
     def age(v: float | None) -> str:
         return "-" if v is None else f"{int(v)}s"
 
-    header = ("NODE", "GPU", "REGISTER", "HANDSHAKE", "HS-AGE", "LOCK-HOLDER", "LOCK-AGE", "SCHEDULABLE", "STATUS")
+    header = ("NODE", "GPU", "REGISTER", "HAMI-CORE", "HANDSHAKE", "HS-AGE", "LOCK-HOLDER", "LOCK-AGE",
+              "SCHEDULABLE", "STATUS")
     table = [header]
     for r in rows:
         hs = r.handshake if len(r.handshake) <= 32 else r.handshake[:29] + "..."
-        table.append((r.name, "yes" if r.gpu_node else "no", r.register, hs, age(r.handshake_age), r.lock_holder,
-                      age(r.lock_age), str(r.schedulable_gpus), "ok" if r.healthy else "UNHEALTHY"))
+        table.append((r.name, "yes" if r.gpu_node else "no", r.register, r.hami_core, hs, age(r.handshake_age),
+                      r.lock_holder, age(r.lock_age), str(r.schedulable_gpus), "ok" if r.healthy else "UNHEALTHY"))
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
     for r in rows:

@@ -440,12 +440,15 @@ class EmbeddedCluster:
         from hami.gpu import make_backend
         from hami.sim.kubelet import Kubelet
         from hami.sim.kubescheduler import KubeSchedulerLoop
+        from hami.sim.libstub import write_stub_library
         from hami.sim.vendornodes import VendorPodRunner, vendor_registration
 
         cfg = self.cfg
         gpu_file = self.write_fake_gpus()
         for d in (self.paths["cache_dir"], os.path.join(self.paths["hook_path"], "vgpu")):
             os.makedirs(d, exist_ok=True)
+        # What the image ships as HAMi-core; each simulated node's agent installs it under the hook path.
+        vgpu_lib = write_stub_library(os.path.join(cfg.sim.state_dir, "image", "libvgpu.so"))
         proc_root = cfg.monitor.proc_root if cfg.sim.hostpid_bug else os.path.join(cfg.sim.state_dir, "proc")
         os.makedirs(proc_root, exist_ok=True)
         kube = replace(cfg.kube, kubeconfig=self.kubeconfig)
@@ -480,7 +483,10 @@ class EmbeddedCluster:
                 backend = make_backend("fake", gpu_file, name)
                 backends.append(backend)
                 agent = Agent(client, name, backend, settings_for_node(cfg.nvidia, cfg.node_configs, name),
-                              socket_dir=socket_dir, hook_path=self.paths["hook_path"], register_interval=30.0)
+                              socket_dir=socket_dir, hook_path=self.paths["hook_path"], register_interval=30.0,
+                              vgpu_lib=vgpu_lib, vgpu_lib_version="simulated",
+                              device_list_strategy=cfg.agent.device_list_strategy,
+                              device_id_strategy=cfg.agent.device_id_strategy)
                 runner = PodRunner(client, name, kubelet, cfg, node_index=ni, hostpid_bug=cfg.sim.hostpid_bug,
                                    proc_root=proc_root, gpu_file=self.gpu_file)
                 tasks.append(asyncio.create_task(agent.run(stop), name=f"agent-{name}"))

@@ -17,6 +17,7 @@ from hami.gpu.fake import FakeBackend
 from hami.kube.client import KubeClient
 from hami.sim.apiserver import ApiServer
 from hami.sim.kubelet import Kubelet
+from hami.sim.libstub import write_stub_library
 
 NODE = "n1"
 U1 = "GPU-8f1c2a77-0d3b-4a51-9a0e-111111111111"
@@ -43,6 +44,8 @@ class NodeHarness:
         self.sockets = os.path.join(self.dir, "dp")
         self.hook = os.path.join(self.dir, "hook")
         self.gpu_file = os.path.join(self.dir, "gpus.yaml")
+        # The image's HAMi-core (a stand-in ELF): the agent installs it under the hook path at start.
+        self.agent_kwargs.setdefault("vgpu_lib", write_stub_library(os.path.join(self.dir, "image", "libvgpu.so")))
         self.stop = asyncio.Event()
 
     def write_gpus(self, doc) -> None:

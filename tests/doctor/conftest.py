@@ -38,8 +38,10 @@ class Cluster:
 
     def node(self, name: str, *, gpus: int = 2, register: bool = True, handshake_age: float | None = 5.0,
              allocatable: int | None = None, lock: str | None = None, healthy: bool = True,
-             mem: int = 40960) -> None:
+             mem: int = 40960, hami_core: str | None = None) -> None:
         annos = {}
+        if hami_core is not None:
+            annos["hami.io/hami-core"] = hami_core
         if register:
             annos[codec.REGISTER_ANNOTATION] = register_value(name, gpus, healthy, mem)
         if handshake_age is not None:

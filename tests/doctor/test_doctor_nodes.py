@@ -3,7 +3,9 @@
 Covers: register state (ok with GPU count, missing, invalid), handshake value and age, stale
 handshake (old Requesting with no allocatable GPUs), lock holder and age and a lock older than
 the timeout, unhealthy GPUs lowering the schedulable count, CPU-only nodes never unhealthy, and the
-CLI's table, --json and exit code (1 when a GPU node is unhealthy, 0 when all are fine).
+CLI's table, --json and exit code; HAMi-core per node as the agent publishes it (version, missing
+making the node unhealthy, `-` when not reported) in the table and JSON, with the annotation name
+the agent writes (1 when a GPU node is unhealthy, 0 when all are fine).
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ async def test_cli_exit_code_zero_when_all_gpu_nodes_are_healthy(cluster, apiser
     rc, out, err = await _cli(apiserver)
     assert rc == 0, err
     lines = out.splitlines()
-    assert lines[0].split() == ["NODE", "GPU", "REGISTER", "HANDSHAKE", "HS-AGE", "LOCK-HOLDER", "LOCK-AGE",
-                                "SCHEDULABLE", "STATUS"]
+    assert lines[0].split() == ["NODE", "GPU", "REGISTER", "HAMI-CORE", "HANDSHAKE", "HS-AGE", "LOCK-HOLDER",
+                                "LOCK-AGE", "SCHEDULABLE", "STATUS"]
     assert lines[2].startswith("n1") and lines[2].endswith("ok")
 
 
@@ -70,3 +72,27 @@ async def test_cli_exit_code_one_and_json_when_a_gpu_node_is_unhealthy(cluster, 
     doc = {r["name"]: r for r in json.loads(out)}
     assert doc["n1"]["healthy"] and not doc["n2"]["healthy"]
     assert doc["n2"]["problems"] == ["register annotation missing: the node agent has not registered GPUs"]
+
+
+async def test_hami_core_install_state_per_node(cluster, kube, apiserver):
+    from hami.agent.hamicore import ANNOTATION
+    from hami.doctor.tree import HAMI_CORE_ANNOTATION
+
+    assert HAMI_CORE_ANNOTATION == ANNOTATION
+    cluster.node("a-core", hami_core="v2.6.0")
+    cluster.node("b-nocore", hami_core="missing")
+    cluster.node("c-go-agent")  # HAMi's own device plugin does not publish it
+    rows = {r.name: r for r in await check(kube, doctor_args(), now=cluster.now)}
+    assert (rows["a-core"].hami_core, rows["a-core"].healthy) == ("v2.6.0", True)
+    assert (rows["b-nocore"].hami_core, rows["b-nocore"].healthy) == ("missing", False)
+    assert any("HAMi-core (libvgpu.so) is not installed" in p for p in rows["b-nocore"].problems)
+    assert (rows["c-go-agent"].hami_core, rows["c-go-agent"].healthy) == ("-", True)
+    rc, out, _ = await _cli(apiserver)
+    assert rc == 1
+    lines = out.splitlines()
+    col = lines[0].index("HAMI-CORE")
+    cells = {ln.split()[0]: ln[col:].split()[0] for ln in lines[1:] if not ln.split()[0].endswith(":")}
+    assert cells == {"a-core": "v2.6.0", "b-nocore": "missing", "c-go-agent": "-"}
+    rc, out, _ = await _cli(apiserver, "--json")
+    assert {r["name"]: r["hami_core"] for r in json.loads(out)} == {
+        "a-core": "v2.6.0", "b-nocore": "missing", "c-go-agent": "-"}

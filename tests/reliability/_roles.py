@@ -26,6 +26,7 @@ from hami.kube.informer import Informer
 from hami.monitor import role as monitor_role
 from hami.sim.kubelet import Kubelet
 from hami.sim.kubescheduler import KubeSchedulerLoop
+from hami.sim.libstub import write_stub_library
 from tests.kube.helpers import client_for, node_obj
 from tests.kube.scheduler_env import requesting_now, start_env, stop_env
 
@@ -85,7 +86,8 @@ class Roles:
         await self.kubelet.start()
         settings = effective_device_settings(NvidiaConfig(), None)
         self.agent = Agent(self.agent_client, AGENT_NODE, FakeBackend(gpu_file, node_name=AGENT_NODE), settings,
-                           socket_dir=sockets, hook_path=os.path.join(self.dir, "hook"), tick=0.05)
+                           socket_dir=sockets, hook_path=os.path.join(self.dir, "hook"), tick=0.05,
+                           vgpu_lib=write_stub_library(os.path.join(self.dir, "image", "libvgpu.so")))
         self.agent.plugin.poll_interval = 0.05
         ready = asyncio.Event()
         self.tasks.append(asyncio.create_task(self.agent.run(self.stop, ready), name="rel:agent"))
