@@ -129,4 +129,8 @@ def describe(config: Config) -> dict[str, Any]:
 def render(config: Config) -> str:
     import orjson
 
-    return orjson.dumps(describe(config), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
+    def other(value: Any) -> Any:  # sets (sorted for a stable print), anything else as text
+        return sorted(value, key=str) if isinstance(value, set | frozenset) else str(value)
+
+    return orjson.dumps(describe(config), default=other,
+                        option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
