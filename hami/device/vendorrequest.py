@@ -46,19 +46,23 @@ def vendor_request(container: Mapping, vendor: Vendor) -> ContainerDeviceRequest
     """One vendor's GenerateResourceRequests for one container; None when it asks for none."""
     limits, requests = _resources(container)
     present, n = _value(limits, requests, vendor.count_resource)
-    if not present or n is None or _int32(n) <= 0:
-        return None
-    nums = _int32(n)
+    if not present or n is None or n <= 0 or n >= _INT32:
+        return None  # HAMi: `n <= 0 || n > math.MaxInt32` is an empty request
+    nums = n
     memreq = 0
     present, mem = _value(limits, requests, vendor.memory_resource)
     if present and mem is not None:
         if vendor.hook == "ascend":
             memreq, _ = vendor.trim_memory(mem)
         else:
-            memreq = _int32(mem * vendor.memory_unit)
+            if mem < 0 or mem * vendor.memory_unit >= _INT32:
+                return None  # overflowing int32 is refused, not truncated
+            memreq = mem * vendor.memory_unit
     cores = vendor.default_cores if vendor.hook != "ascend" else 0
     present, c = _value(limits, requests, vendor.core_resource)
     if present and c is not None and vendor.hook != "ascend":
+        if vendor.max_cores and not 0 <= c <= vendor.max_cores:
+            return None
         cores = _int32(c)
     return ContainerDeviceRequest(
         nums=nums, type=vendor.name, memreq=memreq, mempercentagereq=100 if memreq == 0 else 0, coresreq=cores,

@@ -79,6 +79,12 @@ class Vendor:
     memory_capacity: int = 0
     memory_allocatable: int = 0
     allocation_key: str = ""
+    # Request and admission rules some vendors add (Iluvatar): cores outside 0..max_cores make
+    # the request empty (0: no check); a multi-card container gets count x 100 cores; an env
+    # variable carrying the container name.
+    max_cores: int = 0
+    multi_card_cores: bool = False
+    container_name_env: str = ""
 
     @property
     def resource_names(self) -> tuple[str, ...]:
@@ -151,7 +157,8 @@ _SCALARS = {
     "noUseUUID": ("nouse_uuid_key", str), "useType": ("use_type_key", str),
     "noUseType": ("nouse_type_key", str), "nodeLock": ("node_lock_key", str),
     "memoryCapacity": ("memory_capacity", int), "memoryAllocatable": ("memory_allocatable", int),
-    "allocationAnnotation": ("allocation_key", str),
+    "allocationAnnotation": ("allocation_key", str), "maxCores": ("max_cores", int),
+    "multiCardCores": ("multi_card_cores", bool), "containerNameEnv": ("container_name_env", str),
 }
 _RESOURCES = {"count": "count_resource", "memory": "memory_resource",
               "memoryPercentage": "percentage_resource", "cores": "core_resource"}
@@ -164,6 +171,8 @@ _ALLOCATION = {"toAllocate": "to_allocate_key", "allocated": "allocated_key"}
 def _want(value: Any, typ: type, key: str, source: str) -> Any:
     if typ is int and (type(value) is not int):
         raise VendorError(f"{key} in {source}: want an integer, got {value!r}")
+    if typ is bool and type(value) is not bool:
+        raise VendorError(f"{key} in {source}: want true or false, got {value!r}")
     if typ is str and not isinstance(value, str):
         raise VendorError(f"{key} in {source}: want a string, got {value!r}")
     return value

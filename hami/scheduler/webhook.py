@@ -244,6 +244,12 @@ def _mutate_vendor(ctr: dict, v: Vendor) -> bool:
     limits, _ = _resources(ctr)
     if v.count_resource not in limits:
         return False
+    if v.multi_card_cores and v.core_resource and (quantity_value(limits[v.count_resource]) or 0) > 1:
+        # Iluvatar: several cards are whole cards.
+        _set_limit(ctr, v.core_resource, str(quantity_value(limits[v.count_resource]) * 100))
+    if v.container_name_env and ctr.get("name") and not any(
+            isinstance(e, dict) and e.get("name") == v.container_name_env for e in ctr.get("env") or ()):
+        _add_env(ctr, v.container_name_env, ctr["name"])
     if v.hook != "ascend" or not v.memory_resource:
         return True
     trimmed = v.memory_allocatable

@@ -1,0 +1,84 @@
+"""The vendor table as data: parsed from config/vendors.yaml, overridden like HAMi's device config
+(`cambricon:` renames resources, `vnpus:` defines Ascend chips, `vendors:` adds rows), NVIDIA's row
+named by the `nvidia:` section; a bad row is refused with the key and the file named."""
+
+from __future__ import annotations
+
+import pytest
+
+from hami.config import ConfigError, build_config, default_vendor_table
+from hami.device.vendors import VendorError, apply_device_config, parse_vendor_table
+
+TABLE = default_vendor_table()
+
+
+def test_shipped_table_has_nvidia_as_one_row_among_the_others():
+    nvidia = TABLE.get("NVIDIA")
+    assert nvidia.hook == "nvidia" and nvidia.register_key == "hami.io/node-nvidia-register"
+    assert "NVIDIA" not in {v.name for v in TABLE.others}
+    assert {"Ascend910B3", "MLU", "DCU", "MR-V100"} <= set(TABLE.by_name)
+    assert TABLE.by_count["huawei.com/Ascend910B3"].name == "Ascend910B3"
+    # Templates are sorted by memory, as HAMi's InitDevices sorts them.
+    mems = [t.memory for t in TABLE.get("Ascend910A").templates]
+    assert mems == sorted(mems)
+
+
+def test_device_config_sections_override_the_table():
+    doc = {
+        "cambricon": {"resourceCountName": "cambricon.com/vmlu", "resourceMemoryName": "cambricon.com/mlu.vmem"},
+        "vnpus": {"configs": [{"chipName": "Ascend910", "commonWord": "Ascend910C",
+                               "resourceName": "huawei.com/Ascend910C", "resourceMemoryName": "huawei.com/Ascend910C-memory",
+                               "memoryAllocatable": 65536, "memoryCapacity": 65536,
+                               "templates": [{"name": "vir10_3c_32g", "memory": 32768}, {"name": "vir05_1c_16g", "memory": 16384}]}]},
+        "vendors": [{"name": "GCU", "family": "enflame", "hook": "generic",
+                     "resources": {"count": "enflame.com/vgcu", "memory": "enflame.com/vgcu-memory"},
+                     "register": {"key": "hami.io/node-gcu-register"},
+                     "allocation": {"toAllocate": "hami.io/gcu-devices-to-allocate",
+                                    "allocated": "hami.io/gcu-devices-allocated"}}],
+    }
+    t = apply_device_config(TABLE, doc, "cm")
+    mlu = t.get("MLU")
+    assert (mlu.count_resource, mlu.memory_resource) == ("cambricon.com/vmlu", "cambricon.com/mlu.vmem")
+    c = t.get("Ascend910C")
+    assert (c.register_key, c.handshake_key, c.allocated_key, c.allocation_key) == (
+        "hami.io/node-register-Ascend910C", "hami.io/node-handshake-Ascend910C",
+        "hami.io/Ascend910C-devices-allocated", "huawei.com/Ascend910C")
+    assert [x.name for x in c.templates] == ["vir05_1c_16g", "vir10_3c_32g"]
+    assert t.get("GCU").hook == "generic" and "enflame.com/vgcu" in t.other_counts
+
+
+def test_config_file_overrides_reach_the_config_and_nvidia_names_its_row(tmp_path):
+    f = tmp_path / "device-config.yaml"
+    f.write_text("nvidia: {resourceCountName: example.com/vgpu}\ncambricon: {resourceCountName: cambricon.com/vmlu}\n")
+    cfg = build_config({"device_config_file": str(f)}, env={})
+    assert cfg.vendors.get("NVIDIA").count_resource == "example.com/vgpu"
+    assert cfg.vendors.get("MLU").count_resource == "cambricon.com/vmlu"
+
+
+@pytest.mark.parametrize(("row", "message"), [
+    ({"name": "X", "family": "x", "hook": "magic", "resources": {"count": "x/y"}, "register": {"key": "k"},
+      "allocation": {"toAllocate": "a", "allocated": "b"}}, "vendors[0].hook in f.yaml: 'magic' is not one of"),
+    ({"name": "X", "family": "x", "resources": {"count": "x/y"}, "register": {"key": "k"}},
+     "vendors[0].allocation in f.yaml: toAllocate and allocated are required"),
+    ({"name": "X", "family": "x", "resources": {"count": "x/y"}, "register": {"key": "k"}, "memoryUnit": "256",
+      "allocation": {"toAllocate": "a", "allocated": "b"}}, "vendors[0].memoryUnit in f.yaml: want an integer"),
+    ({"name": "X", "family": "x", "resources": {"count": "nvidia.com/gpu"}, "register": {"key": "k"},
+      "allocation": {"toAllocate": "a", "allocated": "b"}}, "resource 'nvidia.com/gpu' belongs to both NVIDIA and X"),
+])
+def test_bad_rows_are_refused_naming_the_key(row, message):
+    with pytest.raises(VendorError) as err:
+        apply_device_config(TABLE, {"vendors": [row]}, "f.yaml")
+    assert message in str(err.value)
+
+
+def test_a_bad_row_in_the_device_config_stops_the_role_naming_the_file(tmp_path):
+    f = tmp_path / "device-config.yaml"
+    f.write_text("vendors: [{name: X, family: x, hook: magic, resources: {count: x/y}, register: {key: k}}]\n")
+    with pytest.raises(ConfigError) as err:
+        build_config({"device_config_file": str(f)}, env={})
+    assert str(f) in str(err.value) and "hook" in str(err.value)
+
+
+def test_the_table_file_itself_must_be_a_vendor_list():
+    with pytest.raises(VendorError, match="want a mapping with a `vendors:` list"):
+        parse_vendor_table({"rows": []}, "t.yaml")
