@@ -86,6 +86,9 @@ class SchedulerSettings:
     legacy_metrics: bool = False
     max_request_bytes: int = 64 * 1024 * 1024  # a 5,000-node full-Nodes body is ~10 MiB
     sync_timeout: float = 25.0  # how long /filter waits for the first sync
+    # kube-scheduler calls /prioritize: /filter answers every fitting node, not only HAMi's best.
+    extender_prioritize: bool = False
+    requeue_wakes_per_second: float = 20.0  # background wakes of parked pods when GPUs free up
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,6 +470,8 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "node_lock_retry_timeout": ("scheduler", "node_lock_retry_timeout"),
     "force_overwrite_default_scheduler": ("scheduler", "force_overwrite_default_scheduler"),
     "leader_elect": ("scheduler", "leader_elect"),
+    "extender_prioritize": ("scheduler", "extender_prioritize"),
+    "requeue_wakes_per_second": ("scheduler", "requeue_wakes_per_second"),
     "leader_elect_resource_name": ("scheduler", "leader_elect_resource_name"),
     "leader_elect_resource_namespace": ("scheduler", "leader_elect_resource_namespace"),
     "kubelet_socket_dir": ("agent", "kubelet_socket_dir"),

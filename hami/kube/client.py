@@ -60,6 +60,7 @@ _RESOURCE_PATHS = {
     "resourcequotas": ("/api/v1", True),
     "configmaps": ("/api/v1", True),
     "leases": ("/apis/coordination.k8s.io/v1", True),
+    "poddisruptionbudgets": ("/apis/policy/v1", True),
 }
 
 

@@ -158,6 +158,8 @@ class Extender:
         self._decoded: dict[str, tuple] = {}  # register text -> devices (full-Nodes mode)
         self.filters = 0
         self.patch_failures = 0
+        self.on_no_fit: Callable[[dict, Any, list, dict], None] | None = None  # the requeue waker
+        self.verbs: Any = None  # hami.scheduler.verbs.ExtraVerbs: /prioritize, /preempt
 
     # ------------------------------------------------------------------ /filter
 
@@ -223,7 +225,7 @@ class Extender:
         if isinstance(preq, str):
             return {"Error": preq}
         verbose = log.enabled(2)
-        if verbose or len(node_names) <= FULL_EVALUATION_MAX_NODES:
+        if verbose or self.cfg.extender_prioritize or len(node_names) <= FULL_EVALUATION_MAX_NODES:
             # HAMi fits every node; its FilteringSucceed text counts them all. Small candidate lists
             # cost little, so they get HAMi's exact message; big ones stop at the first fit (below).
             fits, failed = scoremod.evaluate_nodes(index.nodes, node_names, preq)
@@ -240,6 +242,8 @@ class Extender:
             fit_scores = [(sel.node, sel.score)] if sel.node else []
         if sel.node is None:
             self._record_no_fit(pod, node_names, sel.failed_nodes)
+            if self.on_no_fit is not None:
+                self.on_no_fit(pod, preq, node_names, sel.failed_nodes)
             await self._clear_stale_placement(pod, ns, name)
             return {"NodeNames": None, "FailedNodes": sel.failed_nodes, "Error": ""}
         node = sel.node
@@ -272,6 +276,8 @@ class Extender:
                            messages.filtering_succeed_message(node, fit_scores, len(node_names)))
         log.v(4).info("Pod filtered", pod=f"{ns}/{name}", node=node, devices=devices_text,
                       score=round(sel.score, 2), tried=sel.tried)
+        if self.cfg.extender_prioritize:  # every fitting node, best first: kube-scheduler's scoring picks
+            return {"NodeNames": [n for n, _ in fit_scores], "FailedNodes": sel.failed_nodes or None, "Error": ""}
         return {"NodeNames": [node], "FailedNodes": None, "Error": ""}
 
     def _pod_request(self, requests, num_init, annos, ns: str, name: str,
@@ -416,6 +422,10 @@ class Extender:
             if self.binder is None:
                 err = "binding is not available"
                 return {"Error": err}
+            if self.verbs is not None and self.cfg.extender_prioritize:
+                err = await self.verbs.place_on(ns, name, uid, node)
+                if err:
+                    return {"Error": err}
             err = await self.binder.bind(ns, name, uid, node, self.assumed.get(uid))
             if not err:
                 self.assumed.pop(uid, None)
@@ -450,6 +460,8 @@ class Extender:
         if extender:
             app.router.add_post("/filter", self._h_filter)
             app.router.add_post("/bind", self._h_bind)
+            if self.verbs is not None:  # /prioritize, /preempt: extender verbs, on the extender listener
+                self.verbs.mount(app)
         if webhook:
             app.router.add_post("/webhook", self._h_webhook)
         if health is not None:

@@ -27,6 +27,7 @@ from hami.device import codec
 from hami.device.vendorrequest import pod_vendor_requests
 from hami.kube.client import KubeClient
 from hami.kube.events import EventRecorder
+from hami.kube.informer import Informer
 from hami.kube.leader import LeaderElector
 from hami.kube.nodelock import NodeLocker
 from hami.obs.health import Health
@@ -37,6 +38,8 @@ from hami.scheduler.extender import CertReloader, Extender, bound_port, serve
 from hami.scheduler.handshake import Handshaker, Verdict
 from hami.scheduler.metrics import MigInstance, PodAlloc, QuotaUse, SchedulerMetrics, Snapshot, serve_metrics
 from hami.scheduler.state import ClusterState
+from hami.scheduler.verbs import ExtraVerbs
+from hami.scheduler.waker import Waker
 
 log = get_logger(__name__)
 
@@ -115,6 +118,8 @@ class Scheduler:
     handshaker: Handshaker
     metrics: SchedulerMetrics
     leader: LeaderElector | None = None
+    waker: Waker | None = None
+    pdbs: Informer | None = None
     runners: list = field(default_factory=list)
     tasks: list = field(default_factory=list)
     port: int = 0
@@ -223,12 +228,21 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     assert state.nodes is not None
     locker = NodeLocker(client, state.nodes, state.pod, timeout=sc.node_lock_timeout, clock=clock)
     binder = Binder(client, state, locker, events, retry_timeout=sc.node_lock_retry_timeout, clock=clock)
+    # Wakes of parked pods when GPU capacity frees (background, rate-limited): hami.scheduler.waker.
+    waker = Waker(client, lambda: state.index, rate=sc.requeue_wakes_per_second,
+                  burst=max(1, int(sc.requeue_wakes_per_second)))
+    state.on_capacity = waker.capacity_changed
+    assert state.pods is not None
+    state.pods.add_handler(waker.on_pod)
+    pdbs = Informer(client, "poddisruptionbudgets")  # /preempt counts victims' PDBs
     metrics = SchedulerMetrics(
         lambda: usage_snapshot(state), lambda: client.requests, legacy=sc.legacy_metrics,
         extra=lambda: {"hami_scheduler_events_dropped": float(events.dropped),
                        "hami_scheduler_handshake_writes": float(handshaker.writes),
                        "hami_scheduler_informer_handler_failures": float(state.handler_failures),
-                       "hami_scheduler_index_rebuilds": float(state.rebuilds)},
+                       "hami_scheduler_index_rebuilds": float(state.rebuilds),
+                       "hami_scheduler_requeue_wakes": float(waker.wakes),
+                       "hami_scheduler_requeue_bound_after_wake": float(waker.bound_after_wake)},
         lanes=client.lane_report,
     )
     wh_settings = webhookmod.WebhookSettings.from_config(config)
@@ -243,7 +257,9 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
 
     ext = Extender(config, state, client, events, requests_fn=make_requests_fn(config), metrics=metrics,
                    binder=binder, webhook=webhook, clock=clock)
-    s = Scheduler(config, client, state, events, ext, binder, locker, handshaker, metrics, leader)
+    ext.on_no_fit = waker.note_failure
+    ext.verbs = ExtraVerbs(ext, pdbs)
+    s = Scheduler(config, client, state, events, ext, binder, locker, handshaker, metrics, leader, waker, pdbs)
     state.on_handshake_write = s.queue_handshake
     if leader is not None:
         leader.on_change = lambda is_leader: state.recheck() if is_leader else None
@@ -274,6 +290,8 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
         s.tasks.append(asyncio.create_task(coro, name=f"scheduler:{name}"))
 
     spawn(state.run(s.stop), "informers")
+    spawn(pdbs.run(s.stop), "pdb-informer")
+    spawn(waker.run(s.stop), "requeue-waker")
     spawn(events.run(s.stop), "events")
     spawn(s.handshake_writer(), "handshake")
     spawn(s.rechecker(), "recheck")

@@ -73,6 +73,8 @@ class ClusterState:
         self.pod_keys: dict[str, str] = {}  # "ns/name" -> uid of counted pods
         self.uid_keys: dict[str, str] = {}  # uid -> "ns/name"
         self.on_handshake_write: Callable[[dict, object], None] | None = None
+        # (node or None, kind, namespace) after capacity may have grown: the requeue waker listens.
+        self.on_capacity: Callable[[str | None, str, str], None] | None = None
         self.nodes: Informer | None = None
         self.pods: Informer | None = None
         self.quotas: Informer | None = None
@@ -226,9 +228,11 @@ class ClusterState:
             if (existing is None or prev is None or prev.register != sig or name not in self.usable
                     or (dec.groups and len(existing.devices) != len(dec.devices))):
                 self.index.set_node(name, dec.devices, cordon, pair)
+                self._capacity(name, "devices", "")
             else:
                 if existing.cordoned != cordon:
                     self.index.set_cordon(name, cordon)
+                    self._capacity(name, "devices", "")
                 if pair != existing.pair_scores:
                     existing.pair_scores = pair
             self.usable.add(name)
@@ -279,6 +283,18 @@ class ClusterState:
             self.index.remove_quota(ns, name)
         else:
             self.index.set_quota(ns, name, _quota_hard(new))
+        self._capacity(None, "quota", ns)
+
+    def _capacity(self, node: str | None, kind: str, namespace: str) -> None:
+        if self.on_capacity is not None:
+            self.on_capacity(node, kind, namespace)
+
+    def _release(self, uid: str, key: str, reason: str) -> None:
+        rec = self.index.pod(uid)
+        if self.index.remove_pod(uid):
+            log.v(4).info("Pod released devices", pod=key, reason=reason)
+            if rec is not None:
+                self._capacity(rec.node, "freed", rec.namespace)
 
     # ------------------------------------------------------------------ pod events
 
@@ -290,14 +306,12 @@ class ClusterState:
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         uid = meta.get("uid") or key
         if etype == DELETED or new is None:
-            if self.index.remove_pod(uid):
-                log.v(4).info("Pod released devices", pod=key, reason="deleted")
+            self._release(uid, key, "deleted")
             self.pod_keys.pop(key, None)
             self.uid_keys.pop(uid, None)
             return
         if (new.get("status") or {}).get("phase") in TERMINAL:
-            if self.index.remove_pod(uid):
-                log.v(4).info("Pod released devices", pod=key, reason="terminal")
+            self._release(uid, key, "terminal")
             self.pod_keys.pop(key, None)
             self.uid_keys.pop(uid, None)
             return

@@ -150,7 +150,8 @@ def scheduler_objects(cfg: Config) -> list[tuple[str, str, dict]]:
         "leaderElection": {"leaderElect": False},
         "profiles": [{"schedulerName": name}],
         "extenders": [{
-            "urlPrefix": extender_url(cfg), "filterVerb": "filter", "bindVerb": "bind", "enableHTTPS": False,
+            "urlPrefix": extender_url(cfg), "filterVerb": "filter", "bindVerb": "bind", "preemptVerb": "preempt",
+            **({"prioritizeVerb": "prioritize"} if cfg.scheduler.extender_prioritize else {}), "enableHTTPS": False,
             "nodeCacheCapable": True, "weight": 1, "httpTimeout": "30s",
             "managedResources": [{"name": r, "ignoredByScheduler": True} for r in cfg.nvidia.resource_names],
         }],
@@ -439,7 +440,7 @@ class EmbeddedCluster:
         from hami.device.nodeconfig import settings_for_node
         from hami.gpu import make_backend
         from hami.sim.kubelet import Kubelet
-        from hami.sim.kubescheduler import KubeSchedulerLoop
+        from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
         from hami.sim.libstub import write_stub_library
         from hami.sim.vendornodes import VendorPodRunner, vendor_registration
 
@@ -492,7 +493,11 @@ class EmbeddedCluster:
                 tasks.append(asyncio.create_task(agent.run(stop), name=f"agent-{name}"))
                 tasks.append(asyncio.create_task(runner.run(stop), name=f"kubelet-{name}"))
             extender = extender_url(cfg)
-            loop = KubeSchedulerLoop(client, extender, cfg.scheduler.scheduler_name)
+            # The same extenders[] entry scheduler_objects() publishes in the kube-system ConfigMap.
+            loop = KubeSchedulerLoop(client, ExtenderConfig(
+                extender, preempt_verb="preempt",
+                prioritize_verb="prioritize" if cfg.scheduler.extender_prioritize else ""),
+                cfg.scheduler.scheduler_name)
             tasks.append(asyncio.create_task(loop.run(stop), name="kube-scheduler"))
             if cfg.sim.demo_workload:
                 from hami.sim.workload import run_workload

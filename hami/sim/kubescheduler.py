@@ -1,16 +1,39 @@
-"""A scheduling loop that plays kube-scheduler for the embedded cluster.
+"""A scheduling loop that plays kube-scheduler (1.31) for the embedded cluster and the tests.
 
-It watches Pending pods whose schedulerName is ours and, for each, calls the extender exactly as
-kube-scheduler's HTTP extender client does with `nodeCacheCapable: true`: POST `<url>/filter` with
-`{"Pod": pod, "NodeNames": [...]}`, then POST `<url>/bind` with `ExtenderBindingArgs`. A pod that
-does not fit gets the PodScheduled=False/Unschedulable condition kube-scheduler would write, and is
-retried with exponential backoff (1 s doubling to 60 s), as kube-scheduler's backoff queue does.
+Queue: `hami.sim.schedqueue.SchedulingQueue` (activeQ, backoffQ 1 s doubling to 10 s, the
+unschedulable pool with its 5-minute flush; see that module for what is modelled and where from).
+Informer events feed it as kube-scheduler's `eventhandlers.go` does: a new pending pod is added; an
+update of a pending pod goes to `Update` (a parked pod moves when the update is more than status); a
+pod that got bound or vanished leaves the queue; an assigned pod's deletion (or its end, which the
+scheduler's informer sees as a deletion: it watches `status.phase!=Succeeded,status.phase!=Failed`)
+and node changes (`nodeSchedulingPropertiesChange`: labels, taints/unschedulable, conditions,
+allocatable, annotations) are move requests.
+
+One scheduling cycle (`schedule_one.go`): the in-tree filters the embedded cluster needs
+(NodeUnschedulable, TaintToleration for NoSchedule taints and the not-ready condition, NodeAffinity
+for nodeSelector and required node affinity) and then the extender's `filterVerb` with NodeNames
+(`nodeCacheCapable: true`). One feasible node is taken as is; several are scored: NodeAffinity's
+preferred terms (normalised to 0..100, weight 2 as in the default profile) plus, with a
+`prioritizeVerb`, the extender's 0..10 scores times its weight times 10 (MaxNodeScore /
+MaxExtenderPriority). When nothing fits, PostFilter runs DefaultPreemption through the extender's
+`preemptVerb` (when configured): candidate victims are the lower-priority pods on every node that
+failed for a resolvable reason, PDB violations counted as `filterPodsWithPDBViolation` does; the
+extender answers the victims it needs; the node is picked as `pickOneNodeForPreemption` does
+(fewest PDB violations, lowest highest-victim priority, lowest priority sum, fewest victims); the
+victims are deleted and the preemptor's `status.nominatedNodeName` set. Then the pod gets the
+PodScheduled=False condition and goes back through AddUnschedulableIfNotPresent.
+
+Divergence kept on purpose: the in-tree dry run of preemption is skipped (the embedded cluster has
+no CPU or memory to count), so every lower-priority pod on a candidate node is handed to the extender,
+which is what `selectVictimsOnNode` yields when NodeResourcesFit counts the GPU resource.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -19,17 +42,27 @@ import orjson
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
 from hami.obs.log import get_logger
+from hami.scheduler.pdb import victims_violating
+from hami.sim import schedqueue as sq
 
 log = get_logger(__name__)
 
-BACKOFF_INITIAL = 1.0
-BACKOFF_MAX = 60.0
+MAX_NODE_SCORE = 100
+MAX_EXTENDER_PRIORITY = 10
+NODE_AFFINITY_WEIGHT = 2
 
 
-@dataclass
-class _Backoff:
-    delay: float = BACKOFF_INITIAL
-    not_before: float = 0.0
+@dataclass(frozen=True)
+class ExtenderConfig:
+    """The `extenders[]` entry of KubeSchedulerConfiguration the loop follows."""
+
+    url: str
+    filter_verb: str = "filter"
+    bind_verb: str = "bind"
+    prioritize_verb: str = ""
+    preempt_verb: str = ""
+    weight: int = 1
+    http_timeout: float = 30.0
 
 
 @dataclass
@@ -39,7 +72,12 @@ class SchedulerStats:
     bound: int = 0
     unschedulable: int = 0
     errors: int = 0
+    prioritizes: int = 0
+    preemptions: int = 0
+    victims: int = 0
     attempts: dict[str, int] = field(default_factory=dict)
+    bound_at: dict[str, float] = field(default_factory=dict)  # pod key -> loop clock when bound
+    node_of: dict[str, str] = field(default_factory=dict)
 
 
 def _pending_for_us(pod: dict, scheduler_name: str) -> bool:
@@ -51,72 +89,204 @@ def _pending_for_us(pod: dict, scheduler_name: str) -> bool:
     return (pod.get("status") or {}).get("phase", "Pending") == "Pending"
 
 
-def _node_ready(node: dict) -> bool:
-    if (node.get("spec") or {}).get("unschedulable"):
+def _assigned_active(pod: dict | None) -> bool:
+    if not pod or not (pod.get("spec") or {}).get("nodeName"):
         return False
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def _key(pod: dict | None) -> str:
+    meta = (pod or {}).get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+# ---------------------------------------------------------------------- in-tree plugins (pure)
+
+def _ready(node: dict) -> bool:
     for cond in (node.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":
             return cond.get("status") == "True"
     return True
 
 
+def _tolerates(pod: dict, taint: Mapping) -> bool:
+    for t in (pod.get("spec") or {}).get("tolerations") or []:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists" and (not t.get("key") or t.get("key") == taint.get("key")):
+            return True
+        if t.get("key") == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def _expr_matches(expr: Mapping, labels: Mapping[str, str]) -> bool:
+    key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt") and key in labels and values:
+        try:
+            a, b = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return a > b if op == "Gt" else a < b
+    return False
+
+
+def _term_matches(term: Mapping, node: dict) -> bool:
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    exprs = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not exprs and not fields:
+        return False
+    return all(_expr_matches(e, labels) for e in exprs) and all(
+        _expr_matches(f, {"metadata.name": meta.get("name", "")}) for f in fields)
+
+
+def filter_node(pod: dict, node: dict) -> tuple[str, str] | None:
+    """The in-tree Filter plugins: None when the node passes, else (plugin, reason)."""
+    spec = pod.get("spec") or {}
+    if (node.get("spec") or {}).get("unschedulable") and not _tolerates(
+            pod, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}):
+        return "NodeUnschedulable", "node(s) were unschedulable"
+    taints = list((node.get("spec") or {}).get("taints") or [])
+    if not _ready(node):
+        taints.append({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"})
+    for taint in taints:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(pod, taint):
+            return "TaintToleration", f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value', '')}}}"
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    for k, v in (spec.get("nodeSelector") or {}).items():
+        if labels.get(k) != v:
+            return "NodeAffinity", "node(s) didn't match Pod's node affinity/selector"
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or []
+    if terms and not any(_term_matches(t, node) for t in terms):
+        return "NodeAffinity", "node(s) didn't match Pod's node affinity/selector"
+    return None
+
+
+def node_affinity_scores(pod: dict, nodes: list[dict]) -> dict[str, int]:
+    """NodeAffinity Score + NormalizeScore: preferred-term weights summed, scaled to 0..100."""
+    preferred = ((((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {})
+                 .get("preferredDuringSchedulingIgnoredDuringExecution") or [])
+    raw = {}
+    for node in nodes:
+        raw[node["metadata"]["name"]] = sum(
+            int(p.get("weight") or 0) for p in preferred if _term_matches(p.get("preference") or {}, node))
+    top = max(raw.values(), default=0)
+    return {n: (s * MAX_NODE_SCORE // top if top else 0) for n, s in raw.items()}
+
+
+def node_events(old: dict, new: dict) -> list[tuple[str, str]]:
+    """nodeSchedulingPropertiesChange: which node update events this change is."""
+    out = []
+    os_, ns_ = old.get("spec") or {}, new.get("spec") or {}
+    om, nm = old.get("metadata") or {}, new.get("metadata") or {}
+    ost, nst = old.get("status") or {}, new.get("status") or {}
+    if bool(os_.get("unschedulable")) != bool(ns_.get("unschedulable")) or os_.get("taints") != ns_.get("taints"):
+        out.append((sq.NODE, sq.UPDATE_TAINT))
+    if ost.get("allocatable") != nst.get("allocatable"):
+        out.append((sq.NODE, sq.UPDATE_ALLOCATABLE))
+    if (om.get("labels") or {}) != (nm.get("labels") or {}):
+        out.append((sq.NODE, sq.UPDATE_LABEL))
+    strip = [{k: v for k, v in c.items() if k not in ("lastHeartbeatTime", "lastTransitionTime")}
+             for c in ost.get("conditions") or []]
+    strip_new = [{k: v for k, v in c.items() if k not in ("lastHeartbeatTime", "lastTransitionTime")}
+                 for c in nst.get("conditions") or []]
+    if strip != strip_new:
+        out.append((sq.NODE, sq.UPDATE_CONDITION))
+        if _ready(old) != _ready(new):  # the node lifecycle controller turns it into a taint change
+            out.append((sq.NODE, sq.UPDATE_TAINT))
+    if (om.get("annotations") or {}) != (nm.get("annotations") or {}):
+        out.append((sq.NODE, sq.UPDATE_ANNOTATION))
+    return out
+
+
+def pick_preemption_node(candidates: Mapping[str, tuple[list[dict], int]]) -> str | None:
+    """pickOneNodeForPreemption: fewest PDB violations, then the lowest highest-victim priority,
+    the lowest priority sum, the fewest victims; the first in name order after that."""
+    def rank(item):
+        name, (victims, pdb) = item
+        prios = [sq.pod_priority(v) for v in victims]
+        return (pdb, max(prios, default=-(2 ** 31)), sum(p + 2 ** 31 for p in prios), len(victims), name)
+    best = min(candidates.items(), key=rank, default=None)
+    return best[0] if best else None
+
+
+# ---------------------------------------------------------------------- the loop
+
 class KubeSchedulerLoop:
-    def __init__(self, client: KubeClient, extender_url: str, scheduler_name: str,
-                 *, http_timeout: float = 30.0, clock=time.monotonic):
+    def __init__(self, client: KubeClient, extender_url: str | ExtenderConfig, scheduler_name: str,
+                 *, http_timeout: float = 30.0, clock=time.monotonic, timings: sq.QueueTimings | None = None,
+                 queueing_hints: bool = False, extender_parks: bool = True):
         self.client = client
-        self.url = extender_url.rstrip("/")
+        self.ext = extender_url if isinstance(extender_url, ExtenderConfig) else ExtenderConfig(
+            extender_url, http_timeout=http_timeout)
+        self.url = self.ext.url.rstrip("/")
         self.scheduler_name = scheduler_name
-        self.http_timeout = http_timeout
         self.clock = clock
+        self.timings = timings or sq.QueueTimings()
+        self.queue = sq.SchedulingQueue(self.timings, queueing_hints=queueing_hints, extender_parks=extender_parks)
         self.pods = Informer(client, "pods", handler=self._on_pod)
         self.nodes = Informer(client, "nodes", handler=self._on_node)
+        self.pdbs = Informer(client, "poddisruptionbudgets") if self.ext.preempt_verb else None
         self.stats = SchedulerStats()
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
-        self._backoff: dict[str, _Backoff] = {}
-        self._wake = asyncio.Event()
+        self._kick = asyncio.Event()
 
-    # ------------------------------------------------------------------ events
-
-    def _enqueue(self, key: str) -> None:
-        if key not in self._queued:
-            self._queued.add(key)
-            self._queue.put_nowait(key)
+    # ------------------------------------------------------------------ events (eventhandlers.go)
 
     def _on_pod(self, etype: str, old: dict | None, new: dict | None) -> None:
-        if new is None:
-            self._backoff.pop(self._key(old), None)
+        now = self.clock()
+        key = _key(new or old)
+        if new is None:  # deleted
+            self.queue.delete(key)
+            if _assigned_active(old):
+                self._move((sq.ASSIGNED_POD, sq.DELETE), now, old, None)
             return
         if _pending_for_us(new, self.scheduler_name):
-            self._enqueue(self._key(new))
+            if old is None or key not in self.queue.pods:
+                self.queue.add(key, new, now)
+            else:
+                self.queue.update(key, old, new, now)
+            self._kick.set()
+            return
+        self.queue.delete(key)
+        if _assigned_active(old) and not _assigned_active(new):  # finished: the informer drops it
+            self._move((sq.ASSIGNED_POD, sq.DELETE), now, old, None)
 
     def _on_node(self, etype: str, old: dict | None, new: dict | None) -> None:
-        # A node changing (registration, capacity) is a reason to retry unschedulable pods now,
-        # as kube-scheduler moves pods back to the active queue on node events.
-        if etype != "DELETED":
-            for b in self._backoff.values():
-                b.not_before = 0.0
-            self._wake.set()
+        now = self.clock()
+        if new is None:
+            return
+        events = [(sq.NODE, sq.ADD)] if old is None else node_events(old, new)
+        for ev in events:
+            self._move(ev, now, old, new)
 
-    @staticmethod
-    def _key(pod: dict | None) -> str:
-        meta = (pod or {}).get("metadata") or {}
-        return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    def _move(self, event, now, old, new) -> None:
+        if self.queue.move_all(event, now, old, new):
+            self._kick.set()
 
-    # ------------------------------------------------------------------ loop
+    # ------------------------------------------------------------------ run
 
     async def run(self, stop: asyncio.Event) -> None:
-        tasks = [
-            asyncio.create_task(self.nodes.run(stop), name="kube-scheduler:nodes"),
-            asyncio.create_task(self.pods.run(stop), name="kube-scheduler:pods"),
-        ]
-        timeout = aiohttp.ClientTimeout(total=self.http_timeout)
+        informers = [self.nodes, self.pods] + ([self.pdbs] if self.pdbs is not None else [])
+        tasks = [asyncio.create_task(i.run(stop), name=f"kube-scheduler:{i.kind}") for i in informers]
+        timeout = aiohttp.ClientTimeout(total=self.ext.http_timeout)
         try:
-            await self.nodes.wait_synced()
-            await self.pods.wait_synced()
+            for i in informers:
+                await i.wait_synced()
             async with aiohttp.ClientSession(timeout=timeout) as http:
                 workers = [asyncio.create_task(self._worker(http, stop), name="kube-scheduler:worker"),
-                           asyncio.create_task(self._retrier(stop), name="kube-scheduler:retry")]
+                           asyncio.create_task(self._flusher(stop), name="kube-scheduler:flush")]
                 await stop.wait()
                 for w in workers:
                     w.cancel()
@@ -126,87 +296,185 @@ class KubeSchedulerLoop:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _retrier(self, stop: asyncio.Event) -> None:
+    async def _flusher(self, stop: asyncio.Event) -> None:
+        """The queue's two periodic flushes (run() in scheduling_queue.go)."""
+        next_unsched = self.clock() + self.timings.unschedulable_flush_interval
         while not stop.is_set():
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=0.5)
-            except TimeoutError:
-                pass
-            self._wake.clear()
+            await asyncio.sleep(self.timings.backoff_flush_interval)
             now = self.clock()
-            for key, b in list(self._backoff.items()):
-                if b.not_before <= now and key in self.pods.store:
-                    if _pending_for_us(self.pods.store[key], self.scheduler_name):
-                        self._enqueue(key)
-                    else:
-                        self._backoff.pop(key, None)
+            moved = self.queue.flush_backoff(now)
+            if now >= next_unsched:
+                next_unsched = now + self.timings.unschedulable_flush_interval
+                moved += self.queue.flush_unschedulable(now)
+            if moved:
+                self._kick.set()
 
     async def _worker(self, http: aiohttp.ClientSession, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            key = await self._queue.get()
-            self._queued.discard(key)
-            pod = self.pods.store.get(key)
-            if pod is None or not _pending_for_us(pod, self.scheduler_name):
-                self._backoff.pop(key, None)
+            qp = self.queue.pop(self.clock())
+            if qp is None:
+                self._kick.clear()
+                await self._kick.wait()
                 continue
-            b = self._backoff.get(key)
-            if b and b.not_before > self.clock():
-                continue  # the retrier re-queues it when its backoff ends
+            pod = self.pods.store.get(qp.key, qp.pod)
+            if not _pending_for_us(pod, self.scheduler_name):
+                self.queue.done(qp.key)
+                continue
+            qp.pod = pod
             try:
-                ok = await self.schedule_one(http, pod)
+                rejectors = await self.schedule_one(http, pod)
             except Exception as exc:  # keep the loop alive; log once per attempt
                 self.stats.errors += 1
-                log.warning("Scheduling attempt failed", pod=key, error=str(exc))
-                ok = False
-            if ok:
-                self._backoff.pop(key, None)
+                log.warning("Scheduling attempt failed", pod=qp.key, error=str(exc))
+                self.queue.add_error(qp, self.clock())
+                continue
+            if rejectors is None:
+                self.queue.done(qp.key)
             else:
-                b = self._backoff.setdefault(key, _Backoff())
-                b.not_before = self.clock() + b.delay
-                b.delay = min(b.delay * 2, BACKOFF_MAX)
+                where = self.queue.add_unschedulable(qp, rejectors, self.clock())
+                log.v(4).info("Pod requeued", pod=qp.key, queue=where, rejectors=sorted(rejectors))
 
-    async def schedule_one(self, http: aiohttp.ClientSession, pod: dict) -> bool:
-        """One scheduling cycle for one pod: filter, then bind. True when the pod was bound."""
-        key = self._key(pod)
+    # ------------------------------------------------------------------ one cycle
+
+    async def schedule_one(self, http: aiohttp.ClientSession, pod: dict) -> set[str] | None:
+        """One scheduling cycle. None when bound; else the rejector plugins (empty: an error)."""
+        key = _key(pod)
         self.stats.attempts[key] = self.stats.attempts.get(key, 0) + 1
-        node_names = sorted(name for name, node in self.nodes.store.items() if _node_ready(node))
-        self.stats.filters += 1
-        result = await self._post(http, "/filter", {"Pod": pod, "NodeNames": node_names, "Nodes": None})
-        chosen = result.get("NodeNames") or []
-        if result.get("Error") or not chosen:
-            failed = result.get("FailedNodes") or {}
+        nodes = [self.nodes.store[n] for n in sorted(self.nodes.store)]
+        statuses: dict[str, tuple[str, str, bool]] = {}  # node -> (plugin, reason, unresolvable)
+        feasible = []
+        for node in nodes:
+            verdict = filter_node(pod, node)
+            name = node["metadata"]["name"]
+            if verdict is None:
+                feasible.append(name)
+            else:
+                statuses[name] = (verdict[0], verdict[1], True)
+        chosen: list[str] = []
+        if feasible:
+            self.stats.filters += 1
+            result = await self._post(http, self.ext.filter_verb,
+                                      {"Pod": pod, "NodeNames": feasible, "Nodes": None})
+            if result.get("Error"):
+                await self._mark_unschedulable(pod, f"0/{len(nodes)} nodes are available: {result['Error']}.")
+                return set()
+            chosen = [n for n in result.get("NodeNames") or [] if n in feasible]
+            for n, msg in (result.get("FailedNodes") or {}).items():
+                statuses[n] = (sq.EXTENDER, msg, False)
+            for n, msg in (result.get("FailedAndUnresolvableNodes") or {}).items():
+                statuses[n] = (sq.EXTENDER, msg, True)
+        if not chosen:
             self.stats.unschedulable += 1
-            message = self._unschedulable_message(len(node_names), failed, result.get("Error") or "")
+            message = self.fit_error_message(len(nodes), statuses)
+            if self.ext.preempt_verb:
+                nominated = await self._preempt(http, pod, statuses)
+                if nominated:
+                    message += f" preemption: nominated node {nominated}."
             await self._mark_unschedulable(pod, message)
             log.v(2).info("Pod unschedulable", pod=key, message=message)
-            return False
+            return {plugin for plugin, _, _ in statuses.values()}
+        node = chosen[0] if len(chosen) == 1 else await self._prioritize(http, pod, chosen)
         meta = pod["metadata"]
         self.stats.binds += 1
-        bind = await self._post(http, "/bind", {
+        bind = await self._post(http, self.ext.bind_verb, {
             "PodName": meta["name"], "PodNamespace": meta.get("namespace", "default"),
-            "PodUID": meta.get("uid", ""), "Node": chosen[0],
+            "PodUID": meta.get("uid", ""), "Node": node,
         })
         if bind.get("Error"):
-            log.v(2).info("Bind failed", pod=key, node=chosen[0], error=bind["Error"])
-            return False
+            log.v(2).info("Bind failed", pod=key, node=node, error=bind["Error"])
+            return set()
         self.stats.bound += 1
-        log.v(2).info("Pod bound", pod=key, node=chosen[0])
-        return True
+        self.stats.bound_at[key] = self.clock()
+        self.stats.node_of[key] = node
+        log.v(2).info("Pod bound", pod=key, node=node)
+        return None
 
-    async def _post(self, http: aiohttp.ClientSession, path: str, body: dict) -> dict:
-        async with http.post(self.url + path, data=orjson.dumps(body),
+    async def _prioritize(self, http: aiohttp.ClientSession, pod: dict, chosen: list[str]) -> str:
+        """prioritizeNodes: in-tree scores plus the extender's, weighted; the highest wins."""
+        totals = dict.fromkeys(chosen, 0)
+        affinity = node_affinity_scores(pod, [self.nodes.store[n] for n in chosen if n in self.nodes.store])
+        for n, s in affinity.items():
+            totals[n] += s * NODE_AFFINITY_WEIGHT
+        if self.ext.prioritize_verb:
+            self.stats.prioritizes += 1
+            scores = await self._post(http, self.ext.prioritize_verb, {"Pod": pod, "NodeNames": chosen, "Nodes": None})
+            if isinstance(scores, list):
+                for hp in scores:
+                    if hp.get("Host") in totals:
+                        totals[hp["Host"]] += int(hp.get("Score") or 0) * self.ext.weight * (
+                            MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
+        return max(chosen, key=lambda n: totals[n])  # ties: the extender's order
+
+    # ------------------------------------------------------------------ preemption (PostFilter)
+
+    async def _preempt(self, http: aiohttp.ClientSession, pod: dict, statuses: dict) -> str | None:
+        spec = pod.get("spec") or {}
+        if spec.get("preemptionPolicy") == "Never":
+            return None
+        prio = sq.pod_priority(pod)
+        by_node: dict[str, list[dict]] = {}
+        for p in self.pods.store.values():
+            n = (p.get("spec") or {}).get("nodeName")
+            if n and _assigned_active(p) and sq.pod_priority(p) < prio and not (p.get("metadata") or {}).get(
+                    "deletionTimestamp"):
+                by_node.setdefault(n, []).append(p)
+        pdbs = list(self.pdbs.store.values()) if self.pdbs is not None else []
+        meta_victims = {}
+        for node, (_, _, unresolvable) in sorted(statuses.items()):
+            victims = by_node.get(node)
+            if unresolvable or not victims:
+                continue
+            victims.sort(key=lambda p: -sq.pod_priority(p))
+            violating, _ = victims_violating(victims, pdbs, self.pods.store.values())
+            meta_victims[node] = {"Pods": [{"UID": v["metadata"].get("uid", "")} for v in victims],
+                                  "NumPDBViolations": len(violating)}
+        if not meta_victims:
+            return None
+        self.stats.preemptions += 1
+        result = await self._post(http, self.ext.preempt_verb,
+                                  {"Pod": pod, "NodeNameToVictims": None, "NodeNameToMetaVictims": meta_victims})
+        if result.get("Error"):
+            log.v(2).info("Extender preemption failed", pod=_key(pod), error=result["Error"])
+            return None
+        by_uid = {(p.get("metadata") or {}).get("uid"): p for ps in by_node.values() for p in ps}
+        candidates: dict[str, tuple[list[dict], int]] = {}
+        for node, mv in (result.get("NodeNameToMetaVictims") or {}).items():
+            if node not in meta_victims:
+                continue
+            victims = [by_uid[m["UID"]] for m in (mv or {}).get("Pods") or [] if m.get("UID") in by_uid]
+            candidates[node] = (victims, int((mv or {}).get("NumPDBViolations") or 0))
+        node = pick_preemption_node(candidates)
+        if node is None:
+            return None
+        for victim in candidates[node][0]:
+            vm = victim["metadata"]
+            with contextlib.suppress(ApiError):
+                await self.client.delete("pods", vm["name"], vm.get("namespace", "default"))
+                self.stats.victims += 1
+                log.v(2).info("Preempted pod", victim=_key(victim), preemptor=_key(pod), node=node)
+        meta = pod["metadata"]
+        with contextlib.suppress(ApiError):
+            await self.client.request(
+                "patch", "pods/status", "PATCH",
+                resource_path("pods", meta.get("namespace", "default"), meta["name"], "status"),
+                body={"status": {"nominatedNodeName": node}}, content_type="application/merge-patch+json")
+        return node
+
+    # ------------------------------------------------------------------ helpers
+
+    async def _post(self, http: aiohttp.ClientSession, verb: str, body: dict):
+        async with http.post(f"{self.url}/{verb}", data=orjson.dumps(body),
                              headers={"Content-Type": "application/json"}, ssl=False) as resp:
             data = await resp.read()
             if resp.status != 200:
-                raise RuntimeError(f"extender {path} answered HTTP {resp.status}: {data[:200]!r}")
+                raise RuntimeError(f"extender /{verb} answered HTTP {resp.status}: {data[:200]!r}")
             return orjson.loads(data) if data else {}
 
     @staticmethod
-    def _unschedulable_message(total: int, failed: dict, error: str) -> str:
-        if error:
-            return f"0/{total} nodes are available: {error}."
+    def fit_error_message(total: int, statuses: Mapping[str, tuple[str, str, bool]]) -> str:
+        """FitError.Error(): `0/N nodes are available: <count> <reason>, ...` sorted by reason."""
         counts: dict[str, int] = {}
-        for reason in failed.values():
+        for _, reason, _ in statuses.values():
             counts[reason] = counts.get(reason, 0) + 1
         parts = ", ".join(f"{n} {r}" for r, n in sorted(counts.items()))
         return f"0/{total} nodes are available: {parts or 'no node fits'}."
@@ -226,4 +494,4 @@ class KubeSchedulerLoop:
                 resource_path("pods", meta.get("namespace", "default"), meta["name"], "status"),
                 body=patch, content_type="application/strategic-merge-patch+json")
         except ApiError as exc:
-            log.v(4).info("Could not record PodScheduled condition", pod=self._key(pod), error=str(exc))
+            log.v(4).info("Could not record PodScheduled condition", pod=_key(pod), error=str(exc))

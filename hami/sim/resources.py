@@ -86,6 +86,8 @@ _ALL = (
     Resource("", "v1", "resourcequotas", "resourcequota", "ResourceQuota", True, ("quota",), ("status",)),
     Resource("events.k8s.io", "v1", "events", "event", "Event", True, (), (), _NEW_EVENT_FIELDS, storage="events"),
     Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
+    Resource("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", True,
+             ("pdb",), ("status",)),
 )
 
 RESOURCES: dict[tuple[str, str, str], Resource] = {(r.group, r.version, r.plural): r for r in _ALL}

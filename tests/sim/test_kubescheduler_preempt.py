@@ -1,0 +1,143 @@
+"""Preemption through the extender's preemptVerb under the faithful kube-scheduler loop, and /preempt's
+wire format.
+
+Covers: a priority-1000 pod on a full cluster evicts exactly the minimal set of priority-0 pods (the
+node needing one victim beats the node needing two) and then binds there, with no GPU over-committed
+at any observed step; a PodDisruptionBudget the cheap node's victims would violate sends the
+preemptor to the other node (NumPDBViolations counted as kube-scheduler does); /preempt drops
+nodes where no victim set helps and keeps higher-priority pods; bodies of the wrong shape get an
+`Error` naming the field (HTTP 200).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import orjson
+import pytest
+
+from hami.device import codec
+from tests.kube.helpers import eventually, gpu_uuid, pod_obj
+from tests.kube.scheduler_env import running_env
+from tests.sim._kubesched import gpu_node, running_cluster
+
+GPU_MEM = 40960
+
+
+def prio(pod: dict, value: int, **labels) -> dict:
+    pod["spec"]["priority"] = value
+    pod["metadata"]["labels"] = dict(labels)
+    return pod
+
+
+def overcommitted(store) -> list[str]:
+    """GPUs whose bound (or binding) pods' memory exceeds the card."""
+    used: dict[str, int] = {}
+    for e in store.list("pods", "")[1]:
+        annos = e.obj["metadata"].get("annotations") or {}
+        if not (e.obj.get("spec") or {}).get("nodeName") and annos.get(codec.BIND_PHASE_ANNOTATION) is None:
+            continue
+        text = annos.get(codec.ALLOCATED_ANNOTATION)
+        for ctr in codec.decode_pod_devices(text) if text else ():
+            for d in ctr:
+                used[d.uuid] = used.get(d.uuid, 0) + d.usedmem
+    return [u for u, m in used.items() if m > GPU_MEM]
+
+
+async def watch_overcommit(store, seen: list, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        seen.extend(overcommitted(store))
+        await asyncio.sleep(0.005)
+
+
+async def fill_cluster(c) -> None:
+    for i in range(4):  # n0: four 10 GiB pods; n1: two 20 GiB pods
+        c.create(prio(pod_obj(f"small{i}", mem=10240, annotations={"nvidia.com/use-gpuuuid": _uuid("n0")}), 0))
+    for i in range(2):
+        c.create(prio(pod_obj(f"big{i}", mem=20480, annotations={"nvidia.com/use-gpuuuid": _uuid("n1")}), 0,
+                      app="db"))
+    names = [f"small{i}" for i in range(4)] + ["big0", "big1"]
+    await eventually(lambda: all(c.node_of(n) for n in names), 10)
+
+
+def _uuid(node: str) -> str:
+    return gpu_uuid(node, 0)
+
+
+def alive(c, names) -> set[str]:
+    return {e.obj["metadata"]["name"] for e in c.store.list("pods", "")[1] if e.obj["metadata"]["name"] in names}
+
+
+@pytest.mark.parametrize("pdb", [False, True])
+async def test_high_priority_pod_evicts_the_minimal_set_and_runs(apiserver, pdb):
+    async with running_cluster(apiserver, [gpu_node("n0"), gpu_node("n1")],
+                               ext={"preempt_verb": "preempt"}) as c:
+        seen: list = []
+        stop = asyncio.Event()
+        watcher = asyncio.create_task(watch_overcommit(c.store, seen, stop))
+        try:
+            await fill_cluster(c)
+            if pdb:
+                c.store.create("poddisruptionbudgets.policy", "default", {
+                    "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                    "metadata": {"name": "db", "namespace": "default"},
+                    "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "db"}}}})
+                await eventually(lambda: len(c.loop.pdbs.store) == 1 and len(c.env.sched.pdbs.store) == 1, 5)
+            fillers = {f"small{i}" for i in range(4)} | {"big0", "big1"}
+            c.create(prio(pod_obj("urgent", mem=20480), 1000))
+            await eventually(lambda: c.node_of("urgent"), 10)
+            gone = fillers - alive(c, fillers)
+            if pdb:  # n1's victim would break the PDB: two victims on n0 instead
+                assert c.node_of("urgent") == "n0"
+                assert len(gone) == 2 and gone <= {f"small{i}" for i in range(4)}
+            else:    # one victim on n1 beats two on n0 (pickOneNodeForPreemption)
+                assert c.node_of("urgent") == "n1"
+                assert len(gone) == 1 and gone <= {"big0", "big1"}
+            assert c.loop.stats.victims == len(gone)
+            assert c.pod("urgent")["status"].get("nominatedNodeName") == c.node_of("urgent")
+            await asyncio.sleep(0.1)
+        finally:
+            stop.set()
+            await watcher
+        assert seen == []
+
+
+async def post(env, body) -> tuple[int, dict]:
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    async with aiohttp.ClientSession() as http, http.post(env.sched.url + "/preempt", data=raw) as r:
+        return r.status, orjson.loads(await r.read())
+
+
+async def test_preempt_drops_nodes_no_victim_set_helps_and_spares_what_it_can(apiserver):
+    async with running_env(apiserver, [gpu_node("n0"), gpu_node("n1", mem=10240)]) as env:
+        uids = {}
+        for name, node, mem in (("a", "n0", 10240), ("b", "n0", 30720), ("c", "n1", 10240)):
+            p = env.create_pod(prio(pod_obj(name, mem=mem), 0))
+            assert (await env.filter(p, [node]))["NodeNames"] == [node]
+            uids[name] = p["metadata"]["uid"]
+        await eventually(lambda: len(env.sched.state.uid_keys) == 3, 5)
+        preemptor = prio(pod_obj("urgent", mem=20480), 1000)
+        status, out = await post(env, {"Pod": preemptor, "NodeNameToVictims": None, "NodeNameToMetaVictims": {
+            "n0": {"Pods": [{"UID": uids["a"]}, {"UID": uids["b"]}], "NumPDBViolations": 0},
+            "n1": {"Pods": [{"UID": uids["c"]}], "NumPDBViolations": 0}}})
+        assert status == 200
+        # n0: evicting b (30 GiB) alone frees enough, a is spared; n1 is too small whatever goes
+        assert out == {"NodeNameToMetaVictims": {"n0": {"Pods": [{"UID": uids["b"]}], "NumPDBViolations": 0}}}
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"Pod": None}, "Pod"),
+    ({"Pod": {}, "NodeNameToMetaVictims": []}, "NodeNameToMetaVictims"),
+    ({"Pod": {}, "NodeNameToMetaVictims": {"n0": {"Pods": "x"}}}, "NodeNameToMetaVictims.n0.Pods"),
+    ({"Pod": {}, "NodeNameToMetaVictims": {"n0": {"Pods": [{"UID": 5}]}}}, "NodeNameToMetaVictims.n0.Pods[0].UID"),
+    ({"Pod": {}, "NodeNameToMetaVictims": {"n0": {"Pods": [], "NumPDBViolations": "1"}}}, "NumPDBViolations"),
+    ({"Pod": {}, "NodeNameToVictims": {"n0": {"Pods": [{"metadata": {"uid": []}}]}}}, "Pods[0].metadata.uid"),
+    (b"[]", "extender preemption args"),
+    (b"", "extender preemption args"),
+])
+async def test_preempt_bad_shapes_get_an_error_naming_the_field(apiserver, body, field):
+    async with running_env(apiserver, [gpu_node("n0")]) as env:
+        status, out = await post(env, body)
+        assert status == 200
+        assert field in out["Error"]
