@@ -41,6 +41,7 @@ from hami.kube.events import NORMAL, WARNING, EventRecorder
 from hami.obs.log import get_logger
 from hami.scheduler import fit as fitmod
 from hami.scheduler import messages
+from hami.scheduler import policy as policymod
 from hami.scheduler import score as scoremod
 from hami.scheduler.metrics import SchedulerMetrics, split_bind
 from hami.scheduler.policy import PolicyError
@@ -160,6 +161,7 @@ class Extender:
         self.patch_failures = 0
         self.on_no_fit: Callable[[dict, Any, list, dict], None] | None = None  # the requeue waker
         self.verbs: Any = None  # hami.scheduler.verbs.ExtraVerbs: /prioritize, /preempt
+        self._warned: set[str] = set()
 
     # ------------------------------------------------------------------ /filter
 
@@ -222,7 +224,8 @@ class Extender:
         index.remove_pod(uid)
         self.assumed.pop(uid, None)
         preq = self._pod_request(requests, num_init, annos, ns, name, index)
-        if isinstance(preq, str):
+        if isinstance(preq, str):  # HAMi records the calcScore error as a FilteringFailed event too
+            self.events.record(pod, WARNING, messages.FILTERING_FAILED, preq)
             return {"Error": preq}
         verbose = log.enabled(2)
         if verbose or self.cfg.extender_prioritize or len(node_names) <= FULL_EVALUATION_MAX_NODES:
@@ -283,6 +286,9 @@ class Extender:
     def _pod_request(self, requests, num_init, annos, ns: str, name: str,
                      index: UsageIndex) -> fitmod.PodRequest | str:
         """What the fit needs of the pod, for both /filter modes; bad scoring weights give HAMi's error text."""
+        for warning in policymod.ignored_policies(annos, ns, name, self.cfg.node_scheduler_policy,
+                                                  self.cfg.gpu_scheduler_policy):
+            self._warn_once(warning)
         try:
             return fitmod.pod_request(
                 requests, num_init, annos, gpu_policy=self.cfg.gpu_scheduler_policy,
@@ -291,6 +297,15 @@ class Extender:
             )
         except PolicyError as exc:
             return f"calcScore failed {exc} for pod {name}"
+
+    def _warn_once(self, text: str) -> None:
+        """HAMi's klog warning for an ignored annotation, once per distinct text (kube-scheduler retries)."""
+        if text in self._warned:
+            return
+        if len(self._warned) > 4096:
+            self._warned.clear()
+        self._warned.add(text)
+        log.warning(text)
 
     async def _clear_stale_placement(self, pod: dict, ns: str, name: str) -> None:
         """A pending pod that no longer fits anywhere drops the placement an earlier filter wrote.
@@ -379,7 +394,8 @@ class Extender:
         index = self.state.index
         items = nodes.get("items") or []
         preq = self._pod_request(requests, num_init, annos, ns, name, index)
-        if isinstance(preq, str):
+        if isinstance(preq, str):  # HAMi records the calcScore error as a FilteringFailed event too
+            self.events.record(pod, WARNING, messages.FILTERING_FAILED, preq)
             return {"Error": preq}
         usages: dict[str, NodeUsage] = {}
         by_name: dict[str, dict] = {}

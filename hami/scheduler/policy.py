@@ -7,7 +7,8 @@ HAMi sources: `pkg/scheduler/policy/node_policy.go`, `pkg/scheduler/policy/gpu_p
 Public functions
 ----------------
 - `node_policy_for(annotations, default)` / `gpu_policy_for(annotations, default)`: the pod's
-  `hami.io/node-scheduler-policy` / `hami.io/gpu-scheduler-policy` override, else the flag value.
+  `hami.io/node-scheduler-policy` / `hami.io/gpu-scheduler-policy` override when it names known
+  policies, else the flag value; `ignored_policies(...)`: HAMi's warning texts for the others.
 - `policy_contains(policy, name)`: HAMi's PolicyContains (comma list, members trimmed).
 - `parse_scoring_weights(text)` -> ScoringWeights, raises PolicyError naming the field.
 - `weights_for(annotations)`: the pod's `hami.io/device-scoring-weights` or the default weights.
@@ -24,11 +25,12 @@ Fit walks the sorted list from its end, so the device that sorts last is tried f
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hami.device.codec import go_trim_space
+from hami.device.codec import go_quote, go_trim_space
 from hami.device.model import ScoringWeights
 
 from .gosort import go_sort
@@ -49,11 +51,12 @@ _F32 = struct.Struct("f")
 
 
 class PolicyError(ValueError):
-    """A policy or weight annotation could not be read: names the key and the text."""
+    """A policy or weight annotation could not be read, in HAMi's words (ParseDeviceScoringWeights):
+    `invalid hami.io/device-scoring-weights annotation "<text>": <problem>`."""
 
     def __init__(self, key: str, value: str, expected: str):
         self.key, self.value, self.expected = key, value, expected
-        super().__init__(f"invalid {key} {value!r}: {expected}")
+        super().__init__(f"invalid {key} annotation {go_quote(value)}: {expected}")
 
 
 def f32(x: float) -> float:
@@ -63,22 +66,52 @@ def f32(x: float) -> float:
 
 # --------------------------------------------------------------------------- overrides
 
+_NODE_POLICIES = frozenset({BINPACK, SPREAD})
+_GPU_POLICIES = frozenset({BINPACK, SPREAD, NUMA, MUTEX, TOPOLOGY})
+
+
+def valid_node_policy(value: str) -> bool:
+    """IsValidNodeSchedulerPolicy: one name, surrounding space ignored."""
+    return go_trim_space(value) in _NODE_POLICIES
+
+
+def valid_gpu_policy(value: str) -> bool:
+    """IsValidGPUSchedulerPolicy: a name or a comma chain of them, each member trimmed."""
+    return all(go_trim_space(p) in _GPU_POLICIES for p in value.split(","))
+
+
 def node_policy_for(annotations: Mapping[str, str] | None, default: str) -> str:
-    """Pod annotation `hami.io/node-scheduler-policy`, else the configured policy."""
+    """resolveNodeSchedulerPolicy: the pod's `hami.io/node-scheduler-policy` (trimmed) when it names a
+    policy, else the configured one (see `ignored_policies` for HAMi's warning)."""
     if annotations:
         value = annotations.get(NODE_POLICY_ANNOTATION)
-        if value is not None:
-            return value
+        if value is not None and valid_node_policy(value):
+            return go_trim_space(value)
     return default
 
 
 def gpu_policy_for(annotations: Mapping[str, str] | None, default: str) -> str:
-    """Pod annotation `hami.io/gpu-scheduler-policy` (may be a comma chain), else the default."""
+    """GetGPUSchedulerPolicyByPod: the pod's `hami.io/gpu-scheduler-policy` (as written, may be a
+    comma chain) when every member names a policy, else the configured one."""
     if annotations:
         value = annotations.get(GPU_POLICY_ANNOTATION)
-        if value is not None:
+        if value is not None and valid_gpu_policy(value):
             return value
     return default
+
+
+def ignored_policies(annotations: Mapping[str, str] | None, namespace: str, name: str,
+                     node_default: str, gpu_default: str) -> list[str]:
+    """HAMi's warnings for policy annotations it ignores, byte for byte:
+    `ignoring unrecognized hami.io/gpu-scheduler-policy="binpakc" on pod ns/p, using configured policy "spread"`."""
+    out = []
+    for key, valid, default in ((GPU_POLICY_ANNOTATION, valid_gpu_policy, gpu_default),
+                                (NODE_POLICY_ANNOTATION, valid_node_policy, node_default)):
+        value = (annotations or {}).get(key)
+        if value is not None and not valid(value):
+            out.append(f"ignoring unrecognized {key}={go_quote(value)} on pod {namespace}/{name}, "
+                       f"using configured policy {go_quote(default)}")
+    return out
 
 
 def policy_contains(policy: str, name: str) -> bool:
@@ -86,30 +119,35 @@ def policy_contains(policy: str, name: str) -> bool:
     return any(go_trim_space(p) == name for p in policy.split(","))
 
 
+_GO_INT = re.compile(r"[+-]?[0-9]+")
+
+
 def parse_scoring_weights(text: str) -> ScoringWeights:
-    """`slot=1,core=1,memory=3`: all three keys, integers >= 0, not all zero."""
+    """ParseDeviceScoringWeights (pkg/util/device_scoring_weights.go): exactly three `key=value`
+    entries, each of slot/core/memory once, integers >= 0, not all zero. Texts are HAMi's."""
     key = SCORING_WEIGHTS_ANNOTATION
+    parts = text.split(",")
+    if len(parts) != 3:
+        raise PolicyError(key, text, "expected slot, core, and memory weights")
     values: dict[str, int] = {}
-    for part in text.split(","):
-        name, sep, raw = part.partition("=")
-        name = name.strip()
-        if not sep or name not in ("slot", "core", "memory"):
-            raise PolicyError(key, text, "expected slot=<int>,core=<int>,memory=<int>")
+    for part in parts:
+        name, sep, raw = go_trim_space(part).partition("=")
+        if not sep:
+            raise PolicyError(key, text, "expected key=value entries")
+        name = go_trim_space(name)
         if name in values:
-            raise PolicyError(key, text, f"duplicate key {name}")
-        raw = raw.strip()
-        try:
-            n = int(raw, 10)
-        except ValueError:
-            raise PolicyError(key, text, f"{name} must be an integer, got {raw!r}") from None
+            raise PolicyError(key, text, f"duplicate {go_quote(name)} weight")
+        raw = go_trim_space(raw)
+        if not _GO_INT.fullmatch(raw) or not -(2 ** 63) <= int(raw) < 2 ** 63:  # strconv.ParseInt(s, 10, 64)
+            raise PolicyError(key, text, f"{go_quote(name)} weight must be an integer")
+        n = int(raw)
         if n < 0:
-            raise PolicyError(key, text, f"{name} must be >= 0, got {n}")
+            raise PolicyError(key, text, f"{go_quote(name)} weight must not be negative")
+        if name not in ("slot", "core", "memory"):
+            raise PolicyError(key, text, f"unknown weight {go_quote(name)}")
         values[name] = n
-    missing = [k for k in ("slot", "core", "memory") if k not in values]
-    if missing:
-        raise PolicyError(key, text, "missing " + ", ".join(missing))
     if not any(values.values()):
-        raise PolicyError(key, text, "at least one weight must be > 0")
+        raise PolicyError(key, text, "at least one weight must be positive")
     return ScoringWeights(values["slot"], values["core"], values["memory"])
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from . import messages as m
+from . import fit as m
 from .fit import PodRequest, try_pod
 from .usage import NodeUsage
 

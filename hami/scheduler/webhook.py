@@ -20,7 +20,8 @@ schedulerName -> allowed unchanged; per init container then container: gpumem-pe
 outside 0..100 -> error (code 500); `nvidia.com/priority` -> env CUDA_TASK_PRIORITY;
 gpuCorePolicy force/disable -> env GPU_CORE_UTILIZATION_POLICY; gpucores/gpumem/percentage
 without a count -> `nvidia.com/gpu: defaultGPUNum`; exclusive default `nvidia.com/gpucores: 100`;
-runtimeClassName; overwriteEnv -> NVIDIA_VISIBLE_DEVICES=none; any privileged container in a pod
+runtimeClassName; overwriteEnv -> NVIDIA_VISIBLE_DEVICES=none; a pod with a GPU and a malformed
+`hami.io/device-scoring-weights` -> denied with HAMi's parse error; any privileged container in a pod
 with a GPU -> denied `container <name> is privileged` (first privileged, init containers first);
 schedulerName set, nodeName set -> denied `pod has node assigned`; ResourceQuota (memory and
 cores = max(sum over app containers, max over init containers) of request x count, §3.4)
@@ -45,6 +46,7 @@ from hami.device.model import NvidiaConfig
 from hami.device.vendorrequest import vendor_request
 from hami.device.vendors import Vendor, VendorTable
 
+from .policy import PolicyError, weights_for
 from .usage import QuotaView
 
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -393,6 +395,11 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
                             has_resource = True
     except _Reject as r:
         return Decision(False, code=r.code, message=r.message)
+    if has_resource:  # HAMi denies bad device-scoring weights at admission, before scheduling
+        try:
+            weights_for((pod.get("metadata") or {}).get("annotations"))
+        except PolicyError as exc:
+            return Decision(False, code=403, reason="Forbidden", message=str(exc))
     if privileged is not None and has_resource:
         return Decision(False, code=403, reason="Forbidden", message=f"container {privileged} is privileged")
     if has_resource and settings.scheduler_name:
