@@ -7,7 +7,7 @@ than a status change (`isPodUpdated` in scheduling_queue.go). So the waker write
 only on those (`hami.io.scheduler.requeue.wake_list`: its last failure reasons could be removed by
 the change and it now fits on a changed node).
 
-Off the hot path: /filter and the informers only note failures and changes (dict writes); a
+Off the hot path, on the client's background lane (hami.kube.lanes): /filter and the informers only note failures and changes (dict writes); a
 background task coalesces changes for `debounce` seconds, computes the wake list, and sends the
 patches under its own token bucket (`rate` per second, `burst`), so a flood of frees never floods
 the API server. Each recorded failure gets at most one wake. Counters: `wakes` (patches sent),
@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable
 
 from hami.kube.client import ApiError, KubeClient
+from hami.kube.lanes import background
 from hami.obs.log import get_logger
 from hami.scheduler import requeue
 from hami.scheduler.fit import PodRequest
@@ -119,7 +120,8 @@ class Waker:
             return
         patch = {"metadata": {"annotations": {REQUEUE_ANNOTATION: rfc3339(now)}}}
         try:
-            await self.client.patch_pod(pending.namespace, pending.name, patch)
+            with background():  # housekeeping: never ahead of a pending pod's lock, patch or binding
+                await self.client.patch_pod(pending.namespace, pending.name, patch)
         except ApiError as exc:
             self.wake_failures += 1
             log.v(2).info("Requeue wake failed", pod=f"{pending.namespace}/{pending.name}", error=str(exc))
