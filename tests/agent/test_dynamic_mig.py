@@ -82,7 +82,7 @@ async def test_create_allocate_destroy_round_trip(model):
         assert first["name"] == small and first["memoryMB"] == small_mem and first["sliceCount"] == 1
         assert first["placements"][6] == {"start": 6, "size": 1}
         assert not h.backend.mig_enabled(U)
-        await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 7)
+        assert await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 10)
         pod = await h.create_pod("m1", {"main": 1}, f"{U},NVIDIA,{small_mem},15:;",
                                  annotations={MIG: mig_ann((0, 0, small, 6, 1))})
         (c,) = (await h.kubelet.allocate_pod(pod)).values()
@@ -102,7 +102,7 @@ async def test_create_allocate_destroy_round_trip(model):
 
 async def test_two_containers_get_their_own_slices_on_one_card():
     async with NodeHarness(mig_settings(), gpus=mig_doc("NVIDIA A100-SXM4-40GB")) as h:
-        await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 7)
+        assert await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 10)
         pod = await h.create_pod("two", {"a": 1, "b": 1}, f"{U},NVIDIA,19968,43:;{U},NVIDIA,4864,15:;",
                                  annotations={MIG: mig_ann((0, 0, "3g.20gb", 0, 4), (1, 0, "1g.5gb", 6, 1))})
         got = await h.kubelet.allocate_pod(pod)
@@ -115,7 +115,7 @@ async def test_two_containers_get_their_own_slices_on_one_card():
 
 async def test_restart_mid_allocation_keeps_the_held_instance_and_destroys_unheld_ones():
     async with NodeHarness(mig_settings(), gpus=mig_doc("NVIDIA A100-SXM4-40GB")) as h:
-        await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 7)
+        assert await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 10)
         pod = await h.create_pod("held", {"main": 1}, f"{U},NVIDIA,19968,43:;",
                                  annotations={MIG: mig_ann((0, 0, "3g.20gb", 4, 4))})
         # The agent dies after creating the slice, before recording it (mid-Allocate).
@@ -127,7 +127,7 @@ async def test_restart_mid_allocation_keeps_the_held_instance_and_destroys_unhel
         await h.start_agent()
         await wait_until(lambda: h.backend.mig_instances(U) == (held,))
         assert stray not in h.backend.mig_instances(U)
-        await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 7)
+        assert await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 10)
         (c,) = (await h.kubelet.allocate_pod(pod)).values()  # kubelet retries: the slice is reused
         assert dict(c.envs)["NVIDIA_VISIBLE_DEVICES"] == held.mig_uuid
         assert h.backend.mig_instances(U) == (held,) and h.agent.mig.created == 0
@@ -143,7 +143,7 @@ async def test_infeasible_slice_fails_clearly_and_leaves_the_card_unchanged(slic
     async with NodeHarness(mig_settings(), gpus=mig_doc("NVIDIA A100-SXM4-40GB"), mig_allowlist=allow) as h:
         (dev,) = await registered(h)
         assert [p["name"] for p in dev["migProfiles"]] == ["1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb"]
-        await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 7)
+        assert await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 10)
         keep = await h.create_pod("keep", {"main": 1}, f"{U},NVIDIA,19968,43:;",
                                   annotations={MIG: mig_ann((0, 0, "3g.20gb", 4, 4))}, bind_time=50)
         await h.kubelet.allocate_pod(keep)
@@ -158,7 +158,7 @@ async def test_infeasible_slice_fails_clearly_and_leaves_the_card_unchanged(slic
 
 async def test_malformed_annotation_is_refused_naming_the_key_and_pauses_reconcile():
     async with NodeHarness(mig_settings(), gpus=mig_doc("NVIDIA A100-SXM4-40GB")) as h:
-        await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 7)
+        assert await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 10)
         pod = await h.create_pod("junk", {"main": 1}, f"{U},NVIDIA,4864,15:;",
                                  annotations={MIG: '[{"containerIndex":0,"deviceIndex":0}]'})
         h.backend.set_mig_mode(U, True)
