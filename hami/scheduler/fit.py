@@ -617,7 +617,8 @@ def _fit_vendor(
         return None, NODE_INSUFFICIENT_DEVICE, work
     order = _sorted(base, request, opts)
     ok, chosen, reason = fit_vendor_devices(
-        [d for d in order if d.vendor == vtype], request, vendor, opts.annotations or {}, node.cordoned
+        [d for d in order if d.vendor == vtype], request, vendor, opts.annotations or {}, node.cordoned,
+        opts.is_mutex,
     )
     if not ok:
         return None, reason, work
@@ -638,10 +639,12 @@ def fit_vendor_devices(
     vendor: Vendor,
     annotations: Mapping[str, str],
     cordoned: frozenset[str] | set[str] = frozenset(),
+    is_mutex: bool = False,
 ) -> tuple[bool, list[ContainerDevice], str]:
     """The Fit HAMi's vendor packages share (pkg/device/{ascend,cambricon,hygon,...}/device.go):
     NVIDIA's walk without MIG, topology, quota or numa-bind, with the vendor's own use/nouse
-    annotations. `devices` are the vendor's devices, sorted, walked from the end."""
+    annotations. `devices` are the vendor's devices, sorted, walked from the end. `is_mutex`
+    (`hami.io/gpu-scheduler-policy: mutex`) refuses a card anything already uses."""
     use_uuids = _split_uuids(annotations.get(vendor.use_uuid_key)) if vendor.use_uuid_key else None
     nouse_uuids = _split_uuids(annotations.get(vendor.nouse_uuid_key)) if vendor.nouse_uuid_key else None
     use_types = _split_types(annotations.get(vendor.use_type_key)) if vendor.use_type_key else None
@@ -668,6 +671,8 @@ def fit_vendor_devices(
             key = CARD_UUID_MISMATCH
         elif dev.count <= dev.used:
             key = CARD_TIME_SLICING_EXHAUSTED
+        elif is_mutex and dev.used > 0:
+            key = EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
         else:
             memreq = memreq_req if memreq_req > 0 else 0
             if pct != PERCENTAGE_UNSET and memreq_req == 0:

@@ -104,7 +104,8 @@ def test_fit(vendor, case):
     r = dict(case["request"])
     r.setdefault("type", vendor)
     annos = {k.replace("{vendor}", vendor): val for k, val in case["annotations"].items()}
-    fits, chosen, reason = fit_vendor_devices(devices, ContainerDeviceRequest(**r), v, annos)
+    mutex = annos.get("hami.io/gpu-scheduler-policy") == "mutex"
+    fits, chosen, reason = fit_vendor_devices(devices, ContainerDeviceRequest(**r), v, annos, is_mutex=mutex)
     assert fits is case["fits"]
     assert reason == case["reason"]
     if fits:
