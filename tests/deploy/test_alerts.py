@@ -212,3 +212,4 @@ def test_gpu_health_alerts_fire_on_hot_gpu_uncorrectable_ecc_and_xid_storm_only(
     (tmp_path / "tests.yaml").write_text(HEALTH_TESTS)
     res = _run("test", "rules", "tests.yaml", cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
+

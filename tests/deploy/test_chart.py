@@ -388,3 +388,14 @@ def test_runbook_names_resolve_in_the_rendered_chart():
     assert "config.yaml" in cfg["data"]
     volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
     assert any((v.get("configMap") or {}).get("name") == "hami-scheduler-config" for v in volumes.values())
+
+
+def test_topology_aware_policy_turns_on_the_agents_link_scores():
+    """HAMi's chart: ENABLE_TOPOLOGY_SCORE=true on the device plugin iff the GPU policy is topology-aware."""
+    def env(values):
+        agent = container(objects(values), "DaemonSet", "device-plugin")
+        return {e["name"]: e.get("value") for e in agent.get("env") or []}
+
+    assert "ENABLE_TOPOLOGY_SCORE" not in env({})
+    on = env({"scheduler": {"defaultSchedulerPolicy": {"gpuSchedulerPolicy": "topology-aware"}}})
+    assert on["ENABLE_TOPOLOGY_SCORE"] == "true"
