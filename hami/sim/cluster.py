@@ -35,6 +35,9 @@ from hami.obs.log import get_logger
 log = get_logger(__name__)
 
 ENV_ANNOTATION = "sim.hami.io/allocated-env"
+# Per container: what the runtime received (NVIDIA_VISIBLE_DEVICES, CDI devices, CDI annotations)
+# and the GPUs that resolved to, whatever --device-list-strategy the agents answer with.
+DEVICES_ANNOTATION = "sim.hami.io/allocated-devices"
 NODE_PREFIX = "gpu-node-"
 _GPU_SPEC = re.compile(r"^\s*(?:(\d+)\s*x\s*)?(.+?)\s*:\s*(\d+)\s*$")
 
@@ -285,12 +288,24 @@ class PodRunner:
             await self._set_status(pod, {"phase": "Failed", "reason": "UnexpectedAdmissionError",
                                          "message": f"Allocate failed due to {detail}"})
             return
+        from hami.sim.kubelet import KubeletError, received, visible_gpus
+
         envs: dict[str, dict[str, str]] = {}
+        devices: dict[str, dict] = {}
+        uuid_of_index = await self._gpu_indexes() if any(r.cdi_devices or r.annotations
+                                                         for r in responses.values()) else {}
         for container, resp in responses.items():
             env = dict(resp.envs)
             envs[container] = env
+            try:
+                uuids = visible_gpus(resp, uuid_of_index)
+            except KubeletError as exc:  # the runtime cannot resolve the CDI device: the container fails
+                log.warning("CDI device unresolvable; pod failed", pod=key, node=self.node, error=str(exc))
+                await self._set_status(pod, {"phase": "Failed", "reason": "CreateContainerError", "message": str(exc)})
+                return
+            devices[container] = {**received(resp), "gpus": uuids}
             written = self._write_region(uid, container, env,
-                                         {m.container_path: m.host_path for m in resp.mounts})
+                                         {m.container_path: m.host_path for m in resp.mounts}, uuids)
             if written:
                 self.started[uid].append(written)
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -300,7 +315,8 @@ class PodRunner:
                      "state": {"running": {"startedAt": now}}} for c in spec.get("containers") or []]
         try:
             await self.client.patch_pod(meta.get("namespace", "default"), meta["name"], {
-                "metadata": {"annotations": {ENV_ANNOTATION: orjson.dumps(envs).decode()}}})
+                "metadata": {"annotations": {ENV_ANNOTATION: orjson.dumps(envs).decode(),
+                                             DEVICES_ANNOTATION: orjson.dumps(devices).decode()}}})
         except ApiError as exc:
             log.warning("Could not record the allocated env", pod=key, error=str(exc))
         await self._set_status(pod, {
@@ -322,8 +338,19 @@ class PodRunner:
 
     # ------------------------------------------------------------------ simulated HAMi-core
 
+    async def _gpu_indexes(self) -> dict[int, str]:
+        """index -> UUID from this node's registration (for CDI names by index)."""
+        from hami.device import codec
+
+        node = await self.client.get_node(self.node)
+        text = ((node.get("metadata") or {}).get("annotations") or {}).get(codec.REGISTER_ANNOTATION, "")
+        try:
+            return {d.index: d.id for d in codec.decode_node_devices(text)} if text else {}
+        except codec.CodecError:
+            return {}
+
     def _write_region(self, uid: str, container: str, env: Mapping[str, str],
-                      mounts: Mapping[str, str]) -> tuple[str, list[int]] | None:
+                      mounts: Mapping[str, str], uuids: list[str]) -> tuple[str, list[int]] | None:
         from hami.monitor.hostpid import write_fake_proc
         from hami.monitor.shmwrite import Dev, Proc, write_region
 
@@ -335,7 +362,6 @@ class PodRunner:
             return None
         os.makedirs(host_dir, exist_ok=True)
         path = os.path.join(host_dir, os.path.basename(cache))
-        uuids = [u for u in env.get("NVIDIA_VISIBLE_DEVICES", "").split(",") if u]
         sm_limit = int(env.get("CUDA_DEVICE_SM_LIMIT", "0") or 0)
         devs = [Dev(u, limit=_limit_bytes(env, i), sm_limit=sm_limit) for i, u in enumerate(uuids)]
         self._next_pid += 1

@@ -58,6 +58,46 @@ def _container_limit(container: Mapping, resource: str) -> int:
     return 0
 
 
+CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
+
+
+def received(resp: pb.ContainerAllocateResponse) -> dict:
+    """What a container runtime gets from one Allocate answer, by channel: the env var, the CRI
+    `cdi_devices` field and `cdi.k8s.io/*` annotations (kubelet passes all three on)."""
+    return {
+        "NVIDIA_VISIBLE_DEVICES": resp.envs.get("NVIDIA_VISIBLE_DEVICES", ""),
+        "cdi_devices": [d.name for d in resp.cdi_devices],
+        "cdi_annotations": {k: v for k, v in resp.annotations.items() if k.startswith(CDI_ANNOTATION_PREFIX)},
+    }
+
+
+def visible_gpus(resp: pb.ContainerAllocateResponse, uuid_of_index: Mapping[int, str] | None = None) -> list[str]:
+    """GPU UUIDs the container ends up with, as a CDI-enabled NVIDIA runtime resolves them: CDI names
+    (`nvidia.com/gpu=<uuid>` or `=<index>`) from the cdi_devices field and the annotations, else
+    NVIDIA_VISIBLE_DEVICES (`void`/`none` mean none). Raises KubeletError on a name it cannot resolve,
+    as the runtime would fail the container."""
+    got = received(resp)
+    names = list(got["cdi_devices"])
+    for value in got["cdi_annotations"].values():
+        names += [n.strip() for n in value.split(",") if n.strip()]
+    if not names:
+        env = got["NVIDIA_VISIBLE_DEVICES"]
+        return [] if env in ("", "void", "none") else [u for u in env.split(",") if u]
+    out: list[str] = []
+    for name in dict.fromkeys(names):
+        kind, sep, dev = name.partition("=")
+        if kind != "nvidia.com/gpu" or not sep or not dev:
+            raise KubeletError(f"unresolvable CDI device {name!r}: expected nvidia.com/gpu=<uuid|index>")
+        if dev.isdigit():
+            uuid = (uuid_of_index or {}).get(int(dev))
+            if uuid is None:
+                raise KubeletError(f"unresolvable CDI device {name!r}: no GPU with index {dev}")
+            dev = uuid
+        if dev not in out:
+            out.append(dev)
+    return out
+
+
 class _Registration(pb_grpc.RegistrationServicer):
     def __init__(self, kubelet: Kubelet):
         self.k = kubelet

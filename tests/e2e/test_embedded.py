@@ -113,6 +113,8 @@ def test_pod_runs_with_its_memory_limit_and_shows_in_metrics(embedded):
     assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
     assert env["CUDA_DEVICE_SM_LIMIT"] == "30"
     assert env["NVIDIA_VISIBLE_DEVICES"].startswith("GPU-")
+    got = json.loads(ann["sim.hami.io/allocated-devices"])["cuda"]  # what the simulated runtime received
+    assert got["gpus"] == [env["NVIDIA_VISIBLE_DEVICES"]] and got["cdi_devices"] == []
     assert ann["hami.io/bind-phase"] == "success"
     assert ann["hami.io/vgpu-node"] == pod["spec"]["nodeName"]
 
