@@ -104,6 +104,7 @@ class AgentSettings:
     vgpu_lib_version: str = ""  # its version, recorded on the host and the Node; "" = from the file
     device_list_strategy: tuple[str, ...] = ("envvar",)  # envvar, cdi-annotations, cdi-cri
     device_id_strategy: str = "uuid"  # CDI names: nvidia.com/gpu=<uuid> or =<index>
+    health_bind_address: str = ""  # /healthz and /readyz for kubelet's probes; "" = off (the chart sets it)
 
 
 DEVICE_LIST_STRATEGIES = ("envvar", "cdi-annotations", "cdi-cri")
@@ -478,6 +479,7 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "hook_path": ("agent", "hook_path"),
     "node_config_file": ("agent", "node_config_file"),
     "register_interval": ("agent", "register_interval"),
+    "health_bind_address": ("agent", "health_bind_address"),
     "vgpu_lib": ("agent", "vgpu_lib"),
     "vgpu_lib_version": ("agent", "vgpu_lib_version"),
     "device_list_strategy": ("agent", "device_list_strategy"),
@@ -535,6 +537,7 @@ def embedded_paths(state_dir: str) -> dict[str, str]:
 _LISTENERS = (
     ("scheduler", "http_bind", "--http_bind"),
     ("scheduler", "webhook_bind_address", "--webhook-bind-address"),
+    ("agent", "health_bind_address", "--health-bind-address"),
     ("scheduler", "metrics_bind_address", "--scheduler-metrics-bind-address (or --metrics-bind-address)"),
     ("monitor", "metrics_bind_address", "--monitor-metrics-bind-address (or --metrics-bind-address)"),
     ("debug", "debug_bind_address", "--debug-bind-address"),

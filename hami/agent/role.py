@@ -95,6 +95,7 @@ class Agent:
                                          preferred_allocation=settings.enable_get_preferred_allocation)
         self.registered: tuple[DeviceInfo, ...] | None = None
         self.register_patches = 0
+        self.sync_error = ""  # the last device sync's failure, "" once one works again
         self.topology_score = topology_score  # HAMi: ENABLE_TOPOLOGY_SCORE=true
         self._links_cache: tuple[tuple[str, ...], str] | None = None
         self._seen_annotation: str | None = None
@@ -239,11 +240,22 @@ class Agent:
             delay = self.tick
             try:
                 await self.sync_once()
+                self.sync_error = ""
             except Exception as exc:  # noqa: BLE001 - keep the node agent alive, retry later
                 log.warning("Device sync failed, retrying", node=self.node_name, error=str(exc)[:300])
+                self.sync_error = str(exc)[:300] or type(exc).__name__
                 delay = max(self.tick, min(RETRY_AFTER_ERROR, self.register_interval))
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
+
+    def readiness(self) -> list[str]:
+        """Why this node's GPUs cannot be handed out correctly now (empty: they can)."""
+        reasons = [r for r in (self.nodes.health(), self.pods.health()) if r]
+        if not self.plugin.registered.is_set():
+            reasons.append("device plugin not registered with kubelet")
+        if self.sync_error:
+            reasons.append(f"GPU sync failing: {self.sync_error}")
+        return reasons
 
     # ------------------------------------------------------------------ run
 
@@ -301,7 +313,35 @@ async def run(ctx) -> None:
                       vgpu_lib=cfg.agent.vgpu_lib, vgpu_lib_version=cfg.agent.vgpu_lib_version,
                       device_list_strategy=cfg.agent.device_list_strategy,
                       device_id_strategy=cfg.agent.device_id_strategy)
-        await agent.run(ctx.stop, ctx.ready)
+        runner = None
+        if cfg.agent.health_bind_address:  # kubelet's probes: /healthz alive, /readyz serving
+            runner, port = await serve_health(agent, cfg.agent.health_bind_address)
+            ctx.shared.setdefault("node-agent-health", {})[node_name] = port
+        try:
+            await agent.run(ctx.stop, ctx.ready)
+        finally:
+            if runner is not None:
+                await runner.cleanup()
     finally:
         backend.close()
         await client.close()
+
+
+async def serve_health(agent: Agent, address: str):
+    from aiohttp import web
+
+    from hami.netaddr import split_host_port
+    from hami.obs.health import Health
+
+    health = Health("node-agent")
+    health.add(agent.readiness)
+    app = web.Application()
+    health.add_routes(app)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    host, port = split_host_port(address, flag="--health-bind-address", default_host="0.0.0.0")
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0][1] if runner.addresses else port
+    log.info("Node agent health listening", address=address, port=bound)
+    return runner, bound

@@ -106,6 +106,8 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
     (("--gpu-backend",), "gpu_backend", "str", "nvml or fake"),
     (("--fake-gpus",), "fake_gpus", "str", "YAML file of fake GPUs (with --gpu-backend fake)"),
     (("--register-interval",), "register_interval", "duration", "registration check period (default 30s)"),
+    (("--health-bind-address",), "health_bind_address", "str",
+     "node agent /healthz and /readyz listener for kubelet's probes, e.g. :9396 (default off)"),
     (("--vgpu-lib",), "vgpu_lib", "str",
      "HAMi-core libvgpu.so to install under <hook-path>/vgpu at start (else $HAMI_VGPU_LIB; the image sets it)"),
     (("--vgpu-lib-version",), "vgpu_lib_version", "str",

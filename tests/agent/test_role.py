@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 
+import aiohttp
 import pytest
 
 from hami.agent import role
@@ -41,7 +42,7 @@ async def test_role_registers_with_kubelet_and_node_then_stops_cleanly():
         nvidia=NvidiaConfig(device_split_count=10),
         node_configs=(NodeDeviceConfig(name="gpu-*", devicesplitcount=3, devicememoryscaling=2.0),),
         agent=AgentSettings(node_name="gpu-1", kubelet_socket_dir=sockets, hook_path=os.path.join(root, "hook"),
-                            gpu_backend="fake", fake_gpus=gpus),
+                            gpu_backend="fake", fake_gpus=gpus, health_bind_address="127.0.0.1:0"),
     )
     ctx = RoleContext(name="node-agent", config=cfg, stop=asyncio.Event(), shared={"kubeconfig": kubeconfig})
     from hami.config import KubeSettings
@@ -63,6 +64,11 @@ async def test_role_registers_with_kubelet_and_node_then_stops_cleanly():
             await asyncio.sleep(0.05)
         assert text == ('[{"id":"GPU-aaaaaaaa-0000-4000-8000-000000000001","count":3,"devmem":30720,'
                         '"devcore":100,"type":"NVIDIA-Tesla T4","mode":"hami-core","health":true}]')
+        port = ctx.shared["node-agent-health"]["gpu-1"]
+        async with aiohttp.ClientSession() as http:
+            for path in ("/healthz", "/readyz"):
+                async with http.get(f"http://127.0.0.1:{port}{path}") as r:
+                    assert (r.status, await r.text()) == (200, "ok\n"), path
     finally:
         ctx.stop.set()
         await asyncio.wait_for(task, 20)
@@ -90,3 +96,30 @@ async def test_role_with_nvml_unavailable_fails_clearly(monkeypatch):
                       stop=asyncio.Event())
     with pytest.raises(GpuBackendError, match="cannot load NVML"):
         await role.run(ctx)
+
+
+async def test_agent_is_unready_until_synced_and_registered_and_while_gpu_sync_fails():
+    from hami.agent.role import Agent
+    from hami.config import KubeSettings
+    from hami.device.nodeconfig import effective_device_settings
+
+    root = tempfile.mkdtemp(prefix="hami-", dir="/tmp")
+    server = ApiServer()
+    await server.start()
+    client = await KubeClient.from_settings(KubeSettings(kubeconfig=server.write_kubeconfig(
+        os.path.join(root, "kubeconfig"))))
+    try:
+        agent = Agent(client, "gpu-1", None, effective_device_settings(NvidiaConfig(), None),
+                      socket_dir=os.path.join(root, "dp"), hook_path=root)
+        assert agent.readiness() == ["nodes: initial list not done", "pods: initial list not done",
+                                     "device plugin not registered with kubelet"]
+        agent.nodes.synced.set()
+        agent.pods.synced.set()
+        agent.plugin.registered.set()
+        assert agent.readiness() == []
+        agent.sync_error = "nvml: listing GPUs failed: GPU is lost"
+        assert agent.readiness() == ["GPU sync failing: nvml: listing GPUs failed: GPU is lost"]
+    finally:
+        await client.close()
+        await server.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -83,9 +83,11 @@ async def test_chart_listeners_keep_bind_and_pprof_away_from_other_pods(apiserve
         await sched.close()
 
 
-def test_scheduler_and_monitor_probes_use_healthz_and_readyz():
+def test_every_role_probes_healthz_and_readyz():
     docs = rendered("default")
-    for kind, name, port in (("Deployment", "hami-scheduler", "metrics"), ("DaemonSet", "vgpu-monitor", "metrics")):
+    assert "--health-bind-address=:9396" in container(docs, "DaemonSet", "device-plugin")["command"]
+    for kind, name, port in (("Deployment", "hami-scheduler", "metrics"), ("DaemonSet", "vgpu-monitor", "metrics"),
+                             ("DaemonSet", "device-plugin", "health")):
         c = container(docs, kind, name)
         assert (c["livenessProbe"]["httpGet"]["path"], c["livenessProbe"]["httpGet"]["port"]) == ("/healthz", port)
         assert (c["readinessProbe"]["httpGet"]["path"], c["readinessProbe"]["httpGet"]["port"]) == ("/readyz", port)
