@@ -124,7 +124,8 @@ def test_fast_path_reason_and_summary_follow_usage_changes():
     for i in range(2):
         idx.add_pod(f"ns/p{i}", "n1", ((ContainerDevice(f"G{i}", "NVIDIA", 4000, 0),),))
     assert fit.try_pod(idx.node("n1"), big) == "2/2 CardInsufficientMemory"
-    assert idx.node("n1").fail_summary is not None
+    summary = idx.node("n1").fail_summary  # built by the failing fit, for this usage
+    assert (summary.max_free, summary.rest) == (4000, 2), (summary.max_free, summary.rest)
     idx.remove_pod("ns/p1")
     assert idx.node("n1").fail_summary is None
     assert fit.try_pod(idx.node("n1"), big).__class__ is tuple
