@@ -40,7 +40,8 @@ def only(devices: PodDevices, vendor: str) -> PodDevices:
     return tuple(tuple(cd for cd in ctr if cd.type == vendor) for ctr in devices)
 
 
-def allocation_annotations(devices: PodDevices, table: VendorTable | None, now: float) -> dict[str, str]:
+def allocation_annotations(devices: PodDevices, table: VendorTable | None, now: float,
+                           node: str = "") -> dict[str, str]:
     vendors = vendors_of(devices)
     if not vendors or vendors == (NVIDIA,) or table is None:
         text = codec.encode_pod_devices(devices)
@@ -54,14 +55,23 @@ def allocation_annotations(devices: PodDevices, table: VendorTable | None, now: 
             out[codec.TO_ALLOCATE_ANNOTATION] = text
             out[codec.ALLOCATED_ANNOTATION] = text
             continue
-        out[v.to_allocate_key] = text
+        if v.to_allocate_key:
+            out[v.to_allocate_key] = text
         out[v.allocated_key] = text
-        out.update(_vendor_extras(v, part, now))
+        out.update(_vendor_extras(v, part, now, node))
     return out
 
 
-def _vendor_extras(v: Vendor, part: PodDevices, now: float) -> dict[str, str]:
+def _vendor_extras(v: Vendor, part: PodDevices, now: float, node: str) -> dict[str, str]:
     flat = [cd for ctr in part for cd in ctr]
+    if v.hook == "mthreads":
+        # The card indexes of the last container with devices, the placement time in ns and node.
+        last = [ctr for ctr in part if ctr]
+        if not last:
+            return {}
+        return {"mthreads.com/gpu-index": ",".join(str(cd.idx) for cd in last[-1]),
+                "mthreads.com/predicate-time": str(int(now) * 1_000_000_000 + int(now % 1 * 1e9)),
+                "mthreads.com/predicate-node": node}
     if v.hook == "ascend":
         extras = {"predicate-time": codec.encode_unix_seconds(now)}
         if v.allocation_key:

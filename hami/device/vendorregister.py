@@ -56,6 +56,7 @@ def decode_one(v: Vendor, node: str, annotations: Mapping[str, str], capacity: M
         try:
             return cambricon_codec.devices_from_capacity(node, cores, mem, vendor=v.name, id_format=v.capacity_id,
                                                          cores_per_card=v.cores_per_card,
+                                                         memory_unit=v.memory_unit,
                                                          resource=v.core_resource)
         except codec.CodecError as exc:
             raise codec.CodecError(f"{v.core_resource}: {exc}", field=v.core_resource, text=str(raw)) from None

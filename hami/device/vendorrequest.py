@@ -64,9 +64,10 @@ def vendor_request(container: Mapping, vendor: Vendor) -> ContainerDeviceRequest
         if vendor.max_cores and not 0 <= c <= vendor.max_cores:
             return None
         cores = _int32(c)
-    return ContainerDeviceRequest(
-        nums=nums, type=vendor.name, memreq=memreq, mempercentagereq=100 if memreq == 0 else 0, coresreq=cores,
-    )
+    pct = 100 if memreq == 0 else 0
+    if vendor.hook == "mthreads":  # the container's total, split over its cards (Go int32 division)
+        memreq, cores = int(memreq / nums), int(cores / nums)
+    return ContainerDeviceRequest(nums=nums, type=vendor.name, memreq=memreq, mempercentagereq=pct, coresreq=cores)
 
 
 def container_vendor_requests(container: Mapping, table: VendorTable, cfg: NvidiaConfig):

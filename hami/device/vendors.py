@@ -8,7 +8,9 @@ code exists only where HAMi's rules really differ, as a small named hook:
 * `nvidia`    the NVIDIA fit of `hami.scheduler.fit` (MIG, topology, quota, numa-bind, ...);
 * `generic`   HAMi's common vendor Fit (Hygon, Iluvatar, Mthreads, ...): count, memory, cores;
 * `ascend`    generic fit, memory rounded up to the chip's vNPU templates (`templates`);
-* `cambricon` generic fit, memory in 256 MiB units paired with cores in the DSMLU profile.
+* `cambricon` generic fit, memory in 256 MiB units paired with cores in the DSMLU profile;
+* `mthreads`  generic fit, requests split over the cards asked for, every container of a pod on
+              the same card, admission fills whole cards (`memoryPerCard`) and checks `legalMemory`.
 
 `register.source` says where a node's devices come from: `annotation` (the vendor's device
 plugin writes a register annotation: `json` as NVIDIA >= v2.8, or the `legacy` colon form) or
@@ -25,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-HOOKS = ("nvidia", "generic", "ascend", "cambricon")
+HOOKS = ("nvidia", "generic", "ascend", "cambricon", "mthreads")
 REGISTER_SOURCES = ("annotation", "capacity")
 REGISTER_FORMATS = ("json", "legacy")
 
@@ -85,6 +87,9 @@ class Vendor:
     max_cores: int = 0
     multi_card_cores: bool = False
     container_name_env: str = ""
+    # Mthreads: a card's memory in memory units, and the sGPU memory sizes admission accepts.
+    memory_per_card: int = 0
+    legal_memory: tuple[int, ...] = ()
 
     @property
     def resource_names(self) -> tuple[str, ...]:
@@ -159,6 +164,7 @@ _SCALARS = {
     "memoryCapacity": ("memory_capacity", int), "memoryAllocatable": ("memory_allocatable", int),
     "allocationAnnotation": ("allocation_key", str), "maxCores": ("max_cores", int),
     "multiCardCores": ("multi_card_cores", bool), "containerNameEnv": ("container_name_env", str),
+    "memoryPerCard": ("memory_per_card", int),
 }
 _RESOURCES = {"count": "count_resource", "memory": "memory_resource",
               "memoryPercentage": "percentage_resource", "cores": "core_resource"}
@@ -211,6 +217,10 @@ def parse_vendor(entry: Any, where: str, source: str) -> Vendor:
                 values[_ALLOCATION[rk]] = _want(rv, str, f"{where}.allocation.{rk}", source)
         elif key == "templates":
             values["templates"] = _templates(value, f"{where}.templates", source)
+        elif key == "legalMemory":
+            if not isinstance(value, list) or not all(type(x) is int for x in value):
+                raise VendorError(f"{where}.legalMemory in {source}: want a list of integers, got {value!r}")
+            values["legal_memory"] = tuple(value)
         else:
             raise VendorError(f"{where}.{key} in {source}: unknown key")
     for required in ("name", "family"):
@@ -251,8 +261,8 @@ def _check(v: Vendor, where: str, source: str) -> None:
                           "and register.id")
     if v.memory_unit < 1:
         raise VendorError(f"{where}.memoryUnit in {source}: must be >= 1")
-    if v.hook != "nvidia" and not (v.to_allocate_key and v.allocated_key):
-        raise VendorError(f"{where}.allocation in {source}: toAllocate and allocated are required")
+    if v.hook != "nvidia" and not v.allocated_key:
+        raise VendorError(f"{where}.allocation in {source}: allocated is required")
 
 
 def parse_vendor_table(doc: Any, source: str) -> VendorTable:

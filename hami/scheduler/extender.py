@@ -254,7 +254,7 @@ class Extender:
         annotations = {
             VGPU_NODE: node,
             codec.VGPU_TIME_ANNOTATION: codec.encode_unix_seconds(now),
-            **allocation_annotations(sel.devices, self.config.vendors, now),
+            **allocation_annotations(sel.devices, self.config.vendors, now, node),
         }
         devices_text = annotations.get(codec.ALLOCATED_ANNOTATION, "")
         if sel.mig:

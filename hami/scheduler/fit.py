@@ -531,7 +531,7 @@ def _fit_container(
     with this container's usage added, for the next container.
     """
     if request.type != NVIDIA:
-        return _fit_vendor(node, work, request, opts, keep)
+        return _fit_vendor(node, work, request, opts, keep, allocated)
     if request.nums > node.nvidia_count and not (
         node.has_mig and is_mig_request(request, [d for d in node.devices if d.is_nvidia], opts.vgpu_mode)
     ):
@@ -605,12 +605,16 @@ def _fit_vendor(
     request: ContainerDeviceRequest,
     opts: FitOptions,
     keep: bool,
+    allocated: Sequence[tuple[ContainerDevice, ...]] = (),
 ) -> tuple[tuple[ContainerDevice, ...] | None, str, list[DeviceState] | None]:
     """fitInDevices for a request of another vendor of the table (Ascend, Cambricon, Hygon...):
     that vendor's devices of the node, sorted as NVIDIA's, through the vendors' common Fit."""
     vendor = opts.vendors.get(request.type) if opts.vendors is not None else None
     if vendor is None:
         return None, DEVICE_TYPE_NOT_FOUND, work
+    same_card = None
+    if vendor.hook == "mthreads":  # customFilterRule: all of a pod's containers on one card
+        same_card = frozenset(cd.uuid for ctr in allocated for cd in ctr if cd.type == vendor.name)
     vtype = request.type
     base = node.devices if work is None else work
     if request.nums > sum(1 for d in base if d.vendor == vtype):
@@ -618,7 +622,7 @@ def _fit_vendor(
     order = _sorted(base, request, opts)
     ok, chosen, reason = fit_vendor_devices(
         [d for d in order if d.vendor == vtype], request, vendor, opts.annotations or {}, node.cordoned,
-        opts.is_mutex,
+        opts.is_mutex, same_card,
     )
     if not ok:
         return None, reason, work
@@ -640,11 +644,13 @@ def fit_vendor_devices(
     annotations: Mapping[str, str],
     cordoned: frozenset[str] | set[str] = frozenset(),
     is_mutex: bool = False,
+    same_card: frozenset[str] | None = None,
 ) -> tuple[bool, list[ContainerDevice], str]:
     """The Fit HAMi's vendor packages share (pkg/device/{ascend,cambricon,hygon,...}/device.go):
     NVIDIA's walk without MIG, topology, quota or numa-bind, with the vendor's own use/nouse
     annotations. `devices` are the vendor's devices, sorted, walked from the end. `is_mutex`
-    (`hami.io/gpu-scheduler-policy: mutex`) refuses a card anything already uses."""
+    (`hami.io/gpu-scheduler-policy: mutex`) refuses a card anything already uses; `same_card`
+    (Mthreads) the cards other than the one the pod's earlier containers use."""
     use_uuids = _split_uuids(annotations.get(vendor.use_uuid_key)) if vendor.use_uuid_key else None
     nouse_uuids = _split_uuids(annotations.get(vendor.nouse_uuid_key)) if vendor.nouse_uuid_key else None
     use_types = _split_types(annotations.get(vendor.use_type_key)) if vendor.use_type_key else None
@@ -685,6 +691,8 @@ def fit_vendor_devices(
                 key = EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
             elif dev.totalcore != 0 and dev.usedcores == dev.totalcore and coresreq == 0:
                 key = CARD_COMPUTE_UNITS_EXHAUSTED
+            elif same_card and (len(same_card) > 1 or dev.id not in same_card):
+                key = CARD_NOT_FOUND_CUSTOM_FILTER_RULE
             else:
                 tmp.append(ContainerDevice(dev.id, request.type, memreq, coresreq, dev.index))
                 nums -= 1

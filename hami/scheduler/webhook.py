@@ -238,7 +238,24 @@ def _default_exclusive_core(ctr: dict, cfg: NvidiaConfig) -> bool:
     return True
 
 
-def _mutate_vendor(ctr: dict, v: Vendor) -> bool:
+def _mutate_mthreads(ctr: dict, pod: dict, v: Vendor) -> None:
+    """Mthreads MutateAdmission: several cards, or no memory asked, get whole cards (cores x
+    cards, memoryPerCard x cards); one card with memory must ask for one of `legalMemory`."""
+    limits, _ = _resources(ctr)
+    count = quantity_value(limits[v.count_resource]) or 0
+    if count > 1 or v.memory_resource not in limits:
+        _set_limit(ctr, v.core_resource, str(count * v.cores_per_card))
+        _set_limit(ctr, v.memory_resource, str(count * v.memory_per_card))
+        if count > 1:
+            pod.setdefault("metadata", {}).setdefault("annotations", {})["mthreads.com/request-gpu-num"] = str(count)
+        return
+    mem = quantity_int(limits[v.memory_resource])
+    if v.legal_memory and mem not in v.legal_memory:
+        raise _Reject(500, "sGPU memory request value is invalid, valid values are [1, "
+                      + ", ".join(str(m) for m in v.legal_memory) + "]")
+
+
+def _mutate_vendor(ctr: dict, v: Vendor, pod: dict | None = None) -> bool:
     """Another vendor's MutateAdmission: the count resource in limits means the container has
     that vendor's device. Ascend (pkg/device/ascend MutateAdmission) also rounds the memory limit
     up to a vNPU template (or the whole card) in limits and requests, and refuses a memory beyond
@@ -246,6 +263,9 @@ def _mutate_vendor(ctr: dict, v: Vendor) -> bool:
     limits, _ = _resources(ctr)
     if v.count_resource not in limits:
         return False
+    if v.hook == "mthreads":
+        _mutate_mthreads(ctr, pod if pod is not None else {}, v)
+        return True
     if v.multi_card_cores and v.core_resource and (quantity_value(limits[v.count_resource]) or 0) > 1:
         # Iluvatar: several cards are whole cards.
         _set_limit(ctr, v.core_resource, str(quantity_value(limits[v.count_resource]) * 100))
@@ -391,7 +411,7 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
                     has_resource = True
                 if counts and any(k in counts for k in _resources(ctr)[0]):
                     for v in others:
-                        if _mutate_vendor(ctr, v):
+                        if _mutate_vendor(ctr, v, pod):
                             has_resource = True
     except _Reject as r:
         return Decision(False, code=r.code, message=r.message)

@@ -56,8 +56,8 @@ def vendor_registration(node: str, node_index: int, shapes: Sequence[tuple[Vendo
     capacity: dict[str, str] = {}
     for v, cards, memory in shapes:
         if v.register_source == "capacity":
-            cores = int(capacity.get(v.core_resource, "0")) + 100 * cards
-            units = int(capacity.get(v.memory_resource, "0")) + memory // 256 * cards
+            cores = int(capacity.get(v.core_resource, "0")) + v.cores_per_card * cards
+            units = int(capacity.get(v.memory_resource, "0")) + memory // v.memory_unit * cards
             capacity[v.core_resource] = str(cores)
             capacity[v.memory_resource] = str(units)
             capacity[v.count_resource] = str(int(capacity.get(v.count_resource, "0")) + cards)

@@ -59,7 +59,7 @@ def test_config_file_overrides_reach_the_config_and_nvidia_names_its_row(tmp_pat
     ({"name": "X", "family": "x", "hook": "magic", "resources": {"count": "x/y"}, "register": {"key": "k"},
       "allocation": {"toAllocate": "a", "allocated": "b"}}, "vendors[0].hook in f.yaml: 'magic' is not one of"),
     ({"name": "X", "family": "x", "resources": {"count": "x/y"}, "register": {"key": "k"}},
-     "vendors[0].allocation in f.yaml: toAllocate and allocated are required"),
+     "vendors[0].allocation in f.yaml: allocated is required"),
     ({"name": "X", "family": "x", "resources": {"count": "x/y"}, "register": {"key": "k"}, "memoryUnit": "256",
       "allocation": {"toAllocate": "a", "allocated": "b"}}, "vendors[0].memoryUnit in f.yaml: want an integer"),
     ({"name": "X", "family": "x", "resources": {"count": "nvidia.com/gpu"}, "register": {"key": "k"},

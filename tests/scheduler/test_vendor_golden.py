@@ -105,7 +105,9 @@ def test_fit(vendor, case):
     r.setdefault("type", vendor)
     annos = {k.replace("{vendor}", vendor): val for k, val in case["annotations"].items()}
     mutex = annos.get("hami.io/gpu-scheduler-policy") == "mutex"
-    fits, chosen, reason = fit_vendor_devices(devices, ContainerDeviceRequest(**r), v, annos, is_mutex=mutex)
+    same = frozenset(case["allocated"]) if "allocated" in case else None  # earlier containers' cards
+    fits, chosen, reason = fit_vendor_devices(devices, ContainerDeviceRequest(**r), v, annos, is_mutex=mutex,
+                                              same_card=same)
     assert fits is case["fits"]
     assert reason == case["reason"]
     if fits:

@@ -46,6 +46,13 @@ def mlu_node(name: str, cards: int = 2) -> dict:
     return obj
 
 
+def mthreads_node(name: str, cards: int = 2) -> dict:
+    obj = node_obj(name, 0, registered=False)
+    obj["status"]["capacity"].update({"mthreads.com/sgpu-core": str(16 * cards),
+                                      "mthreads.com/sgpu-memory": str(96 * cards)})
+    return obj
+
+
 def vendor_pod(name: str, limits: dict, annotations: dict | None = None) -> dict:
     pod = pod_obj(name, gpus=0, annotations=annotations)
     pod["spec"]["containers"][0]["resources"]["limits"] = dict(limits)
@@ -58,7 +65,8 @@ NODES = ["nv", "asc", "mlu", "mix", "bad"]
 @pytest.fixture
 async def env(apiserver):
     nodes = [node_obj("nv", 2, handshake=requesting_now()), ascend_node("asc"), mlu_node("mlu"),
-             ascend_node("mix", 1, nvidia=1), ascend_node("bad", register='[{"id":"x","count":"four"}]')]
+             ascend_node("mix", 1, nvidia=1), ascend_node("bad", register='[{"id":"x","count":"four"}]'),
+             mthreads_node("mt")]
     async with running_env(apiserver, nodes) as e:
         await eventually(lambda: {"nv", "asc", "mlu", "mix"} <= set(e.sched.state.index.nodes))
         yield e
@@ -194,3 +202,18 @@ async def test_allocation_metrics_carry_the_device_type(env):
     assert float(vmem[0].rsplit(" ", 1)[1]) == 16384 * 2**20
     limit = [ln for ln in text.splitlines() if ln.startswith("hami_gpu_memory_limit_bytes{") and 'node="mlu"' in ln]
     assert len(limit) == 2 and all('device_type="MLU"' in ln for ln in limit)
+
+
+async def test_mthreads_pod_keeps_all_containers_on_one_card(env):
+    pod = vendor_pod("mt1", {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "8", "mthreads.com/sgpu-core": "4"})
+    pod["spec"]["containers"].append({"name": "c1", "image": "x", "resources": {"limits": {
+        "mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "8", "mthreads.com/sgpu-core": "4"}}})
+    pod = env.create_pod(pod)
+    out = await env.filter(pod, ["mt", "asc"])
+    assert out["NodeNames"] == ["mt"], out
+    annos = env.pod("default", "mt1")["metadata"]["annotations"]
+    [[a], [b], []] = codec.decode_pod_devices(annos["hami.io/mthreads-vgpu-devices-allocated"])
+    assert a.uuid == b.uuid and (a.usedmem, a.usedcores) == (4096, 4)
+    assert annos["mthreads.com/gpu-index"] == a.uuid.rsplit("-", 1)[1]
+    assert annos["mthreads.com/predicate-node"] == "mt"
+    assert "hami.io/mthreads-vgpu-devices-to-allocate" not in annos  # HAMi writes only the allocated key

@@ -22,17 +22,19 @@ _INT32 = (1 << 31) - 1
 
 def devices_from_capacity(node: str, cores: int, memory: int, *, vendor: str = "MLU",
                           id_format: str = "{node}-cambricon-mlu-{index}", cores_per_card: int = 100,
-                          resource: str = "cambricon.com/mlu.smlu.vcore") -> tuple[DeviceInfo, ...]:
-    """GetNodeDevices from capacity; no cores is HAMi's `device not found <resource>`."""
+                          resource: str = "cambricon.com/mlu.smlu.vcore",
+                          memory_unit: int = MEMORY_UNIT_MIB) -> tuple[DeviceInfo, ...]:
+    """GetNodeDevices from capacity; no cores is HAMi's `device not found <resource>`. Mthreads
+    registers the same way (16 cores a card, 512 MiB units): devcore is the cores of a card."""
     if cores <= 0:
         raise CodecError(f"device not found {resource}", field=resource, text=str(cores))
-    devmem = (memory * MEMORY_UNIT_MIB * cores_per_card // cores) if memory > 0 else 0
+    devmem = (memory * memory_unit * cores_per_card // cores) if memory > 0 else 0
     devmem = (devmem + (1 << 31)) % (1 << 32) - (1 << 31)  # Go int32 conversion
     out = []
     i = 0
     while i * cores_per_card < cores:
         out.append(DeviceInfo(id=id_format.format(node=node, index=i), count=100, devmem=devmem,
-                              devcore=100, type=vendor, index=i, numa=0, health=True, vendor=vendor))
+                              devcore=cores_per_card, type=vendor, index=i, numa=0, health=True, vendor=vendor))
         i += 1
     return tuple(out)
 
