@@ -85,7 +85,8 @@ def test_register(vendor, case):
 
 @pytest.mark.parametrize(("vendor", "case"), _cases("requests"))
 def test_requests(vendor, case):
-    got = vendor_request({"resources": {"limits": case["limits"], "requests": dict(case["limits"])}}, TABLE.get(vendor))
+    requests = {**case["limits"], **case.get("requests_only", {})}
+    got = vendor_request({"resources": {"limits": case["limits"], "requests": requests}}, TABLE.get(vendor))
     if case["want"] is None:
         assert got is None
     else:
@@ -98,7 +99,8 @@ def test_fit(vendor, case):
     devices = []
     for d in case["devices"]:
         s = DeviceState(id=d["id"], index=d["index"], count=d["count"], totalmem=d["totalmem"],
-                        totalcore=d["totalcore"], type=vendor, health=d["health"], vendor=vendor)
+                        totalcore=d["totalcore"], type=case.get("device_type", vendor), health=d["health"],
+                        vendor=vendor)
         s.used, s.usedmem, s.usedcores = d["used"], d["usedmem"], d["usedcores"]
         devices.append(s)
     r = dict(case["request"])
