@@ -211,6 +211,22 @@ def node_events(old: dict, new: dict) -> list[tuple[str, str]]:
     return out
 
 
+def _transition_hint(plugin: str) -> sq.Hint:
+    """The QueueingHint of NodeUnschedulable / TaintToleration / NodeAffinity for node events
+    (isSchedulableAfterNodeChange): Queue only when the new node passes this plugin's check and the
+    old one (if any) did not; anything else cannot have changed this plugin's verdict."""
+    def passes(pod: dict, node: dict | None) -> bool:
+        verdict = filter_node(pod, node) if node is not None else (plugin, "")
+        return verdict is None or verdict[0] != plugin
+    return lambda pod, old, new: new is not None and passes(pod, new) and (old is None or not passes(pod, old))
+
+
+# PLUGIN_EVENTS with the in-tree hints filled in (used when queueing hints are on).
+HINTED_EVENTS = {plugin: {ev: (_transition_hint(plugin) if ev[0] == sq.NODE and plugin in (
+    "NodeUnschedulable", "TaintToleration", "NodeAffinity") else None) for ev in evs}
+    for plugin, evs in sq.PLUGIN_EVENTS.items()}
+
+
 def pick_preemption_node(candidates: Mapping[str, tuple[list[dict], int]]) -> str | None:
     """pickOneNodeForPreemption: fewest PDB violations, then the lowest highest-victim priority,
     the lowest priority sum, the fewest victims; the first in name order after that."""
@@ -235,7 +251,8 @@ class KubeSchedulerLoop:
         self.scheduler_name = scheduler_name
         self.clock = clock
         self.timings = timings or sq.QueueTimings()
-        self.queue = sq.SchedulingQueue(self.timings, queueing_hints=queueing_hints, extender_parks=extender_parks)
+        self.queue = sq.SchedulingQueue(self.timings, queueing_hints=queueing_hints, extender_parks=extender_parks,
+                                        plugin_events=HINTED_EVENTS if queueing_hints else sq.PLUGIN_EVENTS)
         self.pods = Informer(client, "pods", handler=self._on_pod)
         self.nodes = Informer(client, "nodes", handler=self._on_node)
         self.pdbs = Informer(client, "poddisruptionbudgets") if self.ext.preempt_verb else None

@@ -24,7 +24,12 @@ What is modelled, from kubernetes/pkg/scheduler/internal/queue/scheduling_queue.
   on every move request.
 * Update of a parked pod (`Update`): when anything but status/resourceVersion/generation/
   managedFields/finalizers changed (`isPodUpdated`), it moves to backoffQ if still backing off, else
-  to activeQ. This is the path an annotation such as `hami.io/requeue-at` takes.
+  to activeQ. This is the path an annotation such as `hami.io/requeue-at` takes. With hints on,
+  upstream asks the rejectors' Pod/Update hints; for an extender-only rejection (no rejector
+  upstream) that is `queueAfterBackoff`, which is what this model does for every parked pod.
+* Queueing hints of the in-tree plugins the embedded loop runs (NodeUnschedulable, TaintToleration,
+  NodeAffinity: Queue only when a node change makes the node pass the plugin that rejected the pod)
+  live beside those filters, in `hami.sim.kubescheduler.HINTED_EVENTS`.
 
 An extender's rejection: upstream records no plugin for it (`findNodesThatPassExtenders` writes
 node statuses only), and the 1.30+ `len(rejectorPlugins) == 0` rule then backs the pod off instead of

@@ -5,7 +5,8 @@ parks the pod; parked pods come back on their own update (isPodUpdated: status-o
 not count), on the 5-minute flush, on node events their rejector plugin registered for (not on
 others); a move request during the cycle sends the failed pod to backoffQ (hints off) or only an
 event a rejector registered for does (hints on); pods rejected with no rejector back off; the
-1.30+ rule for extender-only rejections when `extender_parks=False`.
+1.30+ rule for extender-only rejections when `extender_parks=False`; the in-tree queueing hints (a node
+change moves a NodeAffinity/NodeUnschedulable-rejected pod only when it makes the node pass).
 """
 
 from __future__ import annotations
@@ -130,3 +131,25 @@ def test_deleted_pods_leave_every_queue():
     assert q.pop(0.0).key == "default/b"
     assert q.pop(0.0) is None
     assert q.location("default/a") == ""
+
+
+def test_in_tree_queueing_hints_queue_only_a_node_change_that_passes_the_rejecting_plugin():
+    from hami.sim.kubescheduler import HINTED_EVENTS
+
+    q = sq.SchedulingQueue(queueing_hints=True, plugin_events=HINTED_EVENTS)
+    p = pod("a")
+    p["spec"]["nodeSelector"] = {"gpu": "a100"}
+    q.add("default/a", p, 0.0)
+    assert fail(q, "default/a", 0.0, ("NodeAffinity",)) == sq.UNSCHEDULABLE
+    old = {"metadata": {"name": "n0", "labels": {"zone": "x"}}, "status": {}}
+    unrelated = {"metadata": {"name": "n0", "labels": {"zone": "y"}}, "status": {}}
+    matching = {"metadata": {"name": "n0", "labels": {"zone": "y", "gpu": "a100"}}, "status": {}}
+    assert q.move_all((sq.NODE, sq.UPDATE_LABEL), 5.0, old, unrelated) == 0
+    assert q.move_all((sq.NODE, sq.UPDATE_LABEL), 5.0, unrelated, matching) == 1
+    assert q.location("default/a") == sq.ACTIVE
+    cordoned = {"metadata": {"name": "n1"}, "spec": {"unschedulable": True}, "status": {}}
+    q2 = sq.SchedulingQueue(queueing_hints=True, plugin_events=HINTED_EVENTS)
+    q2.add("default/b", pod("b"), 0.0)
+    assert fail(q2, "default/b", 0.0, ("NodeUnschedulable",)) == sq.UNSCHEDULABLE
+    assert q2.move_all((sq.NODE, sq.ADD), 5.0, None, cordoned) == 0
+    assert q2.move_all((sq.NODE, sq.UPDATE_TAINT), 5.0, cordoned, {**cordoned, "spec": {}}) == 1
