@@ -341,8 +341,11 @@ class ClusterState:
         n_init = len(((pod or {}).get("spec") or {}).get("initContainers") or [])
         released = init_released(pod) if pod is not None else False
         ns = key.partition("/")[0]
+        before = self.index.pod(uid)
         if self.index.add_pod(uid, node, devices, namespace=ns, num_init=n_init, init_released=released, mig=mig):
             log.v(5).info("Pod counted", pod=key, node=node, devices=text)
+            if before is not None and released and not before.init_released:
+                self._capacity(node, "freed", ns)  # init containers done: the pod's usage shrank
         self.pod_keys[key] = uid
         self.uid_keys[uid] = key
 

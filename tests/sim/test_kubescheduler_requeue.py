@@ -3,8 +3,9 @@
 Covers: a pending GPU pod on a full node is parked (unschedulablePods) after the extender rejects it;
 deleting a filler wakes it (hami.io/requeue-at) and it binds, long before the 5-minute flush, while a
 pod that still cannot fit (wrong GPU type) gets no wake; a filler that finishes (Succeeded) frees the
-same way; devices registered on a new node wake a parked pod; the wake metrics count it; a flood of
-frees sends wakes no faster than the configured rate (each pending pod woken once per failure).
+same way, and so do its init containers finishing (its usage shrinks); devices registered on a new node
+wake a parked pod; the wake metrics count it; a flood of frees sends wakes no faster than the
+configured rate (each pending pod woken once per failure).
 The wake-to-bound latency is printed for the report (never asserted).
 """
 
@@ -109,3 +110,17 @@ async def test_a_flood_of_frees_sends_wakes_at_the_configured_rate(apiserver):
         assert len(woken) == 24
         await asyncio.sleep(0.3)
         assert waker.wakes == 24  # one wake per recorded failure, however many frees follow
+
+
+async def test_init_containers_finishing_shrink_the_filler_and_wake_the_parked_pod(cluster):
+    c = cluster
+    init = [{"name": "warmup", "image": "cuda", "resources": {"limits": {
+        "nvidia.com/gpu": "1", "nvidia.com/gpumem": "40000"}}}]
+    c.create(pod_obj("filler", mem=10000, init=init))
+    await eventually(lambda: c.node_of("filler") == "n0", 10)
+    c.create(pod_obj("waiting", mem=20000))
+    await eventually(lambda: c.where("waiting") == UNSCHEDULABLE, 10)
+    done = {"name": "warmup", "state": {"terminated": {"exitCode": 0}}}
+    merge(c.store, "pods", "default", "filler", {"status": {"initContainerStatuses": [done]}}, "status")
+    await eventually(lambda: c.node_of("waiting") == "n0", 10)
+    assert REQUEUE_ANNOTATION in c.annotations("waiting")
