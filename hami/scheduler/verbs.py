@@ -22,6 +22,7 @@ from hami.obs.log import get_logger
 from hami.scheduler import fit as fitmod
 from hami.scheduler import pdb as pdbmod
 from hami.scheduler import score as scoremod
+from hami.scheduler.extender import Assumed
 from hami.scheduler.preempt import select_victims
 from hami.scheduler.prioritize import scale_scores
 from hami.scheduler.state import VGPU_NODE
@@ -211,9 +212,12 @@ class ExtraVerbs:
         assumed another. Returns "" or the error for ExtenderBindingResult."""
         ext = self.ext
         assumed = ext.assumed.get(uid)
-        if assumed is None or assumed.node == node:
-            return ""
         pod = ext.state.pod(ns, name)
+        # what /filter placed: this replica's memory, else the annotation (another replica, a restart)
+        placed = assumed.node if assumed is not None else (
+            ((pod or {}).get("metadata") or {}).get("annotations") or {}).get(VGPU_NODE)
+        if not placed or placed == node:
+            return ""
         if pod is None:
             return f'pods "{name}" not found'
         preq = self._request(pod)
@@ -238,7 +242,7 @@ class ExtraVerbs:
                            codec.MigAllocation(c, d, u, p, pl) for c, d, u, p, pl in mig) if mig else None}
         num_init = len((pod.get("spec") or {}).get("initContainers") or [])
         index.add_pod(uid, node, devices, namespace=ns, num_init=num_init, mig=tuple((u, pl) for _, _, u, _, pl in mig))
-        ext.assumed[uid] = type(assumed)(node, ns, name, devices, now)
+        ext.assumed[uid] = Assumed(node, ns, name, devices, now)
         if ext.client is not None:
             try:
                 await ext.client.patch_pod(ns, name, {"metadata": {"annotations": annotations,
@@ -248,7 +252,7 @@ class ExtraVerbs:
                 ext.assumed.pop(uid, None)
                 return str(exc)
         log.v(3).info("Pod re-placed on kube-scheduler's choice", pod=f"{ns}/{name}", node=node,
-                      hami_choice=assumed.node, devices=text)
+                      hami_choice=placed, devices=text)
         return ""
 
 

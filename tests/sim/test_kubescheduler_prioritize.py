@@ -3,7 +3,8 @@
 Covers: with a preferred node affinity to a half-full node and HAMi's spread policy preferring the
 empty one, the affinity node wins when prioritize is configured (filter answers every fitting
 node, the extender's 0..10 scores are weighed with NodeAffinity's, /bind re-places the devices on
-kube-scheduler's choice) and HAMi's node wins when it is not; /prioritize scores binpack and spread
+kube-scheduler's choice, also when the filtering replica's memory is gone) and HAMi's node wins when
+it is not; /prioritize scores binpack and spread
 on 0..10 with non-fitting nodes at 0; bodies of the wrong shape get an `Error` naming the field
 (HTTP 200, never 500).
 """
@@ -82,3 +83,22 @@ async def test_prioritize_bad_shapes_get_an_error_naming_the_field(apiserver, bo
         status, out = await post(env, "prioritize", body)
         assert status == 200
         assert field in out["Error"]
+
+
+async def test_bind_re_places_on_another_node_even_after_a_restart_forgot_the_filter(apiserver):
+    async with running_env(apiserver, [labelled("n0"), labelled("n1")], extender_prioritize=True) as env:
+        p = env.create_pod(pod_obj("moved", mem=10000))
+        out = await env.filter(p, ["n0", "n1"])
+        assert sorted(out["NodeNames"]) == ["n0", "n1"]
+        first = out["NodeNames"][0]
+        other = "n1" if first == "n0" else "n0"
+        await eventually(lambda: env.pod("default", "moved")["metadata"]["annotations"].get("hami.io/vgpu-node"), 5)
+        env.sched.extender.assumed.clear()  # as a restarted (or other) replica would see it
+        await eventually(lambda: (env.sched.state.pod("default", "moved") or {}).get("metadata", {}).get(
+            "annotations", {}).get("hami.io/vgpu-node") == first, 5)
+        assert (await env.bind(env.pod("default", "moved"), other))["Error"] == ""
+        annos = env.pod("default", "moved")["metadata"]["annotations"]
+        assert annos["hami.io/vgpu-node"] == other
+        devices = codec.decode_pod_devices(annos[codec.ALLOCATED_ANNOTATION])
+        assert [d.uuid for d in devices[0]] == [gpu_uuid(other, 0)]
+        assert env.pod("default", "moved")["spec"]["nodeName"] == other
