@@ -10,6 +10,7 @@ are written under the vendor's keys and counted back from them."""
 from __future__ import annotations
 
 import base64
+import time
 
 import orjson
 import pytest
@@ -217,3 +218,33 @@ async def test_mthreads_pod_keeps_all_containers_on_one_card(env):
     assert annos["mthreads.com/gpu-index"] == a.uuid.rsplit("-", 1)[1]
     assert annos["mthreads.com/predicate-node"] == "mt"
     assert "hami.io/mthreads-vgpu-devices-to-allocate" not in annos  # HAMi writes only the allocated key
+
+
+async def test_each_vendor_handshakes_under_its_own_key(env):
+    """HAMi's protocol per vendor key: first sight writes Requesting_ under
+    hami.io/node-handshake-Ascend910B3 (not NVIDIA's key); a stale one with no allocatable cards
+    drops only that vendor's devices and cleans only its key."""
+    key = f"hami.io/node-handshake-{ASC}"
+
+    def annos(name):
+        return env.store.get("nodes", "", name)["metadata"].get("annotations") or {}
+
+    await eventually(lambda: annos("asc").get(key, "").startswith("Requesting_"))
+    assert "hami.io/node-handshake" not in annos("asc")  # no NVIDIA registration, no NVIDIA handshake
+    stale = codec.encode_handshake_requesting(time.time() - 600, None)
+    node = ascend_node("old")
+    node["metadata"]["annotations"][key] = stale
+    node["status"]["allocatable"][f"huawei.com/{ASC}"] = "0"
+    env.store.create("nodes", "", node)
+    state = env.sched.state
+    await eventually(lambda: "old" in state.registered)
+    await eventually(lambda: key not in annos("old"))
+    assert "old" not in state.index.nodes
+    # The mixed node keeps its NVIDIA card when only its Ascend handshake goes stale.
+    mix = env.store.get("nodes", "", "mix")
+    mix["status"]["allocatable"][f"huawei.com/{ASC}"] = "0"
+    env.store.update("nodes", "", "mix", mix, subresource="status")
+    mix = env.store.get("nodes", "", "mix")
+    mix["metadata"]["annotations"][key] = stale
+    env.store.update("nodes", "", "mix", mix)
+    await eventually(lambda: [d.vendor for d in state.index.node("mix").devices] == ["NVIDIA"])
