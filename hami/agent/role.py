@@ -255,6 +255,8 @@ class Agent:
             reasons.append("device plugin not registered with kubelet")
         if self.sync_error:
             reasons.append(f"GPU sync failing: {self.sync_error}")
+        if not self.hamicore.installed:
+            reasons.append(f"HAMi-core not installed: {self.hamicore.lib_path or self.hook_path} missing")
         return reasons
 
     # ------------------------------------------------------------------ run

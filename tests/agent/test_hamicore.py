@@ -251,6 +251,7 @@ async def test_agent_publishes_the_installed_version_and_allocate_mounts_it():
         await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 20)
         pod = await h.create_pod("p1", {"main": 1}, f"{U1},NVIDIA,3000,30:;")
         (c,) = (await h.kubelet.allocate_pod(pod)).values()
+        assert not any("HAMi-core" in r for r in h.agent.readiness())
         libs = [m.host_path for m in c.mounts if m.container_path.endswith("libvgpu.so")]
         assert libs == [f"{h.hook}/vgpu/libvgpu.so"] and await asyncio.to_thread(os.path.isfile, libs[0])
 
@@ -267,6 +268,7 @@ async def test_without_hami_core_allocate_refuses_naming_the_missing_file():
         assert f"{h.hook}/vgpu/libvgpu.so" in err.value.details()
         assert "HAMi-core is not installed on node n1" in err.value.details()
         assert _anns(await h.pod("p1"))["hami.io/bind-phase"] == "failed"
+        assert any("HAMi-core not installed" in r for r in h.agent.readiness())
         # installing it afterwards (a fixed image, the agent restarted) is seen and published
         install(write_stub_library(os.path.join(h.dir, "fixed", "libvgpu.so")), h.hook, "v2.6.1")
         assert await h.agent.nodes.wait_for(

@@ -138,7 +138,11 @@ def test_default_scheduler_is_a_single_replica_without_leader_election():
     docs = rendered("default")
     assert one(docs, "Deployment", "hami-scheduler")["spec"]["replicas"] == 1
     args = _args(container(docs, "Deployment", "hami-scheduler"))
-    assert "--leader-elect=false" in args and "--debug" in args and "-v=4" in args
+    assert "--leader-elect=false" in args
+    # production defaults: no debug logging in any container of the default render (issue 14)
+    for d in find(docs, "Deployment") + find(docs, "DaemonSet"):
+        for c in d["spec"]["template"]["spec"]["containers"]:
+            assert not any(a in ("--debug", "-v=4", "--v=4") or a.startswith("--debug=") for a in _args(c)), c["name"]
     assert "--node-scheduler-policy=binpack" in args and "--gpu-scheduler-policy=spread" in args
     assert not find(docs, "PodDisruptionBudget")
 
