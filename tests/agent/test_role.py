@@ -20,6 +20,7 @@ from hami.gpu import GpuBackendError
 from hami.kube.client import KubeClient
 from hami.sim.apiserver import ApiServer
 from hami.sim.kubelet import Kubelet
+from hami.sim.libstub import write_stub_library
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -42,7 +43,8 @@ async def test_role_registers_with_kubelet_and_node_then_stops_cleanly():
         nvidia=NvidiaConfig(device_split_count=10),
         node_configs=(NodeDeviceConfig(name="gpu-*", devicesplitcount=3, devicememoryscaling=2.0),),
         agent=AgentSettings(node_name="gpu-1", kubelet_socket_dir=sockets, hook_path=os.path.join(root, "hook"),
-                            gpu_backend="fake", fake_gpus=gpus, health_bind_address="127.0.0.1:0"),
+                            gpu_backend="fake", fake_gpus=gpus, health_bind_address="127.0.0.1:0",
+                            vgpu_lib=write_stub_library(os.path.join(root, "image", "libvgpu.so"))),
     )
     ctx = RoleContext(name="node-agent", config=cfg, stop=asyncio.Event(), shared={"kubeconfig": kubeconfig})
     from hami.config import KubeSettings
@@ -110,9 +112,12 @@ async def test_agent_is_unready_until_synced_and_registered_and_while_gpu_sync_f
         os.path.join(root, "kubeconfig"))))
     try:
         agent = Agent(client, "gpu-1", None, effective_device_settings(NvidiaConfig(), None),
-                      socket_dir=os.path.join(root, "dp"), hook_path=root)
+                      socket_dir=os.path.join(root, "dp"), hook_path=root,
+                      vgpu_lib=write_stub_library(os.path.join(root, "image", "libvgpu.so")))
         assert agent.readiness() == ["nodes: initial list not done", "pods: initial list not done",
-                                     "device plugin not registered with kubelet"]
+                                     "device plugin not registered with kubelet",
+                                     f"HAMi-core not installed: {root} missing"]
+        await agent.install_hamicore()
         agent.nodes.synced.set()
         agent.pods.synced.set()
         agent.plugin.registered.set()
