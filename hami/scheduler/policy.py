@@ -185,7 +185,7 @@ def gpu_sort_chain(policy: str) -> tuple[str, ...]:
     """Sort keys named in a comma chain, in written order, deduplicated (gpuSortKeyChain)."""
     seen: list[str] = []
     for part in policy.split(","):
-        name = part.strip()
+        name = go_trim_space(part)  # the same trimming as policy_contains (HAMi: strings.TrimSpace)
         if name in _CHAIN_KEYS and name not in seen:
             seen.append(name)
     return tuple(seen)
@@ -200,7 +200,7 @@ def _chain_for(policy: str, numa_bind: bool) -> tuple[str, ...]:
 
 def device_sort_key(policy: str, numa_bind: bool) -> Callable[[tuple[float, Any]], tuple]:
     """Key for (score, device) pairs so that ascending order equals Go's Less order."""
-    p = policy.strip()
+    p = go_trim_space(policy)
     if "," in p or p == NUMA:
         chain = _chain_for(p, numa_bind)
         parts = []

@@ -21,7 +21,7 @@ from hami.config import Config
 from hami.device import codec
 from hami.kube.events import EventRecorder
 from hami.scheduler.extender import Extender
-from hami.scheduler.policy import policy_contains
+from hami.scheduler.policy import gpu_sort_chain, policy_contains
 from hami.scheduler.role import make_requests_fn
 from hami.scheduler.state import ClusterState
 from tests.kube.helpers import gpu_uuid, node_obj, pod_obj
@@ -100,3 +100,6 @@ def test_policy_members_are_trimmed_like_go(before, after, name, other):
     text = f"{other},{before}{name}{after}" if other else f"{before}{name}{after}"
     want = go_trim(before + name + after) == name
     assert policy_contains(text, name) is want
+    # the sort chain reads the same annotation: the same members survive the trimming
+    chain = gpu_sort_chain(text)
+    assert (name in chain) is (want and name != "mutex" and name != "topology-aware")
