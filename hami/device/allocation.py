@@ -86,6 +86,19 @@ def _vendor_extras(v: Vendor, part: PodDevices, now: float, node: str) -> dict[s
     return {}
 
 
+def takes_node_lock(devices: PodDevices, table: VendorTable | None) -> bool:
+    """Whether binding these devices takes `hami.io/mutex.lock`, as each vendor's LockNode does:
+    NVIDIA, Ascend, Hygon and Iluvatar use it (their plugins release it after Allocate); Mthreads
+    takes none and Cambricon its own `cambricon.com/dsmlu.lock`, so a lock taken for them would
+    never be released. Unknown types lock (the safe side)."""
+    for ctr in devices:
+        for cd in ctr:
+            v = table.get(cd.type) if table is not None else None
+            if v is None or v.node_lock_key == codec.NODE_LOCK_ANNOTATION:
+                return True
+    return False
+
+
 def allocated_devices(annotations: Mapping[str, str], table: VendorTable | None) -> PodDevices:
     """Every vendor's `allocated` annotation of a pod, merged per container (NVIDIA's first).
     Raises CodecError naming the key of a string that does not decode."""

@@ -285,6 +285,7 @@ _SECTION_FAMILY = {"cambricon": "cambricon", "hygon": "hygon", "mthreads": "mthr
                    "metax": "metax"}
 _SECTION_KEYS = {"resourceCountName": "count_resource", "resourceMemoryName": "memory_resource",
                  "resourceCoreName": "core_resource", "resourceName": "count_resource"}
+_SECTION_INTS = {"memoryFactor": "memory_unit"}  # hygon.memoryFactor multiplies memory asks
 
 
 def apply_device_config(table: VendorTable, doc: Any, source: str) -> VendorTable:
@@ -298,6 +299,7 @@ def apply_device_config(table: VendorTable, doc: Any, source: str) -> VendorTabl
         if not isinstance(sec, Mapping):
             continue
         changes = {attr: sec[k] for k, attr in _SECTION_KEYS.items() if isinstance(sec.get(k), str) and sec[k]}
+        changes.update({attr: sec[k] for k, attr in _SECTION_INTS.items() if type(sec.get(k)) is int and sec[k] >= 1})
         if changes:
             for v in table.vendors:
                 if v.family == family and v.hook != "nvidia":

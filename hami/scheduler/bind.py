@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from hami.device import codec
-from hami.device.allocation import allocated_devices
+from hami.device.allocation import allocated_devices, takes_node_lock
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.events import NORMAL, WARNING, EventRecorder
 from hami.kube.nodelock import NodeLocker, NodeLockError
@@ -77,7 +77,8 @@ class Binder:
                 devices = allocated_devices(annos, self.state.vendors)  # every vendor's devices
             except codec.CodecError:
                 devices = ()
-        uses_devices = bool(devices) and any(devices)
+        # Each vendor's LockNode: only those whose plugin releases hami.io/mutex.lock take it.
+        uses_devices = bool(devices) and any(devices) and takes_node_lock(devices, self.state.vendors)
         locked = False
         if uses_devices:
             err = await self._lock(node, ns, name, pod)

@@ -248,3 +248,18 @@ async def test_each_vendor_handshakes_under_its_own_key(env):
     mix["metadata"]["annotations"][key] = stale
     env.store.update("nodes", "", "mix", mix)
     await eventually(lambda: [d.vendor for d in state.index.node("mix").devices] == ["NVIDIA"])
+
+
+async def test_bind_takes_the_node_lock_only_for_vendors_whose_plugin_releases_it(env):
+    """HAMi's per-vendor LockNode: Ascend (like NVIDIA) locks hami.io/mutex.lock, its plugin
+    releases it; Cambricon's plugin only knows its own lock and Mthreads takes none, so binding them
+    must not leave hami.io/mutex.lock behind."""
+    mlu = env.create_pod(vendor_pod("lm", {"cambricon.com/mlu": "1", "cambricon.com/mlu.smlu.vcore": "10"}))
+    assert (await env.filter(mlu, ["mlu"]))["NodeNames"] == ["mlu"]
+    assert (await env.bind(env.pod("default", "lm"), "mlu"))["Error"] == ""
+    assert codec.NODE_LOCK_ANNOTATION not in (env.store.get("nodes", "", "mlu")["metadata"].get("annotations") or {})
+    npu = env.create_pod(vendor_pod("la", {f"huawei.com/{ASC}": "1"}))
+    assert (await env.filter(npu, ["asc"]))["NodeNames"] == ["asc"]
+    assert (await env.bind(env.pod("default", "la"), "asc"))["Error"] == ""
+    lock = env.store.get("nodes", "", "asc")["metadata"]["annotations"][codec.NODE_LOCK_ANNOTATION]
+    assert lock.endswith(",default,la")
