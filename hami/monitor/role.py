@@ -183,7 +183,8 @@ async def run(ctx: Any) -> None:
         site = web.TCPSite(runner, host, port)
         await site.start()
         bound = runner.addresses[0] if runner.addresses else (host, port)
-        ctx.shared.setdefault("monitor", {})[node or "*"] = {"address": f"{bound[0]}:{bound[1]}", "monitor": mon}
+        ctx.shared.setdefault("monitor", {})[node or "*"] = {"address": f"{bound[0]}:{bound[1]}", "monitor": mon,
+                                                             "informer": informer}
         tasks.append(asyncio.create_task(informer.run(ctx.stop), name="monitor:pod-informer"))
         tasks.append(asyncio.create_task(mon.housekeeping_loop(ctx.stop), name="monitor:housekeeping"))
         log.info("Monitor serving", address=f"{bound[0]}:{bound[1]}", node=node, cache_dir=cfg.cache_dir,

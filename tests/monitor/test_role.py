@@ -219,3 +219,24 @@ def test_monitor_is_unready_until_its_pod_cache_syncs(tmp_path):
     assert mon.health.reasons() == ["pods: initial list not done"]
     synced[0] = True
     assert mon.health.reasons() == []
+
+
+async def test_monitor_goes_unready_when_its_watch_breaks_and_ready_after_recovery(apiserver, tmp_path):
+    ctx, task, address, _ = await start(apiserver, tmp_path)
+    informer = ctx.shared["monitor"]["node-1"]["informer"]
+    informer.backoff_max, informer.unready_after = 0.2, 0.5  # the role's bound is 60 s
+    try:
+        assert await until(lambda: _ready(address, 200))
+        await apiserver.stop()
+        assert await until(lambda: _ready(address, 503))
+        status, _, body = await scrape(address, "/readyz")
+        assert status == 503 and body.startswith("monitor not ready:\n- pods: watch broken for "), body
+        assert (await scrape(address, "/healthz"))[:3:2] == (200, "ok\n")  # still alive
+        await apiserver.start()
+        assert await until(lambda: _ready(address, 200))
+    finally:
+        await stop(ctx, task)
+
+
+async def _ready(address, want: int) -> bool:
+    return (await scrape(address, "/readyz"))[0] == want
