@@ -319,6 +319,7 @@ async def run(ctx) -> None:
         if cfg.agent.health_bind_address:  # kubelet's probes: /healthz alive, /readyz serving
             runner, port = await serve_health(agent, cfg.agent.health_bind_address)
             ctx.shared.setdefault("node-agent-health", {})[node_name] = port
+        ctx.shared.setdefault("node-agent", {})[node_name] = agent
         try:
             await agent.run(ctx.stop, ctx.ready)
         finally:

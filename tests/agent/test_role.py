@@ -71,6 +71,29 @@ async def test_role_registers_with_kubelet_and_node_then_stops_cleanly():
             for path in ("/healthz", "/readyz"):
                 async with http.get(f"http://127.0.0.1:{port}{path}") as r:
                     assert (r.status, await r.text()) == (200, "ok\n"), path
+            # the node watch broken past its bound (60 s in the role, shortened here): unready, says why
+            agent = ctx.shared["node-agent"]["gpu-1"]
+            for inf in (agent.nodes, agent.pods):
+                inf.backoff_max, inf.unready_after = 0.2, 0.5
+            await client.close()
+            await server.stop()
+            text = ""
+            for _ in range(100):
+                async with http.get(f"http://127.0.0.1:{port}/readyz") as r:
+                    status, text = r.status, await r.text()
+                if status == 503 and "nodes: watch broken for" in text:
+                    break
+                await asyncio.sleep(0.05)
+            assert status == 503 and text.startswith("node-agent not ready:\n- nodes: watch broken for "), text
+            await server.start()
+            for _ in range(100):
+                async with http.get(f"http://127.0.0.1:{port}/readyz") as r:
+                    status = r.status
+                if status == 200:
+                    break
+                await asyncio.sleep(0.05)
+            assert status == 200
+            client = await KubeClient.from_settings(KubeSettings(kubeconfig=kubeconfig))
     finally:
         ctx.stop.set()
         await asyncio.wait_for(task, 20)
