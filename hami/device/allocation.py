@@ -99,6 +99,18 @@ def takes_node_lock(devices: PodDevices, table: VendorTable | None) -> bool:
     return False
 
 
+def own_node_locks(devices: PodDevices, table: VendorTable | None) -> tuple[str, ...]:
+    """The vendors' own node-lock annotations these devices need (Cambricon's
+    `cambricon.com/dsmlu.lock`), sorted (HAMi locks vendors in sorted order)."""
+    keys = set()
+    for ctr in devices:
+        for cd in ctr:
+            v = table.get(cd.type) if table is not None else None
+            if v is not None and v.node_lock_key and v.node_lock_key != codec.NODE_LOCK_ANNOTATION:
+                keys.add(v.node_lock_key)
+    return tuple(sorted(keys))
+
+
 def allocated_devices(annotations: Mapping[str, str], table: VendorTable | None) -> PodDevices:
     """Every vendor's `allocated` annotation of a pod, merged per container (NVIDIA's first).
     Raises CodecError naming the key of a string that does not decode."""

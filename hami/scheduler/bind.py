@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from hami.device import codec
-from hami.device.allocation import allocated_devices, takes_node_lock
+from hami.device.allocation import allocated_devices, own_node_locks, takes_node_lock
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.events import NORMAL, WARNING, EventRecorder
 from hami.kube.nodelock import NodeLocker, NodeLockError
@@ -25,6 +25,9 @@ from hami.scheduler.state import VGPU_NODE, ClusterState
 from hami.scheduler.usage import collapse_usage
 
 log = get_logger(__name__)
+
+# Cambricon's LockNode: a lock younger than this refuses the bind (pkg/device/cambricon).
+OWN_LOCK_EXPIRE_S = 120.0
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 
@@ -86,6 +89,15 @@ class Binder:
                 return self._fail(ref, err)
             locked = True
             log.v(5).info("Node locked", pod=f"{ns}/{name}", node=node)
+        own = own_node_locks(devices, self.state.vendors) if devices else ()
+        for i, key in enumerate(own):
+            err = await self._own_lock(node, key)
+            if err:
+                for taken in own[:i]:
+                    await self._own_release(node, taken)
+                if locked:
+                    await self._release(node, ns, name)
+                return self._fail(ref, err)
         try:
             marked = await self.client.patch_pod(ns, name, {"metadata": {"annotations": {
                 codec.BIND_PHASE_ANNOTATION: "allocating",
@@ -102,6 +114,8 @@ class Binder:
         except ApiError as exc:
             if locked:
                 await self._release(node, ns, name)
+            for key in own:
+                await self._own_release(node, key)
             return self._fail(ref, str(exc))
         self.events.record(ref, NORMAL, messages.BINDING_SUCCEED, messages.binding_succeed_message(node, ns, name))
         log.v(2).info("Bound pod", pod=f"{ns}/{name}", node=node)
@@ -118,6 +132,33 @@ class Binder:
                 if loop.time() >= deadline:
                     return str(exc)
             await asyncio.sleep(0.1)
+
+    async def _own_lock(self, node: str, key: str) -> str:
+        """A vendor's own node lock (Cambricon `cambricon.com/dsmlu.lock`: RFC3339 of the lock
+        time, no owner, 2 minutes), set with the cached resourceVersion as precondition."""
+        obj = self.state.node(node) or {}
+        meta = obj.get("metadata") or {}
+        value = (meta.get("annotations") or {}).get(key)
+        now = self.clock()
+        if value is not None:
+            try:
+                held = codec.parse_rfc3339(value, field=key)
+            except codec.CodecError as exc:
+                return str(exc)
+            if now - held <= OWN_LOCK_EXPIRE_S:
+                return f"node {node} has been locked within 2 minutes"
+        try:
+            await self.client.patch_node(node, {"metadata": {"annotations": {key: codec.format_rfc3339(now)},
+                                                             "resourceVersion": meta.get("resourceVersion", "")}})
+        except ApiError as exc:
+            return f"setNodeLock exceeds retry count 5: {exc}"
+        return ""
+
+    async def _own_release(self, node: str, key: str) -> None:
+        try:
+            await self.client.patch_node(node, {"metadata": {"annotations": {key: None}}})
+        except ApiError as exc:
+            log.warning("Vendor node lock release failed", node=node, key=key, error=str(exc))
 
     async def _release(self, node: str, ns: str, name: str) -> None:
         try:

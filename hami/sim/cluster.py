@@ -499,7 +499,9 @@ class EmbeddedCluster:
             await self._create_scheduler_objects(client)
             for ni, name in enumerate(self.names, start=1):
                 if shapes[ni - 1][0] == []:  # no NVIDIA GPU: the vendor's plugin, not our agent
-                    vrunner = VendorPodRunner(client, name)
+                    own = tuple(sorted({v.node_lock_key for v, _, _ in shapes[ni - 1][1]
+                                        if v.node_lock_key and v.node_lock_key != "hami.io/mutex.lock"}))
+                    vrunner = VendorPodRunner(client, name, own_locks=own)
                     tasks.append(asyncio.create_task(vrunner.run(stop), name=f"vendor-kubelet-{name}"))
                     continue
                 socket_dir = os.path.join(self.paths["nodes_dir"], str(ni))  # short: unix paths <= 107 bytes

@@ -77,10 +77,12 @@ def vendor_registration(node: str, node_index: int, shapes: Sequence[tuple[Vendo
 class VendorPodRunner:
     """The kubelet + vendor device plugin of a node without NVIDIA GPUs: bound pods start."""
 
-    def __init__(self, client: KubeClient, node: str, lock_key: str = codec.NODE_LOCK_ANNOTATION):
+    def __init__(self, client: KubeClient, node: str, lock_key: str = codec.NODE_LOCK_ANNOTATION,
+                 own_locks: tuple[str, ...] = ()):
         self.client = client
         self.node = node
         self.lock_key = lock_key
+        self.own_locks = own_locks  # vendors' own lock annotations (Cambricon's), released after start
         self.started: set[str] = set()
         self._queue: asyncio.Queue[dict] = asyncio.Queue()
         self.pods = Informer(client, "pods", field_selector=f"spec.nodeName={node}", handler=self._on_pod)
@@ -132,7 +134,10 @@ class VendorPodRunner:
 
     async def _release_lock(self, ns: str, name: str) -> None:
         node = await self.client.get_node(self.node)
-        value = ((node.get("metadata") or {}).get("annotations") or {}).get(self.lock_key)
-        if value is None or not value.endswith(codec.node_lock_owner_suffix(ns, name)):
-            return
-        await self.client.patch_node(self.node, {"metadata": {"annotations": {self.lock_key: None}}})
+        annos = (node.get("metadata") or {}).get("annotations") or {}
+        drop = {k: None for k in self.own_locks if k in annos}
+        value = annos.get(self.lock_key)
+        if value is not None and value.endswith(codec.node_lock_owner_suffix(ns, name)):
+            drop[self.lock_key] = None
+        if drop:
+            await self.client.patch_node(self.node, {"metadata": {"annotations": drop}})

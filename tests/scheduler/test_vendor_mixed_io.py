@@ -250,14 +250,32 @@ async def test_each_vendor_handshakes_under_its_own_key(env):
     await eventually(lambda: [d.vendor for d in state.index.node("mix").devices] == ["NVIDIA"])
 
 
-async def test_bind_takes_the_node_lock_only_for_vendors_whose_plugin_releases_it(env):
+async def test_bind_takes_each_vendors_own_node_lock(env):
     """HAMi's per-vendor LockNode: Ascend (like NVIDIA) locks hami.io/mutex.lock, its plugin
-    releases it; Cambricon's plugin only knows its own lock and Mthreads takes none, so binding them
-    must not leave hami.io/mutex.lock behind."""
+    releases it; Cambricon locks `cambricon.com/dsmlu.lock` (RFC3339, 2 minutes, its plugin
+    releases it) and never hami.io/mutex.lock; a second MLU bind within 2 minutes is refused with
+    HAMi's text, an expired lock is taken over."""
+    def annos(name):
+        return env.store.get("nodes", "", name)["metadata"].get("annotations") or {}
+
     mlu = env.create_pod(vendor_pod("lm", {"cambricon.com/mlu": "1", "cambricon.com/mlu.smlu.vcore": "10"}))
     assert (await env.filter(mlu, ["mlu"]))["NodeNames"] == ["mlu"]
     assert (await env.bind(env.pod("default", "lm"), "mlu"))["Error"] == ""
-    assert codec.NODE_LOCK_ANNOTATION not in (env.store.get("nodes", "", "mlu")["metadata"].get("annotations") or {})
+    assert codec.NODE_LOCK_ANNOTATION not in annos("mlu")
+    taken = codec.parse_rfc3339(annos("mlu")["cambricon.com/dsmlu.lock"])
+    assert abs(taken - time.time()) < 5
+    state = env.sched.state
+    await eventually(lambda: "cambricon.com/dsmlu.lock" in (state.node("mlu")["metadata"].get("annotations") or {}))
+    again = env.create_pod(vendor_pod("lm2", {"cambricon.com/mlu": "1", "cambricon.com/mlu.smlu.vcore": "10"}))
+    assert (await env.filter(again, ["mlu"]))["NodeNames"] == ["mlu"]
+    assert (await env.bind(env.pod("default", "lm2"), "mlu"))["Error"] == "node mlu has been locked within 2 minutes"
+    node = env.store.get("nodes", "", "mlu")
+    node["metadata"]["annotations"]["cambricon.com/dsmlu.lock"] = codec.format_rfc3339(time.time() - 3600)
+    env.store.update("nodes", "", "mlu", node)
+    await eventually(lambda: codec.parse_rfc3339(
+        state.node("mlu")["metadata"]["annotations"]["cambricon.com/dsmlu.lock"]) < time.time() - 3000)
+    assert (await env.bind(env.pod("default", "lm2"), "mlu"))["Error"] == ""
+    assert codec.parse_rfc3339(annos("mlu")["cambricon.com/dsmlu.lock"]) > time.time() - 5
     npu = env.create_pod(vendor_pod("la", {f"huawei.com/{ASC}": "1"}))
     assert (await env.filter(npu, ["asc"]))["NodeNames"] == ["asc"]
     assert (await env.bind(env.pod("default", "la"), "asc"))["Error"] == ""

@@ -56,19 +56,21 @@ async def test_vendor_node_runs_bound_pods_and_releases_the_lock(apiserver):
     store = apiserver.store
     node = node_obj("npu-1", 0, registered=False)
     node["metadata"]["annotations"][codec.NODE_LOCK_ANNOTATION] = "2026-11-25T03:00:00Z,default,p"
+    node["metadata"]["annotations"]["cambricon.com/dsmlu.lock"] = "2026-11-25T03:00:00Z"
     store.create("nodes", "", node)
     pod = pod_obj("p", gpus=0)
     pod["spec"]["nodeName"] = "npu-1"
     store.create("pods", "default", pod)
     client = await client_for(apiserver.kubeconfig)
     stop = asyncio.Event()
-    runner = VendorPodRunner(client, "npu-1")
+    runner = VendorPodRunner(client, "npu-1", own_locks=("cambricon.com/dsmlu.lock",))
     task = asyncio.create_task(runner.run(stop))
     try:
         await eventually(lambda: (store.get("pods", "default", "p").get("status") or {}).get("phase") == "Running")
         p = store.get("pods", "default", "p")
         assert p["metadata"]["annotations"][codec.BIND_PHASE_ANNOTATION] == "success"
-        assert codec.NODE_LOCK_ANNOTATION not in store.get("nodes", "", "npu-1")["metadata"].get("annotations", {})
+        left = store.get("nodes", "", "npu-1")["metadata"].get("annotations", {})
+        assert codec.NODE_LOCK_ANNOTATION not in left and "cambricon.com/dsmlu.lock" not in left
     finally:
         stop.set()
         await task
