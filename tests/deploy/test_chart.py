@@ -77,7 +77,8 @@ def test_prod_renders_the_prometheus_operator_objects_with_required_fields():
 def test_defaults_leave_out_objects_that_need_operator_crds():
     kinds = {d["kind"] for d in rendered("default")}
     assert not kinds & CRD_KINDS
-    assert {"Deployment", "DaemonSet", "MutatingWebhookConfiguration", "Secret", "Service"} <= kinds
+    assert {"Deployment", "DaemonSet", "MutatingWebhookConfiguration", "Job", "Service"} <= kinds
+    assert "Secret" not in kinds  # the certgen Job makes the TLS Secret in the cluster (issue 14)
 
 
 # --------------------------------------------------------------------------- scheduler

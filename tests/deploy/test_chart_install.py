@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,30 @@ def test_examples_cover_the_common_requests_and_validate():
         assert req.nums == 1 and req.coresreq == 100
     for req, anns in seen["card-by-type.yaml"]:
         assert req.nums == 1 and anns.get("nvidia.com/use-gputype") == "A100"
+
+
+def test_webhook_certificate_is_stable_across_renders():
+    first, second = objects(), objects()  # two independent renders, as `helm template` and GitOps make them
+    assert yaml.safe_dump_all(first) == yaml.safe_dump_all(second)
+    dev = yaml.safe_load((ROOT / "deploy" / "helm" / "hami" / "ci" / "dev-values.yaml").read_text())
+    assert yaml.safe_dump_all(objects(dev)) == yaml.safe_dump_all(objects(dev))  # cert-manager mode too
+    (wh,) = one(first, "MutatingWebhookConfiguration")["webhooks"]
+    assert "caBundle" not in wh["clientConfig"]  # patched in by the post-install Job
+    create = one(first, "Job", "hami-scheduler-certgen-create")
+    patch = one(first, "Job", "hami-scheduler-certgen-patch")
+    assert create["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert patch["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    (c,) = create["spec"]["template"]["spec"]["containers"]
+    assert re.fullmatch(r"registry\.k8s\.io/ingress-nginx/kube-webhook-certgen:v\d+\.\d+\.\d+", c["image"])
+    hosts = next(a for a in c["args"] if a.startswith("--host=")).removeprefix("--host=").split(",")
+    assert {"127.0.0.1", "hami-scheduler.hami-system.svc"} <= set(hosts)
+    assert {"--secret-name=hami-scheduler-tls", "--cert-name=tls.crt", "--key-name=tls.key",
+            "--ca-name=ca.crt"} <= set(c["args"])
+    (p,) = patch["spec"]["template"]["spec"]["containers"]
+    assert "--webhook-name=hami-scheduler-webhook" in p["args"] and "--secret-name=hami-scheduler-tls" in p["args"]
+    vols = one(first, "Deployment", "hami-scheduler")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "tls", "secret": {"secretName": "hami-scheduler-tls", "defaultMode": 0o440}} in vols
+    # why Helm's own generator is opt-in: each render without the cluster makes a new CA
+    helm_mode = {"scheduler": {"tls": {"generator": "helm"}}}
+    cas = {one(objects(helm_mode), "Secret", "hami-scheduler-tls")["data"]["ca.crt"] for _ in range(2)}
+    assert len(cas) == 2

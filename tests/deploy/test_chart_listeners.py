@@ -16,7 +16,7 @@ import orjson
 from hami.cli.main import _role_parser
 from hami.config import build_config, replace
 from hami.scheduler.role import start_scheduler
-from tests.deploy.chart import container, one, rendered
+from tests.deploy.chart import container, objects, one, rendered
 from tests.kube.helpers import pod_obj
 
 PORT = re.compile(r":\d+$")
@@ -24,7 +24,8 @@ PORT = re.compile(r":\d+$")
 
 def _chart_scheduler_config(tmp_path, kubeconfig: str):
     docs = rendered("default")
-    secret = one(docs, "Secret", "hami-scheduler-tls")
+    # the TLS Secret as the certgen Job makes it in a cluster; rendered here with Helm's generator
+    secret = one(objects({"scheduler": {"tls": {"generator": "helm"}}}), "Secret", "hami-scheduler-tls")
     for key in ("ca.crt", "tls.crt", "tls.key"):
         (tmp_path / key).write_bytes(base64.b64decode(secret["data"][key]))
     device = one(docs, "ConfigMap", "hami-scheduler-device")["data"]["device-config.yaml"]

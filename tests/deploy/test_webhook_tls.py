@@ -19,6 +19,9 @@ import yaml
 
 from tests.deploy.chart import NAMESPACE, container, find, objects, one, rendered
 
+# tls.generator=helm: Helm's genCA at render time (opt-in; the default is the certgen Job)
+HELM_TLS = {"scheduler": {"tls": {"generator": "helm"}}}
+
 
 def _webhook(docs):
     (wh,) = one(docs, "MutatingWebhookConfiguration")["webhooks"]
@@ -71,7 +74,7 @@ def test_webhook_can_be_switched_off_but_tls_stays():
     docs = objects({"scheduler": {"admissionWebhook": {"enabled": False}}})
     assert not find(docs, "MutatingWebhookConfiguration")
     assert "--cert_file=/tls/tls.crt" in container(docs, "Deployment", "hami-scheduler")["command"]
-    assert find(docs, "Secret", "hami-scheduler-tls")
+    assert find(docs, "Job", "hami-scheduler-certgen-create")  # the Secret is still made
 
 
 def _server_context(secret: dict) -> ssl.SSLContext:
@@ -113,7 +116,7 @@ async def _handshake(secret: dict, ca_pem: bytes, server_hostname: str) -> bytes
 @pytest.mark.parametrize("hostname", ["127.0.0.1", "hami-scheduler.hami-system.svc",
                                       "hami-scheduler.hami-system.svc.cluster.local"])
 async def test_generated_certificate_verifies_against_the_webhook_ca_bundle(hostname):
-    docs = rendered("default")
+    docs = objects(HELM_TLS)
     secret = one(docs, "Secret", "hami-scheduler-tls")
     assert secret["type"] == "kubernetes.io/tls"
     ca_bundle = base64.b64decode(_webhook(docs)["clientConfig"]["caBundle"])
@@ -122,12 +125,12 @@ async def test_generated_certificate_verifies_against_the_webhook_ca_bundle(host
 
 
 async def test_certificate_is_refused_for_another_name_and_another_ca():
-    docs = rendered("default")
+    docs = objects(HELM_TLS)
     secret = one(docs, "Secret", "hami-scheduler-tls")
     ca = base64.b64decode(secret["data"]["ca.crt"])
     with pytest.raises(ssl.SSLCertVerificationError):
         await _handshake(secret, ca, "evil.example.com")
-    other_ca = base64.b64decode(one(objects(), "Secret", "hami-scheduler-tls")["data"]["ca.crt"])
+    other_ca = base64.b64decode(one(objects(HELM_TLS), "Secret", "hami-scheduler-tls")["data"]["ca.crt"])
     assert other_ca != ca  # a fresh render makes a fresh CA
     with pytest.raises(ssl.SSLCertVerificationError):
         await _handshake(secret, other_ca, "127.0.0.1")
