@@ -1,4 +1,12 @@
-"""/bind (spec scheduler.md §3.3): node lock, bind-phase=allocating, POST pods/<name>/binding.
+"""/bind (spec scheduler.md §3.3): node lock, one pod patch, POST pods/<name>/binding: three writes.
+
+The one pod patch carries the placement /filter decided (held in memory, `Assumed.annotations`:
+vgpu-node, vgpu-time, devices-to-allocate, devices-allocated, MIG) together with
+bind-phase=allocating and bind-time, so HAMi's device plugin finds all of it at Allocate and a
+replica dying between /filter and /bind leaves nothing behind. A /bind without this replica's
+decision (the other replica filtered) places the pod on the node from the cache (`place`).
+A node locked by another pod's allocation is waited for (up to `lock_queue` seconds, watching
+the node) instead of failing the bind into kube-scheduler's back-off; the wait costs no write.
 
 No API reads: the pod and node come from the informers (or from what /filter decided).
 Two replicas stay correct: after taking the node lock (a compare-and-swap), the binder waits
@@ -36,6 +44,10 @@ def _annos(obj: dict | None) -> dict:
     return ((obj or {}).get("metadata") or {}).get("annotations") or {}
 
 
+def _lock_value(node: dict | None) -> str:
+    return _annos(node).get(codec.NODE_LOCK_ANNOTATION, "")
+
+
 def _in_pod_group(pod: dict | None) -> bool:
     if pod is None:
         return False
@@ -44,9 +56,15 @@ def _in_pod_group(pod: dict | None) -> bool:
     return bool(((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName"))
 
 
+# How long a /bind waits for another pod's node lock before failing (pod groups: retry_timeout).
+# Well inside kube-scheduler's extender HTTP timeout; one Allocate holds a lock ~0.2-1 s.
+LOCK_QUEUE_SECONDS = 10.0
+
+
 class Binder:
     def __init__(self, client: KubeClient, state: ClusterState, locker: NodeLocker, events: EventRecorder, *,
-                 retry_timeout: float = 28.0, catch_up: float = 1.0, clock: Callable[[], float] = time.time):
+                 retry_timeout: float = 28.0, catch_up: float = 1.0, clock: Callable[[], float] = time.time,
+                 lock_queue: float = LOCK_QUEUE_SECONDS):
         self.client = client
         self.state = state
         self.locker = locker
@@ -54,7 +72,13 @@ class Binder:
         self.retry_timeout = retry_timeout
         self.catch_up = catch_up
         self.clock = clock
+        self.lock_queue = lock_queue
         self.overcommit_refusals = 0
+        self.refits = 0
+        # node -> binds of ours in flight there (the filter avoids these nodes like locked ones)
+        self.in_flight: dict[str, int] = {}
+        # Fit a pod on a node from the cache (Extender.place_on); None = no placement at bind.
+        self.place: Callable[[dict, str], object | None] | None = None
 
     def _fail(self, ref, msg: str) -> str:
         self.events.record(ref, WARNING, messages.BINDING_FAILED, msg)
@@ -73,13 +97,35 @@ class Binder:
             return self._fail(ref, f'pods "{name}" not found')
         if self.state.node(node) is None:
             return self._fail(ref, f'nodes "{node}" not found')
+        self.in_flight[node] = self.in_flight.get(node, 0) + 1
+        try:
+            return await self._bind(ns, name, node, ref, pod, assumed)
+        finally:
+            left = self.in_flight.get(node, 1) - 1
+            if left > 0:
+                self.in_flight[node] = left
+            else:
+                self.in_flight.pop(node, None)
+
+    def _placement(self, node: str, pod: dict | None, assumed) -> tuple[tuple, dict]:
+        """(devices, annotations to write) for this bind: this replica's /filter decision, else a
+        placement already on the pod (HAMi's flow), else a fit on the node now."""
+        if assumed is not None and assumed.node == node:
+            return assumed.devices, dict(assumed.annotations or {})
         annos = _annos(pod)
-        devices = assumed.devices if assumed is not None and assumed.node == node else None
-        if devices is None and annos.get(VGPU_NODE) == node:
+        if annos.get(VGPU_NODE) == node:
             try:
-                devices = allocated_devices(annos, self.state.vendors)  # every vendor's devices
+                return allocated_devices(annos, self.state.vendors), {}  # every vendor's devices
             except codec.CodecError:
-                devices = ()
+                return (), {}
+        if pod is not None and self.place is not None:
+            placed = self.place(pod, node)
+            if placed is not None:
+                return placed.devices, dict(placed.annotations or {})
+        return (), {}
+
+    async def _bind(self, ns: str, name: str, node: str, ref, pod: dict | None, assumed) -> str:
+        devices, placement = self._placement(node, pod, assumed)
         # Each vendor's LockNode: only those whose plugin releases hami.io/mutex.lock take it.
         uses_devices = bool(devices) and any(devices) and takes_node_lock(devices, self.state.vendors)
         locked = False
@@ -99,14 +145,25 @@ class Binder:
                     await self._release(node, ns, name)
                 return self._fail(ref, err)
         try:
-            marked = await self.client.patch_pod(ns, name, {"metadata": {"annotations": {
-                codec.BIND_PHASE_ANNOTATION: "allocating",
-                codec.BIND_TIME_ANNOTATION: codec.encode_unix_seconds(self.clock()),
-            }}})
+            marks = {**placement, codec.BIND_PHASE_ANNOTATION: "allocating",
+                     codec.BIND_TIME_ANNOTATION: codec.encode_unix_seconds(self.clock())}
+            patch: dict = {"metadata": {"annotations": marks}}
+            if placement:
+                patch["metadata"]["labels"] = {VGPU_NODE: node}
+            marked = await self.client.patch_pod(ns, name, patch)
             if locked:
                 err = await self._check_fit(node, ref, devices, pod, marked)
+                if err and pod is not None and self.place is not None:
+                    # Taken by a concurrent placement (another replica): re-fit on this node,
+                    # under the lock, with the cache that now holds every committed pod.
+                    placed = self.place(pod, node)
+                    if placed is not None and await self._check_fit(node, ref, placed.devices, pod, None) == "":
+                        self.refits += 1
+                        await self.client.patch_pod(ns, name, {"metadata": {
+                            "annotations": dict(placed.annotations or {}), "labels": {VGPU_NODE: node}}})
+                        err = ""
                 if err:
-                    await self._unmark(ns, name)
+                    await self._unmark(ns, name, placement)
                     await self._release(node, ns, name)
                     return self._fail(ref, err)
             log.v(5).info("Pod marked allocating", pod=f"{ns}/{name}", node=node, checked=locked)
@@ -122,16 +179,23 @@ class Binder:
         return ""
 
     async def _lock(self, node: str, ns: str, name: str, pod: dict | None) -> str:
+        """Take the node lock, queueing behind another pod's lock (watching the node, no write)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + (self.retry_timeout if _in_pod_group(pod) else 0.0)
+        deadline = loop.time() + max(self.lock_queue, self.retry_timeout if _in_pod_group(pod) else 0.0)
+        nodes = self.locker.nodes
         while True:
             try:
                 await self.locker.lock(node, ns, name)
                 return ""
             except NodeLockError as exc:
-                if loop.time() >= deadline:
+                left = deadline - loop.time()
+                if left <= 0:
                     return str(exc)
-            await asyncio.sleep(0.1)
+                held = _lock_value(nodes.store.get(node))
+                if not held:
+                    return str(exc)  # not contention (the API refused the write): fail at once
+                # Wake when the holder releases (or anything about the node changes).
+                await nodes.wait_for(lambda held=held: _lock_value(nodes.store.get(node)) != held, min(left, 1.0))
 
     async def _own_lock(self, node: str, key: str) -> str:
         """A vendor's own node lock (Cambricon `cambricon.com/dsmlu.lock`: RFC3339 of the lock
@@ -166,10 +230,15 @@ class Binder:
         except NodeLockError as exc:
             log.warning("Node lock release failed", node=node, pod=f"{ns}/{name}", error=str(exc))
 
-    async def _unmark(self, ns: str, name: str) -> None:
+    async def _unmark(self, ns: str, name: str, placement: dict | None = None) -> None:
+        """Take back what this bind wrote (bind-phase and, if it wrote them, the placement)."""
+        annos = dict.fromkeys(placement or ())
+        annos.update({codec.BIND_PHASE_ANNOTATION: None, codec.BIND_TIME_ANNOTATION: None})
+        patch: dict = {"metadata": {"annotations": annos}}
+        if placement:
+            patch["metadata"]["labels"] = {VGPU_NODE: None}
         try:
-            await self.client.patch_pod(ns, name, {"metadata": {"annotations": {
-                codec.BIND_PHASE_ANNOTATION: None, codec.BIND_TIME_ANNOTATION: None}}})
+            await self.client.patch_pod(ns, name, patch)
         except ApiError as exc:
             log.warning("Could not clear bind-phase", pod=f"{ns}/{name}", error=str(exc))
 

@@ -61,15 +61,22 @@ class BadRequest(ValueError):
     pass
 
 
+# A decision /filter holds in memory and /bind has not written after this long is dropped (the
+# pod was deleted, or kube-scheduler bound it elsewhere); it never reached the API server.
+ASSUME_TTL = 60.0
+
+
 @dataclass(frozen=True, slots=True)
 class Assumed:
-    """What /filter decided for a pod, for /bind (node, devices) without reading the API."""
+    """What /filter decided for a pod, for /bind (node, devices, the annotations to write) without
+    reading the API. Held only in this replica until /bind writes it in one patch."""
 
     node: str
     namespace: str
     name: str
     devices: tuple
     at: float
+    annotations: dict | None = None  # placement annotations (vgpu-node, devices, MIG); None = written at filter
 
 
 def _lower_keys(doc: Any) -> dict:
@@ -156,6 +163,13 @@ class Extender:
         self.requests_fn = requests_fn
         self.clock = clock
         self.assumed: dict[str, Assumed] = {}
+        # HAMi's flow patches the placement at /filter (one more write per pod, a round trip before
+        # answering, and annotations left behind by a replica that dies before /bind). Ours holds
+        # it here and /bind writes it with bind-phase in one patch, re-checking the fit under the lock.
+        self.write_at_filter = False
+        # Send pods away from nodes mid-allocation (locked) when another node fits.
+        self.avoid_locked = True
+        self._swept = 0.0
         self._decoded: dict[str, tuple] = {}  # register text -> devices (full-Nodes mode)
         self.filters = 0
         self.patch_failures = 0
@@ -227,8 +241,19 @@ class Extender:
         if isinstance(preq, str):  # HAMi records the calcScore error as a FilteringFailed event too
             self.events.record(pod, WARNING, messages.FILTERING_FAILED, preq)
             return {"Error": preq}
+        candidates = node_names
+        if self.avoid_locked and not self.cfg.extender_prioritize:  # prioritize: kube-scheduler picks
+            busy = self._busy_nodes()
+            if busy:
+                free = [n for n in node_names if n not in busy]
+                if len(free) < len(node_names):
+                    sel = scoremod.select_node(index.nodes, free, preq) if free else None
+                    if sel is not None and sel.node is not None:
+                        candidates = free  # another node fits: leave the locked ones to their pods
         verbose = log.enabled(2)
-        if verbose or self.cfg.extender_prioritize or len(node_names) <= FULL_EVALUATION_MAX_NODES:
+        if candidates is not node_names:
+            fit_scores = [(sel.node, sel.score)]
+        elif verbose or self.cfg.extender_prioritize or len(node_names) <= FULL_EVALUATION_MAX_NODES:
             # HAMi fits every node; its FilteringSucceed text counts them all. Small candidate lists
             # cost little, so they get HAMi's exact message; big ones stop at the first fit (below).
             fits, failed = scoremod.evaluate_nodes(index.nodes, node_names, preq)
@@ -263,8 +288,10 @@ class Extender:
         # Count the pod before answering, so a concurrent filter sees these devices as taken.
         index.add_pod(uid, node, sel.devices, namespace=ns, num_init=num_init,
                       mig=tuple((u, pl) for _, _, u, _, pl in sel.mig))
-        self.assumed[uid] = Assumed(node, ns, name, sel.devices, now)
-        if self.client is not None:
+        self._sweep_assumed(now)
+        self.assumed[uid] = Assumed(node, ns, name, sel.devices, now,
+                                    None if self.write_at_filter else annotations)
+        if self.client is not None and self.write_at_filter:
             patch = {"metadata": {"annotations": annotations, "labels": {VGPU_NODE: node}}}
             try:
                 await self.client.patch_pod(ns, name, patch)
@@ -282,6 +309,61 @@ class Extender:
         if self.cfg.extender_prioritize:  # every fitting node, best first: kube-scheduler's scoring picks
             return {"NodeNames": [n for n, _ in fit_scores], "FailedNodes": sel.failed_nodes or None, "Error": ""}
         return {"NodeNames": [node], "FailedNodes": None, "Error": ""}
+
+    def _busy_nodes(self) -> set[str] | frozenset[str]:
+        """Nodes mid-allocation: locked (seen by the node watch) or with a /bind of ours in flight."""
+        inflight = getattr(self.binder, "in_flight", None)
+        if not inflight:
+            return self.state.locked
+        return self.state.locked | inflight.keys()
+
+    def _sweep_assumed(self, now: float) -> None:
+        """Forget decisions /bind never wrote (at most every few seconds; O(held decisions))."""
+        if now - self._swept < 5.0:
+            return
+        self._swept = now
+        for uid, a in list(self.assumed.items()):
+            if now - a.at > ASSUME_TTL and a.annotations is not None:
+                cached = self.state.pod(a.namespace, a.name)
+                if VGPU_NODE not in (((cached or {}).get("metadata") or {}).get("annotations") or {}):
+                    self.state.index.remove_pod(uid)
+                del self.assumed[uid]
+
+    def place_on(self, pod: dict, node: str) -> Assumed | None:
+        """Fit `pod` on `node` now, from this replica's cache (a /bind without this replica's
+        /filter decision, or one whose devices were taken meanwhile); None when it does not fit."""
+        meta = pod.get("metadata") or {}
+        ns, name = meta.get("namespace") or "default", meta.get("name", "")
+        uid = meta.get("uid") or f"{ns}/{name}"
+        try:
+            requests, num_init = self.requests_fn(pod)
+        except ValueError:
+            return None
+        index = self.state.index
+        held = index.pod(uid)
+        index.remove_pod(uid)
+        try:
+            preq = self._pod_request(requests, num_init, meta.get("annotations") or {}, ns, name, index)
+            if isinstance(preq, str):
+                return None
+            fits, _failed = scoremod.evaluate_nodes(index.nodes, [node], preq)
+        finally:
+            if held is not None:
+                index.add_pod(uid, held.node, held.devices, namespace=held.namespace, num_init=held.num_init,
+                              init_released=held.init_released, mig=held.mig)
+        if not fits:
+            return None
+        best = fits[0]
+        now = self.clock()
+        annotations = {VGPU_NODE: node, codec.VGPU_TIME_ANNOTATION: codec.encode_unix_seconds(now),
+                       **allocation_annotations(best.devices, self.config.vendors, now, node)}
+        if best.mig:
+            annotations[codec.MIG_ALLOCATIONS_ANNOTATION] = codec.encode_mig_allocations(
+                codec.MigAllocation(c, d, u, p, pl) for c, d, u, p, pl in best.mig)
+        index.remove_pod(uid)
+        index.add_pod(uid, node, best.devices, namespace=ns, num_init=num_init,
+                      mig=tuple((u, pl) for _, _, u, _, pl in best.mig))
+        return Assumed(node, ns, name, best.devices, now, annotations)
 
     def _pod_request(self, requests, num_init, annos, ns: str, name: str,
                      index: UsageIndex) -> fitmod.PodRequest | str:

@@ -259,6 +259,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
                    binder=binder, webhook=webhook, clock=clock)
     ext.on_no_fit = waker.note_failure
     ext.verbs = ExtraVerbs(ext, pdbs)
+    binder.place = ext.place_on  # a /bind without this replica's /filter decision fits the pod itself
     s = Scheduler(config, client, state, events, ext, binder, locker, handshaker, metrics, leader, waker, pdbs)
     state.on_handshake_write = s.queue_handshake
     if leader is not None:

@@ -70,6 +70,9 @@ class ClusterState:
                     handshake_key=v.handshake_key)
         self.registered: dict[str, NodeDevices] = {}  # node -> decoded registration (all HAMi nodes)
         self.usable: set[str] = set()
+        # Nodes whose `hami.io/mutex.lock` is set: mid-allocation, so /filter sends a pod elsewhere
+        # when another node fits (no funnel into a locked node).
+        self.locked: set[str] = set()
         self.pod_keys: dict[str, str] = {}  # "ns/name" -> uid of counted pods
         self.uid_keys: dict[str, str] = {}  # uid -> "ns/name"
         self.on_handshake_write: Callable[[dict, object], None] | None = None
@@ -177,6 +180,7 @@ class ClusterState:
             name = ((old or {}).get("metadata") or {}).get("name", "")
             self.registered.pop(name, None)
             self.usable.discard(name)
+            self.locked.discard(name)
             self.index.remove_node(name)
             self.handshaker.forget(name)
             for hs in self.vendor_handshakers.values():
@@ -189,6 +193,10 @@ class ClusterState:
         meta = node.get("metadata") or {}
         name = meta.get("name", "")
         annos = meta.get("annotations") or {}
+        if annos.get(codec.NODE_LOCK_ANNOTATION):
+            self.locked.add(name)
+        else:
+            self.locked.discard(name)
         text = annos.get(REGISTER_KEY)
         extra = ""
         if self.vendors is not None and self.vendors.others:
@@ -238,6 +246,7 @@ class ClusterState:
             self.usable.add(name)
         elif name in self.usable or existing is not None:
             self.usable.discard(name)
+            self.locked.discard(name)
             self.index.remove_node(name)
             log.info("Node devices not usable", node=name,
                      reason=dec.error or ("no devices" if not dec.devices else "handshake"))

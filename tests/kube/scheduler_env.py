@@ -44,6 +44,15 @@ class Env:
     def pod(self, ns: str, name: str) -> dict:
         return self.store.get("pods", ns, name)
 
+    def placement(self, ns: str, name: str) -> dict:
+        """The pod's annotations with what /filter decided and holds until /bind writes it."""
+        stored = self.store.get("pods", ns, name)
+        annos = dict(stored["metadata"].get("annotations") or {})
+        held = self.sched.extender.assumed.get(stored["metadata"].get("uid", ""))
+        if held is not None and held.annotations:
+            annos.update(held.annotations)
+        return annos
+
     def api_reads(self) -> int:
         return self.client.total_requests(verb="get") + self.client.total_requests(verb="list")
 

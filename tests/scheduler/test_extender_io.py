@@ -17,6 +17,9 @@ from hami.device import codec
 from hami.scheduler.role import start_scheduler
 from tests.kube.helpers import config_for, eventually, node_obj, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env, start_env, stop_env
+from tests.scheduler.test_bind_io import plugin_allocate
+
+LOCK = codec.NODE_LOCK_ANNOTATION
 
 
 @pytest.fixture
@@ -25,25 +28,59 @@ async def env(apiserver):
         yield e
 
 
-async def test_filter_chooses_a_node_and_writes_one_patch(env):
+async def test_filter_chooses_a_node_without_any_api_round_trip(env):
     pod = env.create_pod(pod_obj("p1", mem=1000, cores=10))
     reads = env.api_reads()
-    patches = env.client.total_requests(verb="patch", resource="pods")
+    writes = sum(env.client.lane_stats[lane].writes for lane in ("critical", "background"))
     out = await env.filter(pod, ["n0", "n1", "n2"])
     assert out["Error"] == "" and out["FailedNodes"] is None and len(out["NodeNames"]) == 1
     node = out["NodeNames"][0]
     assert env.api_reads() == reads
+    assert sum(env.client.lane_stats[lane].writes for lane in ("critical", "background")) == writes
+    # Nothing on the pod yet: a replica dying now leaves nothing behind.
+    assert "hami.io/vgpu-node" not in env.pod("default", "p1")["metadata"]["annotations"]
+    usage = env.sched.state.index.node(node).by_id
+    [dev_id] = [u for u, d in usage.items() if d.used]
+    assert (usage[dev_id].used, usage[dev_id].usedmem, usage[dev_id].usedcores) == (1, 1000, 10)
+
+
+async def test_bind_writes_the_placement_with_bind_phase_in_one_patch(env):
+    pod = env.create_pod(pod_obj("p1", mem=1000, cores=10))
+    node = (await env.filter(pod, ["n0", "n1", "n2"]))["NodeNames"][0]
+    crit = env.client.lane_stats["critical"].writes
+    patches = env.client.total_requests(verb="patch", resource="pods")
+    assert (await env.bind(pod, node))["Error"] == ""
+    # lock, pod annotations, binding: three critical writes, one of them the pod patch
+    assert env.client.lane_stats["critical"].writes - crit == 3
     assert env.client.total_requests(verb="patch", resource="pods") == patches + 1
     stored = env.pod("default", "p1")
     annos = stored["metadata"]["annotations"]
-    assert annos["hami.io/vgpu-node"] == node
+    assert stored["spec"]["nodeName"] == node
+    assert annos["hami.io/vgpu-node"] == node and annos["hami.io/bind-phase"] == "allocating"
     assert stored["metadata"]["labels"]["hami.io/vgpu-node"] == node
     assert annos["hami.io/vgpu-devices-to-allocate"] == annos["hami.io/vgpu-devices-allocated"]
     [[dev], []] = codec.decode_pod_devices(annos["hami.io/vgpu-devices-allocated"])
     assert (dev.type, dev.usedmem, dev.usedcores) == ("NVIDIA", 1000, 10)
     assert int(annos["hami.io/vgpu-time"]) > 1_700_000_000
-    usage = env.sched.state.index.node(node).by_id[dev.uuid]
-    assert (usage.used, usage.usedmem, usage.usedcores) == (1, 1000, 10)
+    assert int(annos["hami.io/bind-time"]) > 1_700_000_000
+
+
+async def test_filter_skips_a_locked_node_while_another_fits_and_packs_it_again_once_free(env):
+    """Binpack picks the fullest node; while its lock is held the next pod goes elsewhere."""
+    first = env.create_pod(pod_obj("f0", mem=8000))
+    full = (await env.filter(first, ["n0", "n1", "n2"]))["NodeNames"][0]
+    assert (await env.bind(first, full))["Error"] == ""  # the lock stays until Allocate
+    state = env.sched.state
+    await eventually(lambda: full in state.locked)
+    second = env.create_pod(pod_obj("f1", mem=1000))
+    other = (await env.filter(second, ["n0", "n1", "n2"]))["NodeNames"][0]
+    assert other != full
+    [empty] = {"n0", "n1", "n2"} - {full, other}
+    assert (await env.filter(env.create_pod(pod_obj("f2", mem=1000)), [empty, full]))["NodeNames"] == [empty]
+    plugin_allocate(env.store, "f0", full)  # Allocate done: the lock is released
+    await eventually(lambda: full not in state.locked)
+    # Binpack packs again: the fullest node (no longer locked) over the empty one.
+    assert (await env.filter(env.create_pod(pod_obj("f3", mem=1000)), [empty, full]))["NodeNames"] == [full]
 
 
 async def test_concurrent_filters_never_double_book_exclusive_gpus(env):
@@ -53,7 +90,7 @@ async def test_concurrent_filters_never_double_book_exclusive_gpus(env):
     assert len(placed) == 6  # 3 nodes x 2 GPUs, each exclusive
     uuids = []
     for p in pods:
-        annos = env.pod("default", p["metadata"]["name"])["metadata"]["annotations"]
+        annos = env.placement("default", p["metadata"]["name"])
         if "hami.io/vgpu-devices-allocated" in annos:
             uuids.append(codec.decode_pod_devices(annos["hami.io/vgpu-devices-allocated"])[0][0].uuid)
     assert len(uuids) == len(set(uuids)) == 6
@@ -129,7 +166,22 @@ async def test_filtering_succeed_counts_every_fitting_node_as_hami_does(env):
     assert all(item.split(":")[1].replace(".", "").isdigit() for item in listed)
 
 
-async def test_patch_failure_rolls_back_usage_and_returns_error(env):
+async def test_failed_bind_leaves_nothing_behind(env):
+    pod = env.create_pod(pod_obj("p", mem=1000))
+    node = (await env.filter(pod, ["n0"]))["NodeNames"][0]
+    await env.sched.events.flush()  # the FilteringSucceed event is written: the next write is the lock
+    env.apiserver.faults.fail_next_writes(1, 500)  # the node lock's write
+    out = await env.bind(pod, node)
+    env.apiserver.faults.reset()
+    assert out["Error"]
+    stored = env.pod("default", "p")
+    assert stored["spec"].get("nodeName") is None
+    assert not {"hami.io/vgpu-node", "hami.io/bind-phase"} & set(stored["metadata"]["annotations"])
+    assert LOCK not in env.store.get("nodes", "", node)["metadata"].get("annotations", {})
+
+
+async def test_hami_flow_patch_failure_at_filter_rolls_back_usage_and_returns_error(env):
+    env.sched.extender.write_at_filter = True  # HAMi's flow: the placement is patched at /filter
     pod = env.create_pod(pod_obj("p", mem=1000))
     env.apiserver.faults.fail_next_writes(1, 500)
     out = await env.filter(pod, ["n0"])
@@ -201,6 +253,7 @@ async def test_metrics_expose_hami_names_and_api_counters(env):
     pod = env.create_pod(pod_obj("m", mem=2048, cores=20))
     out = await env.filter(pod, ["n0"])
     assert out["NodeNames"] == ["n0"]
+    assert (await env.bind(pod, "n0"))["Error"] == ""  # the placement is written at bind
     await eventually(lambda: env.sched.state.uid_keys.get(pod["metadata"]["uid"]))
     async with env.http.get(f"http://127.0.0.1:{env.sched.metrics_port}/metrics") as r:
         text = await r.text()
@@ -216,6 +269,7 @@ async def test_mig_allocations_of_placed_pods_appear_as_mig_instance_info(env):
     """hami_node_gpu_mig_instance_info (spec §8.4): one series per MIG instance the device plugin created."""
     pod = env.create_pod(pod_obj("mig", mem=2048, cores=20))
     assert (await env.filter(pod, ["n0"]))["NodeNames"] == ["n0"]
+    assert (await env.bind(pod, "n0"))["Error"] == ""  # the placement is written at bind
     uid = pod["metadata"]["uid"]
     await eventually(lambda: env.sched.state.uid_keys.get(uid))
     uuid = env.sched.state.index.pod(uid).devices[0][0].uuid
@@ -243,6 +297,7 @@ async def test_mig_allocations_of_placed_pods_appear_as_mig_instance_info(env):
 
 
 async def test_pod_that_no_longer_fits_drops_its_stale_placement(env):
+    env.sched.extender.write_at_filter = True  # HAMi's flow left a placement on the pending pod
     pod = env.create_pod(pod_obj("s", mem=1000))
     assert (await env.filter(pod, ["n0"]))["NodeNames"] == ["n0"]
     await eventually(lambda: "hami.io/vgpu-node" in env.sched.state.pod("default", "s")["metadata"]["annotations"])

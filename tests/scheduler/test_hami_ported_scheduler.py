@@ -131,7 +131,7 @@ async def test_Filter_node_and_gpu_policy_matrix(apiserver, gpu_policy, node_pol
         assert out["Error"] == ""
         assert out["NodeNames"] == [want_node]
         assert not out["FailedNodes"]
-        annos = env.pod("default", "test")["metadata"]["annotations"]
+        annos = env.placement("default", "test")
         dev = codec.decode_pod_devices(annos[codec.TO_ALLOCATE_ANNOTATION])[0][0]
         assert (dev.uuid, dev.type, dev.usedmem, dev.usedcores) == (want_dev, "NVIDIA", 1000, 20)
     finally:

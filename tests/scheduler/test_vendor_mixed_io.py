@@ -87,7 +87,7 @@ async def test_nvidia_pod_never_lands_on_ascend_or_mlu_cards(env):
         pod = env.create_pod(pod_obj(f"g{i}", gpus=1, cores=100))
         out = await env.filter(pod, NODES)
         assert out["NodeNames"] in (["nv"], ["mix"]), out
-        annos = env.pod("default", f"g{i}")["metadata"]["annotations"]
+        annos = env.placement("default", f"g{i}")
         [[dev], []] = codec.decode_pod_devices(annos[codec.ALLOCATED_ANNOTATION])
         assert dev.type == "NVIDIA" and "npu" not in dev.uuid and "mlu" not in dev.uuid
         assert not any(k.startswith("hami.io/Ascend") or k.startswith("huawei.com/") for k in annos)
@@ -104,7 +104,7 @@ async def test_ascend_pod_lands_on_an_ascend_card_with_its_template(env):
     pod = env.create_pod(vendor_pod("a1", {f"huawei.com/{ASC}": "1", f"huawei.com/{ASC}-memory": "12000"}))
     out = await env.filter(pod, ["nv", "asc", "mlu"])
     assert out["NodeNames"] == ["asc"]
-    annos = env.pod("default", "a1")["metadata"]["annotations"]
+    annos = env.placement("default", "a1")
     [[dev], []] = codec.decode_pod_devices(annos[f"hami.io/{ASC}-devices-allocated"])
     assert dev.type == ASC and dev.uuid.startswith("asc-npu-") and dev.usedmem == 16384
     assert annos[f"hami.io/{ASC}-devices-to-allocate"] == annos[f"hami.io/{ASC}-devices-allocated"]
@@ -125,7 +125,7 @@ async def test_mlu_pod_pairs_memory_with_cores(env):
                                            "cambricon.com/mlu.smlu.vcore": "30"}))
     out = await env.filter(pod, NODES)
     assert out["NodeNames"] == ["mlu"]
-    annos = env.pod("default", "m1")["metadata"]["annotations"]
+    annos = env.placement("default", "m1")
     [[dev], []] = codec.decode_pod_devices(annos["hami.io/cambricon-mlu-devices-allocated"])
     assert (dev.type, dev.usedmem, dev.usedcores) == ("MLU", 2048, 30)
     idx = int(dev.uuid.rsplit("-", 1)[1])
@@ -143,7 +143,7 @@ async def test_pod_asking_for_two_vendors_fits_only_where_both_are(env):
     pod2 = env.create_pod(vendor_pod("two2", limits))
     out = await env.filter(pod2, NODES)
     assert out["NodeNames"] == ["mix"]
-    annos = env.pod("default", "two2")["metadata"]["annotations"]
+    annos = env.placement("default", "two2")
     [[nv], []] = codec.decode_pod_devices(annos[codec.ALLOCATED_ANNOTATION])
     [[npu], []] = codec.decode_pod_devices(annos[f"hami.io/{ASC}-devices-allocated"])
     assert (nv.type, npu.type) == ("NVIDIA", ASC)
@@ -196,6 +196,8 @@ async def test_webhook_recognises_vendor_pods_and_keeps_each_vendor_quota(env):
 async def test_allocation_metrics_carry_the_device_type(env):
     pod = env.create_pod(vendor_pod("mt", {f"huawei.com/{ASC}": "1", f"huawei.com/{ASC}-memory": "8000"}))
     assert (await env.filter(pod, ["asc"]))["NodeNames"] == ["asc"]
+    assert (await env.bind(pod, "asc"))["Error"] == ""  # the placement is written at bind
+    await eventually(lambda: env.sched.state.uid_keys.get(pod["metadata"]["uid"]))
     async with env.http.get(f"http://127.0.0.1:{env.sched.metrics_port}/metrics") as r:
         text = await r.text()
     vmem = [ln for ln in text.splitlines() if ln.startswith("hami_vgpu_memory_allocated_bytes{") and 'pod="mt"' in ln]
