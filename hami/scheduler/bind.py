@@ -77,6 +77,9 @@ class Binder:
         self.refits = 0
         # node -> binds of ours in flight there (the filter avoids these nodes like locked ones)
         self.in_flight: dict[str, int] = {}
+        # node -> FIFO of our binds waiting for its lock: only the head swaps, so a release wakes
+        # one bind, not a herd of compare-and-swaps that all but one lose (409, a wasted write).
+        self._node_queues: dict[str, asyncio.Lock] = {}
         # Fit a pod on a node from the cache (Extender.place_on); None = no placement at bind.
         self.place: Callable[[dict, str], object | None] | None = None
 
@@ -111,7 +114,7 @@ class Binder:
         """(devices, annotations to write) for this bind: this replica's /filter decision, else a
         placement already on the pod (HAMi's flow), else a fit on the node now."""
         if assumed is not None and assumed.node == node:
-            return assumed.devices, dict(assumed.annotations or {})
+            return assumed.devices, dict(getattr(assumed, "annotations", None) or {})
         annos = _annos(pod)
         if annos.get(VGPU_NODE) == node:
             try:
@@ -130,7 +133,11 @@ class Binder:
         uses_devices = bool(devices) and any(devices) and takes_node_lock(devices, self.state.vendors)
         locked = False
         if uses_devices:
-            err = await self._lock(node, ns, name, pod)
+            queue = self._node_queues.setdefault(node, asyncio.Lock())
+            async with queue:
+                err = await self._lock(node, ns, name, pod)
+            if not queue.locked() and self._node_queues.get(node) is queue and not self.in_flight.get(node, 0) > 1:
+                self._node_queues.pop(node, None)
             if err:
                 return self._fail(ref, err)
             locked = True
@@ -191,11 +198,14 @@ class Binder:
                 left = deadline - loop.time()
                 if left <= 0:
                     return str(exc)
-                held = _lock_value(nodes.store.get(node))
-                if not held:
-                    return str(exc)  # not contention (the API refused the write): fail at once
-                # Wake when the holder releases (or anything about the node changes).
-                await nodes.wait_for(lambda held=held: _lock_value(nodes.store.get(node)) != held, min(left, 1.0))
+                if "contention" not in str(exc):
+                    return str(exc)  # not contention (the API refused the write, no node): fail at once
+                # Wake when the node watch shows the lock released; our own lock write may be
+                # newer than the watch, so never spin faster than every 20 ms.
+                woke = loop.time()
+                await nodes.wait_for(lambda: not _lock_value(nodes.store.get(node)), min(left, 1.0))
+                if loop.time() - woke < 0.02:
+                    await asyncio.sleep(0.02)
 
     async def _own_lock(self, node: str, key: str) -> str:
         """A vendor's own node lock (Cambricon `cambricon.com/dsmlu.lock`: RFC3339 of the lock

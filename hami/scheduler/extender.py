@@ -9,9 +9,12 @@
   answer is HTTP 200 with the error in `Error`, as HAMi answers. Bodies above
   `max_request_bytes` are refused by aiohttp (413).
 * NodeNames mode (nodeCacheCapable): the node usage comes from the watch-fed cache; on success
-  one merge patch writes vgpu-node, vgpu-time, devices-to-allocate, devices-allocated (and MIG
-  allocations) plus the `hami.io/vgpu-node` label. The usage cache is updated *before* the
-  patch is sent (so a concurrent filter cannot double-book) and rolled back if the patch fails.
+  the decision (node, devices, the annotations vgpu-node, vgpu-time, devices-to-allocate,
+  devices-allocated, MIG allocations) is counted in the usage cache and held in this replica
+  (`assumed`); nothing is written and no API round trip delays the answer. /bind writes it with
+  bind-phase in one patch after taking the node lock (bind.py). Nodes mid-allocation (locked, or
+  with one of our binds in flight) are skipped while another node fits. `write_at_filter` keeps
+  HAMi's flow (patch at /filter) for the benchmark's model of it.
 * Full-Nodes mode: the nodes come in the request; their registrations are decoded through the
   same text-keyed cache, usage from the pod cache; nothing is patched (as in HAMi).
 * No API reads, ever. Events go to the EventRecorder queue and are written later.
@@ -236,7 +239,7 @@ class Extender:
         node_names = list(node_names or [])
         # HAMi drops any cached allocation of this pod first (a retried filter re-places it).
         index.remove_pod(uid)
-        self.assumed.pop(uid, None)
+        self._forget(uid)
         preq = self._pod_request(requests, num_init, annos, ns, name, index)
         if isinstance(preq, str):  # HAMi records the calcScore error as a FilteringFailed event too
             self.events.record(pod, WARNING, messages.FILTERING_FAILED, preq)
@@ -291,13 +294,14 @@ class Extender:
         self._sweep_assumed(now)
         self.assumed[uid] = Assumed(node, ns, name, sel.devices, now,
                                     None if self.write_at_filter else annotations)
+
         if self.client is not None and self.write_at_filter:
             patch = {"metadata": {"annotations": annotations, "labels": {VGPU_NODE: node}}}
             try:
                 await self.client.patch_pod(ns, name, patch)
             except ApiError as exc:
                 index.remove_pod(uid)
-                self.assumed.pop(uid, None)
+                self._forget(uid)
                 self.patch_failures += 1
                 log.warning("Pod annotation patch failed", pod=f"{ns}/{name}", node=node, error=str(exc))
                 self.events.record(pod, WARNING, messages.FILTERING_FAILED, str(exc))
@@ -309,6 +313,9 @@ class Extender:
         if self.cfg.extender_prioritize:  # every fitting node, best first: kube-scheduler's scoring picks
             return {"NodeNames": [n for n, _ in fit_scores], "FailedNodes": sel.failed_nodes or None, "Error": ""}
         return {"NodeNames": [node], "FailedNodes": None, "Error": ""}
+
+    def _forget(self, uid: str) -> None:
+        self.assumed.pop(uid, None)
 
     def _busy_nodes(self) -> set[str] | frozenset[str]:
         """Nodes mid-allocation: locked (seen by the node watch) or with a /bind of ours in flight."""
@@ -327,7 +334,7 @@ class Extender:
                 cached = self.state.pod(a.namespace, a.name)
                 if VGPU_NODE not in (((cached or {}).get("metadata") or {}).get("annotations") or {}):
                     self.state.index.remove_pod(uid)
-                del self.assumed[uid]
+                self._forget(uid)
 
     def place_on(self, pod: dict, node: str) -> Assumed | None:
         """Fit `pod` on `node` now, from this replica's cache (a /bind without this replica's
@@ -526,7 +533,7 @@ class Extender:
                     return {"Error": err}
             err = await self.binder.bind(ns, name, uid, node, self.assumed.get(uid))
             if not err:
-                self.assumed.pop(uid, None)
+                self._forget(uid)
             return {"Error": err}
         finally:
             if self.metrics is not None:
