@@ -214,7 +214,7 @@ async def test_mthreads_pod_keeps_all_containers_on_one_card(env):
     pod = env.create_pod(pod)
     out = await env.filter(pod, ["mt", "asc"])
     assert out["NodeNames"] == ["mt"], out
-    annos = env.pod("default", "mt1")["metadata"]["annotations"]
+    annos = env.placement("default", "mt1")
     [[a], [b], []] = codec.decode_pod_devices(annos["hami.io/mthreads-vgpu-devices-allocated"])
     assert a.uuid == b.uuid and (a.usedmem, a.usedcores) == (4096, 4)
     assert annos["mthreads.com/gpu-index"] == a.uuid.rsplit("-", 1)[1]
