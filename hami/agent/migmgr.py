@@ -132,6 +132,13 @@ class MigManager:
                     continue
                 live = await self._call(self.backend.mig_instances, g.uuid)
                 for m in plan.reconcile_plan(live, held):
+                    if await self._busy(m):
+                        key = f"busy {m.mig_uuid}"
+                        if key not in self._warned:
+                            self._warned.add(key)
+                            log.warning("Unheld MIG instance has running processes: kept", gpu=g.uuid,
+                                        profile=m.profile, start=m.start, mig_uuid=m.mig_uuid)
+                        continue
                     try:
                         await self._call(self.backend.destroy_mig, g.uuid, m.gpu_instance_id)
                     except MigError as exc:
@@ -149,6 +156,11 @@ class MigManager:
                         log.warning("Leaving MIG mode failed", gpu=g.uuid, error=str(exc))
         return gone
 
+
+    async def _busy(self, m: MigInstance) -> bool:
+        """HAMi's nvmlBusyGPUs guard: an instance with running processes is never destroyed."""
+        busy = getattr(self.backend, "mig_busy", None)
+        return bool(busy is not None and await self._call(busy, m.gpu_uuid, m.gpu_instance_id))
 
     async def apply(self, pod: Mapping, containers: Sequence, gpus: Sequence[GpuInfo]) -> tuple[list, str | None]:
         """Allocate's MIG step: realize each container's slices and point its envs at the MIG

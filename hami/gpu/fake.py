@@ -295,6 +295,7 @@ class FakeBackend:
         self._topology: tuple[int | None, dict] = (None, {})
         self._mig: dict[str, _MigCard] = {}
         self._mig_serial = 0
+        self._mig_busy: set[tuple[str, int]] = set()
         self._load(first=True)
 
     def _load(self, first: bool = False) -> None:
@@ -437,6 +438,13 @@ class FakeBackend:
         inst = MigInstance(uuid, gi, 0, profile, placement[0], placement[1], mig_uuid)
         card.instances[gi] = inst
         return inst
+
+    def mig_busy(self, uuid: str, gpu_instance_id: int) -> bool:
+        """Processes run on the instance (tests set it with `set_mig_busy`, as a process would)."""
+        return (uuid, gpu_instance_id) in self._mig_busy
+
+    def set_mig_busy(self, uuid: str, gpu_instance_id: int, busy: bool) -> None:
+        (self._mig_busy.add if busy else self._mig_busy.discard)((uuid, gpu_instance_id))
 
     def destroy_mig(self, uuid: str, gpu_instance_id: int) -> None:
         card = self._card(uuid)

@@ -279,6 +279,9 @@ class NvmlBackend:
     def create_mig(self, uuid, profile, start):
         return self._mig.create_mig(uuid, profile, start)
 
+    def mig_busy(self, uuid, gpu_instance_id):
+        return self._mig.mig_busy(uuid, gpu_instance_id)
+
     def destroy_mig(self, uuid, gpu_instance_id):
         self._mig.destroy_mig(uuid, gpu_instance_id)
 

@@ -188,6 +188,21 @@ class NvmlMig:
                 return _text(nv.nvmlDeviceGetUUID(m)), int(nv.nvmlDeviceGetComputeInstanceId(m))
         raise MigError(f"nvml: no MIG device for GPU instance {gi_id}")
 
+    def mig_busy(self, uuid: str, gpu_instance_id: int) -> bool:
+        """Compute processes on the instance's MIG device; an NVML error counts as busy (HAMi)."""
+        nv, h = self.nv, self._h(uuid)
+        try:
+            for i in range(int(nv.nvmlDeviceGetMaxMigDeviceCount(h))):
+                try:
+                    m = nv.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
+                except nv.NVMLError:
+                    continue
+                if int(nv.nvmlDeviceGetGpuInstanceId(m)) == gpu_instance_id:
+                    return len(nv.nvmlDeviceGetComputeRunningProcesses(m)) > 0
+        except nv.NVMLError:
+            return True
+        return False
+
     def mig_instances(self, uuid: str) -> tuple[MigInstance, ...]:
         nv, h = self.nv, self._h(uuid)
         if not self.mig_enabled(uuid):

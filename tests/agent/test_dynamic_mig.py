@@ -8,7 +8,8 @@ instance at exactly that placement, hands the container the MIG UUID in NVIDIA_V
 and CUDA_VISIBLE_DEVICES and records migUUID/gpuInstanceID/computeInstanceID in the annotation;
 deleting the pod destroys the instance and takes the card out of MIG mode. Also: two slices of
 two containers on one card; a restart mid-allocation keeps the held instance (and a retried
-Allocate reuses it) while an unheld one is destroyed; an infeasible slice (overlap, bad placement,
+Allocate reuses it) while an unheld one is destroyed; an unheld instance with running processes
+is kept until they end (HAMi's busy-GPU guard); an infeasible slice (overlap, bad placement,
 profile outside migProfileAllowlist) fails with a clear error and leaves the card unchanged; a
 malformed annotation is refused naming the key with the card untouched, and pauses reconcile;
 a malformed allowlist or legacy `knownMigGeometries` is refused naming the key (by the config
@@ -131,6 +132,21 @@ async def test_restart_mid_allocation_keeps_the_held_instance_and_destroys_unhel
         (c,) = (await h.kubelet.allocate_pod(pod)).values()  # kubelet retries: the slice is reused
         assert dict(c.envs)["NVIDIA_VISIBLE_DEVICES"] == held.mig_uuid
         assert h.backend.mig_instances(U) == (held,) and h.agent.mig.created == 0
+
+
+async def test_unheld_instance_with_running_processes_is_kept_until_they_end():
+    async with NodeHarness(mig_settings(), gpus=mig_doc("NVIDIA A100-SXM4-40GB")) as h:
+        assert await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 10)
+        h.stop.set()
+        await asyncio.wait_for(h.task, 20)
+        h.backend.set_mig_mode(U, True)
+        busy = h.backend.create_mig(U, "2g.10gb", 0)  # a bare process outside Kubernetes uses it
+        h.backend.set_mig_busy(U, busy.gpu_instance_id, True)
+        await h.start_agent()
+        await asyncio.sleep(0.3)  # several reconcile ticks
+        assert h.backend.mig_instances(U) == (busy,) and h.agent.mig.destroyed == 0
+        h.backend.set_mig_busy(U, busy.gpu_instance_id, False)
+        await wait_until(lambda: not h.backend.mig_instances(U) and not h.backend.mig_enabled(U))
 
 
 @pytest.mark.parametrize(("slices", "message"), [

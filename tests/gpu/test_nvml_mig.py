@@ -3,7 +3,8 @@
 signatures).
 
 Covers: MIG capability and mode; profiles read with NVML names and placements (NVML order);
-create at an exact placement returns the MIG UUID, GI and CI ids and is listed; a placement NVML
+create at an exact placement returns the MIG UUID, GI and CI ids and is listed; an instance with
+compute processes is busy; a placement NVML
 does not offer or one already in use is refused naming GPU, profile and placement, with the card
 unchanged; destroy removes compute and GPU instance; a pending MIG mode change is an error; XID
 events are counted per code (ignored ones too) and reach health(), unsupported telemetry is None.
@@ -32,6 +33,7 @@ class Card:
     def __init__(self):
         self.mode, self.pending = 0, 0
         self.gis: dict[int, dict] = {}
+        self.procs: dict[int, list] = {}
         self.profiles = {}
         for p in geometries()["A100-40GB"]:
             pid = 9 if p.name == "1g.10gb" else PROFILE_IDS[p.slices]
@@ -138,6 +140,7 @@ def add_mig(nv, gpu: dict, card: Card):
     nv.nvmlComputeInstanceDestroy = destroy_ci
     nv.nvmlGpuInstanceDestroy = destroy_gi
     nv.nvmlDeviceGetGpuInstanceById = gi_by_id
+    nv.nvmlDeviceGetComputeRunningProcesses = lambda m: card.procs.get(m["gi"], [])
     for name in ("nvmlDeviceGetTemperature", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit",
                  "nvmlDeviceGetClockInfo", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetPcieReplayCounter",
                  "nvmlDeviceGetCurrentClocksThrottleReasons"):
@@ -179,6 +182,9 @@ def test_create_list_destroy_at_exact_placements(mig):
         with pytest.raises(MigError, match="invalid placement start 3 for 2g.10gb"):
             b.create_mig("GPU-a", "2g.10gb", 3)
         assert b.mig_instances("GPU-a") == (a, small)
+        assert not b.mig_busy("GPU-a", a.gpu_instance_id)
+        mig.card.procs[a.gpu_instance_id] = [types.SimpleNamespace(pid=42)]
+        assert b.mig_busy("GPU-a", a.gpu_instance_id) and not b.mig_busy("GPU-a", small.gpu_instance_id)
         b.destroy_mig("GPU-a", a.gpu_instance_id)
         b.destroy_mig("GPU-a", small.gpu_instance_id)
         assert b.mig_instances("GPU-a") == () and mig.card.gis == {}
