@@ -85,9 +85,14 @@ async def test_two_replicas_1000_pods_50_nodes_no_overcommit_no_lock_left(apiser
             delay = min(delay * 2, 0.5)
         raise AssertionError(f"pod {i} neither bound nor settled after {attempt} attempts")
 
+    # A realistic API server (issue 21): etcd-like latency and APF's 429s under a small in-flight
+    # limit (Retry-After 0: the clients' jittered retries, not seconds of sleep, keep the test fast).
+    faults = apiserver.faults
+    faults.read_delay, faults.write_delay, faults.max_inflight, faults.retry_after = 0.001, 0.005, 6, 0
     started = time.perf_counter()
     try:
         placed = await asyncio.gather(*(cycle(i, p) for i, p in enumerate(pods)))
+        faults.reset()
         elapsed = time.perf_counter() - started
         await asyncio.gather(*(env.sched.events.flush() for env in replicas))
         bound = sum(1 for p in placed if p)
@@ -130,7 +135,9 @@ async def test_two_replicas_1000_pods_50_nodes_no_overcommit_no_lock_left(apiser
         for uuid, (slots, mem, cores) in used.items():
             assert slots <= SLOTS and mem <= GPU_MEM and cores <= 100, (uuid, slots, mem, cores)
         assert a.sched.extender.filters > 0 and b.sched.extender.filters > 0
+        assert apiserver.throttled > 0  # the 429s really happened
         record("concurrency", pods=PODS, nodes=NODES, replicas=2, bound=bound, pending=pending,
+               throttled_429=apiserver.throttled,
                bind_retries=stats["bind_failed"], nofit_answers=stats["nofit"],
                overcommit_refusals=a.sched.binder.overcommit_refusals + b.sched.binder.overcommit_refusals,
                seconds=round(elapsed, 1))
