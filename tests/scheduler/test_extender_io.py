@@ -310,3 +310,20 @@ async def test_pod_that_no_longer_fits_drops_its_stale_placement(env):
     assert "hami.io/vgpu-node" not in stored["annotations"] and "hami.io/vgpu-devices-allocated" not in stored["annotations"]
     assert "hami.io/vgpu-node" not in stored.get("labels", {})
     assert all(d.used == 0 for d in env.sched.state.index.node("n0").devices)
+
+
+async def test_bind_without_this_replicas_decision_fits_the_pod_on_the_node_itself(env):
+    """The other replica (or this one before a restart) ran /filter: nothing was written, so /bind
+    fits the pod on kube-scheduler's node from its own cache and writes it in the one patch."""
+    pod = env.create_pod(pod_obj("elsewhere", mem=1000, cores=10))
+    chosen = (await env.filter(pod, ["n0", "n1", "n2"]))["NodeNames"][0]
+    env.sched.extender.assumed.clear()  # as a restarted (or other) replica sees it
+    other = next(n for n in ("n0", "n1", "n2") if n != chosen)
+    assert (await env.bind(pod, other))["Error"] == ""
+    stored = env.pod("default", "elsewhere")
+    annos = stored["metadata"]["annotations"]
+    assert stored["spec"]["nodeName"] == other and annos["hami.io/vgpu-node"] == other
+    registered = {d.id for d in codec.decode_node_devices(
+        env.store.get("nodes", "", other)["metadata"]["annotations"][codec.REGISTER_ANNOTATION])}
+    [[dev], []] = codec.decode_pod_devices(annos["hami.io/vgpu-devices-to-allocate"])
+    assert dev.uuid in registered and (dev.usedmem, dev.usedcores) == (1000, 10)

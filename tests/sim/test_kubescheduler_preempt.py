@@ -111,6 +111,7 @@ async def post(env, body) -> tuple[int, dict]:
 
 async def test_preempt_drops_nodes_no_victim_set_helps_and_spares_what_it_can(apiserver):
     async with running_env(apiserver, [gpu_node("n0"), gpu_node("n1", mem=10240)]) as env:
+        env.sched.extender.write_at_filter = True  # HAMi's flow: the placements are on the pods at once
         uids = {}
         for name, node, mem in (("a", "n0", 10240), ("b", "n0", 30720), ("c", "n1", 10240)):
             p = env.create_pod(prio(pod_obj(name, mem=mem), 0))
