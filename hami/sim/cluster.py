@@ -31,6 +31,7 @@ from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
 from hami.netaddr import dial_url
 from hami.obs.log import get_logger
+from hami.sim.queuewait import STOPPED, next_or_stop
 
 log = get_logger(__name__)
 
@@ -255,14 +256,10 @@ class PodRunner:
         usage = asyncio.create_task(self._usage_loop(stop), name=f"kubelet-{self.node}-usage")
         try:
             while not stop.is_set():
-                getter = asyncio.create_task(self._queue.get())
-                stopper = asyncio.create_task(stop.wait())
-                done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                stopper.cancel()
-                if getter not in done:
-                    getter.cancel()
+                item = await next_or_stop(self._queue, stop)
+                if item is STOPPED:
                     break
-                pod = self.pods.store.get(getter.result())
+                pod = self.pods.store.get(item)
                 if pod is None or pod["metadata"].get("uid") in self.started:
                     continue
                 if (pod.get("status") or {}).get("phase", "Pending") != "Pending":

@@ -29,6 +29,7 @@ from hami.device.vendors import Vendor, VendorTable
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
 from hami.obs.log import get_logger
+from hami.sim.queuewait import STOPPED, next_or_stop
 
 log = get_logger(__name__)
 
@@ -100,14 +101,10 @@ class VendorPodRunner:
         watch = asyncio.create_task(self.pods.run(stop), name=f"vendor-kubelet-{self.node}")
         try:
             while not stop.is_set():
-                getter = asyncio.create_task(self._queue.get())
-                stopper = asyncio.create_task(stop.wait())
-                done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                stopper.cancel()
-                if getter not in done:
-                    getter.cancel()
+                item = await next_or_stop(self._queue, stop)
+                if item is STOPPED:
                     break
-                await self.start_pod(getter.result())
+                await self.start_pod(item)
         finally:
             watch.cancel()
             await asyncio.gather(watch, return_exceptions=True)
