@@ -29,6 +29,7 @@ from hami.gpu import GpuBackend, GpuInfo, make_backend
 from hami.gpu.mig import MigControl
 from hami.gpu.topology import TopologySource, asymmetric_pairs, pair_scores
 from hami.kube.lanes import background
+from hami.kube.nodeevents import REASON_ASYMMETRIC_P2P, asymmetric_link_message, emit_node_warning
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
@@ -98,6 +99,7 @@ class Agent:
         self.sync_error = ""  # the last device sync's failure, "" once one works again
         self.topology_score = topology_score  # HAMi: ENABLE_TOPOLOGY_SCORE=true
         self._links_cache: tuple[tuple[str, ...], str] | None = None
+        self._asymmetric_reported: frozenset[tuple[str, str]] = frozenset()
         self._seen_annotation: str | None = None
         self._seen_devices: tuple[DeviceInfo, ...] | None = None
 
@@ -132,12 +134,21 @@ class Agent:
         uuids = tuple(d.id for d in sorted(devices, key=lambda d: d.index))
         if self._links_cache is None or self._links_cache[0] != uuids or self.backend.name == "fake":
             links = await self._call(self.backend.links)
-            for a, b in asymmetric_pairs(uuids, links):
-                log.warning("Asymmetric GPU P2P link data: pair scored 0", node=self.node_name, gpu_a=a, gpu_b=b)
+            await self._report_asymmetric(asymmetric_pairs(uuids, links))
             text = codec.encode_pair_scores(
                 codec.DevicePairScore(u, scores) for u, scores in pair_scores(uuids, links))
             self._links_cache = (uuids, text)
         return self._links_cache[1]
+
+    async def _report_asymmetric(self, pairs: list[tuple[str, str]]) -> None:
+        """Log and raise a Node Warning Event (HAMi's AsymmetricGPUP2PLink) once per pair while it lasts."""
+        for a, b in pairs:
+            if (a, b) in self._asymmetric_reported:
+                continue
+            log.warning("Asymmetric GPU P2P link data: pair scored 0", node=self.node_name, gpu_a=a, gpu_b=b)
+            node = self.nodes.store.get(self.node_name) or {"metadata": {"name": self.node_name}}
+            await emit_node_warning(self.client, node, REASON_ASYMMETRIC_P2P, asymmetric_link_message(a, b))
+        self._asymmetric_reported = frozenset(pairs)
 
     def _node_annotation(self, key: str) -> str | None:
         node = self.nodes.store.get(self.node_name)

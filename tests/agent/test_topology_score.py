@@ -56,3 +56,30 @@ async def test_no_score_annotation_when_topology_scoring_is_off():
         await h.agent.nodes.wait_for(
             lambda: "hami.io/node-nvidia-register" in (h.agent.nodes.store[NODE]["metadata"].get("annotations") or {}), 10)
         assert SCORE not in await _annotations(h)
+
+
+async def _node_events(h, reason: str) -> list[dict]:
+    items = (await h.client.list("events", "default")).get("items") or []
+    return [e for e in items if e.get("reason") == reason and (e.get("involvedObject") or {}).get("name") == NODE]
+
+
+async def test_asymmetric_nvlink_data_raises_one_node_warning_event_as_hami_does():
+    doc = pcie_doc(nvlinks={2: 2})
+    doc["gpus"][2]["nvlinks"] = {0: 0}  # GPU 0 sees 2 links to GPU 2, GPU 2 sees none back
+    async with NodeHarness(gpus=doc, topology_score=True) as h:
+        u = [f"GPU-{i:08d}-0000-4000-8000-000000000000" for i in range(3)]
+        await _wait_score(h, lambda d: len(d) == 3 and d[0]["score"][u[2]] == 0)
+        for _ in range(200):
+            events = await _node_events(h, "AsymmetricGPUP2PLink")
+            if events:
+                break
+            await asyncio.sleep(0.05)
+        assert len(events) == 1
+        ev = events[0]
+        assert ev["type"] == "Warning" and ev["count"] == 1
+        assert ev["involvedObject"]["kind"] == "Node"
+        assert ev["source"]["component"] == "hami-device-plugin"
+        assert u[0] in ev["message"] and u[2] in ev["message"]
+        await asyncio.sleep(0.5)  # ~10 more ticks: the same pair is not reported again
+        again = await _node_events(h, "AsymmetricGPUP2PLink")
+        assert len(again) == 1 and again[0]["count"] == 1
