@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from hami.agent.allocate import AllocationError, ContainerAllocation
 
@@ -31,6 +31,11 @@ _NOT_ID = re.compile(r"[^A-Za-z0-9_.-]")
 
 def cdi_name(uuid: str, id_strategy: str, index_of: Callable[[str], int | None]) -> str:
     if id_strategy == "index":
+        if uuid.startswith("MIG-"):
+            # nvidia-ctk names MIG devices <gpu index>:<MIG device index>; that second index is NVML's
+            # handle order, which this agent does not track, so it refuses rather than guess.
+            raise AllocationError(f"MIG device {uuid} has no index-style CDI name here "
+                                  f"(--device-id-strategy=index); use --device-id-strategy=uuid on MIG nodes")
         index = index_of(uuid)
         if index is None:
             raise AllocationError(f"GPU {uuid} is not on this node: no index for its CDI name "
@@ -46,11 +51,13 @@ def annotation_key(container: str) -> str:
 
 
 def apply_strategy(c: ContainerAllocation, strategies: tuple[str, ...], id_strategy: str = "uuid",
-                   index_of: Callable[[str], int | None] = lambda _u: None) -> ContainerAllocation:
-    """`c` as answered under `strategies` (a tuple of envvar, cdi-annotations, cdi-cri)."""
+                   index_of: Callable[[str], int | None] = lambda _u: None,
+                   uuids: Sequence[str] | None = None) -> ContainerAllocation:
+    """`c` as answered under `strategies` (a tuple of envvar, cdi-annotations, cdi-cri). `uuids`: the
+    devices to name when `c` carries no HAMi device list (static MIG answers by device ID)."""
     if strategies == ("envvar",):
         return c
-    uuids = list(dict.fromkeys(d.uuid for d in c.devices))
+    uuids = list(dict.fromkeys(uuids if uuids is not None else (d.uuid for d in c.devices)))
     names = tuple(cdi_name(u, id_strategy, index_of) for u in uuids)
     envs: dict[str, str] = dict(c.envs)
     if "envvar" not in strategies:

@@ -91,7 +91,9 @@ class Agent:
         self._mig_servers: dict[str, tuple[DevicePluginServer, asyncio.Task]] = {}
         self._stop: asyncio.Event | None = None
         self.socket_dir = socket_dir
-        handler = StaticMigRouter(self.allocator, lambda: self._mig_ids) if self.static_mig else self.allocator
+        self._naming = (device_list_strategy, device_id_strategy)
+        handler = StaticMigRouter(self.allocator, lambda: self._mig_ids, *self._naming) \
+            if self.static_mig else self.allocator
         self.plugin = DevicePluginServer(socket_dir, handler,
                                          preferred_allocation=settings.enable_get_preferred_allocation)
         self.registered: tuple[DeviceInfo, ...] | None = None
@@ -240,7 +242,7 @@ class Agent:
             if res not in self._mig_servers:
                 if self._stop is None:
                     continue  # not running (a direct sync_once): nothing to serve from
-                server = DevicePluginServer(self.socket_dir, StaticMigRouter(None, lambda: self._mig_ids),
+                server = DevicePluginServer(self.socket_dir, StaticMigRouter(None, lambda: self._mig_ids, *self._naming),
                                             resource_name=res)
                 task = asyncio.create_task(server.run(self._stop), name=f"agent-{self.node_name}-{res}")
                 self._mig_servers[res] = (server, task)

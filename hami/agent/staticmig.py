@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from hami.agent import cdi
 from hami.agent.allocate import AllocationError, ContainerAllocation
 from hami.agent.register import HEALTHY, UNHEALTHY, PluginDevice
 from hami.gpu import GpuInfo
@@ -77,18 +78,26 @@ def mig_allocation(ids: Sequence[str], known: Iterable[str]) -> ContainerAllocat
 class StaticMigRouter:
     """AllocateHandler: MIG IDs are answered here, everything else by the HAMi pod allocator."""
 
-    def __init__(self, fallback, known: callable):
+    def __init__(self, fallback, known: callable, device_list_strategy: tuple[str, ...] = ("envvar",),
+                 device_id_strategy: str = "uuid"):
         self.fallback = fallback
         self.known = known  # () -> current MIG UUIDs of the node
+        self.device_list_strategy = device_list_strategy
+        self.device_id_strategy = device_id_strategy
+
+    def _answer(self, ids: Sequence[str], known: set[str]) -> ContainerAllocation:
+        # MIG devices are named to the runtime the same way whole GPUs are (envvar and/or CDI).
+        return cdi.apply_strategy(mig_allocation(ids, known), self.device_list_strategy,
+                                  self.device_id_strategy, uuids=ids)
 
     async def allocate(self, requests: Sequence[Sequence[str]]) -> Sequence[ContainerAllocation]:
         known = set(self.known())
         if requests and all(ids and all(i in known for i in ids) for ids in requests):
-            return [mig_allocation(ids, known) for ids in requests]
+            return [self._answer(ids, known) for ids in requests]
         if any(i in known for ids in requests for i in ids):
             raise AllocationError("a request mixes MIG devices and whole GPUs; ask for one kind per container")
         if self.fallback is None:
-            return [mig_allocation(ids, known) for ids in requests]
+            return [self._answer(ids, known) for ids in requests]
         return await self.fallback.allocate(requests)
 
     async def preferred(self, requests):

@@ -90,3 +90,24 @@ def test_bad_strategy_is_refused_naming_the_key():
     assert "nodeconfig[0].migstrategy" in str(err.value)
     with pytest.raises(ValueError, match="migstrategy"):
         advertised("some", [], {})
+
+
+async def test_mig_devices_are_named_by_cdi_like_whole_gpus():
+    strategies = ("cdi-annotations", "cdi-cri")
+    async with NodeHarness(settings("mixed"), gpus=doc([("1g.5gb", 0)]), device_list_strategy=strategies) as h:
+        (mig,) = [m.mig_uuid for m in h.backend.mig_instances(U1)]
+        small = "nvidia.com/mig-1g.5gb"
+        assert await h.kubelet.wait_for(lambda: h.kubelet.healthy_count(small) == 1)
+        resp = await h.kubelet.allocate([[mig]], resource=small)
+        c = resp.container_responses[0]
+        assert [d.name for d in c.cdi_devices] == [f"nvidia.com/gpu={mig}"]
+        assert list(c.annotations.values()) == [f"nvidia.com/gpu={mig}"]
+        assert dict(c.envs)["NVIDIA_VISIBLE_DEVICES"] == "void"  # no legacy-hook fallback to every GPU
+
+
+def test_index_names_for_mig_devices_are_refused_not_guessed():
+    from hami.agent.allocate import AllocationError
+    from hami.agent.cdi import cdi_name
+    with pytest.raises(AllocationError, match="device-id-strategy=uuid"):
+        cdi_name("MIG-11111111-2222-3333-4444-555555555555", "index", lambda _u: 0)
+    assert cdi_name(U1, "index", lambda _u: 3) == "nvidia.com/gpu=3"
