@@ -6,7 +6,8 @@ under `hami.io/vgpu-devices-to-allocate` / `-allocated`, every other vendor's un
 (init first) with only that vendor's devices. Some vendors add their own annotation (each
 vendor's `PatchAnnotations`):
 
-* Ascend: `huawei.com/<commonWord>` = the vNPU template of each device (codec.ascend) and
+* Ascend: `huawei.com/<commonWord>` = the vNPU template of each device (codec.ascend), or its
+  memory and cores when the pod runs `huawei.com/vnpu-mode: hami-core`, and
   `predicate-time` = unix seconds;
 * Cambricon: `CAMBRICON_DSMLU_PROFILE` = `<idx>_<cores>_<mem/256>` of the first device and
   `CAMBRICON_DSMLU_ASSIGNED` = `false` (codec.cambricon).
@@ -26,6 +27,8 @@ from hami.device.codec import cambricon as cambricon_codec
 from hami.device.model import NVIDIA, ContainerDevice, PodDevices
 from hami.device.vendors import Vendor, VendorTable
 
+VNPU_MODE = "huawei.com/vnpu-mode"  # Ascend: `hami-core` runs HAMi-core soft partitioning
+
 
 def vendors_of(devices: PodDevices) -> tuple[str, ...]:
     seen: dict[str, None] = {}
@@ -41,7 +44,7 @@ def only(devices: PodDevices, vendor: str) -> PodDevices:
 
 
 def allocation_annotations(devices: PodDevices, table: VendorTable | None, now: float,
-                           node: str = "") -> dict[str, str]:
+                           node: str = "", pod_annotations: Mapping[str, str] | None = None) -> dict[str, str]:
     vendors = vendors_of(devices)
     if not vendors or vendors == (NVIDIA,) or table is None:
         text = codec.encode_pod_devices(devices)
@@ -58,11 +61,12 @@ def allocation_annotations(devices: PodDevices, table: VendorTable | None, now: 
         if v.to_allocate_key:
             out[v.to_allocate_key] = text
         out[v.allocated_key] = text
-        out.update(_vendor_extras(v, part, now, node))
+        out.update(_vendor_extras(v, part, now, node, pod_annotations or {}))
     return out
 
 
-def _vendor_extras(v: Vendor, part: PodDevices, now: float, node: str) -> dict[str, str]:
+def _vendor_extras(v: Vendor, part: PodDevices, now: float, node: str,
+                   pod_annotations: Mapping[str, str]) -> dict[str, str]:
     flat = [cd for ctr in part for cd in ctr]
     if v.hook == "mthreads":
         # The card indexes of the last container with devices, the placement time in ns and node.
@@ -74,7 +78,11 @@ def _vendor_extras(v: Vendor, part: PodDevices, now: float, node: str) -> dict[s
                 "mthreads.com/predicate-node": node}
     if v.hook == "ascend":
         extras = {"predicate-time": codec.encode_unix_seconds(now)}
-        if v.allocation_key:
+        if v.allocation_key and pod_annotations.get(VNPU_MODE) == "hami-core":
+            # HAMi-core soft partitioning: each NPU's memory and cores instead of a template.
+            extras[v.allocation_key] = ascend_codec.encode_runtime_info(
+                (cd.uuid, "", cd.usedmem, cd.usedcores) for cd in flat)
+        elif v.allocation_key:
             extras[v.allocation_key] = ascend_codec.encode_runtime_info(
                 (cd.uuid, v.trim_memory(cd.usedmem)[1]) for cd in flat)
         return extras

@@ -26,6 +26,11 @@ from hami.device.model import DeviceInfo
 from hami.device.request import quantity_as_int64
 from hami.device.vendors import Vendor, VendorTable
 
+# Ascend: the node annotation saying its NPUs run HAMi-core soft partitioning (HAMi's
+# nodeSupportHamiCore); the devices carry it as their mode, so the fit reads it per node.
+NODE_VNPU_CORE = "hami-vnpu-core"
+MODE_HAMI_CORE = "hami-core"
+
 
 def registration_signature(annotations: Mapping[str, str], capacity: Mapping, table: VendorTable) -> str:
     parts = []
@@ -38,6 +43,8 @@ def registration_signature(annotations: Mapping[str, str], capacity: Mapping, ta
             cores = capacity.get(v.core_resource)
             if cores is not None:
                 parts.append(f"{v.core_resource}={cores};{capacity.get(v.memory_resource)}")
+    if parts and NODE_VNPU_CORE in annotations:
+        parts.append(f"{NODE_VNPU_CORE}={annotations[NODE_VNPU_CORE]}")
     return "\x00".join(parts)
 
 
@@ -72,6 +79,12 @@ def decode_one(v: Vendor, node: str, annotations: Mapping[str, str], capacity: M
         raise codec.CodecError(f"{v.register_key}: {exc}", field=v.register_key, text=text) from None
     if not devices:
         raise codec.CodecError(f"{v.register_key}: no device found on node", field=v.register_key, text=text)
+    flag = annotations.get(NODE_VNPU_CORE)
+    if v.hook == "ascend" and (flag is not None or v.vnpu_core):
+        # The node's word (else the chip's default) decides; without either the devices stay as
+        # registered (HAMi's Ascend plugin writes no mode), so the text re-encodes byte-exact.
+        mode = MODE_HAMI_CORE if (flag == "true" if flag is not None else v.vnpu_core) else ""
+        return tuple(replace(d, vendor=v.name, mode=mode) for d in devices)
     return tuple(replace(d, vendor=v.name) for d in devices)
 
 

@@ -14,7 +14,8 @@ of NVIDIA containers pays nothing for the table. Builders, after each vendor's
   memoryUnit; cores = defaultCores unless given; a container with no memory asks for 100 % of
   each card (percentage 100), one with memory gets percentage 0 (so memreq counts).
 * `cambricon`: the generic rule with memoryUnit 256 and defaultCores 100.
-* `ascend`: memory rounded up to the smallest vNPU template (`Vendor.trim_memory`), cores 0.
+* `ascend`: memory rounded up to the smallest vNPU template (`Vendor.trim_memory`), unless the
+  container asks for cores (HAMi-core soft partitioning: memory as asked); cores as asked, else 0.
 """
 
 from __future__ import annotations
@@ -51,16 +52,19 @@ def vendor_request(container: Mapping, vendor: Vendor) -> ContainerDeviceRequest
     nums = n
     memreq = 0
     present, mem = _value(limits, requests, vendor.memory_resource)
+    core_present, c = _value(limits, requests, vendor.core_resource)
     if present and mem is not None:
         if vendor.hook == "ascend":
-            memreq, _ = vendor.trim_memory(mem)
+            mem *= vendor.memory_unit
+            # Asking for cores means HAMi-core soft partitioning: the memory as asked, else the
+            # template that holds it.
+            memreq = _int32(mem) if core_present else vendor.trim_memory(mem)[0]
         else:
             if mem < 0 or mem * vendor.memory_unit >= _INT32:
                 return None  # overflowing int32 is refused, not truncated
             memreq = mem * vendor.memory_unit
-    cores = vendor.default_cores if vendor.hook != "ascend" else 0
-    present, c = _value(limits, requests, vendor.core_resource)
-    if present and c is not None and vendor.hook != "ascend":
+    cores = vendor.default_cores
+    if core_present and c is not None:
         if vendor.max_cores and not 0 <= c <= vendor.max_cores:
             return None
         cores = _int32(c)

@@ -90,6 +90,11 @@ class Vendor:
     # Mthreads: a card's memory in memory units, and the sGPU memory sizes admission accepts.
     memory_per_card: int = 0
     legal_memory: tuple[int, ...] = ()
+    # Ascend 910C: one physical module is two NPUs; several NPUs are taken as whole modules and
+    # admission turns 1 into 2 (HAMi's super-pod pairing). Ascend `hamiVnpuCore`: nodes run
+    # HAMi-core soft partitioning unless their `hami-vnpu-core` annotation says otherwise.
+    module_pairs: bool = False
+    vnpu_core: bool = False
 
     @property
     def resource_names(self) -> tuple[str, ...]:
@@ -164,7 +169,8 @@ _SCALARS = {
     "memoryCapacity": ("memory_capacity", int), "memoryAllocatable": ("memory_allocatable", int),
     "allocationAnnotation": ("allocation_key", str), "maxCores": ("max_cores", int),
     "multiCardCores": ("multi_card_cores", bool), "containerNameEnv": ("container_name_env", str),
-    "memoryPerCard": ("memory_per_card", int),
+    "memoryPerCard": ("memory_per_card", int), "modulePairs": ("module_pairs", bool),
+    "hamiVnpuCore": ("vnpu_core", bool),
 }
 _RESOURCES = {"count": "count_resource", "memory": "memory_resource",
               "memoryPercentage": "percentage_resource", "cores": "core_resource"}
@@ -305,11 +311,19 @@ def apply_device_config(table: VendorTable, doc: Any, source: str) -> VendorTabl
                 if v.family == family and v.hook != "nvidia":
                     table = table.with_vendor(replace(v, **changes))
     vnpus = doc.get("vnpus")
+    vnpu_core = None
     if isinstance(vnpus, Mapping):
+        vnpu_core = vnpus.get("hamiVnpuCore")
+        if vnpu_core is not None and type(vnpu_core) is not bool:
+            raise VendorError(f"vnpus.hamiVnpuCore in {source}: want true or false, got {vnpu_core!r}")
         vnpus = vnpus.get("configs")
     if isinstance(vnpus, list):
         for i, chip in enumerate(vnpus):
             table = table.with_vendor(_ascend_chip(chip, f"vnpus[{i}]", source))
+    if vnpu_core is not None:  # HAMi's global default for every chip (a node's annotation wins)
+        for v in table.vendors:
+            if v.hook == "ascend":
+                table = table.with_vendor(replace(v, vnpu_core=vnpu_core))
     extra = doc.get("vendors")
     if isinstance(extra, list):
         for i, e in enumerate(extra):
@@ -331,8 +345,14 @@ def _ascend_chip(chip: Any, where: str, source: str) -> Vendor:
         if type(val) is not int:
             raise VendorError(f"{where}.{k} in {source}: want an integer, got {val!r}")
         ints[k] = val
+    flags = {}
+    for k, attr in (("superPod", "module_pairs"), ("hamiVnpuCore", "vnpu_core")):
+        val = chip.get(k, False)
+        if type(val) is not bool:
+            raise VendorError(f"{where}.{k} in {source}: want true or false, got {val!r}")
+        flags[attr] = val
     return Vendor(
-        name=cw, family="ascend", hook="ascend", count_resource=res,
+        name=cw, family="ascend", hook="ascend", count_resource=res, **flags,
         memory_resource=str(chip.get("resourceMemoryName") or ""),
         core_resource=str(chip.get("resourceCoreName") or ""),
         register_key=f"hami.io/node-register-{cw}", register_format="json",

@@ -64,6 +64,7 @@ from .policy import (
     weights_for,
 )
 from .usage import DeviceState, NodeUsage, QuotaView, collapse_usage
+from .vendorrules import VNPU_HAMI_CORE, mode_refuses_node, vnpu_mode, whole_modules
 
 # Reason keys (pkg/device/common/common.go).
 CARD_TYPE_MISMATCH = "CardTypeMismatch"
@@ -637,6 +638,10 @@ def _fit_vendor(
     return tuple(chosen), "", work
 
 
+def _idx_of(cd: ContainerDevice) -> int:
+    return cd.idx
+
+
 def fit_vendor_devices(
     devices: Sequence[DeviceState],
     request: ContainerDeviceRequest,
@@ -650,7 +655,19 @@ def fit_vendor_devices(
     NVIDIA's walk without MIG, topology, quota or numa-bind, with the vendor's own use/nouse
     annotations. `devices` are the vendor's devices, sorted, walked from the end. `is_mutex`
     (`hami.io/gpu-scheduler-policy: mutex`) refuses a card anything already uses; `same_card`
-    (Mthreads) the cards other than the one the pod's earlier containers use."""
+    (Mthreads) the cards other than the one the pod's earlier containers use. Ascend's vNPU modes
+    and 910C module pairing are `vendorrules`."""
+    pairs = False
+    total_core = None
+    if vendor.hook == "ascend":
+        mode = vnpu_mode(annotations)
+        if mode:
+            node_core = any(d.mode == VNPU_HAMI_CORE for d in devices)
+            if mode_refuses_node(mode, node_core):
+                return False, [], gen_reason({MODE_NOT_FIT: 1}, len(devices))
+            if mode == VNPU_HAMI_CORE:
+                total_core = 100  # HAMi-core shares every card as 100 cores
+        pairs = vendor.module_pairs and request.nums > 1 and mode != VNPU_HAMI_CORE
     use_uuids = _split_uuids(annotations.get(vendor.use_uuid_key)) if vendor.use_uuid_key else None
     nouse_uuids = _split_uuids(annotations.get(vendor.nouse_uuid_key)) if vendor.nouse_uuid_key else None
     use_types = _split_types(annotations.get(vendor.use_type_key)) if vendor.use_type_key else None
@@ -683,23 +700,32 @@ def fit_vendor_devices(
             memreq = memreq_req if memreq_req > 0 else 0
             if pct != PERCENTAGE_UNSET and memreq_req == 0:
                 memreq = _go_div(dev.totalmem * pct, 100)
+            totalcore = dev.totalcore if total_core is None else total_core
             if dev.totalmem - dev.usedmem < memreq:
                 key = CARD_INSUFFICIENT_MEMORY
-            elif dev.totalcore - dev.usedcores < coresreq:
+            elif totalcore - dev.usedcores < coresreq:
                 key = CARD_INSUFFICIENT_CORE
-            elif dev.totalcore == 100 and coresreq == 100 and dev.used > 0:
+            elif totalcore == 100 and coresreq == 100 and dev.used > 0:
                 key = EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
-            elif dev.totalcore != 0 and dev.usedcores == dev.totalcore and coresreq == 0:
+            elif totalcore != 0 and dev.usedcores == totalcore and coresreq == 0:
                 key = CARD_COMPUTE_UNITS_EXHAUSTED
             elif same_card and (len(same_card) > 1 or dev.id not in same_card):
                 key = CARD_NOT_FOUND_CUSTOM_FILTER_RULE
             else:
                 tmp.append(ContainerDevice(dev.id, request.type, memreq, coresreq, dev.index))
+                if pairs:  # 910C: every fitting NPU is a candidate; whole modules are chosen below
+                    continue
                 nums -= 1
                 if nums == 0:
                     return True, tmp, ""
                 continue
         reason[key] = reason.get(key, 0) + 1
+    if pairs:
+        chosen = whole_modules(tmp, _idx_of, request.nums)
+        if len(chosen) == request.nums:
+            return True, chosen, ""
+        reason[ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(chosen)
+        return False, chosen, gen_reason(reason, request.nums)
     if tmp:
         reason[ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(tmp)
     return False, tmp, gen_reason(reason, len(devices))

@@ -48,6 +48,7 @@ from hami.device.vendors import Vendor, VendorTable
 
 from .policy import PolicyError, weights_for
 from .usage import QuotaView
+from .vendorrules import VNPU_HAMI_CORE, VNPU_MODE, VNPU_TEMPLATE
 
 DEFAULT_SCHEDULER = "default-scheduler"
 TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"
@@ -272,15 +273,54 @@ def _mutate_vendor(ctr: dict, v: Vendor, pod: dict | None = None) -> bool:
     if v.container_name_env and ctr.get("name") and not any(
             isinstance(e, dict) and e.get("name") == v.container_name_env for e in ctr.get("env") or ()):
         _add_env(ctr, v.container_name_env, ctr["name"])
-    if v.hook != "ascend" or not v.memory_resource:
-        return True
+    if v.hook == "ascend" and v.memory_resource:
+        _mutate_ascend(ctr, pod if pod is not None else {}, v)
+    return True
+
+
+# Ascend HAMi-core mode: the container starts HAMi's vNPU limiter after it starts (HAMi v2.10).
+_ASCEND_LIMITER = "export RUST_LOG=info\n/hami-vnpu-core/limiter > /tmp/limiter_manager.log 2>&1 &"
+
+
+def _mutate_ascend(ctr: dict, pod: dict, v: Vendor) -> None:
+    """Ascend MutateAdmission (pkg/device/ascend, HAMi v2.10): 910C super-pod chips take whole
+    modules (1 becomes 2, other odd counts are refused); asking for cores means HAMi-core soft
+    partitioning (the pod is annotated `huawei.com/vnpu-mode: hami-core`, refused in `template`
+    mode) and keeps its memory as asked; otherwise memory rounds up to a vNPU template (or the
+    whole card), refused beyond the card and for a vNPU of several devices."""
+    limits, _ = _resources(ctr)
+    count = quantity_value(limits[v.count_resource]) or 0
+    if v.module_pairs:
+        if count == 1:
+            _set_limit(ctr, v.count_resource, "2")
+            requests = ctr["resources"].get("requests")
+            if isinstance(requests, dict) and v.count_resource in requests:
+                requests[v.count_resource] = "2"
+        elif count % 2:
+            raise _Reject(500, f"{v.name} device request must be 1 or 2*n, got {count}")
+    annotations = pod.setdefault("metadata", {}).get("annotations") or {}
+    hami_core = annotations.get(VNPU_MODE) == VNPU_HAMI_CORE
+    if v.core_resource and v.core_resource in limits and (quantity_value(limits[v.core_resource]) or 0) > 0:
+        if annotations.get(VNPU_MODE) == VNPU_TEMPLATE:
+            raise _Reject(500, f"{v.core_resource} is only supported in hami-core (soft split) mode")
+        if not hami_core:  # cores asked without a mode: HAMi infers hami-core and writes it down
+            if not isinstance(pod["metadata"].get("annotations"), dict):
+                pod["metadata"]["annotations"] = {}
+            pod["metadata"]["annotations"][VNPU_MODE] = VNPU_HAMI_CORE
+            hami_core = True
+    if hami_core:
+        lifecycle = ctr.setdefault("lifecycle", {})
+        if isinstance(lifecycle, dict) and not lifecycle.get("postStart"):
+            lifecycle["postStart"] = {"exec": {"command": ["bash", "-c", _ASCEND_LIMITER]}}
     trimmed = v.memory_allocatable
     if v.memory_resource in limits:
         mem = quantity_value(limits[v.memory_resource])
-        trimmed, _ = v.trim_memory(mem if mem is not None else 0)
-        if trimmed <= 0:
-            raise _Reject(500, f"{v.memory_resource} {mem} is invalid")
-    count = quantity_value(limits[v.count_resource]) or 0
+        if hami_core:
+            trimmed = mem if mem is not None else 0
+        else:
+            trimmed, _ = v.trim_memory(mem if mem is not None else 0)
+            if trimmed <= 0:
+                raise _Reject(500, f"{v.memory_resource} {mem} is invalid")
     if count > 1 and trimmed != v.memory_allocatable:
         raise _Reject(500, "vNPU nor supported for multiple devices")
     _set_limit(ctr, v.memory_resource, str(trimmed))
@@ -288,7 +328,6 @@ def _mutate_vendor(ctr: dict, v: Vendor, pod: dict | None = None) -> bool:
     if not isinstance(requests, dict):
         requests = ctr["resources"]["requests"] = {}
     requests[v.memory_resource] = str(trimmed)
-    return True
 
 
 def _fits_vendor_quota(pod: dict, vendors: VendorTable, view: Callable[[str], QuotaView | None]) -> bool:

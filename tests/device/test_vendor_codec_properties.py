@@ -95,3 +95,34 @@ def test_dsmlu_profile_round_trip(index, cores, units):
 def test_ascend_runtime_info_round_trip(items):
     text = ascend_codec.encode_runtime_info(items)
     assert ascend_codec.decode_runtime_info(text) == tuple(items)
+
+
+@given(items=st.lists(st.tuples(st.text(min_size=1, max_size=20), st.just(""), st.integers(0, 2**63 - 1),
+                                st.integers(0, 2**31 - 1)), max_size=5))
+def test_ascend_hami_core_runtime_info_round_trip(items):
+    """HAMi-core mode: memory (int64) and core (int32) per NPU, zero fields left out as Go's omitempty."""
+    text = ascend_codec.encode_runtime_info(items)
+    assert ascend_codec.decode_runtime_info(text, full=True) == tuple(items)
+    for _uuid, _temp, memory, core in items:
+        assert ('"memory":' in text) or memory == 0
+        assert ('"core":' in text) or core == 0
+
+
+@pytest.mark.parametrize("text", ['[{"UUID":"a","memory":"1"}]', '[{"UUID":"a","core":2147483648}]'])
+def test_ascend_runtime_info_rejects_bad_numbers_naming_the_field(text):
+    with pytest.raises(codec.CodecError) as err:
+        ascend_codec.decode_runtime_info(text, full=True)
+    assert err.value.field.startswith("huawei.com/Ascend[0].")
+
+
+@pytest.mark.parametrize(("flag", "default", "mode"), [
+    (None, False, ""), (None, True, "hami-core"), ("true", False, "hami-core"), ("false", True, "")])
+def test_ascend_devices_carry_the_nodes_hami_core_mode(flag, default, mode):
+    """HAMi's nodeSupportHamiCore: the node's `hami-vnpu-core` annotation, else the chip's default."""
+    v = replace(TABLE.get("Ascend910B3"), vnpu_core=default)
+    annos = {v.register_key: codec.encode_node_devices([DeviceInfo("npu-0", 1, 65536, 100, "Ascend910B3",
+                                                                   health=True)])}
+    if flag is not None:
+        annos["hami-vnpu-core"] = flag
+    (dev,) = decode_one(v, "n1", annos, {})
+    assert dev.mode == mode

@@ -47,6 +47,23 @@ def test_device_config_sections_override_the_table():
     assert t.get("GCU").hook == "generic" and "enflame.com/vgcu" in t.other_counts
 
 
+def test_vnpus_super_pod_and_hami_vnpu_core_reach_the_ascend_rows():
+    """HAMi's `vnpus: {hamiVnpuCore, configs: [{superPod: true, ...}]}`: 910C takes whole modules,
+    every Ascend chip defaults to HAMi-core nodes; the shipped table has neither."""
+    assert not TABLE.get("Ascend910C").module_pairs and not TABLE.get("Ascend910B3").vnpu_core
+    doc = {"vnpus": {"hamiVnpuCore": True, "configs": [
+        {"chipName": "Ascend910", "commonWord": "Ascend910C", "resourceName": "huawei.com/Ascend910C",
+         "resourceMemoryName": "huawei.com/Ascend910C-memory", "memoryAllocatable": 65536,
+         "memoryCapacity": 65536, "superPod": True}]}}
+    t = apply_device_config(TABLE, doc, "cm")
+    assert t.get("Ascend910C").module_pairs and t.get("Ascend910C").vnpu_core and t.get("Ascend910B3").vnpu_core
+    assert not t.get("MLU").vnpu_core
+    with pytest.raises(VendorError, match=r"vnpus\[0\]\.superPod in cm"):
+        apply_device_config(TABLE, {"vnpus": [{"commonWord": "X", "resourceName": "x/y", "superPod": "yes"}]}, "cm")
+    with pytest.raises(VendorError, match=r"vnpus\.hamiVnpuCore in cm"):
+        apply_device_config(TABLE, {"vnpus": {"hamiVnpuCore": 1, "configs": []}}, "cm")
+
+
 def test_config_file_overrides_reach_the_config_and_nvidia_names_its_row(tmp_path):
     f = tmp_path / "device-config.yaml"
     f.write_text("nvidia: {resourceCountName: example.com/vgpu}\ncambricon: {resourceCountName: cambricon.com/vmlu}\n")

@@ -1,5 +1,5 @@
 """The pure scheduler modules (policy, usage, fit, score, webhook, podfilter, gosort, migplace,
-messages) stay pure.
+messages, vendorrules) stay pure.
 
 Covers: by reading their source, that they import nothing but the standard library, `jsonpatch`,
 `hami.device` and each other, never asyncio, logging, a kube client or another role, and that
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-PURE = ("policy", "usage", "fit", "score", "webhook", "podfilter", "gosort", "migplace", "messages")
+PURE = ("policy", "usage", "fit", "score", "webhook", "podfilter", "gosort", "migplace", "messages", "vendorrules")
 ROOT = pathlib.Path(__file__).resolve().parents[2] / "hami" / "scheduler"
 ALLOWED_THIRD_PARTY = {"jsonpatch"}
 FORBIDDEN_STDLIB = {"asyncio", "logging", "socket", "subprocess", "threading", "os", "time"}

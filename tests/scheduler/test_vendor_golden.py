@@ -11,12 +11,17 @@ Each file names the HAMi test files it was ported from (`hami_tests`) and what i
 * `patch`: the pod annotations written for an allocation;
 * `admission`: the mutating webhook on a one-container pod (HAMi MutateAdmission).
 
+A case may carry `row` (changes to the vendor's row, as a device config would make: Ascend's
+`superPod` is `module_pairs`), `annotations`/`pod_annotations` (the pod's) and, per device, `mode`
+(Ascend: `hami-core` on a node that runs HAMi-core).
+
 Adding a vendor whose rules match an existing hook is a row in config/vendors.yaml plus one file here.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -34,6 +39,11 @@ from hami.scheduler.webhook import WebhookSettings, mutate_pod
 DATA = Path(__file__).parent / "data" / "vendors"
 FILES = sorted(DATA.glob("*.json"))
 TABLE = default_vendor_table()
+
+
+def _row(vendor: str, case: dict):
+    v = TABLE.get(vendor)
+    return replace(v, **case["row"]) if "row" in case else v
 
 
 def _load(path: Path) -> dict:
@@ -86,7 +96,7 @@ def test_register(vendor, case):
 @pytest.mark.parametrize(("vendor", "case"), _cases("requests"))
 def test_requests(vendor, case):
     requests = {**case["limits"], **case.get("requests_only", {})}
-    got = vendor_request({"resources": {"limits": case["limits"], "requests": requests}}, TABLE.get(vendor))
+    got = vendor_request({"resources": {"limits": case["limits"], "requests": requests}}, _row(vendor, case))
     if case["want"] is None:
         assert got is None
     else:
@@ -95,12 +105,12 @@ def test_requests(vendor, case):
 
 @pytest.mark.parametrize(("vendor", "case"), _cases("fit"))
 def test_fit(vendor, case):
-    v = TABLE.get(vendor)
+    v = _row(vendor, case)
     devices = []
     for d in case["devices"]:
         s = DeviceState(id=d["id"], index=d["index"], count=d["count"], totalmem=d["totalmem"],
                         totalcore=d["totalcore"], type=case.get("device_type", vendor), health=d["health"],
-                        vendor=vendor)
+                        vendor=vendor, mode=d.get("mode", ""))
         s.used, s.usedmem, s.usedcores = d["used"], d["usedmem"], d["usedcores"]
         devices.append(s)
     r = dict(case["request"])
@@ -120,7 +130,8 @@ def test_fit(vendor, case):
 @pytest.mark.parametrize(("vendor", "case"), _cases("patch"))
 def test_patch(vendor, case):
     devices = tuple(tuple(ContainerDevice(**d) for d in ctr) for ctr in case["devices"])
-    assert allocation_annotations(devices, TABLE, case["now"]) == case["want"]
+    table = TABLE.with_vendor(_row(vendor, case))
+    assert allocation_annotations(devices, table, case["now"], pod_annotations=case.get("pod_annotations")) == case["want"]
 
 
 @pytest.mark.parametrize(("vendor", "case"), _cases("admission"))
@@ -130,8 +141,11 @@ def test_admission(vendor, case):
     ctr = {"name": "c", "image": "x", "resources": {"limits": dict(case["limits"])}}
     if "requests" in case:
         ctr["resources"]["requests"] = dict(case["requests"])
-    pod = {"metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": [ctr]}}
-    settings = WebhookSettings(scheduler_name="hami-scheduler", vendors=TABLE)
+    meta = {"name": "p", "namespace": "default"}
+    if "pod_annotations" in case:
+        meta["annotations"] = dict(case["pod_annotations"])
+    pod = {"metadata": meta, "spec": {"containers": [ctr]}}
+    settings = WebhookSettings(scheduler_name="hami-scheduler", vendors=TABLE.with_vendor(_row(vendor, case)))
     d = mutate_pod(pod, settings)
     assert d.allowed is case["allowed"]
     if not case["allowed"]:
@@ -143,3 +157,7 @@ def test_admission(vendor, case):
         assert spec["containers"][0]["resources"]["limits"] == case["want_limits"]
     if "want_requests" in case:
         assert spec["containers"][0]["resources"]["requests"] == case["want_requests"]
+    if "want_pod_annotations" in case:
+        assert d.pod["metadata"].get("annotations") == case["want_pod_annotations"]
+    if "want_lifecycle" in case:
+        assert spec["containers"][0].get("lifecycle") == case["want_lifecycle"]

@@ -283,3 +283,24 @@ async def test_bind_takes_each_vendors_own_node_lock(env):
     assert (await env.bind(env.pod("default", "la"), "asc"))["Error"] == ""
     lock = env.store.get("nodes", "", "asc")["metadata"]["annotations"][codec.NODE_LOCK_ANNOTATION]
     assert lock.endswith(",default,la")
+
+
+async def test_hami_core_ascend_pod_goes_to_a_hami_core_node_with_memory_and_cores(apiserver):
+    """HAMi v2.10 vNPU modes through the extender: the node's `hami-vnpu-core: "true"` lets a
+    `huawei.com/vnpu-mode: hami-core` pod in (every card 100 cores), the other node answers
+    ModeNotFit; the runtime info carries memory and cores, not a template."""
+    soft = ascend_node("soft")
+    soft["metadata"]["annotations"]["hami-vnpu-core"] = "true"
+    async with running_env(apiserver, [ascend_node("hard"), soft]) as e:
+        await eventually(lambda: {"hard", "soft"} <= set(e.sched.state.index.nodes))
+        limits = {f"huawei.com/{ASC}": "1", f"huawei.com/{ASC}-memory": "10000", f"huawei.com/{ASC}-core": "30"}
+        refused = e.create_pod(vendor_pod("hc0", limits, {"huawei.com/vnpu-mode": "hami-core"}))
+        out = await e.filter(refused, ["hard"])
+        assert out["NodeNames"] is None and out["FailedNodes"] == {"hard": "1/2 ModeNotFit"}
+        pod = e.create_pod(vendor_pod("hc", limits, {"huawei.com/vnpu-mode": "hami-core"}))
+        out = await e.filter(pod, ["hard", "soft"])
+        assert out["NodeNames"] == ["soft"]
+        annos = e.placement("default", "hc")
+        [[dev], []] = codec.decode_pod_devices(annos[f"hami.io/{ASC}-devices-allocated"])
+        assert (dev.usedmem, dev.usedcores) == (10000, 30)
+        assert ascend_codec.decode_runtime_info(annos[f"huawei.com/{ASC}"], full=True) == ((dev.uuid, "", 10000, 30),)

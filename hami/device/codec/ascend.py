@@ -2,7 +2,9 @@
 
 The scheduler writes, beside the usual to-allocate/allocated pod device strings, the vNPU template
 each chosen device runs: Go `json.Marshal([]RuntimeInfo)` with `UUID` and `temp` (the template
-name, omitted when empty: a whole card), e.g. `[{"UUID":"npu-0","temp":"vir05_1c_16g"}]`.
+name, omitted when empty: a whole card), e.g. `[{"UUID":"npu-0","temp":"vir05_1c_16g"}]`; a pod in
+HAMi-core mode gets `memory` (MiB) and `core` instead of `temp`: `[{"UUID":"npu-0","memory":16384,"core":20}]`
+(every field omitempty).
 Ascend's register annotation is NVIDIA's JSON form under `hami.io/node-register-<commonWord>`,
 so it needs no module of its own (`register.decode_node_devices_json`).
 """
@@ -15,22 +17,29 @@ from hami.device.codec.errors import CodecError
 from hami.device.codec.golang import _loads, go_json_string
 
 
-def encode_runtime_info(items: Iterable[tuple[str, str]]) -> str:
-    """`[(uuid, template), ...]` as Go marshals `[]RuntimeInfo` (omitempty on both fields; a nil
-    slice is `null`)."""
+def encode_runtime_info(items: Iterable[tuple]) -> str:
+    """`[(uuid, template), ...]` or `[(uuid, template, memory, core), ...]` as Go marshals
+    `[]RuntimeInfo` (omitempty on every field; a nil slice is `null`)."""
     parts = []
-    for uuid, temp in items:
+    for item in items:
+        uuid, temp = item[0], item[1]
+        memory, core = (item[2], item[3]) if len(item) > 2 else (0, 0)
         fields = []
         if uuid:
             fields.append('"UUID":' + go_json_string(uuid))
         if temp:
             fields.append('"temp":' + go_json_string(temp))
+        if memory:
+            fields.append(f'"memory":{int(memory)}')
+        if core:
+            fields.append(f'"core":{int(core)}')
         parts.append("{" + ",".join(fields) + "}")
     return "[" + ",".join(parts) + "]" if parts else "null"
 
 
-def decode_runtime_info(text: str, *, field: str = "huawei.com/Ascend") -> tuple[tuple[str, str], ...]:
-    """The inverse of `encode_runtime_info`: `((uuid, template), ...)`."""
+def decode_runtime_info(text: str, *, field: str = "huawei.com/Ascend", full: bool = False) -> tuple[tuple, ...]:
+    """The inverse of `encode_runtime_info`: `((uuid, template), ...)`, or with `full`
+    `((uuid, template, memory, core), ...)` (memory int64, core int32, absent = 0)."""
     doc = _loads(text, field)
     if doc is None:
         return ()
@@ -44,5 +53,15 @@ def decode_runtime_info(text: str, *, field: str = "huawei.com/Ascend") -> tuple
         if type(uuid) is not str or type(temp) is not str:
             raise CodecError(f"runtime info entry {i}: UUID and temp must be strings", field=f"{field}[{i}]",
                              text=text)
-        out.append((uuid, temp))
+        if not full:
+            out.append((uuid, temp))
+            continue
+        nums = []
+        for key, bits in (("memory", 64), ("core", 32)):
+            n = obj.get(key) or 0
+            if type(n) is not int or not -(1 << (bits - 1)) <= n < 1 << (bits - 1):
+                raise CodecError(f"runtime info entry {i}: {key} must be an int{bits}, got {n!r}",
+                                 field=f"{field}[{i}].{key}", text=text)
+            nums.append(n)
+        out.append((uuid, temp, nums[0], nums[1]))
     return tuple(out)
