@@ -21,8 +21,7 @@ API
 - `fit_devices(devices, request, opts, ...)`: HAMi `NvidiaGPUDevices.Fit` over an already sorted
   device list (walked from the end).
 - `gen_reason(counts, cards)`, `parse_reason(text)`: HAMi's reason strings.
-- MIG profile/placement choice lives in `migplace.py`, the event texts in `messages.py` (still
-  reachable as `fit.filtering_failed_messages` etc. for older callers).
+- MIG profile/placement choice lives in `migplace.py`, the event texts in `messages.py`.
 - Failure fast path: for requests without filters, mutex or quota (`FitOptions.plain`), a node
   whose cards all fail before or at the memory check gets its reason from a per-node summary
   (`NodeUsage.fail_summary`, rebuilt after usage or cordon changes) with the text rendered once,
@@ -807,20 +806,3 @@ def try_pod(node: NodeUsage, pod: PodRequest) -> str | tuple[PodDevices, tuple]:
     if init_allocs:
         return tuple(init_allocs) + tuple(app_allocs), tuple(mig)
     return tuple(app_allocs), tuple(mig)
-
-
-# --------------------------------------------------------------------------- moved names
-
-_EVENT_TEXTS = frozenset((
-    "filtering_failed_messages", "no_available_node_message", "filtering_succeed_message", "binding_succeed_message",
-))
-
-
-def __getattr__(name: str):
-    """The event texts moved to messages.py (which reads reasons with parse_reason from here, so
-    fit cannot import it at the top); `fit.<text builder>` still resolves, on first use."""
-    if name in _EVENT_TEXTS:
-        import hami.scheduler.messages as messages
-
-        return getattr(messages, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

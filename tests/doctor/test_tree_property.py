@@ -1,6 +1,6 @@
 """Property tests of the pure doctor/tune parsers and decisions.
 
-Covers: FilteringFailed texts written by the scheduler (`fit.filtering_failed_messages`) parse back
+Covers: FilteringFailed texts written by the scheduler (`messages.filtering_failed_messages`) parse back
 to the same reason keys and nodes; the metrics parser reads back generated expositions (current
 and legacy labels); `node_health` and `diagnose_pod` never raise on arbitrary annotation text and
 always return a known leaf.
@@ -24,7 +24,8 @@ from hami.doctor.tree import (
     failed_reasons,
     node_health,
 )
-from hami.scheduler.fit import filtering_failed_messages, gen_reason
+from hami.scheduler.fit import gen_reason
+from hami.scheduler.messages import filtering_failed_messages
 
 node_names = st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True)
 keys = st.sampled_from(["CardInsufficientMemory", "CardInsufficientCore", "NodeUnfitPod", "CardTypeMismatch",

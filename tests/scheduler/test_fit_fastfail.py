@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hami.device.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, MigPlacement, MigProfile
-from hami.scheduler import fit
+from hami.scheduler import fit, messages
 from hami.scheduler.usage import DeviceState, NodeUsage, Quota, QuotaView, UsageIndex
 
 MIG_PROFILES = (MigProfile("1g.10gb", 10000, 15, 1, (MigPlacement(0, 1), MigPlacement(1, 1))),)
@@ -163,7 +163,7 @@ def test_filtering_failed_messages_group_shared_reasons():
         "n4": "NodeInsufficientDevice",
         "n0": "node unregistered",
     }
-    assert fit.filtering_failed_messages(failed) == [
+    assert messages.filtering_failed_messages(failed) == [
         "3 nodes CardInsufficientMemory(n1,n2,n3)",
         "1 nodes CardTimeSlicingExhausted(n1)",
     ]

@@ -10,7 +10,7 @@ node left untouched by a fit, evaluate_nodes, and the event texts of §5.4.
 
 from __future__ import annotations
 
-from hami.scheduler import fit, score
+from hami.scheduler import messages, score
 from hami.scheduler.fit import pod_request
 from hami.scheduler.score import evaluate_nodes, select_node
 from hami.scheduler.usage import UsageIndex, node_score
@@ -164,20 +164,20 @@ def test_index_nodes_work_with_select_node_and_model_names():
 # --------------------------------------------------------------------------- events
 
 def test_filtering_failed_events_group_nodes_per_reason():
-    msgs = fit.filtering_failed_messages({
+    msgs = messages.filtering_failed_messages({
         "node2": "1/1 CardInsufficientMemory",
         "node1": "1/2 CardInsufficientMemory, 1/2 CardNotHealth",
         "node3": "NodeInsufficientDevice",
         "node4": "node unregistered",
     })
     assert msgs == ["2 nodes CardInsufficientMemory(node1,node2)", "1 nodes CardNotHealth(node1)"]
-    assert fit.no_available_node_message(4) == "no available node, 4 nodes do not meet"
+    assert messages.no_available_node_message(4) == "no available node, 4 nodes do not meet"
 
 
 def test_filtering_succeed_and_binding_texts():
-    assert fit.filtering_succeed_message("node1", [("node1", 15.0)], 2) == \
+    assert messages.filtering_succeed_message("node1", [("node1", 15.0)], 2) == \
         "find fit node(node1), 1 nodes not fit, 1 nodes fit(node1:15.00)"
-    assert fit.binding_succeed_message("n1", "default", "p") == "Successfully binding node [n1] to default/p"
+    assert messages.binding_succeed_message("n1", "default", "p") == "Successfully binding node [n1] to default/p"
     assert score.NODE_UNREGISTERED == "node unregistered"
 
 
