@@ -12,9 +12,13 @@ kubernetes-asyncio has no informer (spec protocols.md §2), so this is ours:
 * `handler(event_type, old, new)` runs synchronously in the event loop, in order; for DELETED
   `new` is None, for ADDED `old` is None. A raising handler does not stop the watch, but what it
   fed may now differ from the cluster: the failure is counted (`handler_failures`), logged once per
-  object, and forces a full re-LIST; after it the failed objects are dispatched again and every
-  `resync_handlers` callback runs, so a consumer can rebuild what it derived. Until then `health()`
-  names the pending resync.
+  object, and schedules a resync. When every handler that failed registered a per-object resync
+  (`add_handler(h, resync_object=...)`), that callback is given each failed object's cached state
+  (`key`, object or None when gone) right after the event, and rebuilds only what it derived from
+  that object (nothing else a consumer holds, e.g. a placement not yet seen on the watch, is
+  touched). Otherwise, or when a per-object resync raises, a full re-LIST follows: the failed
+  objects are dispatched again and every `resync_handlers` callback runs, so a consumer can rebuild
+  what it derived. Until then `health()` names the pending resync.
 * `health()` is "" while the cache is usable, else why not: never synced, a resync pending, or
   LIST/WATCH failing for longer than `unready_after` seconds.
 """
@@ -35,6 +39,7 @@ from hami.obs.log import get_logger
 log = get_logger(__name__)
 
 Handler = Callable[[str, dict | None, dict | None], None]
+ObjectResync = Callable[[str, dict | None], None]
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 
@@ -74,6 +79,10 @@ class Informer:
         self.handler_failures = 0
         self.resyncs = 0
         self.resync_handlers: list[Callable[[], None]] = []
+        # handler -> its per-object resync (key, cached object or None); see the module docstring
+        self.object_resyncs: dict[Handler, ObjectResync] = {}
+        self.object_resync_count = 0
+        self._failed_handlers: set[Handler] = set()
         self.unready_after = unready_after
         self.broken_since: float | None = None  # loop time of the first LIST/WATCH failure in a row
         self.last_error = ""
@@ -84,8 +93,10 @@ class Informer:
 
     # ------------------------------------------------------------------ public
 
-    def add_handler(self, handler: Handler) -> None:
+    def add_handler(self, handler: Handler, resync_object: ObjectResync | None = None) -> None:
         self.handlers.append(handler)
+        if resync_object is not None:
+            self.object_resyncs[handler] = resync_object
 
     def health(self, now: float | None = None) -> str:
         """"" when the cache can be trusted, else the reason (for /readyz)."""
@@ -280,7 +291,7 @@ class Informer:
                 ev = orjson.loads(line)
                 delivered = True
                 self._apply(ev)
-                if self._failed:
+                if self._failed and not self._resync_objects():
                     raise _Resync()
         finally:
             resp.release()
@@ -317,12 +328,36 @@ class Informer:
                 h(etype, old, new)
             except Exception as exc:
                 self.handler_failures += 1
+                self._failed_handlers.add(h)
                 key = object_key(self.kind, new if new is not None else (old or {}))
                 self._pending_resync = True
                 if key not in self._failed:  # once per object until the resync
                     self._failed[key] = repr(exc)
                     log.exception("Informer handler failed; re-listing", kind=self.kind, event_type=etype,
                                   object=key)
+
+    def _resync_objects(self) -> bool:
+        """Per-object resync of what failed on the watch; False when a full re-LIST is needed
+        (a failed handler without a per-object resync, or a resync that raised)."""
+        fixes = [self.object_resyncs.get(h) for h in self._failed_handlers]
+        if not fixes or any(f is None for f in fixes) or "(resync)" in self._failed:
+            return False
+        for key in list(self._failed):
+            for fix in fixes:
+                assert fix is not None
+                try:
+                    fix(key, self.store.get(key))
+                except Exception as exc:
+                    self.handler_failures += 1
+                    self._failed[key] = repr(exc)
+                    log.exception("Per-object resync failed; re-listing", kind=self.kind, object=key)
+                    return False
+        log.info("Informer resynced objects after handler failure", kind=self.kind, objects=sorted(self._failed))
+        self.object_resync_count += len(self._failed)
+        self._failed = {}
+        self._failed_handlers.clear()
+        self._pending_resync = False
+        return True
 
     def _after_list(self) -> None:
         """After a LIST: if handlers failed before it, let consumers rebuild from the fresh store."""
@@ -338,6 +373,7 @@ class Informer:
                 log.exception("Informer resync handler failed; re-listing again", kind=self.kind)
         if self._failed:
             raise _Resync()
+        self._failed_handlers.clear()
         self._pending_resync = False
         self._resync_streak = 0
         log.info("Informer resynced after handler failure", kind=self.kind, objects=len(self.store))

@@ -238,6 +238,7 @@ class Extender:
             return self._filter_nodes_mode(pod, ns, name, annos, requests, num_init, nodes)
         node_names = list(node_names or [])
         # HAMi drops any cached allocation of this pod first (a retried filter re-places it).
+        held = index.pod(uid)
         index.remove_pod(uid)
         self._forget(uid)
         preq = self._pod_request(requests, num_init, annos, ns, name, index)
@@ -276,6 +277,8 @@ class Extender:
             if self.on_no_fit is not None:
                 self.on_no_fit(pod, preq, node_names, sel.failed_nodes)
             await self._clear_stale_placement(pod, ns, name)
+            if held is not None:  # its devices are free now: wake pods parked behind them
+                self.state.placement_dropped(held.node, held.namespace)
             return {"NodeNames": None, "FailedNodes": sel.failed_nodes, "Error": ""}
         node = sel.node
         now = self.clock()

@@ -241,6 +241,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
                        "hami_scheduler_handshake_writes": float(handshaker.writes),
                        "hami_scheduler_informer_handler_failures": float(state.handler_failures),
                        "hami_scheduler_index_rebuilds": float(state.rebuilds),
+                       "hami_scheduler_informer_object_resyncs": float(state.object_resyncs),
                        "hami_scheduler_requeue_wakes": float(waker.wakes),
                        "hami_scheduler_requeue_bound_after_wake": float(waker.bound_after_wake)},
         lanes=client.lane_report,
@@ -258,6 +259,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     ext = Extender(config, state, client, events, requests_fn=make_requests_fn(config), metrics=metrics,
                    binder=binder, webhook=webhook, clock=clock)
     ext.on_no_fit = waker.note_failure
+    state.held_placements = lambda: ext.assumed  # a resync or rebuild keeps /filter's decisions
     ext.verbs = ExtraVerbs(ext, pdbs)
     binder.place = ext.place_on  # a /bind without this replica's /filter decision fits the pod itself
     s = Scheduler(config, client, state, events, ext, binder, locker, handshaker, metrics, leader, waker, pdbs)

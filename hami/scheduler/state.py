@@ -7,15 +7,21 @@
   Succeeded/Failed or deleted pods release their devices; init-container usage collapses as in
   HAMi and shrinks to app-only usage once every init container exited 0.
 * /filter and /bind read only this state; they never call the API server to read.
-* A failing event handler leaves the index unknown: the informer re-lists and `rebuild()`
-  recomputes everything from the three caches, as a fresh scheduler would; `health()` stays
-  non-empty (unready) until then.
+* A failing event handler leaves what it derived from that object unknown: the informer calls the
+  per-object resync (`resync_node`, `resync_pod`, `resync_quota`), which forgets what the index
+  holds for that one object and judges its cached state afresh, so nothing else moves (a
+  placement /filter holds for another pod stays counted). Should that fail too, the informer
+  re-lists and `rebuild()` recomputes everything from the three caches, as a fresh scheduler
+  would, keeping the placements /filter holds (`held_placements`); `health()` stays non-empty
+  (unready) until then.
+* A pod whose placement annotations are removed (another replica's /filter rolled it back)
+  releases its devices, and the requeue waker hears of it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from hami.device import codec
@@ -78,6 +84,9 @@ class ClusterState:
         self.on_handshake_write: Callable[[dict, object], None] | None = None
         # (node or None, kind, namespace) after capacity may have grown: the requeue waker listens.
         self.on_capacity: Callable[[str | None, str, str], None] | None = None
+        # uids whose placement /filter holds but no pod annotation shows yet (the extender's
+        # assumed decisions): a resync or rebuild keeps them counted.
+        self.held_placements: Callable[[], Collection[str]] = tuple
         self.nodes: Informer | None = None
         self.pods: Informer | None = None
         self.quotas: Informer | None = None
@@ -88,6 +97,9 @@ class ClusterState:
             self.quotas = Informer(client, "resourcequotas", handler=self.on_quota, silent_timeout=silent_timeout)
             for inf in (self.nodes, self.pods, self.quotas):
                 inf.resync_handlers.append(self.rebuild)
+            self.nodes.object_resyncs[self.on_node] = self.resync_node
+            self.pods.object_resyncs[self.on_pod] = self.resync_pod
+            self.quotas.object_resyncs[self.on_quota] = self.resync_quota
         self.decode_count = 0
         self.rebuilds = 0
 
@@ -121,9 +133,14 @@ class ClusterState:
     def handler_failures(self) -> int:
         return sum(i.handler_failures for i in self.informers())
 
+    @property
+    def object_resyncs(self) -> int:
+        return sum(i.object_resync_count for i in self.informers())
+
     def rebuild(self) -> None:
         """Recompute the usage index from the caches alone (after a handler failure)."""
         self.rebuilds += 1
+        old = self.index
         self.index = UsageIndex(self.nvidia, self.vendors)
         self.registered.clear()
         self.usable.clear()
@@ -138,7 +155,49 @@ class ClusterState:
         if self.pods is not None:
             for obj in list(self.pods.store.values()):
                 self.on_pod(ADDED, None, obj)
+        for uid in list(self.held_placements()):  # decided by /filter, not yet on the watch
+            rec = old.pod(uid)
+            if rec is not None and self.index.pod(uid) is None:
+                self.index.add_pod(uid, rec.node, rec.devices, namespace=rec.namespace, num_init=rec.num_init,
+                                   init_released=rec.init_released, mig=rec.mig)
         log.info("Usage index rebuilt from the caches", nodes=len(self.index.nodes), pods=len(self.uid_keys))
+
+    # ------------------------------------------------------------------ per-object resync
+
+    def resync_node(self, name: str, node: dict | None) -> None:
+        """Forget what was derived from node `name`, then judge its cached state afresh."""
+        self.registered.pop(name, None)
+        self.usable.discard(name)
+        self.locked.discard(name)
+        self.index.remove_node(name)  # pod records stay; set_node applies them again
+        if node is None:
+            self.on_node(DELETED, {"metadata": {"name": name}}, None)
+        else:
+            self.refresh_node(node)
+
+    def resync_pod(self, key: str, pod: dict | None) -> None:
+        """Forget what was counted for pod `key` (unless /filter holds a placement the pod does not
+        show yet), then count its cached state afresh."""
+        annotated = bool((((pod or {}).get("metadata") or {}).get("annotations") or {}).get(VGPU_NODE))
+        uids = {self.pod_keys.pop(key, None), ((pod or {}).get("metadata") or {}).get("uid") or key}
+        held = self.held_placements()
+        before = {}
+        for uid in uids - {None}:
+            self.uid_keys.pop(uid, None)
+            if annotated or uid not in held:
+                before[uid] = self.index.pod(uid)
+                self.index.remove_pod(uid)
+        if pod is not None:
+            self.on_pod(ADDED, None, pod)
+        for uid, rec in before.items():
+            if rec is not None and self.index.pod(uid) != rec:
+                self._capacity(rec.node, "freed", rec.namespace)
+
+    def resync_quota(self, key: str, quota: dict | None) -> None:
+        ns, _, name = key.rpartition("/")
+        self.index.remove_quota(ns, name)
+        self.on_quota(ADDED if quota is not None else DELETED, None, quota or {"metadata": {
+            "namespace": ns, "name": name}})
 
     @property
     def synced(self) -> bool:
@@ -294,6 +353,11 @@ class ClusterState:
             self.index.set_quota(ns, name, _quota_hard(new))
         self._capacity(None, "quota", ns)
 
+    def placement_dropped(self, node: str, namespace: str) -> None:
+        """/filter rolled back a placement it counted (the pod fits nowhere now): those devices are
+        free for the pods parked behind them."""
+        self._capacity(node, "freed", namespace)
+
     def _capacity(self, node: str | None, kind: str, namespace: str) -> None:
         if self.on_capacity is not None:
             self.on_capacity(node, kind, namespace)
@@ -327,6 +391,11 @@ class ClusterState:
         annos = meta.get("annotations") or {}
         node = annos.get(VGPU_NODE)
         if not node:
+            was = (((old or {}).get("metadata") or {}).get("annotations") or {}).get(VGPU_NODE)
+            if was and uid not in self.held_placements():  # the placement was rolled back
+                self._release(uid, key, "placement cleared")
+                self.pod_keys.pop(key, None)
+                self.uid_keys.pop(uid, None)
             return
         self.count_pod(uid, key, node, annos, new, etype == ADDED)
 

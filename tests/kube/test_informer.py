@@ -2,8 +2,8 @@
 order and arguments, re-LIST on 410 Gone with synthetic DELETED for vanished objects and no
 event for unchanged ones, resuming after a server restart without a re-LIST, silent-watch
 reconnect, bookmarks advancing the resourceVersion, and backoff after errors. A failing handler is
-counted, forces a re-LIST that dispatches the object again and runs the resync callbacks, and
-`health()` names the pending resync, a missing first sync and a watch broken past its bound."""
+counted and repaired: by the handler's per-object resync when it has one (no re-LIST), else by a
+re-LIST that dispatches the object again and runs the resync callbacks; `health()` names the pending resync, a missing first sync and a watch broken past its bound."""
 
 from __future__ import annotations
 
@@ -193,6 +193,61 @@ async def test_handler_failure_relists_redispatches_and_runs_resync_handlers(api
         # b is delivered again after the re-LIST (its resourceVersion did not change).
         assert rec.events == [("ADDED", None, "a"), ("MODIFIED", "b", "b")]
         assert inf.health() == ""
+    finally:
+        stop.set()
+        await task
+
+
+async def test_a_handler_with_a_per_object_resync_is_repaired_without_a_relist(apiserver, client):
+    apiserver.store.create("nodes", "", node_obj("a"))
+    rec = Recorder()
+    fail = {"b"}
+
+    def flaky(etype, old, new):
+        name = (new or old)["metadata"]["name"]
+        if name in fail:
+            fail.discard(name)
+            raise RuntimeError("transient")
+        rec(etype, old, new)
+
+    fixed, resynced = [], []
+    inf = Informer(client, "nodes")
+    inf.add_handler(flaky, resync_object=lambda key, obj: fixed.append((key, obj["metadata"]["name"])))
+    inf.resync_handlers.append(lambda: resynced.append(1))
+    stop, task = await run_informer(inf)
+    try:
+        lists = inf.lists
+        await client.create("nodes", node_obj("b"))
+        await eventually(lambda: fixed == [("b", "b")])
+        await client.create("nodes", node_obj("c"))
+        await eventually(lambda: ("ADDED", None, "c") in rec.events)
+        assert inf.lists == lists and not resynced  # no re-LIST, no whole-cache rebuild
+        assert inf.handler_failures == 1 and inf.object_resync_count == 1
+        assert rec.events == [("ADDED", None, "a"), ("ADDED", None, "c")]
+        assert inf.health() == ""
+    finally:
+        stop.set()
+        await task
+
+
+async def test_a_handler_without_a_per_object_resync_still_gets_the_full_relist(apiserver, client):
+    fail = {"b"}
+    good = []
+
+    def flaky(etype, old, new):
+        if new and new["metadata"]["name"] in fail:
+            fail.discard(new["metadata"]["name"])
+            raise RuntimeError("transient")
+
+    resynced = []
+    inf = Informer(client, "nodes", handler=flaky)
+    inf.add_handler(lambda *a: good.append(1), resync_object=lambda key, obj: None)
+    inf.resync_handlers.append(lambda: resynced.append(1))
+    stop, task = await run_informer(inf)
+    try:
+        await client.create("nodes", node_obj("b"))
+        await eventually(lambda: resynced == [1])
+        assert inf.object_resync_count == 0 and inf.health() == ""
     finally:
         stop.set()
         await task
