@@ -87,9 +87,13 @@ class Vendor:
     max_cores: int = 0
     multi_card_cores: bool = False
     container_name_env: str = ""
-    # Mthreads: a card's memory in memory units, and the sGPU memory sizes admission accepts.
-    memory_per_card: int = 0
+    # Mthreads: each card model's memory in memory units (`memoryPerCard`: one size, or a list for
+    # a mixed S4000/S5000 cluster), the sGPU memory sizes admission accepts (`legalMemory`; by
+    # default every power of two from 2 below a card size plus the size itself, over all sizes),
+    # and the whole-card resource a container may not mix with sGPU slices.
+    memory_per_card: tuple[int, ...] = ()
     legal_memory: tuple[int, ...] = ()
+    whole_card_resource: str = ""
     # Ascend 910C: one physical module is two NPUs; several NPUs are taken as whole modules and
     # admission turns 1 into 2 (HAMi's super-pod pairing). Ascend `hamiVnpuCore`: nodes run
     # HAMi-core soft partitioning unless their `hami-vnpu-core` annotation says otherwise.
@@ -169,7 +173,7 @@ _SCALARS = {
     "memoryCapacity": ("memory_capacity", int), "memoryAllocatable": ("memory_allocatable", int),
     "allocationAnnotation": ("allocation_key", str), "maxCores": ("max_cores", int),
     "multiCardCores": ("multi_card_cores", bool), "containerNameEnv": ("container_name_env", str),
-    "memoryPerCard": ("memory_per_card", int), "modulePairs": ("module_pairs", bool),
+    "modulePairs": ("module_pairs", bool), "wholeCardResource": ("whole_card_resource", str),
     "hamiVnpuCore": ("vnpu_core", bool),
 }
 _RESOURCES = {"count": "count_resource", "memory": "memory_resource",
@@ -227,14 +231,40 @@ def parse_vendor(entry: Any, where: str, source: str) -> Vendor:
             if not isinstance(value, list) or not all(type(x) is int for x in value):
                 raise VendorError(f"{where}.legalMemory in {source}: want a list of integers, got {value!r}")
             values["legal_memory"] = tuple(value)
+        elif key == "memoryPerCard":
+            values["memory_per_card"] = card_sizes(value, f"{where}.memoryPerCard", source)
         else:
             raise VendorError(f"{where}.{key} in {source}: unknown key")
     for required in ("name", "family"):
         if not values.get(required):
             raise VendorError(f"{where}.{required} in {source}: required")
+    if values.get("memory_per_card") and not values.get("legal_memory"):
+        values["legal_memory"] = legal_slices(values["memory_per_card"])
     v = Vendor(**values)
     _check(v, where, source)
     return v
+
+
+def card_sizes(value: Any, where: str, source: str) -> tuple[int, ...]:
+    """`memoryPerCard`: one positive integer or a list of them (memory units per card model)."""
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(type(x) is int and x > 0 for x in items):
+        raise VendorError(f"{where} in {source}: want a positive integer or a list of them, got {value!r}")
+    return tuple(items)
+
+
+def legal_slices(sizes: Sequence[int]) -> tuple[int, ...]:
+    """The sGPU memory sizes a card model takes: powers of two from 2 below its size, and the
+    whole card; for several models their union, sorted (admission lets any model's size in, the
+    fit then checks the chosen card)."""
+    out: set[int] = set()
+    for size in sizes:
+        p = 2
+        while p < size:
+            out.add(p)
+            p *= 2
+        out.add(size)
+    return tuple(sorted(out))
 
 
 def _templates(items: Any, where: str, source: str) -> tuple[Template, ...]:
@@ -306,6 +336,9 @@ def apply_device_config(table: VendorTable, doc: Any, source: str) -> VendorTabl
             continue
         changes = {attr: sec[k] for k, attr in _SECTION_KEYS.items() if isinstance(sec.get(k), str) and sec[k]}
         changes.update({attr: sec[k] for k, attr in _SECTION_INTS.items() if type(sec.get(k)) is int and sec[k] >= 1})
+        if family == "mthreads" and sec.get("memoryPerCard") is not None:
+            sizes = card_sizes(sec["memoryPerCard"], f"{section}.memoryPerCard", source)
+            changes.update(memory_per_card=sizes, legal_memory=legal_slices(sizes))
         if changes:
             for v in table.vendors:
                 if v.family == family and v.hook != "nvidia":

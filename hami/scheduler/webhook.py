@@ -241,18 +241,24 @@ def _default_exclusive_core(ctr: dict, cfg: NvidiaConfig) -> bool:
 
 def _mutate_mthreads(ctr: dict, pod: dict, v: Vendor) -> None:
     """Mthreads MutateAdmission: several cards, or no memory asked, get whole cards (cores x
-    cards, memoryPerCard x cards); one card with memory must ask for one of `legalMemory`."""
-    limits, _ = _resources(ctr)
+    cards; memory x cards when every card has one size, else left to the fit, which gives each
+    chosen card whole); one card with memory must ask for one of `legalMemory`; the whole-card
+    resource (handed out outside HAMi) never shares a container with sGPU slices."""
+    limits, requests = _resources(ctr)
+    if v.whole_card_resource and (v.whole_card_resource in limits or v.whole_card_resource in requests):
+        raise _Reject(500, f"cannot mix {v.whole_card_resource} (whole card, delivered outside HAMi) with "
+                      f"{v.count_resource}/{v.memory_resource}/{v.core_resource} (sGPU slices) in the same container")
     count = quantity_value(limits[v.count_resource]) or 0
     if count > 1 or v.memory_resource not in limits:
         _set_limit(ctr, v.core_resource, str(count * v.cores_per_card))
-        _set_limit(ctr, v.memory_resource, str(count * v.memory_per_card))
+        if len(v.memory_per_card) == 1:
+            _set_limit(ctr, v.memory_resource, str(count * v.memory_per_card[0]))
         if count > 1:
             pod.setdefault("metadata", {}).setdefault("annotations", {})["mthreads.com/request-gpu-num"] = str(count)
         return
     mem = quantity_int(limits[v.memory_resource])
     if v.legal_memory and mem not in v.legal_memory:
-        raise _Reject(500, "sGPU memory request value is invalid, valid values are [1, "
+        raise _Reject(500, "sGPU memory request value is invalid, valid values are ["
                       + ", ".join(str(m) for m in v.legal_memory) + "]")
 
 

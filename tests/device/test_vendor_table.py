@@ -64,6 +64,19 @@ def test_vnpus_super_pod_and_hami_vnpu_core_reach_the_ascend_rows():
         apply_device_config(TABLE, {"vnpus": {"hamiVnpuCore": 1, "configs": []}}, "cm")
 
 
+def test_mthreads_memory_per_card_list_builds_the_legal_slices():
+    """`mthreads: {memoryPerCard: [96, 160]}` (an S4000/S5000 cluster): admission takes the union of
+    each model's powers of two and whole card; the shipped row derives HAMi's fixed list from 96."""
+    assert TABLE.get("Mthreads").legal_memory == (2, 4, 8, 16, 32, 64, 96)
+    t = apply_device_config(TABLE, {"mthreads": {"memoryPerCard": [96, 160]}}, "cm")
+    mt = t.get("Mthreads")
+    assert mt.memory_per_card == (96, 160)
+    assert mt.legal_memory == (2, 4, 8, 16, 32, 64, 96, 128, 160)
+    for bad in ([], [96, 0], "96", [1.5]):
+        with pytest.raises(VendorError, match=r"mthreads\.memoryPerCard in cm"):
+            apply_device_config(TABLE, {"mthreads": {"memoryPerCard": bad}}, "cm")
+
+
 def test_config_file_overrides_reach_the_config_and_nvidia_names_its_row(tmp_path):
     f = tmp_path / "device-config.yaml"
     f.write_text("nvidia: {resourceCountName: example.com/vgpu}\ncambricon: {resourceCountName: cambricon.com/vmlu}\n")

@@ -43,7 +43,9 @@ TABLE = default_vendor_table()
 
 def _row(vendor: str, case: dict):
     v = TABLE.get(vendor)
-    return replace(v, **case["row"]) if "row" in case else v
+    if "row" not in case:
+        return v
+    return replace(v, **{k: tuple(x) if isinstance(x, list) else x for k, x in case["row"].items()})
 
 
 def _load(path: Path) -> dict:
