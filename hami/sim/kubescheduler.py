@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import itertools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -51,6 +53,9 @@ MAX_NODE_SCORE = 100
 MAX_EXTENDER_PRIORITY = 10
 NODE_AFFINITY_WEIGHT = 2
 
+# The extender replica this cycle talks to; binding tasks inherit it from the cycle that made them.
+_replica_url: contextvars.ContextVar[str] = contextvars.ContextVar("extender_replica_url")
+
 
 @dataclass(frozen=True)
 class ExtenderConfig:
@@ -63,6 +68,9 @@ class ExtenderConfig:
     preempt_verb: str = ""
     weight: int = 1
     http_timeout: float = 30.0
+    # More replicas of the extender behind one Service: each scheduling cycle (and its binding
+    # cycle) talks to one of them, round robin, as a kept-alive connection through a Service does.
+    replica_urls: tuple[str, ...] = ()
 
 
 @dataclass
@@ -78,6 +86,7 @@ class SchedulerStats:
     attempts: dict[str, int] = field(default_factory=dict)
     bound_at: dict[str, float] = field(default_factory=dict)  # pod key -> loop clock when bound
     node_of: dict[str, str] = field(default_factory=dict)
+    bind_errors: dict[str, int] = field(default_factory=dict)  # extender bind error text -> count
 
 
 def _pending_for_us(pod: dict, scheduler_name: str) -> bool:
@@ -258,6 +267,9 @@ class KubeSchedulerLoop:
         self.pdbs = Informer(client, "poddisruptionbudgets") if self.ext.preempt_verb else None
         self.stats = SchedulerStats()
         self._kick = asyncio.Event()
+        urls = [self.url] + [u.rstrip("/") for u in self.ext.replica_urls]
+        self._replicas = itertools.cycle(urls)
+        self._binding: set[asyncio.Task] = set()
 
     # ------------------------------------------------------------------ events (eventhandlers.go)
 
@@ -305,9 +317,9 @@ class KubeSchedulerLoop:
                 workers = [asyncio.create_task(self._worker(http, stop), name="kube-scheduler:worker"),
                            asyncio.create_task(self._flusher(stop), name="kube-scheduler:flush")]
                 await stop.wait()
-                for w in workers:
+                for w in workers + list(self._binding):
                     w.cancel()
-                await asyncio.gather(*workers, return_exceptions=True)
+                await asyncio.gather(*workers, *self._binding, return_exceptions=True)
         finally:
             for t in tasks:
                 t.cancel()
@@ -338,14 +350,23 @@ class KubeSchedulerLoop:
                 self.queue.done(qp.key)
                 continue
             qp.pod = pod
+            _replica_url.set(next(self._replicas))
+            assumed: list[str] = []
             try:
-                rejectors = await self.schedule_one(http, pod)
+                rejectors = await self.schedule_one(http, pod, on_assumed=assumed.append)
             except Exception as exc:  # keep the loop alive; log once per attempt
                 self.stats.errors += 1
                 log.warning("Scheduling attempt failed", pod=qp.key, error=str(exc))
                 self.queue.add_error(qp, self.clock())
                 continue
-            if rejectors is None:
+            if assumed:
+                # schedule_one.go: the binding cycle runs on its own goroutine; the next pod is
+                # scheduled meanwhile (the extender keeps the assumed placement, as the cache does).
+                task = asyncio.create_task(self._binding_cycle(http, qp, pod, assumed[0]),
+                                           name=f"kube-scheduler:bind:{qp.key}")
+                self._binding.add(task)
+                task.add_done_callback(self._binding.discard)
+            elif rejectors is None:
                 self.queue.done(qp.key)
             else:
                 where = self.queue.add_unschedulable(qp, rejectors, self.clock())
@@ -353,8 +374,46 @@ class KubeSchedulerLoop:
 
     # ------------------------------------------------------------------ one cycle
 
-    async def schedule_one(self, http: aiohttp.ClientSession, pod: dict) -> set[str] | None:
-        """One scheduling cycle. None when bound; else the rejector plugins (empty: an error)."""
+    async def _binding_cycle(self, http: aiohttp.ClientSession, qp: sq.QueuedPod, pod: dict, node: str) -> None:
+        try:
+            bound = await self._bind(http, pod, node)
+        except Exception as exc:  # an HTTP failure is a bind error, as in kube-scheduler
+            self.stats.errors += 1
+            log.warning("Binding cycle failed", pod=qp.key, node=node, error=str(exc))
+            bound = False
+        now = self.clock()
+        if bound:
+            self.queue.done(qp.key)
+            return
+        # handleBindingCycleError: forgetting the assumed pod is an AssignedPodDelete for the
+        # others (the bind error is not a rejection, so it moves them at once), then the pod
+        # itself goes through the failure handler: an error, so backoffQ.
+        self._move((sq.ASSIGNED_POD, sq.DELETE), now, pod, None)
+        self.queue.add_error(qp, now)
+        self._kick.set()
+
+    async def _bind(self, http: aiohttp.ClientSession, pod: dict, node: str) -> bool:
+        key, meta = _key(pod), pod["metadata"]
+        self.stats.binds += 1
+        bind = await self._post(http, self.ext.bind_verb, {
+            "PodName": meta["name"], "PodNamespace": meta.get("namespace", "default"),
+            "PodUID": meta.get("uid", ""), "Node": node,
+        })
+        if bind.get("Error"):
+            text = str(bind["Error"])[:80]
+            self.stats.bind_errors[text] = self.stats.bind_errors.get(text, 0) + 1
+            log.v(2).info("Bind failed", pod=key, node=node, error=bind["Error"])
+            return False
+        self.stats.bound += 1
+        self.stats.bound_at[key] = self.clock()
+        self.stats.node_of[key] = node
+        log.v(2).info("Pod bound", pod=key, node=node)
+        return True
+
+    async def schedule_one(self, http: aiohttp.ClientSession, pod: dict, *,
+                           on_assumed=None) -> set[str] | None:
+        """One scheduling cycle. None when bound (or, with `on_assumed`, handed the chosen node to bind
+        asynchronously); else the rejector plugins (empty: an error)."""
         key = _key(pod)
         self.stats.attempts[key] = self.stats.attempts.get(key, 0) + 1
         nodes = [self.nodes.store[n] for n in sorted(self.nodes.store)]
@@ -391,20 +450,10 @@ class KubeSchedulerLoop:
             log.v(2).info("Pod unschedulable", pod=key, message=message)
             return {plugin for plugin, _, _ in statuses.values()}
         node = chosen[0] if len(chosen) == 1 else await self._prioritize(http, pod, chosen)
-        meta = pod["metadata"]
-        self.stats.binds += 1
-        bind = await self._post(http, self.ext.bind_verb, {
-            "PodName": meta["name"], "PodNamespace": meta.get("namespace", "default"),
-            "PodUID": meta.get("uid", ""), "Node": node,
-        })
-        if bind.get("Error"):
-            log.v(2).info("Bind failed", pod=key, node=node, error=bind["Error"])
-            return set()
-        self.stats.bound += 1
-        self.stats.bound_at[key] = self.clock()
-        self.stats.node_of[key] = node
-        log.v(2).info("Pod bound", pod=key, node=node)
-        return None
+        if on_assumed is not None:
+            on_assumed(node)
+            return None
+        return None if await self._bind(http, pod, node) else set()
 
     async def _prioritize(self, http: aiohttp.ClientSession, pod: dict, chosen: list[str]) -> str:
         """prioritizeNodes: in-tree scores plus the extender's, weighted; the highest wins."""
@@ -480,7 +529,7 @@ class KubeSchedulerLoop:
     # ------------------------------------------------------------------ helpers
 
     async def _post(self, http: aiohttp.ClientSession, verb: str, body: dict):
-        async with http.post(f"{self.url}/{verb}", data=orjson.dumps(body),
+        async with http.post(f"{_replica_url.get(self.url)}/{verb}", data=orjson.dumps(body),
                              headers={"Content-Type": "application/json"}, ssl=False) as resp:
             data = await resp.read()
             if resp.status != 200:
