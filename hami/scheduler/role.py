@@ -25,6 +25,7 @@ import orjson
 from hami.config import Config, check_listener_trust, replace
 from hami.device import codec
 from hami.device.vendorrequest import pod_vendor_requests
+from hami.kube.access import AccessProbe
 from hami.kube.client import KubeClient
 from hami.kube.events import EventRecorder
 from hami.kube.informer import Informer
@@ -120,6 +121,7 @@ class Scheduler:
     leader: LeaderElector | None = None
     waker: Waker | None = None
     pdbs: Informer | None = None
+    access: AccessProbe | None = None  # RBAC for the writes /bind needs (SelfSubjectAccessReviews)
     runners: list = field(default_factory=list)
     tasks: list = field(default_factory=list)
     port: int = 0
@@ -145,6 +147,8 @@ class Scheduler:
 
     def readiness(self) -> list[str]:
         reasons = self.extender.readiness()
+        if self.access is not None:
+            reasons.extend(self.access.reasons())
         if not self.state.synced:
             reasons.insert(0, "caches not synced yet")
         return reasons
@@ -262,7 +266,8 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     state.held_placements = lambda: ext.assumed  # a resync or rebuild keeps /filter's decisions
     ext.verbs = ExtraVerbs(ext, pdbs)
     binder.place = ext.place_on  # a /bind without this replica's /filter decision fits the pod itself
-    s = Scheduler(config, client, state, events, ext, binder, locker, handshaker, metrics, leader, waker, pdbs)
+    s = Scheduler(config, client, state, events, ext, binder, locker, handshaker, metrics, leader, waker, pdbs,
+                  AccessProbe(client))
     state.on_handshake_write = s.queue_handshake
     if leader is not None:
         leader.on_change = lambda is_leader: state.recheck() if is_leader else None
@@ -294,6 +299,8 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
 
     spawn(state.run(s.stop), "informers")
     spawn(pdbs.run(s.stop), "pdb-informer")
+    assert s.access is not None
+    spawn(s.access.run(s.stop), "access-review")
     spawn(waker.run(s.stop), "requeue-waker")
     spawn(events.run(s.stop), "events")
     spawn(s.handshake_writer(), "handshake")

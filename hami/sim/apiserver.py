@@ -3,8 +3,10 @@
 Serves the real REST paths (`/api/v1/...`, `/apis/<group>/<version>/...`, legacy `/api/v1/watch/...`),
 discovery (`/version`, `/api`, `/api/v1`, `/apis`, `/apis/<group>[/<version>]`), LIST with label and
 field selectors, WATCH (chunked JSON lines, bookmarks, timeoutSeconds, 410 Gone as an ERROR event),
-create / get / update / patch / delete, `/status` and `pods/<name>/binding`. Every error is a
-Kubernetes `Status`. Plain HTTP, meant for loopback.
+create / get / update / patch / delete, `/status` and `pods/<name>/binding`, and
+SelfSubjectAccessReviews answered by `authz` (hami.sim.authz: allow-all unless a test denies rules,
+which then also answer those requests 403). Every error is a Kubernetes `Status`. Plain HTTP, meant
+for loopback.
 
 `ApiServer.stop()` / `start()` / `restart()` cycle the HTTP listener on the same port while the
 `Store` (objects, resourceVersion, event window) stays, so clients see a real reconnect.
@@ -26,6 +28,7 @@ from aiohttp import web
 
 from hami.netaddr import url_host
 from hami.obs.log import get_logger
+from hami.sim.authz import Attributes, Authorizer, review
 from hami.sim.resources import (
     GROUPS,
     RESOURCES,
@@ -77,6 +80,15 @@ class Faults:
         self.fail_writes, self.fail_status, self.silent_watch = 0, 500, False
 
 
+def _verb(method: str, name: str, watch: bool) -> str:
+    """The authorization verb of a request (kube-apiserver's RequestInfo)."""
+    if method == "GET":
+        return "watch" if watch else ("get" if name else "list")
+    if method == "DELETE":
+        return "delete" if name else "deletecollection"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
+
+
 def _json(body: dict | bytes, status: int = 200, headers: dict | None = None) -> web.Response:
     raw = body if isinstance(body, bytes) else orjson.dumps(body)
     return web.Response(body=raw, status=status, content_type=_JSON, headers=headers)
@@ -102,6 +114,8 @@ class ApiServer:
         self._silent: set[asyncio.Event] = set()
         self.inflight = 0  # non-watch requests being served now
         self.throttled = 0  # 429s answered by the max_inflight limit
+        # Who may do what (allow-all unless a test denies rules) and the SelfSubjectAccessReview answer.
+        self.authz = Authorizer()
         self._static = self._discovery_docs()
         # Mutating admission on CREATE (hami.sim.admission.WebhookAdmission in the embedded cluster).
         self.admission: Callable[[str, str, dict, dict], Awaitable[dict]] | None = None
@@ -253,6 +267,13 @@ class ApiServer:
             return _json(static)
         res, ns, name, sub, watch_path = self._route(path)
         q = request.query
+        if self.authz.denied:
+            self.authz.check(Attributes(_verb(method, name, watch_path or q.get("watch", "").lower() in _TRUE),
+                                        res.group, res.plural, sub, ns, name))
+        if res.verbs:  # a review: answered from the authorizer, not stored
+            if method != "POST" or name:
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {res.plural}")
+            return _json(review(self.authz, await self._read_json(request)), 201)
         if method == "GET":
             if watch_path or (not name and q.get("watch", "").lower() in _TRUE):
                 if name:

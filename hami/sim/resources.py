@@ -24,6 +24,7 @@ class Resource:
     subresources: tuple[str, ...] = ()  # "status", "binding"
     fields: frozenset[str] = _META_FIELDS  # field-selector labels the server accepts
     storage: str = ""  # another resource's key when this one is a view of its objects
+    verbs: tuple[str, ...] = ()  # discovery's verbs when not the usual CRUD set (create-only reviews)
 
     @property
     def api_version(self) -> str:
@@ -88,6 +89,9 @@ _ALL = (
     Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
     Resource("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", True,
              ("pdb",), ("status",)),
+    # answered, never stored (hami.sim.authz)
+    Resource("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "", "SelfSubjectAccessReview", False,
+             verbs=("create",)),
 )
 
 RESOURCES: dict[tuple[str, str, str], Resource] = {(r.group, r.version, r.plural): r for r in _ALL}
@@ -153,7 +157,7 @@ def resource_list(group: str, version: str) -> dict:
             "singularName": r.singular,
             "namespaced": r.namespaced,
             "kind": r.kind,
-            "verbs": list(_VERBS) + ["deletecollection"],
+            "verbs": list(r.verbs) if r.verbs else list(_VERBS) + ["deletecollection"],
             **({"shortNames": list(r.short_names)} if r.short_names else {}),
             **({"categories": ["all"]} if r.key == "pods" else {}),
         })

@@ -58,7 +58,7 @@ async def test_chart_listeners_keep_bind_and_pprof_away_from_other_pods(apiserve
     assert config.scheduler.http_bind == "127.0.0.1:0" and config.scheduler.webhook_bind_address == "0.0.0.0:0"
     sched = await start_scheduler(config)
     try:
-        assert await sched.state.wait_synced(10)
+        assert await sched.state.wait_synced(10) and await sched.access.wait_answered(10)
         trust = ssl.create_default_context(cafile=ca)
         ext, wh, metrics = sched.port, sched.webhook_port, sched.metrics_port
         # another pod: the extender port is closed, the Service ports have no /filter, /bind or pprof

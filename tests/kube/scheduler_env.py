@@ -57,11 +57,12 @@ class Env:
         return self.client.total_requests(verb="get") + self.client.total_requests(verb="list")
 
 
-async def start_env(apiserver, nodes=(), **sched) -> Env:
+async def start_env(apiserver, nodes=(), *, identity: str | None = None, **sched) -> Env:
     for n in nodes:
         apiserver.store.create("nodes", "", n)
-    s = await start_scheduler(config_for(apiserver.kubeconfig, **sched))
+    s = await start_scheduler(config_for(apiserver.kubeconfig, **sched), identity=identity)
     assert await s.state.wait_synced(10)
+    assert s.access is not None and await s.access.wait_answered(10)  # readiness checks RBAC too
     return Env(apiserver, s, aiohttp.ClientSession())
 
 

@@ -68,8 +68,10 @@ async def test_TestReadyzRouteLeader(env):
 
 
 async def test_TestReadyzRouteNotLeader(apiserver):
-    a = await start_env(apiserver, hami_nodes(1), leader_elect=True, leader_elect_resource_namespace="default")
-    b = await start_env(apiserver, leader_elect=True, leader_elect_resource_namespace="default")
+    # two replicas: two identities (one process would otherwise give both the same hostname-pid)
+    a = await start_env(apiserver, hami_nodes(1), identity="replica-a", leader_elect=True,
+                        leader_elect_resource_namespace="default")
+    b = await start_env(apiserver, identity="replica-b", leader_elect=True, leader_elect_resource_namespace="default")
     try:
         await eventually(lambda: a.sched.leader.is_leader or b.sched.leader.is_leader, timeout=10)
         follower = b if a.sched.leader.is_leader else a

@@ -8,9 +8,9 @@ from tests.kube.scheduler_env import start_env, stop_env
 
 
 async def test_only_the_leader_writes_handshakes(apiserver):
-    a = await start_env(apiserver, [node_obj("n0"), node_obj("n1")], leader_elect=True,
+    a = await start_env(apiserver, [node_obj("n0"), node_obj("n1")], identity="replica-a", leader_elect=True,
                         leader_elect_resource_namespace="default")
-    b = await start_env(apiserver, leader_elect=True, leader_elect_resource_namespace="default")
+    b = await start_env(apiserver, identity="replica-b", leader_elect=True, leader_elect_resource_namespace="default")
     try:
         await eventually(lambda: a.sched.leader.is_leader or b.sched.leader.is_leader, timeout=10)
         leader, follower = (a, b) if a.sched.leader.is_leader else (b, a)

@@ -179,7 +179,7 @@ async def test_readyz_before_sync_when_watch_breaks_and_after_recovery(apiserver
         assert status == 503 and "caches not synced yet" in text and "nodes: initial list not done" in text
         assert await get(f"http://127.0.0.1:{sched.metrics_port}/healthz") == (200, "ok\n")
         await apiserver.start()
-        assert await sched.state.wait_synced(10)
+        assert await sched.state.wait_synced(10) and await sched.access.wait_answered(10)
         assert await get(ready) == (200, "ok\n")
         assert await get(sched.url + "/readyz") == (200, "ok\n")
         await apiserver.stop()

@@ -1,0 +1,132 @@
+"""The embedded API server's SelfSubjectAccessReviews and the scheduler's write-permission readiness.
+
+Covers: a review answers allowed for everything by default and `allowed: false` (with the rule's
+reason) for a denied (verb, resource/subresource); the same rule makes the real request 403 with
+kube-apiserver's forbidden text (namespaced and cluster-scoped); a review with neither or both of
+resourceAttributes / nonResourceAttributes is 422; discovery lists the resource create-only; real
+kubectl `auth can-i` agrees. The scheduler is unready naming each denied need (pods/binding, pods
+patch, nodes patch) and ready again once RBAC allows it; a server that does not serve reviews (404)
+leaves readiness to the other checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from hami.kube.access import SSAR_PATH, AccessProbe
+from hami.kube.client import ApiError
+from hami.sim.authz import Attributes, forbidden
+from tests.kube.helpers import client_for, pod_obj
+from tests.kube.scheduler_env import hami_nodes, running_env
+from tests.tools import find_kubectl
+
+
+def _review(**attrs) -> dict:
+    return {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attrs}}
+
+
+async def _ask(client, **attrs) -> dict:
+    return await client.request("create", "selfsubjectaccessreviews", "POST", SSAR_PATH, body=_review(**attrs),
+                                content_type="application/json")
+
+
+async def test_reviews_follow_the_denial_rules_and_the_requests_get_the_real_403(apiserver):
+    client = await client_for(apiserver.kubeconfig)
+    try:
+        out = await _ask(client, verb="create", resource="pods", subresource="binding", namespace="default")
+        assert out["status"] == {"allowed": True} and out["kind"] == "SelfSubjectAccessReview"
+        apiserver.authz.user = "system:serviceaccount:hami-system:hami-scheduler"
+        apiserver.authz.deny("create", "pods/binding", reason="no RoleBinding")
+        apiserver.authz.deny("patch", "nodes")
+        out = await _ask(client, verb="create", resource="pods", subresource="binding", namespace="default")
+        assert out["status"] == {"allowed": False, "reason": "no RoleBinding"}
+        assert (await _ask(client, verb="patch", resource="nodes"))["status"] == {"allowed": False}
+        assert (await _ask(client, verb="patch", resource="pods"))["status"] == {"allowed": True}
+        apiserver.store.create("pods", "default", pod_obj("p"))
+        apiserver.store.create("nodes", "", hami_nodes(1)[0])
+        with pytest.raises(ApiError) as bind:
+            await client.bind_pod("default", "p", "", "n0")
+        assert bind.value.code == 403 and bind.value.reason == "Forbidden"
+        assert str(bind.value.message) == (
+            'pods/binding "p" is forbidden: User "system:serviceaccount:hami-system:hami-scheduler" cannot '
+            'create resource "pods/binding" in API group "" in the namespace "default": no RoleBinding')
+        with pytest.raises(ApiError) as patch:
+            await client.patch("nodes", "n0", {"metadata": {"labels": {"a": "b"}}})
+        assert patch.value.message == (
+            'nodes "n0" is forbidden: User "system:serviceaccount:hami-system:hami-scheduler" cannot patch '
+            'resource "nodes" in API group "" at the cluster scope')
+        await client.patch_pod("default", "p", {"metadata": {"labels": {"a": "b"}}})  # not denied: works
+        apiserver.authz.allow_all()
+        assert await client.bind_pod("default", "p", "", "n0") is not None
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize("spec", [{}, {"resourceAttributes": {"verb": "get", "resource": "pods"},
+                                      "nonResourceAttributes": {"path": "/healthz", "verb": "get"}}])
+async def test_a_review_needs_exactly_one_kind_of_attributes(apiserver, spec):
+    client = await client_for(apiserver.kubeconfig)
+    try:
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": spec}
+        with pytest.raises(ApiError) as err:
+            await client.request("create", "selfsubjectaccessreviews", "POST", SSAR_PATH, body=body,
+                                 content_type="application/json")
+        assert err.value.code == 422 and "exactly one of nonResourceAttributes or resourceAttributes" in err.value.message
+        doc = await client.request("get", "discovery", "GET", "/apis/authorization.k8s.io/v1")
+        assert doc["resources"] == [{"name": "selfsubjectaccessreviews", "singularName": "", "namespaced": False,
+                                     "kind": "SelfSubjectAccessReview", "verbs": ["create"]}]
+    finally:
+        await client.close()
+
+
+def test_forbidden_text_for_a_collection_of_a_named_group():
+    err = forbidden("u", Attributes("list", "coordination.k8s.io", "leases", namespace="kube-system"))
+    assert err.message == ('leases.coordination.k8s.io is forbidden: User "u" cannot list resource "leases" in '
+                           'API group "coordination.k8s.io" in the namespace "kube-system"')
+
+
+async def test_kubectl_auth_can_i_agrees(apiserver):
+    kubectl = find_kubectl()
+    apiserver.authz.deny("create", "pods/binding")
+
+    async def can_i(*args: str) -> str:
+        proc = await asyncio.create_subprocess_exec(
+            kubectl, "--kubeconfig", apiserver.kubeconfig, "auth", "can-i", *args,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        return out.decode().strip() or err.decode().strip()
+
+    assert await can_i("create", "pods", "--subresource=binding") == "no"
+    assert await can_i("patch", "pods") == "yes"
+
+
+async def test_the_scheduler_is_unready_while_rbac_denies_its_writes(apiserver):
+    apiserver.authz.deny("create", "pods/binding")
+    apiserver.authz.deny("patch", "nodes")
+    async with running_env(apiserver, hami_nodes(1)) as env:
+        reasons = env.sched.readiness()
+        assert reasons == ["RBAC denies create pods/binding: /bind cannot bind pods",
+                           "RBAC denies patch nodes: node locks and handshakes cannot be written"]
+        async with env.http.get(env.sched.url + "/readyz") as r:
+            text = await r.text()
+            assert r.status == 503 and "RBAC denies create pods/binding" in text
+        apiserver.authz.allow_all()
+        await env.sched.access.check_once()  # what the periodic re-check (every 60 s) does
+        assert env.sched.readiness() == []
+        async with env.http.get(env.sched.url + "/readyz") as r:
+            assert r.status == 200
+
+
+async def test_a_server_without_reviews_leaves_readiness_to_the_other_checks(apiserver):
+    client = await client_for(apiserver.kubeconfig)
+    try:
+        probe = AccessProbe(client)
+        assert probe.reasons() == ["write permissions not verified yet"]
+        apiserver.authz.deny("create", "selfsubjectaccessreviews", group="authorization.k8s.io")
+        await probe.check_once()
+        assert probe.reasons() == [] and probe.unknown.startswith("HTTP 403")
+    finally:
+        await client.close()
