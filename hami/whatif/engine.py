@@ -37,6 +37,7 @@ from hami.scheduler.policy import PolicyError
 from hami.scheduler.usage import NodeUsage, UsageIndex
 
 from .cluster import Cluster, NodeInfo, PodInfo, holds_devices, tolerates
+from .picker import Picker
 from .scenario import Changes, Plan, Scenario, Workload
 
 # Pending reasons that are not HAMi fit codes (the step that refused the pod).
@@ -232,15 +233,21 @@ def apply_changes(cluster: Cluster, changes: Changes) -> tuple[dict[str, NodeInf
 
 
 def _stripped(pod: PodInfo) -> dict:
-    """The pod as it was created: no placement annotations, not bound, no status."""
-    obj = copy.deepcopy(pod.obj)
-    meta = obj.setdefault("metadata", {})
-    annos = meta.get("annotations") or {}
+    """The pod as it was created: no placement annotations, not bound, no status.
+
+    Only the maps edited here (or by `Replayer.place`) are copied; the rest is shared with the
+    snapshot, read-only: the webhook works on its own deep copy."""
+    obj = dict(pod.obj)
+    obj.pop("status", None)
+    meta = obj["metadata"] = dict(obj.get("metadata") or {})
+    annos = meta["annotations"] = dict(meta.get("annotations") or {})
     for key in HAMI_ANNOTATIONS:
         annos.pop(key, None)
-    (meta.get("labels") or {}).pop(codec.VGPU_NODE_ANNOTATION, None)
-    (obj.setdefault("spec", {})).pop("nodeName", None)
-    obj.pop("status", None)
+    if meta.get("labels"):
+        labels = meta["labels"] = dict(meta["labels"])
+        labels.pop(codec.VGPU_NODE_ANNOTATION, None)
+    spec = obj["spec"] = dict(obj.get("spec") or {})
+    spec.pop("nodeName", None)
     return obj
 
 
@@ -326,12 +333,14 @@ def build_queue(cluster: Cluster, scenario: Scenario, plan: Plan, removed: Seque
 # --------------------------------------------------------------------------- replay
 
 
-def _reason_codes(failed: dict[str, str]) -> tuple[str, ...]:
+def _reason_codes(failed: dict[str, str], parsed_texts: dict[str, dict[str, int]]) -> tuple[str, ...]:
+    """Codes of every node's reason, most frequent first; `parsed_texts` caches parse_reason
+    (a replay meets the same few texts on many nodes)."""
     counts: dict[str, int] = {}
     for text in failed.values():
-        parsed = fitmod.parse_reason(text)
-        if not parsed:
-            parsed = {text: 1}
+        parsed = parsed_texts.get(text)
+        if parsed is None:
+            parsed = parsed_texts[text] = fitmod.parse_reason(text) or {text: 1}
         for code, n in parsed.items():
             counts[code] = counts.get(code, 0) + n
     return tuple(k for k, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -349,7 +358,7 @@ class Replayer:
     """One scenario's cluster: the UsageIndex plus the nodes as changed; `place(pod)` schedules one."""
 
     def __init__(self, cluster: Cluster, nodes: dict[str, NodeInfo], defaults: SchedulerDefaults,
-                 changes: Changes, taken: set[str]):
+                 changes: Changes, taken: set[str], kept_order: bool = True):
         self.cluster = cluster
         self.nodes = nodes
         self.defaults = defaults
@@ -378,12 +387,28 @@ class Replayer:
                                    init_released=p.init_released, mig=p.mig)
         self.schedulable = [n for n in sorted(nodes) if not nodes[n].unschedulable]
         self.tainted = any(nodes[n].taints for n in self.schedulable)
+        # kept_order: select_node's answer from a Picker kept between pods (picker.py);
+        # False calls score.select_node per pod (the reference the picker is tested against).
+        self.picker = Picker(self.index.nodes, self.schedulable) if kept_order else None
+        self._candidates: dict[str, tuple[list[str], frozenset[str]]] = {}
+        self._parsed_reasons: dict[str, dict[str, int]] = {}
 
     def candidates(self, pod: dict) -> list[str]:
         """What kube-scheduler would pass the extender: schedulable, nodeSelector and taints allow."""
-        if not (pod.get("spec") or {}).get("nodeSelector") and not self.tainted:
-            return self.schedulable
-        return [n for n in self.schedulable if _selector_ok(pod, self.nodes[n])]
+        return self._filtered(pod)[0]
+
+    def _filtered(self, pod: dict) -> tuple[list[str], frozenset[str] | None]:
+        """candidates(pod), and the same names as a set (None: every schedulable node), computed
+        once per distinct nodeSelector and tolerations."""
+        spec = pod.get("spec") or {}
+        if not spec.get("nodeSelector") and not self.tainted:
+            return self.schedulable, None
+        key = repr((sorted((spec.get("nodeSelector") or {}).items()), spec.get("tolerations") if self.tainted else None))
+        hit = self._candidates.get(key)
+        if hit is None:
+            names = [n for n in self.schedulable if _selector_ok(pod, self.nodes[n])]
+            hit = self._candidates[key] = (names, frozenset(names))
+        return hit
 
     def place(self, pod: dict, admit: bool = True) -> Outcome | None:
         """Schedule one pod; None when it asks for no HAMi device (not the extender's business)."""
@@ -418,15 +443,20 @@ class Replayer:
                                       node_policy=self.node_policy, namespace=ns, quota=self.index.quota_view(ns))
         except PolicyError as exc:
             return Outcome(key, reasons=(INVALID_POD,), message=str(exc))
-        names = self.candidates(pod)
+        names, allowed = self._filtered(pod)
         if not names:
             return Outcome(key, reasons=(NO_CANDIDATE_NODE,), message="no schedulable node matches the pod")
-        sel = scoremod.select_node(self.index.nodes, names, preq)
+        if self.picker is not None:
+            sel = self.picker.select(preq, allowed)
+        else:
+            sel = scoremod.select_node(self.index.nodes, names, preq)
         if sel.node is None:
-            return Outcome(key, reasons=_reason_codes(sel.failed_nodes),
+            return Outcome(key, reasons=_reason_codes(sel.failed_nodes, self._parsed_reasons),
                            message=messages.no_available_node_message(len(names)))
         self.index.add_pod(uid, sel.node, sel.devices, namespace=ns, num_init=num_init,
                            mig=tuple((u, pl) for _, _, u, _, pl in sel.mig))
+        if self.picker is not None:
+            self.picker.touched(sel.node)
         return Outcome(key, node=sel.node, devices=codec.encode_pod_devices(sel.devices))
 
     def stats(self, pending_mem: int) -> tuple[NodeStats, ...]:
@@ -473,10 +503,10 @@ def _smallest_pending_mem(replayer: Replayer, pending: list[dict]) -> int:
 
 
 def run_scenario(cluster: Cluster, scenario: Scenario, plan: Plan,
-                 defaults: SchedulerDefaults = SchedulerDefaults()) -> Result:
+                 defaults: SchedulerDefaults = SchedulerDefaults(), kept_order: bool = True) -> Result:
     nodes, removed = apply_changes(cluster, scenario.changes)
     queue, taken = build_queue(cluster, scenario, plan, removed, defaults)
-    rp = Replayer(cluster, nodes, defaults, scenario.changes, taken)
+    rp = Replayer(cluster, nodes, defaults, scenario.changes, taken, kept_order)
     outcomes = []
     pending_pods = []
     for q in queue:
