@@ -9,6 +9,8 @@ vendor's `PatchAnnotations`):
 * Ascend: `huawei.com/<commonWord>` = the vNPU template of each device (codec.ascend), or its
   memory and cores when the pod runs `huawei.com/vnpu-mode: hami-core`, and
   `predicate-time` = unix seconds;
+* AWS Neuron: `AWS_NEURON_IDS` (device indexes or core ids), `NEURON_RESOURCE_TYPE`,
+  `NEURON_ALLOC_TIME`, `NEURON_ALLOCATED`, `aws.amazon.com/predicate-node` (codec.awsneuron);
 * Cambricon: `CAMBRICON_DSMLU_PROFILE` = `<idx>_<cores>_<mem/256>` of the first device and
   `CAMBRICON_DSMLU_ASSIGNED` = `false` (codec.cambricon).
 
@@ -23,8 +25,10 @@ from collections.abc import Mapping
 
 from hami.device import codec
 from hami.device.codec import ascend as ascend_codec
+from hami.device.codec import awsneuron as neuron_codec
 from hami.device.codec import cambricon as cambricon_codec
 from hami.device.model import NVIDIA, ContainerDevice, PodDevices
+from hami.device.request import quantity_as_int64
 from hami.device.vendors import Vendor, VendorTable
 
 VNPU_MODE = "huawei.com/vnpu-mode"  # Ascend: `hami-core` runs HAMi-core soft partitioning
@@ -44,7 +48,7 @@ def only(devices: PodDevices, vendor: str) -> PodDevices:
 
 
 def allocation_annotations(devices: PodDevices, table: VendorTable | None, now: float,
-                           node: str = "", pod_annotations: Mapping[str, str] | None = None) -> dict[str, str]:
+                           node: str = "", pod: Mapping | None = None) -> dict[str, str]:
     vendors = vendors_of(devices)
     if not vendors or vendors == (NVIDIA,) or table is None:
         text = codec.encode_pod_devices(devices)
@@ -61,13 +65,15 @@ def allocation_annotations(devices: PodDevices, table: VendorTable | None, now: 
         if v.to_allocate_key:
             out[v.to_allocate_key] = text
         out[v.allocated_key] = text
-        out.update(_vendor_extras(v, part, now, node, pod_annotations or {}))
+        out.update(_vendor_extras(v, part, now, node, pod or {}))
     return out
 
 
-def _vendor_extras(v: Vendor, part: PodDevices, now: float, node: str,
-                   pod_annotations: Mapping[str, str]) -> dict[str, str]:
+def _vendor_extras(v: Vendor, part: PodDevices, now: float, node: str, pod: Mapping) -> dict[str, str]:
     flat = [cd for ctr in part for cd in ctr]
+    if v.hook == "awsneuron":
+        return _neuron_extras(v, part, now, node, pod)
+    pod_annotations = (pod.get("metadata") or {}).get("annotations") or {}
     if v.hook == "mthreads":
         # The card indexes of the last container with devices, the placement time in ns and node.
         last = [ctr for ctr in part if ctr]
@@ -92,6 +98,34 @@ def _vendor_extras(v: Vendor, part: PodDevices, now: float, node: str,
                 cambricon_codec.DSMLU_PROFILE: cambricon_codec.encode_dsmlu_profile(
                     first.idx, first.usedcores, first.usedmem)}
     return {}
+
+
+def _neuron_extras(v: Vendor, part: PodDevices, now: float, node: str, pod: Mapping) -> dict[str, str]:
+    """AWS Neuron's PatchAnnotations: the device indexes of containers that asked for devices, the
+    core ids (`coresPerCard * index + bit`) of those that asked for cores, over all containers."""
+    spec = pod.get("spec") or {}
+    containers = list(spec.get("initContainers") or ()) + list(spec.get("containers") or ())
+    ids: list[str] = []
+    out: dict[str, str] = {}
+    for i, ctr_devs in enumerate(part):
+        if not ctr_devs or i >= len(containers):
+            continue
+        limits = ((containers[i] or {}).get("resources") or {}).get("limits") or {}
+        whole = v.count_resource in limits and (quantity_as_int64(limits[v.count_resource]) or 0) > 0
+        for cd in ctr_devs:
+            if whole:
+                ids.append(str(cd.idx))
+                continue
+            cores = neuron_codec.core_ids(cd.idx, cd.usedcores, v.cores_per_card)
+            if cores:
+                out[neuron_codec.RESOURCE_TYPE] = v.core_resource
+            ids.extend(str(c) for c in cores)
+    if ids:
+        out[neuron_codec.ASSIGNED_IDS] = ",".join(ids)
+        out[neuron_codec.ALLOC_TIME] = str(int(now) * 1_000_000_000 + int(now % 1 * 1e9))
+        out[neuron_codec.ALLOCATED] = "false"
+        out[neuron_codec.PREDICATE_NODE] = node
+    return out
 
 
 def takes_node_lock(devices: PodDevices, table: VendorTable | None) -> bool:

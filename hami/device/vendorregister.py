@@ -6,7 +6,8 @@ Every vendor but NVIDIA (whose register annotation the scheduler state reads its
   `hami.io/node-register-<commonWord>`, JSON as NVIDIA's; Hygon: `hami.io/node-dcu-register`,
   the legacy colon form). HAMi's errors: `annos not found <key>` is simply "not this vendor";
   an empty list is `no device found on node`.
-* `capacity` vendors (Cambricon): cards derived from the node's capacity (codec.cambricon).
+* `capacity` vendors (Cambricon, Mthreads): cards derived from the node's capacity (codec.cambricon);
+  AWS Neuron from its device and core capacity and the instance-type label (codec.awsneuron).
 
 `registration_signature(annotations, capacity, table)` is the raw text every vendor's registration
 depends on ("" when the node registers none), so a caller decodes only when it changes.
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from hami.device import codec
+from hami.device.codec import awsneuron as neuron_codec
 from hami.device.codec import cambricon as cambricon_codec
 from hami.device.model import DeviceInfo
 from hami.device.request import quantity_as_int64
@@ -32,10 +34,16 @@ NODE_VNPU_CORE = "hami-vnpu-core"
 MODE_HAMI_CORE = "hami-core"
 
 
-def registration_signature(annotations: Mapping[str, str], capacity: Mapping, table: VendorTable) -> str:
+def registration_signature(annotations: Mapping[str, str], capacity: Mapping, table: VendorTable,
+                           labels: Mapping[str, str] | None = None) -> str:
     parts = []
     for v in table.others:
-        if v.register_source == "annotation":
+        if v.hook == "awsneuron":
+            devices = capacity.get(v.count_resource)
+            if devices is not None:
+                itype = (labels or {}).get(neuron_codec.INSTANCE_TYPE_LABEL, "")
+                parts.append(f"{v.count_resource}={devices};{capacity.get(v.core_resource)};{itype}")
+        elif v.register_source == "annotation":
             text = annotations.get(v.register_key)
             if text is not None:
                 parts.append(f"{v.register_key}={text}")
@@ -48,9 +56,25 @@ def registration_signature(annotations: Mapping[str, str], capacity: Mapping, ta
     return "\x00".join(parts)
 
 
-def decode_one(v: Vendor, node: str, annotations: Mapping[str, str], capacity: Mapping) -> tuple[DeviceInfo, ...]:
+def decode_one(v: Vendor, node: str, annotations: Mapping[str, str], capacity: Mapping,
+               labels: Mapping[str, str] | None = None) -> tuple[DeviceInfo, ...]:
     """One vendor's devices on the node; () when the node does not register it. Raises
     CodecError (message prefixed by the key) when it registers it wrongly."""
+    if v.hook == "awsneuron":
+        raw = capacity.get(v.count_resource)
+        if raw is None:
+            return ()
+        devices = quantity_as_int64(raw)
+        cores = quantity_as_int64(capacity.get(v.core_resource, 0)) or 0
+        if devices is None:
+            raise codec.CodecError(f"{v.count_resource}: capacity {raw!r} is not an integer", field=v.count_resource,
+                                   text=str(raw))
+        try:
+            return neuron_codec.devices_from_capacity(
+                node, devices, cores, (labels or {}).get(neuron_codec.INSTANCE_TYPE_LABEL, ""), vendor=v.name,
+                id_format=v.capacity_id, default_cores=v.cores_per_card, resource=v.count_resource)
+        except codec.CodecError as exc:
+            raise codec.CodecError(f"{v.count_resource}: {exc}", field=v.count_resource, text=str(raw)) from None
     if v.register_source == "capacity":
         raw = capacity.get(v.core_resource)
         if raw is None:
@@ -89,12 +113,13 @@ def decode_one(v: Vendor, node: str, annotations: Mapping[str, str], capacity: M
 
 
 def decode_vendor_devices(node: str, annotations: Mapping[str, str], capacity: Mapping,
-                          table: VendorTable) -> tuple[tuple[tuple[str, tuple[DeviceInfo, ...]], ...], tuple[str, ...]]:
+                          table: VendorTable, labels: Mapping[str, str] | None = None,
+                          ) -> tuple[tuple[tuple[str, tuple[DeviceInfo, ...]], ...], tuple[str, ...]]:
     groups = []
     errors = []
     for v in table.others:
         try:
-            devices = decode_one(v, node, annotations, capacity)
+            devices = decode_one(v, node, annotations, capacity, labels)
         except codec.CodecError as exc:
             errors.append(str(exc))
             continue

@@ -14,6 +14,8 @@ of NVIDIA containers pays nothing for the table. Builders, after each vendor's
   memoryUnit; cores = defaultCores unless given; a container with no memory asks for 100 % of
   each card (percentage 100), one with memory gets percentage 0 (so memreq counts).
 * `cambricon`: the generic rule with memoryUnit 256 and defaultCores 100.
+* `awsneuron`: devices x `coresPerCard` cores, or NeuronCores alone (up to one device, or whole
+  devices); non-integer or non-positive counts ask for nothing.
 * `ascend`: memory rounded up to the smallest vNPU template (`Vendor.trim_memory`), unless the
   container asks for cores (HAMi-core soft partitioning: memory as asked); cores as asked, else 0.
 """
@@ -43,9 +45,30 @@ def _value(limits: Mapping, requests: Mapping, name: str) -> tuple[bool, int | N
     return False, None
 
 
+def neuron_request(limits: Mapping, requests: Mapping, vendor: Vendor) -> ContainerDeviceRequest | None:
+    """AWS Neuron's GenerateResourceRequests: devices (each takes all `coresPerCard` cores), or
+    else NeuronCores: up to one device's worth on one device, more only in whole devices."""
+    cpd = vendor.cores_per_card
+    present, n = _value(limits, requests, vendor.count_resource)
+    if present:
+        if n is None or not 0 < n < _INT32:
+            return None
+        return ContainerDeviceRequest(nums=n, type=vendor.name, memreq=0, mempercentagereq=0, coresreq=cpd)
+    present, cores = _value(limits, requests, vendor.core_resource)
+    if not present or cores is None or not 0 < cores <= (_INT32 - 1) * 2:
+        return None
+    if cores <= cpd:
+        return ContainerDeviceRequest(nums=1, type=vendor.name, memreq=0, mempercentagereq=0, coresreq=cores)
+    if cores % cpd or cores // cpd >= _INT32:
+        return None  # HAMi: `<core resource> must be 1 or a multiple of <cores per device>`
+    return ContainerDeviceRequest(nums=cores // cpd, type=vendor.name, memreq=0, mempercentagereq=0, coresreq=cpd)
+
+
 def vendor_request(container: Mapping, vendor: Vendor) -> ContainerDeviceRequest | None:
     """One vendor's GenerateResourceRequests for one container; None when it asks for none."""
     limits, requests = _resources(container)
+    if vendor.hook == "awsneuron":
+        return neuron_request(limits, requests, vendor)
     present, n = _value(limits, requests, vendor.count_resource)
     if not present or n is None or n <= 0 or n >= _INT32:
         return None  # HAMi: `n <= 0 || n > math.MaxInt32` is an empty request
@@ -85,7 +108,8 @@ def container_vendor_requests(container: Mapping, table: VendorTable, cfg: Nvidi
         return first
     out = [first] if first is not None else []
     for v in table.others:
-        if v.count_resource in limits or v.count_resource in requests:
+        if v.count_resource in limits or v.count_resource in requests or (
+                v.core_requests and (v.core_resource in limits or v.core_resource in requests)):
             r = vendor_request(container, v)
             if r is not None:
                 out.append(r)

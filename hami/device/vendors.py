@@ -10,7 +10,10 @@ code exists only where HAMi's rules really differ, as a small named hook:
 * `ascend`    generic fit, memory rounded up to the chip's vNPU templates (`templates`);
 * `cambricon` generic fit, memory in 256 MiB units paired with cores in the DSMLU profile;
 * `mthreads`  generic fit, requests split over the cards asked for, every container of a pod on
-              the same card, admission fills whole cards (`memoryPerCard`) and checks `legalMemory`.
+              the same card, admission fills whole cards (`memoryPerCard`) and checks `legalMemory`;
+* `awsneuron` NeuronCores as bits of a per-device mask; several devices only as a contiguous
+              group (a ring on Inferentia nodes, aligned groups of 1/4/8/16 elsewhere); a
+              container may ask for cores alone (`coreRequests`).
 
 `register.source` says where a node's devices come from: `annotation` (the vendor's device
 plugin writes a register annotation: `json` as NVIDIA >= v2.8, or the `legacy` colon form) or
@@ -27,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-HOOKS = ("nvidia", "generic", "ascend", "cambricon", "mthreads")
+HOOKS = ("nvidia", "generic", "ascend", "cambricon", "mthreads", "awsneuron")
 REGISTER_SOURCES = ("annotation", "capacity")
 REGISTER_FORMATS = ("json", "legacy")
 
@@ -99,6 +102,8 @@ class Vendor:
     # HAMi-core soft partitioning unless their `hami-vnpu-core` annotation says otherwise.
     module_pairs: bool = False
     vnpu_core: bool = False
+    # AWS Neuron: a container naming only the core resource asks for this vendor too.
+    core_requests: bool = False
 
     @property
     def resource_names(self) -> tuple[str, ...]:
@@ -143,7 +148,9 @@ class VendorTable:
         object.__setattr__(self, "by_name", names)
         object.__setattr__(self, "by_count", counts)
         object.__setattr__(self, "others", others)
-        object.__setattr__(self, "other_counts", frozenset(v.count_resource for v in others if v.count_resource))
+        object.__setattr__(self, "other_counts", frozenset(
+            [v.count_resource for v in others if v.count_resource]
+            + [v.core_resource for v in others if v.core_requests and v.core_resource]))
         object.__setattr__(self, "other_allocated",
                            tuple((v.allocated_key, v) for v in others if v.allocated_key))
 
@@ -174,6 +181,7 @@ _SCALARS = {
     "allocationAnnotation": ("allocation_key", str), "maxCores": ("max_cores", int),
     "multiCardCores": ("multi_card_cores", bool), "containerNameEnv": ("container_name_env", str),
     "modulePairs": ("module_pairs", bool), "wholeCardResource": ("whole_card_resource", str),
+    "coreRequests": ("core_requests", bool),
     "hamiVnpuCore": ("vnpu_core", bool),
 }
 _RESOURCES = {"count": "count_resource", "memory": "memory_resource",

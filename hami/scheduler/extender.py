@@ -285,8 +285,7 @@ class Extender:
         annotations = {
             VGPU_NODE: node,
             codec.VGPU_TIME_ANNOTATION: codec.encode_unix_seconds(now),
-            **allocation_annotations(sel.devices, self.config.vendors, now, node,
-                                     (pod.get("metadata") or {}).get("annotations")),
+            **allocation_annotations(sel.devices, self.config.vendors, now, node, pod),
         }
         devices_text = annotations.get(codec.ALLOCATED_ANNOTATION, "")
         if sel.mig:
@@ -367,8 +366,7 @@ class Extender:
         best = fits[0]
         now = self.clock()
         annotations = {VGPU_NODE: node, codec.VGPU_TIME_ANNOTATION: codec.encode_unix_seconds(now),
-                       **allocation_annotations(best.devices, self.config.vendors, now, node,
-                                                meta.get("annotations"))}
+                       **allocation_annotations(best.devices, self.config.vendors, now, node, pod)}
         if best.mig:
             annotations[codec.MIG_ALLOCATIONS_ANNOTATION] = codec.encode_mig_allocations(
                 codec.MigAllocation(c, d, u, p, pl) for c, d, u, p, pl in best.mig)

@@ -222,12 +222,13 @@ class ClusterState:
             return NodeDevices(text, (), str(exc))
         return NodeDevices(text, devices)
 
-    def _decode_all(self, name: str, text: str | None, sig: str, annos: dict, capacity: dict) -> NodeDevices:
+    def _decode_all(self, name: str, text: str | None, sig: str, annos: dict, capacity: dict,
+                    labels: dict | None = None) -> NodeDevices:
         """NVIDIA's registration and every other vendor's: a malformed one makes this node
         unregistered, its error naming the annotation key; other nodes are not touched."""
         nv = self._decode(text) if text is not None else NodeDevices("", ())
         assert self.vendors is not None
-        groups, errors = decode_vendor_devices(name, annos, capacity, self.vendors)
+        groups, errors = decode_vendor_devices(name, annos, capacity, self.vendors, labels)
         error = "; ".join(e for e in ((f"{REGISTER_KEY}: {nv.error}" if nv.error else ""), *errors) if e)
         devices = nv.devices + tuple(d for _, ds in groups for d in ds)
         return NodeDevices(sig, devices if not error else (), error, groups)
@@ -259,7 +260,8 @@ class ClusterState:
         text = annos.get(REGISTER_KEY)
         extra = ""
         if self.vendors is not None and self.vendors.others:
-            extra = registration_signature(annos, (node.get("status") or {}).get("capacity") or {}, self.vendors)
+            extra = registration_signature(annos, (node.get("status") or {}).get("capacity") or {}, self.vendors,
+                                           meta.get("labels"))
         if text is None and not extra:
             if name in self.registered or name in self.usable:
                 self.registered.pop(name, None)
@@ -271,7 +273,7 @@ class ClusterState:
         prev = self.registered.get(name)
         if prev is None or prev.register != sig:
             dec = self._decode(sig) if not extra else self._decode_all(
-                name, text, sig, annos, (node.get("status") or {}).get("capacity") or {})
+                name, text, sig, annos, (node.get("status") or {}).get("capacity") or {}, meta.get("labels"))
             self.registered[name] = dec
             if dec.error:
                 log.warning("Node registration unreadable", node=name, error=dec.error)

@@ -59,3 +59,80 @@ def whole_modules(candidates: Sequence[T], index_of, want: int) -> list[T]:
             out.extend(members)
             left -= MODULE_NPUS
     return out
+
+
+# --------------------------------------------------------------------------- AWS Neuron
+
+# HAMi's reason keys (pkg/device/common) the Neuron fit gives; fit.py names the same strings.
+_NOT_HEALTH = "CardNotHealth"
+_TYPE_MISMATCH = "CardTypeMismatch"
+_UUID_MISMATCH = "CardUuidMismatch"
+_SLICING_EXHAUSTED = "CardTimeSlicingExhausted"
+_EXCLUSIVE_CONFLICT = "ExclusiveDeviceAllocateConflict"
+_INSUFFICIENT_CORE = "CardInsufficientCore"
+_NUMA_NOT_FIT = "NumaNotFit"
+NEURON_GROUP_SIZES = (1, 4, 8, 16)  # devices a non-ring node hands out together, aligned
+RING = "ring"  # mode of the devices of an Inferentia node (codec.awsneuron)
+
+
+def _free_bits(used: int, want: int, width: int) -> int:
+    """addCoreUsage: the lowest `want` bits of `width` that `used` leaves free."""
+    got = 0
+    for bit in range(width):
+        if want <= 0:
+            break
+        if not used & (1 << bit):
+            got |= 1 << bit
+            want -= 1
+    return got
+
+
+def neuron_group(devices: Sequence, count: int) -> list:
+    """graphSelect: `count` free, healthy devices next to each other by index; on a ring
+    (Inferentia) any run, elsewhere only runs of 1, 4, 8 or 16 starting at a multiple of the size."""
+    ordered = sorted(devices, key=lambda d: d.index)
+    if not ordered:
+        return []
+    ring = ordered[0].mode == RING
+    if not ring and count not in NEURON_GROUP_SIZES:
+        return []
+    step = 1 if ring else count
+    for start in range(0, len(ordered) - count + 1, step):
+        window = ordered[start:start + count]
+        if all(d.used == 0 and d.health for d in window):
+            return window
+    return []
+
+
+def fit_neuron(devices: Sequence, request, vendor, use_uuids, nouse_uuids, is_mutex: bool, make):
+    """AWS Neuron's Fit (pkg/device/awsneuron): several devices as one group (NumaNotFit when no
+    group is free, every device whole); one device walked from the end with its cores as mask
+    bits (`popcount(total) - popcount(used) >= cores asked`). `make(dev, usedmem, usedcores)`
+    builds the ContainerDevice. Returns (fits, devices, reason counts). A container's usedcores
+    are the bits it takes (HAMi writes the device's whole mask after it, which its own usage sum
+    then counts twice for a second container on a device)."""
+    if request.nums > 1:
+        group = neuron_group(devices, request.nums)
+        if not group:
+            return False, [], {_NUMA_NOT_FIT: 1}
+        return True, [make(d, d.totalmem, d.totalcore) for d in group], {}
+    reason: dict[str, int] = {}
+    for dev in reversed(devices):
+        if not dev.health:
+            key = _NOT_HEALTH
+        elif request.type not in dev.type or request.type != vendor.name:
+            key = _TYPE_MISMATCH
+        elif (use_uuids is not None and dev.id not in use_uuids) or (
+                nouse_uuids is not None and dev.id in nouse_uuids):
+            key = _UUID_MISMATCH
+        elif dev.count <= dev.used:
+            key = _SLICING_EXHAUSTED
+        elif is_mutex and dev.used > 0:
+            key = _EXCLUSIVE_CONFLICT
+        elif dev.totalcore.bit_count() - (dev.usedcores & dev.totalcore).bit_count() < request.coresreq:
+            key = _INSUFFICIENT_CORE
+        else:
+            bits = _free_bits(dev.usedcores, request.coresreq, dev.totalcore.bit_length())
+            return True, [make(dev, 0, bits)], {}
+        reason[key] = reason.get(key, 0) + 1
+    return False, [], reason

@@ -43,6 +43,7 @@ from typing import Any
 import jsonpatch
 
 from hami.device.model import NvidiaConfig
+from hami.device.request import quantity_as_int64
 from hami.device.vendorrequest import vendor_request
 from hami.device.vendors import Vendor, VendorTable
 
@@ -267,6 +268,8 @@ def _mutate_vendor(ctr: dict, v: Vendor, pod: dict | None = None) -> bool:
     that vendor's device. Ascend (pkg/device/ascend MutateAdmission) also rounds the memory limit
     up to a vNPU template (or the whole card) in limits and requests, and refuses a memory beyond
     the card (`<memory resource> <value> is invalid`) and a vNPU for several devices."""
+    if v.hook == "awsneuron":
+        return _mutate_neuron(ctr, v)
     limits, _ = _resources(ctr)
     if v.count_resource not in limits:
         return False
@@ -282,6 +285,39 @@ def _mutate_vendor(ctr: dict, v: Vendor, pod: dict | None = None) -> bool:
     if v.hook == "ascend" and v.memory_resource:
         _mutate_ascend(ctr, pod if pod is not None else {}, v)
     return True
+
+
+def _neuron_value(raw: Any, name: str, most: int) -> int:
+    """validateResourceRequest: an integer in 1..most, else HAMi's error naming the resource."""
+    n = quantity_as_int64(raw)
+    if n is None:
+        raise _Reject(500, f"{name} must be an integer")
+    if n <= 0:
+        raise _Reject(500, f"{name} must be greater than 0")
+    if n > most:
+        raise _Reject(500, f"{name} must not exceed {most}")
+    return n
+
+
+def _mutate_neuron(ctr: dict, v: Vendor) -> bool:
+    """AWS Neuron MutateAdmission: devices (limits, else requests) or else NeuronCores; a core count
+    above one device's must fill whole devices."""
+    limits, requests = _resources(ctr)
+    raw = limits.get(v.count_resource, requests.get(v.count_resource))
+    if raw is not None:
+        _neuron_value(raw, v.count_resource, _MAX_INT32)
+        return True
+    raw = limits.get(v.core_resource, requests.get(v.core_resource))
+    if raw is None:
+        return False
+    cores = _neuron_value(raw, v.core_resource, _MAX_INT32 * 2)
+    cpd = v.cores_per_card
+    if cores > cpd and cores % cpd:
+        raise _Reject(500, f"{v.core_resource} must be 1 or a multiple of {cpd}, got {cores}")
+    return True
+
+
+_MAX_INT32 = (1 << 31) - 1
 
 
 # Ascend HAMi-core mode: the container starts HAMi's vNPU limiter after it starts (HAMi v2.10).
@@ -454,7 +490,7 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
             for ctr in spec.get(group) or ():
                 if _mutate_container(ctr, pod, cfg):
                     has_resource = True
-                if counts and any(k in counts for k in _resources(ctr)[0]):
+                if counts and any(k in counts for part in _resources(ctr) for k in part):
                     for v in others:
                         if _mutate_vendor(ctr, v, pod):
                             has_resource = True

@@ -60,7 +60,8 @@ def vendor_registration(node: str, node_index: int, shapes: Sequence[tuple[Vendo
             cores = int(capacity.get(v.core_resource, "0")) + v.cores_per_card * cards
             units = int(capacity.get(v.memory_resource, "0")) + memory // v.memory_unit * cards
             capacity[v.core_resource] = str(cores)
-            capacity[v.memory_resource] = str(units)
+            if v.memory_resource:  # AWS Neuron has none
+                capacity[v.memory_resource] = str(units)
             capacity[v.count_resource] = str(int(capacity.get(v.count_resource, "0")) + cards)
             continue
         count = _count_per_card(v)

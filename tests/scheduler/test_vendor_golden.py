@@ -80,13 +80,13 @@ def test_register(vendor, case):
     annos, capacity = case.get("annotations", {}), case.get("capacity", {})
     if "error" in case or "error_prefix" in case:
         with pytest.raises(CodecError) as err:
-            decode_one(v, case["node"], annos, capacity)
+            decode_one(v, case["node"], annos, capacity, case.get("labels"))
         if "error" in case:
             assert str(err.value) == case["error"]
         else:
             assert str(err.value).startswith(case["error_prefix"])
         return
-    got = decode_one(v, case["node"], annos, capacity)
+    got = decode_one(v, case["node"], annos, capacity, case.get("labels"))
     want = case["devices"]
     assert len(got) == len(want)
     for d, w in zip(got, want, strict=True):
@@ -133,7 +133,9 @@ def test_fit(vendor, case):
 def test_patch(vendor, case):
     devices = tuple(tuple(ContainerDevice(**d) for d in ctr) for ctr in case["devices"])
     table = TABLE.with_vendor(_row(vendor, case))
-    assert allocation_annotations(devices, table, case["now"], pod_annotations=case.get("pod_annotations")) == case["want"]
+    pod = {"metadata": {"annotations": case.get("pod_annotations", {})},
+           "spec": {"containers": [{"resources": {"limits": lim}} for lim in case.get("containers_limits", ())]}}
+    assert allocation_annotations(devices, table, case["now"], case.get("node", ""), pod) == case["want"]
 
 
 @pytest.mark.parametrize(("vendor", "case"), _cases("admission"))

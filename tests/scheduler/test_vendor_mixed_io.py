@@ -304,3 +304,38 @@ async def test_hami_core_ascend_pod_goes_to_a_hami_core_node_with_memory_and_cor
         [[dev], []] = codec.decode_pod_devices(annos[f"hami.io/{ASC}-devices-allocated"])
         assert (dev.usedmem, dev.usedcores) == (10000, 30)
         assert ascend_codec.decode_runtime_info(annos[f"huawei.com/{ASC}"], full=True) == ((dev.uuid, "", 10000, 30),)
+
+
+def neuron_node(name: str, devices: int, cores_per_device: int, instance_type: str) -> dict:
+    obj = node_obj(name, 0, registered=False)
+    obj["metadata"].setdefault("labels", {})["node.kubernetes.io/instance-type"] = instance_type
+    obj["status"]["capacity"].update({"aws.amazon.com/neuron": str(devices),
+                                      "aws.amazon.com/neuroncore": str(devices * cores_per_device)})
+    return obj
+
+
+async def test_aws_neuron_cores_and_device_groups_through_the_extender(apiserver):
+    """AWS Neuron from node capacity: a NeuronCore request takes one bit of a device's mask and
+    names the core id; a second core pod shares the device; two devices are no group off a ring
+    (NumaNotFit) while a ring (Inferentia) node takes any two neighbours."""
+    async with running_env(apiserver, [neuron_node("trn", 2, 2, "trn1.32xlarge"),
+                                       neuron_node("inf", 4, 2, "inf2.24xlarge")]) as e:
+        await eventually(lambda: {"trn", "inf"} <= set(e.sched.state.index.nodes))
+        ids = []
+        for i in range(2):
+            pod = e.create_pod(vendor_pod(f"c{i}", {"aws.amazon.com/neuroncore": "1"}))
+            out = await e.filter(pod, ["trn"])
+            assert out["NodeNames"] == ["trn"], out
+            annos = e.placement("default", f"c{i}")
+            assert annos["NEURON_RESOURCE_TYPE"] == "aws.amazon.com/neuroncore"
+            ids.append(annos["AWS_NEURON_IDS"])
+        assert ids == ["2", "3"]  # the last device first (walked from the end), its cores 0 then 1
+        usage = e.sched.state.index.node("trn").by_id["trn-AWSNeuron-1"]
+        assert (usage.used, usage.usedcores) == (2, 3)
+        pair = e.create_pod(vendor_pod("pair", {"aws.amazon.com/neuron": "2"}))
+        out = await e.filter(pair, ["trn"])
+        assert out["NodeNames"] is None and out["FailedNodes"] == {"trn": "1/2 NumaNotFit"}
+        out = await e.filter(pair, ["inf"])
+        assert out["NodeNames"] == ["inf"]
+        annos = e.placement("default", "pair")
+        assert annos["AWS_NEURON_IDS"] == "0,1" and "NEURON_RESOURCE_TYPE" not in annos
