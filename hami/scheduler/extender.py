@@ -46,7 +46,10 @@ from hami.scheduler import fit as fitmod
 from hami.scheduler import messages
 from hami.scheduler import policy as policymod
 from hami.scheduler import score as scoremod
+from hami.scheduler.extargs import ArgsDecoder, BadArgs, lower_keys
+from hami.scheduler.fit import try_pod
 from hami.scheduler.metrics import SchedulerMetrics, split_bind
+from hami.scheduler.nodeorder import first_fit
 from hami.scheduler.policy import PolicyError
 from hami.scheduler.state import VGPU_NODE, ClusterState
 from hami.scheduler.usage import NodeUsage, UsageIndex
@@ -60,8 +63,7 @@ FULL_EVALUATION_MAX_NODES = 64
 JSON = "application/json"
 
 
-class BadRequest(ValueError):
-    pass
+BadRequest = BadArgs
 
 
 # A decision /filter holds in memory and /bind has not written after this long is dropped (the
@@ -80,12 +82,6 @@ class Assumed:
     devices: tuple
     at: float
     annotations: dict | None = None  # placement annotations (vgpu-node, devices, MIG); None = written at filter
-
-
-def _lower_keys(doc: Any) -> dict:
-    if not isinstance(doc, dict):
-        raise BadRequest("json: cannot unmarshal non-object into Go value of type extenderv1.ExtenderArgs")
-    return {k.lower(): v for k, v in doc.items()}
 
 
 def _shape_error(pod: dict, node_names: Any, nodes: Any) -> str:
@@ -179,6 +175,7 @@ class Extender:
         self.on_no_fit: Callable[[dict, Any, list, dict], None] | None = None  # the requeue waker
         self.verbs: Any = None  # hami.scheduler.verbs.ExtraVerbs: /prioritize, /preempt
         self._warned: set[str] = set()
+        self.args = ArgsDecoder()  # /filter bodies, the node name list cached (extargs.py)
 
     # ------------------------------------------------------------------ /filter
 
@@ -197,7 +194,7 @@ class Extender:
 
     async def _filter(self, body: bytes) -> dict:
         try:
-            args = _lower_keys(orjson.loads(body))
+            args, names = self.args.decode(body)
         except (orjson.JSONDecodeError, BadRequest) as exc:
             return {"Error": _decode_error(exc)}
         pod = args.get("pod")
@@ -205,7 +202,8 @@ class Extender:
             return {"Error": "extender args missing pod"}
         node_names = args.get("nodenames")
         nodes = args.get("nodes")
-        shape = _shape_error(pod, node_names, nodes)
+        # A decoded NameList is already checked (every member a string).
+        shape = _shape_error(pod, node_names if names is None else None, nodes)
         if shape:
             return {"Error": shape}
         meta = pod.get("metadata") or {}
@@ -227,7 +225,7 @@ class Extender:
             return {"Error": str(exc)}
         if not any(r is not None and (r.__class__ is tuple or r.nums > 0) for r in requests):
             log.v(5).info("Pod asks for no HAMi device, passing through", pod=f"{ns}/{name}")
-            return {"NodeNames": node_names, "FailedNodes": None, "Error": ""}
+            return {"NodeNames": node_names if names is None else list(names.names), "FailedNodes": None, "Error": ""}
         index = self.state.index
         if log.enabled(5):
             full = nodes is not None and node_names is None
@@ -236,7 +234,7 @@ class Extender:
                           mode="Nodes" if full else "NodeNames")
         if nodes is not None and node_names is None:
             return self._filter_nodes_mode(pod, ns, name, annos, requests, num_init, nodes)
-        node_names = list(node_names or [])
+        node_names = names.names if names is not None else list(node_names or [])
         # HAMi drops any cached allocation of this pod first (a retried filter re-places it).
         held = index.pod(uid)
         index.remove_pod(uid)
@@ -245,33 +243,7 @@ class Extender:
         if isinstance(preq, str):  # HAMi records the calcScore error as a FilteringFailed event too
             self.events.record(pod, WARNING, messages.FILTERING_FAILED, preq)
             return {"Error": preq}
-        candidates = node_names
-        if self.avoid_locked and not self.cfg.extender_prioritize:  # prioritize: kube-scheduler picks
-            busy = self._busy_nodes()
-            if busy:
-                free = [n for n in node_names if n not in busy]
-                if len(free) < len(node_names):
-                    sel = scoremod.select_node(index.nodes, free, preq) if free else None
-                    if sel is not None and sel.node is not None:
-                        candidates = free  # another node fits: leave the locked ones to their pods
-        verbose = log.enabled(2)
-        if candidates is not node_names:
-            fit_scores = [(sel.node, sel.score)]
-        elif verbose or self.cfg.extender_prioritize or len(node_names) <= FULL_EVALUATION_MAX_NODES:
-            # HAMi fits every node; its FilteringSucceed text counts them all. Small candidate lists
-            # cost little, so they get HAMi's exact message; big ones stop at the first fit (below).
-            fits, failed = scoremod.evaluate_nodes(index.nodes, node_names, preq)
-            if verbose:
-                self._log_decisions(ns, name, preq, node_names, fits, failed, index)
-            if fits:
-                best = fits[0]
-                sel = scoremod.Selection(best.node, best.devices, best.score, best.mig, failed, len(fits))
-            else:
-                sel = scoremod.Selection(None, (), 0.0, (), failed, 0)
-            fit_scores = [(r.node, r.score) for r in fits]
-        else:
-            sel = scoremod.select_node(index.nodes, node_names, preq)
-            fit_scores = [(sel.node, sel.score)] if sel.node else []
+        sel, fit_scores = self._choose(names, node_names, preq, index, ns, name)
         if sel.node is None:
             self._record_no_fit(pod, node_names, sel.failed_nodes)
             if self.on_no_fit is not None:
@@ -316,6 +288,48 @@ class Extender:
         if self.cfg.extender_prioritize:  # every fitting node, best first: kube-scheduler's scoring picks
             return {"NodeNames": [n for n, _ in fit_scores], "FailedNodes": sel.failed_nodes or None, "Error": ""}
         return {"NodeNames": [node], "FailedNodes": None, "Error": ""}
+
+    def _choose(self, names, node_names, preq: fitmod.PodRequest, index: UsageIndex,
+                ns: str, name: str) -> tuple[scoremod.Selection, list[tuple[str, float]]]:
+        """The node for the pod and the (node, score) pairs the FilteringSucceed text lists."""
+        verbose = log.enabled(2)
+        prioritize = self.cfg.extender_prioritize  # every fitting node: kube-scheduler's scoring picks
+        if names is not None and len(node_names) > FULL_EVALUATION_MAX_NODES and not verbose and not prioritize:
+            sel = self._first_fit(names, preq, index)
+            return sel, [(sel.node, sel.score)] if sel.node else []
+        if self.avoid_locked and not prioritize:
+            busy = self._busy_nodes()
+            if busy:
+                free = [n for n in node_names if n not in busy]
+                if free and len(free) < len(node_names):
+                    sel = scoremod.select_node(index.nodes, free, preq)
+                    if sel.node is not None:  # another node fits: leave the locked ones to their pods
+                        return sel, [(sel.node, sel.score)]
+        if verbose or prioritize or len(node_names) <= FULL_EVALUATION_MAX_NODES:
+            # HAMi fits every node; its FilteringSucceed text counts them all. Small candidate lists
+            # cost little, so they get HAMi's exact message; big ones stop at the first fit.
+            fits, failed = scoremod.evaluate_nodes(index.nodes, node_names, preq)
+            if verbose:
+                self._log_decisions(ns, name, preq, node_names, fits, failed, index)
+            if fits:
+                best = fits[0]
+                sel = scoremod.Selection(best.node, best.devices, best.score, best.mig, failed, len(fits))
+            else:
+                sel = scoremod.Selection(None, (), 0.0, (), failed, 0)
+            return sel, [(r.node, r.score) for r in fits]
+        sel = scoremod.select_node(index.nodes, node_names, preq)
+        return sel, [(sel.node, sel.score)] if sel.node else []
+
+    def _first_fit(self, names, preq: fitmod.PodRequest, index: UsageIndex) -> scoremod.Selection:
+        """select_node's answer from the candidate order kept between requests (nodeorder.py),
+        with the avoid-locked rule: a busy node only when no other node fits."""
+        busy = self._busy_nodes() if self.avoid_locked else ()
+        walk = first_fit(names, index.nodes, index.changes, policymod.node_order_descending(preq.node_policy),
+                         lambda n: try_pod(n, preq), busy)
+        if walk.node is None:
+            return scoremod.Selection(None, (), 0.0, (), walk.failed, walk.tried)
+        devices, mig = walk.fit
+        return scoremod.Selection(walk.node, devices, walk.usage.score_value, mig, walk.failed, walk.tried)
 
     def _forget(self, uid: str) -> None:
         self.assumed.pop(uid, None)
@@ -512,7 +526,7 @@ class Extender:
         err = "bad request"
         try:
             try:
-                args = _lower_keys(orjson.loads(body))
+                args = lower_keys(orjson.loads(body))
             except (orjson.JSONDecodeError, BadRequest) as exc:
                 err = _decode_error(exc)
                 return {"Error": err}

@@ -45,6 +45,7 @@ from hami.device.model import (
     NvidiaConfig,
 )
 
+from .nodeorder import ChangeLog
 from .policy import f32
 
 _TEN = f32(10.0)
@@ -158,12 +159,13 @@ class NodeUsage:
     """Devices of one node with their current usage.
 
     `score_value` (node score, §6.1) and the per-policy device orders are cached and refreshed by
-    `invalidate()`, which every usage change calls.
+    `invalidate()`, which every usage change calls; it also logs the name in the index's
+    `changes` (nodeorder.ChangeLog), which /filter's kept candidate order reads.
     """
 
     __slots__ = (
         "name", "devices", "by_id", "cordoned", "pair_scores", "score_value", "orders",
-        "nvidia_count", "all_nvidia", "request_free", "has_mig", "fail_summary",
+        "nvidia_count", "all_nvidia", "request_free", "has_mig", "fail_summary", "changes",
     )
 
     def __init__(
@@ -189,6 +191,8 @@ class NodeUsage:
         # None until first needed, dropped with the orders on every usage change.
         self.fail_summary = None
         self.score_value = node_score(devices)
+        # The UsageIndex's ChangeLog once the node is in it: every score change is logged there.
+        self.changes: ChangeLog | None = None
 
     def score(self) -> float:
         return self.score_value
@@ -196,6 +200,8 @@ class NodeUsage:
     def invalidate(self) -> None:
         """Usage changed: recompute the node score, drop cached device orders."""
         self.score_value = node_score(self.devices)
+        if self.changes is not None:
+            self.changes.touch(self.name)
         if self.orders:
             self.orders = {}
         self.fail_summary = None
@@ -318,6 +324,8 @@ class UsageIndex:
             n for n in (self.mem_resource, self.core_resource,
                         *(r for pair in self.vendor_resources.values() for r in pair)) if n)
         self.nodes: dict[str, NodeUsage] = {}
+        # Names whose score or registration changed, for /filter's kept candidate order (nodeorder.py).
+        self.changes = ChangeLog()
         self._pods: dict[str, PodRecord] = {}
         self._pods_by_node: dict[str, set[str]] = {}
         # namespace -> resource name -> quota; quota objects: (namespace, name) -> {resource: limit}
@@ -338,6 +346,7 @@ class UsageIndex:
     ) -> NodeUsage:
         node = self.usage_for(name, devices, cordoned, pair_scores)
         self.nodes[name] = node
+        node.changes = self.changes
         node.invalidate()
         return node
 
@@ -365,7 +374,10 @@ class UsageIndex:
             node.fail_summary = None
 
     def remove_node(self, name: str) -> None:
-        self.nodes.pop(name, None)
+        node = self.nodes.pop(name, None)
+        if node is not None:
+            node.changes = None
+            self.changes.touch(name)
 
     # ---------------------------------------------------------------- pods
 

@@ -1,7 +1,8 @@
 """The pure scheduler modules (policy, usage, fit, score, webhook, podfilter, gosort, migplace,
-messages, vendorrules) stay pure.
+messages, vendorrules, nodeorder, extargs) stay pure.
 
 Covers: by reading their source, that they import nothing but the standard library, `jsonpatch`,
+`orjson` (a decoder, no I/O),
 `hami.device` and each other, never asyncio, logging, a kube client or another role, and that
 they hold no module-level mutable state (no module-level dict/list/set assignments).
 """
@@ -14,9 +15,10 @@ import sys
 
 import pytest
 
-PURE = ("policy", "usage", "fit", "score", "webhook", "podfilter", "gosort", "migplace", "messages", "vendorrules")
+PURE = ("policy", "usage", "fit", "score", "webhook", "podfilter", "gosort", "migplace", "messages", "vendorrules",
+        "nodeorder", "extargs")
 ROOT = pathlib.Path(__file__).resolve().parents[2] / "hami" / "scheduler"
-ALLOWED_THIRD_PARTY = {"jsonpatch"}
+ALLOWED_THIRD_PARTY = {"jsonpatch", "orjson"}
 FORBIDDEN_STDLIB = {"asyncio", "logging", "socket", "subprocess", "threading", "os", "time"}
 
 

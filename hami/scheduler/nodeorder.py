@@ -1,0 +1,207 @@
+"""Candidate nodes kept in HAMi's preference order between /filter requests (pure, no I/O).
+
+`score.select_node` gives the answer HAMi would give: candidates sorted by node score (binpack:
+highest first, spread: lowest first; ties to the earlier name in the request) and the first
+that fits wins. Done per request, that is a dict lookup per name and a sort of 1,000 nodes for a
+pod that usually fits on the first node tried. kube-scheduler sends the same name list request
+after request and a placement changes one node's score, so the order is kept here instead:
+
+- `NameList`: one validated `NodeNames` list (names, and each name's position for ties).
+- `ChangeLog`: the names whose score or presence changed, in order: `UsageIndex` logs a node's
+  registration and removal, and `NodeUsage.invalidate()` (the one place a node score changes)
+  logs the node while it is in the index.
+- `ScoreOrder`: one NameList's registered candidates as sorted `(key, position)` pairs for one
+  node policy, brought up to date from the log (a bisect per changed name) before each walk.
+- `first_fit(order, nodes, pod, busy)`: the node `select_node` would choose, busy (mid-allocation)
+  nodes only when no other node fits, as /filter's avoid-locked rule does; FailedNodes complete,
+  in `select_node`'s order, when nothing fits.
+
+Every walked entry is also checked against the live node's score; a mismatch (a change the log
+missed) re-sorts and walks again (tests/scheduler/test_nodeorder.py compares with `select_node`).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Callable, Container, Mapping, Sequence
+from typing import Any
+
+# Re-sort from scratch instead of patching when this share of the candidates changed.
+_REBUILD_SHARE = 8
+
+
+class NameList:
+    """One `NodeNames` list as the request gave it, validated once (every member a string)."""
+
+    __slots__ = ("names", "pos", "orders")
+
+    def __init__(self, names: Sequence[str]):
+        self.names = tuple(names)
+        pos: dict[str, int] = {}
+        for i, n in enumerate(self.names):
+            pos.setdefault(n, i)  # a repeated name keeps its first place (stable sort's answer)
+        self.pos = pos
+        self.orders: dict[bool, ScoreOrder] = {}
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def order(self, descending: bool) -> ScoreOrder:
+        o = self.orders.get(descending)
+        if o is None:
+            o = self.orders[descending] = ScoreOrder(self, descending)
+        return o
+
+
+class ChangeLog:
+    """Names whose node score or registration changed, appended in order; readers keep a cursor.
+
+    Bounded: the oldest half is dropped past `limit` entries; a reader behind that re-sorts.
+    """
+
+    __slots__ = ("entries", "base", "limit")
+
+    def __init__(self, limit: int = 8192):
+        self.entries: list[str] = []
+        self.base = 0  # log position of entries[0]
+        self.limit = limit
+
+    def touch(self, name: str) -> None:
+        entries = self.entries
+        entries.append(name)
+        if len(entries) > self.limit:
+            cut = len(entries) // 2
+            del entries[:cut]
+            self.base += cut
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.entries)
+
+    def since(self, cursor: int) -> list[str] | None:
+        """Names changed from `cursor` on; None when they were dropped (the reader must re-sort)."""
+        if cursor < self.base:
+            return None
+        return self.entries[cursor - self.base:]
+
+
+class ScoreOrder:
+    """A NameList's registered nodes sorted by (score key, position); key = -score for binpack."""
+
+    __slots__ = ("names", "descending", "log", "cursor", "entries", "keys", "rebuilds")
+
+    def __init__(self, names: NameList, descending: bool):
+        self.names = names
+        self.descending = descending
+        self.log: ChangeLog | None = None
+        self.cursor = 0
+        self.entries: list[tuple[float, int]] = []
+        self.keys: list[float | None] = []  # by position: the key filed, None = not registered
+        self.rebuilds = 0
+
+    def _key(self, node: Any) -> float:
+        return -node.score_value if self.descending else node.score_value
+
+    def rebuild(self, nodes: Mapping[str, Any], log: ChangeLog) -> None:
+        self.rebuilds += 1
+        names = self.names
+        keys: list[float | None] = [None] * len(names.names)
+        entries = []
+        get = nodes.get
+        for name, p in names.pos.items():
+            n = get(name)
+            if n is not None:
+                k = -n.score_value if self.descending else n.score_value
+                keys[p] = k
+                entries.append((k, p))
+        entries.sort()
+        self.entries, self.keys = entries, keys
+        self.log, self.cursor = log, log.end
+
+    def refresh(self, nodes: Mapping[str, Any], log: ChangeLog) -> None:
+        """Bring the order up to date with the changes logged since the last refresh."""
+        changed = log.since(self.cursor) if self.log is log else None
+        if changed is None or len(changed) * _REBUILD_SHARE > len(self.names.names) + 64:
+            self.rebuild(nodes, log)
+            return
+        if not changed:
+            return
+        pos, keys, entries = self.names.pos, self.keys, self.entries
+        for name in set(changed):
+            p = pos.get(name)
+            if p is None:
+                continue
+            old = keys[p]
+            if old is not None:
+                del entries[bisect_left(entries, (old, p))]
+            n = nodes.get(name)
+            if n is None:
+                keys[p] = None
+            else:
+                k = keys[p] = -n.score_value if self.descending else n.score_value
+                insort(entries, (k, p))
+        self.cursor = log.end
+
+
+class Walk:
+    """What `first_fit` found: the node (None when nothing fits), its fit, and FailedNodes."""
+
+    __slots__ = ("node", "usage", "fit", "failed", "tried")
+
+    def __init__(self, node: str | None, usage: Any, fit: Any, failed: dict[str, str], tried: int):
+        self.node, self.usage, self.fit, self.failed, self.tried = node, usage, fit, failed, tried
+
+
+def first_fit(
+    names: NameList,
+    nodes: Mapping[str, Any],
+    log: ChangeLog,
+    descending: bool,
+    try_fit: Callable[[Any], Any],
+    busy: Container[str] = (),
+    unregistered_reason: str = "node unregistered",
+) -> Walk:
+    """The node `select_node` picks among `names` (see the module docstring).
+
+    `try_fit(node_usage)` returns a reason string or the fit. A node in `busy` is taken only when
+    no other node fits: then the first fitting busy node in order (what select_node over every
+    name gives when no free name fits). `failed` is complete only when nothing fits.
+    """
+    order = names.order(descending)
+    order.refresh(nodes, log)
+    for attempt in range(2):
+        failed: dict[str, str] = {}
+        busy_fit: tuple[str, Any, Any] | None = None
+        tried = 0
+        stale = False
+        name_of = names.names
+        get = nodes.get
+        for k, p in order.entries:
+            name = name_of[p]
+            n = get(name)
+            if attempt == 0 and (n is None or k != (-n.score_value if descending else n.score_value)):
+                stale = True  # a change the log missed: re-sort and walk again
+                break
+            tried += 1
+            r = try_fit(n)
+            if r.__class__ is str:
+                failed[name] = r
+                continue
+            if busy and name in busy:
+                if busy_fit is None:
+                    busy_fit = (name, n, r)
+                continue
+            return Walk(name, n, r, failed, tried)
+        if stale:
+            order.rebuild(nodes, log)
+            continue
+        if busy_fit is not None:
+            return Walk(busy_fit[0], busy_fit[1], busy_fit[2], failed, tried)
+        if len(order.entries) != len(names.pos) or len(names.pos) != len(name_of):
+            # select_node's FailedNodes: unregistered names first, in request order.
+            head = {n: unregistered_reason for n in name_of if n not in nodes}
+            if head:
+                head.update(failed)
+                failed = head
+        return Walk(None, None, None, failed, tried)
+    raise AssertionError("unreachable: the second walk never stops as stale")  # pragma: no cover

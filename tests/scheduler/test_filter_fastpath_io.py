@@ -1,0 +1,91 @@
+"""/filter on more nodes than it fully evaluates (the kept candidate order and the cached name
+list), over HTTP against the embedded API server.
+
+Covers: request after request (the same list, so the decoder's cache serves it, and a reordered
+subset), the node /filter answers is the node `select_node` picks on the usage the request met,
+for binpack and spread; a pod no node fits gets FailedNodes equal to select_node's, for every
+named node including an unregistered name; a locked node is avoided while another fits; a pod
+placed this way binds.
+"""
+
+from __future__ import annotations
+
+import random
+
+import orjson
+import pytest
+
+from hami.device import codec
+from hami.device.model import ContainerDevice
+from hami.scheduler.extender import FULL_EVALUATION_MAX_NODES
+from hami.scheduler.fit import pod_request
+from hami.scheduler.score import select_node
+from tests.kube.helpers import gpu_uuid, pod_obj
+from tests.kube.scheduler_env import hami_nodes, running_env
+
+N = FULL_EVALUATION_MAX_NODES + 16
+
+
+def _user(i: int, node: str, gpu: int, mem: int) -> dict:
+    devs = codec.encode_pod_devices(((ContainerDevice(gpu_uuid(node, gpu), "NVIDIA", mem, 5),),))
+    return pod_obj(f"user-{i}", annotations={"hami.io/vgpu-node": node, "hami.io/vgpu-devices-allocated": devs,
+                                            "hami.io/vgpu-devices-to-allocate": devs})
+
+
+@pytest.fixture
+async def env(apiserver):
+    rng = random.Random(16)
+    for i in range(60):
+        n = rng.randrange(N)
+        apiserver.store.create("pods", "default", _user(i, f"n{n}", rng.randrange(2), rng.choice([1000, 8000, 30000])))
+    async with running_env(apiserver, hami_nodes(N)) as e:
+        yield e
+
+
+def _expected(env, pod: dict, names: list[str]) -> tuple[str | None, dict]:
+    ext = env.sched.extender
+    requests, num_init = ext.requests_fn(pod)
+    annos = pod["metadata"].get("annotations") or {}
+    preq = pod_request(requests, num_init, annos, gpu_policy=ext.cfg.gpu_scheduler_policy,
+                       node_policy=ext.cfg.node_scheduler_policy, namespace="default")
+    sel = select_node(env.sched.state.index.nodes, names, preq)
+    return sel.node, sel.failed_nodes
+
+
+@pytest.mark.parametrize("policy", ["binpack", "spread"])
+async def test_answers_equal_select_node_request_after_request(env, policy):
+    names = [f"n{i}" for i in range(N)]
+    subset = names[::-1][: N - 3]
+    for i in range(24):
+        pod = env.create_pod(pod_obj(f"p{i}", mem=[2000, 9000, 20000][i % 3], cores=10,
+                                     annotations={"hami.io/node-scheduler-policy": policy}))
+        ask = names if i % 4 else subset
+        want, _ = _expected(env, pod, ask)
+        out = await env.filter(pod, ask)
+        assert out["NodeNames"] == [want] and not out["Error"], (i, out)
+    assert env.sched.extender.args.hits >= 12
+
+
+async def test_nothing_fits_lists_every_node_as_select_node_does(env):
+    names = ["ghost"] + [f"n{i}" for i in range(N)]
+    pod = env.create_pod(pod_obj("huge", mem=200000))
+    _, failed = _expected(env, pod, names)
+    for _ in range(2):
+        out = await env.filter(pod, names)
+        assert out["NodeNames"] is None and out["FailedNodes"] == failed and len(failed) == N + 1
+        assert list(out["FailedNodes"])[0] == "ghost"
+
+
+async def test_a_locked_node_is_avoided_while_another_fits_and_the_pod_binds(env):
+    names = [f"n{i}" for i in range(N)]
+    pod = env.create_pod(pod_obj("first", mem=1000))
+    best, _ = _expected(env, pod, names)
+    env.sched.state.locked.add(best)
+    out = await env.filter(pod, names)
+    assert out["NodeNames"] and out["NodeNames"][0] != best
+    env.sched.state.locked.discard(best)
+    chosen = out["NodeNames"][0]
+    assert not (await env.bind(env.pod("default", "first"), chosen))["Error"]
+    stored = env.pod("default", "first")
+    assert stored["metadata"]["annotations"]["hami.io/vgpu-node"] == chosen
+    assert orjson.loads(orjson.dumps(stored))["spec"].get("nodeName") in (None, chosen)

@@ -1,0 +1,179 @@
+"""The candidate order /filter keeps between requests (hami.scheduler.nodeorder).
+
+Covers: `first_fit` gives `select_node`'s node, devices and score on every request of a sequence
+in which placements and removals change usage between requests (the order patched from the
+index's change log), under binpack and spread, with name lists that are subsets, reordered,
+repeat names or name unregistered nodes, and with busy (mid-allocation) nodes taken only when no
+other node fits; FailedNodes equal to select_node's, key order included, when nothing fits; a
+change the log never saw (usage edited behind the index's back) re-sorts instead of answering
+from a stale order; a reader left behind by the bounded log re-sorts; node removal and
+re-registration.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hami.device.model import ContainerDevice
+from hami.scheduler.fit import pod_request, try_pod
+from hami.scheduler.nodeorder import ChangeLog, NameList, first_fit
+from hami.scheduler.policy import node_order_descending
+from hami.scheduler.score import select_node
+from hami.scheduler.usage import UsageIndex
+
+from ._helpers import info, req
+
+
+def _index(n_nodes: int, gpus: int = 2) -> UsageIndex:
+    idx = UsageIndex()
+    for n in range(n_nodes):
+        idx.set_node(f"n{n}", [info(f"G{n}-{g}", index=g, count=4, devmem=8000) for g in range(gpus)])
+    return idx
+
+
+def _expected(idx: UsageIndex, names, pod, busy):
+    """What /filter's select_node path answers (extender._choose with avoid_locked)."""
+    if busy:
+        free = [n for n in names if n not in busy]
+        if free and len(free) < len(names):
+            sel = select_node(idx.nodes, free, pod)
+            if sel.node is not None:
+                return sel
+    return select_node(idx.nodes, names, pod)
+
+
+def _walk(idx: UsageIndex, names: NameList, pod, busy=()):
+    return first_fit(names, idx.nodes, idx.changes, node_order_descending(pod.node_policy),
+                     lambda n: try_pod(n, pod), busy)
+
+
+def _check(idx, names_list, names, pod, busy=()):
+    want = _expected(idx, list(names_list), pod, busy)
+    got = _walk(idx, names, pod, busy)
+    assert got.node == want.node
+    if want.node is None:
+        assert list(got.failed.items()) == list(want.failed_nodes.items())
+    else:
+        assert got.fit == (want.devices, want.mig)
+        assert got.usage.score_value == want.score
+    return got
+
+
+ops = st.lists(st.tuples(st.integers(0, 29), st.integers(0, 1), st.integers(0, 8000), st.booleans()),
+               min_size=1, max_size=25)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    policy=st.sampled_from(["binpack", "spread"]),
+    order=st.permutations(list(range(30))),
+    take=st.integers(1, 30),
+    extra=st.lists(st.sampled_from(["ghost-a", "ghost-b", "n3", "n7"]), max_size=3),
+    busy=st.sets(st.integers(0, 29), max_size=6),
+    steps=ops,
+    mem=st.sampled_from([1000, 4000, 7000, 9000]),
+)
+def test_first_fit_matches_select_node_across_changing_usage(policy, order, take, extra, busy, steps, mem):
+    idx = _index(30)
+    names_list = [f"n{i}" for i in order[:take]] + extra
+    names = NameList(names_list)
+    busy_names = {f"n{i}" for i in busy}
+    for k, (node, gpu, used, remove) in enumerate(steps):
+        pod = pod_request([req(1, mem, 101, 10)], 0, {}, node_policy=policy)
+        _check(idx, names_list, names, pod)
+        _check(idx, names_list, names, pod, busy_names)
+        key = f"p{k % 7}"
+        if remove:
+            idx.remove_pod(key)
+        else:
+            idx.add_pod(key, f"n{node}", ((ContainerDevice(f"G{node}-{gpu}", "NVIDIA", used, 5),),))
+
+
+def test_nothing_fits_lists_unregistered_first_then_every_node_in_order():
+    idx = _index(5)
+    names_list = ["n2", "ghost", "n0", "n4", "n1", "n3"]
+    pod = pod_request([req(1, 100000, 101, 0)], 0, {})
+    got = _check(idx, names_list, NameList(names_list), pod)
+    assert got.node is None and list(got.failed)[0] == "ghost" and len(got.failed) == 6
+
+
+def test_busy_node_taken_only_when_no_other_fits():
+    idx = _index(4)
+    names_list = [f"n{i}" for i in range(4)]
+    names = NameList(names_list)
+    idx.add_pod("p", "n2", ((ContainerDevice("G2-0", "NVIDIA", 7500, 0),),))  # n2 scores highest
+    pod = pod_request([req(1, 100, 101, 0)], 0, {})
+    assert _check(idx, names_list, names, pod, {"n2"}).node != "n2"
+    big = pod_request([req(1, 8000, 101, 0)], 0, {})  # n2's second card is whole: the free node wins
+    assert _check(idx, names_list, names, big, {"n0", "n1", "n3"}).node == "n2"
+    for n in ("n0", "n1", "n3"):
+        idx.add_pod(f"full-{n}", n, ((ContainerDevice(f"G{n[1:]}-0", "NVIDIA", 8000, 0),
+                                      ContainerDevice(f"G{n[1:]}-1", "NVIDIA", 8000, 0)),))
+    assert _check(idx, names_list, names, pod, {"n2"}).node == "n2"
+
+
+def test_usage_changed_outside_add_and_remove_is_seen_through_invalidate():
+    idx = _index(6)
+    names_list = [f"n{i}" for i in range(6)]
+    names = NameList(names_list)
+    pod = pod_request([req(1, 100, 101, 0)], 0, {})
+    _check(idx, names_list, names, pod)
+    node = idx.nodes["n4"]
+    node.devices[0].used += 3  # not through add_pod: invalidate() is what logs the change
+    node.devices[0].usedmem += 5000
+    node.invalidate()
+    assert _check(idx, names_list, names, pod).node == "n4"
+
+
+def test_a_stale_entry_met_on_the_walk_resorts_instead_of_answering_from_it():
+    idx = _index(6)
+    names_list = [f"n{i}" for i in range(6)]
+    names = NameList(names_list)
+    pod = pod_request([req(1, 100, 101, 0)], 0, {})
+    idx.add_pod("p", "n4", ((ContainerDevice("G4-0", "NVIDIA", 5000, 0),),))
+    assert _check(idx, names_list, names, pod).node == "n4"
+    node = idx.nodes["n4"]
+    node.changes = None  # a change the log never hears of
+    idx.nodes["n1"].changes = None
+    node.devices[0].usedmem = 0
+    node.devices[0].used = 0
+    node.invalidate()
+    n1 = idx.nodes["n1"]
+    n1.devices[1].used = 2
+    n1.invalidate()
+    before = names.order(True).rebuilds
+    assert _check(idx, names_list, names, pod).node == "n1"
+    assert names.order(True).rebuilds == before + 1
+
+
+def test_reader_behind_a_trimmed_log_resorts():
+    idx = _index(10)
+    idx.changes = ChangeLog(limit=4)
+    names_list = [f"n{i}" for i in range(10)]
+    names = NameList(names_list)
+    pod = pod_request([req(1, 100, 101, 0)], 0, {})
+    _check(idx, names_list, names, pod)
+    before = names.order(True).rebuilds
+    for k in range(12):
+        idx.add_pod(f"p{k}", f"n{k % 10}", ((ContainerDevice(f"G{k % 10}-0", "NVIDIA", 100 * k, 0),),))
+    _check(idx, names_list, names, pod)
+    assert names.order(True).rebuilds == before + 1
+
+
+def test_removed_and_reregistered_nodes_follow_the_index():
+    idx = _index(8)
+    names_list = [f"n{i}" for i in range(8)]
+    names = NameList(names_list)
+    pod = pod_request([req(1, 100, 101, 0)], 0, {}, node_policy="spread")
+    idx.add_pod("p", "n0", ((ContainerDevice("G0-0", "NVIDIA", 100, 0),),))
+    _check(idx, names_list, names, pod)
+    for n in range(7):
+        idx.remove_node(f"n{n}")
+    assert _check(idx, names_list, names, pod).node == "n7"
+    idx.set_node("n3", [info("G3-0", count=4, devmem=8000)])
+    assert _check(idx, names_list, names, pod).node in {"n3", "n7"}
+    idx.remove_node("n3")
+    idx.remove_node("n7")
+    got = _check(idx, names_list, names, pod)
+    assert got.node is None and set(got.failed.values()) == {"node unregistered"}
