@@ -11,6 +11,7 @@ vendor's `PatchAnnotations`):
   `predicate-time` = unix seconds;
 * AWS Neuron: `AWS_NEURON_IDS` (device indexes or core ids), `NEURON_RESOURCE_TYPE`,
   `NEURON_ALLOC_TIME`, `NEURON_ALLOCATED`, `aws.amazon.com/predicate-node` (codec.awsneuron);
+* Kunlunxin: `BAIDU_COM_DEVICE_IDX` (card indexes);
 * Cambricon: `CAMBRICON_DSMLU_PROFILE` = `<idx>_<cores>_<mem/256>` of the first device and
   `CAMBRICON_DSMLU_ASSIGNED` = `false` (codec.cambricon).
 
@@ -27,6 +28,7 @@ from hami.device import codec
 from hami.device.codec import ascend as ascend_codec
 from hami.device.codec import awsneuron as neuron_codec
 from hami.device.codec import cambricon as cambricon_codec
+from hami.device.codec import kunlunxin as kunlun_codec
 from hami.device.model import NVIDIA, ContainerDevice, PodDevices
 from hami.device.request import quantity_as_int64
 from hami.device.vendors import Vendor, VendorTable
@@ -73,6 +75,9 @@ def _vendor_extras(v: Vendor, part: PodDevices, now: float, node: str, pod: Mapp
     flat = [cd for ctr in part for cd in ctr]
     if v.hook == "awsneuron":
         return _neuron_extras(v, part, now, node, pod)
+    if v.hook == "kunlunxin" and not v.memory_resource:  # whole XPUs: the last container's card indexes
+        last = [ctr for ctr in part if ctr]
+        return {kunlun_codec.DEVICE_IDX: ",".join(str(cd.idx) for cd in last[-1])} if last else {}
     pod_annotations = (pod.get("metadata") or {}).get("annotations") or {}
     if v.hook == "mthreads":
         # The card indexes of the last container with devices, the placement time in ns and node.

@@ -24,6 +24,7 @@ from dataclasses import replace
 from hami.device import codec
 from hami.device.codec import awsneuron as neuron_codec
 from hami.device.codec import cambricon as cambricon_codec
+from hami.device.codec import kunlunxin as kunlun_codec
 from hami.device.model import DeviceInfo
 from hami.device.request import quantity_as_int64
 from hami.device.vendors import Vendor, VendorTable
@@ -47,6 +48,10 @@ def registration_signature(annotations: Mapping[str, str], capacity: Mapping, ta
             text = annotations.get(v.register_key)
             if text is not None:
                 parts.append(f"{v.register_key}={text}")
+        elif v.hook == "kunlunxin" and v.register_source == "capacity":
+            cards = capacity.get(v.count_resource)
+            if cards is not None:
+                parts.append(f"{v.count_resource}={cards}")
         else:
             cores = capacity.get(v.core_resource)
             if cores is not None:
@@ -60,6 +65,19 @@ def decode_one(v: Vendor, node: str, annotations: Mapping[str, str], capacity: M
                labels: Mapping[str, str] | None = None) -> tuple[DeviceInfo, ...]:
     """One vendor's devices on the node; () when the node does not register it. Raises
     CodecError (message prefixed by the key) when it registers it wrongly."""
+    if v.hook == "kunlunxin" and v.register_source == "capacity":
+        raw = capacity.get(v.count_resource)
+        if raw is None:
+            return ()
+        cards = quantity_as_int64(raw)
+        if cards is None:
+            raise codec.CodecError(f"{v.count_resource}: capacity {raw!r} is not an integer", field=v.count_resource,
+                                   text=str(raw))
+        try:
+            return kunlun_codec.devices_from_capacity(node, cards, vendor=v.name, id_format=v.capacity_id,
+                                                      resource=v.count_resource)
+        except codec.CodecError as exc:
+            raise codec.CodecError(f"{v.count_resource}: {exc}", field=v.count_resource, text=str(raw)) from None
     if v.hook == "awsneuron":
         raw = capacity.get(v.count_resource)
         if raw is None:

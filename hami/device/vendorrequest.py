@@ -16,6 +16,8 @@ of NVIDIA containers pays nothing for the table. Builders, after each vendor's
 * `cambricon`: the generic rule with memoryUnit 256 and defaultCores 100.
 * `awsneuron`: devices x `coresPerCard` cores, or NeuronCores alone (up to one device, or whole
   devices); non-integer or non-positive counts ask for nothing.
+* `kunlunxin` vXPU (a row with a memory resource): memory rounded up to a slice size, cores in
+  proportion; whole XPUs take the generic rule (memory 0, percentage 100).
 * `ascend`: memory rounded up to the smallest vNPU template (`Vendor.trim_memory`), unless the
   container asks for cores (HAMi-core soft partitioning: memory as asked); cores as asked, else 0.
 """
@@ -64,11 +66,30 @@ def neuron_request(limits: Mapping, requests: Mapping, vendor: Vendor) -> Contai
     return ContainerDeviceRequest(nums=cores // cpd, type=vendor.name, memreq=0, mempercentagereq=0, coresreq=cpd)
 
 
+def vxpu_request(limits: Mapping, requests: Mapping, vendor: Vendor) -> ContainerDeviceRequest | None:
+    """Kunlunxin vXPU: memory rounded up to a slice size (`templates`, else the whole card), cores
+    in proportion to the card; no memory is the whole card (percentage 100, cores 100)."""
+    present, n = _value(limits, requests, vendor.count_resource)
+    if not present or n is None or n <= 0 or n >= _INT32:
+        return None
+    present, mem = _value(limits, requests, vendor.memory_resource)
+    card = vendor.memory_allocatable
+    memreq = 0
+    if present and mem is not None:
+        memreq = next((t.memory for t in vendor.templates if mem <= t.memory), card)
+    if memreq == 0:
+        return ContainerDeviceRequest(nums=n, type=vendor.name, memreq=card, mempercentagereq=100, coresreq=100)
+    return ContainerDeviceRequest(nums=n, type=vendor.name, memreq=memreq, mempercentagereq=0,
+                                  coresreq=memreq * 100 // card if card else 0)
+
+
 def vendor_request(container: Mapping, vendor: Vendor) -> ContainerDeviceRequest | None:
     """One vendor's GenerateResourceRequests for one container; None when it asks for none."""
     limits, requests = _resources(container)
     if vendor.hook == "awsneuron":
         return neuron_request(limits, requests, vendor)
+    if vendor.hook == "kunlunxin" and vendor.memory_resource:
+        return vxpu_request(limits, requests, vendor)
     present, n = _value(limits, requests, vendor.count_resource)
     if not present or n is None or n <= 0 or n >= _INT32:
         return None  # HAMi: `n <= 0 || n > math.MaxInt32` is an empty request

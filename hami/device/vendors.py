@@ -13,7 +13,9 @@ code exists only where HAMi's rules really differ, as a small named hook:
               the same card, admission fills whole cards (`memoryPerCard`) and checks `legalMemory`;
 * `awsneuron` NeuronCores as bits of a per-device mask; several devices only as a contiguous
               group (a ring on Inferentia nodes, aligned groups of 1/4/8/16 elsewhere); a
-              container may ask for cores alone (`coreRequests`).
+              container may ask for cores alone (`coreRequests`);
+* `kunlunxin` whole XPUs of an 8-card board (two wings of 4) picked by its interconnect:
+              a wing that holds the request snugly, else linked pairs / groups of 4.
 
 `register.source` says where a node's devices come from: `annotation` (the vendor's device
 plugin writes a register annotation: `json` as NVIDIA >= v2.8, or the `legacy` colon form) or
@@ -30,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-HOOKS = ("nvidia", "generic", "ascend", "cambricon", "mthreads", "awsneuron")
+HOOKS = ("nvidia", "generic", "ascend", "cambricon", "mthreads", "awsneuron", "kunlunxin")
 REGISTER_SOURCES = ("annotation", "capacity")
 REGISTER_FORMATS = ("json", "legacy")
 
@@ -300,7 +302,10 @@ def _check(v: Vendor, where: str, source: str) -> None:
         raise VendorError(f"{where}.resources.count in {source}: required")
     if v.register_source == "annotation" and not v.register_key:
         raise VendorError(f"{where}.register.key in {source}: required for annotation registration")
-    if v.register_source == "capacity" and (not v.core_resource or not v.capacity_id):
+    # Cards counted by their cores (Cambricon, Mthreads), or by the count resource itself
+    # (AWS Neuron, Kunlunxin XPU).
+    counted_by_cards = v.hook in ("awsneuron", "kunlunxin")
+    if v.register_source == "capacity" and (not (v.core_resource or counted_by_cards) or not v.capacity_id):
         raise VendorError(f"{where}.register in {source}: capacity registration needs resources.cores "
                           "and register.id")
     if v.memory_unit < 1:

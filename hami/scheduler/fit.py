@@ -63,7 +63,7 @@ from .policy import (
     weights_for,
 )
 from .usage import DeviceState, NodeUsage, QuotaView, collapse_usage
-from .vendorrules import VNPU_HAMI_CORE, fit_neuron, mode_refuses_node, vnpu_mode, whole_modules
+from .vendorrules import VNPU_HAMI_CORE, fit_neuron, fit_xpu, mode_refuses_node, vnpu_mode, whole_modules
 
 # Reason keys (pkg/device/common/common.go).
 CARD_TYPE_MISMATCH = "CardTypeMismatch"
@@ -655,12 +655,17 @@ def fit_vendor_devices(
     annotations. `devices` are the vendor's devices, sorted, walked from the end. `is_mutex`
     (`hami.io/gpu-scheduler-policy: mutex`) refuses a card anything already uses; `same_card`
     (Mthreads) the cards other than the one the pod's earlier containers use. Ascend's vNPU modes
-    and 910C module pairing are `vendorrules`, as is AWS Neuron's own walk."""
+    and 910C module pairing are `vendorrules`, as are AWS Neuron's and Kunlunxin's own selections."""
     if vendor.hook == "awsneuron":
         ok, chosen, counts = fit_neuron(
             devices, request, vendor, _split_uuids(annotations.get(vendor.use_uuid_key)),
             _split_uuids(annotations.get(vendor.nouse_uuid_key)), is_mutex,
             lambda d, mem, cores: ContainerDevice(d.id, request.type, mem, cores, d.index))
+        return ok, chosen, "" if ok else gen_reason(counts, len(devices))
+    if vendor.hook == "kunlunxin":
+        ok, chosen, counts = fit_xpu(devices, request,
+                                     lambda d, mem, cores: ContainerDevice(d.id, request.type, mem, cores, d.index),
+                                     shared=bool(vendor.memory_resource), is_mutex=is_mutex)
         return ok, chosen, "" if ok else gen_reason(counts, len(devices))
     pairs = False
     total_core = None

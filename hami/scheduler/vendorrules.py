@@ -136,3 +136,88 @@ def fit_neuron(devices: Sequence, request, vendor, use_uuids, nouse_uuids, is_mu
             return True, [make(dev, 0, bits)], {}
         reason[key] = reason.get(key, 0) + 1
     return False, [], reason
+
+
+# --------------------------------------------------------------------------- Kunlunxin XPU
+
+# An 8-XPU board: two wings of 4 (0-3, 4-7). Cards linked across the wings, pairs inside a wing,
+# and the groups of 4 that are fully linked (pkg/device/kunlun topo.go).
+XPU_CROSS_PAIRS = ((0, 4), (1, 5), (2, 6), (3, 7))
+XPU_WING_PAIRS = ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3), (4, 5), (4, 6), (4, 7), (5, 6), (5, 7), (6, 7))
+XPU_QUADS = ((0, 1, 4, 5), (2, 3, 6, 7), (0, 2, 4, 6), (1, 3, 5, 7), (0, 3, 4, 7), (1, 2, 5, 6))
+_ODD_ORDER = (1, 3, 2, 4)  # the wing sizes tried, in order, for a one-card request
+
+
+def _xpu_pick(free: Sequence[int], start: int, count: int, total: int) -> list[int]:
+    """devicepick: the first `count` free cards from `start` on (fewer when they run out)."""
+    out = [i for i in free if start <= i < min(8, total)]
+    return out[:count]
+
+
+def _xpu_interconnect(free: Sequence[int], count: int) -> list[int]:
+    if count == 2:
+        for a in free:
+            for b in free:
+                if a != b and ((a, b) in XPU_CROSS_PAIRS or (b, a) in XPU_CROSS_PAIRS):
+                    return [a, b]
+    if count == 4:
+        have = set(free)
+        if len(have) in (4, 5):
+            for quad in XPU_QUADS:
+                if have >= set(quad):
+                    return list(quad)
+        if len(have) == 6:
+            chosen: list[int] = []
+            for quad in XPU_QUADS:
+                if have >= set(quad):
+                    chosen = list(quad)
+                    rest = have - set(quad)
+                    if any(rest >= set(p) for p in XPU_CROSS_PAIRS + XPU_WING_PAIRS):
+                        return chosen  # the two cards left over stay linked to each other
+            return chosen
+    return []
+
+
+def xpu_select(devices: Sequence, count: int, usable=None) -> list[int]:
+    """graghSelect over the board (usable: a whole XPU nothing runs on, or `usable(dev)`): 8 takes
+    the board; 1, 2 or 4 take cards from the wing whose usable cards match the request most snugly
+    (for one card a wing of 1, then 3, 2, 4), else linked cards across the wings; other counts never
+    fit. Cards are taken by index (HAMi walks its score-sorted list by position)."""
+    ordered = sorted(devices, key=lambda d: d.index)
+    free = [d.index for d in ordered if (usable(d) if usable is not None else d.used == 0)]
+    left = sum(1 for i in free if i < 4)
+    right = len(free) - left
+    if count == 8:
+        return list(range(8)) if left + right == 8 else []
+    if count not in (1, 2, 4):
+        return []
+    if left >= count or right >= count:
+        for slots in range(count, 5):
+            want = _ODD_ORDER[slots - 1] if count % 2 else slots
+            if left == want:
+                return _xpu_pick(free, 0, count, len(ordered))
+            if right == want:
+                return _xpu_pick(free, 4, count, len(ordered))
+    return _xpu_interconnect(free, count)
+
+
+def fit_xpu(devices: Sequence, request, make, shared: bool = False, is_mutex: bool = False):
+    """Kunlunxin's Fit: whole XPUs (each takes its memory and cores), or vXPU slices (`shared`: a
+    card is usable when it has the memory and is empty or runs slices of the size asked,
+    `usedmem / used == memreq`; mutex: only empty cards). NumaNotFit when no cards are picked, or under mutex
+    ExclusiveDeviceAllocateConflict for each card already in use."""
+    def usable(d):
+        if d.totalmem - d.usedmem < request.memreq:
+            return False
+        return d.used == 0 or (not is_mutex and d.usedmem // d.used == request.memreq)
+
+    chosen = xpu_select(devices, request.nums, usable if shared else None)
+    if len(chosen) != request.nums:
+        busy = sum(1 for d in devices if d.used > 0)
+        if shared and is_mutex and busy:
+            return False, [], {_EXCLUSIVE_CONFLICT: busy}
+        return False, [], {_NUMA_NOT_FIT: 1}
+    by_index = {d.index: d for d in devices}
+    if shared:
+        return True, [make(by_index[i], request.memreq, request.coresreq) for i in chosen], {}
+    return True, [make(by_index[i], by_index[i].totalmem, by_index[i].totalcore) for i in chosen], {}

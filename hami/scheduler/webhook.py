@@ -284,6 +284,15 @@ def _mutate_vendor(ctr: dict, v: Vendor, pod: dict | None = None) -> bool:
         _add_env(ctr, v.container_name_env, ctr["name"])
     if v.hook == "ascend" and v.memory_resource:
         _mutate_ascend(ctr, pod if pod is not None else {}, v)
+    if v.hook == "kunlunxin" and v.memory_resource and v.memory_resource in limits:
+        # vXPU: the memory limit (and request) rounded up to a slice size, else the whole card
+        mem = quantity_value(limits[v.memory_resource]) or 0
+        trimmed = next((t.memory for t in v.templates if mem <= t.memory), v.memory_allocatable)
+        _set_limit(ctr, v.memory_resource, str(trimmed))
+        requests = ctr["resources"].get("requests")
+        if not isinstance(requests, dict):
+            requests = ctr["resources"]["requests"] = {}
+        requests[v.memory_resource] = str(trimmed)
     return True
 
 

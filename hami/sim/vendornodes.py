@@ -59,8 +59,9 @@ def vendor_registration(node: str, node_index: int, shapes: Sequence[tuple[Vendo
         if v.register_source == "capacity":
             cores = int(capacity.get(v.core_resource, "0")) + v.cores_per_card * cards
             units = int(capacity.get(v.memory_resource, "0")) + memory // v.memory_unit * cards
-            capacity[v.core_resource] = str(cores)
-            if v.memory_resource:  # AWS Neuron has none
+            if v.core_resource:  # Kunlunxin counts whole cards only
+                capacity[v.core_resource] = str(cores)
+            if v.memory_resource:  # AWS Neuron and Kunlunxin have none
                 capacity[v.memory_resource] = str(units)
             capacity[v.count_resource] = str(int(capacity.get(v.count_resource, "0")) + cards)
             continue

@@ -339,3 +339,23 @@ async def test_aws_neuron_cores_and_device_groups_through_the_extender(apiserver
         assert out["NodeNames"] == ["inf"]
         annos = e.placement("default", "pair")
         assert annos["AWS_NEURON_IDS"] == "0,1" and "NEURON_RESOURCE_TYPE" not in annos
+
+
+async def test_kunlunxin_xpus_fill_a_wing_before_crossing_the_board(apiserver):
+    """Kunlunxin XPUs from capacity through the extender: two 2-card pods fill the left wing
+    (cards 0-1, then 2-3, snugly), a third gets the right wing; every card is whole, and a 3-card
+    pod never fits (HAMi's NumaNotFit over the board)."""
+    node = node_obj("xpu", 0, registered=False)
+    node["status"]["capacity"]["kunlunxin.com/xpu"] = "8"
+    async with running_env(apiserver, [node]) as e:
+        await eventually(lambda: "xpu" in e.sched.state.index.nodes)
+        got = []
+        for i in range(3):
+            pod = e.create_pod(vendor_pod(f"x{i}", {"kunlunxin.com/xpu": "2"}))
+            out = await e.filter(pod, ["xpu"])
+            assert out["NodeNames"] == ["xpu"], out
+            got.append(e.placement("default", f"x{i}")["BAIDU_COM_DEVICE_IDX"])
+        assert got == ["0,1", "2,3", "4,5"]
+        three = e.create_pod(vendor_pod("x3", {"kunlunxin.com/xpu": "3"}))
+        out = await e.filter(three, ["xpu"])
+        assert out["NodeNames"] is None and out["FailedNodes"] == {"xpu": "1/8 NumaNotFit"}

@@ -25,7 +25,7 @@ RESOURCE_TYPE = "NEURON_RESOURCE_TYPE"
 ALLOC_TIME = "NEURON_ALLOC_TIME"
 ALLOCATED = "NEURON_ALLOCATED"
 PREDICATE_NODE = "aws.amazon.com/predicate-node"
-_INT32 = 1 << 31
+MAX_DEVICES = 1024  # a capacity beyond any real node is refused, not materialised
 
 
 def core_mask(cores: int) -> int:
@@ -40,11 +40,11 @@ def devices_from_capacity(node: str, devices: int, cores: int, instance_type: st
     cores than devices gets count 0 devices (as HAMi) whose mask spans `default_cores`."""
     if devices <= 0:
         raise CodecError(f"device not found {resource}", field=resource, text=str(devices))
-    if devices >= _INT32:
-        raise CodecError(f"{resource}: {devices} devices is out of range", field=resource, text=str(devices))
+    if devices > MAX_DEVICES:
+        raise CodecError(f"{devices} devices is more than {MAX_DEVICES}", field=resource, text=str(devices))
     per_device = max(cores, 0) // devices
     if per_device >= 31:
-        raise CodecError(f"{resource}: {per_device} cores per device is out of range", field=resource,
+        raise CodecError(f"{per_device} cores per device is out of range", field=resource,
                          text=str(cores))
     mask = core_mask(per_device if per_device > 0 else default_cores)
     mode = RING if ("inf" in instance_type or "Inf" in instance_type) else ""

@@ -18,6 +18,7 @@ DSMLU_PROFILE = "CAMBRICON_DSMLU_PROFILE"
 DSMLU_ASSIGNED = "CAMBRICON_DSMLU_ASSIGNED"
 MEMORY_UNIT_MIB = 256
 _INT32 = (1 << 31) - 1
+MAX_CARDS = 1024
 
 
 def devices_from_capacity(node: str, cores: int, memory: int, *, vendor: str = "MLU",
@@ -30,6 +31,8 @@ def devices_from_capacity(node: str, cores: int, memory: int, *, vendor: str = "
         raise CodecError(f"device not found {resource}", field=resource, text=str(cores))
     devmem = (memory * memory_unit * cores_per_card // cores) if memory > 0 else 0
     devmem = (devmem + (1 << 31)) % (1 << 32) - (1 << 31)  # Go int32 conversion
+    if -(-cores // cores_per_card) > MAX_CARDS:  # a capacity beyond any real node is refused, not materialised
+        raise CodecError(f"{cores} cores is more than {MAX_CARDS} cards", field=resource, text=str(cores))
     out = []
     i = 0
     while i * cores_per_card < cores:
