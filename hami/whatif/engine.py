@@ -387,28 +387,27 @@ class Replayer:
                                    init_released=p.init_released, mig=p.mig)
         self.schedulable = [n for n in sorted(nodes) if not nodes[n].unschedulable]
         self.tainted = any(nodes[n].taints for n in self.schedulable)
-        # kept_order: select_node's answer from a Picker kept between pods (picker.py);
-        # False calls score.select_node per pod (the reference the picker is tested against).
-        self.picker = Picker(self.index.nodes, self.schedulable) if kept_order else None
-        self._candidates: dict[str, tuple[list[str], frozenset[str]]] = {}
+        # kept_order: select_node's answer from the scheduler's kept node order with the fit's
+        # refusals remembered (picker.py); False calls score.select_node per pod (the reference).
+        self.picker = Picker(self.index) if kept_order else None
+        self._candidates: dict[str, list[str]] = {}
         self._parsed_reasons: dict[str, dict[str, int]] = {}
 
     def candidates(self, pod: dict) -> list[str]:
         """What kube-scheduler would pass the extender: schedulable, nodeSelector and taints allow."""
         return self._filtered(pod)[0]
 
-    def _filtered(self, pod: dict) -> tuple[list[str], frozenset[str] | None]:
-        """candidates(pod), and the same names as a set (None: every schedulable node), computed
-        once per distinct nodeSelector and tolerations."""
+    def _filtered(self, pod: dict) -> tuple[list[str], str]:
+        """candidates(pod) and a key naming that list, computed once per distinct nodeSelector
+        and tolerations ("" = every schedulable node)."""
         spec = pod.get("spec") or {}
         if not spec.get("nodeSelector") and not self.tainted:
-            return self.schedulable, None
+            return self.schedulable, ""
         key = repr((sorted((spec.get("nodeSelector") or {}).items()), spec.get("tolerations") if self.tainted else None))
-        hit = self._candidates.get(key)
-        if hit is None:
-            names = [n for n in self.schedulable if _selector_ok(pod, self.nodes[n])]
-            hit = self._candidates[key] = (names, frozenset(names))
-        return hit
+        names = self._candidates.get(key)
+        if names is None:
+            names = self._candidates[key] = [n for n in self.schedulable if _selector_ok(pod, self.nodes[n])]
+        return names, key
 
     def place(self, pod: dict, admit: bool = True) -> Outcome | None:
         """Schedule one pod; None when it asks for no HAMi device (not the extender's business)."""
@@ -443,11 +442,11 @@ class Replayer:
                                       node_policy=self.node_policy, namespace=ns, quota=self.index.quota_view(ns))
         except PolicyError as exc:
             return Outcome(key, reasons=(INVALID_POD,), message=str(exc))
-        names, allowed = self._filtered(pod)
+        names, names_key = self._filtered(pod)
         if not names:
             return Outcome(key, reasons=(NO_CANDIDATE_NODE,), message="no schedulable node matches the pod")
         if self.picker is not None:
-            sel = self.picker.select(preq, allowed)
+            sel = self.picker.select(preq, names, names_key)
         else:
             sel = scoremod.select_node(self.index.nodes, names, preq)
         if sel.node is None:
@@ -455,8 +454,6 @@ class Replayer:
                            message=messages.no_available_node_message(len(names)))
         self.index.add_pod(uid, sel.node, sel.devices, namespace=ns, num_init=num_init,
                            mig=tuple((u, pl) for _, _, u, _, pl in sel.mig))
-        if self.picker is not None:
-            self.picker.touched(sel.node)
         return Outcome(key, node=sel.node, devices=codec.encode_pod_devices(sel.devices))
 
     def stats(self, pending_mem: int) -> tuple[NodeStats, ...]:

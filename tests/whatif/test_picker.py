@@ -111,24 +111,21 @@ def test_a_refused_node_is_tried_again_after_its_usage_changes():
     for name in ("a", "b"):
         index.set_node(name, [DeviceInfo(id=f"GPU-{name}", count=2, devmem=10000, devcore=100,
                                          type=MODELS[0], index=0, numa=0, mode="hami-core", health=True)])
-    picker = Picker(index.nodes, ["a", "b"])
+    picker = Picker(index)
+    names = ["a", "b"]
     big = fitmod.pod_request([ContainerDeviceRequest(1, memreq=8000)], 0, {}, node_policy="binpack")
     small = fitmod.pod_request([ContainerDeviceRequest(1, memreq=3000)], 0, {}, node_policy="binpack")
 
-    first = picker.select(big)
+    first = picker.select(big, names, "all")
     assert first.node == "a"
     index.add_pod("p1", "a", first.devices)
-    picker.touched("a")
     # binpack prefers the used node a; it is refused (2000 MiB left) and b takes the pod.
-    second = picker.select(big)
+    second = picker.select(big, names, "all")
     assert second.node == "b" and "CardInsufficientMemory" in second.failed_nodes["a"]
     index.add_pod("p2", "b", second.devices)
-    picker.touched("b")
-    third = picker.select(big)
-    assert third.node is None and third.failed_nodes == scoremod.select_node(index.nodes, ["a", "b"], big).failed_nodes
-    # a pod leaves a: the remembered refusal must not outlive the change.
+    third = picker.select(big, names, "all")
+    assert third.node is None and third.failed_nodes == scoremod.select_node(index.nodes, names, big).failed_nodes
+    # A pod leaves a (only the index is told): the remembered refusal must not outlive the change.
     index.remove_pod("p1")
-    picker.touched("a")
-    again = picker.select(big)
-    assert again.node == "a"
-    assert picker.select(small).node == scoremod.select_node(index.nodes, ["a", "b"], small).node
+    assert picker.select(big, names, "all").node == "a"
+    assert picker.select(small, names, "all").node == scoremod.select_node(index.nodes, names, small).node
