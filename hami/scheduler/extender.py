@@ -325,7 +325,7 @@ class Extender:
         with the avoid-locked rule: a busy node only when no other node fits."""
         busy = self._busy_nodes() if self.avoid_locked else ()
         walk = first_fit(names, index.nodes, index.changes, policymod.node_order_descending(preq.node_policy),
-                         lambda n: try_pod(n, preq), busy)
+                         lambda n: try_pod(n, preq), busy, need=fitmod.memory_need(preq))
         if walk.node is None:
             return scoremod.Selection(None, (), 0.0, (), walk.failed, walk.tried)
         devices, mig = walk.fit

@@ -459,6 +459,27 @@ class _FailSummary:
         self.text: str | None = None
 
 
+def free_memory_bound(node: NodeUsage) -> int:
+    """The most free memory any NVIDIA card of the node offers a request (-1: no card passes the
+    health, cordon and slot checks). Whatever the pod, a fixed memory request above it fails on
+    this node at its first NVIDIA request, so /filter's walk may pass the node by."""
+    s = node.fail_summary
+    if s is None or s.cordoned is not node.cordoned:
+        s = node.fail_summary = _FailSummary(node)
+    return -1 if s.max_free is None else s.max_free
+
+
+def memory_need(pod: PodRequest) -> int | None:
+    """The fixed memory the pod's first NVIDIA request asks of one card (None: no such bound,
+    e.g. a share of each card's memory, or a first request of another vendor)."""
+    first = pod.first
+    if first is None or first.type != NVIDIA or first.nums <= 0:
+        return None
+    if first.memreq > 0:
+        return first.memreq
+    return None if first.mempercentagereq != PERCENTAGE_UNSET else 0
+
+
 def _fast_fail(node: NodeUsage, request: ContainerDeviceRequest) -> str | None:
     """The reason `fit_devices` would give when no device has the memory asked for, else None.
 

@@ -26,6 +26,9 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
+from .changelog import ChangeLog
+from .fit import free_memory_bound
+
 # Re-sort from scratch instead of patching when this share of the candidates changed.
 _REBUILD_SHARE = 8
 
@@ -53,42 +56,10 @@ class NameList:
         return o
 
 
-class ChangeLog:
-    """Names whose node score or registration changed, appended in order; readers keep a cursor.
-
-    Bounded: the oldest half is dropped past `limit` entries; a reader behind that re-sorts.
-    """
-
-    __slots__ = ("entries", "base", "limit")
-
-    def __init__(self, limit: int = 8192):
-        self.entries: list[str] = []
-        self.base = 0  # log position of entries[0]
-        self.limit = limit
-
-    def touch(self, name: str) -> None:
-        entries = self.entries
-        entries.append(name)
-        if len(entries) > self.limit:
-            cut = len(entries) // 2
-            del entries[:cut]
-            self.base += cut
-
-    @property
-    def end(self) -> int:
-        return self.base + len(self.entries)
-
-    def since(self, cursor: int) -> list[str] | None:
-        """Names changed from `cursor` on; None when they were dropped (the reader must re-sort)."""
-        if cursor < self.base:
-            return None
-        return self.entries[cursor - self.base:]
-
-
 class ScoreOrder:
     """A NameList's registered nodes sorted by (score key, position); key = -score for binpack."""
 
-    __slots__ = ("names", "descending", "log", "cursor", "entries", "keys", "rebuilds")
+    __slots__ = ("names", "descending", "log", "cursor", "entries", "keys", "caps", "rebuilds")
 
     def __init__(self, names: NameList, descending: bool):
         self.names = names
@@ -97,6 +68,7 @@ class ScoreOrder:
         self.cursor = 0
         self.entries: list[tuple[float, int]] = []
         self.keys: list[float | None] = []  # by position: the key filed, None = not registered
+        self.caps: list[int] = []  # by position: fit.free_memory_bound of the node
         self.rebuilds = 0
 
     def _key(self, node: Any) -> float:
@@ -106,6 +78,7 @@ class ScoreOrder:
         self.rebuilds += 1
         names = self.names
         keys: list[float | None] = [None] * len(names.names)
+        caps = [-1] * len(names.names)
         entries = []
         get = nodes.get
         for name, p in names.pos.items():
@@ -113,9 +86,10 @@ class ScoreOrder:
             if n is not None:
                 k = -n.score_value if self.descending else n.score_value
                 keys[p] = k
+                caps[p] = free_memory_bound(n)
                 entries.append((k, p))
         entries.sort()
-        self.entries, self.keys = entries, keys
+        self.entries, self.keys, self.caps = entries, keys, caps
         self.log, self.cursor = log, log.end
 
     def refresh(self, nodes: Mapping[str, Any], log: ChangeLog) -> None:
@@ -126,7 +100,7 @@ class ScoreOrder:
             return
         if not changed:
             return
-        pos, keys, entries = self.names.pos, self.keys, self.entries
+        pos, keys, entries, caps = self.names.pos, self.keys, self.entries, self.caps
         for name in set(changed):
             p = pos.get(name)
             if p is None:
@@ -139,6 +113,7 @@ class ScoreOrder:
                 keys[p] = None
             else:
                 k = keys[p] = -n.score_value if self.descending else n.score_value
+                caps[p] = free_memory_bound(n)
                 insort(entries, (k, p))
         self.cursor = log.end
 
@@ -160,23 +135,32 @@ def first_fit(
     try_fit: Callable[[Any], Any],
     busy: Container[str] = (),
     unregistered_reason: str = "node unregistered",
+    need: int | None = None,
 ) -> Walk:
     """The node `select_node` picks among `names` (see the module docstring).
 
     `try_fit(node_usage)` returns a reason string or the fit. A node in `busy` is taken only when
     no other node fits: then the first fitting busy node in order (what select_node over every
-    name gives when no free name fits). `failed` is complete only when nothing fits.
+    name gives when no free name fits). `need` (fit.memory_need) lets the walk pass by nodes
+    whose `free_memory_bound` is below it without fitting them. `failed` is complete only when
+    nothing fits (then every node is fitted, in order, for its reason).
     """
     order = names.order(descending)
     order.refresh(nodes, log)
-    for attempt in range(2):
+    for attempt in range(3):
         failed: dict[str, str] = {}
         busy_fit: tuple[str, Any, Any] | None = None
         tried = 0
         stale = False
         name_of = names.names
         get = nodes.get
+        caps = order.caps
+        skip = need is not None
+        skipped = False
         for k, p in order.entries:
+            if skip and caps[p] < need:
+                skipped = True
+                continue
             name = name_of[p]
             n = get(name)
             if attempt == 0 and (n is None or k != (-n.score_value if descending else n.score_value)):
@@ -197,6 +181,9 @@ def first_fit(
             continue
         if busy_fit is not None:
             return Walk(busy_fit[0], busy_fit[1], busy_fit[2], failed, tried)
+        if skipped:
+            need = None  # nothing fits: fit every node for FailedNodes
+            continue
         if len(order.entries) != len(names.pos) or len(names.pos) != len(name_of):
             # select_node's FailedNodes: unregistered names first, in request order.
             head = {n: unregistered_reason for n in name_of if n not in nodes}
@@ -204,4 +191,4 @@ def first_fit(
                 head.update(failed)
                 failed = head
         return Walk(None, None, None, failed, tried)
-    raise AssertionError("unreachable: the second walk never stops as stale")  # pragma: no cover
+    raise AssertionError("unreachable: a walk after a re-sort is never stale")  # pragma: no cover

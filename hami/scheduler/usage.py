@@ -45,7 +45,7 @@ from hami.device.model import (
     NvidiaConfig,
 )
 
-from .nodeorder import ChangeLog
+from .changelog import ChangeLog
 from .policy import f32
 
 _TEN = f32(10.0)
@@ -160,7 +160,7 @@ class NodeUsage:
 
     `score_value` (node score, §6.1) and the per-policy device orders are cached and refreshed by
     `invalidate()`, which every usage change calls; it also logs the name in the index's
-    `changes` (nodeorder.ChangeLog), which /filter's kept candidate order reads.
+    `changes` (changelog.ChangeLog), which /filter's kept candidate order reads.
     """
 
     __slots__ = (
@@ -324,7 +324,7 @@ class UsageIndex:
             n for n in (self.mem_resource, self.core_resource,
                         *(r for pair in self.vendor_resources.values() for r in pair)) if n)
         self.nodes: dict[str, NodeUsage] = {}
-        # Names whose score or registration changed, for /filter's kept candidate order (nodeorder.py).
+        # Names whose score, registration or cordon changed, for /filter's kept candidate order (nodeorder.py).
         self.changes = ChangeLog()
         self._pods: dict[str, PodRecord] = {}
         self._pods_by_node: dict[str, set[str]] = {}
@@ -372,6 +372,7 @@ class UsageIndex:
         if node is not None:
             node.cordoned = frozenset(cordoned)
             node.fail_summary = None
+            self.changes.touch(name)  # what a card offers changed (nodeorder's free-memory bounds)
 
     def remove_node(self, name: str) -> None:
         node = self.nodes.pop(name, None)

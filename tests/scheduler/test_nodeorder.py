@@ -5,9 +5,10 @@ in which placements and removals change usage between requests (the order patche
 index's change log), under binpack and spread, with name lists that are subsets, reordered,
 repeat names or name unregistered nodes, and with busy (mid-allocation) nodes taken only when no
 other node fits; FailedNodes equal to select_node's, key order included, when nothing fits; a
-change the log never saw (usage edited behind the index's back) re-sorts instead of answering
-from a stale order; a reader left behind by the bounded log re-sorts; node removal and
-re-registration.
+change made outside add/remove (invalidate, a cordon) is seen; a stale entry met on the walk
+re-sorts instead of answering from it; a reader left behind by the bounded log re-sorts; node
+removal and re-registration; nodes whose free-memory bound is below the request are passed by
+on the way to a fit, and fitted for their reasons when nothing fits.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hami.device.model import ContainerDevice
-from hami.scheduler.fit import pod_request, try_pod
-from hami.scheduler.nodeorder import ChangeLog, NameList, first_fit
+from hami.scheduler.changelog import ChangeLog
+from hami.scheduler.fit import memory_need, pod_request, try_pod
+from hami.scheduler.nodeorder import NameList, first_fit
 from hami.scheduler.policy import node_order_descending
 from hami.scheduler.score import select_node
 from hami.scheduler.usage import UsageIndex
@@ -45,7 +47,7 @@ def _expected(idx: UsageIndex, names, pod, busy):
 
 def _walk(idx: UsageIndex, names: NameList, pod, busy=()):
     return first_fit(names, idx.nodes, idx.changes, node_order_descending(pod.node_policy),
-                     lambda n: try_pod(n, pod), busy)
+                     lambda n: try_pod(n, pod), busy, need=memory_need(pod))
 
 
 def _check(idx, names_list, names, pod, busy=()):
@@ -177,3 +179,30 @@ def test_removed_and_reregistered_nodes_follow_the_index():
     idx.remove_node("n7")
     got = _check(idx, names_list, names, pod)
     assert got.node is None and set(got.failed.values()) == {"node unregistered"}
+
+
+def test_a_node_uncordoned_after_being_passed_by_is_chosen_again():
+    idx = _index(4)
+    names_list = [f"n{i}" for i in range(4)]
+    names = NameList(names_list)
+    idx.add_pod("p", "n1", ((ContainerDevice("G1-0", "NVIDIA", 100, 0),),))  # n1 scores highest
+    idx.set_cordon("n1", {"G1-0", "G1-1"})
+    pod = pod_request([req(1, 6000, 101, 0)], 0, {})
+    assert _check(idx, names_list, names, pod).node != "n1"
+    idx.set_cordon("n1", ())
+    assert _check(idx, names_list, names, pod).node == "n1"
+
+
+def test_full_nodes_are_passed_by_without_a_fit_attempt():
+    idx = _index(6)
+    names_list = [f"n{i}" for i in range(6)]
+    names = NameList(names_list)
+    for n in range(5):  # n0..n4 full and scoring above n5
+        idx.add_pod(f"p{n}", f"n{n}", ((ContainerDevice(f"G{n}-0", "NVIDIA", 7900, 0),
+                                        ContainerDevice(f"G{n}-1", "NVIDIA", 7900, 0)),))
+    pod = pod_request([req(1, 1000, 101, 0)], 0, {})
+    got = _check(idx, names_list, names, pod)
+    assert got.node == "n5" and got.tried == 1
+    huge = pod_request([req(1, 9000, 101, 0)], 0, {})
+    got = _check(idx, names_list, names, huge)
+    assert got.node is None and len(got.failed) == 6
