@@ -1,10 +1,13 @@
-"""Suggest mode: try one knob at a time and report which change places the most pods (pure).
+"""Suggest mode: try one knob at a time, then pairs, and report which change places the most pods (pure).
 
 Knobs: deviceSplitCount, deviceMemoryScaling, the node policy and the GPU policy. Each candidate
-is a full replay of the baseline's workloads (engine.run_scenario). Candidates are ranked by pods
-placed, then by less stranded memory, then by fewer GPUs used; each comes with its trade-off: the
-risk the knob itself carries (memory over-commit, more pods per card) and what it costs in GPUs
-used, stranded memory and fragmentation against the baseline.
+is a full replay of the baseline's workloads (engine.run_scenario). Then the best setting of each
+knob is paired with the best of every other knob (at most 6 more replays); a pair is kept only when
+it places more pods than either of its halves alone (some pods need two things at once: a free
+slot and more memory). Candidates are ranked by pods placed, then by less stranded memory, then by
+fewer GPUs used, a single change before a pair; each comes with its trade-off: the risk the knobs
+themselves carry (memory over-commit, more pods per card) and what it costs in GPUs used, stranded
+memory and fragmentation against the baseline.
 
 `single_change_fits(cluster, pod, defaults)` serves `hami doctor pod`: the first single change
 (one knob, or uncordoning the GPUs, or lifting the namespace's quota) under which this one
@@ -58,7 +61,31 @@ def candidates(cluster: Cluster, defaults: SchedulerDefaults) -> list[tuple[str,
     return out
 
 
+KNOBS = ("split_count", "memory_scaling", "node_policy", "gpu_policy")
+
+
+def _knob(changes: Changes) -> str:
+    return next((k for k in KNOBS if getattr(changes, k) is not None), "")
+
+
+def combine(a: Changes, b: Changes) -> Changes | None:
+    """Both changes at once; None when they set the same knob."""
+    merged = {}
+    for k in KNOBS:
+        va, vb = getattr(a, k), getattr(b, k)
+        if va is not None and vb is not None:
+            return None
+        merged[k] = va if va is not None else vb
+    return Changes(**merged)
+
+
 def _risk(changes: Changes, cluster: Cluster) -> str:
+    parts = [_risk_one(replace(Changes(), **{k: getattr(changes, k)}), cluster)
+             for k in KNOBS if getattr(changes, k) is not None]
+    return "; ".join(p for p in parts if p)
+
+
+def _risk_one(changes: Changes, cluster: Cluster) -> str:
     split, scaling = _current(cluster)
     if changes.split_count is not None:
         if changes.split_count > split:
@@ -90,20 +117,42 @@ def suggest(cluster: Cluster, plan: Plan, defaults: SchedulerDefaults, *, baseli
     base_scenario = plan.scenarios[0]
     base = baseline or run_scenario(cluster, base_scenario, plan, defaults)
     found = []
-    for label, changes in candidates(cluster, defaults):
+
+    def attempt(label: str, changes: Changes) -> Suggestion:
         r = run_scenario(cluster, Scenario(label, changes, base_scenario.workloads), plan, defaults)
-        found.append(Suggestion(label, changes, r, r.placed - base.placed, f"{_risk(changes, cluster)}; {_cost(base, r)}"))
+        return Suggestion(label, changes, r, r.placed - base.placed, f"{_risk(changes, cluster)}; {_cost(base, r)}")
+
+    for label, changes in candidates(cluster, defaults):
+        found.append(attempt(label, changes))
     # Stable: among equals, the candidate listed first (the smaller step) wins.
-    found.sort(key=lambda s: (-s.result.placed, s.result.totals()["stranded_mem"], s.result.totals()["gpus_used"]))
+    found.sort(key=_rank)
+    best: dict[str, Suggestion] = {}
+    for sug in found:
+        best.setdefault(_knob(sug.changes), sug)
+    heads = list(best.values())
+    for i, a in enumerate(heads):
+        for b in heads[i + 1:]:
+            both = combine(a.changes, b.changes)
+            if both is None:
+                continue
+            pair = attempt(f"{a.label} + {b.label}", both)
+            if pair.result.placed > max(a.result.placed, b.result.placed):
+                found.append(pair)
+    found.sort(key=_rank)
     return found[:limit]
 
 
+def _rank(s: Suggestion) -> tuple:
+    t = s.result.totals()
+    return -s.result.placed, t["stranded_mem"], t["gpus_used"]
+
+
 def render_suggestions(suggestions: list[Suggestion]) -> str:
-    lines = ["", "== suggestions (one change at a time, most pods placed first)"]
+    lines = ["", "== suggestions (one change, or two together, most pods placed first)"]
     if not suggestions:
         lines.append("   no knob to try")
     elif suggestions[0].gained <= 0:
-        lines.append("   no single knob places more pods than the baseline; the closest:")
+        lines.append("   no change places more pods than the baseline; the closest:")
     for s in suggestions:
         lines.append(f"   {s.label:<40} placed {s.result.placed:>6} ({s.gained:+d})  {s.tradeoff}")
     return "\n".join(lines) + "\n"

@@ -1,7 +1,7 @@
 """Suggest mode and the HTML report.
 
 Covers: suggest ranks single changes by pods placed and finds the split count that fits the
-pending pods, with its trade-off; `single_change_fits` names the one change that would place a
+pending pods, with its trade-off; a pair of knobs is offered when only both together place a pod; `single_change_fits` names the one change that would place a
 pending pod (split count, uncordon, quota) or None; the CLI's --suggest and --html; the report
 is self-contained (no external URL, plots as data: PNGs) and renders in headless Chromium: the
 screenshot shows the plots' colours.
@@ -37,6 +37,19 @@ def test_suggest_finds_the_split_count_that_places_the_pending_pods():
     assert best[0].label.startswith("deviceSplitCount 2 -> ")
     assert "pods share a card" in best[0].tradeoff and "GPUs used +0" in best[0].tradeoff
     assert [s.result.placed for s in best] == sorted((s.result.placed for s in best), reverse=True)
+
+
+def test_suggest_pairs_two_knobs_when_a_pod_needs_both():
+    # One slot per card and 30000 of 40960 MiB taken: the 20000 MiB pod needs a second slot AND
+    # more memory; neither knob alone places it.
+    cluster = parse_snapshot(snap.listing(snap.node("a", count=1), snap.device_config(split=1),
+                                          snap.pod("run", mem=30000, node="a"), snap.pod("wait", mem=20000)), "s.json")
+    plan = parse_plan_text("{}", "p.yaml")
+    best = suggest(cluster, plan, SchedulerDefaults())
+    assert best[0].label == "deviceSplitCount 1 -> 2 + deviceMemoryScaling 1 -> 1.25"
+    assert best[0].gained == 1 and best[0].changes.split_count == 2 and best[0].changes.memory_scaling == 1.25
+    assert "pods share a card" in best[0].tradeoff and "over-commits GPU memory x1.25" in best[0].tradeoff
+    assert all(s.gained == 0 for s in best[1:]) and all(" + " not in s.label for s in best[1:])
 
 
 def test_single_change_that_would_place_a_pending_pod():
@@ -96,7 +109,7 @@ def test_cli_suggest_and_html(tmp_path, capsys):
     report = tmp_path / "r.html"
     assert main(["whatif", "--snapshot", str(snapshot), "--suggest", "--html", str(report)]) == 0
     out = capsys.readouterr().out
-    assert "== suggestions (one change at a time, most pods placed first)" in out
+    assert "== suggestions (one change, or two together, most pods placed first)" in out
     assert "deviceSplitCount 2 -> 5" in out  # 4 placed, no card left full
     assert report.read_text().startswith("<!DOCTYPE html>")
     assert main(["whatif", "--snapshot", str(snapshot), "--suggest", "--format", "json"]) == 0
