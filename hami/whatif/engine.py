@@ -6,8 +6,8 @@ check), the device requests (`hami.device.request.pod_requests`), the pod's fit 
 policies (`hami.scheduler.fit.pod_request`, quota view from the `UsageIndex`), the node choice
 (`hami.scheduler.score.select_node`: HAMi's fit and node order), and the bookkeeping of a placed
 pod (`UsageIndex.add_pod`). What kube-scheduler does before the extender is reduced to what
-decides GPU placement: unschedulable (cordoned) nodes, `nodeSelector` labels and NoSchedule/NoExecute
-taints the pod does not tolerate are filtered out;
+decides GPU placement: unschedulable (cordoned) nodes, `nodeSelector` labels, required node affinity
+and NoSchedule/NoExecute taints the pod does not tolerate are filtered out;
 candidates are passed in name order, so ties go to the first name, as in the extender.
 
 Scenario changes act on the snapshot before the replay: a new deviceSplitCount /
@@ -36,7 +36,7 @@ from hami.scheduler import webhook as webhookmod
 from hami.scheduler.policy import PolicyError
 from hami.scheduler.usage import NodeUsage, UsageIndex
 
-from .cluster import Cluster, NodeInfo, PodInfo, holds_devices, tolerates
+from .cluster import Cluster, NodeInfo, PodInfo, holds_devices, node_affinity_ok, tolerates
 from .picker import Picker
 from .scenario import Changes, Plan, Scenario, Workload
 
@@ -351,6 +351,8 @@ def _selector_ok(pod: dict, node: NodeInfo) -> bool:
     sel = spec.get("nodeSelector") or {}
     if not all(node.labels.get(k) == v for k, v in sel.items()):
         return False
+    if not node_affinity_ok(spec, node.name, node.labels):
+        return False
     return all(tolerates(spec.get("tolerations"), t) for t in node.taints)
 
 
@@ -401,9 +403,12 @@ class Replayer:
         """candidates(pod) and a key naming that list, computed once per distinct nodeSelector
         and tolerations ("" = every schedulable node)."""
         spec = pod.get("spec") or {}
-        if not spec.get("nodeSelector") and not self.tainted:
+        affinity = (spec.get("affinity") or {}).get("nodeAffinity") if isinstance(spec.get("affinity"), dict) else None
+        required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(affinity, dict) else None
+        if not spec.get("nodeSelector") and not self.tainted and not required:
             return self.schedulable, ""
-        key = repr((sorted((spec.get("nodeSelector") or {}).items()), spec.get("tolerations") if self.tainted else None))
+        key = repr((sorted((spec.get("nodeSelector") or {}).items()), required,
+                    spec.get("tolerations") if self.tainted else None))
         names = self._candidates.get(key)
         if names is None:
             names = self._candidates[key] = [n for n in self.schedulable if _selector_ok(pod, self.nodes[n])]

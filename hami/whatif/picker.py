@@ -3,7 +3,8 @@
 `select_node` sorts the candidates by node score (binpack: highest first, spread: lowest first;
 ties to the earlier name) and fits them in that order with `fit.try_pod` until one fits. /filter
 keeps that order between requests (`hami.scheduler.nodeorder`: a `NameList` per candidate list,
-patched from the `UsageIndex`'s change log); the replay walks it with the same `first_fit`.
+patched from the `UsageIndex`'s change log, passing by nodes whose cards lack the memory asked);
+the replay walks it with the same `first_fit`.
 
 What the replay adds: with binpack on a filling cluster the full nodes at the top of the order
 refuse every pod, one fit each. `try_pod` is a pure function of the node's usage (devices, cordons,
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from hami.device.model import NVIDIA
-from hami.scheduler.fit import PodRequest, try_pod
+from hami.scheduler.fit import PodRequest, memory_need, try_pod
 from hami.scheduler.nodeorder import NameList, first_fit
 from hami.scheduler.policy import node_order_descending
 from hami.scheduler.score import Selection
@@ -97,7 +98,8 @@ class Picker:
             return r
 
         index = self.index
-        walk = first_fit(lst, index.nodes, index.changes, node_order_descending(pod.node_policy), try_fit)
+        walk = first_fit(lst, index.nodes, index.changes, node_order_descending(pod.node_policy), try_fit,
+                         need=memory_need(pod))
         if walk.node is None:
             return Selection(None, (), 0.0, (), walk.failed, walk.tried)
         devices, mig = walk.fit

@@ -3,7 +3,7 @@
 Covers: spread strands memory that binpack uses (fragmentation); a deviceSplitCount change fits
 more pods; a ResourceQuota blocks pods (at admission and in the fit) and raising it unblocks them;
 memory scaling re-registers cards from their physical memory; added, removed and cordoned
-nodes/GPUs; nodeSelector; the snapshot's pending pods are queued; arrival orders and seeds are
+nodes/GPUs; nodeSelector; required node affinity (In, NotIn, Exists, Gt, matchFields); the snapshot's pending pods are queued; arrival orders and seeds are
 deterministic; the diff against the baseline.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from hami.whatif.cluster import parse_snapshot
 from hami.whatif.engine import ADMISSION_DENIED, NO_CANDIDATE_NODE, run_plan
 from hami.whatif.report import diff, render_text, to_json
-from hami.whatif.scenario import parse_plan_text
+from hami.whatif.scenario import parse_plan, parse_plan_text
 from tests.whatif import snap
 
 
@@ -131,6 +131,36 @@ scenarios:
 """))
     assert [(o.node, o.reasons) for o in res["baseline"].outcomes] == [("", (NO_CANDIDATE_NODE,)), ("a", ())]
     assert res["cordon"].placed == 0
+
+
+def _affine(expressions: list | None = None, fields: list | None = None) -> dict:
+    term = {}
+    if expressions:
+        term["matchExpressions"] = expressions
+    if fields:
+        term["matchFields"] = fields
+    return {"spec": {
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}},
+        "containers": [{"name": "main", "image": "x", "resources": {"limits": {
+            "nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}}}]}}
+
+
+def test_required_node_affinity_narrows_the_candidates():
+    doc = snap.listing(snap.node("a", labels={"zone": "east", "size": "8"}),
+                       snap.node("b", labels={"zone": "west", "size": "4"}), snap.node("c"))
+    plan = parse_plan({"workloads": [
+        {"name": "west", "count": 2, "pod": _affine([{"key": "zone", "operator": "In", "values": ["west"]}])},
+        {"name": "notwest", "count": 1, "pod": _affine([{"key": "zone", "operator": "NotIn", "values": ["west"]},
+                                                         {"key": "zone", "operator": "Exists"}])},
+        {"name": "big", "count": 1, "pod": _affine([{"key": "size", "operator": "Gt", "values": ["5"]}])},
+        {"name": "named", "count": 1, "pod": _affine(fields=[{"key": "metadata.name", "operator": "In",
+                                                              "values": ["c"]}])},
+        {"name": "nowhere", "count": 1, "pod": _affine([{"key": "zone", "operator": "In", "values": ["north"]}])},
+    ]}, "plan.yaml")
+    result = run_plan(parse_snapshot(doc, "snap.json"), plan)[0]
+    assert [(o.pod, o.node, o.reasons) for o in result.outcomes] == [
+        ("default/west-0", "b", ()), ("default/west-1", "b", ()), ("default/notwest-0", "a", ()),
+        ("default/big-0", "a", ()), ("default/named-0", "c", ()), ("default/nowhere-0", "", (NO_CANDIDATE_NODE,))]
 
 
 def test_snapshot_pending_pods_are_queued_in_creation_order():

@@ -1,7 +1,8 @@
 """Bad and unusual whatif input: malformed snapshots and scenarios are refused naming the file, the
 path in it and the field; unknown annotations from a newer HAMi are read with a warning; the CLI
 (`hami whatif --snapshot ... --scenario ... --format json`) exits 2 with that message on stderr.
-Property tests: any document makes the parsers raise their one error type or succeed.
+Property tests: any document makes the parsers raise their one error type or succeed; any node
+affinity shape in a pod spec gets a verdict from the replay's node filter.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from hami.cli.main import main
 from hami.device import codec
-from hami.whatif.cluster import SnapshotError, parse_snapshot
+from hami.whatif.cluster import SnapshotError, node_affinity_ok, parse_snapshot
 from hami.whatif.scenario import ScenarioError, parse_plan, parse_plan_text
 from tests.whatif import snap
 
@@ -125,3 +126,21 @@ def test_cli_unreadable_cluster_or_output_exits_2(tmp_path, capsys):
     assert "hami whatif: error: cannot read the cluster:" in capsys.readouterr().err
     assert main(["whatif", "snapshot"]) == 2
     assert "snapshot needs -o FILE" in capsys.readouterr().err
+
+
+_leaf = st.none() | st.integers(-3, 9) | st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt",
+                                                          "zone", "a", "5", "metadata.name"])
+_junk = st.recursive(_leaf, lambda inner: st.lists(inner, max_size=2) | st.dictionaries(_leaf.filter(
+    lambda x: isinstance(x, str)), inner, max_size=2), max_leaves=4)
+_expr = st.dictionaries(st.sampled_from(["key", "operator", "values"]), _junk, max_size=3) | _junk
+_term = st.dictionaries(st.sampled_from(["matchExpressions", "matchFields"]), st.lists(_expr, max_size=3) | _junk,
+                        max_size=2) | _junk
+_spec = st.builds(lambda terms: {"affinity": {"nodeAffinity": {
+    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}, st.lists(_term, max_size=3) | _junk)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_spec | st.dictionaries(st.just("affinity"), _junk))
+def test_any_node_affinity_shape_is_a_verdict_not_a_crash(spec):
+    # A snapshot's pod spec is read as it is: whatever its affinity holds, the filter answers.
+    assert node_affinity_ok(spec, "n", {"zone": "a", "5": "7"}) in (True, False)
