@@ -12,6 +12,8 @@ vendor's `PatchAnnotations`):
 * AWS Neuron: `AWS_NEURON_IDS` (device indexes or core ids), `NEURON_RESOURCE_TYPE`,
   `NEURON_ALLOC_TIME`, `NEURON_ALLOCATED`, `aws.amazon.com/predicate-node` (codec.awsneuron);
 * Kunlunxin: `BAIDU_COM_DEVICE_IDX` (card indexes);
+* MetaX sGPU: `metax-tech.com/gpu-devices-allocated` (JSON per container) and
+  `metax-tech.com/predicate-time`;
 * Cambricon: `CAMBRICON_DSMLU_PROFILE` = `<idx>_<cores>_<mem/256>` of the first device and
   `CAMBRICON_DSMLU_ASSIGNED` = `false` (codec.cambricon).
 
@@ -29,6 +31,7 @@ from hami.device.codec import ascend as ascend_codec
 from hami.device.codec import awsneuron as neuron_codec
 from hami.device.codec import cambricon as cambricon_codec
 from hami.device.codec import kunlunxin as kunlun_codec
+from hami.device.codec import metax as metax_codec
 from hami.device.model import NVIDIA, ContainerDevice, PodDevices
 from hami.device.request import quantity_as_int64
 from hami.device.vendors import Vendor, VendorTable
@@ -75,6 +78,9 @@ def _vendor_extras(v: Vendor, part: PodDevices, now: float, node: str, pod: Mapp
     flat = [cd for ctr in part for cd in ctr]
     if v.hook == "awsneuron":
         return _neuron_extras(v, part, now, node, pod)
+    if v.hook == "metax":
+        return {metax_codec.ALLOCATED: metax_codec.encode_allocated(part),
+                metax_codec.PREDICATE_TIME: str(int(now) * 1_000_000_000 + int(now % 1 * 1e9))}
     if v.hook == "kunlunxin" and not v.memory_resource:  # whole XPUs: the last container's card indexes
         last = [ctr for ctr in part if ctr]
         return {kunlun_codec.DEVICE_IDX: ",".join(str(cd.idx) for cd in last[-1])} if last else {}

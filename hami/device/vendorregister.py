@@ -24,7 +24,9 @@ from dataclasses import replace
 from hami.device import codec
 from hami.device.codec import awsneuron as neuron_codec
 from hami.device.codec import cambricon as cambricon_codec
+from hami.device.codec import cards as cards_codec
 from hami.device.codec import kunlunxin as kunlun_codec
+from hami.device.codec import metax as metax_codec
 from hami.device.model import DeviceInfo
 from hami.device.request import quantity_as_int64
 from hami.device.vendors import Vendor, VendorTable
@@ -48,7 +50,7 @@ def registration_signature(annotations: Mapping[str, str], capacity: Mapping, ta
             text = annotations.get(v.register_key)
             if text is not None:
                 parts.append(f"{v.register_key}={text}")
-        elif v.hook == "kunlunxin" and v.register_source == "capacity":
+        elif (v.hook == "kunlunxin" or v.card_count) and v.register_source == "capacity":
             cards = capacity.get(v.count_resource)
             if cards is not None:
                 parts.append(f"{v.count_resource}={cards}")
@@ -65,7 +67,7 @@ def decode_one(v: Vendor, node: str, annotations: Mapping[str, str], capacity: M
                labels: Mapping[str, str] | None = None) -> tuple[DeviceInfo, ...]:
     """One vendor's devices on the node; () when the node does not register it. Raises
     CodecError (message prefixed by the key) when it registers it wrongly."""
-    if v.hook == "kunlunxin" and v.register_source == "capacity":
+    if (v.hook == "kunlunxin" or v.card_count) and v.register_source == "capacity":
         raw = capacity.get(v.count_resource)
         if raw is None:
             return ()
@@ -74,6 +76,9 @@ def decode_one(v: Vendor, node: str, annotations: Mapping[str, str], capacity: M
             raise codec.CodecError(f"{v.count_resource}: capacity {raw!r} is not an integer", field=v.count_resource,
                                    text=str(raw))
         try:
+            if v.card_count:  # plain cards: each the row's count, memory and cores (MetaX GPU)
+                return cards_codec.plain_cards(node, cards, v.name, v.capacity_id, v.count_resource, v.card_count,
+                                               v.card_memory, v.cores_per_card)
             return kunlun_codec.devices_from_capacity(node, cards, vendor=v.name, id_format=v.capacity_id,
                                                       resource=v.count_resource)
         except codec.CodecError as exc:
@@ -113,6 +118,11 @@ def decode_one(v: Vendor, node: str, annotations: Mapping[str, str], capacity: M
     if text is None:
         return ()
     try:
+        if v.register_format == "metax":
+            devices = metax_codec.decode_sdevices(text, vendor=v.name)
+            if not devices:
+                raise codec.CodecError("no sdevice found on node", field=v.register_key, text=text)
+            return devices
         if v.register_format == "legacy":
             devices = codec.decode_node_devices_legacy(text)
         else:

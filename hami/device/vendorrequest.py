@@ -16,6 +16,8 @@ of NVIDIA containers pays nothing for the table. Builders, after each vendor's
 * `cambricon`: the generic rule with memoryUnit 256 and defaultCores 100.
 * `awsneuron`: devices x `coresPerCard` cores, or NeuronCores alone (up to one device, or whole
   devices); non-integer or non-positive counts ask for nothing.
+* `metax` sGPU: count, cores (default 100) and memory from limits only, memory in GiB unless
+  it carries a unit (then bytes), kept in MiB.
 * `kunlunxin` vXPU (a row with a memory resource): memory rounded up to a slice size, cores in
   proportion; whole XPUs take the generic rule (memory 0, percentage 100).
 * `ascend`: memory rounded up to the smallest vNPU template (`Vendor.trim_memory`), unless the
@@ -83,6 +85,37 @@ def vxpu_request(limits: Mapping, requests: Mapping, vendor: Vendor) -> Containe
                                   coresreq=memreq * 100 // card if card else 0)
 
 
+def sgpu_request(limits: Mapping, vendor: Vendor) -> ContainerDeviceRequest | None:
+    """MetaX sGPU (limits only): cores default to 100 (a whole card's compute); vmemory without a
+    unit is GiB, with a unit bytes, kept in MiB; no memory asks for 100 % of the card."""
+    raw = limits.get(vendor.count_resource)
+    n = quantity_as_int64(raw) if raw is not None else None
+    if n is None or not 0 < n < _INT32:
+        return None
+    cores = 100
+    if vendor.core_resource in limits:
+        c = quantity_as_int64(limits[vendor.core_resource])
+        if c is not None:
+            if not 0 <= c < _INT32:
+                return None
+            cores = c
+    mem = 0
+    if vendor.memory_resource in limits:
+        text = limits[vendor.memory_resource]
+        v = quantity_as_int64(text)
+        if v is not None:
+            if any(ch.isalpha() for ch in str(text)):
+                mem = v // 1024 // 1024 if v >= 0 else -(-v // 1024 // 1024)
+            elif not 0 <= v <= (_INT32 - 1) // vendor.memory_unit:
+                return None
+            else:
+                mem = v * vendor.memory_unit
+            if not 0 <= mem < _INT32:
+                return None
+    return ContainerDeviceRequest(nums=n, type=vendor.name, memreq=mem, mempercentagereq=100 if mem == 0 else 0,
+                                  coresreq=cores)
+
+
 def vendor_request(container: Mapping, vendor: Vendor) -> ContainerDeviceRequest | None:
     """One vendor's GenerateResourceRequests for one container; None when it asks for none."""
     limits, requests = _resources(container)
@@ -90,6 +123,8 @@ def vendor_request(container: Mapping, vendor: Vendor) -> ContainerDeviceRequest
         return neuron_request(limits, requests, vendor)
     if vendor.hook == "kunlunxin" and vendor.memory_resource:
         return vxpu_request(limits, requests, vendor)
+    if vendor.hook == "metax":
+        return sgpu_request(limits, vendor)
     present, n = _value(limits, requests, vendor.count_resource)
     if not present or n is None or n <= 0 or n >= _INT32:
         return None  # HAMi: `n <= 0 || n > math.MaxInt32` is an empty request

@@ -15,7 +15,13 @@ code exists only where HAMi's rules really differ, as a small named hook:
               group (a ring on Inferentia nodes, aligned groups of 1/4/8/16 elsewhere); a
               container may ask for cores alone (`coreRequests`);
 * `kunlunxin` whole XPUs of an 8-card board (two wings of 4) picked by its interconnect:
-              a wing that holds the request snugly, else linked pairs / groups of 4.
+              a wing that holds the request snugly, else linked pairs / groups of 4;
+* `metax`     MetaX sGPU: the card's QoS policy must match the pod's, unhealthy cards are
+              `CardUnhealthy`, candidates first and then the ones asked for.
+
+Data flags any row may set: `oneCardPerPod` (HAMi's customFilterRule: every container of a pod
+on the card the first one got; Mthreads, MetaX GPU); capacity cards counted by the count
+resource with `register.cardCount`/`cardMemory` (MetaX GPU).
 
 `register.source` says where a node's devices come from: `annotation` (the vendor's device
 plugin writes a register annotation: `json` as NVIDIA >= v2.8, or the `legacy` colon form) or
@@ -32,9 +38,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-HOOKS = ("nvidia", "generic", "ascend", "cambricon", "mthreads", "awsneuron", "kunlunxin")
+HOOKS = ("nvidia", "generic", "ascend", "cambricon", "mthreads", "awsneuron", "kunlunxin", "metax")
 REGISTER_SOURCES = ("annotation", "capacity")
-REGISTER_FORMATS = ("json", "legacy")
+REGISTER_FORMATS = ("json", "legacy", "metax")
 
 
 class VendorError(ValueError):
@@ -106,6 +112,12 @@ class Vendor:
     vnpu_core: bool = False
     # AWS Neuron: a container naming only the core resource asks for this vendor too.
     core_requests: bool = False
+    # HAMi's customFilterRule (Mthreads, MetaX GPU): all of a pod's containers on one card.
+    one_card_per_pod: bool = False
+    # Capacity registration counting cards by the count resource (MetaX GPU): each card's count
+    # (sharing slots) and memory; its cores are `cores_per_card`.
+    card_count: int = 0
+    card_memory: int = 0
 
     @property
     def resource_names(self) -> tuple[str, ...]:
@@ -183,14 +195,15 @@ _SCALARS = {
     "allocationAnnotation": ("allocation_key", str), "maxCores": ("max_cores", int),
     "multiCardCores": ("multi_card_cores", bool), "containerNameEnv": ("container_name_env", str),
     "modulePairs": ("module_pairs", bool), "wholeCardResource": ("whole_card_resource", str),
-    "coreRequests": ("core_requests", bool),
+    "coreRequests": ("core_requests", bool), "oneCardPerPod": ("one_card_per_pod", bool),
     "hamiVnpuCore": ("vnpu_core", bool),
 }
 _RESOURCES = {"count": "count_resource", "memory": "memory_resource",
               "memoryPercentage": "percentage_resource", "cores": "core_resource"}
 _REGISTER = {"source": ("register_source", str), "key": ("register_key", str),
              "format": ("register_format", str), "id": ("capacity_id", str),
-             "coresPerCard": ("cores_per_card", int)}
+             "coresPerCard": ("cores_per_card", int), "cardCount": ("card_count", int),
+             "cardMemory": ("card_memory", int)}
 _ALLOCATION = {"toAllocate": "to_allocate_key", "allocated": "allocated_key"}
 
 
@@ -304,7 +317,7 @@ def _check(v: Vendor, where: str, source: str) -> None:
         raise VendorError(f"{where}.register.key in {source}: required for annotation registration")
     # Cards counted by their cores (Cambricon, Mthreads), or by the count resource itself
     # (AWS Neuron, Kunlunxin XPU).
-    counted_by_cards = v.hook in ("awsneuron", "kunlunxin")
+    counted_by_cards = v.hook in ("awsneuron", "kunlunxin") or v.card_count > 0
     if v.register_source == "capacity" and (not (v.core_resource or counted_by_cards) or not v.capacity_id):
         raise VendorError(f"{where}.register in {source}: capacity registration needs resources.cores "
                           "and register.id")

@@ -63,7 +63,15 @@ from .policy import (
     weights_for,
 )
 from .usage import DeviceState, NodeUsage, QuotaView, collapse_usage
-from .vendorrules import VNPU_HAMI_CORE, fit_neuron, fit_xpu, mode_refuses_node, vnpu_mode, whole_modules
+from .vendorrules import (
+    VNPU_HAMI_CORE,
+    fit_metax,
+    fit_neuron,
+    fit_xpu,
+    mode_refuses_node,
+    vnpu_mode,
+    whole_modules,
+)
 
 # Reason keys (pkg/device/common/common.go).
 CARD_TYPE_MISMATCH = "CardTypeMismatch"
@@ -634,7 +642,7 @@ def _fit_vendor(
     if vendor is None:
         return None, DEVICE_TYPE_NOT_FOUND, work
     same_card = None
-    if vendor.hook == "mthreads":  # customFilterRule: all of a pod's containers on one card
+    if vendor.one_card_per_pod:  # customFilterRule: all of a pod's containers on one card
         same_card = frozenset(cd.uuid for ctr in allocated for cd in ctr if cd.type == vendor.name)
     vtype = request.type
     base = node.devices if work is None else work
@@ -687,6 +695,12 @@ def fit_vendor_devices(
         ok, chosen, counts = fit_xpu(devices, request,
                                      lambda d, mem, cores: ContainerDevice(d.id, request.type, mem, cores, d.index),
                                      shared=bool(vendor.memory_resource), is_mutex=is_mutex)
+        return ok, chosen, "" if ok else gen_reason(counts, len(devices))
+    if vendor.hook == "metax":
+        ok, chosen, counts = fit_metax(
+            devices, request, _split_uuids(annotations.get(vendor.use_uuid_key)),
+            _split_uuids(annotations.get(vendor.nouse_uuid_key)), is_mutex, annotations,
+            lambda d, mem, cores: ContainerDevice(d.id, d.type, mem, cores, d.index))
         return ok, chosen, "" if ok else gen_reason(counts, len(devices))
     pairs = False
     total_core = None

@@ -221,3 +221,62 @@ def fit_xpu(devices: Sequence, request, make, shared: bool = False, is_mutex: bo
     if shared:
         return True, [make(by_index[i], request.memreq, request.coresreq) for i in chosen], {}
     return True, [make(by_index[i], by_index[i].totalmem, by_index[i].totalcore) for i in chosen], {}
+
+
+# --------------------------------------------------------------------------- MetaX sGPU
+
+METAX_QOS = "metax-tech.com/sgpu-qos-policy"
+METAX_APP_CLASS = "metax-tech.com/sgpu-app-class"
+METAX_QOS_POLICIES = ("best-effort", "fixed-share", "burst-share")
+METAX_APP_CLASSES = ("online", "offline")
+_CARD_UNHEALTHY = "CardUnhealthy"  # MetaX's own reason keys (pkg/device/metax sdevice.go)
+_QOS_MISMATCH = "CardQosPolicyMismatch"
+_MEMORY = "CardInsufficientMemory"
+_EXHAUSTED = "CardComputeUnitsExhausted"
+_ALLOCATED_INSUFFICIENT = "AllocatedCardsInsufficientRequest"
+
+
+def fit_metax(devices: Sequence, request, use_uuids, nouse_uuids, is_mutex: bool,
+              annotations: Mapping[str, str], make):
+    """MetaX sGPU's Fit: every device walked from the end is a candidate unless refused (type,
+    CardUnhealthy, QoS policy, UUID, slots, mutex, memory; for pods that are not `online`, cores,
+    exclusive use and exhausted compute); too few candidates is AllocatedCardsInsufficientRequest,
+    else the first ones walked. A used card keeps its QoS policy (the device's mode) unless the
+    request takes it whole; an `online` pod uses no cores of its own."""
+    reason: dict[str, int] = {}
+    online = annotations.get(METAX_APP_CLASS) == "online"
+    req_qos = annotations.get(METAX_QOS, "")
+    candidates = []
+    for dev in reversed(devices):
+        memreq = request.memreq if request.memreq > 0 else dev.totalmem * request.mempercentagereq // 100
+        if request.type != dev.type:
+            key = _TYPE_MISMATCH
+        elif not dev.health:
+            key = _CARD_UNHEALTHY
+        elif not online and dev.used > 0 and request.coresreq != 100 and dev.mode not in ("", req_qos):
+            key = _QOS_MISMATCH
+        elif (use_uuids is not None and dev.id not in use_uuids) or (
+                nouse_uuids is not None and dev.id in nouse_uuids):
+            key = _UUID_MISMATCH
+        elif dev.count <= dev.used:
+            key = _SLICING_EXHAUSTED
+        elif is_mutex and dev.used > 0:
+            key = _EXCLUSIVE_CONFLICT
+        elif dev.totalmem - dev.usedmem < memreq:
+            key = _MEMORY
+        elif not online and dev.totalcore - dev.usedcores < request.coresreq:
+            key = _INSUFFICIENT_CORE
+        elif not online and dev.totalcore == 100 and request.coresreq == 100 and dev.used > 0:
+            key = _EXCLUSIVE_CONFLICT
+        elif not online and dev.totalcore != 0 and dev.usedcores == dev.totalcore and request.coresreq == 0:
+            key = _EXHAUSTED
+        else:
+            candidates.append((dev, memreq))
+            continue
+        reason[key] = reason.get(key, 0) + 1
+    if len(candidates) < request.nums:
+        if candidates:
+            reason[_ALLOCATED_INSUFFICIENT] = len(candidates)
+        return False, [], reason
+    cores = 0 if online else request.coresreq
+    return True, [make(dev, mem, cores) for dev, mem in candidates[:request.nums]], {}

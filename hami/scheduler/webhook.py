@@ -49,7 +49,15 @@ from hami.device.vendors import Vendor, VendorTable
 
 from .policy import PolicyError, weights_for
 from .usage import QuotaView
-from .vendorrules import VNPU_HAMI_CORE, VNPU_MODE, VNPU_TEMPLATE
+from .vendorrules import (
+    METAX_APP_CLASS,
+    METAX_APP_CLASSES,
+    METAX_QOS,
+    METAX_QOS_POLICIES,
+    VNPU_HAMI_CORE,
+    VNPU_MODE,
+    VNPU_TEMPLATE,
+)
 
 DEFAULT_SCHEDULER = "default-scheduler"
 TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"
@@ -273,6 +281,9 @@ def _mutate_vendor(ctr: dict, v: Vendor, pod: dict | None = None) -> bool:
     limits, _ = _resources(ctr)
     if v.count_resource not in limits:
         return False
+    if v.hook == "metax":
+        _mutate_sgpu(ctr, pod if pod is not None else {}, v)
+        return True
     if v.hook == "mthreads":
         _mutate_mthreads(ctr, pod if pod is not None else {}, v)
         return True
@@ -327,6 +338,26 @@ def _mutate_neuron(ctr: dict, v: Vendor) -> bool:
 
 
 _MAX_INT32 = (1 << 31) - 1
+
+
+def _mutate_sgpu(ctr: dict, pod: dict, v: Vendor) -> None:
+    """MetaX sGPU MutateAdmission: an app-class pod is online or offline and asks for one device;
+    a pod that is not online runs under a QoS policy, best-effort unless it names another."""
+    meta = pod.setdefault("metadata", {})
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    app_class = annotations.get(METAX_APP_CLASS)
+    if app_class is not None:
+        if app_class not in METAX_APP_CLASSES:
+            raise _Reject(500, f"{METAX_APP_CLASS} must be set one of [{', '.join(METAX_APP_CLASSES)}]")
+        if (quantity_value(_resources(ctr)[0][v.count_resource]) or 0) != 1:
+            raise _Reject(500, "app-class pod must request single device")
+    if app_class == "online":
+        return
+    qos = annotations.get(METAX_QOS)
+    if qos is None:
+        meta["annotations"] = {**annotations, METAX_QOS: METAX_QOS_POLICIES[0]}
+    elif qos not in METAX_QOS_POLICIES:
+        raise _Reject(500, f"{METAX_QOS} must be set one of [{', '.join(METAX_QOS_POLICIES)}]")
 
 
 # Ascend HAMi-core mode: the container starts HAMi's vNPU limiter after it starts (HAMi v2.10).

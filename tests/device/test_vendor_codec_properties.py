@@ -19,11 +19,13 @@ from hami.config import default_vendor_table
 from hami.device import codec
 from hami.device.codec import ascend as ascend_codec
 from hami.device.codec import cambricon as cambricon_codec
+from hami.device.codec import metax as metax_codec
 from hami.device.model import DeviceInfo
 from hami.device.vendorregister import decode_one
 
 TABLE = default_vendor_table()
 JSON_ROWS = [v for v in TABLE.others if v.register_source == "annotation" and v.register_format == "json"]
+# (MetaX sGPU registers its own JSON form, tested below.)
 LEGACY_ROWS = [v for v in TABLE.others if v.register_source == "annotation" and v.register_format == "legacy"]
 INT32 = st.integers(-(2**31), 2**31 - 1)
 POSITIVE = st.integers(1, 2**31 - 1)
@@ -70,6 +72,50 @@ def test_arbitrary_register_text_raises_only_codec_error_naming_the_key(row, tex
         decode_one(row, "n", {row.register_key: text}, {})
     except codec.CodecError as exc:
         assert str(exc).startswith(row.register_key + ": ")
+
+
+METAX_ROW = TABLE.get("Metax-SGPU")
+
+
+@given(devices=st.lists(st.builds(
+    DeviceInfo, id=st.text(max_size=20), count=INT32, devmem=INT32, devcore=INT32, type=st.just("Metax-SGPU"),
+    index=st.just(0), numa=INT32, mode=st.sampled_from(["", "best-effort", "fixed-share", "burst-share"]),
+    health=st.booleans(), vendor=st.just("Metax-SGPU")), min_size=1, max_size=6))
+def test_metax_sgpu_register_round_trips(devices):
+    """metax-tech.com/node-gpu-devices: the fields HAMi reads decode as the plugin wrote them (device
+    i has index i, the QoS policy is the mode) and encode back to the same bytes."""
+    devices = [replace(d, index=i) for i, d in enumerate(devices)]
+    text = metax_codec.encode_sdevices(devices)
+    got = decode_one(METAX_ROW, "n", {METAX_ROW.register_key: text}, {})
+    assert got == tuple(devices)
+    assert metax_codec.encode_sdevices(got) == text
+
+
+@given(text=st.one_of(st.text(max_size=60), st.text(st.sampled_from(list('[]{}",:0123456789uidtotalVRamhey ')),
+                                                       max_size=60)))
+def test_arbitrary_metax_text_raises_only_codec_error_naming_the_key(text):
+    try:
+        decode_one(METAX_ROW, "n", {METAX_ROW.register_key: text}, {})
+    except codec.CodecError as exc:
+        assert str(exc).startswith(METAX_ROW.register_key + ": ")
+
+
+@pytest.mark.parametrize("name", ["AWSNeuron", "kunlun", "Metax-GPU", "MLU", "Mthreads"])
+@given(raw=st.one_of(st.text(max_size=12), st.integers(-10, 10**12).map(str)),
+       cores=st.one_of(st.text(max_size=8), st.integers(-10, 10**12).map(str)))
+def test_arbitrary_capacity_raises_only_codec_error_and_never_builds_a_huge_node(name, raw, cores):
+    """Capacity-registered rows: any capacity text decodes to at most 1024 cards or raises only
+    CodecError naming the resource (a hostile capacity cannot exhaust the scheduler)."""
+    row = TABLE.get(name)
+    cap = {row.count_resource: raw}
+    if row.core_resource:
+        cap[row.core_resource] = cores
+    try:
+        cards = decode_one(row, "n", {}, cap)
+    except codec.CodecError as exc:
+        assert str(exc).startswith((row.count_resource + ": ", (row.core_resource or row.count_resource) + ": "))
+        return
+    assert len(cards) <= 1024 and all(d.vendor == name for d in cards)
 
 
 @given(cores=st.integers(1, 6400), units=st.integers(0, 10**6))

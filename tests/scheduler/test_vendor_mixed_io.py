@@ -359,3 +359,31 @@ async def test_kunlunxin_xpus_fill_a_wing_before_crossing_the_board(apiserver):
         three = e.create_pod(vendor_pod("x3", {"kunlunxin.com/xpu": "3"}))
         out = await e.filter(three, ["xpu"])
         assert out["NodeNames"] is None and out["FailedNodes"] == {"xpu": "1/8 NumaNotFit"}
+
+
+async def test_metax_sgpu_and_exclusive_gpu_through_the_extender(apiserver):
+    """MetaX: an sGPU pod lands on a card whose registered QoS policy matches and gets MetaX's
+    per-container JSON; once the card is used, a pod of another policy is CardQosPolicyMismatch;
+    an exclusive GPU pod gets a whole card from capacity."""
+    sgpu = node_obj("sgpu", 0, registered=False)
+    sgpu["metadata"]["annotations"]["metax-tech.com/node-gpu-devices"] = (
+        '[{"uuid":"GPU-a","totalDevCount":16,"totalCompute":100,"totalVRam":32768,"healthy":true,'
+        '"qosPolicy":"burst-share"}]')
+    gpu = node_obj("gpu", 0, registered=False)
+    gpu["status"]["capacity"]["metax-tech.com/gpu"] = "2"
+    async with running_env(apiserver, [sgpu, gpu]) as e:
+        await eventually(lambda: {"sgpu", "gpu"} <= set(e.sched.state.index.nodes))
+        limits = {"metax-tech.com/sgpu": "1", "metax-tech.com/vmemory": "8", "metax-tech.com/vcore": "30"}
+        first = e.create_pod(vendor_pod("s0", limits, {"metax-tech.com/sgpu-qos-policy": "burst-share"}))
+        out = await e.filter(first, ["sgpu"])
+        assert out["NodeNames"] == ["sgpu"], out
+        annos = e.placement("default", "s0")
+        assert annos["metax-tech.com/gpu-devices-allocated"] == '[[{"uuid":"GPU-a","compute":30,"vRam":8192}]]'
+        other = e.create_pod(vendor_pod("s1", limits, {"metax-tech.com/sgpu-qos-policy": "fixed-share"}))
+        out = await e.filter(other, ["sgpu"])
+        assert out["NodeNames"] is None and out["FailedNodes"] == {"sgpu": "1/1 CardQosPolicyMismatch"}
+        whole = e.create_pod(vendor_pod("g0", {"metax-tech.com/gpu": "1"}))
+        out = await e.filter(whole, ["gpu", "sgpu"])
+        assert out["NodeNames"] == ["gpu"]
+        [[dev], []] = codec.decode_pod_devices(e.placement("default", "g0")["hami.io/metax-gpu-devices-allocated"])
+        assert (dev.type, dev.usedmem, dev.usedcores) == ("Metax-GPU", 65536, 100)
