@@ -41,6 +41,7 @@ from hami.kube.lanes import (
     LaneStats,
     TokenBucket,
     budgets_for,
+    is_urgent,
     lane_for,
     retry_after_seconds,
 )
@@ -189,7 +190,7 @@ class KubeClient:
         deadline = loop.time() + timeout if timeout else None
         attempt = 0
         while True:
-            await bucket.acquire()
+            await (bucket.acquire(urgent=True) if is_urgent() else bucket.acquire())
             stats.requests += 1
             stats.writes += method != "GET"
             started = time.perf_counter()

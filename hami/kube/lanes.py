@@ -42,11 +42,13 @@ class LaneBudget:
     burst: int
 
 
-# role -> (critical, background). The scheduler's critical lane is 3x kube-scheduler's own
-# `--kube-api-qps 50 / burst 100`: kube-scheduler makes one write (the binding) per pod where
-# our /bind makes three (lock, pod annotations, binding), so this keeps pace with it.
+# role -> (critical, background). The scheduler's critical qps is 3x kube-scheduler's own
+# `--kube-api-qps 50`: kube-scheduler makes one write (the binding) per pod where our /bind makes
+# three (lock, pod annotations, binding), so this keeps pace with it. Its burst is 1000, not 300:
+# a burst of pods puts all their binds in flight at once and each must answer within the
+# extender's httpTimeout (docs/kube-client.md has the measurement).
 ROLE_BUDGETS: dict[str, tuple[LaneBudget, LaneBudget]] = {
-    "scheduler": (LaneBudget(150.0, 300), LaneBudget(50.0, 100)),
+    "scheduler": (LaneBudget(150.0, 1000), LaneBudget(50.0, 100)),
     "node-agent": (LaneBudget(50.0, 100), LaneBudget(10.0, 20)),
     "monitor": (LaneBudget(20.0, 40), LaneBudget(20.0, 40)),
     "default": (LaneBudget(50.0, 100), LaneBudget(50.0, 100)),
@@ -55,6 +57,7 @@ ROLE_BUDGETS: dict[str, tuple[LaneBudget, LaneBudget]] = {
 }
 
 _lane: contextvars.ContextVar[str | None] = contextvars.ContextVar("hami_kube_lane", default=None)
+_urgent: contextvars.ContextVar[bool] = contextvars.ContextVar("hami_kube_urgent", default=False)
 
 
 @contextmanager
@@ -75,6 +78,22 @@ def critical() -> Iterator[None]:
         yield
     finally:
         _lane.reset(token)
+
+
+@contextmanager
+def urgent() -> Iterator[None]:
+    """Requests made inside go ahead of the lane's other waiters: the writes a held node lock
+    waits on. Without it a burst of binds interleaves every bind's later writes behind every other
+    bind's first one, so each lock is held for the whole burst's drain time, not its own writes."""
+    token = _urgent.set(True)
+    try:
+        yield
+    finally:
+        _urgent.reset(token)
+
+
+def is_urgent() -> bool:
+    return _urgent.get()
 
 
 _ALWAYS_BACKGROUND = frozenset({"events", "leases"})
@@ -99,7 +118,8 @@ class TokenBucket:
     """client-go's token-bucket rate limiter: `qps` tokens a second, at most `burst` banked.
 
     qps <= 0 disables limiting. `clock` is injectable for tests (defaults to monotonic time).
-    Waiters are served in arrival order. `waited` sums the seconds callers spent waiting: the
+    Waiters are served in arrival order, except urgent ones (`urgent()`), which take the next token
+    ahead of the queue (they only race the queue's head and each other). `waited` sums the seconds callers spent waiting: the
     saturation signal (`hami_kube_lane_wait_seconds_total`).
     """
 
@@ -110,6 +130,7 @@ class TokenBucket:
         self._tokens = float(self.burst)
         self._last = self._clock()
         self._lock = asyncio.Lock()
+        self._urgent_waiting = 0
         self.waited = 0.0
 
     def _refill(self) -> None:
@@ -122,22 +143,33 @@ class TokenBucket:
         if self.qps <= 0:
             return True
         self._refill()
-        if self._tokens >= 1.0 and not self._lock.locked():
+        if self._tokens >= 1.0 and not self._lock.locked() and not self._urgent_waiting:
             self._tokens -= 1.0
             return True
         return False
 
-    async def acquire(self) -> None:
+    async def acquire(self, urgent: bool = False) -> None:
         if self.try_acquire():
             return
+        if urgent:
+            self._urgent_waiting += 1
+            try:
+                await self._take(urgent=True)  # not behind the FIFO
+            finally:
+                self._urgent_waiting -= 1
+            return
         async with self._lock:  # FIFO: one waiter computes its sleep at a time
+            await self._take(urgent=False)
+
+    async def _take(self, urgent: bool) -> None:
+        self._refill()
+        # The FIFO's head leaves a token to any urgent waiter (it sleeps one token's time).
+        while self._tokens < 1.0 or (not urgent and self._urgent_waiting):
+            delay = max(1.0 - self._tokens, 1.0 if self._tokens >= 1.0 else 0.0) / self.qps
+            self.waited += delay
+            await asyncio.sleep(delay)
             self._refill()
-            while self._tokens < 1.0:
-                delay = (1.0 - self._tokens) / self.qps
-                self.waited += delay
-                await asyncio.sleep(delay)
-                self._refill()
-            self._tokens -= 1.0
+        self._tokens -= 1.0  # no await between the check and the take: never below zero
 
 
 @dataclass(slots=True)

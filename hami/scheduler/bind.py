@@ -19,6 +19,7 @@ is released and kube-scheduler re-filters it), and no GPU is ever over-committed
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -26,6 +27,7 @@ from hami.device import codec
 from hami.device.allocation import allocated_devices, own_node_locks, takes_node_lock
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.events import NORMAL, WARNING, EventRecorder
+from hami.kube.lanes import urgent
 from hami.kube.nodelock import NodeLocker, NodeLockError
 from hami.obs.log import get_logger
 from hami.scheduler import messages
@@ -143,6 +145,14 @@ class Binder:
             locked = True
             log.v(5).info("Node locked", pod=f"{ns}/{name}", node=node)
         own = own_node_locks(devices, self.state.vendors) if devices else ()
+        # Every write made while a lock is held goes ahead of other binds' lock writes
+        # (lanes.urgent): in a burst the lock is then held for this pod's own writes, not for
+        # the time the whole burst's writes take to drain through the lane.
+        with urgent() if (locked or own) else contextlib.nullcontext():
+            return await self._bind_locked(ns, name, node, ref, pod, devices, placement, locked, own)
+
+    async def _bind_locked(self, ns: str, name: str, node: str, ref, pod: dict | None, devices, placement: dict,
+                           locked: bool, own) -> str:
         for i, key in enumerate(own):
             err = await self._own_lock(node, key)
             if err:

@@ -251,3 +251,26 @@ async def test_embedded_server_read_and_write_latency_knobs(apiserver, monkeypat
     finally:
         apiserver.faults.reset()
         await c.close()
+
+
+async def test_urgent_waiters_take_the_next_token_ahead_of_the_queue():
+    """Writes made under a held node lock (lanes.urgent) go before binds still queueing for their
+    lock write; the queue keeps its own order; no token is ever overdrawn."""
+    from hami.kube.lanes import TokenBucket
+
+    bucket = TokenBucket(100.0, 1)
+    await bucket.acquire()  # the one banked token is gone: everyone below waits
+    order: list[str] = []
+
+    async def take(name: str, is_urgent: bool) -> None:
+        await bucket.acquire(urgent=is_urgent)
+        order.append(name)
+
+    queued = [asyncio.create_task(take(f"lock-{i}", False)) for i in range(4)]
+    await asyncio.sleep(0)  # the four are queued
+    late = asyncio.create_task(take("bind-under-lock", True))
+    await asyncio.gather(*queued, late)
+    assert order[0] == "bind-under-lock"
+    assert order[1:] == ["lock-0", "lock-1", "lock-2", "lock-3"]
+    assert bucket._tokens >= 0.0
+

@@ -65,6 +65,28 @@ async def test_bind_writes_the_placement_with_bind_phase_in_one_patch(env):
     assert int(annos["hami.io/bind-time"]) > 1_700_000_000
 
 
+async def test_writes_under_the_node_lock_go_ahead_of_other_binds_lock_writes(env, monkeypatch):
+    """The pod patch and the binding are made under the held lock and marked urgent (they take the
+    lane's next token ahead of other binds' queued lock writes); the lock write itself is not."""
+    from hami.kube import client as clientmod
+    from hami.kube import lanes
+
+    seen: list[tuple[str, str, bool]] = []
+    real = clientmod.KubeClient.request
+
+    async def spy(self, verb, resource, method, path, **kw):
+        if method != "GET":
+            seen.append((verb, resource, lanes.is_urgent()))
+        return await real(self, verb, resource, method, path, **kw)
+
+    monkeypatch.setattr(clientmod.KubeClient, "request", spy)
+    pod = env.create_pod(pod_obj("u1", mem=1000, cores=10))
+    node = (await env.filter(pod, ["n0", "n1", "n2"]))["NodeNames"][0]
+    assert (await env.bind(pod, node))["Error"] == ""
+    writes = [w for w in seen if w[1] != "events"]
+    assert writes == [("patch", "nodes", False), ("patch", "pods", True), ("create", "pods/binding", True)]
+
+
 async def test_filter_skips_a_locked_node_while_another_fits_and_packs_it_again_once_free(env):
     """Binpack picks the fullest node; while its lock is held the next pod goes elsewhere."""
     first = env.create_pod(pod_obj("f0", mem=8000))
