@@ -20,7 +20,8 @@ code exists only where HAMi's rules really differ, as a small named hook:
               `CardUnhealthy`, candidates first and then the ones asked for.
 
 Data flags any row may set: `oneCardPerPod` (HAMi's customFilterRule: every container of a pod
-on the card the first one got; Mthreads, MetaX GPU); capacity cards counted by the count
+on the card the first one got; Mthreads, MetaX GPU); `exclusiveCards` (a used card is
+ExclusiveDeviceAllocateConflict; Enflame GCU); capacity cards counted by the count
 resource with `register.cardCount`/`cardMemory` (MetaX GPU).
 
 `register.source` says where a node's devices come from: `annotation` (the vendor's device
@@ -114,6 +115,8 @@ class Vendor:
     core_requests: bool = False
     # HAMi's customFilterRule (Mthreads, MetaX GPU): all of a pod's containers on one card.
     one_card_per_pod: bool = False
+    # Whole cards only (Enflame GCU): a card anything uses is ExclusiveDeviceAllocateConflict.
+    exclusive_cards: bool = False
     # Capacity registration counting cards by the count resource (MetaX GPU): each card's count
     # (sharing slots) and memory; its cores are `cores_per_card`.
     card_count: int = 0
@@ -196,6 +199,7 @@ _SCALARS = {
     "multiCardCores": ("multi_card_cores", bool), "containerNameEnv": ("container_name_env", str),
     "modulePairs": ("module_pairs", bool), "wholeCardResource": ("whole_card_resource", str),
     "coreRequests": ("core_requests", bool), "oneCardPerPod": ("one_card_per_pod", bool),
+    "exclusiveCards": ("exclusive_cards", bool),
     "hamiVnpuCore": ("vnpu_core", bool),
 }
 _RESOURCES = {"count": "count_resource", "memory": "memory_resource",

@@ -724,6 +724,7 @@ def fit_vendor_devices(
     tmp: list[ContainerDevice] = []
     reason: dict[str, int] = {}
     type_ok = request.type == vendor.name  # checkType: the request names this vendor
+    exclusive = vendor.exclusive_cards
     for dev in reversed(devices):
         if not type_ok:
             key = CARD_TYPE_MISMATCH
@@ -737,6 +738,8 @@ def fit_vendor_devices(
         elif (use_uuids is not None and dev.id not in use_uuids) or (
                 nouse_uuids is not None and dev.id in nouse_uuids):
             key = CARD_UUID_MISMATCH
+        elif exclusive and dev.used > 0:
+            key = EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
         elif dev.count <= dev.used:
             key = CARD_TIME_SLICING_EXHAUSTED
         elif is_mutex and dev.used > 0:

@@ -100,7 +100,7 @@ def test_arbitrary_metax_text_raises_only_codec_error_naming_the_key(text):
         assert str(exc).startswith(METAX_ROW.register_key + ": ")
 
 
-@pytest.mark.parametrize("name", ["AWSNeuron", "kunlun", "Metax-GPU", "MLU", "Mthreads"])
+@pytest.mark.parametrize("name", ["AWSNeuron", "kunlun", "Metax-GPU", "GCU", "MLU", "Mthreads"])
 @given(raw=st.one_of(st.text(max_size=12), st.integers(-10, 10**12).map(str)),
        cores=st.one_of(st.text(max_size=8), st.integers(-10, 10**12).map(str)))
 def test_arbitrary_capacity_raises_only_codec_error_and_never_builds_a_huge_node(name, raw, cores):
