@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from hami.device import codec
@@ -70,6 +71,9 @@ class PodInfo:
     phase: str = ""
     scheduler_name: str = ""
     bound_node: str = ""  # spec.nodeName
+    # Finished pods (Succeeded/Failed) only: how long it held its devices, from status.startTime
+    # (else creation) to the last container's terminated.finishedAt; None when the pod says not.
+    ran_for: float | None = None
 
     @property
     def key(self) -> str:
@@ -410,12 +414,41 @@ def _pod(obj, source, path, warnings) -> PodInfo:
                 raise SnapshotError(source, f"{path}.metadata.annotations[{codec.MIG_ALLOCATIONS_ANNOTATION!r}]",
                                     str(exc)) from None
     n_init = len(spec.get("initContainers") or [])
+    phase = str(status.get("phase") or "")
     return PodInfo(
         namespace=ns, name=name, uid=str(meta.get("uid") or f"{ns}/{name}"), obj=obj, node=node,
         devices=devices, mig=mig, num_init=n_init, init_released=init_released(obj),
-        created=str(meta.get("creationTimestamp") or ""), phase=str(status.get("phase") or ""),
+        created=str(meta.get("creationTimestamp") or ""), phase=phase,
         scheduler_name=str(spec.get("schedulerName") or ""), bound_node=str(spec.get("nodeName") or ""),
+        ran_for=_ran_for(meta, status) if phase in TERMINAL else None,
     )
+
+
+def epoch(text: Any) -> float | None:
+    """An RFC 3339 timestamp as Unix seconds; None when it is not one."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _ran_for(meta: Mapping, status: Mapping) -> float | None:
+    """A finished pod's run time: status.startTime (else creation) to the latest finishedAt."""
+    ends = []
+    for c in status.get("containerStatuses") or () if isinstance(status.get("containerStatuses"), list) else ():
+        term = ((c.get("state") or {}) if isinstance(c, dict) and isinstance(c.get("state"), dict) else {}).get(
+            "terminated")
+        end = epoch(term.get("finishedAt")) if isinstance(term, dict) else None
+        if end is not None:
+            ends.append(end)
+    start = epoch(status.get("startTime"))
+    if start is None:
+        start = epoch(meta.get("creationTimestamp"))
+    if not ends or start is None:
+        return None
+    return max(0.0, max(ends) - start)
 
 
 def holds_devices(pod: PodInfo) -> bool:

@@ -15,11 +15,16 @@ deviceMemoryScaling / deviceCoreScaling re-registers each card the way the node 
 (`DeviceSettings.devmem`/`devcore` on the card's physical memory), nodes are added or removed
 (pods on removed nodes are queued again), GPUs cordoned, quotas set, policies and scoring weights
 changed. Deterministic: arrival order and names depend only on the plan and its seed.
+
+A replay window's finished pods come back for as long as they ran (run_scenario): the replayed
+pods' creation times are the clock, a finished pod leaves its cards that long after it was placed,
+and pods that did not fit are tried again when some have left.
 """
 
 from __future__ import annotations
 
 import copy
+import heapq
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -36,7 +41,7 @@ from hami.scheduler import webhook as webhookmod
 from hami.scheduler.policy import PolicyError
 from hami.scheduler.usage import NodeUsage, UsageIndex
 
-from .cluster import Cluster, NodeInfo, PodInfo, holds_devices, node_affinity_ok, tolerates
+from .cluster import TERMINAL, Cluster, NodeInfo, PodInfo, epoch, holds_devices, node_affinity_ok, tolerates
 from .picker import Picker
 from .scenario import Changes, Plan, Scenario, Workload
 
@@ -284,6 +289,8 @@ def _generate(w: Workload, nvidia, defaults: SchedulerDefaults) -> list[dict]:
 class _Queued:
     pod: dict
     admit: bool  # run the admission webhook (a new pod); snapshot pods were admitted already
+    at: float | None = None  # replayed pods: creation time (Unix seconds), the replay's clock
+    ran_for: float | None = None  # replayed finished pods: seconds it held its devices, then leaves
 
 
 def build_queue(cluster: Cluster, scenario: Scenario, plan: Plan, removed: Sequence[str],
@@ -293,8 +300,12 @@ def build_queue(cluster: Cluster, scenario: Scenario, plan: Plan, removed: Seque
     taken: set[str] = set()
     first: list[_Queued] = []
     removed_set = set(removed)
-    live = sorted((p for p in cluster.pods if p.phase not in ("Succeeded", "Failed")),
+    live = sorted((p for p in cluster.pods if p.phase not in TERMINAL),
                   key=lambda p: (p.created, p.name, p.namespace))  # same second: by name
+    # Finished pods HAMi had placed, with their run time: a replay window brings them back for as
+    # long as they ran (they arrive, hold their devices, leave).
+    timed = sorted((p for p in cluster.pods if p.phase in TERMINAL and p.node and p.ran_for is not None),
+                   key=lambda p: (p.created, p.name, p.namespace))
 
     def pending(p: PodInfo) -> bool:
         return not p.node and not p.bound_node and p.scheduler_name == defaults.scheduler_name
@@ -314,10 +325,11 @@ def build_queue(cluster: Cluster, scenario: Scenario, plan: Plan, removed: Seque
         if w.replay is not None:
             # The window's pods, placed or pending, replayed at their creation time from scratch.
             group = []
-            for p in live:
+            for p in sorted(live + [p for p in timed if in_window(p, w.replay)],
+                            key=lambda p: (p.created, p.name, p.namespace)):
                 if p.uid not in taken and (p.node or pending(p)) and in_window(p, w.replay):
                     taken.add(p.uid)
-                    group.append(_Queued(_stripped(p), True))
+                    group.append(_Queued(_stripped(p), True, epoch(p.created), p.ran_for))
             groups.append(group)
         else:
             groups.append([_Queued(p, True) for p in _generate(w, cluster.nvidia, defaults)])
@@ -416,6 +428,36 @@ class Replayer:
 
     def place(self, pod: dict, admit: bool = True) -> Outcome | None:
         """Schedule one pod; None when it asks for no HAMi device (not the extender's business)."""
+        if admit:
+            admitted = self.admit(pod)
+            if not isinstance(admitted, dict):
+                return admitted
+            pod = admitted
+        return self.schedule(pod)
+
+    def admit(self, pod: dict) -> dict | Outcome | None:
+        """The admission webhook: the pod as admitted, an Outcome when refused, None when it is
+        not this scheduler's pod."""
+        meta = pod.get("metadata") or {}
+        ns = meta.get("namespace") or "default"
+        key = f"{ns}/{meta.get('name', '')}"
+        if self.changes.scoring_weights:
+            annos = meta.setdefault("annotations", {})
+            annos.setdefault(codec.SCORING_WEIGHTS_ANNOTATION, self.changes.scoring_weights)
+        try:
+            decision = webhookmod.mutate_pod(pod, self.webhook, quota=self.index.quota_view, namespace=ns)
+        except webhookmod.WebhookError as exc:
+            return Outcome(key, reasons=(INVALID_POD,), message=str(exc))
+        if not decision.allowed:
+            return Outcome(key, reasons=(ADMISSION_DENIED,), message=decision.message)
+        if decision.pod is not None:
+            pod = decision.pod
+        if (pod.get("spec") or {}).get("schedulerName") != self.defaults.scheduler_name:
+            return None
+        return pod
+
+    def schedule(self, pod: dict) -> Outcome | None:
+        """/filter's choice for an admitted pod, recorded as /bind would; None: no HAMi device."""
         meta = pod.get("metadata") or {}
         ns = meta.get("namespace") or "default"
         key = f"{ns}/{meta.get('name', '')}"
@@ -423,17 +465,6 @@ class Replayer:
         if self.changes.scoring_weights:
             annos = meta.setdefault("annotations", {})
             annos.setdefault(codec.SCORING_WEIGHTS_ANNOTATION, self.changes.scoring_weights)
-        if admit:
-            try:
-                decision = webhookmod.mutate_pod(pod, self.webhook, quota=self.index.quota_view, namespace=ns)
-            except webhookmod.WebhookError as exc:
-                return Outcome(key, reasons=(INVALID_POD,), message=str(exc))
-            if not decision.allowed:
-                return Outcome(key, reasons=(ADMISSION_DENIED,), message=decision.message)
-            if decision.pod is not None:
-                pod = decision.pod
-            if (pod.get("spec") or {}).get("schedulerName") != self.defaults.scheduler_name:
-                return None
         try:
             requests = devrequest.pod_requests(pod, self.nvidia)
         except ValueError as exc:
@@ -506,18 +537,60 @@ def _smallest_pending_mem(replayer: Replayer, pending: list[dict]) -> int:
 
 def run_scenario(cluster: Cluster, scenario: Scenario, plan: Plan,
                  defaults: SchedulerDefaults = SchedulerDefaults(), kept_order: bool = True) -> Result:
+    """Place the scenario's queue in order. Replayed pods carry their creation time: it is the
+    replay's clock. A replayed finished pod leaves `ran_for` seconds after it was placed; when pods
+    have left by the next arrival, the pods waiting so far are tried again in queue order (as the
+    scheduler's queue retries them when capacity frees) before that arrival."""
     nodes, removed = apply_changes(cluster, scenario.changes)
     queue, taken = build_queue(cluster, scenario, plan, removed, defaults)
     rp = Replayer(cluster, nodes, defaults, scenario.changes, taken, kept_order)
-    outcomes = []
-    pending_pods = []
+    outcomes: list[Outcome] = []
+    waiting: list[tuple[int, _Queued, dict]] = []  # (outcome index, queued, admitted pod)
+    leaving: list[tuple[float, int, str]] = []  # (time, sequence, uid) of placed finished pods
+    refused: list[dict] = []  # refused at admission or invalid: pending, never tried again
+    now: float | None = None
+
+    def placed(q: _Queued, pod: dict, o: Outcome) -> None:
+        if q.ran_for is not None and now is not None:
+            uid = (pod.get("metadata") or {}).get("uid") or o.pod
+            heapq.heappush(leaving, (now + q.ran_for, len(outcomes) + len(leaving), uid))
+
     for q in queue:
-        o = rp.place(q.pod, q.admit)
+        if q.at is not None:
+            now = q.at if now is None else max(now, q.at)
+            freed = False
+            while leaving and leaving[0][0] <= now:
+                freed |= rp.index.remove_pod(heapq.heappop(leaving)[2])
+            if freed and waiting:
+                still = []
+                for idx, wq, pod in waiting:
+                    o = rp.schedule(pod)
+                    if o is not None and o.node:
+                        outcomes[idx] = o
+                        placed(wq, pod, o)
+                    else:
+                        still.append((idx, wq, pod))
+                waiting = still
+        pod = q.pod
+        if q.admit:
+            admitted = rp.admit(pod)
+            if not isinstance(admitted, dict):
+                if admitted is not None:
+                    outcomes.append(admitted)
+                    refused.append(pod)
+                continue
+            pod = admitted
+        o = rp.schedule(pod)
         if o is None:
             continue
         outcomes.append(o)
-        if not o.node:
-            pending_pods.append(q.pod)
+        if o.node:
+            placed(q, pod, o)
+        elif o.reasons != (INVALID_POD,):
+            waiting.append((len(outcomes) - 1, q, pod))
+        else:
+            refused.append(pod)
+    pending_pods = refused + [pod for _, _, pod in waiting]
     return Result(scenario.name, scenario.changes, tuple(outcomes), rp.stats(_smallest_pending_mem(rp, pending_pods)),
                   rp.node_policy, rp.gpu_policy)
 

@@ -3,7 +3,8 @@
 Covers: spread strands memory that binpack uses (fragmentation); a deviceSplitCount change fits
 more pods; a ResourceQuota blocks pods (at admission and in the fit) and raising it unblocks them;
 memory scaling re-registers cards from their physical memory; added, removed and cordoned
-nodes/GPUs; nodeSelector; required node affinity (In, NotIn, Exists, Gt, matchFields); the snapshot's pending pods are queued; arrival orders and seeds are
+nodes/GPUs; finished pods replayed for as long as they ran (waiting pods take their cards when they
+leave); nodeSelector; required node affinity (In, NotIn, Exists, Gt, matchFields); the snapshot's pending pods are queued; arrival orders and seeds are
 deterministic; the diff against the baseline.
 """
 
@@ -161,6 +162,34 @@ def test_required_node_affinity_narrows_the_candidates():
     assert [(o.pod, o.node, o.reasons) for o in result.outcomes] == [
         ("default/west-0", "b", ()), ("default/west-1", "b", ()), ("default/notwest-0", "a", ()),
         ("default/big-0", "a", ()), ("default/named-0", "c", ()), ("default/nowhere-0", "", (NO_CANDIDATE_NODE,))]
+
+
+def _finished(pod: dict, start: str, end: str) -> dict:
+    pod["status"] = {"phase": "Succeeded", "startTime": start,
+                     "containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 0, "finishedAt": end}}}]}
+    return pod
+
+
+def _window(ran_until: str):
+    doc = snap.listing(
+        snap.node("a", count=1),
+        _finished(snap.pod("first", node="a", created="2026-11-24T00:00:00Z"), "2026-11-24T00:00:05Z", ran_until),
+        snap.pod("second", node="a", created="2026-11-24T00:05:00Z"),
+        snap.pod("third", created="2026-11-24T00:20:00Z"))
+    return run(doc, "workloads: [{replay: {}}]")[0]
+
+
+def test_finished_pods_replay_for_as_long_as_they_ran():
+    # first held the only slot for 10 minutes: second waits for it, then takes the slot; third,
+    # created at 00:20, finds it taken.
+    short = _window("2026-11-24T00:10:05Z")
+    assert [(o.pod, o.node) for o in short.outcomes] == [
+        ("default/first", "a"), ("default/second", "a"), ("default/third", "")]
+    assert short.pending_reasons() == {"CardTimeSlicingExhausted": 1}
+    # Had first run for an hour, the slot would still be taken when second and third arrive.
+    long = _window("2026-11-24T01:00:05Z")
+    assert [(o.pod, o.node) for o in long.outcomes] == [
+        ("default/first", "a"), ("default/second", ""), ("default/third", "")]
 
 
 def test_snapshot_pending_pods_are_queued_in_creation_order():
