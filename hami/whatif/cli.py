@@ -1,7 +1,7 @@
 """`hami whatif`: the subcommand module the CLI loads (`configure` + `main`).
 
     hami whatif --snapshot FILE [--scenario PLAN.yaml] [--format text|json] [--html REPORT.html] [--suggest]
-                [--timing [--timing-limit S] [--allocate-delay S]]
+                [--timing [--timing-limit S] [--timing-creators N] [--allocate-delay S]]
     hami whatif --kubeconfig K  [...]              snapshot the live cluster (reads only), then replay
     hami whatif snapshot -o FILE [--kubeconfig K]  save a snapshot for later
 
@@ -52,6 +52,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "timed (time to bind the batch, pods/s, queue waits)")
     parser.add_argument("--timing-limit", type=float, default=120.0,
                         help="--timing: stop a scenario's run after this many seconds (default 120)")
+    parser.add_argument("--timing-creators", type=int, default=1,
+                        help="--timing: pods created at once (1, the default, keeps the arrival order exact; "
+                             "more makes a burst)")
     parser.add_argument("--allocate-delay", type=float, default=0.0,
                         help="--timing: seconds the node side takes per bound pod before releasing the node lock")
 
@@ -114,15 +117,15 @@ async def main(args: argparse.Namespace) -> int:
         suggestions = suggest(cluster, plan, defaults, baseline=results[0])
     timings = None
     if args.timing:
-        if args.timing_limit <= 0 or args.allocate_delay < 0:
-            return _err("--timing-limit must be > 0 and --allocate-delay >= 0")
+        if args.timing_limit <= 0 or args.allocate_delay < 0 or args.timing_creators < 1:
+            return _err("--timing-limit must be > 0, --allocate-delay >= 0 and --timing-creators >= 1")
         from .timing import run_timed
 
         timings = []
         for scenario, result in zip(plan.scenarios, results, strict=True):
             print(f"hami whatif: timing scenario {scenario.name} ...", file=sys.stderr)
             timings.append(await run_timed(cluster, scenario, plan, defaults, result, limit=args.timing_limit,
-                                           allocate_delay=args.allocate_delay))
+                                           allocate_delay=args.allocate_delay, creators=args.timing_creators))
     if args.html:
         from .html import write_report
 

@@ -5,7 +5,8 @@ Covers: the CLI's JSON and text output per scenario; every pod the in-process re
 and the one too big for any card is parked unschedulable after its attempt; the webhook's quota
 check refuses at creation what the replay counts as AdmissionDenied; pods are created in the
 replay's arrival order (the seed's); the running pods of the snapshot keep their cards (a full node
-takes nothing); the node side's Allocate delay still lets every pod bind; per-pod queue waits and
+takes nothing); a burst of creates with the node side's Allocate delay still binds every pod,
+reported in arrival order; per-pod queue waits and
 creation -> bound times are reported for every pod; bad flag values are refused.
 """
 
@@ -64,12 +65,14 @@ async def test_timing_schedules_every_scenario_through_the_live_pieces(tmp_path,
         assert timing["queueWaitSeconds"]["p50"] <= timing["queueWaitSeconds"]["p99"]
 
 
-async def test_allocate_delay_holds_the_node_lock_and_every_pod_still_binds():
+async def test_a_burst_with_allocate_delay_still_binds_every_pod_in_arrival_order():
     cluster = parse_snapshot(snap.listing(snap.node("only", gpus=1)), "snap.json")
     plan = parse_plan({"workloads": [{"name": "p", "count": 4, "memory": 1000}]}, "plan.yaml")
     replay = run_scenario(cluster, plan.scenarios[0], plan)
-    t = await run_timed(cluster, plan.scenarios[0], plan, replay=replay, limit=60, allocate_delay=0.05)
+    t = await run_timed(cluster, plan.scenarios[0], plan, replay=replay, limit=60, allocate_delay=0.05, creators=4)
+    # Four creates at once, the node locked for 50 ms per bind: each pod waits for the lock.
     assert t.bound == 4 and t.same_as_replay == 4 and set(t.nodes.values()) == {"only"}
+    assert list(t.nodes) == [f"default/p-{i}" for i in range(4)]
     assert len(t.wait) == 4 and len(t.to_bound) == 4
     assert percentile(t.to_bound, 50) <= percentile(t.to_bound, 99) <= t.makespan + 1e-9
 
