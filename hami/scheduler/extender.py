@@ -15,7 +15,8 @@
   bind-phase in one patch after taking the node lock (bind.py). Nodes mid-allocation (locked, or
   with one of our binds in flight) are skipped while another node fits. `write_at_filter` keeps
   HAMi's flow (patch at /filter) for the benchmark's model of it.
-* Full-Nodes mode: the nodes come in the request; their registrations are decoded through the
+* Full-Nodes mode: the nodes come in the request; their registrations (NVIDIA's and every other
+  vendor's, as the node watch reads them) are decoded through the
   same text-keyed cache, usage from the pod cache; nothing is patched (as in HAMi).
 * No API reads, ever. Events go to the EventRecorder queue and are written later.
 * TLS with --cert_file/--key_file, the certificate re-read when either file changes.
@@ -38,6 +39,7 @@ from hami.config import Config
 from hami.device import codec
 from hami.device.allocation import allocation_annotations
 from hami.device.model import ContainerDeviceRequest
+from hami.device.vendorregister import registration_signature
 from hami.device.vendorrequest import flat_requests
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.events import NORMAL, WARNING, EventRecorder
@@ -462,25 +464,43 @@ class Extender:
     def _node_usage(self, node: dict, index: UsageIndex) -> NodeUsage | None:
         meta = node.get("metadata") or {}
         name = meta.get("name", "")
-        text = (meta.get("annotations") or {}).get(codec.REGISTER_ANNOTATION)
-        if text is None:
-            return None
+        annos = meta.get("annotations") or {}
+        text = annos.get(codec.REGISTER_ANNOTATION)
         reg = self.state.registered.get(name)
-        if reg is not None and reg.register == text:
+        if text is not None and reg is not None and reg.register == text:  # NVIDIA only, known to the cache
             cached = index.node(name)
             if cached is not None:
                 return cached
             devices = reg.devices
         else:
-            devices = self._decoded.get(text)
+            vendors = self.config.vendors
+            extra = ""
+            if vendors is not None and vendors.others:
+                extra = registration_signature(annos, (node.get("status") or {}).get("capacity") or {}, vendors,
+                                               meta.get("labels"))
+            if not extra and text is None:
+                return None
+            # NVIDIA only: keyed by the register text; with other vendors (annotations, capacity,
+            # labels) by the same signature the node watch uses, decoded as it does.
+            sig = text if not extra else f"{text or ''}\x00{extra}"
+            if extra and reg is not None and reg.register == sig:
+                cached = index.node(name)
+                if cached is not None:
+                    return cached
+            cache_key = sig if not extra else f"{name}\x00{sig}"  # capacity cards are named after the node
+            devices = self._decoded.get(cache_key)
             if devices is None:
-                try:
-                    devices = tuple(codec.decode_node_devices(text))
-                except codec.CodecError:
-                    devices = ()
+                if extra:
+                    _sig, dec = self.state.registration_of(node)
+                    devices = dec.devices if dec is not None and not dec.error else ()
+                else:
+                    try:
+                        devices = tuple(codec.decode_node_devices(text))
+                    except codec.CodecError:
+                        devices = ()
                 if len(self._decoded) > 16384:
                     self._decoded.clear()
-                self._decoded[text] = devices
+                self._decoded[cache_key] = devices
         if not devices:
             return None
         # A node the cache does not know as usable: build its usage from the pod cache.

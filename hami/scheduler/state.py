@@ -222,6 +222,22 @@ class ClusterState:
             return NodeDevices(text, (), str(exc))
         return NodeDevices(text, devices)
 
+    def registration_of(self, node: dict) -> tuple[str, NodeDevices | None]:
+        """(signature, decoded registration or None) of a node object that may not be in the
+        cache (full-Nodes /filter): NVIDIA's register text and, with other vendors in the table,
+        their registrations, decoded as the node watch would (nothing is stored)."""
+        meta = node.get("metadata") or {}
+        annos = meta.get("annotations") or {}
+        text = annos.get(REGISTER_KEY)
+        if self.vendors is None or not self.vendors.others:
+            return (text or "", self._decode(text) if text is not None else None)
+        capacity = (node.get("status") or {}).get("capacity") or {}
+        extra = registration_signature(annos, capacity, self.vendors, meta.get("labels"))
+        if not extra:
+            return (text or "", self._decode(text) if text is not None else None)
+        sig = f"{text or ''}\x00{extra}"
+        return sig, self._decode_all(meta.get("name", ""), text, sig, annos, capacity, meta.get("labels"))
+
     def _decode_all(self, name: str, text: str | None, sig: str, annos: dict, capacity: dict,
                     labels: dict | None = None) -> NodeDevices:
         """NVIDIA's registration and every other vendor's: a malformed one makes this node

@@ -387,3 +387,26 @@ async def test_metax_sgpu_and_exclusive_gpu_through_the_extender(apiserver):
         assert out["NodeNames"] == ["gpu"]
         [[dev], []] = codec.decode_pod_devices(e.placement("default", "g0")["hami.io/metax-gpu-devices-allocated"])
         assert (dev.type, dev.usedmem, dev.usedcores) == ("Metax-GPU", 65536, 100)
+
+
+async def test_full_nodes_filter_reads_every_vendors_registration_of_nodes_the_cache_does_not_know(apiserver):
+    """Full-Nodes /filter (Nodes in the body): a node the cache has never seen is decoded as the
+    node watch would, other vendors included (an Ascend annotation, Kunlunxin capacity); a
+    malformed vendor registration makes that node unregistered only."""
+    async with running_env(apiserver, [node_obj("nv", 1, handshake=requesting_now())]) as e:
+        await eventually(lambda: "nv" in e.sched.state.index.nodes)
+        outside = [ascend_node("asc-x"), node_obj("xpu-x", 0, registered=False),
+                   ascend_node("bad-x", register='[{"id":"x","count":"four"}]')]
+        outside[1]["status"]["capacity"]["kunlunxin.com/xpu"] = "8"
+        nodes = {"items": outside}
+        pod = e.create_pod(vendor_pod("fa", {f"huawei.com/{ASC}": "1"}))
+        out = await e.filter(pod, nodes=nodes)
+        assert [n["metadata"]["name"] for n in out["Nodes"]["items"]] == ["asc-x"]
+        xpod = e.create_pod(vendor_pod("fx", {"kunlunxin.com/xpu": "4"}))
+        out = await e.filter(xpod, nodes=nodes)
+        assert [n["metadata"]["name"] for n in out["Nodes"]["items"]] == ["xpu-x"]
+        three = e.create_pod(vendor_pod("f3", {"kunlunxin.com/xpu": "3"}))
+        out = await e.filter(three, nodes=nodes)
+        assert out["Nodes"] is None
+        assert out["FailedNodes"] == {"xpu-x": "1/8 NumaNotFit", "asc-x": "NodeInsufficientDevice",
+                                      "bad-x": "node unregistered"}
