@@ -9,13 +9,19 @@ scheduler's informer sees as a deletion: it watches `status.phase!=Succeeded,sta
 and node changes (`nodeSchedulingPropertiesChange`: labels, taints/unschedulable, conditions,
 allocatable, annotations) are move requests.
 
-One scheduling cycle (`schedule_one.go`): the in-tree filters the embedded cluster needs
+One scheduling cycle (`schedule_one.go`): the in-tree filters, in the default profile's order
 (NodeUnschedulable, TaintToleration for NoSchedule taints and the not-ready condition, NodeAffinity
-for nodeSelector and required node affinity) and then the extender's `filterVerb` with NodeNames
+for nodeSelector and required node affinity, NodeResourcesFit, PodTopologySpread, InterPodAffinity:
+the last three in `hami.sim.intree`, which says what of them is modelled), each node checked with
+the pods nominated to it (priority at least the pod's) and without them, as
+`RunFilterPluginsWithNominatedPods` does; then the extender's `filterVerb` with NodeNames
 (`nodeCacheCapable: true`). One feasible node is taken as is; several are scored: NodeAffinity's
-preferred terms (normalised to 0..100, weight 2 as in the default profile) plus, with a
-`prioritizeVerb`, the extender's 0..10 scores times its weight times 10 (MaxNodeScore /
-MaxExtenderPriority). When nothing fits, PostFilter runs DefaultPreemption through the extender's
+preferred terms (normalised to 0..100, weight 2 as in the default profile), InterPodAffinity and
+PodTopologySpread (weight 2), NodeResourcesFit's LeastAllocated and BalancedAllocation (weight 1)
+plus, with a `prioritizeVerb`, the extender's 0..10 scores times its weight times 10 (MaxNodeScore /
+MaxExtenderPriority). An assigned pod's arrival or label change moves the parked pods it could help
+(`getUnschedulablePodsWithCrossTopologyTerm`: rejected by PodTopologySpread in its namespace, or with
+a required affinity term it matches). When nothing fits, PostFilter runs DefaultPreemption through the extender's
 `preemptVerb` (when configured): candidate victims are the lower-priority pods on every node that
 failed for a resolvable reason, PDB violations counted as `filterPodsWithPDBViolation` does; the
 extender answers the victims it needs; the node is picked as `pickOneNodeForPreemption` does
@@ -23,9 +29,10 @@ extender answers the victims it needs; the node is picked as `pickOneNodeForPree
 victims are deleted and the preemptor's `status.nominatedNodeName` set. Then the pod gets the
 PodScheduled=False condition and goes back through AddUnschedulableIfNotPresent.
 
-Divergence kept on purpose: the in-tree dry run of preemption is skipped (the embedded cluster has
-no CPU or memory to count), so every lower-priority pod on a candidate node is handed to the extender,
-which is what `selectVictimsOnNode` yields when NodeResourcesFit counts the GPU resource.
+Divergence kept on purpose: the in-tree dry run of preemption is skipped, so every lower-priority pod
+on a candidate node is handed to the extender, which is what `selectVictimsOnNode` yields when
+NodeResourcesFit counts the GPU resource (the victims it picks for GPUs are not re-checked for CPU or
+memory). Not modelled: TaintToleration's PreferNoSchedule score, ImageLocality, volume plugins.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
 from hami.obs.log import get_logger
 from hami.scheduler.pdb import victims_violating
+from hami.sim import intree
 from hami.sim import schedqueue as sq
 
 log = get_logger(__name__)
@@ -102,6 +110,16 @@ def _assigned_active(pod: dict | None) -> bool:
     if not pod or not (pod.get("spec") or {}).get("nodeName"):
         return False
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def _cross_topology(assigned: dict):
+    """getUnschedulablePodsWithCrossTopologyTerm: parked pods an assigned pod's arrival can help."""
+    def helps(qp: sq.QueuedPod) -> bool:
+        if "PodTopologySpread" in qp.rejectors and intree._ns(qp.pod) == intree._ns(assigned):
+            return True
+        return any(intree.term_matches(t, qp.pod, assigned)
+                   for t in intree._affinity(qp.pod, "podAffinity", intree.REQUIRED))
+    return helps
 
 
 def _key(pod: dict | None) -> str:
@@ -181,6 +199,23 @@ def filter_node(pod: dict, node: dict) -> tuple[str, str] | None:
     if terms and not any(_term_matches(t, node) for t in terms):
         return "NodeAffinity", "node(s) didn't match Pod's node affinity/selector"
     return None
+
+
+def _node_affinity_ok(pod: dict, node: dict) -> bool:
+    """NodeAffinity alone (nodeSelector, required terms): PodTopologySpread's nodeAffinityPolicy Honor."""
+    verdict = filter_node({"spec": {k: v for k, v in (pod.get("spec") or {}).items()
+                                    if k in ("nodeSelector", "affinity")} | {"tolerations": [{"operator": "Exists"}]}},
+                          {**node, "spec": {}, "status": {}})
+    return verdict is None
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    nodes: Mapping[str, dict]
+    pods_on: dict[str, list[dict]]           # node -> assigned, not finished pods
+    nominated: dict[str, list[dict]]         # node -> pods nominated there (priority >= the pod's)
+    eligible: list[dict]                     # nodes passing the pod's node affinity / selector
+    holders: list                            # (pod, node) of placed pods with required anti-affinity
 
 
 def node_affinity_scores(pod: dict, nodes: list[dict]) -> dict[str, int]:
@@ -266,6 +301,7 @@ class KubeSchedulerLoop:
         self.nodes = Informer(client, "nodes", handler=self._on_node)
         self.pdbs = Informer(client, "poddisruptionbudgets") if self.ext.preempt_verb else None
         self.stats = SchedulerStats()
+        self.requests = intree.Requests()
         self._kick = asyncio.Event()
         urls = [self.url] + [u.rstrip("/") for u in self.ext.replica_urls]
         self._replicas = itertools.cycle(urls)
@@ -291,6 +327,10 @@ class KubeSchedulerLoop:
         self.queue.delete(key)
         if _assigned_active(old) and not _assigned_active(new):  # finished: the informer drops it
             self._move((sq.ASSIGNED_POD, sq.DELETE), now, old, None)
+        elif _assigned_active(new) and not _assigned_active(old):  # bound (or added bound): AssignedPodAdded
+            self._move((sq.ASSIGNED_POD, sq.ADD), now, old, new, only=_cross_topology(new))
+        elif _assigned_active(new) and intree._labels(old or {}) != intree._labels(new):  # AssignedPodUpdated
+            self._move((sq.ASSIGNED_POD, sq.UPDATE), now, old, new, only=_cross_topology(new))
 
     def _on_node(self, etype: str, old: dict | None, new: dict | None) -> None:
         now = self.clock()
@@ -300,8 +340,8 @@ class KubeSchedulerLoop:
         for ev in events:
             self._move(ev, now, old, new)
 
-    def _move(self, event, now, old, new) -> None:
-        if self.queue.move_all(event, now, old, new):
+    def _move(self, event, now, old, new, only=None) -> None:
+        if self.queue.move_all(event, now, old, new, only=only):
             self._kick.set()
 
     # ------------------------------------------------------------------ run
@@ -417,15 +457,16 @@ class KubeSchedulerLoop:
         key = _key(pod)
         self.stats.attempts[key] = self.stats.attempts.get(key, 0) + 1
         nodes = [self.nodes.store[n] for n in sorted(self.nodes.store)]
-        statuses: dict[str, tuple[str, str, bool]] = {}  # node -> (plugin, reason, unresolvable)
+        statuses: dict[str, tuple[str, str | tuple[str, ...], bool]] = {}  # node -> (plugin, reason(s), unresolvable)
         feasible = []
+        view = self._cluster_view(pod)
         for node in nodes:
-            verdict = filter_node(pod, node)
             name = node["metadata"]["name"]
+            verdict = self.filter_in_tree(pod, node, view)
             if verdict is None:
                 feasible.append(name)
             else:
-                statuses[name] = (verdict[0], verdict[1], True)
+                statuses[name] = verdict
         chosen: list[str] = []
         if feasible:
             self.stats.filters += 1
@@ -458,9 +499,10 @@ class KubeSchedulerLoop:
     async def _prioritize(self, http: aiohttp.ClientSession, pod: dict, chosen: list[str]) -> str:
         """prioritizeNodes: in-tree scores plus the extender's, weighted; the highest wins."""
         totals = dict.fromkeys(chosen, 0)
-        affinity = node_affinity_scores(pod, [self.nodes.store[n] for n in chosen if n in self.nodes.store])
-        for n, s in affinity.items():
-            totals[n] += s * NODE_AFFINITY_WEIGHT
+        feasible = [self.nodes.store[n] for n in chosen if n in self.nodes.store]
+        view = self._cluster_view(pod)
+        for n, s in self.in_tree_scores(pod, feasible, view).items():
+            totals[n] += s
         if self.ext.prioritize_verb:
             self.stats.prioritizes += 1
             scores = await self._post(http, self.ext.prioritize_verb, {"Pod": pod, "NodeNames": chosen, "Nodes": None})
@@ -470,6 +512,57 @@ class KubeSchedulerLoop:
                         totals[hp["Host"]] += int(hp.get("Score") or 0) * self.ext.weight * (
                             MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
         return max(chosen, key=lambda n: totals[n])  # ties: the extender's order
+
+    # ------------------------------------------------------------------ in-tree plugins
+
+    def _cluster_view(self, pod: dict) -> ClusterView:
+        """The snapshot a cycle filters against: assigned pods per node and the nominated pods."""
+        pods_on: dict[str, list[dict]] = {}
+        nominated: dict[str, list[dict]] = {}
+        key, prio = _key(pod), sq.pod_priority(pod)
+        for p in self.pods.store.values():
+            spec = p.get("spec") or {}
+            if spec.get("nodeName"):
+                if _assigned_active(p):
+                    pods_on.setdefault(spec["nodeName"], []).append(p)
+                continue
+            nnn = (p.get("status") or {}).get("nominatedNodeName")
+            if nnn and _key(p) != key and sq.pod_priority(p) >= prio and _pending_for_us(p, self.scheduler_name):
+                nominated.setdefault(nnn, []).append(p)
+        eligible = [n for n in self.nodes.store.values() if _node_affinity_ok(pod, n)]
+        return ClusterView(self.nodes.store, pods_on, nominated, eligible, intree.anti_affinity_holders(pods_on))
+
+    def filter_in_tree(self, pod: dict, node: dict, view: ClusterView) -> tuple[str, str | tuple[str, ...], bool] | None:
+        """The in-tree filters on one node, with its nominated pods and (when any) without them."""
+        verdict = filter_node(pod, node)
+        if verdict is not None:
+            return verdict[0], verdict[1], True
+        name = node["metadata"]["name"]
+        extra = view.nominated.get(name)
+        for with_nominated in ((True, False) if extra else (False,)):
+            pods_on, holders = view.pods_on, view.holders
+            if with_nominated:
+                pods_on = dict(pods_on)
+                pods_on[name] = list(pods_on.get(name, ())) + list(extra or ())
+                holders = intree.anti_affinity_holders({name: list(extra or ())}) + holders
+            v = (intree.fit_resources(pod, node, pods_on.get(name, ()), self.requests)
+                 or intree.topology_spread(pod, node, view.eligible, pods_on)
+                 or intree.inter_pod_affinity(pod, node, view.nodes, pods_on, holders))
+            if v is not None:
+                return v.plugin, (v.reasons[0] if len(v.reasons) == 1 else v.reasons), v.unresolvable
+        return None
+
+    def in_tree_scores(self, pod: dict, feasible: list[dict], view: ClusterView) -> dict[str, int]:
+        """The default profile's scores, weighted and summed, per feasible node."""
+        totals = {n["metadata"]["name"]: 0 for n in feasible}
+        for scores, weight in (
+                (node_affinity_scores(pod, feasible), NODE_AFFINITY_WEIGHT),
+                (intree.inter_pod_affinity_scores(pod, feasible, view.nodes, view.pods_on), 2),
+                (intree.topology_spread_scores(pod, feasible, view.eligible, view.pods_on), 2),
+                (intree.resource_scores(pod, feasible, view.pods_on, self.requests), 1)):
+            for n, s in scores.items():
+                totals[n] += s * weight
+        return totals
 
     # ------------------------------------------------------------------ preemption (PostFilter)
 
@@ -541,7 +634,8 @@ class KubeSchedulerLoop:
         """FitError.Error(): `0/N nodes are available: <count> <reason>, ...` sorted by reason."""
         counts: dict[str, int] = {}
         for _, reason, _ in statuses.values():
-            counts[reason] = counts.get(reason, 0) + 1
+            for r in (reason,) if isinstance(reason, str) else reason:  # NodeResourcesFit may give several
+                counts[r] = counts.get(r, 0) + 1
         parts = ", ".join(f"{n} {r}" for r, n in sorted(counts.items()))
         return f"0/{total} nodes are available: {parts or 'no node fits'}."
 

@@ -60,9 +60,12 @@ PLUGIN_EVENTS: dict[str, dict[tuple[str, str], Hint | None]] = {
     "NodeUnschedulable": {(NODE, ADD): None, (NODE, UPDATE_TAINT): None},
     "TaintToleration": {(NODE, ADD): None, (NODE, UPDATE_TAINT): None},
     "NodeAffinity": {(NODE, ADD): None, (NODE, UPDATE_LABEL): None},
-    # Registered upstream; the embedded loop never rejects with it, but it makes an assigned pod's
-    # deletion a move request (moveRequestCycle), as it is in a real kube-scheduler.
     "NodeResourcesFit": {(ASSIGNED_POD, DELETE): None, (NODE, ADD): None, (NODE, UPDATE_ALLOCATABLE): None},
+    # (ASSIGNED_POD, UPDATE) stands for UpdatePodLabel: the loop sends it only when labels changed.
+    "InterPodAffinity": {(ASSIGNED_POD, ADD): None, (ASSIGNED_POD, UPDATE): None, (ASSIGNED_POD, DELETE): None,
+                         (NODE, ADD): None, (NODE, UPDATE_LABEL): None},
+    "PodTopologySpread": {(ASSIGNED_POD, ADD): None, (ASSIGNED_POD, UPDATE): None, (ASSIGNED_POD, DELETE): None,
+                          (NODE, ADD): None, (NODE, UPDATE_LABEL): None, (NODE, UPDATE_TAINT): None},
     EXTENDER: {},
 }
 
