@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami.device import codec
+from hami.device.request import quantity_value
 
 MIB = 1024 * 1024
 SAFETY = 0.9
@@ -130,10 +131,8 @@ def merge_peaks(scrapes: Iterable[Iterable[MetricSample]]) -> dict[DeviceKey, Pe
 
 
 def _int(v) -> int:
-    try:
-        return int(str(v))
-    except (TypeError, ValueError):
-        return 0
+    """A resource quantity as the scheduler reads it (Quantity.Value()); 0 when not one."""
+    return quantity_value(v if isinstance(v, int) else str(v)) or 0
 
 
 def pod_info(pod: Mapping, count: str = "nvidia.com/gpu", mem: str = "nvidia.com/gpumem",

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 
 from hami.device import codec
 from hami.device.model import DeviceInfo, NvidiaConfig
+from hami.device.request import quantity_value
 from hami.device.vendorregister import decode_one
 from hami.device.vendorrequest import vendor_request
 from hami.device.vendors import Vendor, VendorTable
@@ -214,10 +215,8 @@ def requested_hami_resources(pod: Mapping, cfg: NvidiaConfig, vendors: VendorTab
 
 
 def _int(v) -> int:
-    try:
-        return int(str(v))
-    except (TypeError, ValueError):
-        return 0
+    """A resource quantity as the scheduler reads it (Quantity.Value()); 0 when not one."""
+    return quantity_value(v if isinstance(v, int) else str(v)) or 0
 
 
 def pod_gpu_counts(pod: Mapping, cfg: NvidiaConfig) -> list[int]:

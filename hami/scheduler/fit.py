@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
+from hami.device.codec import go_to_upper
 from hami.device.model import (
     MODE_MIG,
     NVIDIA,
@@ -151,7 +152,7 @@ class FitOptions:
     def type_ok(self, dev: DeviceState) -> bool:
         """use-gputype / nouse-gputype (case-insensitive substring) and vgpu-mode."""
         if self.use_types is not None or self.nouse_types is not None:
-            t = dev.type.upper()
+            t = go_to_upper(dev.type)
             if self.use_types is not None and not any(u in t for u in self.use_types):
                 return False
             if self.nouse_types is not None and any(u in t for u in self.nouse_types):
@@ -732,8 +733,8 @@ def fit_vendor_devices(
             key = CARD_NOT_HEALTH
         elif cordoned and dev.id in cordoned:
             key = CARD_CORDONED
-        elif (use_types is not None and not any(t in dev.type.upper() for t in use_types)) or (
-                nouse_types is not None and any(t in dev.type.upper() for t in nouse_types)):
+        elif (use_types is not None and not any(t in go_to_upper(dev.type) for t in use_types)) or (
+                nouse_types is not None and any(t in go_to_upper(dev.type) for t in nouse_types)):
             key = CARD_TYPE_MISMATCH
         elif (use_uuids is not None and dev.id not in use_uuids) or (
                 nouse_uuids is not None and dev.id in nouse_uuids):

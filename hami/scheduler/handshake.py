@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from hami.device import codec
+from hami.device.request import quantity_value
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.lanes import background
 from hami.obs.log import get_logger
@@ -57,11 +58,11 @@ class Verdict:
 
 
 def gpu_allocatable(node: dict, resource: str = "nvidia.com/gpu") -> int:
+    """Quantity.Value() of the node's allocatable `resource` (CheckHealth's `qty.Value() > 0`):
+    "1k", "2e3" and "500m" read as Go does; absent or unparsable reads 0."""
     value = ((node.get("status") or {}).get("allocatable") or {}).get(resource)
-    try:
-        return int(str(value)) if value is not None else 0
-    except ValueError:
-        return 0
+    n = quantity_value(str(value)) if value is not None else None
+    return n if n is not None else 0
 
 
 def judge(node: dict, now: float, seen: Seen, resource: str = "nvidia.com/gpu",

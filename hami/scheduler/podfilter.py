@@ -11,17 +11,18 @@ HAMi sources: `pkg/device/devices.go` (`CheckType`, `CheckUUID`), `pkg/device/nv
 
 from __future__ import annotations
 
-from hami.device.codec import go_trim_space
+from hami.device.codec import go_to_upper, go_trim_space
 
 from .policy import parse_bool
 
 
 def split_types(value: str | None) -> tuple[str, ...] | None:
-    """CheckType members: trimmed, upper-cased, empty members dropped (devices.go CheckType);
+    """CheckType members: trimmed, upper-cased as Go does (strings.ToUpper), empty members dropped
+    (devices.go CheckType);
     None when the value is absent or blank (no constraint)."""
     if value is None or not go_trim_space(value):
         return None
-    return tuple(t for t in (go_trim_space(p).upper() for p in value.split(",")) if t)
+    return tuple(t for t in (go_to_upper(go_trim_space(p)) for p in value.split(",")) if t)
 
 
 def split_uuids(value: str | None) -> frozenset[str] | None:
@@ -34,7 +35,7 @@ def split_uuids(value: str | None) -> frozenset[str] | None:
 def gpu_type_allowed(card_type: str, use: str | None, nouse: str | None) -> bool:
     """Go CheckType: use/nouse gputype lists; a member matches when it is a case-insensitive
     substring of the card type; empty members never match; empty/absent values mean no constraint."""
-    card = card_type.upper()
+    card = go_to_upper(card_type)
     use_types, nouse_types = split_types(use), split_types(nouse)
     if use_types is not None and not any(t in card for t in use_types):
         return False

@@ -33,17 +33,15 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
-from types import MappingProxyType
 from typing import Any
 
 import jsonpatch
 
 from hami.device.model import NvidiaConfig
 from hami.device.request import quantity_as_int64
+from hami.device.request import quantity_value as _request_quantity_value
 from hami.device.vendorrequest import vendor_request
 from hami.device.vendors import Vendor, VendorTable
 
@@ -101,53 +99,9 @@ class Decision:
 
 # --------------------------------------------------------------------------- quantities
 
-_SUFFIX = MappingProxyType({
-    "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-})
-_QTY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:(Ki|Mi|Gi|Ti|Pi|Ei|[kMGTPE]|m|n|u)|([eE][+-]?\d+))?$")
-_SMALL = MappingProxyType({"m": Decimal("0.001"), "u": Decimal("0.000001"), "n": Decimal("0.000000001")})
-
-
-def quantity_decimal(value: Any) -> Decimal | None:
-    """A Kubernetes resource.Quantity as a Decimal; None when it cannot be parsed."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return Decimal(value)
-    if isinstance(value, float):
-        return Decimal(repr(value))
-    if not isinstance(value, str):
-        return None
-    m = _QTY.match(value.strip())
-    if not m:
-        return None
-    try:
-        num = Decimal(m.group(1))
-    except InvalidOperation:
-        return None
-    suffix, exp = m.group(2), m.group(3)
-    if exp:
-        return num * (Decimal(10) ** int(exp[1:]))
-    if suffix in _SMALL:
-        return num * _SMALL[suffix]
-    return num * _SUFFIX[suffix or ""]
-
-
-def quantity_value(value: Any) -> int | None:
-    """Quantity.Value(): rounded up to an integer."""
-    d = quantity_decimal(value)
-    if d is None:
-        return None
-    return int(d.to_integral_value(rounding=ROUND_CEILING))
-
-
-def quantity_int(value: Any) -> int | None:
-    """Quantity.AsInt64(): only exact integers."""
-    d = quantity_decimal(value)
-    if d is None or d != d.to_integral_value():
-        return None
-    return int(d)
+# One quantity parser for every consumer: Go's resource.ParseQuantity grammar (hami.device.request).
+quantity_value = _request_quantity_value  # Quantity.Value(): rounded up, away from zero
+quantity_int = quantity_as_int64  # Quantity.AsInt64(): exact integers only
 
 
 # --------------------------------------------------------------------------- containers

@@ -42,6 +42,7 @@ from hami.device.codec.errors import (
 from hami.device.codec.golang import (
     go_json_string,
     go_quote,
+    go_to_upper,
     go_trim_space,
     parse_go_bool,
 )
@@ -149,6 +150,7 @@ __all__ = [
     "VGPU_MODE_ANNOTATION",
     "UNSET_CONTAINER_DEVICE_IDX",
     "CodecError",
+    "go_to_upper",
     "go_trim_space",
     "go_quote",
     "parse_go_bool",

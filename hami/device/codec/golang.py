@@ -35,6 +35,27 @@ def go_trim_space(text: str) -> str:
     return text.strip(_GO_SPACE)
 
 
+def _go_upper_rune(ch: str) -> str:
+    """unicode.ToUpper: the simple (one rune to one rune) mapping. Python's str.upper() uses the
+    full mapping where one exists ("ß" -> "SS", "ﬁ" -> "FI"); Go keeps such a rune unless it has a
+    simple uppercase, which for these letters is their one-rune titlecase ("ᾀ" -> "ᾈ")."""
+    up = ch.upper()
+    if len(up) == 1:
+        return up
+    title = ch.title()
+    return title if len(title) == 1 else ch
+
+
+_ASCII_UPPER = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def go_to_upper(text: str) -> str:
+    """strings.ToUpper: rune by rune, unicode.ToUpper (never changes the length in runes)."""
+    if text.isascii():
+        return text.translate(_ASCII_UPPER)
+    return "".join(_go_upper_rune(c) for c in text)
+
+
 def go_quote(text: str) -> str:
     """strconv.Quote, close enough for error messages: printable text kept, the rest escaped."""
     out = ['"']
