@@ -12,6 +12,8 @@ written here from HAMi's Go source:
   podfilter.gpu_uuid_allowed and fit_options(...).uuid_ok.
 * `nvidia.com/numa-bind`: assertNuma = strconv.ParseBool, true only when it parses to true.
 * `nvidia.com/vgpu-mode`: strings.Contains(annotation, card mode) when the key is present.
+* `hami.io/bind-time` in the node agent's order of pods waiting for Allocate: strconv.ParseInt(s, 10, 64)
+  (unparsable sorts last), never Python's int().
 * Node `status.allocatable[<count resource>]` in the handshake: Quantity.Value() (CheckHealth's
   `qty.Value() > 0`), never Python's int(): "1k" is 1000, "500m" rounds up to 1, " 5" and "1_0" are
   not quantities. The webhook and doctor read resource limits with that same parser.
@@ -24,6 +26,7 @@ from fractions import Fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hami.agent.allocate import _age_key
 from hami.device import codec
 from hami.device.model import DeviceInfo, NvidiaConfig
 from hami.device.request import quantity_value
@@ -182,3 +185,19 @@ def test_values_python_int_would_take_but_go_rejects_read_as_no_quantity():
         assert webhook.quantity_value(text) is None
     assert webhook.quantity_value("-1.5") == -2  # Value() rounds away from zero, as Go does
     assert webhook.quantity_int("1.5") is None and webhook.quantity_int("2k") == 2000
+
+
+def go_parse_int64(text: str) -> int | None:
+    body = text[1:] if text[:1] in "+-" else text
+    if not body or any(c not in "0123456789" for c in body):
+        return None
+    value = int(text)
+    return value if -(1 << 63) <= value < (1 << 63) else None
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(st.sampled_from("0123456789+-_ \u0663x"), max_size=6) | st.integers(-(1 << 64), 1 << 64).map(str))
+def test_bind_time_orders_pods_by_strconv_parseint(text):
+    pod = {"metadata": {"name": "p", "namespace": "default", "annotations": {codec.BIND_TIME_ANNOTATION: text}}}
+    want = go_parse_int64(text)
+    assert _age_key(pod)[0] == (want if want is not None else 1 << 62)
