@@ -77,6 +77,7 @@ class Binder:
         self.lock_queue = lock_queue
         self.overcommit_refusals = 0
         self.refits = 0
+        self.already_bound = 0  # retried binds of a pod bound meanwhile (answered without a write)
         # node -> binds of ours in flight there (the filter avoids these nodes like locked ones)
         self.in_flight: dict[str, int] = {}
         # node -> FIFO of our binds waiting for its lock: only the head swaps, so a release wakes
@@ -100,6 +101,9 @@ class Binder:
         ref = (ns, name, uid or ((pod or {}).get("metadata") or {}).get("uid", ""))
         if pod is None and assumed is None:
             return self._fail(ref, f'pods "{name}" not found')
+        settled = self._already_bound(ns, name, ref[2], node)
+        if settled is not None:
+            return settled
         if self.state.node(node) is None:
             return self._fail(ref, f'nodes "{node}" not found')
         self.in_flight[node] = self.in_flight.get(node, 0) + 1
@@ -111,6 +115,23 @@ class Binder:
                 self.in_flight[node] = left
             else:
                 self.in_flight.pop(node, None)
+
+    def _already_bound(self, ns: str, name: str, uid: str, node: str) -> str | None:
+        """A bind for a pod the cache shows bound writes nothing. kube-scheduler retries a bind its
+        extender timeout cut off, while the first one may have finished: to the same node that is a
+        success (rewriting bind-phase on a running pod would undo the agent's `success`), to
+        another node an error. None: not bound, go on."""
+        pod = self.state.pod(ns, name)
+        bound = ((pod or {}).get("spec") or {}).get("nodeName")
+        if not bound or (uid and ((pod.get("metadata") or {}).get("uid") or uid) != uid):
+            return None
+        if bound == node:
+            self.already_bound += 1
+            log.v(2).info("Bind of a pod already bound to that node: nothing to do", pod=f"{ns}/{name}", node=node)
+            return ""
+        # The text kube-apiserver gives the binding it would refuse: the same whichever of us sees it.
+        return self._fail((ns, name, uid), f'409 Conflict: Operation cannot be fulfilled on pods "{name}": '
+                                           f'pod {name} is already assigned to node "{bound}"')
 
     def _placement(self, node: str, pod: dict | None, assumed) -> tuple[tuple, dict]:
         """(devices, annotations to write) for this bind: this replica's /filter decision, else a
@@ -144,6 +165,15 @@ class Binder:
                 return self._fail(ref, err)
             locked = True
             log.v(5).info("Node locked", pod=f"{ns}/{name}", node=node)
+            # While this bind queued for the lock, an earlier attempt at this same pod may have
+            # finished (the lock it held is the one just released): check before any write.
+            settled = self._already_bound(ns, name, ref[2], node)
+            if settled is not None:
+                # Our lock is a fresh one unless it was that attempt's own (re-entrant) lock still
+                # waiting for Allocate: that one the agent releases, never us.
+                if _annos(self.state.pod(ns, name)).get(codec.BIND_PHASE_ANNOTATION) != "allocating":
+                    await self._release(node, ns, name)
+                return settled
         own = own_node_locks(devices, self.state.vendors) if devices else ()
         # Every write made while a lock is held goes ahead of other binds' lock writes
         # (lanes.urgent): in a burst the lock is then held for this pod's own writes, not for

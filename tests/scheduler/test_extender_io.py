@@ -87,6 +87,58 @@ async def test_writes_under_the_node_lock_go_ahead_of_other_binds_lock_writes(en
     assert writes == [("patch", "nodes", False), ("patch", "pods", True), ("create", "pods/binding", True)]
 
 
+async def test_a_retried_bind_of_a_pod_bound_meanwhile_writes_nothing(env):
+    """kube-scheduler retries a bind its extender timeout cut off, though the first attempt may have
+    finished: to the same node that is a success without a write (bind-phase stays the agent's
+    `success`), to another node an error naming where the pod is."""
+    pod = env.create_pod(pod_obj("r1", mem=1000, cores=10))
+    node = (await env.filter(pod, ["n0", "n1", "n2"]))["NodeNames"][0]
+    assert (await env.bind(pod, node))["Error"] == ""
+    plugin_allocate(env.store, "r1", node)  # Allocate done: bind-phase success, lock released
+    await eventually(lambda: (env.sched.state.pod("default", "r1").get("spec") or {}).get("nodeName") == node
+                     and node not in env.sched.state.locked)
+    writes = env.client.lane_stats["critical"].writes
+    assert (await env.bind(pod, node))["Error"] == ""
+    other = next(n for n in ("n0", "n1", "n2") if n != node)
+    assert (await env.bind(pod, other))["Error"] == (
+        f'409 Conflict: Operation cannot be fulfilled on pods "r1": pod r1 is already assigned to node "{node}"')
+    assert env.client.lane_stats["critical"].writes == writes
+    assert env.pod("default", "r1")["metadata"]["annotations"]["hami.io/bind-phase"] == "success"
+    assert env.sched.binder.already_bound == 1
+
+
+async def test_a_retried_bind_that_finds_the_pod_bound_once_it_has_the_lock_writes_nothing(env):
+    """The retry queues for the node lock; while it waits, the first attempt's binding and Allocate
+    complete. Holding the lock, it sees the pod bound: it releases its fresh lock and succeeds
+    without a patch."""
+    import time as _time
+
+    pod = env.create_pod(pod_obj("r2", mem=1000, cores=10))
+    node = (await env.filter(pod, ["n0", "n1", "n2"]))["NodeNames"][0]
+    env.create_pod(pod_obj("holder", mem=1000, cores=10))  # another pod mid-allocation holds the lock
+    env.store.bind("default", "holder", {"target": {"kind": "Node", "name": node}})
+    env.store.patch("pods", "default", "holder", b'{"metadata":{"annotations":{"hami.io/bind-phase":"allocating"}}}',
+                    "application/merge-patch+json")
+    lock = codec.encode_node_lock(_time.time(), "default", "holder")
+    env.store.patch("nodes", "", node, orjson.dumps({"metadata": {"annotations": {codec.NODE_LOCK_ANNOTATION: lock}}}),
+                    "application/merge-patch+json")
+    await eventually(lambda: node in env.sched.state.locked)
+    patches = env.client.total_requests(verb="patch", resource="pods")
+    retry = asyncio.create_task(env.bind(pod, node))
+    await asyncio.sleep(0.2)
+    assert not retry.done()  # queued behind the lock
+    env.store.bind("default", "r2", {"target": {"kind": "Node", "name": node}})  # the first attempt's binding
+    env.store.patch("pods", "default", "r2", b'{"metadata":{"annotations":{"hami.io/bind-phase":"success"}}}',
+                    "application/merge-patch+json")
+    await eventually(lambda: (env.sched.state.pod("default", "r2").get("spec") or {}).get("nodeName") == node)
+    env.store.patch("nodes", "", node, orjson.dumps({"metadata": {"annotations": {codec.NODE_LOCK_ANNOTATION: None}}}),
+                    "application/merge-patch+json")
+    assert (await retry)["Error"] == ""
+    assert env.client.total_requests(verb="patch", resource="pods") == patches
+    assert env.pod("default", "r2")["metadata"]["annotations"]["hami.io/bind-phase"] == "success"
+    await eventually(lambda: codec.NODE_LOCK_ANNOTATION not in (env.store.get("nodes", "", node)["metadata"].get("annotations") or {}))
+
+
 async def test_filter_skips_a_locked_node_while_another_fits_and_packs_it_again_once_free(env):
     """Binpack picks the fullest node; while its lock is held the next pod goes elsewhere."""
     first = env.create_pod(pod_obj("f0", mem=8000))
