@@ -537,28 +537,13 @@ def diagnose_pod(f: PodFacts) -> Diagnosis:
                         REASON_ADVICE["ResourceQuotaNotFit"][1])
         asked = asked_vendors(pod, f.vendors)
         if asked:
-            return _diagnose_vendor_filter(f, asked, reasons, path, evidence, done)
+            return _diagnose_vendor_filter(f, asked, reasons, path, evidence, done,
+                                           nvidia=bool(pod_gpu_counts(pod, f.nvidia)))
         gpu_nodes = [n for n in f.nodes if is_gpu_node(n)]
         if not set(reasons) - {"NodeUnfitPod"}:
-            missing = [n.name for n in gpu_nodes if register_state(n)[1] is None]
-            stale = [n for n in gpu_nodes if handshake_state(n, f.now)[2]]
-            if missing or not gpu_nodes:
-                path.append("node register annotation missing")
-                evidence.append(f"nodes without {codec.REGISTER_ANNOTATION}: "
-                                + (", ".join(missing) if missing else "(no GPU node at all)"))
-                return done("node-register-missing", "the device plugin has not registered GPUs on the node(s)",
-                            "check the node agent (device plugin) pod on those nodes is running: "
-                            f"kubectl -n {f.hami_namespace} get pods -l {DEVICE_PLUGIN_SELECTOR} -o wide; "
-                            "read its log")
-            if stale:
-                path.append("handshake stale")
-                for n in stale:
-                    value, age, _ = handshake_state(n, f.now)
-                    evidence.append(f"node {n.name} {codec.HANDSHAKE_ANNOTATION}={value} "
-                                    f"({int(age or 0)}s old), allocatable {f.nvidia.resource_count_name}={n.allocatable_gpu}")
-                return done("handshake-stale", "the node's handshake is stale: the device plugin stopped reporting",
-                            "check the device plugin can reach the API server and kubelet (its log, network "
-                            "policy, kubelet device-plugins socket); restart it on that node")
+            nv = _nvidia_registration(f, gpu_nodes, path, evidence, done)
+            if nv is not None:
+                return nv
             counts = pod_gpu_counts(pod, f.nvidia)
             biggest = max((len(register_state(n)[1] or ()) for n in gpu_nodes), default=0)
             if counts and max(counts) > biggest:
@@ -588,9 +573,35 @@ def diagnose_pod(f: PodFacts) -> Diagnosis:
     return done("not-pending", f"the pod is {phase}", "nothing to do")
 
 
-def _diagnose_vendor_filter(f: PodFacts, asked, reasons: dict, path: list, evidence: list, done) -> Diagnosis:
+def _nvidia_registration(f: PodFacts, gpu_nodes: list, path: list, evidence: list, done) -> Diagnosis | None:
+    """NVIDIA's side of a FilteringFailed: no GPU node registered, or its handshake stale."""
+    missing = [n.name for n in gpu_nodes if register_state(n)[1] is None]
+    stale = [n for n in gpu_nodes if handshake_state(n, f.now)[2]]
+    if missing or not gpu_nodes:
+        path.append("node register annotation missing")
+        evidence.append(f"nodes without {codec.REGISTER_ANNOTATION}: "
+                        + (", ".join(missing) if missing else "(no GPU node at all)"))
+        return done("node-register-missing", "the device plugin has not registered GPUs on the node(s)",
+                    "check the node agent (device plugin) pod on those nodes is running: "
+                    f"kubectl -n {f.hami_namespace} get pods -l {DEVICE_PLUGIN_SELECTOR} -o wide; "
+                    "read its log")
+    if stale:
+        path.append("handshake stale")
+        for n in stale:
+            value, age, _ = handshake_state(n, f.now)
+            evidence.append(f"node {n.name} {codec.HANDSHAKE_ANNOTATION}={value} "
+                            f"({int(age or 0)}s old), allocatable {f.nvidia.resource_count_name}={n.allocatable_gpu}")
+        return done("handshake-stale", "the node's handshake is stale: the device plugin stopped reporting",
+                    "check the device plugin can reach the API server and kubelet (its log, network "
+                    "policy, kubelet device-plugins socket); restart it on that node")
+    return None
+
+
+def _diagnose_vendor_filter(f: PodFacts, asked, reasons: dict, path: list, evidence: list, done,
+                            nvidia: bool = False) -> Diagnosis:
     """FilteringFailed for a pod asking for another vendor: is the vendor registered anywhere,
-    readable, handshaking; then each reason code in that vendor's words, with its fix."""
+    readable, handshaking; then each reason code in that vendor's words, with its fix. A pod that
+    asks for NVIDIA too is checked on NVIDIA's side as well, and needs one node with all of them."""
     states = {n.name: vendor_states(n, f.now, f.vendors) for n in f.nodes}
     for v, nums in asked:
         mine = [(name, s) for name, ss in states.items() for s in ss if s.vendor.name == v.name]
@@ -625,12 +636,35 @@ def _diagnose_vendor_filter(f: PodFacts, asked, reasons: dict, path: list, evide
         path.append(f"{v.name} registered on {len(ok)} node(s)")
     advice = []
     v = asked[0][0]
+    names = [v.name for v, _ in asked]
+    if nvidia:
+        # NVIDIA nodes: what the NVIDIA plugin writes, or a GPU node no other vendor registers.
+        gpu_nodes = [n for n in f.nodes if is_gpu_node(n) and (
+            codec.REGISTER_ANNOTATION in n.annotations or codec.HANDSHAKE_ANNOTATION in n.annotations
+            or n.capacity_gpu or n.allocatable_gpu or not states.get(n.name))]
+        nv = _nvidia_registration(f, gpu_nodes, path, evidence, done)
+        if nv is not None:
+            return nv
+        names.insert(0, "NVIDIA")
+        holders = {n.name for n in gpu_nodes if register_state(n)[1]}
+        for other, _ in asked:
+            holders &= {name for name, ss in states.items() if any(s.vendor.name == other.name and s.devices
+                                                                 for s in ss)}
+        path.append("nodes with " + " and ".join(names) + f": {len(holders)}")
+        if not holders:
+            evidence.append("no node registers " + " and ".join(names) + " together")
+            return done("vendor-mix-no-node", "the pod asks for " + " and ".join(names) + " and no node has all "
+                        "of them (HAMi places every device of a pod on one node)",
+                        "split the pod so each part asks for one vendor, or add a node that runs the device "
+                        "plugins of all of them")
     for key in sorted(reasons):
         meaning, todo = vendor_advice(key, v)
+        if nvidia and key in REASON_ADVICE:
+            meaning = f"{meaning} (or, for the NVIDIA cards: {REASON_ADVICE[key][0]})"
         advice.append(f"{key}: {meaning} -> {todo}")
     if not advice:
         advice.append("no reason code in the events: raise -v to 4 and read the per-node filter log")
-    return done("filtering-failed", f"no node fits the pod's {v.name} request", "; ".join(advice))
+    return done("filtering-failed", "no node fits the pod's " + " and ".join(names) + " request", "; ".join(advice))
 
 
 # --------------------------------------------------------------------------- rendering

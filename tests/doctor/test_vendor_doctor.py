@@ -4,7 +4,8 @@
 devices as schedulable, and names the key of a registration that does not decode; `doctor pod`
 explains a vendor pod's FilteringFailed in that vendor's words with a fix: no node registers the
 vendor, its registration is unreadable, or a reason code (Ascend's vNPU templates, Cambricon's
-256 MiB units and default whole-card cores)."""
+256 MiB units and default whole-card cores); a pod asking for NVIDIA and another vendor is checked
+on both sides and needs one node with both."""
 
 from __future__ import annotations
 
@@ -101,3 +102,36 @@ def test_vendor_reason_codes_are_explained_in_the_vendor_words():
     d = diagnose_pod(_facts(_pod({f"huawei.com/{ASC}": "3"}), [ascend_node("npu")]))
     assert d.fix.startswith("NodeInsufficientDevice: the node has fewer Ascend910B3 devices")
     assert f"a container asks for 3 {ASC}, the largest {ASC} node has 2" in d.evidence
+
+
+def _nvidia_node(name: str, register: bool = True, extra: dict | None = None) -> NodeFacts:
+    annos = dict(extra or {})
+    if register:
+        annos[codec.REGISTER_ANNOTATION] = codec.encode_node_devices(
+            [DeviceInfo(id=f"GPU-{name}", count=10, devmem=81920, devcore=100, type="NVIDIA A100", health=True)])
+        annos[codec.HANDSHAKE_ANNOTATION] = codec.encode_handshake_requesting(NOW - 5, None)
+    return NodeFacts(name, annos, allocatable_gpu=1, capacity_gpu=1, labels={"gpu": "on"})
+
+
+MIXED = {"nvidia.com/gpu": "1", f"huawei.com/{ASC}": "1"}
+
+
+def test_pod_asking_nvidia_and_another_vendor_needs_one_node_with_both():
+    """No node registers NVIDIA and Ascend together: the pod can never fit as one piece."""
+    d = diagnose_pod(_facts(_pod(MIXED), [_nvidia_node("nv"), ascend_node("npu")]))
+    assert d.leaf == "vendor-mix-no-node"
+    assert "NVIDIA and Ascend910B3" in d.summary and "split the pod" in d.fix
+    assert f"no node registers NVIDIA and {ASC} together" in d.evidence
+
+
+def test_pod_asking_nvidia_and_another_vendor_checks_nvidias_registration_too():
+    """The Ascend side is fine, but an NVIDIA node has no registration: that is the finding."""
+    mixed = ascend_node("mix")
+    mixed = NodeFacts("mix", {**mixed.annotations, **_nvidia_node("mix").annotations}, allocatable_gpu=1,
+                      capacity_gpu=1, labels=mixed.labels, capacity=mixed.capacity, allocatable=mixed.allocatable)
+    d = diagnose_pod(_facts(_pod(MIXED), [mixed, _nvidia_node("nv2", register=False)]))
+    assert d.leaf == "node-register-missing" and "nv2" in " ".join(d.evidence)
+    d = diagnose_pod(_facts(_pod(MIXED), [mixed], message="no available node, 1/1 CardInsufficientMemory"))
+    assert d.leaf == "filtering-failed"
+    assert d.summary == f"no node fits the pod's NVIDIA and {ASC} request"
+    assert "for the NVIDIA cards" in d.fix
