@@ -7,6 +7,8 @@ kubernetes-asyncio has no informer (spec protocols.md §2), so this is ours:
   objects that vanished get a synthetic DELETED (client-go's DeletedFinalStateUnknown), changed
   ones MODIFIED, unchanged ones nothing (no duplicate work for handlers).
 * Errors back off exponentially with jitter (0.8 s doubling to 30 s), reset once a watch delivers.
+* A watch reads its socket in 16 KiB chunks (asyncio's 256 KiB default allocated that much per
+  bookmark on an idle watch).
 * Silent watch: no event, bookmark or byte for `silent_timeout` seconds -> reconnect from the
   last RV (a half-open connection otherwise stalls the cache forever).
 * `handler(event_type, old, new)` runs synchronously in the event loop, in order; for DELETED
@@ -272,6 +274,7 @@ class Informer:
         self.watches += 1
         self._call_worked()
         delivered = False
+        transport = _small_reads(resp)
         try:
             while True:
                 try:
@@ -294,6 +297,8 @@ class Informer:
                 if self._failed and not self._resync_objects():
                     raise _Resync()
         finally:
+            if transport is not None:
+                del transport.max_size  # back to the class default before the pool reuses it
             resp.release()
 
     def _apply(self, ev: dict) -> None:
@@ -384,6 +389,23 @@ class Informer:
             for fut in waiters:
                 if not fut.done():
                     fut.set_result(None)
+
+
+# A plain-TCP asyncio transport reads with recv(max_size), 256 KiB by default: every bookmark on an
+# idle watch allocated a 256 KiB buffer before shrinking it to a few hundred bytes (most of the idle
+# scheduler's allocation). A watch reads events of a few KiB; a burst only costs more recv calls.
+WATCH_READ_SIZE = 16 * 1024
+
+
+def _small_reads(resp) -> Any:
+    """Read this watch in WATCH_READ_SIZE chunks; returns the transport to restore, or None (TLS
+    transports read into one reused buffer and have no per-read allocation to shrink)."""
+    conn = getattr(resp, "connection", None)
+    transport = getattr(conn, "transport", None)
+    if transport is None or not isinstance(getattr(type(transport), "max_size", None), int):
+        return None
+    transport.max_size = WATCH_READ_SIZE
+    return transport
 
 
 class _Gone(Exception):

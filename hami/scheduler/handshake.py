@@ -55,6 +55,9 @@ class Verdict:
     write: str | None = None  # "request" -> write Requesting_<now>; "clean" -> remove the key
     changed: bool = False
     key: str = HANDSHAKE_KEY  # the handshake annotation (one per vendor)
+    # The time from which the same node may be judged otherwise (the Requesting window ends);
+    # None: only a change of the node or of what we saw can change the verdict.
+    until: float | None = None
 
 
 def gpu_allocatable(node: dict, resource: str = "nvidia.com/gpu") -> int:
@@ -75,10 +78,13 @@ def judge(node: dict, now: float, seen: Seen, resource: str = "nvidia.com/gpu",
         return Verdict(healthy=False, key=handshake_key)  # not a HAMi node: never written
     alloc = gpu_allocatable(node, resource)
     value = annos.get(handshake_key, "")
+    until = None
     if REQUESTING in value:
         stamp = parse_requesting(value)
         if stamp is None or now < stamp + WINDOW_S or alloc > 0:
             healthy = True
+            if stamp is not None and alloc <= 0:
+                until = stamp + WINDOW_S
         else:
             healthy = False
         write = None
@@ -92,7 +98,7 @@ def judge(node: dict, now: float, seen: Seen, resource: str = "nvidia.com/gpu",
     changed = alloc != seen.allocatable or register != seen.register
     if not healthy and write is None and handshake_key in annos:
         write = "clean"
-    return Verdict(healthy=healthy, write=write, changed=changed, key=handshake_key)
+    return Verdict(healthy=healthy, write=write, changed=changed, key=handshake_key, until=until)
 
 
 class Handshaker:
@@ -108,23 +114,48 @@ class Handshaker:
         self.clock = clock
         self.is_leader = is_leader
         self.seen: dict[str, Seen] = {}
+        # node -> time from which judging it again may give another verdict: a write is pending
+        # (it may have failed), what we saw just changed, or its Requesting window ends. Only
+        # these nodes are re-judged by the periodic recheck; a steady node costs nothing.
+        self.due: dict[str, float] = {}
         self.writes = 0
         self.conflicts = 0
 
     def forget(self, name: str) -> None:
         self.seen.pop(name, None)
+        self.due.pop(name, None)
+
+    def due_nodes(self, now: float) -> list[str]:
+        """Nodes whose verdict may differ from the last one at `now` (allocates nothing when none)."""
+        if not self.due:
+            return []
+        return [name for name, at in self.due.items() if at <= now]
 
     def evaluate(self, node: dict) -> Verdict:
         name = (node.get("metadata") or {}).get("name", "")
         seen = self.seen.get(name, Seen())
-        verdict = judge(node, self.clock(), seen, self.resource, self.register_key, self.handshake_key)
+        now = self.clock()
+        verdict = judge(node, now, seen, self.resource, self.register_key, self.handshake_key)
         annos = (node.get("metadata") or {}).get("annotations") or {}
-        self.seen[name] = Seen(
+        new = Seen(
             allocatable=gpu_allocatable(node, self.resource),
             register=annos.get(self.register_key),
             cleaned=seen.cleaned and verdict.write is None and not verdict.healthy,
         )
+        self.seen[name] = new
+        if verdict.write is not None or (new != seen and self._differs(node, now, new, verdict)):
+            self.due[name] = now
+        elif verdict.until is not None:
+            self.due[name] = verdict.until
+        else:
+            self.due.pop(name, None)
         return verdict
+
+    def _differs(self, node: dict, now: float, seen: Seen, verdict: Verdict) -> bool:
+        """Whether judging the node again, with what we just saw, would decide otherwise (then the
+        next recheck must; on first sight it usually would not, so a new node costs one judge)."""
+        again = judge(node, now, seen, self.resource, self.register_key, self.handshake_key)
+        return (again.healthy, again.write) != (verdict.healthy, verdict.write)
 
     async def apply(self, node: dict, verdict: Verdict) -> None:
         if verdict.write is None or self.client is None or not self.is_leader():
@@ -141,6 +172,7 @@ class Handshaker:
             if verdict.write == "clean":
                 s = self.seen.get(name, Seen())
                 self.seen[name] = Seen(s.allocatable, s.register, cleaned=True)
+                self.due[name] = self.clock()
                 log.warning("Node GPU handshake expired, devices dropped", node=name)
             else:
                 log.v(4).info("Requested node handshake", node=name, value=value)

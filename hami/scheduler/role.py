@@ -1,8 +1,8 @@
 """`hami --role scheduler`: the extender, its watches, the handshake, leases and metrics, wired.
 
 Tasks (all named, all stopped by ctx.stop): node and pod informers -> ClusterState; the event
-writer; the handshake writer (leader only with --leader-elect); a 15 s re-judge of time-based
-handshake state (no API calls); the lease elector; the TLS certificate watchers.
+writer; the handshake writer (leader only with --leader-elect); a 15 s re-judge of the nodes whose
+handshake verdict may change with time (no API calls, nothing when none is due); the lease elector; the TLS certificate watchers.
 
 Listeners, by who may reach them: /filter and /bind on --http_bind (loopback, where kube-scheduler
 runs as a sidecar, or mTLS with --client-ca-file); /webhook on --webhook-bind-address (TLS, behind
@@ -270,7 +270,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
                   AccessProbe(client))
     state.on_handshake_write = s.queue_handshake
     if leader is not None:
-        leader.on_change = lambda is_leader: state.recheck() if is_leader else None
+        leader.on_change = lambda is_leader: state.recheck(everything=True) if is_leader else None
 
     s.health.add(s.readiness)
     reloaders: list[CertReloader] = []

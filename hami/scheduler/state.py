@@ -350,11 +350,22 @@ class ClusterState:
             keep.extend(devices)
         return NodeDevices(dec.register, tuple(keep), dec.error, dec.groups)
 
-    def recheck(self) -> None:
-        """Re-judge time-dependent handshake state of every cached HAMi node (no API calls)."""
+    def recheck(self, everything: bool = False) -> None:
+        """Re-judge the nodes whose handshake verdict may have changed with time (a Requesting
+        window ending, a write to retry), or every cached HAMi node (`everything`, e.g. on
+        becoming leader). No API calls; with nothing due it allocates nothing (idle cost)."""
         if self.nodes is None:
             return
-        for name in list(self.registered):
+        if everything:
+            names = list(self.registered)
+        else:
+            now = self.handshaker.clock()
+            names = self.handshaker.due_nodes(now)
+            for hs in self.vendor_handshakers.values():
+                names += hs.due_nodes(now)
+            if not names:
+                return
+        for name in names:
             node = self.nodes.store.get(name)
             if node is not None:
                 self.refresh_node(node)

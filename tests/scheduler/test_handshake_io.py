@@ -116,3 +116,53 @@ async def test_stale_resource_version_conflict_is_harmless(env):
 
     await hs.apply(stale, Verdict(True, "request"))
     assert hs.conflicts == 1 and hs.writes == 0
+
+
+def _count_judged(state) -> list[str]:
+    judged: list[str] = []
+    refresh = state.refresh_node
+
+    def counting(node: dict) -> None:
+        judged.append(node["metadata"]["name"])
+        refresh(node)
+
+    state.refresh_node = counting
+    return judged
+
+
+async def test_recheck_rejudges_only_nodes_whose_verdict_can_change(env):
+    state = env.sched.state
+    await eventually(lambda: env.sched.handshaker.writes == 2)
+
+    def settled() -> bool:
+        state.recheck()
+        return not env.sched.handshaker.due
+
+    await eventually(settled)  # first sight's writes came back through the watch
+    judged = _count_judged(state)
+    for _ in range(3):
+        state.recheck()
+    assert judged == []  # steady nodes cost the 15 s ticker nothing
+    state.recheck(everything=True)  # becoming leader re-judges every HAMi node
+    assert sorted(judged) == ["also", "fresh"]
+
+
+async def test_recheck_drops_a_node_when_its_requesting_window_ends(apiserver):
+    e = await start_env(apiserver, [node_obj("gone", handshake=req(0), allocatable=0), node_obj("ok")])
+    try:
+        hs, state = e.sched.handshaker, e.sched.state
+
+        def window_open() -> bool:
+            state.recheck()
+            return "gone" in state.usable and hs.due.get("gone", 0) > time.time()
+
+        await eventually(window_open)
+        judged = _count_judged(state)
+        state.recheck()
+        assert "gone" not in judged and "gone" in state.usable  # window still open: not due
+        hs.clock = lambda: time.time() + 61
+        state.recheck()
+        assert "gone" in judged and "gone" not in state.usable
+        await eventually(lambda: HANDSHAKE_KEY not in e.store.get("nodes", "", "gone")["metadata"]["annotations"])
+    finally:
+        await stop_env(e)
