@@ -52,6 +52,7 @@ from hami.scheduler.extargs import ArgsDecoder, BadArgs, lower_keys
 from hami.scheduler.fit import try_pod
 from hami.scheduler.metrics import SchedulerMetrics, split_bind
 from hami.scheduler.nodeorder import first_fit
+from hami.scheduler.nodescan import NodeScanner
 from hami.scheduler.policy import PolicyError
 from hami.scheduler.state import VGPU_NODE, ClusterState
 from hami.scheduler.usage import NodeUsage, UsageIndex
@@ -63,6 +64,9 @@ log = get_logger(__name__)
 FULL_EVALUATION_MAX_NODES = 64
 
 JSON = "application/json"
+
+# Bodies from this size on are first scanned as full-Nodes requests (nodescan.py).
+SCAN_MIN_BYTES = 16384
 
 
 BadRequest = BadArgs
@@ -178,6 +182,7 @@ class Extender:
         self.verbs: Any = None  # hami.scheduler.verbs.ExtraVerbs: /prioritize, /preempt
         self._warned: set[str] = set()
         self.args = ArgsDecoder()  # /filter bodies, the node name list cached (extargs.py)
+        self.nodescan = NodeScanner()  # full-Nodes bodies, each Node decoded once per change (nodescan.py)
 
     # ------------------------------------------------------------------ /filter
 
@@ -195,10 +200,15 @@ class Extender:
                 self.metrics.filter_seconds.labels(result).observe(time.perf_counter() - started)
 
     async def _filter(self, body: bytes) -> dict:
-        try:
-            args, names = self.args.decode(body)
-        except (orjson.JSONDecodeError, BadRequest) as exc:
-            return {"Error": _decode_error(exc)}
+        scanned = self.nodescan.scan(body) if len(body) >= SCAN_MIN_BYTES else None
+        if scanned is not None:
+            args, scanned = scanned
+            names = None
+        else:
+            try:
+                args, names = self.args.decode(body)
+            except (orjson.JSONDecodeError, BadRequest) as exc:
+                return {"Error": _decode_error(exc)}
         pod = args.get("pod")
         if not isinstance(pod, dict):
             return {"Error": "extender args missing pod"}
@@ -231,11 +241,12 @@ class Extender:
         index = self.state.index
         if log.enabled(5):
             full = nodes is not None and node_names is None
-            count = len((nodes or {}).get("items") or []) if full and isinstance(nodes, dict) else len(node_names or [])
+            count = (len(scanned) if scanned is not None else len((nodes or {}).get("items") or [])) \
+                if full and isinstance(nodes, dict) else len(node_names or [])
             log.v(5).info("Filter request", pod=f"{ns}/{name}", uid=uid, nodes=count,
                           mode="Nodes" if full else "NodeNames")
         if nodes is not None and node_names is None:
-            return self._filter_nodes_mode(pod, ns, name, annos, requests, num_init, nodes)
+            return self._filter_nodes_mode(pod, ns, name, annos, requests, num_init, nodes, scanned)
         node_names = names.names if names is not None else list(node_names or [])
         # HAMi drops any cached allocation of this pod first (a retried filter re-places it).
         held = index.pod(uid)
@@ -514,7 +525,8 @@ class Extender:
                             init_released=rec.init_released, mig=rec.mig)
         return usage
 
-    def _filter_nodes_mode(self, pod, ns, name, annos, requests, num_init, nodes) -> dict:
+    def _filter_nodes_mode(self, pod, ns, name, annos, requests, num_init, nodes, scanned=None) -> dict:
+        """`scanned`: the Nodes as nodescan.NodeScanner read them (then `nodes` has no items)."""
         if not isinstance(nodes, dict):
             return {"Error": "json: cannot unmarshal Nodes into Go value of type v1.NodeList"}
         index = self.state.index
@@ -524,20 +536,39 @@ class Extender:
             self.events.record(pod, WARNING, messages.FILTERING_FAILED, preq)
             return {"Error": preq}
         usages: dict[str, NodeUsage] = {}
-        by_name: dict[str, dict] = {}
+        by_name: dict[str, Any] = {}
         names = []
-        for node in items:
-            nname = (node.get("metadata") or {}).get("name", "")
-            names.append(nname)
-            by_name[nname] = node
-            u = self._node_usage(node, index)
-            if u is not None:
-                usages[nname] = u
+        if scanned is not None:
+            registered, known = self.state.registered, index.nodes
+            for sn in scanned:
+                nname = sn.name
+                names.append(nname)
+                by_name[nname] = sn
+                text = sn.register
+                reg = registered.get(nname)
+                # The common case inline: the watch already knows this registration and its usage.
+                if reg is not None and text is not None and reg.register == text and nname in known:
+                    usages[nname] = known[nname]
+                    continue
+                u = self._node_usage(sn.node(), index)  # decoded here only for nodes the cache lacks
+                if u is not None:
+                    usages[nname] = u
+        else:
+            for node in items:
+                nname = (node.get("metadata") or {}).get("name", "")
+                names.append(nname)
+                by_name[nname] = node
+                u = self._node_usage(node, index)
+                if u is not None:
+                    usages[nname] = u
         sel = scoremod.select_node(usages, names, preq)
         if sel.node is None:
             self._record_no_fit(pod, names, sel.failed_nodes)
             return {"Nodes": None, "FailedNodes": sel.failed_nodes, "Error": ""}
-        return {"Nodes": {"items": [by_name[sel.node]]}, "FailedNodes": sel.failed_nodes, "Error": ""}
+        chosen = by_name[sel.node]
+        if scanned is not None:
+            chosen = chosen.node()
+        return {"Nodes": {"items": [chosen]}, "FailedNodes": sel.failed_nodes, "Error": ""}
 
     # ------------------------------------------------------------------ /bind
 

@@ -5,7 +5,8 @@ Covers: request after request (the same list, so the decoder's cache serves it, 
 subset), the node /filter answers is the node `select_node` picks on the usage the request met,
 for binpack and spread; a pod no node fits gets FailedNodes equal to select_node's, for every
 named node including an unregistered name; a locked node is avoided while another fits; a pod
-placed this way binds.
+placed this way binds; full-Nodes bodies read node by node (nodescan) answer what the full
+decode answers, unchanged Nodes taken from the scanner's cache.
 """
 
 from __future__ import annotations
@@ -89,3 +90,24 @@ async def test_a_locked_node_is_avoided_while_another_fits_and_the_pod_binds(env
     stored = env.pod("default", "first")
     assert stored["metadata"]["annotations"]["hami.io/vgpu-node"] == chosen
     assert orjson.loads(orjson.dumps(stored))["spec"].get("nodeName") in (None, chosen)
+
+
+async def test_full_nodes_scanned_answers_equal_the_full_decode(env, monkeypatch):
+    import hami.scheduler.extender as extmod
+
+    ext = env.sched.extender
+    items = [env.sched.state.nodes.store[f"n{i}"] for i in range(N)]
+    items.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "stranger", "annotations": {}}})
+    for i, mem in enumerate([1000, 20000, 200000, 1000]):
+        pod = env.create_pod(pod_obj(f"full-{i}", mem=mem))
+        body = orjson.dumps({"Pod": pod, "Nodes": {"kind": "NodeList", "items": items}})
+        assert len(body) >= extmod.SCAN_MIN_BYTES
+        monkeypatch.setattr(extmod, "SCAN_MIN_BYTES", 1 << 40)
+        want = await ext.filter(body)
+        monkeypatch.setattr(extmod, "SCAN_MIN_BYTES", 16384)
+        reused = ext.nodescan.reused
+        out = await env.filter(pod, nodes={"kind": "NodeList", "items": items})
+        assert out == orjson.loads(orjson.dumps(want))
+        assert i == 0 or ext.nodescan.reused == reused + len(items)
+    assert out["Nodes"]["items"][0]["metadata"]["name"].startswith("n")
+    assert want["Nodes"] is not None
