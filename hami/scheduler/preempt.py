@@ -9,6 +9,10 @@ down (higher priority, then the earlier start), keeping a pod off the node only 
 back would make the preemptor not fit. Since a GPU's usage only grows as pods come back, the set
 left is minimal: no victim in it can be spared given the others.
 
+Quota: a victim in the preemptor's namespace gives its share of that namespace's ResourceQuota
+back when evicted (HAMi's fitQuota counts the namespace's placed pods), so the search checks the
+quota against a private ledger: the live usage less the victims currently off the node.
+
 `select_victims(nvidia, node, devices, cordoned, on_node, candidates, violating, request)` ->
 `(victim uids, PDB violations among them)` or None when the node cannot help.
 """
@@ -16,11 +20,12 @@ left is minimal: no victim in it can be spared given the others.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
-from hami.device.model import DeviceInfo, NvidiaConfig
+from hami.device.model import NVIDIA, DeviceInfo, NvidiaConfig
 
 from .fit import PodRequest, try_pod
-from .usage import PodRecord, UsageIndex
+from .usage import PodRecord, Quota, QuotaView, UsageIndex
 
 
 def _fits(index: UsageIndex, node: str, request: PodRequest) -> bool:
@@ -33,16 +38,49 @@ def _add(index: UsageIndex, uid: str, node: str, rec: PodRecord) -> None:
                   init_released=rec.init_released, mig=rec.mig)
 
 
+class _QuotaLedger:
+    """The preemptor's namespace quota with the victims taken off the node credited back."""
+
+    def __init__(self, request: PodRequest):
+        live = request.options.quota
+        self.namespace = request.namespace
+        self.view: QuotaView | None = None
+        if live is not None:
+            self.view = QuotaView(Quota(live.mem.used, live.mem.limit) if live.mem is not None else None,
+                                  Quota(live.cores.used, live.cores.limit) if live.cores is not None else None,
+                                  live.memory_factor)
+
+    def request(self, request: PodRequest) -> PodRequest:
+        if self.view is None:
+            return request
+        return replace(request, options=replace(request.options, quota=self.view))
+
+    def move(self, rec: PodRecord, sign: int) -> None:
+        """sign -1: the pod leaves the node (its quota share is free); +1: it is put back."""
+        if self.view is None or rec.namespace != self.namespace:
+            return
+        nvidia = {cd.uuid for ctr in rec.devices for cd in ctr if cd.type == NVIDIA}
+        mem = sum(u[1] for u in rec.usage if u[0] in nvidia)
+        cores = sum(u[2] for u in rec.usage if u[0] in nvidia)
+        for q, v in ((self.view.mem, mem), (self.view.cores, cores)):
+            if q is not None:
+                q.used = max(0, q.used + sign * v)
+
+
 def select_victims(nvidia: NvidiaConfig, node: str, devices: Sequence[DeviceInfo], cordoned: Iterable[str],
                    on_node: Mapping[str, PodRecord], candidates: Sequence[str], violating: set[str],
                    request: PodRequest) -> tuple[list[str], int] | None:
     """`candidates`: victim uids, most important first; `violating`: those whose eviction breaks a PDB."""
     index = UsageIndex(nvidia)
     index.set_node(node, devices, cordoned)
+    ledger = _QuotaLedger(request)
+    request = ledger.request(request)
     pool = set(candidates)
     for uid, rec in on_node.items():
         if uid not in pool:
             _add(index, uid, node, rec)
+        else:
+            ledger.move(rec, -1)
     if not _fits(index, node, request):
         return None
     order = [u for u in candidates if u in violating] + [u for u in candidates if u not in violating]
@@ -52,7 +90,9 @@ def select_victims(nvidia: NvidiaConfig, node: str, devices: Sequence[DeviceInfo
         if rec is None:
             continue  # not using HAMi devices here: evicting it frees nothing the fit counts
         _add(index, uid, node, rec)
+        ledger.move(rec, +1)
         if not _fits(index, node, request):
             index.remove_pod(uid)
+            ledger.move(rec, -1)
             victims.append(uid)
     return victims, sum(1 for u in victims if u in violating)

@@ -4,7 +4,8 @@ Covers: which failure reasons each kind of change could remove (`requeue.could_h
 goes only to pods that now fit on a changed candidate node, oldest failure first, one wake per failure;
 prioritize scaling (binpack: highest score 10, spread: lowest 10, ties all 10, non-fitting 0);
 `select_victims` returns an inclusion-minimal set (every victim needed, checked by putting each back)
-and drops nodes no set helps; PDB counting as filterPodsWithPDBViolation (allowance, disruptedPods,
+and drops nodes no set helps; a victim in the preemptor's namespace gives its ResourceQuota share back
+(a quota-bound preemptor evicts its own namespace's pod, not another's); PDB counting as filterPodsWithPDBViolation (allowance, disruptedPods,
 empty selectors, namespaces).
 """
 
@@ -89,6 +90,25 @@ def test_select_victims_is_minimal_or_none(sizes, want):
     assert fits_without(set(victims))
     for v in victims:  # inclusion-minimal: sparing any one victim breaks the fit
         assert not fits_without(set(victims) - {v})
+
+
+def test_select_victims_credits_the_quota_a_same_namespace_victim_frees():
+    gpus = [GPU, DeviceInfo(id="GPU-b", count=10, devmem=40000, devcore=100, type="NVIDIA A100", index=1,
+                            mode="hami-core", health=True)]
+    index = UsageIndex(NV)
+    index.set_node("n0", gpus)
+    index.set_quota("team", "q", {"limits.nvidia.com/gpumem": 30000})
+    index.add_pod("mine", "n0", ((ContainerDevice("GPU-a", "NVIDIA", 20000, 0),),), namespace="team")
+    index.add_pod("theirs", "n0", ((ContainerDevice("GPU-b", "NVIDIA", 20000, 0),),), namespace="other")
+    on_node = {u: index.pod(u) for u in ("mine", "theirs")}
+    r = ContainerDeviceRequest(nums=1, type="NVIDIA", memreq=20000, mempercentagereq=101, coresreq=0)
+    preq = fit.pod_request([r], 0, {}, namespace="team", quota=index.quota_view("team"))
+    refused = fit.try_pod(index.node("n0"), preq)  # the quota (20000 + 20000 > 30000) refuses it now
+    assert isinstance(refused, str) and "ResourceQuotaNotFit" in refused, refused
+    # the other namespace's pod is listed first (more important to keep last): only "mine" must go
+    picked = select_victims(NV, "n0", gpus, (), on_node, ["theirs", "mine"], set(), preq)
+    assert picked == (["mine"], 0)
+    assert index.quota_view("team").mem.used == 20000  # the live index is untouched
 
 
 def test_prioritize_scales_to_zero_ten():
