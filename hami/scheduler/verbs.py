@@ -177,13 +177,15 @@ class ExtraVerbs:
             return {"Error": preq}
         state = self.ext.state
         index = state.index
-        if preq is None:  # not ours to judge: kube-scheduler's candidates stand
-            return {"NodeNameToMetaVictims": {n: {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": 0}
-                                              for n, uids in candidates.items() if uids}}
-        meta = pod.get("metadata") or {}
-        own = meta.get("uid") or ""
         pdbs = list(self.pdbs.store.values()) if self.pdbs is not None else []
         all_pods = list(state.pods.store.values()) if state.pods is not None else []
+        if preq is None:  # not ours to judge: kube-scheduler's candidates stand, their PDB violations counted
+            by_uid = {(p.get("metadata") or {}).get("uid"): p for p in all_pods}
+            return {"NodeNameToMetaVictims": {n: {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": len(
+                pdbmod.victims_violating([by_uid[u] for u in uids if u in by_uid], pdbs, all_pods)[0])}
+                for n, uids in candidates.items() if uids}}
+        meta = pod.get("metadata") or {}
+        own = meta.get("uid") or ""
         out = {}
         for node, uids in sorted(candidates.items()):
             usage = index.node(node)

@@ -5,7 +5,8 @@ Covers: a priority-1000 pod on a full cluster evicts exactly the minimal set of 
 node needing one victim beats the node needing two) and then binds there, with no GPU over-committed
 at any observed step; a PodDisruptionBudget the cheap node's victims would violate sends the
 preemptor to the other node (NumPDBViolations counted as kube-scheduler does); /preempt drops
-nodes where no victim set helps and keeps higher-priority pods; bodies of the wrong shape get an
+nodes where no victim set helps and keeps higher-priority pods; a preemptor asking for no HAMi device
+gets kube-scheduler's candidates back with their PDB violations counted; bodies of the wrong shape get an
 `Error` naming the field (HTTP 200).
 """
 
@@ -125,6 +126,25 @@ async def test_preempt_drops_nodes_no_victim_set_helps_and_spares_what_it_can(ap
         assert status == 200
         # n0: evicting b (30 GiB) alone frees enough, a is spared; n1 is too small whatever goes
         assert out == {"NodeNameToMetaVictims": {"n0": {"Pods": [{"UID": uids["b"]}], "NumPDBViolations": 0}}}
+
+
+async def test_preempt_for_a_pod_without_hami_devices_counts_pdb_violations(apiserver):
+    async with running_env(apiserver, [gpu_node("n0")]) as env:
+        uids = []
+        for i in range(2):
+            p = env.create_pod(prio(pod_obj(f"web{i}", gpus=0), 0, app="web"))
+            uids.append(p["metadata"]["uid"])
+        env.store.create("poddisruptionbudgets.policy", "default", {
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}},
+            "status": {"disruptionsAllowed": 1}})
+        await eventually(lambda: len(env.sched.pdbs.store) == 1 and len(env.sched.state.pods.store) == 2, 5)
+        preemptor = prio(pod_obj("cpu-only", gpus=0), 1000)
+        status, out = await post(env, {"Pod": preemptor, "NodeNameToMetaVictims": {
+            "n0": {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": 0}}})
+        assert status == 200
+        # one disruption allowed: the first victim uses it, the second violates the budget
+        assert out == {"NodeNameToMetaVictims": {"n0": {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": 1}}}
 
 
 @pytest.mark.parametrize("body,field", [
