@@ -39,25 +39,25 @@ MODE_HAMI_CORE = "hami-core"
 
 def registration_signature(annotations: Mapping[str, str], capacity: Mapping, table: VendorTable,
                            labels: Mapping[str, str] | None = None) -> str:
+    if table.register_annotations.isdisjoint(annotations) and table.register_capacities.isdisjoint(capacity):
+        return ""  # an NVIDIA-only node (the common case): no other vendor registers here
     parts = []
     for v in table.others:
-        if v.hook == "awsneuron":
-            devices = capacity.get(v.count_resource)
-            if devices is not None:
-                itype = (labels or {}).get(neuron_codec.INSTANCE_TYPE_LABEL, "")
-                parts.append(f"{v.count_resource}={devices};{capacity.get(v.core_resource)};{itype}")
-        elif v.register_source == "annotation":
+        if v.register_source == "annotation":
             text = annotations.get(v.register_key)
             if text is not None:
                 parts.append(f"{v.register_key}={text}")
-        elif (v.hook == "kunlunxin" or v.card_count) and v.register_source == "capacity":
-            cards = capacity.get(v.count_resource)
-            if cards is not None:
-                parts.append(f"{v.count_resource}={cards}")
+            continue
+        raw = capacity.get(v.capacity_trigger)
+        if raw is None:
+            continue
+        if v.hook == "awsneuron":
+            itype = (labels or {}).get(neuron_codec.INSTANCE_TYPE_LABEL, "")
+            parts.append(f"{v.count_resource}={raw};{capacity.get(v.core_resource)};{itype}")
+        elif v.capacity_trigger == v.count_resource:
+            parts.append(f"{v.count_resource}={raw}")
         else:
-            cores = capacity.get(v.core_resource)
-            if cores is not None:
-                parts.append(f"{v.core_resource}={cores};{capacity.get(v.memory_resource)}")
+            parts.append(f"{v.core_resource}={raw};{capacity.get(v.memory_resource)}")
     if parts and NODE_VNPU_CORE in annotations:
         parts.append(f"{NODE_VNPU_CORE}={annotations[NODE_VNPU_CORE]}")
     return "\x00".join(parts)

@@ -127,6 +127,14 @@ class Vendor:
         return tuple(n for n in (self.count_resource, self.memory_resource, self.percentage_resource,
                                  self.core_resource) if n)
 
+    @property
+    def capacity_trigger(self) -> str:
+        """The capacity whose presence means the node registers this capacity vendor: its cards
+        (AWS Neuron, Kunlunxin, plain cards) or its cores (Cambricon, Mthreads)."""
+        if self.hook in ("awsneuron", "kunlunxin") or self.card_count:
+            return self.count_resource
+        return self.core_resource
+
     def trim_memory(self, mib: int) -> tuple[int, str]:
         """Ascend trimMemory: the smallest template holding `mib` (memory, template name); a whole
         card (memoryAllocatable, "") up to memoryCapacity; (0, "") beyond."""
@@ -148,6 +156,10 @@ class VendorTable:
     others: tuple[Vendor, ...] = field(init=False, repr=False)
     other_counts: frozenset[str] = field(init=False, repr=False)
     other_allocated: tuple[tuple[str, Vendor], ...] = field(init=False, repr=False)
+    # What a node must carry for any other vendor to register there (a register annotation, or
+    # a capacity): a node with none of them skips the per-row registration work.
+    register_annotations: frozenset[str] = field(init=False, repr=False)
+    register_capacities: frozenset[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         names: dict[str, Vendor] = {}
@@ -170,6 +182,10 @@ class VendorTable:
             + [v.core_resource for v in others if v.core_requests and v.core_resource]))
         object.__setattr__(self, "other_allocated",
                            tuple((v.allocated_key, v) for v in others if v.allocated_key))
+        object.__setattr__(self, "register_annotations", frozenset(
+            v.register_key for v in others if v.register_source == "annotation" and v.register_key))
+        object.__setattr__(self, "register_capacities", frozenset(
+            v.capacity_trigger for v in others if v.register_source == "capacity" and v.capacity_trigger))
 
     def get(self, name: str) -> Vendor | None:
         return self.by_name.get(name)
