@@ -7,7 +7,8 @@ policies (`hami.scheduler.fit.pod_request`, quota view from the `UsageIndex`), t
 (`hami.scheduler.score.select_node`: HAMi's fit and node order), and the bookkeeping of a placed
 pod (`UsageIndex.add_pod`). What kube-scheduler does before the extender is reduced to what
 decides GPU placement: unschedulable (cordoned) nodes, `nodeSelector` labels, required node affinity
-and NoSchedule/NoExecute taints the pod does not tolerate are filtered out;
+and NoSchedule/NoExecute taints the pod does not tolerate are filtered out, then required pod
+(anti-)affinity and DoNotSchedule topology spread (`hami.sim.intree`, the embedded loop's plugins);
 candidates are passed in name order, so ties go to the first name, as in the extender.
 
 Scenario changes act on the snapshot before the replay: a new deviceSplitCount /
@@ -40,6 +41,7 @@ from hami.scheduler import score as scoremod
 from hami.scheduler import webhook as webhookmod
 from hami.scheduler.policy import PolicyError
 from hami.scheduler.usage import NodeUsage, UsageIndex
+from hami.sim import intree
 
 from .cluster import TERMINAL, Cluster, NodeInfo, PodInfo, epoch, holds_devices, node_affinity_ok, tolerates
 from .picker import Picker
@@ -358,6 +360,22 @@ def _reason_codes(failed: dict[str, str], parsed_texts: dict[str, dict[str, int]
     return tuple(k for k, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+def _pod_rules(spec: dict) -> bool:
+    """The pod asks for required pod (anti-)affinity or a DoNotSchedule spread constraint."""
+    affinity = spec.get("affinity") if isinstance(spec.get("affinity"), dict) else {}
+    if any(isinstance(affinity.get(k), dict) and affinity[k].get(intree.REQUIRED)
+           for k in ("podAffinity", "podAntiAffinity")):
+        return True
+    return _spreads(spec)
+
+
+def _spreads(spec: dict) -> bool:
+    """A DoNotSchedule topology spread constraint (or one that cannot be read: the filter says)."""
+    spread = spec.get("topologySpreadConstraints")
+    return bool(spread) and (not isinstance(spread, list) or any(
+        not isinstance(c, dict) or c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule" for c in spread))
+
+
 def _selector_ok(pod: dict, node: NodeInfo) -> bool:
     spec = pod.get("spec") or {}
     sel = spec.get("nodeSelector") or {}
@@ -400,6 +418,17 @@ class Replayer:
                 self.index.add_pod(p.uid, p.node, p.devices, namespace=p.namespace, num_init=p.num_init,
                                    init_released=p.init_released, mig=p.mig)
         self.schedulable = [n for n in sorted(nodes) if not nodes[n].unschedulable]
+        # kube-scheduler's pod-to-pod filters (InterPodAffinity, PodTopologySpread's DoNotSchedule)
+        # through hami.sim.intree, the loop's own pure plugins: every pod bound to a node counts.
+        self.node_objs = {n: {"metadata": {"name": n, "labels": dict(info.labels)}} for n, info in nodes.items()}
+        self.pods_on: dict[str, list[dict]] = {}
+        self._placed_at: dict[str, tuple[str, dict]] = {}  # uid -> (node, pod) of replayed pods
+        for p in cluster.pods:
+            where = p.bound_node or p.node
+            if where in nodes and p.phase not in TERMINAL and p.uid not in taken:
+                self.pods_on.setdefault(where, []).append(p.obj)
+        self._anti = any(intree.anti_affinity_holders(self.pods_on))
+        self._eligible: dict[str, list[dict]] = {}
         self.tainted = any(nodes[n].taints for n in self.schedulable)
         # kept_order: select_node's answer from the scheduler's kept node order with the fit's
         # refusals remembered (picker.py); False calls score.select_node per pod (the reference).
@@ -479,6 +508,13 @@ class Replayer:
         except PolicyError as exc:
             return Outcome(key, reasons=(INVALID_POD,), message=str(exc))
         names, names_key = self._filtered(pod)
+        if names and (self._anti or _pod_rules(pod.get("spec") or {})):
+            try:
+                names = self._pod_filter(pod, names)
+            except (TypeError, AttributeError, KeyError, ValueError) as exc:
+                return Outcome(key, reasons=(INVALID_POD,),
+                               message=f"spec.affinity or spec.topologySpreadConstraints cannot be read: {exc!r}")
+            names_key = None  # this pod's own list
         if not names:
             return Outcome(key, reasons=(NO_CANDIDATE_NODE,), message="no schedulable node matches the pod")
         if self.picker is not None:
@@ -490,7 +526,40 @@ class Replayer:
                            message=messages.no_available_node_message(len(names)))
         self.index.add_pod(uid, sel.node, sel.devices, namespace=ns, num_init=num_init,
                            mig=tuple((u, pl) for _, _, u, _, pl in sel.mig))
+        self.pods_on.setdefault(sel.node, []).append(pod)
+        self._placed_at[uid] = (sel.node, pod)
+        if not self._anti and intree.anti_affinity_holders({sel.node: [pod]}):
+            self._anti = True
         return Outcome(key, node=sel.node, devices=codec.encode_pod_devices(sel.devices))
+
+    def remove(self, uid: str) -> bool:
+        """A replayed pod left (finished): its devices and its place on the node are free."""
+        placed = self._placed_at.pop(uid, None)
+        if placed is not None:
+            on = self.pods_on.get(placed[0], [])
+            self.pods_on[placed[0]] = [p for p in on if p is not placed[1]]
+        return self.index.remove_pod(uid)
+
+    def _pod_filter(self, pod: dict, names: list[str]) -> list[str]:
+        """The candidates InterPodAffinity and PodTopologySpread (DoNotSchedule) let through."""
+        objs, pods_on = self.node_objs, self.pods_on
+        holders = intree.anti_affinity_holders(pods_on) if self._anti else []
+        eligible = self._eligible_for(pod) if _spreads(pod.get("spec") or {}) else []
+        return [n for n in names if intree.topology_spread(pod, objs[n], eligible, pods_on) is None
+                and intree.inter_pod_affinity(pod, objs[n], objs, pods_on, holders) is None]
+
+    def _eligible_for(self, pod: dict) -> list[dict]:
+        """Nodes passing the pod's nodeSelector and required node affinity (where spread counts)."""
+        spec = pod.get("spec") or {}
+        key = repr((sorted((spec.get("nodeSelector") or {}).items()), (spec.get("affinity") or {}).get("nodeAffinity")))
+        hit = self._eligible.get(key)
+        if hit is None:
+            sel = spec.get("nodeSelector") or {}
+            hit = self._eligible[key] = [
+                self.node_objs[n] for n in sorted(self.nodes)
+                if all(self.nodes[n].labels.get(k) == v for k, v in sel.items())
+                and node_affinity_ok(spec, n, self.nodes[n].labels)]
+        return hit
 
     def stats(self, pending_mem: int) -> tuple[NodeStats, ...]:
         """Per node and card fill after the replay; `pending_mem`: smallest pending MiB ask (0 = none)."""
@@ -560,7 +629,7 @@ def run_scenario(cluster: Cluster, scenario: Scenario, plan: Plan,
             now = q.at if now is None else max(now, q.at)
             freed = False
             while leaving and leaving[0][0] <= now:
-                freed |= rp.index.remove_pod(heapq.heappop(leaving)[2])
+                freed |= rp.remove(heapq.heappop(leaving)[2])
             if freed and waiting:
                 still = []
                 for idx, wq, pod in waiting:

@@ -4,7 +4,8 @@ Covers: spread strands memory that binpack uses (fragmentation); a deviceSplitCo
 more pods; a ResourceQuota blocks pods (at admission and in the fit) and raising it unblocks them;
 memory scaling re-registers cards from their physical memory; added, removed and cordoned
 nodes/GPUs; finished pods replayed for as long as they ran (waiting pods take their cards when they
-leave); nodeSelector; required node affinity (In, NotIn, Exists, Gt, matchFields); the snapshot's pending pods are queued; arrival orders and seeds are
+leave); nodeSelector; required node affinity (In, NotIn, Exists, Gt, matchFields); required pod (anti-)affinity and
+DoNotSchedule topology spread (kube-scheduler's in-tree plugins, hami.sim.intree); the snapshot's pending pods are queued; arrival orders and seeds are
 deterministic; the diff against the baseline.
 """
 
@@ -162,6 +163,53 @@ def test_required_node_affinity_narrows_the_candidates():
     assert [(o.pod, o.node, o.reasons) for o in result.outcomes] == [
         ("default/west-0", "b", ()), ("default/west-1", "b", ()), ("default/notwest-0", "a", ()),
         ("default/big-0", "a", ()), ("default/named-0", "c", ()), ("default/nowhere-0", "", (NO_CANDIDATE_NODE,))]
+
+
+def _labelled(app: str, spec: dict) -> dict:
+    return {"metadata": {"labels": {"app": app}}, "spec": {**spec, "containers": [{
+        "name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}}}]}}
+
+
+def _term(app: str, key: str) -> dict:
+    return {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}
+
+
+def test_pod_affinity_anti_affinity_and_topology_spread_steer_the_replay():
+    host = "kubernetes.io/hostname"
+    nodes = [snap.node(n, gpus=2, labels={host: n, "zone": z}) for n, z in (("a", "x"), ("b", "x"), ("c", "y"))]
+    db = snap.pod("db", node="c")
+    db["metadata"]["labels"] = {"app": "db"}
+    plan = parse_plan({"workloads": [
+        # One per node: the fourth finds no node left.
+        {"name": "web", "count": 4, "pod": _labelled("web", {"affinity": {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [_term("web", host)]}}})},
+        # Next to the database's zone only (binpack alone would pick a, the fullest).
+        {"name": "cache", "count": 2, "pod": _labelled("cache", {"affinity": {"podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [_term("db", "zone")]}}})},
+        # At most one more in a zone than in the other: binpack alone would put all four on one node.
+        {"name": "spread", "count": 4, "pod": _labelled("spread", {"topologySpreadConstraints": [{
+            "maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "spread"}}}]})},
+    ]}, "plan.yaml")
+    result = run_plan(parse_snapshot(snap.listing(*nodes, db), "snap.json"), plan)[0]
+    got = {o.pod.split("/")[1]: o for o in result.outcomes}
+    assert sorted(got[f"web-{i}"].node for i in range(3)) == ["a", "b", "c"]
+    assert got["web-3"].node == "" and got["web-3"].reasons == (NO_CANDIDATE_NODE,)
+    assert {got["cache-0"].node, got["cache-1"].node} == {"c"}
+    zones = [{"a": "x", "b": "x", "c": "y"}[got[f"spread-{i}"].node] for i in range(4)]
+    assert sorted(zones) == ["x", "x", "y", "y"]
+
+
+def test_an_unreadable_pod_affinity_is_an_invalid_pod_not_a_crash():
+    plan = parse_plan({"workloads": [
+        {"name": "first", "count": 1, "pod": _labelled("first", {})},
+        {"name": "odd", "count": 1, "pod": _labelled("odd", {"affinity": {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "zone", "labelSelector": "x"}]}}})},
+        {"name": "after", "count": 1, "pod": _labelled("after", {})}]}, "plan.yaml")
+    result = run_plan(parse_snapshot(snap.listing(snap.node("a", labels={"zone": "x"})), "snap.json"), plan)[0]
+    first, odd, after = result.outcomes
+    assert odd.node == "" and odd.reasons == ("InvalidPod",) and "spec.affinity" in odd.message
+    assert first.node == after.node == "a"
 
 
 def _finished(pod: dict, start: str, end: str) -> dict:
