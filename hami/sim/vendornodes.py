@@ -22,8 +22,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from hami.device import codec
+from hami.device.codec import metax as metax_codec
 from hami.device.model import DeviceInfo
 from hami.device.vendors import Vendor, VendorTable
 from hami.kube.client import ApiError, KubeClient, resource_path
@@ -68,7 +70,11 @@ def vendor_registration(node: str, node_index: int, shapes: Sequence[tuple[Vendo
         count = _count_per_card(v)
         devices = [DeviceInfo(id=f"{v.name}-{node_index:04x}-{i:04x}", count=count, devmem=memory, devcore=100,
                               type=v.name, index=i, numa=0, mode="", health=True) for i in range(cards)]
-        if v.register_format == "legacy":
+        if v.register_format == "metax":  # MetaX sGPU: its own JSON, uuids as the plugin names cards
+            devices = [replace(d, id=f"GPU-{d.id}", count=16, devcore=100, health=True) for d in devices]
+            annos[v.register_key] = metax_codec.encode_sdevices(devices)
+            capacity[v.count_resource] = str(cards * 16)
+        elif v.register_format == "legacy":
             annos[v.register_key] = codec.encode_node_devices_legacy(devices)
             capacity[v.count_resource] = str(cards * count)
         else:

@@ -75,3 +75,14 @@ async def test_vendor_node_runs_bound_pods_and_releases_the_lock(apiserver):
         stop.set()
         await task
         await client.close()
+
+
+def test_every_vendor_row_registers_a_simulated_node_the_scheduler_reads_back():
+    """`--sim-gpus 2x<row>` for every row of the table: the node carries what that vendor's
+    plugin writes (annotation or capacity) and the scheduler's decoder finds two devices (Neuron:
+    two devices of two cores; Kunlunxin, MetaX GPU, Enflame GCU: cards counted by capacity)."""
+    for v in TABLE.others:
+        annos, capacity = vendor_registration("sim-n", 1, [(v, 2, 16384)])
+        devices = decode_one(v, "sim-n", annos, capacity)
+        assert len(devices) == 2, v.name
+        assert all(d.vendor == v.name and d.health for d in devices), v.name
