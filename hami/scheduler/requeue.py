@@ -13,17 +13,19 @@ ResourceQuota raised). The waker (hami.scheduler.waker) asks this module which p
 - `wake_list(book, changes, nodes)`: the pods to wake, oldest failure first: a pod qualifies when a
   changed node is one of its candidates, its failure there is one the change could remove, and it
   now fits there under HAMi's fit rules (`fit.try_pod` on the current usage). Devices registered on a
-  node that was not among its candidates (a new node) count too. A quota change checks every
-  candidate node of the pods in that namespace.
+  node that was not among its candidates (a new node) count too, when that node passes the pod's
+  own nodeSelector and required node affinity (`nodeaffinity.node_matches`; kube-scheduler would
+  never send it there). A quota change checks every candidate node of the pods in that namespace.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from . import fit as m
 from .fit import PodRequest, try_pod
+from .nodeaffinity import node_matches
 from .usage import NodeUsage
 
 FREED, DEVICES, QUOTA = "freed", "devices", "quota"
@@ -64,6 +66,8 @@ class Pending:
     reasons: dict[str, str]
     failed_at: float
     woken_at: float | None = None
+    node_selector: Mapping[str, str] | None = None  # the pod's own node constraints
+    affinity_terms: Sequence[Mapping] = ()
 
 
 class PendingBook:
@@ -72,10 +76,12 @@ class PendingBook:
         self.pods: dict[str, Pending] = {}
 
     def record(self, uid: str, namespace: str, name: str, request: PodRequest, nodes: Iterable[str],
-               reasons: Mapping[str, str], now: float) -> None:
+               reasons: Mapping[str, str], now: float, node_selector: Mapping[str, str] | None = None,
+               affinity_terms: Sequence[Mapping] = ()) -> None:
         if uid not in self.pods and len(self.pods) >= self.limit:
             return  # bounded: a pod not recorded still gets kube-scheduler's own flush
-        self.pods[uid] = Pending(uid, namespace, name, request, frozenset(nodes), dict(reasons), now)
+        self.pods[uid] = Pending(uid, namespace, name, request, frozenset(nodes), dict(reasons), now,
+                                 node_selector=node_selector, affinity_terms=tuple(affinity_terms))
 
     def forget(self, uid: str) -> Pending | None:
         return self.pods.pop(uid, None)
@@ -87,11 +93,12 @@ class PendingBook:
 
 
 def wake_list(book: PendingBook, changes: Mapping[tuple[str, str], set[str]],
-              nodes: Mapping[str, NodeUsage]) -> list[tuple[Pending, str]]:
+              nodes: Mapping[str, NodeUsage],
+              labels_of: Callable[[str], Mapping[str, str] | None] | None = None) -> list[tuple[Pending, str]]:
     """(pod, node it now fits on) for every pod a change could place; oldest failure first.
 
     `changes` maps (kind, node) -> namespaces for FREED/DEVICES (node set), and (QUOTA, "") ->
-    the namespaces whose quota changed.
+    the namespaces whose quota changed. `labels_of(node)`: the node's labels (None: unknown).
     """
     quota_ns = changes.get((QUOTA, ""), set())
     by_node: dict[str, set[str]] = {}
@@ -108,7 +115,9 @@ def wake_list(book: PendingBook, changes: Mapping[tuple[str, str], set[str]],
                 if any(could_help(p.reasons.get(node, m.NODE_UNFIT_POD), k) for k in kinds):
                     tried.append(node)
             elif DEVICES in kinds:  # a node that was no candidate then (new, or registered since)
-                tried.append(node)
+                labels = labels_of(node) if labels_of is not None else None
+                if labels is None or node_matches(p.node_selector, p.affinity_terms, labels, node):
+                    tried.append(node)
         if p.namespace in quota_ns:
             tried.extend(n for n, r in p.reasons.items() if could_help(r, QUOTA) and n not in tried)
         for node in tried:

@@ -201,6 +201,11 @@ class Scheduler:
         await self.client.close()
 
 
+def _node_labels(state: ClusterState, name: str) -> dict | None:
+    node = state.node(name)
+    return None if node is None else ((node.get("metadata") or {}).get("labels") or {})
+
+
 async def _wait_either(a: asyncio.Event, b: asyncio.Event) -> None:
     ta, tb = asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())
     try:
@@ -234,7 +239,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     binder = Binder(client, state, locker, events, retry_timeout=sc.node_lock_retry_timeout, clock=clock)
     # Wakes of parked pods when GPU capacity frees (background, rate-limited): hami.scheduler.waker.
     waker = Waker(client, lambda: state.index, rate=sc.requeue_wakes_per_second,
-                  burst=max(1, int(sc.requeue_wakes_per_second)))
+                  burst=max(1, int(sc.requeue_wakes_per_second)), labels_of=lambda n: _node_labels(state, n))
     state.on_capacity = waker.capacity_changed
     assert state.pods is not None
     state.pods.add_handler(waker.on_pod)

@@ -19,13 +19,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.lanes import background
 from hami.obs.log import get_logger
 from hami.scheduler import requeue
 from hami.scheduler.fit import PodRequest
+from hami.scheduler.nodeaffinity import required_terms
 from hami.scheduler.usage import UsageIndex
 
 log = get_logger(__name__)
@@ -39,8 +40,10 @@ def rfc3339(ts: float) -> str:
 
 class Waker:
     def __init__(self, client: KubeClient | None, index: UsageIndex | Callable[[], UsageIndex], *, rate: float = 20.0, burst: int = 20,
-                 debounce: float = 0.02, clock: Callable[[], float] = time.time):
+                 debounce: float = 0.02, clock: Callable[[], float] = time.time,
+                 labels_of: Callable[[str], Mapping[str, str] | None] | None = None):
         self.client = client
+        self.labels_of = labels_of  # node -> labels, for the pods' own node constraints
         # the live index (ClusterState replaces it when it rebuilds after a handler failure)
         self.index_of = index if callable(index) else (lambda: index)
         self.rate, self.burst, self.debounce = rate, burst, debounce
@@ -62,7 +65,9 @@ class Waker:
     def note_failure(self, pod: dict, request: PodRequest, node_names, failed: dict) -> None:
         meta = pod.get("metadata") or {}
         ns, name = meta.get("namespace") or "default", meta.get("name", "")
-        self.book.record(meta.get("uid") or f"{ns}/{name}", ns, name, request, node_names, failed, self.clock())
+        spec = pod.get("spec") or {}
+        self.book.record(meta.get("uid") or f"{ns}/{name}", ns, name, request, node_names, failed, self.clock(),
+                         node_selector=spec.get("nodeSelector"), affinity_terms=required_terms(pod))
 
     def capacity_changed(self, node: str | None, kind: str, namespace: str = "") -> None:
         if not self.book.pods:
@@ -97,7 +102,7 @@ class Waker:
                 continue
             await asyncio.sleep(self.debounce)  # coalesce a burst of frees into one pass
             changes, self.changes = self.changes, {}
-            for pending, node in requeue.wake_list(self.book, changes, self.index_of().nodes):
+            for pending, node in requeue.wake_list(self.book, changes, self.index_of().nodes, self.labels_of):
                 if stop.is_set():
                     return
                 await self._take_token()

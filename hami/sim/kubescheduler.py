@@ -51,6 +51,7 @@ import orjson
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
 from hami.obs.log import get_logger
+from hami.scheduler import nodeaffinity
 from hami.scheduler.pdb import victims_violating
 from hami.sim import intree
 from hami.sim import schedqueue as sq
@@ -147,34 +148,9 @@ def _tolerates(pod: dict, taint: Mapping) -> bool:
     return False
 
 
-def _expr_matches(expr: Mapping, labels: Mapping[str, str]) -> bool:
-    key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-    if op == "In":
-        return key in labels and labels[key] in values
-    if op == "NotIn":
-        return key not in labels or labels[key] not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    if op in ("Gt", "Lt") and key in labels and values:
-        try:
-            a, b = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return a > b if op == "Gt" else a < b
-    return False
-
-
 def _term_matches(term: Mapping, node: dict) -> bool:
     meta = node.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    exprs = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not exprs and not fields:
-        return False
-    return all(_expr_matches(e, labels) for e in exprs) and all(
-        _expr_matches(f, {"metadata.name": meta.get("name", "")}) for f in fields)
+    return nodeaffinity.term_matches(term, meta.get("labels") or {}, meta.get("name", ""))
 
 
 def filter_node(pod: dict, node: dict) -> tuple[str, str] | None:

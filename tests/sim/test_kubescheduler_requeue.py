@@ -4,7 +4,7 @@ Covers: a pending GPU pod on a full node is parked (unschedulablePods) after the
 deleting a filler wakes it (hami.io/requeue-at) and it binds, long before the 5-minute flush, while a
 pod that still cannot fit (wrong GPU type) gets no wake; a filler that finishes (Succeeded) frees the
 same way, and so do its init containers finishing (its usage shrinks); devices registered on a new node
-wake a parked pod; the wake metrics count it; a flood of frees sends wakes no faster than the
+wake a parked pod, but not a pod whose own nodeSelector keeps it off that node; the wake metrics count it; a flood of frees sends wakes no faster than the
 configured rate (each pending pod woken once per failure).
 The wake-to-bound latency is printed for the report (never asserted).
 """
@@ -80,6 +80,24 @@ async def test_devices_registered_on_a_new_node_wake_the_parked_pod(cluster):
     assert c.where("waiting") == UNSCHEDULABLE
     merge(c.store, "nodes", "", "n1", {"metadata": {"annotations": {"hami.io/node-nvidia-register": register}}})
     await eventually(lambda: c.node_of("waiting") == "n1", 10)
+
+
+async def test_devices_on_a_new_node_the_pods_selector_excludes_wake_nothing(cluster):
+    c = cluster
+    merge(c.store, "nodes", "", "n0", {"metadata": {"labels": {"pool": "a"}}})
+    await fill(c)
+    picky = pod_obj("picky", mem=30000)
+    picky["spec"]["nodeSelector"] = {"pool": "a"}
+    c.create(picky)
+    c.create(pod_obj("any", mem=30000))
+    await eventually(lambda: c.where("picky") == UNSCHEDULABLE and c.where("any") == UNSCHEDULABLE, 10)
+    assert len(c.env.sched.waker.book.pods) == 2  # both rejected by the extender on n0, both recorded
+    c.store.create("nodes", "", gpu_node("n1", labels={"pool": "b"}))
+    await eventually(lambda: c.node_of("any") == "n1", 10)  # woken: no constraint of its own
+    await asyncio.sleep(0.2)
+    assert REQUEUE_ANNOTATION in c.annotations("any")
+    assert REQUEUE_ANNOTATION not in c.annotations("picky")  # pool b is no place for it: no wake
+    assert c.where("picky") == UNSCHEDULABLE
 
 
 async def test_a_flood_of_frees_sends_wakes_at_the_configured_rate(apiserver):
