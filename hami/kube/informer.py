@@ -16,7 +16,8 @@ kubernetes-asyncio has no informer (spec protocols.md §2), so this is ours:
   fed may now differ from the cluster: the failure is counted (`handler_failures`), logged once per
   object, and schedules a resync. When every handler that failed registered a per-object resync
   (`add_handler(h, resync_object=...)`), that callback is given each failed object's cached state
-  (`key`, object or None when gone) right after the event, and rebuilds only what it derived from
+  (`key`, object or None when gone) right after the event (or after the LIST whose dispatch
+  failed), and rebuilds only what it derived from
   that object (nothing else a consumer holds, e.g. a placement not yet seen on the watch, is
   touched). Otherwise, or when a per-object resync raises, a full re-LIST follows: the failed
   objects are dispatched again and every `resync_handlers` callback runs, so a consumer can rebuild
@@ -85,6 +86,7 @@ class Informer:
         self.object_resyncs: dict[Handler, ObjectResync] = {}
         self.object_resync_count = 0
         self._failed_handlers: set[Handler] = set()
+        self._needs_full = False  # a per-object resync failed: the next LIST ends in resync_handlers
         self.unready_after = unready_after
         self.broken_since: float | None = None  # loop time of the first LIST/WATCH failure in a row
         self.last_error = ""
@@ -295,6 +297,7 @@ class Informer:
                 delivered = True
                 self._apply(ev)
                 if self._failed and not self._resync_objects():
+                    self._needs_full = True
                     raise _Resync()
         finally:
             if transport is not None:
@@ -368,6 +371,9 @@ class Informer:
         """After a LIST: if handlers failed before it, let consumers rebuild from the fresh store."""
         if not self._pending_resync:
             return
+        if not self._needs_full and self._failed and self._resync_objects():
+            self._resync_streak = 0  # failures of this LIST's own dispatch, repaired per object
+            return
         self.resyncs += 1
         for cb in self.resync_handlers:
             try:
@@ -379,6 +385,7 @@ class Informer:
         if self._failed:
             raise _Resync()
         self._failed_handlers.clear()
+        self._needs_full = False
         self._pending_resync = False
         self._resync_streak = 0
         log.info("Informer resynced after handler failure", kind=self.kind, objects=len(self.store))

@@ -230,6 +230,29 @@ async def test_a_handler_with_a_per_object_resync_is_repaired_without_a_relist(a
         await task
 
 
+async def test_a_failure_during_the_initial_list_is_repaired_per_object(apiserver, client):
+    apiserver.store.create("nodes", "", node_obj("a"))
+    apiserver.store.create("nodes", "", node_obj("b"))
+    fail = {"b"}
+
+    def flaky(etype, old, new):
+        if new and new["metadata"]["name"] in fail:
+            fail.discard(new["metadata"]["name"])
+            raise RuntimeError("transient")
+
+    fixed, resynced = [], []
+    inf = Informer(client, "nodes")
+    inf.add_handler(flaky, resync_object=lambda key, obj: fixed.append(key))
+    inf.resync_handlers.append(lambda: resynced.append(1))
+    stop, task = await run_informer(inf)
+    try:
+        await eventually(lambda: fixed == ["b"] and inf.health() == "")
+        assert inf.lists == 1 and not resynced and inf.object_resync_count == 1
+    finally:
+        stop.set()
+        await task
+
+
 async def test_a_handler_without_a_per_object_resync_still_gets_the_full_relist(apiserver, client):
     fail = {"b"}
     good = []
