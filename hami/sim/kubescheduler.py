@@ -21,7 +21,8 @@ PodTopologySpread (weight 2), NodeResourcesFit's LeastAllocated and BalancedAllo
 plus, with a `prioritizeVerb`, the extender's 0..10 scores times its weight times 10 (MaxNodeScore /
 MaxExtenderPriority). An assigned pod's arrival or label change moves the parked pods it could help
 (`getUnschedulablePodsWithCrossTopologyTerm`: rejected by PodTopologySpread in its namespace, or with
-a required affinity term it matches). When nothing fits, PostFilter runs DefaultPreemption through the extender's
+a required affinity term it matches). With queueing hints on, each of these plugins answers its own
+hint (`isSchedulableAfterPodChange` / `isSchedulableAfterNodeChange`): see `HINTED_EVENTS`. When nothing fits, PostFilter runs DefaultPreemption through the extender's
 `preemptVerb` (when configured): candidate victims are the lower-priority pods on every node that
 failed for a resolvable reason, PDB violations counted as `filterPodsWithPDBViolation` does; the
 extender answers the victims it needs; the node is picked as `pickOneNodeForPreemption` does
@@ -242,9 +243,70 @@ def _transition_hint(plugin: str) -> sq.Hint:
 
 
 # PLUGIN_EVENTS with the in-tree hints filled in (used when queueing hints are on).
-HINTED_EVENTS = {plugin: {ev: (_transition_hint(plugin) if ev[0] == sq.NODE and plugin in (
-    "NodeUnschedulable", "TaintToleration", "NodeAffinity") else None) for ev in evs}
-    for plugin, evs in sq.PLUGIN_EVENTS.items()}
+def _affinity_pod_hint(pod: dict, old: dict | None, new: dict | None) -> bool:
+    """InterPodAffinity isSchedulableAfterPodChange: an added/relabelled pod that matches one of the
+    pod's required affinity terms; a removed one that matched its anti-affinity terms, or whose own
+    anti-affinity matched the pod."""
+    if new is not None:
+        return any(intree.term_matches(t, pod, new) for t in intree._affinity(pod, "podAffinity", intree.REQUIRED))
+    if old is None:
+        return False
+    return any(intree.term_matches(t, pod, old) for t in intree._affinity(pod, "podAntiAffinity", intree.REQUIRED)) or \
+        any(intree.term_matches(t, old, pod) for t in intree._affinity(old, "podAntiAffinity", intree.REQUIRED))
+
+
+def _spread_pod_hint(pod: dict, old: dict | None, new: dict | None) -> bool:
+    """PodTopologySpread isSchedulableAfterPodChange: a pod of the same namespace that one of the
+    constraints' selectors matches (before or after the change)."""
+    constraints = (pod.get("spec") or {}).get("topologySpreadConstraints") or []
+    return any(other is not None and intree._ns(other) == intree._ns(pod)
+               and intree.selector_matches(c.get("labelSelector"), intree._labels(other))
+               for other in (old, new) for c in constraints)
+
+
+def _spread_node_hint(pod: dict, old: dict | None, new: dict | None) -> bool:
+    """PodTopologySpread isSchedulableAfterNodeChange: the node carries every constraint key now
+    (added, or a topology label gained or changed)."""
+    keys = [c.get("topologyKey") for c in (pod.get("spec") or {}).get("topologySpreadConstraints") or []]
+    if new is None or not all(k in intree._labels(new) for k in keys):
+        return False
+    return old is None or any(intree._labels(old).get(k) != intree._labels(new).get(k) for k in keys)
+
+
+def _resources_pod_hint(pod: dict, old: dict | None, new: dict | None) -> bool:
+    """NodeResourcesFit isSchedulableAfterPodChange: a deleted pod that requested something this pod needs."""
+    if old is None:
+        return False
+    want, freed = intree.pod_requests(pod), intree.pod_requests(old)
+    return any(want[r] and freed[r] for r in want) or not any(want.values())
+
+
+def _resources_node_hint(pod: dict, old: dict | None, new: dict | None) -> bool:
+    """NodeResourcesFit isSchedulableAfterNodeChange: the (new or grown) node's allocatable fits the pod."""
+    if new is None:
+        return False
+    alloc, want = intree.allocatable(new), intree.pod_requests(pod)
+    return all(want[r] <= alloc[r] for r in want if r in alloc)
+
+
+_POD_HINTS = {"InterPodAffinity": _affinity_pod_hint, "PodTopologySpread": _spread_pod_hint,
+              "NodeResourcesFit": _resources_pod_hint}
+_NODE_HINTS = {"PodTopologySpread": _spread_node_hint, "NodeResourcesFit": _resources_node_hint,
+               "NodeUnschedulable": _transition_hint("NodeUnschedulable"),
+               "TaintToleration": _transition_hint("TaintToleration"), "NodeAffinity": _transition_hint("NodeAffinity")}
+
+
+def _hint(plugin: str, event: tuple[str, str]) -> sq.Hint | None:
+    if event[0] == sq.ASSIGNED_POD:
+        return _POD_HINTS.get(plugin)
+    if event[0] == sq.NODE:
+        if plugin == "InterPodAffinity":
+            return None  # any node add/label change may open a topology domain: Queue
+        return _NODE_HINTS.get(plugin)
+    return None
+
+
+HINTED_EVENTS = {plugin: {ev: _hint(plugin, ev) for ev in evs} for plugin, evs in sq.PLUGIN_EVENTS.items()}
 
 
 def pick_preemption_node(candidates: Mapping[str, tuple[list[dict], int]]) -> str | None:

@@ -6,7 +6,10 @@ not count), on the 5-minute flush, on node events their rejector plugin register
 others); a move request during the cycle sends the failed pod to backoffQ (hints off) or only an
 event a rejector registered for does (hints on); pods rejected with no rejector back off; the
 1.30+ rule for extender-only rejections when `extender_parks=False`; the in-tree queueing hints (a node
-change moves a NodeAffinity/NodeUnschedulable-rejected pod only when it makes the node pass).
+change moves a NodeAffinity/NodeUnschedulable-rejected pod only when it makes the node pass; an
+assigned pod's arrival/removal moves an InterPodAffinity- or PodTopologySpread-rejected pod only when
+its terms or selectors match it; NodeResourcesFit queues on a deletion that frees what the pod needs
+or a node whose allocatable fits it).
 """
 
 from __future__ import annotations
@@ -153,3 +156,56 @@ def test_in_tree_queueing_hints_queue_only_a_node_change_that_passes_the_rejecti
     assert fail(q2, "default/b", 0.0, ("NodeUnschedulable",)) == sq.UNSCHEDULABLE
     assert q2.move_all((sq.NODE, sq.ADD), 5.0, None, cordoned) == 0
     assert q2.move_all((sq.NODE, sq.UPDATE_TAINT), 5.0, cordoned, {**cordoned, "spec": {}}) == 1
+
+
+def _assigned(name: str, labels: dict, **spec) -> dict:
+    return {"metadata": {"name": name, "namespace": "default", "labels": labels},
+            "spec": {"nodeName": "n0", **spec}, "status": {"phase": "Running"}}
+
+
+def test_hints_of_the_pod_plugins_queue_only_pods_a_change_can_help():
+    from hami.sim.kubescheduler import HINTED_EVENTS
+
+    term = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "zone"}
+    q = sq.SchedulingQueue(queueing_hints=True, plugin_events=HINTED_EVENTS)
+    follower = pod("f")
+    follower["spec"]["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    q.add("default/f", follower, 0.0)
+    assert fail(q, "default/f", 0.0, ("InterPodAffinity",)) == sq.UNSCHEDULABLE
+    assert q.move_all((sq.ASSIGNED_POD, sq.ADD), 5.0, None, _assigned("web", {"app": "web"})) == 0
+    assert q.move_all((sq.ASSIGNED_POD, sq.ADD), 5.0, None, _assigned("db", {"app": "db"})) == 1
+    # anti-affinity: the removal of the pod it had to avoid
+    q2 = sq.SchedulingQueue(queueing_hints=True, plugin_events=HINTED_EVENTS)
+    loner = pod("l")
+    loner["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    q2.add("default/l", loner, 0.0)
+    assert fail(q2, "default/l", 0.0, ("InterPodAffinity",)) == sq.UNSCHEDULABLE
+    assert q2.move_all((sq.ASSIGNED_POD, sq.DELETE), 5.0, _assigned("web", {"app": "web"}), None) == 0
+    assert q2.move_all((sq.ASSIGNED_POD, sq.DELETE), 5.0, _assigned("db", {"app": "db"}), None) == 1
+    # spread: only pods its selector counts, in its namespace; a node gaining the topology key
+    q3 = sq.SchedulingQueue(queueing_hints=True, plugin_events=HINTED_EVENTS)
+    spread = pod("s")
+    spread["spec"]["topologySpreadConstraints"] = [
+        {"maxSkew": 1, "topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "x"}}}]
+    q3.add("default/s", spread, 0.0)
+    assert fail(q3, "default/s", 0.0, ("PodTopologySpread",)) == sq.UNSCHEDULABLE
+    other_ns = {**_assigned("x1", {"app": "x"}), "metadata": {"name": "x1", "namespace": "b", "labels": {"app": "x"}}}
+    assert q3.move_all((sq.ASSIGNED_POD, sq.DELETE), 5.0, other_ns, None) == 0
+    bare = {"metadata": {"name": "n1", "labels": {}}, "status": {}}
+    assert q3.move_all((sq.NODE, sq.ADD), 5.0, None, bare) == 0
+    assert q3.move_all((sq.NODE, sq.UPDATE_LABEL), 5.0, bare, {**bare, "metadata": {"name": "n1", "labels": {"zone": "z"}}}) == 1
+
+
+def test_hints_of_node_resources_fit():
+    from hami.sim.kubescheduler import HINTED_EVENTS
+
+    q = sq.SchedulingQueue(queueing_hints=True, plugin_events=HINTED_EVENTS)
+    big = pod("big")
+    big["spec"]["containers"] = [{"name": "c", "resources": {"requests": {"cpu": "8"}}}]
+    q.add("default/big", big, 0.0)
+    assert fail(q, "default/big", 0.0, ("NodeResourcesFit",)) == sq.UNSCHEDULABLE
+    no_cpu = _assigned("m", {}, containers=[{"name": "c", "resources": {"requests": {"memory": "1Gi"}}}])
+    assert q.move_all((sq.ASSIGNED_POD, sq.DELETE), 5.0, no_cpu, None) == 0  # frees nothing it needs
+    small = {"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "4"}}}
+    assert q.move_all((sq.NODE, sq.ADD), 5.0, None, small) == 0
+    assert q.move_all((sq.NODE, sq.ADD), 5.0, None, {**small, "status": {"allocatable": {"cpu": "16"}}}) == 1
