@@ -22,9 +22,10 @@ plus, with a `prioritizeVerb`, the extender's 0..10 scores times its weight time
 MaxExtenderPriority). An assigned pod's arrival or label change moves the parked pods it could help
 (`getUnschedulablePodsWithCrossTopologyTerm`: rejected by PodTopologySpread in its namespace, or with
 a required affinity term it matches). With queueing hints on, each of these plugins answers its own
-hint (`isSchedulableAfterPodChange` / `isSchedulableAfterNodeChange`): see `HINTED_EVENTS`. When nothing fits, PostFilter runs DefaultPreemption through the extender's
-`preemptVerb` (when configured): candidate victims are the lower-priority pods on every node that
-failed for a resolvable reason, PDB violations counted as `filterPodsWithPDBViolation` does; the
+hint (`isSchedulableAfterPodChange` / `isSchedulableAfterNodeChange`): see `HINTED_EVENTS`.
+
+When nothing fits, PostFilter runs DefaultPreemption through the extender's `preemptVerb` (when
+configured): candidate victims are the lower-priority pods on every node that failed for a resolvable reason, PDB violations counted as `filterPodsWithPDBViolation` does; the
 extender answers the victims it needs; the node is picked as `pickOneNodeForPreemption` does
 (fewest PDB violations, lowest highest-victim priority, lowest priority sum, fewest victims); the
 victims are deleted and the preemptor's `status.nominatedNodeName` set. Then the pod gets the
