@@ -25,6 +25,7 @@ from hami.device.model import DeviceInfo, NodeDeviceConfig, NvidiaConfig
 from hami.device.nodeconfig import DeviceSettings, settings_for_node
 from hami.device.request import quantity_value
 from hami.scheduler.usage import init_released
+from hami.sim import intree
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -54,6 +55,9 @@ class NodeInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     unschedulable: bool = False
     taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect) of NoSchedule/NoExecute taints
+    # status.allocatable as kube-scheduler's NodeResourcesFit reads it (cpu in millicores, memory
+    # and ephemeral-storage in bytes, pods); {} when the node reports none
+    allocatable: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,11 +285,14 @@ def _node(obj, source, path, nvidia, node_configs, warnings) -> NodeInfo | None:
                                 str(exc)) from None
     settings = _registered_settings(settings_for_node(nvidia, node_configs, name), devices)
     spec = _want_map(obj.get("spec"), source, f"{path}.spec")
+    status = _want_map(obj.get("status"), source, f"{path}.status")
+    alloc = _want_map(status.get("allocatable"), source, f"{path}.status.allocatable")
     return NodeInfo(
         name=name, devices=devices, physical_mem=tuple(physical_memory(d.devmem, settings) for d in devices),
         settings=settings, cordoned=cordoned, pair_scores=pair, labels=labels,
         unschedulable=bool(spec.get("unschedulable")),
         taints=_taints(spec.get("taints"), source, f"{path}.spec.taints"),
+        allocatable=intree.allocatable({"status": {"allocatable": alloc}}),
     )
 
 

@@ -8,7 +8,8 @@ policies (`hami.scheduler.fit.pod_request`, quota view from the `UsageIndex`), t
 pod (`UsageIndex.add_pod`). What kube-scheduler does before the extender is reduced to what
 decides GPU placement: unschedulable (cordoned) nodes, `nodeSelector` labels, required node affinity
 and NoSchedule/NoExecute taints the pod does not tolerate are filtered out, then required pod
-(anti-)affinity and DoNotSchedule topology spread (`hami.sim.intree`, the embedded loop's plugins);
+(anti-)affinity, DoNotSchedule topology spread (`hami.sim.intree`, the embedded loop's plugins) and
+NodeResourcesFit where nodes report allocatable (checked on each node the walk reaches);
 candidates are passed in name order, so ties go to the first name, as in the extender.
 
 Scenario changes act on the snapshot before the replay: a new deviceSplitCount /
@@ -354,7 +355,8 @@ def _reason_codes(failed: dict[str, str], parsed_texts: dict[str, dict[str, int]
     for text in failed.values():
         parsed = parsed_texts.get(text)
         if parsed is None:
-            parsed = parsed_texts[text] = fitmod.parse_reason(text) or {text: 1}
+            # HAMi's "N/M Code" items, else kube-scheduler's comma-separated reasons (NodeResourcesFit)
+            parsed = parsed_texts[text] = fitmod.parse_reason(text) or dict.fromkeys(text.split(", "), 1)
         for code, n in parsed.items():
             counts[code] = counts.get(code, 0) + n
     return tuple(k for k, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -428,6 +430,14 @@ class Replayer:
             if where in nodes and p.phase not in TERMINAL and p.uid not in taken:
                 self.pods_on.setdefault(where, []).append(p.obj)
         self._anti = any(intree.anti_affinity_holders(self.pods_on))
+        # NodeResourcesFit (cpu, memory, ephemeral-storage, pod count) where nodes report allocatable:
+        # what every pod bound there requests, kept as pods are placed and leave.
+        self.fit_resources = any(n.allocatable for n in nodes.values())
+        self.requested: dict[str, dict[str, int]] = {}
+        if self.fit_resources:
+            for where, pods in self.pods_on.items():
+                for p in pods:
+                    self._request(where, intree.pod_requests(p), +1)
         self._eligible: dict[str, list[dict]] = {}
         self.tainted = any(nodes[n].taints for n in self.schedulable)
         # kept_order: select_node's answer from the scheduler's kept node order with the fit's
@@ -517,8 +527,21 @@ class Replayer:
             names_key = None  # this pod's own list
         if not names:
             return Outcome(key, reasons=(NO_CANDIDATE_NODE,), message="no schedulable node matches the pod")
+        screen = screen_key = want = None
+        if self.fit_resources:
+            want = intree.pod_requests(pod)
+            screen_key = tuple(sorted(want.items()))
+
+            def screen(name: str, want: dict[str, int] = want) -> str | None:
+                return self._resources_refuse(name, want)
+
         if self.picker is not None:
-            sel = self.picker.select(preq, names, names_key)
+            sel = self.picker.select(preq, names, names_key, screen, screen_key)
+        elif screen is not None:
+            refused = {n: r for n in names if (r := screen(n)) is not None}
+            sel = scoremod.select_node(self.index.nodes, [n for n in names if n not in refused], preq)
+            if sel.node is None:
+                sel.failed_nodes = {**refused, **sel.failed_nodes}
         else:
             sel = scoremod.select_node(self.index.nodes, names, preq)
         if sel.node is None:
@@ -528,6 +551,8 @@ class Replayer:
                            mig=tuple((u, pl) for _, _, u, _, pl in sel.mig))
         self.pods_on.setdefault(sel.node, []).append(pod)
         self._placed_at[uid] = (sel.node, pod)
+        if want is not None:
+            self._request(sel.node, want, +1)
         if not self._anti and intree.anti_affinity_holders({sel.node: [pod]}):
             self._anti = True
         return Outcome(key, node=sel.node, devices=codec.encode_pod_devices(sel.devices))
@@ -538,7 +563,29 @@ class Replayer:
         if placed is not None:
             on = self.pods_on.get(placed[0], [])
             self.pods_on[placed[0]] = [p for p in on if p is not placed[1]]
+            if self.fit_resources:
+                self._request(placed[0], intree.pod_requests(placed[1]), -1)
         return self.index.remove_pod(uid)
+
+    def _request(self, node: str, want: dict[str, int], sign: int) -> None:
+        used = self.requested.setdefault(node, {})
+        for r, v in want.items():
+            used[r] = used.get(r, 0) + sign * v
+        used["pods"] = used.get("pods", 0) + sign
+
+    def _resources_refuse(self, node: str, want: dict[str, int]) -> str | None:
+        """NodeResourcesFit's Filter (as hami.sim.intree.fit_resources) on the kept sums."""
+        alloc = self.nodes[node].allocatable
+        if not alloc:
+            return None
+        used = self.requested.get(node, {})
+        reasons = []
+        if "pods" in alloc and used.get("pods", 0) + 1 > alloc["pods"]:
+            reasons.append(intree.ERR_TOO_MANY_PODS)
+        for r in intree.RESOURCES:
+            if want.get(r) and r in alloc and want[r] > alloc[r] - used.get(r, 0):
+                reasons.append(f"Insufficient {r}")
+        return ", ".join(reasons) or None
 
     def _pod_filter(self, pod: dict, names: list[str]) -> list[str]:
         """The candidates InterPodAffinity and PodTopologySpread (DoNotSchedule) let through."""

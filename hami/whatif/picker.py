@@ -22,7 +22,7 @@ gives (tests/whatif/test_picker.py replays the same queues both ways).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from hami.device.model import NVIDIA
@@ -75,16 +75,19 @@ class Picker:
                 version[name] = version.get(name, 0) + 1
         self._cursor = log.end
 
-    def select(self, pod: PodRequest, names: Sequence[str], names_key: object = None) -> Selection:
+    def select(self, pod: PodRequest, names: Sequence[str], names_key: object = None,
+               screen: Callable[[str], str | None] | None = None, screen_key: object = None) -> Selection:
         """What `select_node(index.nodes, names, pod)` answers. `names_key` names the candidate
-        list when it is used again (its order is kept under that key)."""
+        list when it is used again (its order is kept under that key). `screen(name)`, a refusal
+        before HAMi's fit (kube-scheduler's resource fit) or None, is asked of each node walked;
+        `screen_key` says what its answer depends on besides the node's usage."""
         self._catch_up()
         lst = self._lists.get(names_key) if names_key is not None else None
         if lst is None:
             lst = NameList(names)
             if names_key is not None:
                 self._lists[names_key] = lst
-        refused = self._refused.setdefault(request_key(pod), {})
+        refused = self._refused.setdefault((request_key(pod), screen_key), {})
         version = self.version
 
         def try_fit(n):
@@ -92,7 +95,9 @@ class Picker:
             seen = refused.get(n.name)
             if seen is not None and seen[0] == v:
                 return seen[1]
-            r = try_pod(n, pod)
+            r = screen(n.name) if screen is not None else None
+            if r is None:
+                r = try_pod(n, pod)
             if r.__class__ is str:
                 refused[n.name] = (v, r)
             return r

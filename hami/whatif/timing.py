@@ -43,7 +43,7 @@ from hami.sim.apiserver import ApiServer
 from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
 from hami.sim.store import Store
 
-from .cluster import Cluster, NodeInfo, holds_devices
+from .cluster import TERMINAL, Cluster, NodeInfo, holds_devices
 from .engine import Result, SchedulerDefaults, apply_changes, build_queue
 from .scenario import Plan, Scenario
 
@@ -140,10 +140,13 @@ def node_object(node: NodeInfo) -> dict:
     if node.taints:
         spec["taints"] = [{"key": k, "value": v, "effect": e} for k, v, e in node.taints]
     slots = sum(d.count for d in node.devices)
+    alloc = {"nvidia.com/gpu": str(slots)}
+    for r, v in node.allocatable.items():  # what kube-scheduler's NodeResourcesFit reads
+        alloc[r] = f"{v}m" if r == "cpu" else str(v)
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": node.name, "labels": dict(node.labels), "annotations": annos},
             "spec": spec,
-            "status": {"allocatable": {"nvidia.com/gpu": str(slots)}, "capacity": {"nvidia.com/gpu": str(slots)},
+            "status": {"allocatable": alloc, "capacity": dict(alloc),
                        "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
@@ -211,13 +214,14 @@ def _load(store: Store, cluster: Cluster, nodes: dict[str, NodeInfo], scenario: 
         store.create("namespaces", "", {"metadata": {"name": ns}})
     for name in sorted(nodes):
         store.create("nodes", "", node_object(nodes[name]))
-    for p in cluster.pods:  # the pods that stay, holding their devices
-        if not (holds_devices(p) and p.uid not in taken and p.node in nodes):
+    for p in cluster.pods:  # the pods that stay: holding their devices, or any pod bound to a node
+        where = p.node if holds_devices(p) else p.bound_node
+        if not where or where not in nodes or p.phase in TERMINAL or p.uid in taken:
             continue
         body = creatable(p.obj)
-        annos = body["metadata"].setdefault("annotations", {})
-        annos[codec.BIND_PHASE_ANNOTATION] = "success"
-        body["spec"]["nodeName"] = p.node
+        if holds_devices(p):
+            body["metadata"].setdefault("annotations", {})[codec.BIND_PHASE_ANNOTATION] = "success"
+        body.setdefault("spec", {})["nodeName"] = where
         store.create("pods", p.namespace, body)
         store.patch("pods", p.namespace, p.name, orjson.dumps({"status": {"phase": p.phase or "Running"}}),
                     "application/merge-patch+json", subresource="status")

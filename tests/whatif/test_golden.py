@@ -5,7 +5,8 @@ more pods; a ResourceQuota blocks pods (at admission and in the fit) and raising
 memory scaling re-registers cards from their physical memory; added, removed and cordoned
 nodes/GPUs; finished pods replayed for as long as they ran (waiting pods take their cards when they
 leave); nodeSelector; required node affinity (In, NotIn, Exists, Gt, matchFields); required pod (anti-)affinity and
-DoNotSchedule topology spread (kube-scheduler's in-tree plugins, hami.sim.intree); the snapshot's pending pods are queued; arrival orders and seeds are
+DoNotSchedule topology spread (kube-scheduler's in-tree plugins, hami.sim.intree); NodeResourcesFit on
+cpu, memory and pod count where nodes report allocatable; the snapshot's pending pods are queued; arrival orders and seeds are
 deterministic; the diff against the baseline.
 """
 
@@ -210,6 +211,32 @@ def test_an_unreadable_pod_affinity_is_an_invalid_pod_not_a_crash():
     first, odd, after = result.outcomes
     assert odd.node == "" and odd.reasons == ("InvalidPod",) and "spec.affinity" in odd.message
     assert first.node == after.node == "a"
+
+
+def test_node_resources_fit_counts_cpu_and_pods_before_the_gpu_fit():
+    a = snap.node("a", gpus=2)
+    a["status"]["allocatable"].update({"cpu": "2", "pods": "3"})
+    b = snap.node("b", gpus=2)
+    b["status"]["allocatable"].update({"cpu": "4", "memory": "8Gi"})
+    web = snap.pod("web", node="a", mem=1000)  # any pod bound there counts, GPU or not
+    web["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1500m"}
+
+    def cpu_pod(cpu: str, memory: str | None = None) -> dict:
+        limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "cpu": cpu}
+        if memory:
+            limits["memory"] = memory
+        return {"spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]}}
+
+    plan = parse_plan({"workloads": [
+        {"name": "small", "count": 2, "pod": cpu_pod("250m")},  # a (binpack) while its cpu lasts: 1.5 + 0.25 + 0.25
+        {"name": "more", "count": 1, "pod": cpu_pod("100m")},  # a has 3 pods: Too many pods -> b
+        {"name": "huge", "count": 1, "pod": cpu_pod("1", "16Gi")},  # no node has the memory
+    ]}, "plan.yaml")
+    result = run_plan(parse_snapshot(snap.listing(a, b, web), "snap.json"), plan)[0]
+    assert [(o.pod, o.node) for o in result.outcomes] == [
+        ("default/small-0", "a"), ("default/small-1", "a"), ("default/more-0", "b"), ("default/huge-0", "")]
+    # a: 3 pods and its cpu taken (it reports no memory, so memory is not checked there); b: memory.
+    assert result.outcomes[-1].reasons == ("Insufficient cpu", "Insufficient memory", "Too many pods")
 
 
 def _finished(pod: dict, start: str, end: str) -> dict:

@@ -2,8 +2,8 @@
 `score.select_node` gives, pod for pod.
 
 Covers: random clusters (mixed card sizes, split counts and types, labels, a tainted node, cordoned
-GPUs, running pods) and random queues (1-2 GPUs, memory in MiB or percent, cores, init containers,
-two-container pods, per-pod node and GPU policies, use-gputype, nodeSelector, a namespace quota
+GPUs, running pods, nodes reporting allocatable cpu and pods) and random queues (1-2 GPUs, memory in MiB or percent, cores, init containers,
+two-container pods with cpu limits (kube-scheduler's NodeResourcesFit), per-pod node and GPU policies, use-gputype, nodeSelector, a namespace quota
 that fills up) replayed with the picker and with `select_node` per pod, under binpack and spread:
 the same node, devices and pending reasons for every pod, the same card fill at the end.
 A node refused for one request is tried again once a pod leaves it changed.
@@ -44,10 +44,15 @@ def _cluster_doc(rng: random.Random) -> dict:
             n["metadata"]["annotations"][codec.REGISTER_ANNOTATION] = codec.encode_node_devices(devs)
         if i == 0 and rng.random() < 0.5:
             n["spec"] = {"taints": [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]}
+        if rng.random() < 0.5:  # kube-scheduler's NodeResourcesFit counts cpu and pods here
+            n["status"]["allocatable"].update({"cpu": rng.choice(["2", "3500m"]), "pods": str(rng.randint(2, 6))})
         items.append(n)
         for j in range(rng.randint(0, 3)):
-            items.append(snap.pod(f"run-{name}-{j}", node=name, card=rng.randrange(gpus),
-                                  mem=rng.choice([1000, 4000, 8000]), cores=rng.choice([0, 20, 50])))
+            running = snap.pod(f"run-{name}-{j}", node=name, card=rng.randrange(gpus),
+                               mem=rng.choice([1000, 4000, 8000]), cores=rng.choice([0, 20, 50]))
+            if rng.random() < 0.5:
+                running["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "500m"}
+            items.append(running)
     items.append(snap.quota("q", mem=rng.choice([20000, 60000]), cores=rng.choice([100, 300])))
     return snap.listing(*items)
 
@@ -76,6 +81,8 @@ def _workloads(rng: random.Random) -> list[dict]:
             w["nodeSelector"] = {"zone": rng.choice("ab")}
         if rng.random() < 0.2:
             lim = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(rng.choice([1000, 6000]))}
+            if rng.random() < 0.7:
+                lim["cpu"] = rng.choice(["250m", "1"])
             w = {"name": f"t{k}", "count": rng.randint(1, 5), "pod": {"spec": {
                 "initContainers": [{"name": "init", "image": "x", "resources": {"limits": dict(lim)}}],
                 "containers": [{"name": "a", "image": "x", "resources": {"limits": dict(lim)}},

@@ -7,7 +7,8 @@ check refuses at creation what the replay counts as AdmissionDenied; pods are cr
 replay's arrival order (the seed's); the running pods of the snapshot keep their cards (a full node
 takes nothing); a burst of creates with the node side's Allocate delay still binds every pod,
 reported in arrival order; per-pod queue waits and
-creation -> bound times are reported for every pod; bad flag values are refused.
+creation -> bound times are reported for every pod; nodes keep their allocatable cpu, memory and pod
+count for kube-scheduler's resource fit; bad flag values are refused.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from hami.cli.main import main
 from hami.whatif.cluster import parse_snapshot
 from hami.whatif.engine import run_scenario
 from hami.whatif.scenario import parse_plan
-from hami.whatif.timing import percentile, run_timed
+from hami.whatif.timing import node_object, percentile, run_timed
 from tests.whatif import snap
 
 PLAN = {
@@ -89,3 +90,11 @@ async def test_bad_timing_flags_are_refused(tmp_path, cli_out):
     argv = ["whatif", "--snapshot", str(tmp_path / "snap.json"), "--timing", "--timing-limit", "0"]
     assert await asyncio.to_thread(main, argv) == 2
     assert "--timing-limit must be > 0" in cli_out.readouterr().err
+
+
+def test_nodes_keep_their_allocatable_for_kube_schedulers_resource_fit():
+    n = snap.node("a")
+    n["status"]["allocatable"].update({"cpu": "3500m", "memory": "8Gi", "pods": "110"})
+    info = parse_snapshot(snap.listing(n), "snap.json").nodes["a"]
+    alloc = node_object(info)["status"]["allocatable"]
+    assert alloc == {"nvidia.com/gpu": "10", "cpu": "3500m", "memory": str(8 * 2**30), "pods": "110"}
