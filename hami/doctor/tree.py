@@ -40,7 +40,9 @@ from hami.device.vendors import Vendor, VendorTable
 HAMI_EVENT_REASONS = ("FilteringFailed", "FilteringSucceed", "BindingFailed", "BindingSucceed")
 HANDSHAKE_WINDOW_S = 60.0  # hami.scheduler.handshake.WINDOW_S: a Requesting older than this needs devices
 _FAILED_KEY = re.compile(r"^(\d+) nodes ([A-Za-z][A-Za-z0-9_]*)\(([^)]*)\)$")
-_BARE_KEYS = ("NodeInsufficientDevice", "ResourceQuotaNotFit", "NodeUnfitPod", "AllocatedCardsInsufficientRequest")
+_BARE_KEYS = ("NodeInsufficientDevice", "ResourceQuotaNotFit", "NodeUnfitPod", "AllocatedCardsInsufficientRequest",
+              # MetaX sGPU's own reason keys (pkg/device/metax sdevice.go)
+              "CardQosPolicyMismatch", "CardUnhealthy", "CardAppClassMismatch")
 
 # Reason code -> (what it means, what to do). Keys are HAMi's (pkg/device/common/common.go).
 REASON_ADVICE: dict[str, tuple[str, str]] = {
@@ -285,6 +287,30 @@ def vendor_advice(key: str, v: Vendor) -> tuple[str, str]:
     if key == "CardTimeSlicingExhausted":
         return (f"every {v.name} card already runs as many tasks as its device plugin allows",
                 f"free cards, add {v.name} nodes, or raise the split count of the {v.family} device plugin")
+    if key == "ModeNotFit" and v.hook == "ascend":
+        return (f"the pod's huawei.com/vnpu-mode does not match the {v.name} node: hami-core needs a node "
+                "annotated hami-vnpu-core: \"true\" (or vnpus.hamiVnpuCore), template a node without it",
+                "pick the mode the nodes run (or drop the annotation and the core resource for templates), or "
+                "annotate the node hami-vnpu-core as its device plugin runs")
+    if key == "NumaNotFit" and v.hook == "awsneuron":
+        return (f"no free group of {v.name} devices next to each other: Inferentia nodes take any run of "
+                "free devices, others only 1, 4, 8 or 16 aligned ones",
+                f"ask for 1, 4, 8 or 16 {count} (or NeuronCores within one device), or wait for neighbours to free")
+    if key == "NumaNotFit" and v.hook == "kunlunxin":
+        return (f"the {v.name} cards free on the board do not form a group the XPU links allow (one wing, "
+                "linked pairs, a linked group of 4, or all 8)" + ("; vXPU cards only take slices of the size "
+                                                                  "they already run" if v.memory_resource else ""),
+                f"ask for 1, 2, 4 or 8 {count}, or wait for cards in the same wing to free")
+    if key in ("CardQosPolicyMismatch", "CardUnhealthy", "CardAppClassMismatch") and v.hook == "metax":
+        if key == "CardQosPolicyMismatch":
+            return ("every used MetaX card runs another QoS policy than the pod's metax-tech.com/sgpu-qos-policy",
+                    "use the QoS policy of the shared cards, take a whole card (vcore 100), or wait for a card "
+                    "to empty")
+        if key == "CardUnhealthy":
+            return ("the MetaX device plugin reports the cards unhealthy (metax-tech.com/node-gpu-devices)",
+                    "check the MetaX sGPU device plugin and the cards on that node")
+        return ("online/offline pods and ordinary pods do not share a MetaX card",
+                "drop or change metax-tech.com/sgpu-app-class, or wait for a card without the other class")
     return REASON_ADVICE.get(key, ("unknown reason code", "raise -v to 4 and read the filter log"))
 
 

@@ -135,3 +135,24 @@ def test_pod_asking_nvidia_and_another_vendor_checks_nvidias_registration_too():
     assert d.leaf == "filtering-failed"
     assert d.summary == f"no node fits the pod's NVIDIA and {ASC} request"
     assert "for the NVIDIA cards" in d.fix
+
+
+def test_the_new_vendors_reason_codes_come_with_their_own_fix():
+    """Ascend vNPU modes, Neuron/Kunlunxin device groups and MetaX QoS explained in their words."""
+    d = diagnose_pod(_facts(_pod({f"huawei.com/{ASC}": "1"}), [ascend_node("npu")], "1 nodes ModeNotFit(npu)"))
+    assert "hami-vnpu-core" in d.fix and "huawei.com/vnpu-mode" in d.fix
+    neuron = NodeFacts("trn", {}, labels={"gpu": "on"},
+                       capacity={"aws.amazon.com/neuron": "2", "aws.amazon.com/neuroncore": "4"},
+                       allocatable={"aws.amazon.com/neuron": "2"})
+    d = diagnose_pod(_facts(_pod({"aws.amazon.com/neuron": "2"}), [neuron], "1 nodes NumaNotFit(trn)"))
+    assert d.leaf == "filtering-failed" and "1, 4, 8 or 16 aws.amazon.com/neuron" in d.fix
+    xpu = NodeFacts("xpu", {}, labels={"gpu": "on"}, capacity={"kunlunxin.com/xpu": "8"},
+                    allocatable={"kunlunxin.com/xpu": "8"})
+    d = diagnose_pod(_facts(_pod({"kunlunxin.com/xpu": "3"}), [xpu], "1 nodes NumaNotFit(xpu)"))
+    assert "ask for 1, 2, 4 or 8 kunlunxin.com/xpu" in d.fix
+    sgpu = NodeFacts("mx", {"metax-tech.com/node-gpu-devices": '[{"uuid":"GPU-a","totalDevCount":16,'
+                                                               '"totalCompute":100,"totalVRam":32768,"healthy":true}]'},
+                     labels={"gpu": "on"})
+    d = diagnose_pod(_facts(_pod({"metax-tech.com/sgpu": "1"}), [sgpu],
+                            "no available node, 1/1 CardQosPolicyMismatch"))
+    assert d.fix.startswith("CardQosPolicyMismatch: every used MetaX card runs another QoS policy")
