@@ -48,6 +48,9 @@ TOPOLOGY = "topology-aware"
 DEFAULT_WEIGHTS = ScoringWeights()
 
 _F32 = struct.Struct("f")
+_PACK, _UNPACK = _F32.pack, _F32.unpack
+# Integers up to 2**24 are exact in float32: converting them rounds nothing.
+_EXACT = 1 << 24
 
 
 class PolicyError(ValueError):
@@ -61,7 +64,7 @@ class PolicyError(ValueError):
 
 def f32(x: float) -> float:
     """Round to the nearest IEEE-754 float32 (what Go's float32 arithmetic stores)."""
-    return _F32.unpack(_F32.pack(x))[0]
+    return _UNPACK(_PACK(x))[0]
 
 
 # --------------------------------------------------------------------------- overrides
@@ -272,9 +275,18 @@ def device_score(dev: Any, requests: Any, weights: ScoringWeights = DEFAULT_WEIG
             mem += tmem * pct // 100 if tmem * pct >= 0 else -((-tmem * pct) // 100)
         else:
             mem += r.memreq
-    us = f32(f32(req + dev.used) / f32(count))
-    cs = f32(f32(core + dev.usedcores) / f32(tcore))
-    ms = f32(f32(mem + dev.usedmem) / f32(tmem))
+    a, b, c = req + dev.used, core + dev.usedcores, mem + dev.usedmem
+    if -_EXACT <= a <= _EXACT and -_EXACT <= b <= _EXACT and -_EXACT <= c <= _EXACT \
+            and -_EXACT <= count <= _EXACT and -_EXACT <= tcore <= _EXACT and -_EXACT <= tmem <= _EXACT:
+        # float32(x) == x for these, and int / int is the correctly rounded quotient, as the
+        # float division of the exact operands is: one rounding to float32 per ratio, as Go.
+        us = _UNPACK(_PACK(a / count))[0]
+        cs = _UNPACK(_PACK(b / tcore))[0]
+        ms = _UNPACK(_PACK(c / tmem))[0]
+    else:
+        us = f32(f32(a) / f32(count))
+        cs = f32(f32(b) / f32(tcore))
+        ms = f32(f32(c) / f32(tmem))
     if weights.slot == 1 and weights.core == 1 and weights.memory == 1:
         return f32(_TEN * f32(f32(us + cs) + ms))
     a = f32(f32(weights.slot) * us)

@@ -24,7 +24,7 @@ def test_quick_bench_completes_with_right_answers(tmp_path):
     out = run.stdout
     assert "answers checked: 100 over HTTP, 100 against select_node, 10 with complete FailedNodes" in out
     for row in ("/filter NodeNames p99 (HTTP round trip)", "/filter NodeNames handler CPU p50",
-                "full-Nodes handler, same nodes", "nodes changed per request", "filter+bind throughput"):
+                "full-Nodes handler CPU, same nodes", "nodes changed per request", "filter+bind throughput"):
         line = next(x for x in out.splitlines() if row in x)
         assert " ms " in line or "pods/s" in line, line
     assert (tmp_path / "nodenames.pb.gz").stat().st_size > 0 and (tmp_path / "fullnodes.pb.gz").stat().st_size > 0

@@ -3,7 +3,8 @@
 Covers: device ordering for binpack, spread, mutex, numa-bind and comma chains as in HAMi
 `pkg/scheduler/policy/gpu_policy.go` and its tests (`gpu_policy_test.go`: score primary with
 NUMA as tie-break, #1806), pod annotation overrides, PolicyContains, device-scoring-weights
-parsing, float32 scores (§6.2 golden numbers), node order (node_policy_test.go) and the port
+parsing, float32 scores (§6.2 golden numbers; the exact-integer shortcut equal to rounding every
+operand, hypothesis over values around 2**24), node order (node_policy_test.go) and the port
 of Go's pdqsort (sorted output, stable for n <= 12, and equal to golden orders
 recorded from Go 1.19's sort.Sort in tests/scheduler/data/go_sort_golden.json).
 """
@@ -209,3 +210,38 @@ def test_compute_score_ignores_requests_of_other_types():
     assert device_score(d, []) == 7.0
     # §6.2: only requests whose type equals the device type count, so these add nothing.
     assert device_score(d, [req(1, 1024, 0, 1, type="type1"), req(2, 0, 50, 2, type="type2")]) == 7.0
+
+
+def _device_score_reference(dev, requests, weights):
+    """device_score as first written: every operand rounded to float32, as Go's float32 code."""
+    count, tcore, tmem = dev.count, dev.totalcore, dev.totalmem
+    if count == 0 or tcore == 0 or tmem == 0:
+        return 0.0
+    req = core = mem = 0
+    for r in requests:
+        if r.type != dev.type:
+            continue
+        req += 1
+        core += r.coresreq
+        mem += r.memreq
+    us = f32(f32(req + dev.used) / f32(count))
+    cs = f32(f32(core + dev.usedcores) / f32(tcore))
+    ms = f32(f32(mem + dev.usedmem) / f32(tmem))
+    a, b, c = f32(f32(weights.slot) * us), f32(f32(weights.core) * cs), f32(f32(weights.memory) * ms)
+    return f32(f32(10.0) * f32(f32(a + b) + c))
+
+
+_ints = st.one_of(st.integers(-(1 << 26), 1 << 26), st.sampled_from([0, 1, (1 << 24) - 1, 1 << 24, (1 << 24) + 1]))
+
+
+@given(count=_ints, tcore=_ints, tmem=_ints, used=_ints, uc=_ints, um=_ints, mem=_ints, core=_ints,
+       ws=st.integers(0, 5), wc=st.integers(0, 5), wm=st.integers(0, 5))
+def test_device_score_shortcut_for_exact_integers_equals_rounding_every_operand(count, tcore, tmem, used, uc, um,
+                                                                              mem, core, ws, wc, wm):
+    from types import SimpleNamespace
+
+    d = SimpleNamespace(count=count, totalcore=tcore, totalmem=tmem, used=used, usedcores=uc, usedmem=um,
+                        type="NVIDIA")
+    weights = ScoringWeights(ws, wc, wm)
+    reqs = [req(1, mem, 101, core)]
+    assert device_score(d, reqs, weights) == _device_score_reference(d, reqs, weights)
