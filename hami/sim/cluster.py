@@ -27,6 +27,7 @@ import orjson
 import yaml
 
 from hami.config import DEFAULT_DEBUG_BIND, Config, embedded_paths
+from hami.device import codec
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
 from hami.netaddr import dial_url
@@ -219,8 +220,12 @@ class PodRunner:
     """The pod half of a simulated kubelet: start bound pods through the device plugin."""
 
     def __init__(self, client: KubeClient, node: str, kubelet, cfg: Config, *, node_index: int,
-                 hostpid_bug: bool, proc_root: str, gpu_file: FakeGpuFile | None = None, seed: int = 0):
+                 hostpid_bug: bool, proc_root: str, gpu_file: FakeGpuFile | None = None, seed: int = 0,
+                 vendor_runner=None):
         self.client = client
+        # A node that also has other vendors' devices: their pods start as that vendor's plugin
+        # would start them (bind phase success, the node lock released), not through our agent.
+        self.vendor_runner = vendor_runner
         self.node = node
         self.kubelet = kubelet
         self.cfg = cfg
@@ -276,6 +281,9 @@ class PodRunner:
         uid = meta.get("uid", "")
         self.started[uid] = []
         resource = self.cfg.nvidia.resource_count_name
+        if self.vendor_runner is not None and codec.ALLOCATED_ANNOTATION not in (meta.get("annotations") or {}):
+            await self.vendor_runner.start_pod(pod)  # no NVIDIA device: another vendor's pod
+            return
         try:
             responses = await self.kubelet.allocate_pod(pod, resource)
         except Exception as exc:  # Allocate failed: kubelet rejects the pod (UnexpectedAdmissionError)
@@ -337,8 +345,6 @@ class PodRunner:
 
     async def _gpu_indexes(self) -> dict[int, str]:
         """index -> UUID from this node's registration (for CDI names by index)."""
-        from hami.device import codec
-
         node = await self.client.get_node(self.node)
         text = ((node.get("metadata") or {}).get("annotations") or {}).get(codec.REGISTER_ANNOTATION, "")
         try:
@@ -513,8 +519,12 @@ class EmbeddedCluster:
                               vgpu_lib=vgpu_lib, vgpu_lib_version="simulated",
                               device_list_strategy=cfg.agent.device_list_strategy,
                               device_id_strategy=cfg.agent.device_id_strategy)
+                mixed = shapes[ni - 1][1]
+                own = tuple(sorted({v.node_lock_key for v, _, _ in mixed
+                                    if v.node_lock_key and v.node_lock_key != "hami.io/mutex.lock"}))
                 runner = PodRunner(client, name, kubelet, cfg, node_index=ni, hostpid_bug=cfg.sim.hostpid_bug,
-                                   proc_root=proc_root, gpu_file=self.gpu_file)
+                                   proc_root=proc_root, gpu_file=self.gpu_file,
+                                   vendor_runner=VendorPodRunner(client, name, own_locks=own) if mixed else None)
                 tasks.append(asyncio.create_task(agent.run(stop), name=f"agent-{name}"))
                 tasks.append(asyncio.create_task(runner.run(stop), name=f"kubelet-{name}"))
             extender = extender_url(cfg)

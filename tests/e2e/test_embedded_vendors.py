@@ -1,10 +1,13 @@
-"""End to end: a mixed embedded cluster, `--sim-gpus "2xNVIDIA ...;2xAscend910B3:65536;2xMLU:24576"`.
+"""End to end: a mixed embedded cluster, `--sim-gpus "2xNVIDIA ...;2xAscend910B3:65536;2xMLU:24576;
+1xNVIDIA ...,1xAscend910B3:65536"`.
 
 gpu-node-1 runs our NVIDIA node agent; gpu-node-2 registers as HAMi's Ascend device plugin would
-(`hami.io/node-register-Ascend910B3`), gpu-node-3 as Cambricon's (node capacity only). Pods applied
-with kubectl go through the webhook and the extender to a node of their vendor and run; `hami
-doctor nodes` shows each vendor's registration and handshake; `hami doctor pod` explains an
-Ascend pod that cannot fit in Ascend's words.
+(`hami.io/node-register-Ascend910B3`), gpu-node-3 as Cambricon's (node capacity only); gpu-node-4
+has both an NVIDIA GPU (our agent) and an Ascend card (its plugin). Pods applied with kubectl go
+through the webhook and the extender to a node of their vendor and run (an Ascend pod on the mixed
+node starts as Ascend's plugin would: bind phase success, the node lock released); `hami doctor
+nodes` shows each vendor's registration and handshake; `hami doctor pod` explains an Ascend pod
+that cannot fit in Ascend's words.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ apiVersion: v1
 kind: Pod
 metadata: {name: npu, namespace: default}
 spec:
+  nodeSelector: {kubernetes.io/hostname: gpu-node-2}
   containers:
   - name: c
     image: ascend
@@ -48,6 +52,7 @@ apiVersion: v1
 kind: Pod
 metadata: {name: gpu, namespace: default}
 spec:
+  nodeSelector: {kubernetes.io/hostname: gpu-node-1}
   containers:
   - name: c
     image: cuda
@@ -63,6 +68,17 @@ spec:
     image: ascend
     resources:
       limits: {huawei.com/Ascend910B3: "3"}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: npu-mixed, namespace: default}
+spec:
+  nodeSelector: {kubernetes.io/hostname: gpu-node-4}
+  containers:
+  - name: c
+    image: ascend
+    resources:
+      limits: {huawei.com/Ascend910B3: "1"}
 """
 
 
@@ -76,7 +92,8 @@ def mixed(tmp_path_factory):
         "--http_bind", f"127.0.0.1:{ports['ext']}",
         "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
         "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
-        "--sim-nodes", "3", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960;2xAscend910B3:65536;2xMLU:24576",
+        "--sim-nodes", "4", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960;2xAscend910B3:65536;2xMLU:24576;"
+        "1xNVIDIA A100-SXM4-40GB:40960,1xAscend910B3:65536",
     ]
     log = open(state / "hami.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -126,9 +143,9 @@ def test_each_vendor_registers_and_its_pods_run_on_its_nodes(mixed):
     def running():
         items = json.loads(run("get", "pods", "-o", "json"))["items"]
         got = {p["metadata"]["name"]: p for p in items if p["status"].get("phase") == "Running"}
-        return got if {"npu", "mlu", "gpu"} <= set(got) else None
+        return got if {"npu", "mlu", "gpu", "npu-mixed"} <= set(got) else None
 
-    pods = _wait(running, 120, what="npu, mlu and gpu Running")
+    pods = _wait(running, 120, what="npu, mlu, gpu and npu-mixed Running")
     assert (pods["gpu"]["spec"]["nodeName"], pods["npu"]["spec"]["nodeName"], pods["mlu"]["spec"]["nodeName"]) == (
         "gpu-node-1", "gpu-node-2", "gpu-node-3")
     npu = pods["npu"]
@@ -138,6 +155,13 @@ def test_each_vendor_registers_and_its_pods_run_on_its_nodes(mixed):
     assert ann["hami.io/bind-phase"] == "success"
     assert json.loads(ann["huawei.com/Ascend910B3"])[0]["temp"] == "vir05_1c_16g"
     assert pods["mlu"]["metadata"]["annotations"]["CAMBRICON_DSMLU_PROFILE"].endswith("_20_8")
+    # The mixed node: the Ascend pod started as Ascend's plugin would, not through our NVIDIA agent.
+    mixed_pod = pods["npu-mixed"]
+    assert mixed_pod["spec"]["nodeName"] == "gpu-node-4"
+    assert mixed_pod["metadata"]["annotations"]["hami.io/bind-phase"] == "success"
+    node4 = json.loads(run("get", "node", "gpu-node-4", "-o", "json"))
+    assert "hami.io/mutex.lock" not in (node4["metadata"].get("annotations") or {})
+    assert "hami.io/node-nvidia-register" in node4["metadata"]["annotations"]
 
 
 def test_doctor_shows_vendor_registrations_and_explains_a_vendor_pod(mixed):
