@@ -42,9 +42,9 @@ from hami.scheduler import score as scoremod
 from hami.scheduler import webhook as webhookmod
 from hami.scheduler.policy import PolicyError
 from hami.scheduler.usage import NodeUsage, UsageIndex
-from hami.sim import intree
 
-from .cluster import TERMINAL, Cluster, NodeInfo, PodInfo, epoch, holds_devices, node_affinity_ok, tolerates
+from .cluster import TERMINAL, Cluster, NodeInfo, PodInfo, epoch, holds_devices
+from .kubefilter import KubeFilter
 from .picker import Picker
 from .scenario import Changes, Plan, Scenario, Workload
 
@@ -362,32 +362,6 @@ def _reason_codes(failed: dict[str, str], parsed_texts: dict[str, dict[str, int]
     return tuple(k for k, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def _pod_rules(spec: dict) -> bool:
-    """The pod asks for required pod (anti-)affinity or a DoNotSchedule spread constraint."""
-    affinity = spec.get("affinity") if isinstance(spec.get("affinity"), dict) else {}
-    if any(isinstance(affinity.get(k), dict) and affinity[k].get(intree.REQUIRED)
-           for k in ("podAffinity", "podAntiAffinity")):
-        return True
-    return _spreads(spec)
-
-
-def _spreads(spec: dict) -> bool:
-    """A DoNotSchedule topology spread constraint (or one that cannot be read: the filter says)."""
-    spread = spec.get("topologySpreadConstraints")
-    return bool(spread) and (not isinstance(spread, list) or any(
-        not isinstance(c, dict) or c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule" for c in spread))
-
-
-def _selector_ok(pod: dict, node: NodeInfo) -> bool:
-    spec = pod.get("spec") or {}
-    sel = spec.get("nodeSelector") or {}
-    if not all(node.labels.get(k) == v for k, v in sel.items()):
-        return False
-    if not node_affinity_ok(spec, node.name, node.labels):
-        return False
-    return all(tolerates(spec.get("tolerations"), t) for t in node.taints)
-
-
 class Replayer:
     """One scenario's cluster: the UsageIndex plus the nodes as changed; `place(pod)` schedules one."""
 
@@ -419,51 +393,16 @@ class Replayer:
             if holds_devices(p) and p.uid not in taken and p.node in nodes:
                 self.index.add_pod(p.uid, p.node, p.devices, namespace=p.namespace, num_init=p.num_init,
                                    init_released=p.init_released, mig=p.mig)
-        self.schedulable = [n for n in sorted(nodes) if not nodes[n].unschedulable]
-        # kube-scheduler's pod-to-pod filters (InterPodAffinity, PodTopologySpread's DoNotSchedule)
-        # through hami.sim.intree, the loop's own pure plugins: every pod bound to a node counts.
-        self.node_objs = {n: {"metadata": {"name": n, "labels": dict(info.labels)}} for n, info in nodes.items()}
-        self.pods_on: dict[str, list[dict]] = {}
-        self._placed_at: dict[str, tuple[str, dict]] = {}  # uid -> (node, pod) of replayed pods
-        for p in cluster.pods:
-            where = p.bound_node or p.node
-            if where in nodes and p.phase not in TERMINAL and p.uid not in taken:
-                self.pods_on.setdefault(where, []).append(p.obj)
-        self._anti = any(intree.anti_affinity_holders(self.pods_on))
-        # NodeResourcesFit (cpu, memory, ephemeral-storage, pod count) where nodes report allocatable:
-        # what every pod bound there requests, kept as pods are placed and leave.
-        self.fit_resources = any(n.allocatable for n in nodes.values())
-        self.requested: dict[str, dict[str, int]] = {}
-        if self.fit_resources:
-            for where, pods in self.pods_on.items():
-                for p in pods:
-                    self._request(where, intree.pod_requests(p), +1)
-        self._eligible: dict[str, list[dict]] = {}
-        self.tainted = any(nodes[n].taints for n in self.schedulable)
+        self.kube = KubeFilter(nodes, cluster.pods, taken)  # what kube-scheduler filters first
+        self.schedulable = self.kube.schedulable
         # kept_order: select_node's answer from the scheduler's kept node order with the fit's
         # refusals remembered (picker.py); False calls score.select_node per pod (the reference).
         self.picker = Picker(self.index) if kept_order else None
-        self._candidates: dict[str, list[str]] = {}
         self._parsed_reasons: dict[str, dict[str, int]] = {}
 
     def candidates(self, pod: dict) -> list[str]:
         """What kube-scheduler would pass the extender: schedulable, nodeSelector and taints allow."""
-        return self._filtered(pod)[0]
-
-    def _filtered(self, pod: dict) -> tuple[list[str], str]:
-        """candidates(pod) and a key naming that list, computed once per distinct nodeSelector
-        and tolerations ("" = every schedulable node)."""
-        spec = pod.get("spec") or {}
-        affinity = (spec.get("affinity") or {}).get("nodeAffinity") if isinstance(spec.get("affinity"), dict) else None
-        required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(affinity, dict) else None
-        if not spec.get("nodeSelector") and not self.tainted and not required:
-            return self.schedulable, ""
-        key = repr((sorted((spec.get("nodeSelector") or {}).items()), required,
-                    spec.get("tolerations") if self.tainted else None))
-        names = self._candidates.get(key)
-        if names is None:
-            names = self._candidates[key] = [n for n in self.schedulable if _selector_ok(pod, self.nodes[n])]
-        return names, key
+        return self.kube.candidates(pod)[0]
 
     def place(self, pod: dict, admit: bool = True) -> Outcome | None:
         """Schedule one pod; None when it asks for no HAMi device (not the extender's business)."""
@@ -517,23 +456,24 @@ class Replayer:
                                       node_policy=self.node_policy, namespace=ns, quota=self.index.quota_view(ns))
         except PolicyError as exc:
             return Outcome(key, reasons=(INVALID_POD,), message=str(exc))
-        names, names_key = self._filtered(pod)
-        if names and (self._anti or _pod_rules(pod.get("spec") or {})):
+        kube = self.kube
+        names, names_key = kube.candidates(pod)
+        if names and kube.wants_pod_filter(pod):
             try:
-                names = self._pod_filter(pod, names)
+                names = kube.pod_filter(pod, names)
             except (TypeError, AttributeError, KeyError, ValueError) as exc:
                 return Outcome(key, reasons=(INVALID_POD,),
                                message=f"spec.affinity or spec.topologySpreadConstraints cannot be read: {exc!r}")
             names_key = None  # this pod's own list
         if not names:
             return Outcome(key, reasons=(NO_CANDIDATE_NODE,), message="no schedulable node matches the pod")
-        screen = screen_key = want = None
-        if self.fit_resources:
-            want = intree.pod_requests(pod)
+        screen = screen_key = None
+        want = kube.requests(pod)
+        if want is not None:
             screen_key = tuple(sorted(want.items()))
 
             def screen(name: str, want: dict[str, int] = want) -> str | None:
-                return self._resources_refuse(name, want)
+                return kube.refuse(name, want)
 
         if self.picker is not None:
             sel = self.picker.select(preq, names, names_key, screen, screen_key)
@@ -549,64 +489,13 @@ class Replayer:
                            message=messages.no_available_node_message(len(names)))
         self.index.add_pod(uid, sel.node, sel.devices, namespace=ns, num_init=num_init,
                            mig=tuple((u, pl) for _, _, u, _, pl in sel.mig))
-        self.pods_on.setdefault(sel.node, []).append(pod)
-        self._placed_at[uid] = (sel.node, pod)
-        if want is not None:
-            self._request(sel.node, want, +1)
-        if not self._anti and intree.anti_affinity_holders({sel.node: [pod]}):
-            self._anti = True
+        kube.placed(uid, sel.node, pod, want)
         return Outcome(key, node=sel.node, devices=codec.encode_pod_devices(sel.devices))
 
     def remove(self, uid: str) -> bool:
         """A replayed pod left (finished): its devices and its place on the node are free."""
-        placed = self._placed_at.pop(uid, None)
-        if placed is not None:
-            on = self.pods_on.get(placed[0], [])
-            self.pods_on[placed[0]] = [p for p in on if p is not placed[1]]
-            if self.fit_resources:
-                self._request(placed[0], intree.pod_requests(placed[1]), -1)
+        self.kube.left(uid)
         return self.index.remove_pod(uid)
-
-    def _request(self, node: str, want: dict[str, int], sign: int) -> None:
-        used = self.requested.setdefault(node, {})
-        for r, v in want.items():
-            used[r] = used.get(r, 0) + sign * v
-        used["pods"] = used.get("pods", 0) + sign
-
-    def _resources_refuse(self, node: str, want: dict[str, int]) -> str | None:
-        """NodeResourcesFit's Filter (as hami.sim.intree.fit_resources) on the kept sums."""
-        alloc = self.nodes[node].allocatable
-        if not alloc:
-            return None
-        used = self.requested.get(node, {})
-        reasons = []
-        if "pods" in alloc and used.get("pods", 0) + 1 > alloc["pods"]:
-            reasons.append(intree.ERR_TOO_MANY_PODS)
-        for r in intree.RESOURCES:
-            if want.get(r) and r in alloc and want[r] > alloc[r] - used.get(r, 0):
-                reasons.append(f"Insufficient {r}")
-        return ", ".join(reasons) or None
-
-    def _pod_filter(self, pod: dict, names: list[str]) -> list[str]:
-        """The candidates InterPodAffinity and PodTopologySpread (DoNotSchedule) let through."""
-        objs, pods_on = self.node_objs, self.pods_on
-        holders = intree.anti_affinity_holders(pods_on) if self._anti else []
-        eligible = self._eligible_for(pod) if _spreads(pod.get("spec") or {}) else []
-        return [n for n in names if intree.topology_spread(pod, objs[n], eligible, pods_on) is None
-                and intree.inter_pod_affinity(pod, objs[n], objs, pods_on, holders) is None]
-
-    def _eligible_for(self, pod: dict) -> list[dict]:
-        """Nodes passing the pod's nodeSelector and required node affinity (where spread counts)."""
-        spec = pod.get("spec") or {}
-        key = repr((sorted((spec.get("nodeSelector") or {}).items()), (spec.get("affinity") or {}).get("nodeAffinity")))
-        hit = self._eligible.get(key)
-        if hit is None:
-            sel = spec.get("nodeSelector") or {}
-            hit = self._eligible[key] = [
-                self.node_objs[n] for n in sorted(self.nodes)
-                if all(self.nodes[n].labels.get(k) == v for k, v in sel.items())
-                and node_affinity_ok(spec, n, self.nodes[n].labels)]
-        return hit
 
     def stats(self, pending_mem: int) -> tuple[NodeStats, ...]:
         """Per node and card fill after the replay; `pending_mem`: smallest pending MiB ask (0 = none)."""
