@@ -27,6 +27,8 @@ Modelled (kubernetes/pkg/scheduler/framework/plugins/...):
   the minimum to 0 when fewer domains exist. ScheduleAnyway constraints score (weight 2): the
   count weighted by log(domains + 2) plus maxSkew - 1, inverted and normalised. The cluster-level
   default constraints (for pods of Services/ReplicaSets) are not applied; matchLabelKeys is not modelled.
+* TaintToleration Score (tainttoleration/taint_toleration.go, weight 3): the count of PreferNoSchedule
+  taints the pod does not tolerate, normalised reversed (DefaultNormalizeScore: fewest -> 100).
 * Nominated pods (framework/runtime `RunFilterPluginsWithNominatedPods`): pods nominated to a node
   with a priority at least the pod's are added to that node before filtering, and a node passes only
   when it passes with and without them; the extender is not told of them (upstream neither).
@@ -375,3 +377,27 @@ def topology_spread_scores(pod: Mapping, feasible: Sequence[Mapping], eligible: 
         else:
             out[name] = MAX_NODE_SCORE if hi == 0 else int(MAX_NODE_SCORE * (hi + lo - raw[name]) / hi)
     return out
+
+
+# ---------------------------------------------------------------------------- TaintToleration (score)
+
+def _tolerated(pod: Mapping, taint: Mapping) -> bool:
+    """v1helper.TolerationsTolerateTaint for one taint (effect, Exists/Equal, key, value)."""
+    for t in (pod.get("spec") or {}).get("tolerations") or []:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists":
+            if not t.get("key") or t.get("key") == taint.get("key"):
+                return True
+        elif t.get("key") == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def taint_toleration_scores(pod: Mapping, feasible: Sequence[Mapping]) -> dict[str, int]:
+    """TaintToleration Score + NormalizeScore(reverse): intolerable PreferNoSchedule taints, fewest best."""
+    raw = {n["metadata"]["name"]: sum(1 for t in (n.get("spec") or {}).get("taints") or []
+                                      if t.get("effect") == "PreferNoSchedule" and not _tolerated(pod, t))
+           for n in feasible}
+    top = max(raw.values(), default=0)
+    return {n: (MAX_NODE_SCORE - c * MAX_NODE_SCORE // top if top else MAX_NODE_SCORE) for n, c in raw.items()}

@@ -17,8 +17,8 @@ the pods nominated to it (priority at least the pod's) and without them, as
 `RunFilterPluginsWithNominatedPods` does; then the extender's `filterVerb` with NodeNames
 (`nodeCacheCapable: true`). One feasible node is taken as is; several are scored: NodeAffinity's
 preferred terms (normalised to 0..100, weight 2 as in the default profile), InterPodAffinity and
-PodTopologySpread (weight 2), NodeResourcesFit's LeastAllocated and BalancedAllocation (weight 1)
-plus, with a `prioritizeVerb`, the extender's 0..10 scores times its weight times 10 (MaxNodeScore /
+PodTopologySpread (weight 2), NodeResourcesFit's LeastAllocated and BalancedAllocation (weight 1),
+TaintToleration's PreferNoSchedule count (weight 3) plus, with a `prioritizeVerb`, the extender's 0..10 scores times its weight times 10 (MaxNodeScore /
 MaxExtenderPriority). An assigned pod's arrival or label change moves the parked pods it could help
 (`getUnschedulablePodsWithCrossTopologyTerm`: rejected by PodTopologySpread in its namespace, or with
 a required affinity term it matches). With queueing hints on, each of these plugins answers its own
@@ -34,7 +34,7 @@ PodScheduled=False condition and goes back through AddUnschedulableIfNotPresent.
 Divergence kept on purpose: the in-tree dry run of preemption is skipped, so every lower-priority pod
 on a candidate node is handed to the extender, which is what `selectVictimsOnNode` yields when
 NodeResourcesFit counts the GPU resource (the victims it picks for GPUs are not re-checked for CPU or
-memory). Not modelled: TaintToleration's PreferNoSchedule score, ImageLocality, volume plugins.
+memory). Not modelled: ImageLocality, volume plugins.
 """
 
 from __future__ import annotations
@@ -598,7 +598,8 @@ class KubeSchedulerLoop:
                 (node_affinity_scores(pod, feasible), NODE_AFFINITY_WEIGHT),
                 (intree.inter_pod_affinity_scores(pod, feasible, view.nodes, view.pods_on), 2),
                 (intree.topology_spread_scores(pod, feasible, view.eligible, view.pods_on), 2),
-                (intree.resource_scores(pod, feasible, view.pods_on, self.requests), 1)):
+                (intree.resource_scores(pod, feasible, view.pods_on, self.requests), 1),
+                (intree.taint_toleration_scores(pod, feasible), 3)):
             for n, s in scores.items():
                 totals[n] += s * weight
         return totals

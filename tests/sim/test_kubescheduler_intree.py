@@ -8,7 +8,7 @@ while a higher-priority pod ignores the nomination; InterPodAffinity's three tex
 a self-affine group; required anti-affinity and affinity steering GPU pods between zones through the
 real /filter; an assigned pod's arrival moves a pod parked by InterPodAffinity (it then binds);
 PodTopologySpread DoNotSchedule skew and its missing-label text; score normalisation of
-InterPodAffinity, PodTopologySpread and the resource scores.
+InterPodAffinity, PodTopologySpread, TaintToleration (PreferNoSchedule) and the resource scores.
 """
 
 from __future__ import annotations
@@ -139,6 +139,16 @@ def test_resource_scores_prefer_the_emptier_and_more_balanced_node():
     nodes = [_node("a"), _node("b")]
     scores = intree.resource_scores(_pod("p", cpu="1", memory="1Gi"), nodes, {"a": [_pod("h", cpu="2", memory="1Gi")]}, req)
     assert scores["b"] > scores["a"]
+
+
+def test_taint_toleration_scores_fewest_intolerable_prefer_no_schedule_taints_best():
+    soft = {"key": "spot", "value": "yes", "effect": "PreferNoSchedule"}
+    nodes = [_node("clean"), {**_node("spot"), "spec": {"taints": [soft]}},
+             {**_node("hard"), "spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}}]
+    assert intree.taint_toleration_scores(_pod("p"), nodes) == {"clean": 100, "spot": 0, "hard": 100}
+    tolerant = _pod("t")
+    tolerant["spec"]["tolerations"] = [{"key": "spot", "operator": "Exists"}]
+    assert intree.taint_toleration_scores(tolerant, nodes) == {"clean": 100, "spot": 100, "hard": 100}
 
 
 # --------------------------------------------------------------------------- the loop with the real extender
