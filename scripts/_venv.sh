@@ -1,7 +1,12 @@
 # Sourced by scripts/*: create or reuse .venv and install hami with its dev extras.
 # Re-installs only when pyproject.toml changed since the last install.
 set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/.." 2>/dev/null && pwd)
+# Sourced from an interactive shell, $0 is the shell itself: then the repository is the current directory.
+[ -f "$root/pyproject.toml" ] || root=$(pwd)
+if [ ! -f "$root/pyproject.toml" ]; then
+  echo "scripts/_venv.sh: run it from the repository root (no pyproject.toml in $root)" >&2; return 1 2>/dev/null || exit 1
+fi
 venv="$root/.venv"
 py=${PYTHON:-python3}
 if [ ! -x "$venv/bin/python" ]; then
