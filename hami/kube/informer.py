@@ -11,6 +11,7 @@ kubernetes-asyncio has no informer (spec protocols.md §2), so this is ours:
   bookmark on an idle watch).
 * Silent watch: no event, bookmark or byte for `silent_timeout` seconds -> reconnect from the
   last RV (a half-open connection otherwise stalls the cache forever).
+* `transform(obj)` (optional) projects every object before it is stored and dispatched.
 * `handler(event_type, old, new)` runs synchronously in the event loop, in order; for DELETED
   `new` is None, for ADDED `old` is None. A raising handler does not stop the watch, but what it
   fed may now differ from the cluster: the failure is counted (`handler_failures`), logged once per
@@ -56,7 +57,8 @@ def object_key(kind: str, obj: dict) -> str:
 class Informer:
     def __init__(self, client: KubeClient, kind: str = "pods", *, namespace: str | None = None,
                  field_selector: str | None = None, label_selector: str | None = None,
-                 handler: Handler | None = None, silent_timeout: float = 120.0,
+                 handler: Handler | None = None, transform: Callable[[dict], dict] | None = None,
+                 silent_timeout: float = 120.0,
                  watch_timeout: float = 300.0, page_size: int = 500,
                  backoff_initial: float = 0.8, backoff_max: float = 30.0, unready_after: float = 60.0):
         self.client = client
@@ -65,6 +67,10 @@ class Informer:
         self.field_selector = field_selector
         self.label_selector = label_selector
         self.handlers: list[Handler] = [handler] if handler else []
+        # Applied to every listed and watched object before it is stored and dispatched (client-go's
+        # SetTransform): a consumer keeps only the fields it reads. It must keep metadata.name,
+        # .namespace and .resourceVersion (keys and the re-LIST diff use them).
+        self.transform = transform
         self.silent_timeout = silent_timeout
         self.watch_timeout = watch_timeout
         self.page_size = page_size
@@ -236,7 +242,10 @@ class Informer:
                 field_selector=self.field_selector, limit=self.page_size, continue_=cont,
             )
             self.lists += 1
-            items.extend(page.get("items") or [])
+            page_items = page.get("items") or []
+            if self.transform is not None:  # page by page: the full objects go with their page
+                page_items = [self.transform(o) for o in page_items]
+            items.extend(page_items)
             meta = page.get("metadata") or {}
             rv = meta.get("resourceVersion") or rv
             cont = meta.get("continue")
@@ -318,6 +327,8 @@ class Informer:
                 self.resource_version = rv
                 self._notify()
             return
+        if self.transform is not None and etype in (ADDED, MODIFIED, DELETED):
+            obj = self.transform(obj)
         key = object_key(self.kind, obj)
         old = self.store.get(key)
         if etype in (ADDED, MODIFIED):

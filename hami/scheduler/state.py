@@ -7,6 +7,7 @@
   Succeeded/Failed or deleted pods release their devices; init-container usage collapses as in
   HAMi and shrinks to app-only usage once every init container exited 0.
 * /filter and /bind read only this state; they never call the API server to read.
+* The pod and node caches hold projections (hami.scheduler.project): the fields some reader uses.
 * A failing event handler leaves what it derived from that object unknown: the informer calls the
   per-object resync (`resync_node`, `resync_pod`, `resync_quota`), which forgets what the index
   holds for that one object and judges its cached state afresh, so nothing else moves (a
@@ -34,6 +35,7 @@ from hami.kube.client import KubeClient
 from hami.kube.informer import ADDED, DELETED, Informer
 from hami.obs.log import get_logger
 from hami.scheduler.handshake import REGISTER_KEY, Handshaker
+from hami.scheduler.project import Shared, project_node, project_pod
 from hami.scheduler.usage import UsageIndex, init_released
 
 log = get_logger(__name__)
@@ -90,10 +92,13 @@ class ClusterState:
         self.nodes: Informer | None = None
         self.pods: Informer | None = None
         self.quotas: Informer | None = None
+        # The caches keep only what the scheduler reads (hami.scheduler.project), equal parts once.
+        self.shared = Shared()
         if client is not None:
-            self.nodes = Informer(client, "nodes", label_selector=node_label_selector,
-                                  handler=self.on_node, silent_timeout=silent_timeout)
-            self.pods = Informer(client, "pods", handler=self.on_pod, silent_timeout=silent_timeout)
+            self.nodes = Informer(client, "nodes", label_selector=node_label_selector, handler=self.on_node,
+                                  transform=lambda o: project_node(o, self.shared), silent_timeout=silent_timeout)
+            self.pods = Informer(client, "pods", handler=self.on_pod, transform=lambda o: project_pod(o, self.shared),
+                                 silent_timeout=silent_timeout)
             self.quotas = Informer(client, "resourcequotas", handler=self.on_quota, silent_timeout=silent_timeout)
             for inf in (self.nodes, self.pods, self.quotas):
                 inf.resync_handlers.append(self.rebuild)

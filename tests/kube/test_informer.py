@@ -317,3 +317,30 @@ async def test_watch_reads_in_small_chunks_and_still_delivers_big_events(apiserv
     finally:
         stop.set()
         await task
+
+
+async def test_transform_projects_listed_and_watched_objects(apiserver, client):
+    apiserver.store.create("nodes", "", node_obj("a"))
+    seen: list = []
+
+    def keep_meta(obj: dict) -> dict:
+        return {"metadata": obj["metadata"]}
+
+    inf = Informer(client, "nodes", transform=keep_meta, handler=lambda t, o, n: seen.append((t, n)))
+    stop, task = await run_informer(inf)
+    try:
+        await client.create("nodes", node_obj("b"))
+        await eventually(lambda: "b" in inf.store)
+        assert all(set(obj) == {"metadata"} for obj in inf.store.values())
+        assert all(n is None or set(n) == {"metadata"} for _, n in seen)
+        await eventually(lambda: apiserver.store.watchers())
+        await apiserver.stop()
+        apiserver.store.create("nodes", "", node_obj("c"))
+        apiserver.store.compact()  # 410 when the watch resumes: re-LIST, diffed on the projections
+        await apiserver.start()
+        await eventually(lambda: inf.relists_gone >= 1 and "c" in inf.store, timeout=10)
+        assert set(inf.store["c"]) == {"metadata"}
+        assert [t for t, _ in seen] == ["ADDED", "ADDED", "ADDED"]  # unchanged a and b stay silent
+    finally:
+        stop.set()
+        await task
