@@ -18,8 +18,8 @@ Modelled (kubernetes/pkg/scheduler/framework/plugins/...):
   passes), required anti-affinity of the pod, existing pods' required anti-affinity; the three texts
   upstream gives. Score (weight 2): preferred (anti-)affinity of the pod and of existing pods, plus
   existing pods' required affinity at hardPodAffinityWeight 1, normalised to 0..100 by (s-min)/(max-min).
-  Term namespaces: `namespaces`, else the pod's own; `namespaceSelector: {}` is every namespace
-  (other namespace selectors are not modelled).
+  Term namespaces: `namespaces`, else the pod's own, or those a `namespaceSelector` selects by the
+  namespaces' labels (`{}`: every namespace).
 * PodTopologySpread (podtopologyspread/filtering.go, scoring.go): DoNotSchedule constraints filter
   (`skew = matching pods in the node's domain + self - min over domains > maxSkew`; a node without
   the key is UnschedulableAndUnresolvable), counting pods on nodes that pass the pod's node
@@ -204,16 +204,17 @@ def _ns(obj: Mapping) -> str:
     return (obj.get("metadata") or {}).get("namespace") or "default"
 
 
-def term_matches(term: Mapping, owner: Mapping, other: Mapping) -> bool:
-    """Does `other` match the affinity term declared by `owner` (namespaces, then the selector)?"""
+def term_matches(term: Mapping, owner: Mapping, other: Mapping,
+                 ns_labels: Mapping[str, Mapping[str, str]] | None = None) -> bool:
+    """AffinityTerm.Matches: `other` is in the term's namespaces (`namespaces`, else the owner's own when
+    no namespaceSelector is set) or in a namespace its namespaceSelector selects (by `ns_labels`,
+    namespace -> labels; unknown namespaces have none), and its labels match the labelSelector."""
     nss = term.get("namespaces") or []
     ns_sel = term.get("namespaceSelector")
-    if ns_sel is not None and not (ns_sel.get("matchLabels") or ns_sel.get("matchExpressions")):
-        pass  # {}: every namespace
-    elif nss:
-        if _ns(other) not in nss:
-            return False
-    elif _ns(other) != _ns(owner):
+    if not nss and ns_sel is None:
+        nss = [_ns(owner)]
+    if _ns(other) not in nss and not (
+            ns_sel is not None and selector_matches(ns_sel, (ns_labels or {}).get(_ns(other)) or {})):
         return False
     return selector_matches(term.get("labelSelector"), _labels(other))
 
@@ -234,7 +235,8 @@ def anti_affinity_holders(pods_on: Mapping[str, Sequence[Mapping]]) -> list[tupl
 
 def inter_pod_affinity(pod: Mapping, node: Mapping, nodes: Mapping[str, Mapping],
                        pods_on: Mapping[str, Sequence[Mapping]],
-                       holders: Sequence[tuple[Mapping, str]] | None = None) -> Verdict | None:
+                       holders: Sequence[tuple[Mapping, str]] | None = None,
+                       ns_labels: Mapping[str, Mapping[str, str]] | None = None) -> Verdict | None:
     """InterPodAffinity Filter (satisfyPodAffinity, satisfyPodAntiAffinity, satisfyExistingPodsAntiAffinity).
     `holders`: anti_affinity_holders(pods_on), when the caller has it."""
     labels = _labels(node)
@@ -247,33 +249,34 @@ def inter_pod_affinity(pod: Mapping, node: Mapping, nodes: Mapping[str, Mapping]
     if affinity:
         if any(t.get("topologyKey") not in labels for t in affinity):
             return Verdict("InterPodAffinity", (ERR_AFFINITY,), True)
-        matching = [nl for p, nl in placed if all(term_matches(t, pod, p) for t in affinity)]
+        matching = [nl for p, nl in placed if all(term_matches(t, pod, p, ns_labels) for t in affinity)]
         here = all(any(nl.get(t["topologyKey"]) == labels[t["topologyKey"]] for nl in matching) for t in affinity)
         if not here:
-            self_group = not matching and all(term_matches(t, pod, pod) for t in affinity)
+            self_group = not matching and all(term_matches(t, pod, pod, ns_labels) for t in affinity)
             if not self_group:
                 return Verdict("InterPodAffinity", (ERR_AFFINITY,), True)
     for t in anti:
         key = t.get("topologyKey")
-        if key in labels and any(nl.get(key) == labels[key] and term_matches(t, pod, p) for p, nl in placed):
+        if key in labels and any(nl.get(key) == labels[key] and term_matches(t, pod, p, ns_labels) for p, nl in placed):
             return Verdict("InterPodAffinity", (ERR_ANTI_AFFINITY,))
     for p, n in holders:
         nl = _labels(nodes[n]) if n in nodes else {}
         for t in _affinity(p, "podAntiAffinity", REQUIRED):
             key = t.get("topologyKey")
-            if key in labels and nl.get(key) == labels[key] and term_matches(t, p, pod):
+            if key in labels and nl.get(key) == labels[key] and term_matches(t, p, pod, ns_labels):
                 return Verdict("InterPodAffinity", (ERR_EXISTING_ANTI_AFFINITY,))
     return None
 
 
 def inter_pod_affinity_scores(pod: Mapping, feasible: Sequence[Mapping], nodes: Mapping[str, Mapping],
-                              pods_on: Mapping[str, Sequence[Mapping]]) -> dict[str, int]:
+                              pods_on: Mapping[str, Sequence[Mapping]],
+                              ns_labels: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, int]:
     """InterPodAffinity Score + NormalizeScore (0..100)."""
     pairs: dict[tuple[str, str], int] = {}
 
     def add(term: Mapping, owner: Mapping, other: Mapping, node_labels: Mapping, weight: int) -> None:
         key = term.get("topologyKey")
-        if key in node_labels and term_matches(term, owner, other):
+        if key in node_labels and term_matches(term, owner, other, ns_labels):
             pairs[(key, node_labels[key])] = pairs.get((key, node_labels[key]), 0) + weight
 
     for n, ps in pods_on.items():

@@ -194,6 +194,7 @@ class ClusterView:
     nominated: dict[str, list[dict]]         # node -> pods nominated there (priority >= the pod's)
     eligible: list[dict]                     # nodes passing the pod's node affinity / selector
     holders: list                            # (pod, node) of placed pods with required anti-affinity
+    ns_labels: dict = field(default_factory=dict)  # namespace -> labels (namespaceSelector)
 
 
 def node_affinity_scores(pod: dict, nodes: list[dict]) -> dict[str, int]:
@@ -339,6 +340,7 @@ class KubeSchedulerLoop:
         self.pods = Informer(client, "pods", handler=self._on_pod)
         self.nodes = Informer(client, "nodes", handler=self._on_node)
         self.pdbs = Informer(client, "poddisruptionbudgets") if self.ext.preempt_verb else None
+        self.namespaces = Informer(client, "namespaces")  # InterPodAffinity's namespaceSelector
         self.stats = SchedulerStats()
         self.requests = intree.Requests()
         self._kick = asyncio.Event()
@@ -386,7 +388,7 @@ class KubeSchedulerLoop:
     # ------------------------------------------------------------------ run
 
     async def run(self, stop: asyncio.Event) -> None:
-        informers = [self.nodes, self.pods] + ([self.pdbs] if self.pdbs is not None else [])
+        informers = [self.nodes, self.pods, self.namespaces] + ([self.pdbs] if self.pdbs is not None else [])
         tasks = [asyncio.create_task(i.run(stop), name=f"kube-scheduler:{i.kind}") for i in informers]
         timeout = aiohttp.ClientTimeout(total=self.ext.http_timeout)
         try:
@@ -569,7 +571,9 @@ class KubeSchedulerLoop:
             if nnn and _key(p) != key and sq.pod_priority(p) >= prio and _pending_for_us(p, self.scheduler_name):
                 nominated.setdefault(nnn, []).append(p)
         eligible = [n for n in self.nodes.store.values() if _node_affinity_ok(pod, n)]
-        return ClusterView(self.nodes.store, pods_on, nominated, eligible, intree.anti_affinity_holders(pods_on))
+        ns_labels = {name: (ns.get("metadata") or {}).get("labels") or {} for name, ns in self.namespaces.store.items()}
+        return ClusterView(self.nodes.store, pods_on, nominated, eligible, intree.anti_affinity_holders(pods_on),
+                           ns_labels)
 
     def filter_in_tree(self, pod: dict, node: dict, view: ClusterView) -> tuple[str, str | tuple[str, ...], bool] | None:
         """The in-tree filters on one node, with its nominated pods and (when any) without them."""
@@ -586,7 +590,7 @@ class KubeSchedulerLoop:
                 holders = intree.anti_affinity_holders({name: list(extra or ())}) + holders
             v = (intree.fit_resources(pod, node, pods_on.get(name, ()), self.requests)
                  or intree.topology_spread(pod, node, view.eligible, pods_on)
-                 or intree.inter_pod_affinity(pod, node, view.nodes, pods_on, holders))
+                 or intree.inter_pod_affinity(pod, node, view.nodes, pods_on, holders, view.ns_labels))
             if v is not None:
                 return v.plugin, (v.reasons[0] if len(v.reasons) == 1 else v.reasons), v.unresolvable
         return None
@@ -596,7 +600,7 @@ class KubeSchedulerLoop:
         totals = {n["metadata"]["name"]: 0 for n in feasible}
         for scores, weight in (
                 (node_affinity_scores(pod, feasible), NODE_AFFINITY_WEIGHT),
-                (intree.inter_pod_affinity_scores(pod, feasible, view.nodes, view.pods_on), 2),
+                (intree.inter_pod_affinity_scores(pod, feasible, view.nodes, view.pods_on, view.ns_labels), 2),
                 (intree.topology_spread_scores(pod, feasible, view.eligible, view.pods_on), 2),
                 (intree.resource_scores(pod, feasible, view.pods_on, self.requests), 1),
                 (intree.taint_toleration_scores(pod, feasible), 3)):

@@ -5,7 +5,7 @@ standing for missing requests; property test); NodeResourcesFit's texts (Too man
 cpu/memory) and the FitError message counting each reason, with no extender call when nothing passes;
 a pod nominated to a node (priority at least the pod's) reserves its cpu there against later pods,
 while a higher-priority pod ignores the nomination; InterPodAffinity's three texts and the first pod of
-a self-affine group; required anti-affinity and affinity steering GPU pods between zones through the
+a self-affine group; term namespaces (own, listed, namespaceSelector by the namespaces' labels); required anti-affinity and affinity steering GPU pods between zones through the
 real /filter; an assigned pod's arrival moves a pod parked by InterPodAffinity (it then binds);
 PodTopologySpread DoNotSchedule skew and its missing-label text; score normalisation of
 InterPodAffinity, PodTopologySpread, TaintToleration (PreferNoSchedule) and the resource scores.
@@ -105,6 +105,23 @@ def test_inter_pod_affinity_texts_and_the_first_pod_of_a_group():
     assert intree.inter_pod_affinity(stranger, nodes["b"], nodes, on) is not None
     # another namespace does not match a term without namespaces
     assert intree.inter_pod_affinity(_pod("x", affinity=anti, ns="other"), nodes["a"], nodes, on) is None
+
+
+def test_affinity_term_namespaces_own_listed_or_selected_by_namespace_labels():
+    owner = _pod("o", ns="team")
+    web_b = _pod("w", labels={"app": "web"}, ns="b")
+    term = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": ZONE}
+    assert not intree.term_matches(term, owner, web_b)  # only the owner's namespace by default
+    assert intree.term_matches({**term, "namespaces": ["b"]}, owner, web_b)
+    selected = {**term, "namespaceSelector": {"matchLabels": {"tier": "front"}}}
+    assert intree.term_matches(selected, owner, web_b, {"b": {"tier": "front"}})
+    assert not intree.term_matches(selected, owner, web_b, {"b": {"tier": "back"}})
+    assert not intree.term_matches(selected, owner, web_b)  # labels unknown: not selected
+    assert intree.term_matches({**term, "namespaceSelector": {}}, owner, web_b)  # {}: every namespace
+    nodes = {"a": _node("a", labels={ZONE: "z1"})}
+    anti = {"podAntiAffinity": {intree.REQUIRED: [selected]}}
+    assert intree.inter_pod_affinity(_pod("x", affinity=anti, ns="team"), nodes["a"], nodes, {"a": [web_b]},
+                                     ns_labels={"b": {"tier": "front"}}) is not None
 
 
 def test_inter_pod_affinity_scores_are_normalised_between_the_lowest_and_highest():
