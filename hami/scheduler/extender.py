@@ -544,12 +544,18 @@ class Extender:
                 nname = sn.name
                 names.append(nname)
                 by_name[nname] = sn
-                text = sn.register
                 reg = registered.get(nname)
-                # The common case inline: the watch already knows this registration and its usage.
-                if reg is not None and text is not None and reg.register == text and nname in known:
-                    usages[nname] = known[nname]
-                    continue
+                # The common case inline: the watch already knows this registration and its usage
+                # (sn.known: the registration this same Node text was last found equal to).
+                if reg is not None and nname in known:
+                    if sn.known is reg:
+                        usages[nname] = known[nname]
+                        continue
+                    text = sn.register
+                    if text is not None and reg.register == text:
+                        sn.known = reg
+                        usages[nname] = known[nname]
+                        continue
                 u = self._node_usage(sn.node(), index)  # decoded here only for nodes the cache lacks
                 if u is not None:
                     usages[nname] = u

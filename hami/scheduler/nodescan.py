@@ -20,8 +20,6 @@ rest holds that integer as its top-level `nodes.items`: the cut was exactly that
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import orjson
 
 from .extargs import BadArgs, lower_keys
@@ -36,11 +34,17 @@ _REGISTER = "hami.io/node-nvidia-register"
 _CORDON = "hami.io/device-cordon"
 
 
-@dataclass(frozen=True, slots=True)
 class ScannedNode:
-    raw: bytes  # the Node's JSON text as sent
-    name: str
-    annotations: dict  # only the two the fit reads: register and cordon, when present
+    """One Node as the fit needs it. `known` is the caller's memo (the extender keeps there the
+    registration it last found equal to `register`, so an unchanged node costs no string compare)."""
+
+    __slots__ = ("raw", "name", "annotations", "known")
+
+    def __init__(self, raw: bytes, name: str, annotations: dict):
+        self.raw = raw  # the Node's JSON text as sent
+        self.name = name
+        self.annotations = annotations  # only the two the fit reads: register and cordon, when present
+        self.known: object = None
 
     @property
     def register(self) -> str | None:
@@ -113,15 +117,33 @@ class NodeScanner:
         item = body[pos:m + len(_NAME)]
         after = b"}," + item
         skip = len(item)
+        startswith, find = body.startswith, body.find
+        # Most Nodes come back in the same place with the same text: try the one seen there
+        # last time before looking the name up.
+        prev, i, n_prev, size = last_items, 0, len(last_items), len(body)
         while True:
-            if not body.startswith(item, pos):
+            c = prev[i] if i < n_prev else None
+            i += 1
+            if c is not None and startswith(c.raw, pos):
+                end = pos + len(c.raw)
+                items.append(c)
+                if end >= size:
+                    return None
+                sep = body[end]
+                if sep == 44:  # ","
+                    pos = end + 1
+                    continue
+                if sep != 93:  # "]"
+                    return None
+                break
+            if not startswith(item, pos):
                 return None
-            q = body.find(b'"', pos + skip)
+            q = find(b'"', pos + skip)
             if q < 0:
                 return None
             key = body[pos + skip:q]
             c = seen.get(key)
-            if c is not None and body.startswith(c.raw, pos):
+            if c is not None and startswith(c.raw, pos):
                 end = pos + len(c.raw)
             else:
                 nxt = body.find(after, pos)
