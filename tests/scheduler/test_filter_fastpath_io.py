@@ -97,7 +97,8 @@ async def test_full_nodes_scanned_answers_equal_the_full_decode(env, monkeypatch
 
     ext = env.sched.extender
     items = [env.sched.state.nodes.store[f"n{i}"] for i in range(N)]
-    items.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "stranger", "annotations": {}}})
+    # a node the scheduler does not know, its keys in the same order as the others
+    items.append(dict(items[0], metadata={"name": "stranger", "annotations": {}}, status={}))
     for i, mem in enumerate([1000, 20000, 200000, 1000]):
         pod = env.create_pod(pod_obj(f"full-{i}", mem=mem))
         body = orjson.dumps({"Pod": pod, "Nodes": {"kind": "NodeList", "items": items}})
