@@ -33,11 +33,13 @@ API
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hami.device.model import (
     NVIDIA,
+    ContainerDevice,
     ContainerDevices,
     DeviceInfo,
     MigPlacement,
@@ -96,9 +98,10 @@ class DeviceState:
 
     @classmethod
     def from_info(cls, d: DeviceInfo) -> DeviceState:
+        # Interned: the pods placed on this GPU name it with the same string object (add_pod).
         return cls(
-            id=d.id, index=d.index, count=d.count, totalmem=d.devmem, totalcore=d.devcore,
-            type=d.type, numa=d.numa, mode=d.mode, health=d.health, vendor=d.vendor,
+            id=sys.intern(d.id), index=d.index, count=d.count, totalmem=d.devmem, totalcore=d.devcore,
+            type=sys.intern(d.type), numa=d.numa, mode=sys.intern(d.mode), health=d.health, vendor=d.vendor,
             mig_profiles=d.mig_profiles,
         )
 
@@ -208,6 +211,17 @@ class NodeUsage:
 
     def snapshot(self) -> list[DeviceState]:
         return [d.clone() for d in self.devices]
+
+
+def _interned(cd: ContainerDevice) -> ContainerDevice:
+    """The same device slice naming its GPU and type with interned strings: 40,000 pods keep one
+    copy of each UUID (shared with the node's DeviceState) instead of one per pod."""
+    if cd.__class__ is not ContainerDevice:
+        return cd
+    uuid, type_ = sys.intern(cd.uuid), sys.intern(cd.type)
+    if uuid is cd.uuid and type_ is cd.type:
+        return cd
+    return ContainerDevice(uuid, type_, cd.usedmem, cd.usedcores, cd.idx)
 
 
 # --------------------------------------------------------------------------- collapse
@@ -404,7 +418,7 @@ class UsageIndex:
 
         `mig` lists (gpu uuid, placement) pairs from `hami.io/vgpu-mig-allocations`.
         """
-        devices = tuple(tuple(c) for c in pod_devices)
+        devices = tuple(tuple(_interned(cd) for cd in c) for c in pod_devices)
         mig = tuple(mig)
         old = self._pods.get(pod_key)
         if (
