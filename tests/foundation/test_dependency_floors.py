@@ -1,6 +1,7 @@
 """Dependency floors are true: pyproject's grpcio and protobuf floors are the versions the generated
-device-plugin code (hami/agent/_pb) requires, constraints/floor.txt pins exactly those floors (the wheel
-test installs them), and the generated code itself refuses anything older."""
+device-plugin code (hami/agent/_pb) requires; constraints/floor.txt pins every runtime dependency at
+exactly its pyproject floor (scripts/test-floors installs those and runs the tests, .ci/run runs it), so no
+floor is declared that CI does not install."""
 
 from __future__ import annotations
 
@@ -41,8 +42,44 @@ def test_protobuf_range_stays_within_the_gencode_major():
     assert f'"protobuf>={_generated()["protobuf"]},<{int(major) + 1}"' in text
 
 
-def test_floor_constraints_pin_exactly_the_floors():
+def _padded(text: str) -> tuple[int, ...]:
+    return (_version(text) + (0, 0, 0))[:3]
+
+
+def _pins() -> dict[str, str]:
     lines = [ln.strip() for ln in (ROOT / "constraints" / "floor.txt").read_text().splitlines()
              if ln.strip() and not ln.startswith("#")]
-    pins = dict(ln.split("==") for ln in lines)
-    assert pins == _generated()
+    return dict(ln.split("==") for ln in lines)
+
+
+def _runtime_floors() -> dict[str, str]:
+    import tomllib
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    found = {}
+    for dep in deps:
+        m = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([0-9.]+),<[0-9.]+", dep)
+        assert m, f"runtime dependency {dep!r} is not declared as >=floor,<ceiling"
+        found[m.group(1).lower()] = m.group(2)
+    return found
+
+
+def test_floor_constraints_pin_every_runtime_dependency_at_its_floor():
+    pins, floors = _pins(), _runtime_floors()
+    assert set(pins) == set(floors), "constraints/floor.txt and pyproject's dependencies name different packages"
+    for pkg, floor in floors.items():
+        # the floor is written as the released version CI installs (no `>=31` standing for 31.1.0)
+        assert _padded(pins[pkg]) == _padded(floor), \
+            f"{pkg}: floor.txt pins {pins[pkg]}, pyproject declares >={floor}"
+
+
+def test_generated_code_floors_are_pinned():
+    pins = _pins()
+    assert {pkg: pins[pkg] for pkg in _generated()} == _generated()
+
+
+def test_ci_runs_the_floor_tests_before_the_gate():
+    run = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert "scripts/test-floors" in run and run.index("scripts/test-floors") < run.index("exec scripts/test")
+    script = (ROOT / "scripts" / "test-floors").read_text()
+    assert "-c constraints/floor.txt" in script
