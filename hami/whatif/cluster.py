@@ -24,6 +24,7 @@ from hami.device import codec
 from hami.device.model import DeviceInfo, NodeDeviceConfig, NvidiaConfig
 from hami.device.nodeconfig import DeviceSettings, settings_for_node
 from hami.device.request import quantity_value
+from hami.scheduler.nodeaffinity import node_matches, spec_required_terms
 from hami.scheduler.usage import init_released
 from hami.sim import intree
 
@@ -325,52 +326,10 @@ def tolerates(tolerations: Any, taint: tuple[str, str, str]) -> bool:
     return False
 
 
-def _expr_matches(expr: Any, values_of: Mapping[str, str]) -> bool:
-    """One NodeSelectorRequirement (In, NotIn, Exists, DoesNotExist, Gt, Lt) against labels."""
-    if not isinstance(expr, dict):
-        return False
-    key, op = expr.get("key"), expr.get("operator")
-    if not isinstance(key, str):
-        return False
-    values = expr.get("values") if isinstance(expr.get("values"), list) else []
-    if op == "In":
-        return key in values_of and values_of[key] in values
-    if op == "NotIn":
-        return key not in values_of or values_of[key] not in values
-    if op == "Exists":
-        return key in values_of
-    if op == "DoesNotExist":
-        return key not in values_of
-    if op in ("Gt", "Lt") and key in values_of and len(values) == 1:
-        try:
-            have, want = int(values_of[key]), int(values[0])
-        except (TypeError, ValueError):
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
 def node_affinity_ok(spec: Mapping, name: str, labels: Mapping[str, str]) -> bool:
-    """NodeAffinity's Filter for the pod's required node affinity: any one of its
-    nodeSelectorTerms matches (every matchExpression on the labels, every matchField on
-    metadata.name); a term with neither matches nothing. No required affinity: every node."""
-    affinity = spec.get("affinity")
-    node_aff = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
-    required = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node_aff, dict) else None
-    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
-    if not terms or not isinstance(terms, list):
-        return True
-    fields = {"metadata.name": name}
-    for term in terms:
-        if not isinstance(term, dict):
-            continue
-        exprs = term.get("matchExpressions") or []
-        field_exprs = term.get("matchFields") or []
-        if not isinstance(exprs, list) or not isinstance(field_exprs, list) or not (exprs or field_exprs):
-            continue  # malformed or empty: the term matches nothing
-        if all(_expr_matches(e, labels) for e in exprs) and all(_expr_matches(f, fields) for f in field_exprs):
-            return True
-    return False
+    """NodeAffinity's Filter for the pod's required node affinity (the scheduler's one matcher,
+    which checks every shape: a snapshot's pod spec is read as it is). No required affinity: every node."""
+    return node_matches(None, spec_required_terms(spec), labels, name)
 
 
 def _registered_settings(settings: DeviceSettings, devices: tuple[DeviceInfo, ...]) -> DeviceSettings:

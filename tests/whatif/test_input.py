@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from hami.cli.main import main
 from hami.device import codec
+from hami.scheduler.nodeaffinity import REQUIRED, term_matches
 from hami.whatif.cluster import SnapshotError, node_affinity_ok, parse_snapshot
 from hami.whatif.scenario import ScenarioError, parse_plan, parse_plan_text
 from tests.whatif import snap
@@ -142,5 +143,15 @@ _spec = st.builds(lambda terms: {"affinity": {"nodeAffinity": {
 @settings(max_examples=300, deadline=None)
 @given(_spec | st.dictionaries(st.just("affinity"), _junk))
 def test_any_node_affinity_shape_is_a_verdict_not_a_crash(spec):
-    # A snapshot's pod spec is read as it is: whatever its affinity holds, the filter answers.
-    assert node_affinity_ok(spec, "n", {"zone": "a", "5": "7"}) in (True, False)
+    # A snapshot's pod spec is read as it is: whatever its affinity holds, the filter answers, and
+    # only a list of terms with a well-formed matching term lets a node through.
+    labels = {"zone": "a", "5": "7"}
+    verdict = node_affinity_ok(spec, "n", labels)
+    assert isinstance(verdict, bool)
+    terms = spec
+    for key in ("affinity", "nodeAffinity", REQUIRED, "nodeSelectorTerms"):
+        terms = terms.get(key) if isinstance(terms, dict) else None
+    if not isinstance(terms, list) or not terms:
+        assert verdict is True
+    else:
+        assert verdict is any(term_matches(t, labels, "n") for t in terms)

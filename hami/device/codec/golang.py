@@ -90,6 +90,14 @@ def _go_int(text: str, lo_hi: tuple[int, int], func: str) -> int | str:
     return value
 
 
+def parse_go_int64(text: object) -> int | None:
+    """strconv.ParseInt(text, 10, 64), or None where Go returns an error (a non-string included)."""
+    if not isinstance(text, str):
+        return None
+    value = _go_int(text, _INT64, "ParseInt")
+    return value if isinstance(value, int) else None
+
+
 def parse_go_bool(text: str, *, field: str = "bool", position: int | None = None) -> bool:
     """strconv.ParseBool: 1 t T TRUE true True / 0 f F FALSE false False."""
     _require_str(text, field)
