@@ -1,13 +1,19 @@
 """/preempt victim selection (pure): the fewest pods to evict so the preemptor fits under HAMi's
 fit rules (slots, memory, cores, MIG, NUMA, quota as /filter checks them).
 
-It follows kube-scheduler's `selectVictimsOnNode` (defaultpreemption/default_preemption.go) with
+It follows kube-scheduler's `SelectVictimsOnNode` (defaultpreemption/default_preemption.go) with
 HAMi's fit in place of the in-tree filters: take every candidate victim off a copy of the node; if
 the preemptor does not fit even then, no victim set helps and the node is dropped. Otherwise put
 the victims back one at a time, PDB-violating ones first, each group from the most important pod
 down (higher priority, then the earlier start), keeping a pod off the node only when putting it
 back would make the preemptor not fit. Since a GPU's usage only grows as pods come back, the set
 left is minimal: no victim in it can be spared given the others.
+
+kube-scheduler's candidates are the victims its in-tree dry run needs (cpu, memory, pods,
+affinity); the GPU shares it does not count. So /preempt narrows them to the GPU-minimal set, adds
+the node's other lower-priority pods only when the candidates alone free too little (kube-scheduler's
+`convertToVictims` takes any pod on the node), and hands the candidates back unchanged when the
+preemptor's GPUs fit without evicting anyone (the shortage is an in-tree one, not ours to veto).
 
 Quota: a victim in the preemptor's namespace gives its share of that namespace's ResourceQuota
 back when evicted (HAMi's fitQuota counts the namespace's placed pods), so the search checks the
@@ -69,13 +75,15 @@ class _QuotaLedger:
 
 def select_victims(nvidia: NvidiaConfig, node: str, devices: Sequence[DeviceInfo], cordoned: Iterable[str],
                    on_node: Mapping[str, PodRecord], candidates: Sequence[str], violating: set[str],
-                   request: PodRequest) -> tuple[list[str], int] | None:
-    """`candidates`: victim uids, most important first; `violating`: those whose eviction breaks a PDB."""
+                   request: PodRequest, extra: Sequence[str] = ()) -> tuple[list[str], int] | None:
+    """`candidates`: victim uids, most important first; `violating`: those whose eviction breaks a PDB;
+    `extra`: the node's other lower-priority pods, most important first, which may go too when the
+    candidates are not enough. They are put back first, so any candidate is evicted before one of them."""
     index = UsageIndex(nvidia)
     index.set_node(node, devices, cordoned)
     ledger = _QuotaLedger(request)
     request = ledger.request(request)
-    pool = set(candidates)
+    pool = set(candidates) | set(extra)
     for uid, rec in on_node.items():
         if uid not in pool:
             _add(index, uid, node, rec)
@@ -83,7 +91,8 @@ def select_victims(nvidia: NvidiaConfig, node: str, devices: Sequence[DeviceInfo
             ledger.move(rec, -1)
     if not _fits(index, node, request):
         return None
-    order = [u for u in candidates if u in violating] + [u for u in candidates if u not in violating]
+    order = [u for group in (extra, candidates) for u in
+             [u for u in group if u in violating] + [u for u in group if u not in violating]]
     victims: list[str] = []
     for uid in order:
         rec = on_node.get(uid)

@@ -97,6 +97,12 @@ def _victims_arg(args: dict) -> dict[str, list[str]]:
     return out
 
 
+def _may_go(pod: dict | None, preemptor_priority: int) -> bool:
+    """A pod preemption may evict: lower priority than the preemptor and not already terminating."""
+    return (pod is not None and _priority(pod) < preemptor_priority
+            and not (pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
 def _start_time(pod: dict | None) -> str:
     return ((pod or {}).get("status") or {}).get("startTime") or "9999"
 
@@ -186,22 +192,34 @@ class ExtraVerbs:
                 for n, uids in candidates.items() if uids}}
         meta = pod.get("metadata") or {}
         own = meta.get("uid") or ""
+        prio = _priority(pod)
         out = {}
         for node, uids in sorted(candidates.items()):
             usage = index.node(node)
             reg = state.registered.get(node)
             if usage is None or reg is None:
                 continue
+            if not uids:
+                continue
             pods = {u: state.pod_by_uid(u) for u in uids}
-            ordered = sorted(uids, key=lambda u: (-_priority(pods[u]), _start_time(pods[u])))
-            violating_pods, _ = pdbmod.victims_violating([pods[u] for u in ordered if pods[u]], pdbs, all_pods)
-            violating = {(p.get("metadata") or {}).get("uid") for p in violating_pods}
             on_node = {u: rec for u in index.pods_on(node) if u != own and (rec := index.pod(u)) is not None}
+            for u in on_node:
+                if u not in pods and _may_go(p := state.pod_by_uid(u), prio):
+                    pods[u] = p
+            by_importance = sorted(pods, key=lambda u: (-_priority(pods[u]), _start_time(pods[u])))
+            ordered = [u for u in by_importance if u in uids]
+            extra = [u for u in by_importance if u not in uids]
+            violating_pods, _ = pdbmod.victims_violating([pods[u] for u in ordered + extra if pods[u]], pdbs,
+                                                         all_pods)
+            violating = {(p.get("metadata") or {}).get("uid") for p in violating_pods}
             picked = select_victims(state.nvidia, node, reg.devices, usage.cordoned, on_node, ordered,
-                                    violating, preq)
-            if not picked or not picked[0]:
-                continue  # no set helps, or it fits without evicting anyone (the filter will place it)
+                                    violating, preq, extra)
+            if picked is None:
+                continue  # even with every lower-priority pod gone the GPUs do not fit
             victims, n_pdb = picked
+            if not victims:  # the GPUs fit already: kube-scheduler's in-tree victims stand
+                victims = list(uids)
+                n_pdb = len(pdbmod.victims_violating([pods[u] for u in uids if pods[u]], pdbs, all_pods)[0])
             out[node] = {"Pods": [{"UID": u} for u in victims], "NumPDBViolations": n_pdb}
         log.v(3).info("Preemption answered", pod=f"{meta.get('namespace')}/{meta.get('name')}",
                       candidates=len(candidates), nodes=len(out))

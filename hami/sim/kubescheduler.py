@@ -25,16 +25,21 @@ a required affinity term it matches). With queueing hints on, each of these plug
 hint (`isSchedulableAfterPodChange` / `isSchedulableAfterNodeChange`): see `HINTED_EVENTS`.
 
 When nothing fits, PostFilter runs DefaultPreemption through the extender's `preemptVerb` (when
-configured): candidate victims are the lower-priority pods on every node that failed for a resolvable reason, PDB violations counted as `filterPodsWithPDBViolation` does; the
-extender answers the victims it needs; the node is picked as `pickOneNodeForPreemption` does
-(fewest PDB violations, lowest highest-victim priority, lowest priority sum, fewest victims); the
-victims are deleted and the preemptor's `status.nominatedNodeName` set. Then the pod gets the
-PodScheduled=False condition and goes back through AddUnschedulableIfNotPresent.
+configured), as `hami.sim.preemption` describes: on every node that failed for a resolvable reason,
+the lower-priority pods come off, the in-tree filters must then pass, and the pods are put back most
+important first (PDB-violating ones first), the ones that cannot go back being the victims. The
+extender answers the victims it needs (any pod on the node, as `convertToVictims` reads them); the
+node is picked as `pickOneNodeForPreemption` does (fewest PDB violations, lowest highest-victim
+priority, lowest priority sum, fewest victims); the victims are deleted and the preemptor's
+`status.nominatedNodeName` set. Then the pod gets the PodScheduled=False condition (with
+DefaultPreemption's message when it found nothing) and goes back through AddUnschedulableIfNotPresent.
 
-Divergence kept on purpose: the in-tree dry run of preemption is skipped, so every lower-priority pod
-on a candidate node is handed to the extender, which is what `selectVictimsOnNode` yields when
-NodeResourcesFit counts the GPU resource (the victims it picks for GPUs are not re-checked for CPU or
-memory). Not modelled: ImageLocality, volume plugins.
+Divergence, on by default and switchable (`ExtenderConfig.gpu_only_preemption`): a node short only
+of GPU shares has no in-tree victims, and kube-scheduler drops it ("expected at least one victim pod
+on node"), so on a real cluster the extender is never asked and GPU-only preemption cannot happen
+(docs/kube-scheduler.md). The loop then hands the extender every lower-priority pod on that node,
+and counts those preemptions in `stats.gpu_only_preemptions`. Not modelled: ImageLocality, volume
+plugins.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ import contextvars
 import itertools
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import aiohttp
 import orjson
@@ -55,7 +60,7 @@ from hami.kube.informer import Informer
 from hami.obs.log import get_logger
 from hami.scheduler import nodeaffinity
 from hami.scheduler.pdb import victims_violating
-from hami.sim import intree
+from hami.sim import intree, preemption
 from hami.sim import schedqueue as sq
 
 log = get_logger(__name__)
@@ -82,6 +87,11 @@ class ExtenderConfig:
     # More replicas of the extender behind one Service: each scheduling cycle (and its binding
     # cycle) talks to one of them, round robin, as a kept-alive connection through a Service does.
     replica_urls: tuple[str, ...] = ()
+    # Preemption's dry run finds no victims where only extender-managed GPU shares are short (the
+    # in-tree filters do not count them), and kube-scheduler then never calls `preempt_verb`.
+    # True (the embedded default, so GPU preemption can be shown): hand the extender every
+    # lower-priority pod on such a node instead. False: exactly kube-scheduler 1.31.
+    gpu_only_preemption: bool = True
 
 
 @dataclass
@@ -94,6 +104,7 @@ class SchedulerStats:
     prioritizes: int = 0
     preemptions: int = 0
     victims: int = 0
+    gpu_only_preemptions: int = 0  # preemptions only `gpu_only_preemption` made possible
     attempts: dict[str, int] = field(default_factory=dict)
     bound_at: dict[str, float] = field(default_factory=dict)  # pod key -> loop clock when bound
     node_of: dict[str, str] = field(default_factory=dict)
@@ -195,6 +206,13 @@ class ClusterView:
     eligible: list[dict]                     # nodes passing the pod's node affinity / selector
     holders: list                            # (pod, node) of placed pods with required anti-affinity
     ns_labels: dict = field(default_factory=dict)  # namespace -> labels (namespaceSelector)
+
+
+def _without(view: ClusterView, node: str, off: frozenset[str]) -> ClusterView:
+    """The view with the pods `off` taken off `node` (preemption's dry run)."""
+    pods_on = dict(view.pods_on)
+    pods_on[node] = [p for p in pods_on.get(node, ()) if (p.get("metadata") or {}).get("uid") not in off]
+    return replace(view, pods_on=pods_on, holders=intree.anti_affinity_holders(pods_on))
 
 
 def node_affinity_scores(pod: dict, nodes: list[dict]) -> dict[str, int]:
@@ -525,9 +543,11 @@ class KubeSchedulerLoop:
             self.stats.unschedulable += 1
             message = self.fit_error_message(len(nodes), statuses)
             if self.ext.preempt_verb:
-                nominated = await self._preempt(http, pod, statuses)
+                nominated, why = await self._preempt(http, pod, statuses)
                 if nominated:
                     message += f" preemption: nominated node {nominated}."
+                elif why:
+                    message += f" preemption: {why}"
             await self._mark_unschedulable(pod, message)
             log.v(2).info("Pod unschedulable", pod=key, message=message)
             return {plugin for plugin, _, _ in statuses.values()}
@@ -610,10 +630,12 @@ class KubeSchedulerLoop:
 
     # ------------------------------------------------------------------ preemption (PostFilter)
 
-    async def _preempt(self, http: aiohttp.ClientSession, pod: dict, statuses: dict) -> str | None:
+    async def _preempt(self, http: aiohttp.ClientSession, pod: dict,
+                       statuses: dict) -> tuple[str | None, str]:
+        """PostFilter (DefaultPreemption): (the nominated node, "") or (None, why it failed)."""
         spec = pod.get("spec") or {}
         if spec.get("preemptionPolicy") == "Never":
-            return None
+            return None, ""
         prio = sq.pod_priority(pod)
         by_node: dict[str, list[dict]] = {}
         for p in self.pods.store.values():
@@ -622,33 +644,58 @@ class KubeSchedulerLoop:
                     "deletionTimestamp"):
                 by_node.setdefault(n, []).append(p)
         pdbs = list(self.pdbs.store.values()) if self.pdbs is not None else []
-        meta_victims = {}
+        all_pods = list(self.pods.store.values())
+        view = self._cluster_view(pod)
+        meta_victims, gpu_only, node_statuses, errors = {}, set(), {}, []
         for node, (_, _, unresolvable) in sorted(statuses.items()):
-            victims = by_node.get(node)
-            if unresolvable or not victims:
+            potential = by_node.get(node)
+            if unresolvable:
+                node_statuses[node] = ("DefaultPreemption", "Preemption is not helpful for scheduling", True)
                 continue
-            victims.sort(key=lambda p: -sq.pod_priority(p))
-            violating, _ = victims_violating(victims, pdbs, self.pods.store.values())
-            meta_victims[node] = {"Pods": [{"UID": v["metadata"].get("uid", "")} for v in victims],
-                                  "NumPDBViolations": len(violating)}
+            if not potential:
+                node_statuses[node] = ("DefaultPreemption", "No preemption victims found for incoming pod", True)
+                continue
+            node_obj = self.nodes.store.get(node)
+            picked = None if node_obj is None else preemption.select_victims_on_node(
+                potential, lambda off, n=node_obj, name=node: self.filter_in_tree(
+                    pod, n, _without(view, name, off)) is None, pdbs, all_pods)
+            if picked is None:
+                node_statuses[node] = statuses[node]
+                continue
+            victims, n_violating = picked
+            if not victims:
+                if not self.ext.gpu_only_preemption:  # DryRunPreemption: len(pods) == 0 is an error
+                    errors.append(f'expected at least one victim pod on node "{node}"')
+                    continue
+                victims = preemption.more_important_first(potential)
+                n_violating = len(victims_violating(victims, pdbs, all_pods)[0])
+                gpu_only.add(node)
+            meta_victims[node] = {"Pods": [{"UID": preemption.uid_of(v)} for v in victims],
+                                  "NumPDBViolations": n_violating}
         if not meta_victims:
-            return None
+            if errors:  # utilerrors.NewAggregate's text
+                return None, errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+            return None, self.fit_error_message(len(node_statuses), node_statuses)
         self.stats.preemptions += 1
         result = await self._post(http, self.ext.preempt_verb,
                                   {"Pod": pod, "NodeNameToVictims": None, "NodeNameToMetaVictims": meta_victims})
         if result.get("Error"):
             log.v(2).info("Extender preemption failed", pod=_key(pod), error=result["Error"])
-            return None
-        by_uid = {(p.get("metadata") or {}).get("uid"): p for ps in by_node.values() for p in ps}
+            return None, str(result["Error"])
         candidates: dict[str, tuple[list[dict], int]] = {}
         for node, mv in (result.get("NodeNameToMetaVictims") or {}).items():
             if node not in meta_victims:
                 continue
-            victims = [by_uid[m["UID"]] for m in (mv or {}).get("Pods") or [] if m.get("UID") in by_uid]
-            candidates[node] = (victims, int((mv or {}).get("NumPDBViolations") or 0))
+            # convertToVictims: any pod on that node, not only the ones handed over
+            on_node = {preemption.uid_of(p): p for p in view.pods_on.get(node, ())}
+            victims = [on_node[m["UID"]] for m in (mv or {}).get("Pods") or [] if m.get("UID") in on_node]
+            if victims:
+                candidates[node] = (victims, int((mv or {}).get("NumPDBViolations") or 0))
         node = pick_preemption_node(candidates)
         if node is None:
-            return None
+            return None, ""
+        if node in gpu_only:
+            self.stats.gpu_only_preemptions += 1
         for victim in candidates[node][0]:
             vm = victim["metadata"]
             with contextlib.suppress(ApiError):
@@ -661,7 +708,7 @@ class KubeSchedulerLoop:
                 "patch", "pods/status", "PATCH",
                 resource_path("pods", meta.get("namespace", "default"), meta["name"], "status"),
                 body={"status": {"nominatedNodeName": node}}, content_type="application/merge-patch+json")
-        return node
+        return node, ""
 
     # ------------------------------------------------------------------ helpers
 

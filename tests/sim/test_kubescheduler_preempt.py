@@ -162,3 +162,83 @@ async def test_preempt_bad_shapes_get_an_error_naming_the_field(apiserver, body,
         status, out = await post(env, body)
         assert status == 200
         assert field in out["Error"]
+
+
+# ---------------------------------------------------------------- kube-scheduler's own dry run
+
+def pod_slots(node: dict, n: int) -> dict:
+    node["status"]["allocatable"]["pods"] = str(n)
+    return node
+
+
+async def test_faithful_loop_never_asks_the_extender_when_only_gpu_shares_are_short(apiserver):
+    # What a real cluster does: the in-tree dry run frees nothing it counts, so no victims, no /preempt.
+    async with running_cluster(apiserver, [gpu_node("n0")],
+                               ext={"preempt_verb": "preempt", "gpu_only_preemption": False}) as c:
+        for i in range(2):
+            c.create(prio(pod_obj(f"f{i}", mem=20480), 0))
+        await eventually(lambda: c.node_of("f0") and c.node_of("f1"), 10)
+        c.create(prio(pod_obj("urgent", mem=20480), 1000))
+
+        def message() -> str:
+            conds = (c.pod("urgent").get("status") or {}).get("conditions") or []
+            return next((x.get("message", "") for x in conds if x.get("type") == "PodScheduled"), "")
+        await eventually(lambda: "preemption:" in message(), 10)
+        assert message().endswith('preemption: expected at least one victim pod on node "n0"')
+        assert c.loop.stats.preemptions == 0 and c.loop.stats.victims == 0
+        assert alive(c, {"f0", "f1"}) == {"f0", "f1"} and not c.node_of("urgent")
+
+
+async def test_faithful_loop_in_tree_victims_plus_the_gpu_share_the_extender_adds(apiserver):
+    # Three pod slots, the card full: the dry run needs one slot (c, the least important); evicting c
+    # frees 10 GiB where the preemptor needs 20, so /preempt adds b from the node's other
+    # lower-priority pods. a stays. Before, /preempt dropped the node and nothing was preempted.
+    async with running_cluster(apiserver, [pod_slots(gpu_node("n0"), 3)],
+                               ext={"preempt_verb": "preempt", "gpu_only_preemption": False}) as c:
+        for name, mem, p in (("a", 20480, 5), ("b", 10240, 3), ("c", 10240, 1)):
+            c.create(prio(pod_obj(name, mem=mem), p))
+            await eventually(lambda n=name: c.node_of(n), 10)
+        c.create(prio(pod_obj("urgent", mem=20480), 1000))
+        await eventually(lambda: c.node_of("urgent"), 10)
+        assert alive(c, {"a", "b", "c"}) == {"a"}
+        assert (c.loop.stats.victims, c.loop.stats.gpu_only_preemptions) == (2, 0)
+
+
+async def test_an_in_tree_shortage_keeps_kube_schedulers_victims(apiserver):
+    # The card has room; only the pod slots are short. /preempt must not veto kube-scheduler's victim.
+    async with running_cluster(apiserver, [pod_slots(gpu_node("n0"), 2)],
+                               ext={"preempt_verb": "preempt", "gpu_only_preemption": False}) as c:
+        for name, p in (("keep", 7), ("go", 2)):
+            c.create(prio(pod_obj(name, mem=10240), p))
+            await eventually(lambda n=name: c.node_of(n), 10)
+        c.create(prio(pod_obj("urgent", mem=10240), 1000))
+        await eventually(lambda: c.node_of("urgent"), 10)
+        assert alive(c, {"keep", "go"}) == {"keep"}
+        assert c.loop.stats.victims == 1
+
+
+async def test_preempt_adds_only_lower_priority_pods_beside_kube_schedulers(apiserver):
+    async with running_env(apiserver, [gpu_node("n0")]) as env:
+        env.sched.extender.write_at_filter = True
+        uids = {}
+        for name, mem, p in (("a", 10240, 0), ("peer", 20480, 1000), ("b", 10240, 0)):
+            pod = env.create_pod(prio(pod_obj(name, mem=mem), p))
+            assert (await env.filter(pod, ["n0"]))["NodeNames"] == ["n0"]
+            uids[name] = pod["metadata"]["uid"]
+        await eventually(lambda: len(env.sched.state.uid_keys) == 3, 5)
+        preemptor = prio(pod_obj("urgent", mem=20480), 1000)
+        status, out = await post(env, {"Pod": preemptor, "NodeNameToMetaVictims": {
+            "n0": {"Pods": [{"UID": uids["a"]}], "NumPDBViolations": 0}}})
+        assert status == 200
+        # a alone frees 10 GiB of the 20 needed: b (not handed over, priority 0) goes too; the peer
+        # (equal priority, 20 GiB) is never picked though evicting it alone would be enough
+        got = {v["UID"] for v in out["NodeNameToMetaVictims"]["n0"]["Pods"]}
+        assert got == {uids["a"], uids["b"]}
+
+
+def test_terminating_or_not_lower_priority_pods_are_never_extra_victims():
+    from hami.scheduler.verbs import _may_go
+    assert _may_go({"spec": {"priority": 1}, "metadata": {}}, 2) is True
+    assert _may_go({"spec": {"priority": 2}, "metadata": {}}, 2) is False
+    assert _may_go({"spec": {"priority": 1}, "metadata": {"deletionTimestamp": "2026-11-25T10:00:00Z"}}, 2) is False
+    assert _may_go(None, 2) is False
