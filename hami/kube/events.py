@@ -17,11 +17,12 @@ The source component is the scheduler name.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from datetime import UTC
 
+from hami.device.codec.timestamps import format_rfc3339
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.lanes import BACKGROUND
 from hami.obs.log import get_logger
@@ -36,10 +37,6 @@ _PendingKey = tuple[str, str, str, str]  # (namespace, name, type, reason)
 # Distinct messages kept pending per pod and reason: HAMi's failed filter says two things (the
 # per-node reasons and "no available node"); a flood of changing messages keeps the newest few.
 MESSAGES_PER_REASON = 4
-
-
-def _now_rfc3339(clock: Callable[[], float]) -> str:
-    return dt.datetime.fromtimestamp(clock(), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class _Bucket:
@@ -195,7 +192,7 @@ class EventRecorder:
 
     async def _write_one(self, key: _Key, ref: tuple[str, str, str], repeats: int) -> None:
         ns, name, etype, reason, message = key
-        now = _now_rfc3339(self.clock)
+        now = format_rfc3339(self.clock(), UTC)
         written = self._written.get(key)
         try:
             if written is not None:

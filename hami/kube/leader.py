@@ -9,27 +9,14 @@ that was read, so two candidates can never both win. A leader that cannot renew 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import time
 from collections.abc import Callable
 
+from hami.device.codec.timestamps import format_micro_time, kube_time
 from hami.kube.client import ApiError, KubeClient
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
-
-
-def _fmt(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 class LeaderElector:
@@ -63,7 +50,7 @@ class LeaderElector:
         spec = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": int(self.lease_duration),
-            "renewTime": _fmt(now),
+            "renewTime": format_micro_time(now),
         }
         try:
             lease = await self.client.get_lease(self.namespace, self.name)
@@ -72,7 +59,7 @@ class LeaderElector:
                 raise
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": {**spec, "acquireTime": _fmt(now), "leaseTransitions": 0}}
+                    "spec": {**spec, "acquireTime": format_micro_time(now), "leaseTransitions": 0}}
             try:
                 await self.client.create_lease(self.namespace, body)
             except ApiError as exc2:
@@ -82,14 +69,14 @@ class LeaderElector:
             return True
         old = lease.get("spec") or {}
         holder = old.get("holderIdentity") or ""
-        renewed = _parse(old.get("renewTime")) or 0.0
+        renewed = kube_time(old.get("renewTime")) or 0.0
         duration = float(old.get("leaseDurationSeconds") or self.lease_duration)
         if holder and holder != self.identity and renewed + duration > now:
             return False
         new_spec = dict(old)
         new_spec.update(spec)
         if holder != self.identity:
-            new_spec["acquireTime"] = _fmt(now)
+            new_spec["acquireTime"] = format_micro_time(now)
             new_spec["leaseTransitions"] = int(old.get("leaseTransitions") or 0) + (1 if holder else 0)
         lease["spec"] = new_spec
         try:

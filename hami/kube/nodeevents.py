@@ -10,10 +10,11 @@ never raise: an event that cannot be written is logged and the caller goes on.
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Callable
+from datetime import UTC
 
+from hami.device.codec.timestamps import format_rfc3339, kube_time
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.lanes import background
 from hami.obs.log import get_logger
@@ -26,19 +27,6 @@ DEDUP_WINDOW_S = 3600.0
 REASON_ASYMMETRIC_P2P = "AsymmetricGPUP2PLink"
 
 
-def _rfc3339(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse_time(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def newest_matching(events: list[dict], node: str, uid: str, reason: str) -> dict | None:
     """The most recently seen Event about `node` with `reason`. The field selector already narrows
     the list; checking again here keeps this right against a server that ignores it."""
@@ -49,7 +37,7 @@ def newest_matching(events: list[dict], node: str, uid: str, reason: str) -> dic
             continue
         if uid and obj.get("uid") not in (None, "", uid):
             continue
-        ts = _parse_time(ev.get("lastTimestamp")) or float("-inf")
+        ts = kube_time(ev.get("lastTimestamp")) or float("-inf")
         if newest is None or ts > newest_ts:
             newest, newest_ts = ev, ts
     return newest
@@ -75,12 +63,12 @@ async def emit_node_warning(client: KubeClient | None, node: dict, reason: str, 
             except ApiError as exc:
                 log.warning("Could not list node events; creating a new one", node=name, reason=reason, error=str(exc))
             latest = newest_matching(existing, name, uid, reason)
-            seen = _parse_time((latest or {}).get("lastTimestamp"))
+            seen = kube_time((latest or {}).get("lastTimestamp"))
             if latest is not None and seen is not None and now - seen <= dedup_window_s:
                 await client.patch_event(EVENT_NAMESPACE, latest["metadata"]["name"], {
-                    "count": int(latest.get("count") or 1) + 1, "lastTimestamp": _rfc3339(now), "message": message})
+                    "count": int(latest.get("count") or 1) + 1, "lastTimestamp": format_rfc3339(now, UTC), "message": message})
                 return "updated"
-            stamp = _rfc3339(now)
+            stamp = format_rfc3339(now, UTC)
             await client.create_event(EVENT_NAMESPACE, {
                 "apiVersion": "v1", "kind": "Event",
                 "metadata": {"generateName": f"{name}-", "namespace": EVENT_NAMESPACE},

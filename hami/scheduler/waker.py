@@ -21,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 
+from hami.device import codec
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.lanes import background
 from hami.obs.log import get_logger
@@ -32,10 +33,6 @@ from hami.scheduler.usage import UsageIndex
 log = get_logger(__name__)
 
 REQUEUE_ANNOTATION = "hami.io/requeue-at"
-
-
-def rfc3339(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1e6):06d}Z"
 
 
 class Waker:
@@ -123,7 +120,7 @@ class Waker:
         self.book.woken(pending.uid, now)
         if self.client is None:
             return
-        patch = {"metadata": {"annotations": {REQUEUE_ANNOTATION: rfc3339(now)}}}
+        patch = {"metadata": {"annotations": {REQUEUE_ANNOTATION: codec.format_micro_time(now)}}}
         try:
             with background():  # housekeeping: never ahead of a pending pod's lock, patch or binding
                 await self.client.patch_pod(pending.namespace, pending.name, patch)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any
 
 from hami.device import codec
@@ -392,12 +391,7 @@ def _pod(obj, source, path, warnings) -> PodInfo:
 
 def epoch(text: Any) -> float | None:
     """An RFC 3339 timestamp as Unix seconds; None when it is not one."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    return codec.kube_time(text)
 
 
 def _ran_for(meta: Mapping, status: Mapping) -> float | None:

@@ -323,3 +323,29 @@ def test_every_decoder_raises_only_codec_error_on_non_string_values(value):
         except CodecError as err:
             assert err.field and isinstance(err.text, str), name
     assert codec.decode_handshake(value).state == "Unknown"
+
+
+# ---------------------------------------------------------------- metav1.Time / MicroTime
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 4102444800 * 10**6))
+def test_kube_times_read_back_what_they_write(micros):
+    ts = micros / 10**6
+    assert codec.kube_time(codec.format_micro_time(ts)) == pytest.approx(ts, abs=1e-6)
+    assert codec.kube_time(codec.format_rfc3339(ts, UTC)) == int(ts)
+    assert codec.format_micro_time(ts).endswith("Z") and len(codec.format_micro_time(ts)) == 27
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(any_text, st.none(), st.integers(), st.lists(st.text(max_size=3), max_size=2)))
+def test_kube_time_is_a_time_or_none_never_an_error(value):
+    got = codec.kube_time(value)
+    assert got is None or isinstance(got, float)
+    if isinstance(value, str) and got is not None:
+        assert codec.parse_rfc3339(value, field="time") == got
+
+
+def test_kube_time_refuses_what_rfc3339_does_not_allow():
+    assert codec.kube_time("2026-11-25T10:00:00.5+01:00") == codec.kube_time("2026-11-25T09:00:00.5Z")
+    for text in ("2026-11-25", "2026-11-25T10:00:00", "2026-11-25 10:00:00Z", ""):
+        assert codec.kube_time(text) is None

@@ -196,6 +196,22 @@ def parse_rfc3339(text: str, *, field: str = NODE_LOCK_ANNOTATION, position: int
     return stamp + _fraction(m.group(7))
 
 
+def format_micro_time(ts: float) -> str:
+    """metav1.MicroTime as the API server writes it: UTC, six fractional digits, `Z`."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def kube_time(text: object) -> float | None:
+    """A metav1.Time or MicroTime read back (RFC 3339, a fraction allowed) as Unix seconds; None when
+    it is absent or not one. For fields where a bad value means "unknown", never an error."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return parse_rfc3339(text, field="time")
+    except CodecError:
+        return None
+
+
 def encode_node_lock(ts: float, namespace: str, name: str, tz: tzinfo | None = UTC) -> str:
     """`<RFC3339>,<namespace>,<pod>` (Go GenerateNodeLockKeyByPod). tz None: the local zone."""
     if "," in namespace or "," in name:
