@@ -13,6 +13,7 @@ from hami.device import codec
 from hami.kube.client import ApiError, KubeClient
 
 # name, limits. The last two never fit a 40 GiB card: too much memory, too many GPUs.
+NEVER_FITS = ("huge-mem", "too-many")
 SHAPES: tuple[tuple[str, dict[str, str]], ...] = (
     ("small", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"}),
     ("half", {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50", "nvidia.com/gpucores": "50"}),
@@ -41,8 +42,9 @@ def sample_pod(i: int, scheduler_name: str, namespace: str = "default") -> dict:
 
 
 def summarize(pods: list[dict]) -> dict[str, int]:
-    """Counts for the one-line summary: running, pending, failed, and GPU memory allocated (MiB)."""
-    out = {"running": 0, "pending": 0, "failed": 0, "gpumem_mib": 0}
+    """Counts for the one-line summary: running, pending (and how many of those are the shapes that
+    never fit, so a newcomer does not take them for a fault), failed, GPU memory allocated (MiB)."""
+    out = {"running": 0, "pending": 0, "never_fits": 0, "failed": 0, "gpumem_mib": 0}
     for pod in pods:
         phase = (pod.get("status") or {}).get("phase", "Pending")
         ann = (pod.get("metadata") or {}).get("annotations") or {}
@@ -52,6 +54,8 @@ def summarize(pods: list[dict]) -> dict[str, int]:
             out["failed"] += 1
         elif phase == "Pending":
             out["pending"] += 1
+            if ((pod.get("metadata") or {}).get("labels") or {}).get("hami-demo/shape") in NEVER_FITS:
+                out["never_fits"] += 1
         allocated = ann.get(codec.ALLOCATED_ANNOTATION)
         if phase in ("Running", "Pending") and allocated:
             try:
@@ -67,6 +71,7 @@ async def run_workload(client: KubeClient, scheduler_name: str, stop: asyncio.Ev
     """Submit up to `limit` sample pods, one every `interval` seconds, printing a summary line."""
     out = out or sys.stdout
     submitted = 0
+    hinted = False
     while not stop.is_set():
         if submitted < limit:
             try:
@@ -78,8 +83,15 @@ async def run_workload(client: KubeClient, scheduler_name: str, stop: asyncio.Ev
         try:
             pods = (await client.list("pods", "default", label_selector="app=hami-demo")).get("items") or []
             s = summarize(pods)
-            print(f"demo: {submitted} submitted | running {s['running']} | pending {s['pending']} | "
+            print(f"demo: {submitted} submitted | running {s['running']} | pending {s['pending']} "
+                  f"({s['never_fits']} never fit by design, {s['pending'] - s['never_fits']} wait for room) | "
                   f"failed {s['failed']} | GPU memory allocated {s['gpumem_mib']} MiB", file=out, flush=True)
+            if submitted == limit and not hinted and s["never_fits"]:
+                hinted = True
+                example = next(p["metadata"]["name"] for p in pods
+                               if p["metadata"].get("labels", {}).get("hami-demo/shape") in NEVER_FITS)
+                print(f"demo: all {limit} submitted. Why is a pod pending? hami doctor pod default/{example}",
+                      file=out, flush=True)
         except ApiError:
             pass
         try:

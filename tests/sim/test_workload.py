@@ -1,13 +1,18 @@
 """hami.sim.workload: the demo's pod mix is deterministic, and `summarize` counts phases and the
 GPU memory in `hami.io/vgpu-devices-allocated` (through the codec; a damaged annotation counts none)."""
 
+import asyncio
+import io
+
 from hami.device import codec
 from hami.device.model import ContainerDevice
-from hami.sim.workload import SHAPES, sample_pod, summarize
+from hami.sim.workload import SHAPES, run_workload, sample_pod, summarize
+from tests.kube.helpers import client_for
 
 
-def _pod(phase: str, annotations: dict | None = None) -> dict:
-    return {"metadata": {"name": "p", "annotations": annotations or {}}, "status": {"phase": phase}}
+def _pod(phase: str, annotations: dict | None = None, shape: str = "small") -> dict:
+    return {"metadata": {"name": "p", "annotations": annotations or {}, "labels": {"hami-demo/shape": shape}},
+            "status": {"phase": phase}}
 
 
 def test_sample_pod_cycles_through_the_shapes():
@@ -26,7 +31,32 @@ def test_summarize_counts_phases_and_allocated_memory():
         _pod("Running", {codec.ALLOCATED_ANNOTATION: allocated}),
         _pod("Pending", {codec.BIND_PHASE_ANNOTATION: "failed", codec.ALLOCATED_ANNOTATION: allocated}),
         _pod("Pending"),
+        _pod("Pending", shape="huge-mem"),
+        _pod("Running", shape="too-many"),
         _pod("Succeeded", {codec.ALLOCATED_ANNOTATION: allocated}),
         _pod("Running", {codec.ALLOCATED_ANNOTATION: "GPU-x,NVIDIA,not-a-number,0:;"}),
     ]
-    assert summarize(pods) == {"running": 2, "pending": 1, "failed": 1, "gpumem_mib": 2 * 4500}
+    assert summarize(pods) == {"running": 3, "pending": 2, "never_fits": 1, "failed": 1,
+                               "gpumem_mib": 2 * 4500}
+
+
+async def test_the_demo_line_tells_pods_that_never_fit_from_pods_that_wait_and_points_at_doctor(apiserver):
+    client = await client_for(apiserver.kubeconfig)
+    out, stop = io.StringIO(), asyncio.Event()
+    try:
+        task = asyncio.create_task(run_workload(client, "hami-scheduler", stop, interval=0.01, limit=len(SHAPES),
+                                                out=out))
+        for _ in range(500):
+            if "Why is a pod pending?" in out.getvalue():
+                break
+            await asyncio.sleep(0.01)
+        stop.set()
+        assert await task == len(SHAPES)
+    finally:
+        await client.close()
+    lines = out.getvalue().splitlines()
+    # nothing schedules here: every pod is pending, two of them the shapes that can never fit
+    assert f"demo: {len(SHAPES)} submitted | running 0 | pending {len(SHAPES)} (2 never fit by design, " \
+           f"{len(SHAPES) - 2} wait for room) | failed 0 | GPU memory allocated 0 MiB" in lines
+    assert f"demo: all {len(SHAPES)} submitted. Why is a pod pending? hami doctor pod default/demo-huge-mem-6" in lines
+    assert sum("Why is a pod pending?" in ln for ln in lines) == 1
