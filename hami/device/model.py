@@ -51,6 +51,9 @@ class DeviceInfo:
     mig_profiles: tuple[MigProfile, ...] = ()
     # Set by the scheduler after decoding, never sent on the wire by the NVIDIA plugin.
     vendor: str = NVIDIA
+    # Go `CustomInfo map[string]any` (`custominfo`), as Go marshals it back ("" when absent or
+    # empty): vendor data the scheduler reads, e.g. Ascend's super-pod `{"NetworkID":1}`.
+    custom_info: str = ""
 
 
 @dataclass(frozen=True, slots=True)

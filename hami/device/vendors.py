@@ -128,6 +128,15 @@ class Vendor:
                                  self.core_resource) if n)
 
     @property
+    def node_score(self) -> str:
+        """The term this vendor adds to the node score (scheduler.vendorscore): "network" for
+        Ascend 910 chips (HAMi keys it on the commonWord prefix `Ascend910`), "" for every other
+        row (HAMi's ScoreNode returns 0)."""
+        if self.hook == "ascend" and self.name.startswith("Ascend910"):
+            return "network"
+        return ""
+
+    @property
     def capacity_trigger(self) -> str:
         """The capacity whose presence means the node registers this capacity vendor: its cards
         (AWS Neuron, Kunlunxin, plain cards) or its cores (Cambricon, Mthreads)."""

@@ -307,7 +307,8 @@ class Extender:
         """The node for the pod and the (node, score) pairs the FilteringSucceed text lists."""
         verbose = log.enabled(2)
         prioritize = self.cfg.extender_prioritize  # every fitting node: kube-scheduler's scoring picks
-        if names is not None and len(node_names) > FULL_EVALUATION_MAX_NODES and not verbose and not prioritize:
+        if (names is not None and len(node_names) > FULL_EVALUATION_MAX_NODES and not verbose and not prioritize
+                and not preq.scored):  # (a vendor score term needs every node fitted: select_node)
             sel = self._first_fit(names, preq, index)
             return sel, [(sel.node, sel.score)] if sel.node else []
         if self.avoid_locked and not prioritize:

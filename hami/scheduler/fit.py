@@ -56,6 +56,7 @@ from .policy import (
     MUTEX,
     TOPOLOGY,
     device_score,
+    f32,
     gpu_policy_for,
     node_policy_for,
     parse_bool,
@@ -70,9 +71,12 @@ from .vendorrules import (
     fit_neuron,
     fit_xpu,
     mode_refuses_node,
+    network_groups,
+    uses_networks,
     vnpu_mode,
     whole_modules,
 )
+from .vendorscore import vendor_score
 
 # Reason keys (pkg/device/common/common.go).
 CARD_TYPE_MISMATCH = "CardTypeMismatch"
@@ -220,6 +224,9 @@ class PodRequest:
     # The request fitted first (first non-None, init containers first): it always meets a fresh
     # copy of the node, so try_pod can answer its cheap failures before any other work.
     first: ContainerDeviceRequest | None = None
+    # The rows asked for whose node score depends on the devices chosen (vendorscore): such a pod
+    # is scored on every node that fits it instead of taking the first in score order.
+    scored: tuple[Vendor, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -242,6 +249,16 @@ def pod_request(
     for i in range(num_init, len(reqs)):
         if reqs[i] is not None:
             last = i
+    scored: tuple[Vendor, ...] = ()
+    if vendors is not None:
+        for r in reqs:
+            if r is None:
+                continue
+            for one in (r if r.__class__ is tuple else (r,)):
+                if one.type != NVIDIA:
+                    v = vendors.get(one.type)
+                    if v is not None and v.node_score and v not in scored:
+                        scored += (v,)
     return PodRequest(
         requests=reqs,
         num_init=num_init,
@@ -250,6 +267,7 @@ def pod_request(
         namespace=namespace,
         last_app=last,
         first=next((r[0] if r.__class__ is tuple else r for r in reqs if r is not None), None),
+        scored=scored,
     )
 
 
@@ -652,7 +670,7 @@ def _fit_vendor(
     order = _sorted(base, request, opts)
     ok, chosen, reason = fit_vendor_devices(
         [d for d in order if d.vendor == vtype], request, vendor, opts.annotations or {}, node.cordoned,
-        opts.is_mutex, same_card,
+        opts.is_mutex, same_card, node.networks,
     )
     if not ok:
         return None, reason, work
@@ -671,6 +689,10 @@ def _idx_of(cd: ContainerDevice) -> int:
     return cd.idx
 
 
+def _uuid_of(cd: ContainerDevice) -> str:
+    return cd.uuid
+
+
 def fit_vendor_devices(
     devices: Sequence[DeviceState],
     request: ContainerDeviceRequest,
@@ -679,13 +701,15 @@ def fit_vendor_devices(
     cordoned: frozenset[str] | set[str] = frozenset(),
     is_mutex: bool = False,
     same_card: frozenset[str] | None = None,
+    networks: Mapping[str, int | None] | None = None,
 ) -> tuple[bool, list[ContainerDevice], str]:
     """The Fit HAMi's vendor packages share (pkg/device/{ascend,cambricon,hygon,...}/device.go):
     NVIDIA's walk without MIG, topology, quota or numa-bind, with the vendor's own use/nouse
     annotations. `devices` are the vendor's devices, sorted, walked from the end. `is_mutex`
     (`hami.io/gpu-scheduler-policy: mutex`) refuses a card anything already uses; `same_card`
-    (Mthreads) the cards other than the one the pod's earlier containers use. Ascend's vNPU modes
-    and 910C module pairing are `vendorrules`, as are AWS Neuron's and Kunlunxin's own selections."""
+    (Mthreads) the cards other than the one the pod's earlier containers use; `networks` the
+    node's Ascend NetworkIDs by device id. Ascend's vNPU modes, 910C module pairing and super-pod
+    network grouping are `vendorrules`, as are AWS Neuron's and Kunlunxin's own selections."""
     if vendor.hook == "awsneuron":
         ok, chosen, counts = fit_neuron(
             devices, request, vendor, _split_uuids(annotations.get(vendor.use_uuid_key)),
@@ -703,7 +727,7 @@ def fit_vendor_devices(
             _split_uuids(annotations.get(vendor.nouse_uuid_key)), is_mutex, annotations,
             lambda d, mem, cores: ContainerDevice(d.id, d.type, mem, cores, d.index))
         return ok, chosen, "" if ok else gen_reason(counts, len(devices))
-    pairs = False
+    pairs = topo = False
     total_core = None
     if vendor.hook == "ascend":
         mode = vnpu_mode(annotations)
@@ -714,6 +738,7 @@ def fit_vendor_devices(
             if mode == VNPU_HAMI_CORE:
                 total_core = 100  # HAMi-core shares every card as 100 cores
         pairs = vendor.module_pairs and request.nums > 1 and mode != VNPU_HAMI_CORE
+        topo = uses_networks(vendor.name, devices, networks)
     use_uuids = _split_uuids(annotations.get(vendor.use_uuid_key)) if vendor.use_uuid_key else None
     nouse_uuids = _split_uuids(annotations.get(vendor.nouse_uuid_key)) if vendor.nouse_uuid_key else None
     use_types = _split_types(annotations.get(vendor.use_type_key)) if vendor.use_type_key else None
@@ -762,7 +787,7 @@ def fit_vendor_devices(
                 key = CARD_NOT_FOUND_CUSTOM_FILTER_RULE
             else:
                 tmp.append(ContainerDevice(dev.id, request.type, memreq, coresreq, dev.index))
-                if pairs:  # 910C: every fitting NPU is a candidate; whole modules are chosen below
+                if pairs or topo:  # every fitting NPU is a candidate: modules / networks chosen below
                     continue
                 nums -= 1
                 if nums == 0:
@@ -775,6 +800,12 @@ def fit_vendor_devices(
             return True, chosen, ""
         reason[ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(chosen)
         return False, chosen, gen_reason(reason, request.nums)
+    if topo and len(tmp) >= nums:
+        if len(tmp) == nums:
+            return True, tmp, ""
+        chosen = [tmp[0]] if nums == 1 else network_groups(tmp, _uuid_of, networks, nums)
+        if len(chosen) == nums:  # (HAMi hands out fewer when NetworkIDs are not numbers: refused here)
+            return True, chosen, ""
     if tmp:
         reason[ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(tmp)
     return False, tmp, gen_reason(reason, len(devices))
@@ -803,7 +834,10 @@ def fit_pod(node: NodeUsage, pod: PodRequest) -> FitResult:
     if r.__class__ is str:
         return FitResult(node.name, False, reason=r)
     devices, mig = r
-    return FitResult(node.name, True, devices, "", node.score_value, mig)
+    score = node.score_value
+    if pod.scored:  # HAMi's OverrideScore: the vendors' ScoreNode terms for these devices
+        score = f32(score + vendor_score(node, devices, pod.scored))
+    return FitResult(node.name, True, devices, "", score, mig)
 
 
 def try_pod(node: NodeUsage, pod: PodRequest) -> str | tuple[PodDevices, tuple]:

@@ -37,7 +37,10 @@ How the choice follows HAMi (§5, §6): HAMi fits every node, sorts the fitting 
 (binpack ascending, spread descending) and takes the last. A node's score depends only on its
 current usage (never on the pod), so trying nodes in preference order (binpack: highest score
 first; spread: lowest first) and stopping at the first that fits gives the same node. Ties in
-HAMi depend on goroutine timing; here they go to the earlier name in `node_names`.
+HAMi depend on goroutine timing; here they go to the earlier name in `node_names`. The exception:
+a pod asking for a vendor whose ScoreNode adds a term (`PodRequest.scored`: Ascend 910 networks,
+Kunlunxin boards; scheduler.vendorscore) is fitted on every candidate and the best final score
+wins, ties to the node preferred before the terms.
 
 Other functions: `node_score(devices)` (§6.1), `device_score(dev, requests, weights)` (§6.2),
 `order_nodes(nodes, policy)`, `evaluate_nodes(nodes, node_names, pod)`.
@@ -68,6 +71,7 @@ __all__ = (
 NODE_UNREGISTERED = "node unregistered"
 
 _SCORE = attrgetter("score_value")
+_FIT_SCORE = attrgetter("score")
 
 
 @dataclass(slots=True)
@@ -93,6 +97,13 @@ def select_node(
     unregistered_reason: str = NODE_UNREGISTERED,
 ) -> Selection:
     """Pick the node HAMi would pick for `pod` among `node_names` (see module docstring)."""
+    if pod.scored:  # the score depends on the devices chosen: fit every node, as HAMi does
+        fits, failed = evaluate_nodes(nodes, node_names, pod, unregistered_reason=unregistered_reason)
+        tried = sum(1 for name in node_names if name in nodes)
+        if not fits:
+            return Selection(None, (), 0.0, (), failed, tried)
+        best = fits[0]
+        return Selection(best.node, best.devices, best.score, best.mig, failed, tried)
     failed: dict[str, str] = {}
     get = nodes.get
     candidates = [n for name in node_names if (n := get(name)) is not None]
@@ -137,4 +148,6 @@ def evaluate_nodes(
             fits.append(r)
         else:
             failed[n.name] = r.reason
+    if pod.scored:  # vendor terms moved the scores: HAMi's order of the final scores (stable)
+        fits.sort(key=_FIT_SCORE, reverse=node_order_descending(pod.node_policy))
     return fits, failed

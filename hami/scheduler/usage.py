@@ -37,6 +37,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from hami.device.codec.ascend import network_ids
 from hami.device.model import (
     NVIDIA,
     ContainerDevice,
@@ -168,7 +169,7 @@ class NodeUsage:
 
     __slots__ = (
         "name", "devices", "by_id", "cordoned", "pair_scores", "score_value", "orders",
-        "nvidia_count", "all_nvidia", "request_free", "has_mig", "fail_summary", "changes",
+        "nvidia_count", "all_nvidia", "request_free", "has_mig", "fail_summary", "changes", "networks",
     )
 
     def __init__(
@@ -177,8 +178,11 @@ class NodeUsage:
         devices: list[DeviceState],
         cordoned: Iterable[str] = (),
         pair_scores: Mapping[str, Mapping[str, int]] | None = None,
+        networks: Mapping[str, int | None] | None = None,
     ):
         self.name = name
+        # Ascend super-pod NetworkIDs by device id (codec.ascend.network_ids); None on other nodes.
+        self.networks = networks
         self.devices = devices
         self.by_id = {d.id: d for d in devices}
         self.cordoned = frozenset(cordoned)
@@ -375,7 +379,8 @@ class UsageIndex:
 
         For full-Nodes /filter requests, where the register annotation comes with the request.
         """
-        node = NodeUsage(name, [DeviceState.from_info(d) for d in devices], cordoned, pair_scores)
+        node = NodeUsage(name, [DeviceState.from_info(d) for d in devices], cordoned, pair_scores,
+                         network_ids(devices))
         for key in self._pods_by_node.get(name, ()):
             rec = self._pods[key]
             self._apply(node, rec.usage, +1, rec.mig)

@@ -10,12 +10,18 @@ places where one vendor's package differs are here, as plain functions over valu
   In hami-core mode every card counts 100 cores whatever it registered.
 * Ascend 910C super-pod pairing (`superPod` / `modulePairs`): a physical module is two NPUs
   (indexes 2k and 2k+1); several NPUs are taken as whole modules only, fuller modules first.
+* Ascend 910 super-pod networks (pkg/device/ascend/device.go Fit, computeBestCombination,
+  ScoreNode): when every NPU of a 910 chip's node names a `NetworkID` (its custominfo), the walk
+  collects every fitting NPU; several NPUs are then taken from the networks holding most of
+  them, and the node score gains 10 x (share of each container's NPUs on its largest network).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
+
+from .policy import f32
 
 VNPU_MODE = "huawei.com/vnpu-mode"
 VNPU_HAMI_CORE = "hami-core"
@@ -59,6 +65,56 @@ def whole_modules(candidates: Sequence[T], index_of, want: int) -> list[T]:
             out.extend(members)
             left -= MODULE_NPUS
     return out
+
+
+ASCEND_910 = "Ascend910"  # HAMi's Ascend910Prefix: the chips whose NPUs group by NetworkID
+NETWORK_WEIGHT = 10  # HAMi's Ascend910NetworkWeight
+
+
+def uses_networks(vendor_name: str, devices: Sequence, networks: Mapping[str, int | None] | None) -> bool:
+    """HAMi's needTopology for Ascend: a 910 chip, and every device of the fit names a NetworkID."""
+    return (networks is not None and vendor_name.startswith(ASCEND_910)
+            and all(d.id in networks for d in devices))
+
+
+def network_groups(candidates: Sequence[T], uuid_of, networks: Mapping[str, int | None], want: int) -> list[T]:
+    """computeBestCombination: the fitting NPUs grouped by NetworkID (numbers only), the networks
+    with most of them first, taken in walk order until `want`. HAMi breaks ties between networks
+    of the same size by Go map order (random); here the network met first in the walk goes first."""
+    groups: dict[int, list[T]] = {}
+    for c in candidates:
+        nid = networks.get(uuid_of(c))
+        if nid is not None:
+            groups.setdefault(nid, []).append(c)
+    out: list[T] = []
+    for members in sorted(groups.values(), key=len, reverse=True):  # stable: walk order breaks ties
+        for c in members:
+            out.append(c)
+            if len(out) == want:
+                return out
+    return out
+
+
+def network_score(containers: Sequence[Sequence[str]], networks: Mapping[str, int | None] | None) -> float:
+    """Ascend ScoreNode for one 910 chip: per container with devices, the share of its NPUs on
+    its largest network (float32 sums), times 10; 0 when any chosen NPU names no NetworkID."""
+    if not networks:
+        return 0.0
+    score = 0.0
+    for uuids in containers:
+        if not uuids:
+            continue
+        counts: dict[int, int] = {}
+        for u in uuids:
+            if u not in networks:
+                return 0.0
+            nid = networks[u]
+            if nid is not None:
+                counts[nid] = counts.get(nid, 0) + 1
+        total = sum(counts.values())
+        if total:
+            score = f32(score + f32(f32(max(counts.values())) / f32(total)))
+    return f32(score * NETWORK_WEIGHT)
 
 
 # --------------------------------------------------------------------------- AWS Neuron

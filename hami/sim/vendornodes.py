@@ -9,7 +9,8 @@ embedded cluster plays that plugin's part for them:
   `2xNVIDIA A100-SXM4-40GB:40960;2xAscend910B3:65536` makes gpu-node-1 NVIDIA, gpu-node-2 Ascend,
   gpu-node-3 NVIDIA, ...; a group may mix vendors (a node with both).
 * Registration (`vendor_registration`, pure): Ascend writes `hami.io/node-register-<commonWord>`
-  (JSON, as NVIDIA's), one device per card with `count` = vNPUs of its smallest template, and the
+  (JSON, as NVIDIA's), one device per card with `count` = vNPUs of its smallest template (910
+  chips with their super-pod `custominfo.NetworkID`, as the plugin writes it), and the
   `huawei.com/<commonWord>` capacity; Cambricon writes nothing but capacity (`mlu.smlu.vcore` 100 a
   card, `mlu.smlu.vmemory` in 256 MiB units, `cambricon.com/mlu`); Hygon writes the legacy colon
   form under `hami.io/node-dcu-register` and `hygon.com/dcunum`.
@@ -78,9 +79,18 @@ def vendor_registration(node: str, node_index: int, shapes: Sequence[tuple[Vendo
             annos[v.register_key] = codec.encode_node_devices_legacy(devices)
             capacity[v.count_resource] = str(cards * count)
         else:
+            if v.node_score == "network":  # the Ascend plugin's getDeviceNetworkID: NPUs 4+ on network 1
+                devices = [replace(d, custom_info=f'{{"NetworkID":{network_id(v, d.index)}}}') for d in devices]
             annos[v.register_key] = codec.encode_node_devices(devices)
             capacity[v.count_resource] = str(cards)
     return annos, capacity
+
+
+def network_id(v: Vendor, index: int) -> int:
+    """The NetworkID HAMi's Ascend device plugin registers for NPU `index` of a 910 chip
+    (ascend-device-plugin internal/server/register.go): 0 for every 910C NPU (all modules share
+    HCCS), else 0 for the first four NPUs and 1 from the fifth on."""
+    return 0 if v.name == "Ascend910C" or index <= 3 else 1
 
 
 class VendorPodRunner:

@@ -9,8 +9,10 @@ trip too. Arbitrary text under a vendor's register key raises only CodecError, n
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -20,6 +22,7 @@ from hami.device import codec
 from hami.device.codec import ascend as ascend_codec
 from hami.device.codec import cambricon as cambricon_codec
 from hami.device.codec import metax as metax_codec
+from hami.device.codec.golang import go_json_value
 from hami.device.model import DeviceInfo
 from hami.device.vendorregister import decode_one
 
@@ -32,10 +35,22 @@ POSITIVE = st.integers(1, 2**31 - 1)
 token = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=",:;"), min_size=1, max_size=16)
 
 
+# JSON values as Go decodes them into `any` (numbers are float64: no -0, whose sign a JSON integer
+# literal cannot carry back, and integers only as far as float64 holds them exactly).
+JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.text(max_size=8), st.integers(-(2**53), 2**53),
+                         st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: f != 0 or str(f) == "0.0"))
+JSON_VALUES = st.recursive(JSON_SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)), max_leaves=8)
+CUSTOM_INFO = st.one_of(
+    st.just(""), st.builds(lambda n: go_json_value({"NetworkID": n}), st.integers(0, 64)),
+    st.dictionaries(st.text(max_size=10), JSON_VALUES, min_size=1, max_size=3).map(go_json_value))
+
+
 def _json_devices(vendor: str):
     return st.builds(DeviceInfo, id=st.text(max_size=24), count=POSITIVE, devmem=INT32, devcore=INT32,
                      type=st.sampled_from([vendor, "huawei.com/Ascend910", "npu"]), index=st.integers(0, 2**32),
-                     numa=st.integers(-4, 4), mode=st.sampled_from(["", "hami-core"]), health=st.booleans())
+                     numa=st.integers(-4, 4), mode=st.sampled_from(["", "hami-core"]), health=st.booleans(),
+                     custom_info=CUSTOM_INFO)
 
 
 def test_the_table_has_rows_of_each_register_kind():
@@ -50,6 +65,51 @@ def test_json_register_is_decoded_and_reencoded_byte_exact(row, data):
     got = decode_one(row, "n", {row.register_key: text}, {})
     assert got == tuple(replace(d, vendor=row.name) for d in devices)
     assert codec.encode_node_devices(got) == text
+
+
+def test_the_ascend_plugins_register_bytes_round_trip_with_their_network_ids():
+    """Exactly what Project-HAMi/ascend-device-plugin's registerHAMi writes (Go json.Marshal of
+    []*DeviceInfo: omitempty fields, custominfo last) decodes with each NPU's NetworkID and
+    encodes back byte for byte."""
+    row = TABLE.get("Ascend910B3")
+    text = ('[{"id":"npu-0","count":4,"devmem":65536,"devcore":20,"type":"Ascend910B3","health":true,'
+            '"custominfo":{"NetworkID":0}},{"id":"npu-5","index":5,"count":4,"devmem":65536,"devcore":20,'
+            '"type":"Ascend910B3","health":true,"custominfo":{"NetworkID":1}}]')
+    got = decode_one(row, "n", {row.register_key: text}, {})
+    assert [d.custom_info for d in got] == ['{"NetworkID":0}', '{"NetworkID":1}']
+    assert ascend_codec.network_ids(got) == {"npu-0": 0, "npu-5": 1}
+    assert codec.encode_node_devices(got) == text
+
+
+@pytest.mark.parametrize(("value", "go"), [
+    (1.0, "1"), (100.0, "100"), (1e20, "100000000000000000000"), (1e21, "1e+21"), (1.5e-7, "1.5e-7"),
+    (1e-6, "0.000001"), (0.1, "0.1"), (-2.5, "-2.5"), (12345678901234567890, "12345678901234567000"),
+    ({"b": 1, "a": [True, None]}, '{"a":[true,null],"b":1}'), ("<&>", '"\\u003c\\u0026\\u003e"'),
+])
+def test_go_json_value_writes_what_go_marshal_writes(value, go):
+    """encoding/json's float64 format (plain notation inside [1e-6, 1e21), shortest digits,
+    `e-7` not `e-07`), sorted object keys and HTML-safe strings."""
+    assert go_json_value(value) == go
+
+
+@given(value=JSON_VALUES)
+def test_go_json_value_is_canonical(value):
+    """Decoding Go's form and writing it again gives the same bytes (what a decode/re-encode of a
+    register annotation relies on), and it reads back as the same value."""
+    text = go_json_value(value)
+    assert go_json_value(orjson.loads(text)) == text
+    assert json.loads(text, parse_int=float) == value  # (Go reads every number back as a float64)
+
+
+@given(info=st.dictionaries(st.text(max_size=10), JSON_VALUES, max_size=3))
+def test_network_ids_read_numbers_and_mark_other_values_present(info):
+    d = DeviceInfo("npu-0", 1, 0, 0, "Ascend910B3", custom_info=go_json_value(info) if info else "")
+    got = ascend_codec.network_ids([d])
+    if "NetworkID" not in info:
+        assert got is None
+    else:
+        v = info["NetworkID"]
+        assert got == {"npu-0": int(v) if type(v) in (int, float) else None}
 
 
 @pytest.mark.parametrize("row", LEGACY_ROWS, ids=lambda v: v.name)

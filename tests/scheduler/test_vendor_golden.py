@@ -8,12 +8,15 @@ Each file names the HAMi test files it was ported from (`hami_tests`) and what i
 * `fit`: HAMi's vendor Fit over a device list as given (walked from the end); `{vendor}` in an
   annotation key is the row's name; without a `vendor` the case runs for every row of the family
   (HAMi's TestDevices_Fit runs every Ascend chip);
+* `score`: the vendor's ScoreNode term (scheduler.vendorscore) for the pod's devices on a node
+  (`node_devices`: the node's devices and their use before the pod; `pod_devices`: per container);
 * `patch`: the pod annotations written for an allocation;
 * `admission`: the mutating webhook on a one-container pod (HAMi MutateAdmission).
 
 A case may carry `row` (changes to the vendor's row, as a device config would make: Ascend's
 `superPod` is `module_pairs`), `annotations`/`pod_annotations` (the pod's) and, per device, `mode`
-(Ascend: `hami-core` on a node that runs HAMi-core).
+(Ascend: `hami-core` on a node that runs HAMi-core) and `custominfo` (Ascend: `{"NetworkID": n}`,
+as the device plugin registers it).
 
 Adding a vendor whose rules match an existing hook is a row in config/vendors.yaml plus one file here.
 """
@@ -29,11 +32,14 @@ import pytest
 from hami.config import default_vendor_table
 from hami.device.allocation import allocation_annotations
 from hami.device.codec import CodecError
-from hami.device.model import ContainerDevice, ContainerDeviceRequest
+from hami.device.codec.ascend import network_ids
+from hami.device.codec.golang import go_json_value
+from hami.device.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo
 from hami.device.vendorregister import decode_one
 from hami.device.vendorrequest import vendor_request
 from hami.scheduler.fit import fit_vendor_devices
-from hami.scheduler.usage import DeviceState
+from hami.scheduler.usage import DeviceState, NodeUsage
+from hami.scheduler.vendorscore import vendor_score
 from hami.scheduler.webhook import WebhookSettings, mutate_pod
 
 DATA = Path(__file__).parent / "data" / "vendors"
@@ -121,12 +127,33 @@ def test_fit(vendor, case):
     mutex = annos.get("hami.io/gpu-scheduler-policy") == "mutex"
     same = frozenset(case["allocated"]) if "allocated" in case else None  # earlier containers' cards
     fits, chosen, reason = fit_vendor_devices(devices, ContainerDeviceRequest(**r), v, annos, is_mutex=mutex,
-                                              same_card=same)
+                                              same_card=same, networks=_networks(case["devices"]))
     assert fits is case["fits"]
     assert reason == case["reason"]
     if fits:
         assert [c.uuid for c in chosen] == case["ids"]
         assert all(c.type == vendor for c in chosen)
+
+
+def _networks(devices: list[dict]):
+    """The node's NetworkIDs as the scheduler reads them from each device's registered custominfo."""
+    return network_ids(DeviceInfo(d["id"], 1, 0, 0, "", custom_info=go_json_value(d["custominfo"]))
+                       for d in devices if "custominfo" in d)
+
+
+@pytest.mark.parametrize(("vendor", "case"), _cases("score"))
+def test_score(vendor, case):
+    states = []
+    for d in case["node_devices"]:
+        s = DeviceState(id=d["id"], index=d["index"], type=d.get("type", vendor), vendor=d.get("vendor", vendor))
+        s.used = d.get("used", 0)
+        states.append(s)
+    node = NodeUsage("n", states, networks=_networks(case["node_devices"]))
+    pod = tuple(tuple(ContainerDevice(c["uuid"], c.get("type", vendor), 0, 0, c.get("idx", 0)) for c in ctr)
+                for ctr in case["pod_devices"])
+    row = _row(vendor, case)
+    assert row.node_score == case["term"]
+    assert vendor_score(node, pod, (row,)) == case["want"]
 
 
 @pytest.mark.parametrize(("vendor", "case"), _cases("patch"))

@@ -410,3 +410,27 @@ async def test_full_nodes_filter_reads_every_vendors_registration_of_nodes_the_c
         assert out["Nodes"] is None
         assert out["FailedNodes"] == {"xpu-x": "1/8 NumaNotFit", "asc-x": "NodeInsufficientDevice",
                                       "bad-x": "node unregistered"}
+
+
+def network_node(name: str, networks: list[int]) -> dict:
+    """An Ascend 910B3 node registered as the HAMi Ascend device plugin writes it, with each NPU's
+    super-pod NetworkID in its custominfo."""
+    text = codec.encode_node_devices(
+        DeviceInfo(id=f"{name}-npu-{i}", count=4, devmem=65536, devcore=100, type=ASC, index=i, health=True,
+                   custom_info=f'{{"NetworkID":{nid}}}') for i, nid in enumerate(networks))
+    return ascend_node(name, len(networks), register=text)
+
+
+async def test_ascend_pod_takes_the_node_and_npus_of_one_super_pod_network(apiserver):
+    """Both nodes fit 3 NPUs and score the same on usage (`split` comes first); HAMi's Ascend
+    ScoreNode adds 10 x the share of the pod's NPUs on one network, so the pod goes to `one`,
+    whose NPUs share a network, and on `split` it would have taken 2 + 1."""
+    async with running_env(apiserver, [network_node("split", [0, 0, 1, 1]), network_node("one", [2, 2, 2, 2])]) as e:
+        await eventually(lambda: {"split", "one"} <= set(e.sched.state.index.nodes))
+        assert e.sched.state.index.node("one").networks == {f"one-npu-{i}": 2 for i in range(4)}
+        pod = e.create_pod(vendor_pod("net3", {f"huawei.com/{ASC}": "3"}))
+        out = await e.filter(pod, ["split", "one"])
+        assert out["NodeNames"] == ["one"], out
+        annos = e.placement("default", "net3")
+        [devs, []] = codec.decode_pod_devices(annos[f"hami.io/{ASC}-devices-allocated"])
+        assert len(devs) == 3 and all(d.uuid.startswith("one-npu-") for d in devs)

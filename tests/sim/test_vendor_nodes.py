@@ -9,6 +9,7 @@ import asyncio
 
 from hami.config import default_vendor_table
 from hami.device import codec
+from hami.device.codec import ascend as ascend_codec
 from hami.device.vendorregister import decode_one
 from hami.sim.cluster import GpuShape, fake_gpu_document, parse_sim_gpu_groups
 from hami.sim.vendornodes import VendorPodRunner, vendor_for_model, vendor_registration
@@ -43,6 +44,7 @@ def test_vendor_registration_reads_back_through_the_scheduler_decoders():
     assert capacity["huawei.com/Ascend910B3"] == "2"
     # Byte-exact: what the plugin writes is what our encoder writes for what we decoded.
     assert codec.encode_node_devices(d for d in devices) == annos["hami.io/node-register-Ascend910B3"]
+    assert [d.custom_info for d in devices] == ['{"NetworkID":0}'] * 2
     cards = decode_one(mlu, "n2", annos, capacity)
     assert [(d.id, d.devmem, d.devcore) for d in cards] == [("n2-cambricon-mlu-0", 24576, 100),
                                                             ("n2-cambricon-mlu-1", 24576, 100)]
@@ -50,6 +52,17 @@ def test_vendor_registration_reads_back_through_the_scheduler_decoders():
     [dc] = decode_one(dcu, "n2", annos, capacity)
     assert (dc.type, dc.devmem, dc.count) == ("DCU", 16384, 10)
     assert annos["hami.io/node-dcu-register"].endswith(":")  # the legacy colon form
+
+
+def test_simulated_910_npus_carry_the_plugins_network_ids():
+    """The Ascend plugin's getDeviceNetworkID: NPUs 0-3 on network 0, 4+ on 1; every 910C NPU on 0;
+    non-910 chips (310P) register no custominfo."""
+    for name, want in (("Ascend910B3", [0, 0, 0, 0, 1, 1]), ("Ascend910C", [0] * 6), ("Ascend310P", None)):
+        v = TABLE.get(name)
+        annos, capacity = vendor_registration("n", 1, [(v, 6, 65536)])
+        devices = decode_one(v, "n", annos, capacity)
+        got = ascend_codec.network_ids(devices)
+        assert got == (None if want is None else {d.id: w for d, w in zip(devices, want, strict=True)}), name
 
 
 async def test_vendor_node_runs_bound_pods_and_releases_the_lock(apiserver):

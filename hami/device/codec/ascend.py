@@ -6,12 +6,16 @@ name, omitted when empty: a whole card), e.g. `[{"UUID":"npu-0","temp":"vir05_1c
 HAMi-core mode gets `memory` (MiB) and `core` instead of `temp`: `[{"UUID":"npu-0","memory":16384,"core":20}]`
 (every field omitempty).
 Ascend's register annotation is NVIDIA's JSON form under `hami.io/node-register-<commonWord>`,
-so it needs no module of its own (`register.decode_node_devices_json`).
+so it needs no module of its own (`register.decode_node_devices_json`); its Ascend 910 devices
+carry `"custominfo":{"NetworkID":<n>}` (the HAMi Ascend device plugin's register.go: the super-pod
+network the NPU sits on), kept as `DeviceInfo.custom_info` and read by `network_ids`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+
+import orjson
 
 from hami.device.codec.errors import CodecError
 from hami.device.codec.golang import _loads, go_json_string
@@ -65,3 +69,23 @@ def decode_runtime_info(text: str, *, field: str = "huawei.com/Ascend", full: bo
             nums.append(n)
         out.append((uuid, temp, nums[0], nums[1]))
     return tuple(out)
+
+
+NETWORK_ID = "NetworkID"
+
+
+def network_ids(devices: Iterable) -> Mapping[str, int | None] | None:
+    """`{device id: NetworkID}` for the devices whose custominfo names a NetworkID (None when
+    none does). HAMi reads the value as a JSON number (Go `.(float64)`, then `int()`: truncated);
+    a NetworkID that is not a number maps to None: present (hasNetworkID holds) but never
+    grouped or counted (pkg/device/ascend/device.go hasNetworkID, computeBestCombination, ScoreNode)."""
+    out: dict[str, int | None] = {}
+    for d in devices:
+        text = d.custom_info
+        if not text or NETWORK_ID not in text:
+            continue
+        info = orjson.loads(text)  # our own canonical form of an object: cannot fail
+        if NETWORK_ID in info:
+            v = info[NETWORK_ID]
+            out[d.id] = int(v) if type(v) in (int, float) else None
+    return out or None

@@ -5,8 +5,10 @@ encoding/json string escaping and its field-type errors. Shared by the format mo
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
+from decimal import Decimal
 
 import orjson
 
@@ -197,3 +199,45 @@ def _str_field(obj: dict, key: str, go_field: str, field: str, text: str) -> str
 
 def _offset(items: list[str], idx: int) -> int:
     return sum(len(x) + 1 for x in items[:idx])
+
+
+def go_json_value(value) -> str:
+    """A decoded JSON value as Go `json.Marshal` writes it back after unmarshalling it into an
+    `any` (what a `map[string]any` field such as DeviceInfo.CustomInfo round-trips to): every number
+    is a float64 (shortest digits, `1e+21`/`1e-7` outside Go's plain-notation range), object keys
+    sorted, strings HTML-safe escaped. Used to keep such a field byte-exact (encoding/json encode.go)."""
+    kind = type(value)
+    if kind is str:
+        return go_json_string(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if kind is int or kind is float:
+        return _go_float(float(value))
+    if kind is list:
+        return "[" + ",".join(go_json_value(v) for v in value) + "]"
+    if kind is dict:
+        return "{" + ",".join(go_json_string(k) + ":" + go_json_value(value[k]) for k in sorted(value)) + "}"
+    raise TypeError(f"not a JSON value: {kind.__name__}")
+
+
+def _go_float(f: float) -> str:
+    """encoding/json floatEncoder for float64: 'f' format, 'e' below 1e-6 or from 1e21 on,
+    with the exponent's leading zero dropped (e-07 -> e-7)."""
+    if f == 0:
+        return "-0" if math.copysign(1.0, f) < 0 else "0"
+    if math.isinf(f) or math.isnan(f):
+        raise ValueError(f"json: unsupported value: {f!r}")
+    text = repr(f)  # shortest round-trip digits, as strconv's -1 precision
+    a = abs(f)
+    if a < 1e-6 or a >= 1e21:
+        mant, _, exp = text.partition("e")
+        sign, digits = exp[0], exp[1:].lstrip("0") or "0"
+        if len(digits) < 2:
+            digits = "0" + digits
+        out = f"{mant}e{sign}{digits}"
+        if sign == "-" and digits[0] == "0":
+            out = f"{mant}e-{digits[1:]}"
+        return out
+    return format(Decimal(text).normalize(), "f")

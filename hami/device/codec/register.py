@@ -25,6 +25,7 @@ from hami.device.codec.golang import (
     _str_field,
     _type_error,
     go_json_string,
+    go_json_value,
     go_quote,
 )
 from hami.device.codec.keys import (
@@ -59,6 +60,8 @@ def _encode_device_json(d: DeviceInfo) -> str:
         parts.append('"migProfiles":' + encode_mig_profiles(d.mig_profiles))
     if d.health:
         parts.append('"health":true')
+    if d.custom_info:  # a vendor plugin's json.Marshal keeps it (HAMi's MarshalNodeDevices drops it)
+        parts.append('"custominfo":' + d.custom_info)
     return "{" + ",".join(parts) + "}"
 
 
@@ -91,7 +94,7 @@ _DEV_KEYS = frozenset(_DEV_FIELDS)
 # the slots through their descriptors instead (same object, ~35% cheaper); the field list is
 # checked here so a change to the model fails at import, not silently.
 _DEVICE_FIELDS = ("id", "count", "devmem", "devcore", "type", "index", "numa", "mode", "health", "mig_profiles",
-                  "vendor")
+                  "vendor", "custom_info")
 if tuple(f.name for f in dataclass_fields(DeviceInfo)) != _DEVICE_FIELDS:  # pragma: no cover
     raise RuntimeError("hami.device.model.DeviceInfo fields changed: update codec.register._DEVICE_FIELDS")
 _DEVICE_SETTERS = tuple(DeviceInfo.__dict__[name].__set__ for name in _DEVICE_FIELDS)
@@ -126,9 +129,10 @@ def _decode_device_any(obj, i: int, text: str) -> DeviceInfo:
         if value is not None and type(value) is not kind:
             raise _type_error(value, f"DeviceInfo.{key}", go_type, f"{field}.{key}", text)
     profiles = _decode_mig_profiles(obj.get("migProfiles"), f"{field}.migProfiles", text)
+    custom = obj.get("custominfo")
     return DeviceInfo(
         strs["id"], ints["count"], ints["devmem"], ints["devcore"], strs["type"], ints["index"], ints["numa"],
-        strs["mode"], health, profiles,
+        strs["mode"], health, profiles, custom_info=go_json_value(custom) if custom else "",
     )
 
 
@@ -151,7 +155,7 @@ def decode_node_devices_json(text: str | bytes) -> tuple[DeviceInfo, ...]:
     hot = _HOT_KEYS
     new = object.__new__
     (set_id, set_count, set_devmem, set_devcore, set_type, set_index, set_numa, set_mode, set_health, set_migs,
-     set_vendor) = _DEVICE_SETTERS
+     set_vendor, set_custom) = _DEVICE_SETTERS
     for i, obj in enumerate(doc):
         # Hot path: an object with only the plain keys the NVIDIA plugin writes, values of the
         # right type and range, checked in one expression. Everything else (nulls, other keys,
@@ -188,6 +192,7 @@ def decode_node_devices_json(text: str | bytes) -> tuple[DeviceInfo, ...]:
                 set_health(d, health)
                 set_migs(d, ())
                 set_vendor(d, NVIDIA)
+                set_custom(d, "")
                 append(d)
                 continue
         append(_decode_device_any(obj, i, shown))

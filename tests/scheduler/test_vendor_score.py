@@ -1,0 +1,62 @@
+"""The vendors' node-score terms in the choice of a node (scheduler.vendorscore, score.select_node).
+
+HAMi adds each vendor's ScoreNode to the node score of a fitting node (pkg/scheduler/policy/
+node_policy.go OverrideScore). The term depends on the devices chosen, so a pod asking for Ascend
+910 NPUs is fitted on every candidate and the best final score wins, even over
+a node the usage alone would prefer; every other pod keeps the first-fit walk (`scored` is empty).
+"""
+
+from __future__ import annotations
+
+from hami.config import default_vendor_table
+from hami.device.codec.golang import go_json_value
+from hami.device.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo
+from hami.scheduler.fit import pod_request
+from hami.scheduler.policy import f32
+from hami.scheduler.score import evaluate_nodes, select_node
+from hami.scheduler.usage import UsageIndex
+
+TABLE = default_vendor_table()
+ASC = "Ascend910B3"
+
+
+def npus(node: str, networks: list[int]) -> list[DeviceInfo]:
+    return [DeviceInfo(f"{node}-npu-{i}", 4, 65536, 100, ASC, index=i, health=True, vendor=ASC,
+                       custom_info=go_json_value({"NetworkID": nid})) for i, nid in enumerate(networks)]
+
+
+def npu_pod(n: int, policy: str = "binpack"):
+    return pod_request([ContainerDeviceRequest(n, ASC, 0, 100, 0)], 0, {}, node_policy=policy, vendors=TABLE)
+
+
+def test_ascend_pod_goes_where_its_npus_share_a_network_over_a_fuller_node():
+    index = UsageIndex()
+    index.set_node("split", npus("split", [0, 0, 1, 1, 1]))
+    index.set_node("one", npus("one", [0, 0, 0, 0]))
+    # A small pod already runs on `split`: binpack prefers that node on usage alone.
+    index.add_pod("busy", "split", ((ContainerDevice("split-npu-4", ASC, 1024, 10, 4),),))
+    split, one = index.node("split"), index.node("one")
+    assert split.score_value > one.score_value
+    pod = npu_pod(3)
+    assert [v.name for v in pod.scored] == [ASC]
+    fits, failed = evaluate_nodes(index.nodes, ["split", "one"], pod)
+    assert failed == {}
+    by_node = {r.node: r for r in fits}
+    # split: 2 of its 3 chosen NPUs on one network (10 x float32(2/3)); one: all 3 (10).
+    assert by_node["split"].score == f32(split.score_value + 6.6666669845581055)  # float32, as Go adds
+    assert by_node["one"].score == f32(one.score_value + 10.0)
+    sel = select_node(index.nodes, ["split", "one"], pod)
+    assert sel.node == "one" and sel.score == f32(one.score_value + 10.0) and sel.tried == 2
+    assert sorted(cd.uuid for cd in sel.devices[0]) == ["one-npu-1", "one-npu-2", "one-npu-3"]
+    # Spread takes the lowest final score: the split node.
+    assert select_node(index.nodes, ["split", "one"], npu_pod(3, "spread")).node == "split"
+
+
+def test_only_scored_vendors_leave_the_first_fit_walk():
+    nvidia = pod_request([ContainerDeviceRequest(1, "NVIDIA", 1000, 101, 0)], 0, {}, vendors=TABLE)
+    assert nvidia.scored == ()
+    for name in ("Ascend310P", "XPU", "kunlun", "MLU", "Metax-SGPU"):
+        assert pod_request([ContainerDeviceRequest(1, name, 0, 100, 0)], 0, {}, vendors=TABLE).scored == (), name
+    both = pod_request([(ContainerDeviceRequest(1, "NVIDIA", 1000, 101, 0), ContainerDeviceRequest(1, ASC, 0, 100, 0)),
+                        ContainerDeviceRequest(2, ASC, 0, 100, 0)], 0, {}, vendors=TABLE)
+    assert [v.name for v in both.scored] == [ASC]
