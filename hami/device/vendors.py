@@ -130,10 +130,12 @@ class Vendor:
     @property
     def node_score(self) -> str:
         """The term this vendor adds to the node score (scheduler.vendorscore): "network" for
-        Ascend 910 chips (HAMi keys it on the commonWord prefix `Ascend910`), "" for every other
-        row (HAMi's ScoreNode returns 0)."""
+        Ascend 910 chips (HAMi keys it on the commonWord prefix `Ascend910`), "board" for
+        Kunlunxin's whole cards, "" for every other row (HAMi's ScoreNode returns 0)."""
         if self.hook == "ascend" and self.name.startswith("Ascend910"):
             return "network"
+        if self.hook == "kunlunxin" and not self.memory_resource:
+            return "board"
         return ""
 
     @property

@@ -3,11 +3,16 @@
 HAMi scores a fitting node as ComputeDefaultScore (the node's usage before the pod, `usage.node_score`)
 plus, per device type the pod got, that vendor's `ScoreNode(node, the pod's devices, the node's
 devices before the pod, policy)` (pkg/scheduler/policy/node_policy.go OverrideScore). NVIDIA and
-most vendors add 0; rows whose `Vendor.node_score` names a term add one, which depends on the
-devices chosen, so a pod asking for them is scored on every fitting node (score.select_node):
+most vendors add 0; two rows of the table add a term, which depends on the devices chosen, so a
+pod asking for them is scored on every fitting node (score.select_node):
 
 * Ascend 910 chips (pkg/device/ascend/device.go ScoreNode): 10 x, per container, the share of its
   NPUs on their largest super-pod network (`vendorrules.network_score`).
+* Kunlunxin XPU, whole cards (pkg/device/kunlun/device.go ScoreNode, topo.go calcscore): how the
+  pod changes the board's fragmentation. Each 4-card wing counts 0 when 4 of the cards in a set sit
+  on it, 2 when 1 does, else 1 (an empty set counts 1); the cards the pod takes minus the cards in
+  use before give -1: 3000, 0: 2000, 1: 1000, 2: 0, anything else 1000. A node with any other
+  device than Kunlunxin's scores 0. (The vXPU row adds nothing, as HAMi's KunlunVDevices.)
 """
 
 from __future__ import annotations
@@ -21,6 +26,11 @@ from .policy import f32
 from .usage import NodeUsage
 from .vendorrules import network_score
 
+KUNLUN_TYPE = "kunlun"  # HAMi's KunlunGPUDevice: every device of a scored node has it in its type
+WING = 4  # cards per wing of a Kunlunxin board (indexes 0-3 and 4-7)
+# calcscore: the pod's bubbles minus the board's before -> the term (anything else: 1000).
+_BOARD_TERMS = ((-1, 3000.0), (0, 2000.0), (1, 1000.0), (2, 0.0))
+
 
 def vendor_score(node: NodeUsage, devices: PodDevices, scored: Sequence[Vendor]) -> float:
     """The sum of the scored vendors' terms for the pod's `devices` on `node` (float32)."""
@@ -29,7 +39,33 @@ def vendor_score(node: NodeUsage, devices: PodDevices, scored: Sequence[Vendor])
         if v.node_score == "network":
             containers = [[cd.uuid for cd in ctr if cd.type == v.name] for ctr in devices]
             term = network_score(containers, node.networks)
+        elif v.node_score == "board":
+            term = board_score(node, [cd.idx for ctr in devices for cd in ctr if cd.type == v.name])
         else:
             continue
         total = f32(total + term)
     return total
+
+
+def _wing_value(n: int) -> int:
+    return 0 if n == WING else 2 if n == 1 else 1
+
+
+def bubbles(indexes: set[int]) -> int:
+    """countbubble: how badly a set of card indexes splits the two wings (lower is snugger)."""
+    if not indexes:
+        return 1
+    left = sum(1 for i in indexes if i < WING)
+    return _wing_value(left) + _wing_value(len(indexes) - left)
+
+
+def board_score(node: NodeUsage, chosen: Sequence[int]) -> float:
+    """Kunlunxin's ScoreNode for the card indexes the pod takes on `node`."""
+    before = set()
+    for d in node.devices:
+        if KUNLUN_TYPE not in d.type:
+            return 0.0
+        if d.used > 0:
+            before.add(d.index)
+    delta = bubbles(set(chosen)) - bubbles(before)
+    return next((term for d, term in _BOARD_TERMS if d == delta), 1000.0)

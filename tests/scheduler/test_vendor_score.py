@@ -2,7 +2,7 @@
 
 HAMi adds each vendor's ScoreNode to the node score of a fitting node (pkg/scheduler/policy/
 node_policy.go OverrideScore). The term depends on the devices chosen, so a pod asking for Ascend
-910 NPUs is fitted on every candidate and the best final score wins, even over
+910 NPUs or Kunlunxin XPUs is fitted on every candidate and the best final score wins, even over
 a node the usage alone would prefer; every other pod keeps the first-fit walk (`scored` is empty).
 """
 
@@ -23,6 +23,11 @@ ASC = "Ascend910B3"
 def npus(node: str, networks: list[int]) -> list[DeviceInfo]:
     return [DeviceInfo(f"{node}-npu-{i}", 4, 65536, 100, ASC, index=i, health=True, vendor=ASC,
                        custom_info=go_json_value({"NetworkID": nid})) for i, nid in enumerate(networks)]
+
+
+def xpus(node: str, cards: int = 8) -> list[DeviceInfo]:
+    return [DeviceInfo(f"{node}-kunlun-{i}", 100, 98304, 100, "kunlun", index=i, numa=int(i >= cards // 2),
+                       health=True, vendor="kunlun") for i in range(cards)]
 
 
 def npu_pod(n: int, policy: str = "binpack"):
@@ -52,11 +57,32 @@ def test_ascend_pod_goes_where_its_npus_share_a_network_over_a_fuller_node():
     assert select_node(index.nodes, ["split", "one"], npu_pod(3, "spread")).node == "split"
 
 
+def test_kunlunxin_pod_goes_where_it_fragments_the_board_least():
+    """Kunlunxin's Test_ScoreNode rules through the choice: on `half` (cards 0-3 busy) one card
+    opens the right wing (term 0), on `one` (card 0 busy) it joins the left wing (term 2000)."""
+    index = UsageIndex()
+    index.set_node("half", xpus("half"))
+    index.set_node("one", xpus("one"))
+    index.add_pod("p-half", "half", (tuple(ContainerDevice(f"half-kunlun-{i}", "kunlun", 98304, 100, i)
+                                           for i in range(4)),))
+    index.add_pod("p-one", "one", ((ContainerDevice("one-kunlun-0", "kunlun", 98304, 100, 0),),))
+    half, one = index.node("half"), index.node("one")
+    assert half.score_value > one.score_value
+    pod = pod_request([ContainerDeviceRequest(1, "kunlun", 0, 100, 0)], 0, {}, node_policy="binpack", vendors=TABLE)
+    fits, _ = evaluate_nodes(index.nodes, ["half", "one"], pod)
+    by_node = {r.node: r for r in fits}
+    assert [cd.idx for cd in by_node["half"].devices[0]] == [4]
+    assert [cd.idx for cd in by_node["one"].devices[0]] == [1]
+    assert by_node["half"].score == half.score_value
+    assert by_node["one"].score == f32(one.score_value + 2000.0)
+    assert select_node(index.nodes, ["half", "one"], pod).node == "one"
+
+
 def test_only_scored_vendors_leave_the_first_fit_walk():
     nvidia = pod_request([ContainerDeviceRequest(1, "NVIDIA", 1000, 101, 0)], 0, {}, vendors=TABLE)
     assert nvidia.scored == ()
-    for name in ("Ascend310P", "XPU", "kunlun", "MLU", "Metax-SGPU"):
+    for name in ("Ascend310P", "XPU", "MLU", "Metax-SGPU"):
         assert pod_request([ContainerDeviceRequest(1, name, 0, 100, 0)], 0, {}, vendors=TABLE).scored == (), name
     both = pod_request([(ContainerDeviceRequest(1, "NVIDIA", 1000, 101, 0), ContainerDeviceRequest(1, ASC, 0, 100, 0)),
-                        ContainerDeviceRequest(2, ASC, 0, 100, 0)], 0, {}, vendors=TABLE)
-    assert [v.name for v in both.scored] == [ASC]
+                        ContainerDeviceRequest(2, "kunlun", 0, 100, 0)], 0, {}, vendors=TABLE)
+    assert [v.name for v in both.scored] == [ASC, "kunlun"]
