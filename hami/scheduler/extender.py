@@ -56,6 +56,7 @@ from hami.scheduler.nodescan import NodeScanner
 from hami.scheduler.policy import PolicyError
 from hami.scheduler.state import VGPU_NODE, ClusterState
 from hami.scheduler.usage import NodeUsage, UsageIndex
+from hami.scheduler.vendorrules import METAX_APP_CLASS
 
 log = get_logger(__name__)
 
@@ -278,7 +279,7 @@ class Extender:
                 codec.MigAllocation(c, d, u, p, pl) for c, d, u, p, pl in sel.mig)
         # Count the pod before answering, so a concurrent filter sees these devices as taken.
         index.add_pod(uid, node, sel.devices, namespace=ns, num_init=num_init,
-                      mig=tuple((u, pl) for _, _, u, _, pl in sel.mig))
+                      mig=tuple((u, pl) for _, _, u, _, pl in sel.mig), app_class=annos.get(METAX_APP_CLASS, ""))
         self._sweep_assumed(now)
         self.assumed[uid] = Assumed(node, ns, name, sel.devices, now,
                                     None if self.write_at_filter else annotations)
@@ -388,7 +389,7 @@ class Extender:
         finally:
             if held is not None:
                 index.add_pod(uid, held.node, held.devices, namespace=held.namespace, num_init=held.num_init,
-                              init_released=held.init_released, mig=held.mig)
+                              init_released=held.init_released, mig=held.mig, app_class=held.app_class)
         if not fits:
             return None
         best = fits[0]
@@ -400,7 +401,8 @@ class Extender:
                 codec.MigAllocation(c, d, u, p, pl) for c, d, u, p, pl in best.mig)
         index.remove_pod(uid)
         index.add_pod(uid, node, best.devices, namespace=ns, num_init=num_init,
-                      mig=tuple((u, pl) for _, _, u, _, pl in best.mig))
+                      mig=tuple((u, pl) for _, _, u, _, pl in best.mig),
+                      app_class=(meta.get("annotations") or {}).get(METAX_APP_CLASS, ""))
         return Assumed(node, ns, name, best.devices, now, annotations)
 
     def _pod_request(self, requests, num_init, annos, ns: str, name: str,
@@ -523,7 +525,7 @@ class Extender:
             rec = index.pod(key)
             if rec is not None:
                 tmp.add_pod(key, name, rec.devices, namespace=rec.namespace, num_init=rec.num_init,
-                            init_released=rec.init_released, mig=rec.mig)
+                            init_released=rec.init_released, mig=rec.mig, app_class=rec.app_class)
         return usage
 
     def _filter_nodes_mode(self, pod, ns, name, annos, requests, num_init, nodes, scanned=None) -> dict:

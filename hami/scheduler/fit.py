@@ -670,7 +670,7 @@ def _fit_vendor(
     order = _sorted(base, request, opts)
     ok, chosen, reason = fit_vendor_devices(
         [d for d in order if d.vendor == vtype], request, vendor, opts.annotations or {}, node.cordoned,
-        opts.is_mutex, same_card, node.networks,
+        opts.is_mutex, same_card, node.networks, node.app_classes,
     )
     if not ok:
         return None, reason, work
@@ -702,13 +702,14 @@ def fit_vendor_devices(
     is_mutex: bool = False,
     same_card: frozenset[str] | None = None,
     networks: Mapping[str, int | None] | None = None,
+    app_classes: Mapping[str, Sequence[int]] | None = None,
 ) -> tuple[bool, list[ContainerDevice], str]:
     """The Fit HAMi's vendor packages share (pkg/device/{ascend,cambricon,hygon,...}/device.go):
     NVIDIA's walk without MIG, topology, quota or numa-bind, with the vendor's own use/nouse
     annotations. `devices` are the vendor's devices, sorted, walked from the end. `is_mutex`
     (`hami.io/gpu-scheduler-policy: mutex`) refuses a card anything already uses; `same_card`
     (Mthreads) the cards other than the one the pod's earlier containers use; `networks` the
-    node's Ascend NetworkIDs by device id. Ascend's vNPU modes, 910C module pairing and super-pod
+    node's Ascend NetworkIDs by device id; `app_classes` its MetaX cards' online/offline pods. Ascend's vNPU modes, 910C module pairing and super-pod
     network grouping are `vendorrules`, as are AWS Neuron's and Kunlunxin's own selections."""
     if vendor.hook == "awsneuron":
         ok, chosen, counts = fit_neuron(
@@ -725,7 +726,7 @@ def fit_vendor_devices(
         ok, chosen, counts = fit_metax(
             devices, request, _split_uuids(annotations.get(vendor.use_uuid_key)),
             _split_uuids(annotations.get(vendor.nouse_uuid_key)), is_mutex, annotations,
-            lambda d, mem, cores: ContainerDevice(d.id, d.type, mem, cores, d.index))
+            lambda d, mem, cores: ContainerDevice(d.id, d.type, mem, cores, d.index), app_classes)
         return ok, chosen, "" if ok else gen_reason(counts, len(devices))
     pairs = topo = False
     total_core = None

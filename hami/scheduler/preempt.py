@@ -41,7 +41,7 @@ def _fits(index: UsageIndex, node: str, request: PodRequest) -> bool:
 
 def _add(index: UsageIndex, uid: str, node: str, rec: PodRecord) -> None:
     index.add_pod(uid, node, rec.devices, namespace=rec.namespace, num_init=rec.num_init,
-                  init_released=rec.init_released, mig=rec.mig)
+                  init_released=rec.init_released, mig=rec.mig, app_class=rec.app_class)
 
 
 class _QuotaLedger:

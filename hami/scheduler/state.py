@@ -37,6 +37,7 @@ from hami.obs.log import get_logger
 from hami.scheduler.handshake import REGISTER_KEY, Handshaker
 from hami.scheduler.project import Shared, project_node, project_pod
 from hami.scheduler.usage import UsageIndex, init_released
+from hami.scheduler.vendorrules import METAX_APP_CLASS
 
 log = get_logger(__name__)
 
@@ -164,7 +165,7 @@ class ClusterState:
             rec = old.pod(uid)
             if rec is not None and self.index.pod(uid) is None:
                 self.index.add_pod(uid, rec.node, rec.devices, namespace=rec.namespace, num_init=rec.num_init,
-                                   init_released=rec.init_released, mig=rec.mig)
+                                   init_released=rec.init_released, mig=rec.mig, app_class=rec.app_class)
         log.info("Usage index rebuilt from the caches", nodes=len(self.index.nodes), pods=len(self.uid_keys))
 
     # ------------------------------------------------------------------ per-object resync
@@ -454,7 +455,8 @@ class ClusterState:
         released = init_released(pod) if pod is not None else False
         ns = key.partition("/")[0]
         before = self.index.pod(uid)
-        if self.index.add_pod(uid, node, devices, namespace=ns, num_init=n_init, init_released=released, mig=mig):
+        if self.index.add_pod(uid, node, devices, namespace=ns, num_init=n_init, init_released=released, mig=mig,
+                              app_class=annos.get(METAX_APP_CLASS, "")):
             log.v(5).info("Pod counted", pod=key, node=node, devices=text)
             if before is not None and released and not before.init_released:
                 self._capacity(node, "freed", ns)  # init containers done: the pod's usage shrank

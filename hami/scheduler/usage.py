@@ -170,6 +170,7 @@ class NodeUsage:
     __slots__ = (
         "name", "devices", "by_id", "cordoned", "pair_scores", "score_value", "orders",
         "nvidia_count", "all_nvidia", "request_free", "has_mig", "fail_summary", "changes", "networks",
+        "app_classes",
     )
 
     def __init__(
@@ -183,6 +184,8 @@ class NodeUsage:
         self.name = name
         # Ascend super-pod NetworkIDs by device id (codec.ascend.network_ids); None on other nodes.
         self.networks = networks
+        # MetaX sGPU: {card id: [online, offline]} pods on the card (UsageIndex); None until one runs.
+        self.app_classes: dict[str, list[int]] | None = None
         self.devices = devices
         self.by_id = {d.id: d for d in devices}
         self.cordoned = frozenset(cordoned)
@@ -215,6 +218,21 @@ class NodeUsage:
 
     def snapshot(self) -> list[DeviceState]:
         return [d.clone() for d in self.devices]
+
+
+def _count_class(node: NodeUsage, rec, sign: int) -> None:
+    """HAMi lists a pod in a card's PodInfos once per container device naming the card; MetaX's
+    sGPU fit counts the online and offline pods there (pkg/device/metax/sdevice.go checkAppClass)."""
+    counts = node.app_classes
+    if counts is None:
+        counts = node.app_classes = {}
+    slot = 0 if rec.app_class == "online" else 1
+    for ctr in rec.devices:
+        for cd in ctr:
+            c = counts.setdefault(cd.uuid, [0, 0])
+            c[slot] += sign
+            if c[0] == 0 and c[1] == 0:
+                del counts[cd.uuid]
 
 
 def _interned(cd: ContainerDevice) -> ContainerDevice:
@@ -324,6 +342,11 @@ class PodRecord:
     num_init: int
     init_released: bool
     mig: tuple[tuple[str, MigPlacement], ...] = ()
+    # MetaX sGPU `metax-tech.com/sgpu-app-class` (online / offline; "" for any other pod).
+    app_class: str = ""
+
+
+APP_CLASSES = ("online", "offline")
 
 
 class UsageIndex:
@@ -384,6 +407,8 @@ class UsageIndex:
         for key in self._pods_by_node.get(name, ()):
             rec = self._pods[key]
             self._apply(node, rec.usage, +1, rec.mig)
+            if rec.app_class:
+                _count_class(node, rec, +1)
         return node
 
     def set_cordon(self, name: str, cordoned: Iterable[str]) -> None:
@@ -418,30 +443,36 @@ class UsageIndex:
         num_init: int = 0,
         init_released: bool = False,
         mig: Sequence[tuple[str, MigPlacement]] = (),
+        app_class: str = "",
     ) -> bool:
         """Account a pod's devices on `node`; returns False when nothing changed.
 
-        `mig` lists (gpu uuid, placement) pairs from `hami.io/vgpu-mig-allocations`.
+        `mig` lists (gpu uuid, placement) pairs from `hami.io/vgpu-mig-allocations`; `app_class`
+        the pod's MetaX sGPU app class, counted per card it uses (NodeUsage.app_classes).
         """
         devices = tuple(tuple(_interned(cd) for cd in c) for c in pod_devices)
         mig = tuple(mig)
+        if app_class not in APP_CLASSES:
+            app_class = ""
         old = self._pods.get(pod_key)
         if (
             old is not None and old.node == node and old.devices == devices
             and old.num_init == num_init and old.init_released == init_released
-            and old.namespace == namespace and old.mig == mig
+            and old.namespace == namespace and old.mig == mig and old.app_class == app_class
         ):
             return False
         if old is not None:
             self.remove_pod(pod_key)
         collapsed = steady_usage(devices, num_init) if init_released else collapse_usage(devices, num_init)
         usage = tuple((u, m, c, s) for u, (m, c, s) in collapsed.items())
-        rec = PodRecord(node, namespace, usage, devices, num_init, init_released, mig)
+        rec = PodRecord(node, namespace, usage, devices, num_init, init_released, mig, app_class)
         self._pods[pod_key] = rec
         self._pods_by_node.setdefault(node, set()).add(pod_key)
         n = self.nodes.get(node)
         if n is not None:
             self._apply(n, usage, +1, mig)
+            if app_class:
+                _count_class(n, rec, +1)
         self._quota_add(namespace, usage, +1, devices)
         return True
 
@@ -457,6 +488,8 @@ class UsageIndex:
         n = self.nodes.get(rec.node)
         if n is not None:
             self._apply(n, rec.usage, -1, rec.mig)
+            if rec.app_class:
+                _count_class(n, rec, -1)
         self._quota_add(rec.namespace, rec.usage, -1, rec.devices)
         return True
 

@@ -285,6 +285,7 @@ METAX_QOS = "metax-tech.com/sgpu-qos-policy"
 METAX_APP_CLASS = "metax-tech.com/sgpu-app-class"
 METAX_QOS_POLICIES = ("best-effort", "fixed-share", "burst-share")
 METAX_APP_CLASSES = ("online", "offline")
+_APP_CLASS_MISMATCH = "CardAppClassMismatch"
 _CARD_UNHEALTHY = "CardUnhealthy"  # MetaX's own reason keys (pkg/device/metax sdevice.go)
 _QOS_MISMATCH = "CardQosPolicyMismatch"
 _MEMORY = "CardInsufficientMemory"
@@ -292,16 +293,42 @@ _EXHAUSTED = "CardComputeUnitsExhausted"
 _ALLOCATED_INSUFFICIENT = "AllocatedCardsInsufficientRequest"
 
 
+def app_class_fits(request_class: str, used: int, counts: Sequence[int] | None) -> bool:
+    """checkAppClass: an idle card takes any pod; a card running online/offline pods takes only
+    online/offline pods (an offline pod not where an online one runs), a card running other pods
+    only other pods. `counts` = (online, offline) pods on the card."""
+    if used == 0:
+        return True
+    online, offline = counts if counts is not None else (0, 0)
+    classed = request_class in METAX_APP_CLASSES
+    if (online > 0 or offline > 0) != classed:
+        return False
+    return not (online > 0 and request_class == "offline")
+
+
+def online_order_key(counts: Sequence[int] | None) -> tuple[bool, int, int]:
+    """prioritizeOnlineDevices' order for an online pod: cards with fewer online pods first, cards
+    running only offline pods last (fewer of them first), ties by fewer offline pods."""
+    online, offline = counts if counts is not None else (0, 0)
+    if online == 0 and offline > 0:
+        return (True, offline, 0)
+    return (False, online, offline)
+
+
 def fit_metax(devices: Sequence, request, use_uuids, nouse_uuids, is_mutex: bool,
-              annotations: Mapping[str, str], make):
+              annotations: Mapping[str, str], make, app_classes: Mapping[str, Sequence[int]] | None = None):
     """MetaX sGPU's Fit: every device walked from the end is a candidate unless refused (type,
-    CardUnhealthy, QoS policy, UUID, slots, mutex, memory; for pods that are not `online`, cores,
-    exclusive use and exhausted compute); too few candidates is AllocatedCardsInsufficientRequest,
-    else the first ones walked. A used card keeps its QoS policy (the device's mode) unless the
-    request takes it whole; an `online` pod uses no cores of its own."""
+    CardUnhealthy, CardAppClassMismatch, QoS policy, UUID, slots, mutex, memory; for pods that are
+    not `online`, cores, exclusive use and exhausted compute); too few candidates is
+    AllocatedCardsInsufficientRequest, else the first ones walked, or for an `online` pod the
+    cards with the fewest online pods (`online_order_key`; HAMi's unstable sort, stable here). A
+    used card keeps its QoS policy (the device's mode) unless the request takes it whole; an
+    `online` pod uses no cores of its own. `app_classes`: {card: (online, offline) pods}."""
     reason: dict[str, int] = {}
-    online = annotations.get(METAX_APP_CLASS) == "online"
+    app_class = annotations.get(METAX_APP_CLASS, "")
+    online = app_class == "online"
     req_qos = annotations.get(METAX_QOS, "")
+    classes = app_classes or {}
     candidates = []
     for dev in reversed(devices):
         memreq = request.memreq if request.memreq > 0 else dev.totalmem * request.mempercentagereq // 100
@@ -309,6 +336,8 @@ def fit_metax(devices: Sequence, request, use_uuids, nouse_uuids, is_mutex: bool
             key = _TYPE_MISMATCH
         elif not dev.health:
             key = _CARD_UNHEALTHY
+        elif not app_class_fits(app_class, dev.used, classes.get(dev.id)):
+            key = _APP_CLASS_MISMATCH
         elif not online and dev.used > 0 and request.coresreq != 100 and dev.mode not in ("", req_qos):
             key = _QOS_MISMATCH
         elif (use_uuids is not None and dev.id not in use_uuids) or (
@@ -334,5 +363,7 @@ def fit_metax(devices: Sequence, request, use_uuids, nouse_uuids, is_mutex: bool
         if candidates:
             reason[_ALLOCATED_INSUFFICIENT] = len(candidates)
         return False, [], reason
+    if online and len(candidates) > request.nums:
+        candidates.sort(key=lambda c: online_order_key(classes.get(c[0].id)))
     cores = 0 if online else request.coresreq
     return True, [make(dev, mem, cores) for dev, mem in candidates[:request.nums]], {}

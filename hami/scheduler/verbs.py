@@ -26,6 +26,7 @@ from hami.scheduler.extender import Assumed
 from hami.scheduler.preempt import select_victims
 from hami.scheduler.prioritize import scale_scores
 from hami.scheduler.state import VGPU_NODE
+from hami.scheduler.vendorrules import METAX_APP_CLASS
 
 log = get_logger(__name__)
 
@@ -166,7 +167,7 @@ class ExtraVerbs:
         finally:
             if own is not None:
                 index.add_pod(uid, own.node, own.devices, namespace=own.namespace, num_init=own.num_init,
-                              init_released=own.init_released, mig=own.mig)
+                              init_released=own.init_released, mig=own.mig, app_class=own.app_class)
         return scale_scores({r.node: r.score for r in fits}, names, preq.node_policy)
 
     # ------------------------------------------------------------------ /preempt
@@ -251,7 +252,7 @@ class ExtraVerbs:
         if r.__class__ is str:
             if old is not None:
                 index.add_pod(uid, old.node, old.devices, namespace=old.namespace, num_init=old.num_init,
-                              init_released=old.init_released, mig=old.mig)
+                              init_released=old.init_released, mig=old.mig, app_class=old.app_class)
             return f"pod {ns}/{name} no longer fits node {node}: {r}"
         devices, mig = r
         now = ext.clock()
@@ -261,7 +262,8 @@ class ExtraVerbs:
                        codec.MIG_ALLOCATIONS_ANNOTATION: codec.encode_mig_allocations(
                            codec.MigAllocation(c, d, u, p, pl) for c, d, u, p, pl in mig) if mig else None}
         num_init = len((pod.get("spec") or {}).get("initContainers") or [])
-        index.add_pod(uid, node, devices, namespace=ns, num_init=num_init, mig=tuple((u, pl) for _, _, u, _, pl in mig))
+        index.add_pod(uid, node, devices, namespace=ns, num_init=num_init, mig=tuple((u, pl) for _, _, u, _, pl in mig),
+                      app_class=((pod.get("metadata") or {}).get("annotations") or {}).get(METAX_APP_CLASS, ""))
         ext.assumed[uid] = Assumed(node, ns, name, devices, now)
         if ext.client is not None:
             try:

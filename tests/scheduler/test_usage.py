@@ -179,3 +179,26 @@ def test_incremental_usage_equals_a_full_recomputation(ops):
         assert (d.used, d.usedmem, d.usedcores) == (used, mem, cores)
     for name in ("n1", "n2"):
         assert idx.nodes[name].score() == node_score(idx.nodes[name].devices)
+
+
+def test_metax_app_classes_are_counted_per_card_and_follow_the_pods():
+    """HAMi's DeviceUsage.PodInfos as MetaX reads them: each online/offline pod counts once per
+    container device naming the card; other pods (no class, or an unknown one) are not counted;
+    removal, replacement and re-registration keep the counts right."""
+    idx = index()
+    idx.add_pod("on", "n1", ((cd("GPU-0", 100),), (cd("GPU-0", 100), cd("GPU-1", 100))), app_class="online")
+    idx.add_pod("off", "n1", ((cd("GPU-1", 100),),), app_class="offline")
+    idx.add_pod("plain", "n1", ((cd("GPU-1", 100),),), app_class="")
+    idx.add_pod("odd", "n1", ((cd("GPU-1", 100),),), app_class="batch")
+    n = idx.node("n1")
+    assert n.app_classes == {"GPU-0": [2, 0], "GPU-1": [1, 1]}
+    assert idx.pod("odd").app_class == ""
+    idx.set_node("n1", [info("GPU-0", index=0), info("GPU-1", index=1, numa=1)])  # re-registered
+    assert idx.node("n1").app_classes == {"GPU-0": [2, 0], "GPU-1": [1, 1]}
+    assert not idx.add_pod("off", "n1", ((cd("GPU-1", 100),),), app_class="offline")  # same data: no-op
+    assert idx.add_pod("off", "n1", ((cd("GPU-1", 100),),), app_class="online")  # reclassified
+    assert idx.node("n1").app_classes == {"GPU-0": [2, 0], "GPU-1": [2, 0]}
+    idx.remove_pod("on")
+    assert idx.node("n1").app_classes == {"GPU-1": [1, 0]}
+    idx.remove_pod("off")
+    assert idx.node("n1").app_classes == {}

@@ -15,8 +15,8 @@ Each file names the HAMi test files it was ported from (`hami_tests`) and what i
 
 A case may carry `row` (changes to the vendor's row, as a device config would make: Ascend's
 `superPod` is `module_pairs`), `annotations`/`pod_annotations` (the pod's) and, per device, `mode`
-(Ascend: `hami-core` on a node that runs HAMi-core) and `custominfo` (Ascend: `{"NetworkID": n}`,
-as the device plugin registers it).
+(Ascend: `hami-core` on a node that runs HAMi-core), `custominfo` (Ascend: `{"NetworkID": n}`,
+as the device plugin registers it) and `online`/`offline` (MetaX: the app-class pods on the card).
 
 Adding a vendor whose rules match an existing hook is a row in config/vendors.yaml plus one file here.
 """
@@ -127,12 +127,19 @@ def test_fit(vendor, case):
     mutex = annos.get("hami.io/gpu-scheduler-policy") == "mutex"
     same = frozenset(case["allocated"]) if "allocated" in case else None  # earlier containers' cards
     fits, chosen, reason = fit_vendor_devices(devices, ContainerDeviceRequest(**r), v, annos, is_mutex=mutex,
-                                              same_card=same, networks=_networks(case["devices"]))
+                                              same_card=same, networks=_networks(case["devices"]),
+                                              app_classes=_app_classes(case["devices"]))
     assert fits is case["fits"]
     assert reason == case["reason"]
     if fits:
         assert [c.uuid for c in chosen] == case["ids"]
         assert all(c.type == vendor for c in chosen)
+
+
+def _app_classes(devices: list[dict]):
+    """MetaX: the online and offline pods on each card (HAMi's DeviceUsage.PodInfos)."""
+    return {d["id"]: (d.get("online", 0), d.get("offline", 0)) for d in devices
+            if d.get("online") or d.get("offline")}
 
 
 def _networks(devices: list[dict]):

@@ -434,3 +434,35 @@ async def test_ascend_pod_takes_the_node_and_npus_of_one_super_pod_network(apise
         annos = e.placement("default", "net3")
         [devs, []] = codec.decode_pod_devices(annos[f"hami.io/{ASC}-devices-allocated"])
         assert len(devs) == 3 and all(d.uuid.startswith("one-npu-") for d in devs)
+
+
+async def test_metax_app_classes_keep_online_and_normal_pods_on_separate_cards(apiserver):
+    """MetaX sGPU app classes (pkg/device/metax/sdevice.go checkAppClass) through the extender and
+    the pod watch: a normal pod on one card sends an online pod to the other card; a second normal
+    pod may not join the online card, and an offline pod fits neither (the online card refuses
+    offline pods, the normal card classed ones): HAMi's CardAppClassMismatch."""
+    sgpu = node_obj("sgpu", 0, registered=False)
+    sgpu["metadata"]["annotations"]["metax-tech.com/node-gpu-devices"] = (
+        '[{"uuid":"GPU-a","totalDevCount":16,"totalCompute":100,"totalVRam":32768,"healthy":true},'
+        '{"uuid":"GPU-b","totalDevCount":16,"totalCompute":100,"totalVRam":32768,"healthy":true}]')
+    limits = {"metax-tech.com/sgpu": "1", "metax-tech.com/vmemory": "4", "metax-tech.com/vcore": "10"}
+    app = "metax-tech.com/sgpu-app-class"
+    async with running_env(apiserver, [sgpu]) as e:
+        await eventually(lambda: "sgpu" in e.sched.state.index.nodes)
+
+        async def place(name: str, annotations: dict) -> dict:
+            return await e.filter(e.create_pod(vendor_pod(name, limits, annotations)), ["sgpu"])
+
+        def card(name: str) -> str:
+            [[dev], []] = codec.decode_pod_devices(e.placement("default", name)["hami.io/metax-sgpu-devices-allocated"])
+            return dev.uuid
+
+        assert (await place("n0", {}))["NodeNames"] == ["sgpu"]
+        assert (await place("on0", {app: "online"}))["NodeNames"] == ["sgpu"]
+        assert card("on0") != card("n0")
+        assert (await place("n1", {}))["NodeNames"] == ["sgpu"]
+        assert card("n1") == card("n0")
+        out = await place("off0", {app: "offline"})
+        assert out["NodeNames"] is None and out["FailedNodes"] == {"sgpu": "2/2 CardAppClassMismatch"}
+        node = e.sched.state.index.node("sgpu")
+        await eventually(lambda: node.app_classes == {card("on0"): [1, 0]})
