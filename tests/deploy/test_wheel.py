@@ -143,7 +143,7 @@ def test_the_embedded_system_runs_from_the_wheel_at_the_floors(wheel_venv):
     try:
         for line in proc.stdout:
             seen.append(line)
-            m = re.match(r"demo: (\d+) submitted \| running (\d+) \| pending \d+ \| failed (\d+)", line)
+            m = re.match(r"demo: (\d+) submitted \| running (\d+) \| pending \d+ \([^)]*\) \| failed (\d+)", line)
             if m and int(m.group(2)) >= 3:
                 assert int(m.group(3)) == 0, line
                 break
