@@ -74,6 +74,7 @@ async def test_lock_contention_fails_the_bind(env):
     assert out["NodeNames"] == ["n0"]
     state = env.sched.state
     await eventually(lambda: state.pod("default", "holder") and LOCK in state.node("n0")["metadata"]["annotations"])
+    env.sched.extender.binder.lock_queue = 0.5  # queue behind the holder briefly, not the default 10 s
     out = await env.bind(pod, "n0")
     assert "node lock contention" in out["Error"]
     assert env.pod("default", "p")["spec"].get("nodeName") is None

@@ -176,6 +176,7 @@ async def test_TestRecordScheduleBindingResultEvent(apiserver, ok, etype, reason
         out = await env.filter(pod, ["n0"])
         assert out["NodeNames"] == ["n0"]
         if not ok:  # another live pod holds the node lock
+            env.sched.extender.binder.lock_queue = 0.5  # queue behind it briefly, not the default 10 s
             env.create_pod(pod_obj("holder"))
             env.store.patch("nodes", "", "n0", orjson.dumps(
                 {"metadata": {"annotations": {LOCK_KEY: fresh_lock("default", "holder")}}}),
