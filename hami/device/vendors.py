@@ -111,6 +111,11 @@ class Vendor:
     # HAMi-core soft partitioning unless their `hami-vnpu-core` annotation says otherwise.
     module_pairs: bool = False
     vnpu_core: bool = False
+    # Ascend admission (pkg/device/ascend MutateAdmission): `overwriteEnv` gives every container
+    # without this chip `ASCEND_VISIBLE_DEVICES=""` (it sees no NPU the runtime would otherwise
+    # mount); `runtimeClassName` is set on a pod asking for the chip unless it names one.
+    overwrite_env: bool = False
+    runtime_class_name: str = ""
     # AWS Neuron: a container naming only the core resource asks for this vendor too.
     core_requests: bool = False
     # HAMi's customFilterRule (Mthreads, MetaX GPU): all of a pod's containers on one card.
@@ -171,6 +176,8 @@ class VendorTable:
     # a capacity): a node with none of them skips the per-row registration work.
     register_annotations: frozenset[str] = field(init=False, repr=False)
     register_capacities: frozenset[str] = field(init=False, repr=False)
+    # Ascend chips whose `overwriteEnv` the webhook applies to every container without them.
+    overwrite_env: tuple[Vendor, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         names: dict[str, Vendor] = {}
@@ -195,6 +202,7 @@ class VendorTable:
                            tuple((v.allocated_key, v) for v in others if v.allocated_key))
         object.__setattr__(self, "register_annotations", frozenset(
             v.register_key for v in others if v.register_source == "annotation" and v.register_key))
+        object.__setattr__(self, "overwrite_env", tuple(v for v in others if v.overwrite_env))
         object.__setattr__(self, "register_capacities", frozenset(
             v.capacity_trigger for v in others if v.register_source == "capacity" and v.capacity_trigger))
 
@@ -228,6 +236,7 @@ _SCALARS = {
     "coreRequests": ("core_requests", bool), "oneCardPerPod": ("one_card_per_pod", bool),
     "exclusiveCards": ("exclusive_cards", bool),
     "hamiVnpuCore": ("vnpu_core", bool),
+    "overwriteEnv": ("overwrite_env", bool), "runtimeClassName": ("runtime_class_name", str),
 }
 _RESOURCES = {"count": "count_resource", "memory": "memory_resource",
               "memoryPercentage": "percentage_resource", "cores": "core_resource"}
@@ -401,19 +410,21 @@ def apply_device_config(table: VendorTable, doc: Any, source: str) -> VendorTabl
                 if v.family == family and v.hook != "nvidia":
                     table = table.with_vendor(replace(v, **changes))
     vnpus = doc.get("vnpus")
-    vnpu_core = None
+    every_chip: dict[str, Any] = {}
     if isinstance(vnpus, Mapping):
-        vnpu_core = vnpus.get("hamiVnpuCore")
-        if vnpu_core is not None and type(vnpu_core) is not bool:
-            raise VendorError(f"vnpus.hamiVnpuCore in {source}: want true or false, got {vnpu_core!r}")
+        # HAMi's settings for every chip (VNPUs: hamiVnpuCore, overwriteEnv, runtimeClassName).
+        for key, (attr, typ) in (("hamiVnpuCore", ("vnpu_core", bool)), ("overwriteEnv", ("overwrite_env", bool)),
+                                 ("runtimeClassName", ("runtime_class_name", str))):
+            if vnpus.get(key) is not None:
+                every_chip[attr] = _want(vnpus[key], typ, f"vnpus.{key}", source)
         vnpus = vnpus.get("configs")
     if isinstance(vnpus, list):
         for i, chip in enumerate(vnpus):
             table = table.with_vendor(_ascend_chip(chip, f"vnpus[{i}]", source))
-    if vnpu_core is not None:  # HAMi's global default for every chip (a node's annotation wins)
+    if every_chip:  # (hamiVnpuCore is the default: a node's hami-vnpu-core annotation wins)
         for v in table.vendors:
             if v.hook == "ascend":
-                table = table.with_vendor(replace(v, vnpu_core=vnpu_core))
+                table = table.with_vendor(replace(v, **every_chip))
     extra = doc.get("vendors")
     if isinstance(extra, list):
         for i, e in enumerate(extra):
@@ -435,12 +446,13 @@ def _ascend_chip(chip: Any, where: str, source: str) -> Vendor:
         if type(val) is not int:
             raise VendorError(f"{where}.{k} in {source}: want an integer, got {val!r}")
         ints[k] = val
-    flags = {}
-    for k, attr in (("superPod", "module_pairs"), ("hamiVnpuCore", "vnpu_core")):
+    flags: dict[str, Any] = {}
+    for k, attr in (("superPod", "module_pairs"), ("hamiVnpuCore", "vnpu_core"), ("overwriteEnv", "overwrite_env")):
         val = chip.get(k, False)
         if type(val) is not bool:
             raise VendorError(f"{where}.{k} in {source}: want true or false, got {val!r}")
         flags[attr] = val
+    flags["runtime_class_name"] = _want(chip.get("runtimeClassName") or "", str, f"{where}.runtimeClassName", source)
     return Vendor(
         name=cw, family="ascend", hook="ascend", count_resource=res, **flags,
         memory_resource=str(chip.get("resourceMemoryName") or ""),

@@ -315,6 +315,7 @@ def _mutate_sgpu(ctr: dict, pod: dict, v: Vendor) -> None:
 
 
 # Ascend HAMi-core mode: the container starts HAMi's vNPU limiter after it starts (HAMi v2.10).
+ASCEND_VISIBLE_DEVICES = "ASCEND_VISIBLE_DEVICES"  # cleared by `overwriteEnv` where no NPU is asked
 _ASCEND_LIMITER = "export RUST_LOG=info\n/hami-vnpu-core/limiter > /tmp/limiter_manager.log 2>&1 &"
 
 
@@ -364,6 +365,9 @@ def _mutate_ascend(ctr: dict, pod: dict, v: Vendor) -> None:
     if not isinstance(requests, dict):
         requests = ctr["resources"]["requests"] = {}
     requests[v.memory_resource] = str(trimmed)
+    spec = pod.get("spec")
+    if v.runtime_class_name and isinstance(spec, dict) and spec.get("runtimeClassName") is None:
+        spec["runtimeClassName"] = v.runtime_class_name
 
 
 def _fits_vendor_quota(pod: dict, vendors: VendorTable, view: Callable[[str], QuotaView | None]) -> bool:
@@ -479,6 +483,7 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
     has_resource = False
     others = settings.vendors.others if settings.vendors is not None else ()
     counts = settings.vendors.other_counts if settings.vendors is not None else frozenset()
+    hide = settings.vendors.overwrite_env if settings.vendors is not None else ()
     try:
         for group in ("initContainers", "containers"):
             for ctr in spec.get(group) or ():
@@ -488,6 +493,9 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
                     for v in others:
                         if _mutate_vendor(ctr, v, pod):
                             has_resource = True
+                for v in hide:  # Ascend overwriteEnv: once per such chip the container does not ask for
+                    if v.count_resource not in _resources(ctr)[0]:
+                        _add_env(ctr, ASCEND_VISIBLE_DEVICES, "")
     except _Reject as r:
         return Decision(False, code=r.code, message=r.message)
     if has_resource:  # HAMi denies bad device-scoring weights at admission, before scheduling

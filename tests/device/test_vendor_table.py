@@ -64,6 +64,26 @@ def test_vnpus_super_pod_and_hami_vnpu_core_reach_the_ascend_rows():
         apply_device_config(TABLE, {"vnpus": {"hamiVnpuCore": 1, "configs": []}}, "cm")
 
 
+def test_vnpus_overwrite_env_and_runtime_class_reach_the_ascend_rows():
+    """HAMi's Ascend `overwriteEnv` / `runtimeClassName`: per chip in a `vnpus` entry, or for every
+    chip at the top of `vnpus:`; the webhook's list of chips that clear ASCEND_VISIBLE_DEVICES
+    follows; wrong types are refused naming the key."""
+    assert TABLE.overwrite_env == () and not TABLE.get("Ascend910B3").runtime_class_name
+    chip = {"commonWord": "Ascend910B3", "resourceName": "huawei.com/Ascend910B3", "overwriteEnv": True,
+            "runtimeClassName": "ascend"}
+    t = apply_device_config(TABLE, {"vnpus": [chip]}, "cm")
+    assert [v.name for v in t.overwrite_env] == ["Ascend910B3"] and t.get("Ascend910B3").runtime_class_name == "ascend"
+    assert not t.get("Ascend910A").overwrite_env
+    t = apply_device_config(TABLE, {"vnpus": {"overwriteEnv": True, "runtimeClassName": "npu", "configs": []}}, "cm")
+    assert {v.name for v in t.overwrite_env} == {v.name for v in TABLE.vendors if v.hook == "ascend"}
+    assert {v.runtime_class_name for v in t.vendors if v.hook == "ascend"} == {"npu"}
+    assert not t.get("MLU").overwrite_env
+    with pytest.raises(VendorError, match=r"vnpus\.overwriteEnv in cm"):
+        apply_device_config(TABLE, {"vnpus": {"overwriteEnv": "yes", "configs": []}}, "cm")
+    with pytest.raises(VendorError, match=r"vnpus\[0\]\.runtimeClassName in cm"):
+        apply_device_config(TABLE, {"vnpus": [{**chip, "runtimeClassName": 3}]}, "cm")
+
+
 def test_mthreads_memory_per_card_list_builds_the_legal_slices():
     """`mthreads: {memoryPerCard: [96, 160]}` (an S4000/S5000 cluster): admission takes the union of
     each model's powers of two and whole card; the shipped row derives HAMi's fixed list from 96."""

@@ -183,6 +183,8 @@ def test_admission(vendor, case):
     if "pod_annotations" in case:
         meta["annotations"] = dict(case["pod_annotations"])
     pod = {"metadata": meta, "spec": {"containers": [ctr]}}
+    if "runtime_class" in case:
+        pod["spec"]["runtimeClassName"] = case["runtime_class"]
     settings = WebhookSettings(scheduler_name="hami-scheduler", vendors=TABLE.with_vendor(_row(vendor, case)))
     d = mutate_pod(pod, settings)
     assert d.allowed is case["allowed"]
@@ -199,3 +201,7 @@ def test_admission(vendor, case):
         assert d.pod["metadata"].get("annotations") == case["want_pod_annotations"]
     if "want_lifecycle" in case:
         assert spec["containers"][0].get("lifecycle") == case["want_lifecycle"]
+    if "want_env" in case:
+        assert spec["containers"][0].get("env") == case["want_env"]
+    if "want_runtime_class" in case:
+        assert spec.get("runtimeClassName") == case["want_runtime_class"]
