@@ -98,10 +98,11 @@ def _victims_arg(args: dict) -> dict[str, list[str]]:
     return out
 
 
-def _may_go(pod: dict | None, preemptor_priority: int) -> bool:
-    """A pod preemption may evict: lower priority than the preemptor and not already terminating."""
-    return (pod is not None and _priority(pod) < preemptor_priority
-            and not (pod.get("metadata") or {}).get("deletionTimestamp"))
+def _may_go(pod: dict | None, preemptor_priority: int, node: str) -> bool:
+    """A pod preemption may evict: bound to the node (kube-scheduler refuses a victim its cache
+    does not hold there), lower priority than the preemptor and not already terminating."""
+    return (pod is not None and (pod.get("spec") or {}).get("nodeName") == node
+            and _priority(pod) < preemptor_priority and not (pod.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def _start_time(pod: dict | None) -> str:
@@ -205,7 +206,7 @@ class ExtraVerbs:
             pods = {u: state.pod_by_uid(u) for u in uids}
             on_node = {u: rec for u in index.pods_on(node) if u != own and (rec := index.pod(u)) is not None}
             for u in on_node:
-                if u not in pods and _may_go(p := state.pod_by_uid(u), prio):
+                if u not in pods and _may_go(p := state.pod_by_uid(u), prio, node):
                     pods[u] = p
             by_importance = sorted(pods, key=lambda u: (-_priority(pods[u]), _start_time(pods[u])))
             ordered = [u for u in by_importance if u in uids]

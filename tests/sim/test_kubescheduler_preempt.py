@@ -224,8 +224,10 @@ async def test_preempt_adds_only_lower_priority_pods_beside_kube_schedulers(apis
         for name, mem, p in (("a", 10240, 0), ("peer", 20480, 1000), ("b", 10240, 0)):
             pod = env.create_pod(prio(pod_obj(name, mem=mem), p))
             assert (await env.filter(pod, ["n0"]))["NodeNames"] == ["n0"]
+            env.store.bind("default", name, {"target": {"name": "n0"}})  # as kube-scheduler's bind would
             uids[name] = pod["metadata"]["uid"]
-        await eventually(lambda: len(env.sched.state.uid_keys) == 3, 5)
+        await eventually(lambda: all((env.sched.state.pod_by_uid(u) or {}).get("spec", {}).get("nodeName") == "n0"
+                                     for u in uids.values()), 5)
         preemptor = prio(pod_obj("urgent", mem=20480), 1000)
         status, out = await post(env, {"Pod": preemptor, "NodeNameToMetaVictims": {
             "n0": {"Pods": [{"UID": uids["a"]}], "NumPDBViolations": 0}}})
@@ -236,9 +238,12 @@ async def test_preempt_adds_only_lower_priority_pods_beside_kube_schedulers(apis
         assert got == {uids["a"], uids["b"]}
 
 
-def test_terminating_or_not_lower_priority_pods_are_never_extra_victims():
+def test_extra_victims_are_only_bound_lower_priority_pods_not_terminating():
     from hami.scheduler.verbs import _may_go
-    assert _may_go({"spec": {"priority": 1}, "metadata": {}}, 2) is True
-    assert _may_go({"spec": {"priority": 2}, "metadata": {}}, 2) is False
-    assert _may_go({"spec": {"priority": 1}, "metadata": {"deletionTimestamp": "2026-11-25T10:00:00Z"}}, 2) is False
-    assert _may_go(None, 2) is False
+    bound = {"spec": {"priority": 1, "nodeName": "n0"}, "metadata": {}}
+    assert _may_go(bound, 2, "n0") is True
+    assert _may_go(bound, 1, "n0") is False                                   # not lower priority
+    assert _may_go(bound, 2, "n1") is False                                   # on another node
+    assert _may_go({"spec": {"priority": 1}, "metadata": {}}, 2, "n0") is False  # placed, not yet bound
+    assert _may_go({**bound, "metadata": {"deletionTimestamp": "2026-11-25T10:00:00Z"}}, 2, "n0") is False
+    assert _may_go(None, 2, "n0") is False
