@@ -66,6 +66,7 @@ from .policy import (
 )
 from .usage import DeviceState, NodeUsage, QuotaView, collapse_usage
 from .vendorrules import (
+    METAX_APP_CLASS,
     VNPU_HAMI_CORE,
     fit_metax,
     fit_neuron,
@@ -257,7 +258,8 @@ def pod_request(
             for one in (r if r.__class__ is tuple else (r,)):
                 if one.type != NVIDIA:
                     v = vendors.get(one.type)
-                    if v is not None and v.node_score and v not in scored:
+                    if v is not None and v.node_score and v not in scored and (
+                            v.node_score != "online" or (annotations or {}).get(METAX_APP_CLASS) == "online"):
                         scored += (v,)
     return PodRequest(
         requests=reqs,
@@ -837,7 +839,7 @@ def fit_pod(node: NodeUsage, pod: PodRequest) -> FitResult:
     devices, mig = r
     score = node.score_value
     if pod.scored:  # HAMi's OverrideScore: the vendors' ScoreNode terms for these devices
-        score = f32(score + vendor_score(node, devices, pod.scored))
+        score = f32(score + vendor_score(node, devices, pod.scored, pod.node_policy))
     return FitResult(node.name, True, devices, "", score, mig)
 
 

@@ -13,6 +13,10 @@ pod asking for them is scored on every fitting node (score.select_node):
   on it, 2 when 1 does, else 1 (an empty set counts 1); the cards the pod takes minus the cards in
   use before give -1: 3000, 0: 2000, 1: 1000, 2: 0, anything else 1000. A node with any other
   device than Kunlunxin's scores 0. (The vXPU row adds nothing, as HAMi's KunlunVDevices.)
+* MetaX sGPU, for a pod of app class online (pkg/device/metax/sdevice.go ScoreNode,
+  scoreOnlineDevices): per card the pod takes, -100 per offline pod on a card running only
+  offline pods, else -20 per online and -2 per offline pod; times 10000, or -10000 under the
+  spread node policy. (Its MetaLink term for whole-card pods needs the cards' linkZone: not kept.)
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ WING = 4  # cards per wing of a Kunlunxin board (indexes 0-3 and 4-7)
 _BOARD_TERMS = ((-1, 3000.0), (0, 2000.0), (1, 1000.0), (2, 0.0))
 
 
-def vendor_score(node: NodeUsage, devices: PodDevices, scored: Sequence[Vendor]) -> float:
-    """The sum of the scored vendors' terms for the pod's `devices` on `node` (float32)."""
+def vendor_score(node: NodeUsage, devices: PodDevices, scored: Sequence[Vendor], policy: str = "binpack") -> float:
+    """The sum of the scored vendors' terms for the pod's `devices` on `node` (float32);
+    `policy` is the pod's node scheduler policy (MetaX weighs its term by it)."""
     total = 0.0
     for v in scored:
         if v.node_score == "network":
@@ -41,10 +46,29 @@ def vendor_score(node: NodeUsage, devices: PodDevices, scored: Sequence[Vendor])
             term = network_score(containers, node.networks)
         elif v.node_score == "board":
             term = board_score(node, [cd.idx for ctr in devices for cd in ctr if cd.type == v.name])
+        elif v.node_score == "online":
+            weight = -ONLINE_WEIGHT if policy == "spread" else ONLINE_WEIGHT
+            term = f32(weight * online_score(node, {cd.uuid for ctr in devices for cd in ctr if cd.type == v.name}))
         else:
             continue
         total = f32(total + term)
     return total
+
+
+ONLINE_WEIGHT = 10000  # MetaX sGPU ScoreNode's weight (negated for the spread policy)
+
+
+def online_score(node: NodeUsage, cards: set[str]) -> int:
+    """scoreOnlineDevices: the cards an online pod takes, scored by the app-class pods already on
+    them (NodeUsage.app_classes); higher is better for the online pod."""
+    classes = node.app_classes or {}
+    result = 0
+    for d in node.devices:
+        if d.id not in cards:
+            continue
+        online, offline = classes.get(d.id, (0, 0))
+        result += -100 * offline if offline > 0 and online == 0 else -20 * online - 2 * offline
+    return result
 
 
 def _wing_value(n: int) -> int:

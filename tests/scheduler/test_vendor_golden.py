@@ -9,7 +9,8 @@ Each file names the HAMi test files it was ported from (`hami_tests`) and what i
   annotation key is the row's name; without a `vendor` the case runs for every row of the family
   (HAMi's TestDevices_Fit runs every Ascend chip);
 * `score`: the vendor's ScoreNode term (scheduler.vendorscore) for the pod's devices on a node
-  (`node_devices`: the node's devices and their use before the pod; `pod_devices`: per container);
+  (`node_devices`: the node's devices and their use before the pod; `pod_devices`: per container;
+  `policy`: the node scheduler policy, binpack unless named);
 * `patch`: the pod annotations written for an allocation;
 * `admission`: the mutating webhook on a one-container pod (HAMi MutateAdmission).
 
@@ -156,11 +157,12 @@ def test_score(vendor, case):
         s.used = d.get("used", 0)
         states.append(s)
     node = NodeUsage("n", states, networks=_networks(case["node_devices"]))
+    node.app_classes = _app_classes(case["node_devices"])
     pod = tuple(tuple(ContainerDevice(c["uuid"], c.get("type", vendor), 0, 0, c.get("idx", 0)) for c in ctr)
                 for ctr in case["pod_devices"])
     row = _row(vendor, case)
     assert row.node_score == case["term"]
-    assert vendor_score(node, pod, (row,)) == case["want"]
+    assert vendor_score(node, pod, (row,), case.get("policy", "binpack")) == case["want"]
 
 
 @pytest.mark.parametrize(("vendor", "case"), _cases("patch"))

@@ -78,6 +78,29 @@ def test_kunlunxin_pod_goes_where_it_fragments_the_board_least():
     assert select_node(index.nodes, ["half", "one"], pod).node == "one"
 
 
+def test_online_metax_pod_goes_to_the_card_with_fewer_pods_in_its_way():
+    """MetaX sGPU's online ScoreNode: a card running 3 offline pods (-300 x 10000) loses to one
+    running 1 online pod (-20 x 10000) although binpack prefers the busier node on usage."""
+    index = UsageIndex()
+    for n in ("off", "on"):
+        index.set_node(n, [DeviceInfo(f"{n}-card", 16, 32768, 100, "Metax-SGPU", health=True, vendor="Metax-SGPU")])
+    for i in range(3):
+        index.add_pod(f"off{i}", "off", ((ContainerDevice("off-card", "Metax-SGPU", 4096, 10, 0),),), app_class="offline")
+    index.add_pod("on0", "on", ((ContainerDevice("on-card", "Metax-SGPU", 1024, 0, 0),),), app_class="online")
+    assert index.node("off").score_value > index.node("on").score_value
+    annos = {"metax-tech.com/sgpu-app-class": "online"}
+    pod = pod_request([ContainerDeviceRequest(1, "Metax-SGPU", 1024, 0, 0)], 0, annos, node_policy="binpack",
+                      vendors=TABLE)
+    assert [v.name for v in pod.scored] == ["Metax-SGPU"]
+    by_node = {r.node: r for r in evaluate_nodes(index.nodes, ["off", "on"], pod)[0]}
+    assert by_node["off"].score == f32(index.node("off").score_value - 3000000.0)
+    assert by_node["on"].score == f32(index.node("on").score_value - 200000.0)
+    assert select_node(index.nodes, ["off", "on"], pod).node == "on"
+    offline = pod_request([ContainerDeviceRequest(1, "Metax-SGPU", 1024, 0, 0)], 0,
+                          {"metax-tech.com/sgpu-app-class": "offline"}, vendors=TABLE)
+    assert offline.scored == ()  # only online pods have the term
+
+
 def test_only_scored_vendors_leave_the_first_fit_walk():
     nvidia = pod_request([ContainerDeviceRequest(1, "NVIDIA", 1000, 101, 0)], 0, {}, vendors=TABLE)
     assert nvidia.scored == ()
