@@ -136,14 +136,14 @@ class Vendor:
     def node_score(self) -> str:
         """The term this vendor adds to the node score (scheduler.vendorscore): "network" for
         Ascend 910 chips (HAMi keys it on the commonWord prefix `Ascend910`), "board" for
-        Kunlunxin's whole cards, "online" for MetaX sGPU (its online pods), "" for every other row
+        Kunlunxin's whole cards, "metax" for MetaX sGPU (online pods, MetaLink), "" for every other row
         (HAMi's ScoreNode returns 0)."""
         if self.hook == "ascend" and self.name.startswith("Ascend910"):
             return "network"
         if self.hook == "kunlunxin" and not self.memory_resource:
             return "board"
         if self.hook == "metax":
-            return "online"  # MetaX sGPU, for pods of app class online only
+            return "metax"  # MetaX sGPU: online pods, and whole cards of topology-aware pods
         return ""
 
     @property

@@ -66,11 +66,11 @@ from .policy import (
 )
 from .usage import DeviceState, NodeUsage, QuotaView, collapse_usage
 from .vendorrules import (
-    METAX_APP_CLASS,
     VNPU_HAMI_CORE,
     fit_metax,
     fit_neuron,
     fit_xpu,
+    metax_scored,
     mode_refuses_node,
     network_groups,
     uses_networks,
@@ -259,7 +259,7 @@ def pod_request(
                 if one.type != NVIDIA:
                     v = vendors.get(one.type)
                     if v is not None and v.node_score and v not in scored and (
-                            v.node_score != "online" or (annotations or {}).get(METAX_APP_CLASS) == "online"):
+                            v.node_score != "metax" or metax_scored(annotations or {})):
                         scored += (v,)
     return PodRequest(
         requests=reqs,
@@ -672,7 +672,7 @@ def _fit_vendor(
     order = _sorted(base, request, opts)
     ok, chosen, reason = fit_vendor_devices(
         [d for d in order if d.vendor == vtype], request, vendor, opts.annotations or {}, node.cordoned,
-        opts.is_mutex, same_card, node.networks, node.app_classes,
+        opts.is_mutex, same_card, node.networks, node.app_classes, node.link_zones,
     )
     if not ok:
         return None, reason, work
@@ -705,13 +705,15 @@ def fit_vendor_devices(
     same_card: frozenset[str] | None = None,
     networks: Mapping[str, int | None] | None = None,
     app_classes: Mapping[str, Sequence[int]] | None = None,
+    link_zones: Mapping[str, int] | None = None,
 ) -> tuple[bool, list[ContainerDevice], str]:
     """The Fit HAMi's vendor packages share (pkg/device/{ascend,cambricon,hygon,...}/device.go):
     NVIDIA's walk without MIG, topology, quota or numa-bind, with the vendor's own use/nouse
     annotations. `devices` are the vendor's devices, sorted, walked from the end. `is_mutex`
     (`hami.io/gpu-scheduler-policy: mutex`) refuses a card anything already uses; `same_card`
     (Mthreads) the cards other than the one the pod's earlier containers use; `networks` the
-    node's Ascend NetworkIDs by device id; `app_classes` its MetaX cards' online/offline pods. Ascend's vNPU modes, 910C module pairing and super-pod
+    node's Ascend NetworkIDs by device id; `app_classes` its MetaX cards' online/offline pods and
+    `link_zones` their MetaLink zones. Ascend's vNPU modes, 910C module pairing and super-pod
     network grouping are `vendorrules`, as are AWS Neuron's and Kunlunxin's own selections."""
     if vendor.hook == "awsneuron":
         ok, chosen, counts = fit_neuron(
@@ -728,7 +730,7 @@ def fit_vendor_devices(
         ok, chosen, counts = fit_metax(
             devices, request, _split_uuids(annotations.get(vendor.use_uuid_key)),
             _split_uuids(annotations.get(vendor.nouse_uuid_key)), is_mutex, annotations,
-            lambda d, mem, cores: ContainerDevice(d.id, d.type, mem, cores, d.index), app_classes)
+            lambda d, mem, cores: ContainerDevice(d.id, d.type, mem, cores, d.index), app_classes, link_zones)
         return ok, chosen, "" if ok else gen_reason(counts, len(devices))
     pairs = topo = False
     total_core = None
@@ -839,7 +841,7 @@ def fit_pod(node: NodeUsage, pod: PodRequest) -> FitResult:
     devices, mig = r
     score = node.score_value
     if pod.scored:  # HAMi's OverrideScore: the vendors' ScoreNode terms for these devices
-        score = f32(score + vendor_score(node, devices, pod.scored, pod.node_policy))
+        score = f32(score + vendor_score(node, devices, pod.scored, pod.node_policy, pod.options.annotations))
     return FitResult(node.name, True, devices, "", score, mig)
 
 

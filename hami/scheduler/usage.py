@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hami.device.codec.ascend import network_ids
+from hami.device.codec.metax import link_zones
 from hami.device.model import (
     NVIDIA,
     ContainerDevice,
@@ -170,7 +171,7 @@ class NodeUsage:
     __slots__ = (
         "name", "devices", "by_id", "cordoned", "pair_scores", "score_value", "orders",
         "nvidia_count", "all_nvidia", "request_free", "has_mig", "fail_summary", "changes", "networks",
-        "app_classes",
+        "app_classes", "link_zones",
     )
 
     def __init__(
@@ -180,12 +181,15 @@ class NodeUsage:
         cordoned: Iterable[str] = (),
         pair_scores: Mapping[str, Mapping[str, int]] | None = None,
         networks: Mapping[str, int | None] | None = None,
+        link_zones: Mapping[str, int] | None = None,
     ):
         self.name = name
         # Ascend super-pod NetworkIDs by device id (codec.ascend.network_ids); None on other nodes.
         self.networks = networks
         # MetaX sGPU: {card id: [online, offline]} pods on the card (UsageIndex); None until one runs.
         self.app_classes: dict[str, list[int]] | None = None
+        # MetaX sGPU MetaLink zones by card id (codec.metax.link_zones); None on other nodes.
+        self.link_zones = link_zones
         self.devices = devices
         self.by_id = {d.id: d for d in devices}
         self.cordoned = frozenset(cordoned)
@@ -403,7 +407,7 @@ class UsageIndex:
         For full-Nodes /filter requests, where the register annotation comes with the request.
         """
         node = NodeUsage(name, [DeviceState.from_info(d) for d in devices], cordoned, pair_scores,
-                         network_ids(devices))
+                         network_ids(devices), link_zones(devices))
         for key in self._pods_by_node.get(name, ()):
             rec = self._pods[key]
             self._apply(node, rec.usage, +1, rec.mig)

@@ -315,13 +315,53 @@ def online_order_key(counts: Sequence[int] | None) -> tuple[bool, int, int]:
     return (False, online, offline)
 
 
+METAX_TOPOLOGY_AWARE = "metax-tech.com/sgpu-topology-aware"
+_GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
+_GO_FALSE = ("0", "f", "F", "FALSE", "false", "False")
+
+
+def metax_topology_aware(annotations: Mapping[str, str], default: bool = False) -> bool:
+    """The pod's `metax-tech.com/sgpu-topology-aware` (Go ParseBool), else HAMi's
+    `--sgpu-topology-aware` default (off)."""
+    value = annotations.get(METAX_TOPOLOGY_AWARE)
+    return True if value in _GO_TRUE else False if value in _GO_FALSE else default
+
+
+def metax_scored(annotations: Mapping[str, str]) -> bool:
+    """Whether MetaX sGPU's ScoreNode can add a term for this pod: an online pod, or a
+    topology-aware one (whose whole cards are scored by MetaLink)."""
+    return annotations.get(METAX_APP_CLASS) == "online" or metax_topology_aware(annotations)
+
+
+def prioritize_link_zones(candidates: Sequence[T], zone_of, want: int) -> list[T]:
+    """prioritizeExclusiveDevices: whole cards for a pod that names no app class, MetaLink first:
+    the smallest zone holding all `want`, else zones from the smallest up, then cards in no zone.
+    HAMi orders zones of the same size by Go map order (random); here the zone met first."""
+    zones: dict[int, list[T]] = {}
+    loose: list[T] = []
+    for c in candidates:
+        z = zone_of(c)
+        if z > 0:
+            zones.setdefault(z, []).append(c)
+        else:
+            loose.append(c)
+    groups = sorted(zones.values(), key=len)
+    for g in groups:
+        if len(g) >= want:
+            return g[:want]
+    out = [c for g in groups for c in g] + loose
+    return out[:want] if len(out) >= want else list(candidates[:want])
+
+
 def fit_metax(devices: Sequence, request, use_uuids, nouse_uuids, is_mutex: bool,
-              annotations: Mapping[str, str], make, app_classes: Mapping[str, Sequence[int]] | None = None):
+              annotations: Mapping[str, str], make, app_classes: Mapping[str, Sequence[int]] | None = None,
+              link_zones: Mapping[str, int] | None = None):
     """MetaX sGPU's Fit: every device walked from the end is a candidate unless refused (type,
     CardUnhealthy, CardAppClassMismatch, QoS policy, UUID, slots, mutex, memory; for pods that are
     not `online`, cores, exclusive use and exhausted compute); too few candidates is
     AllocatedCardsInsufficientRequest, else the first ones walked, or for an `online` pod the
-    cards with the fewest online pods (`online_order_key`; HAMi's unstable sort, stable here). A
+    cards with the fewest online pods (`online_order_key`; HAMi's unstable sort, stable here), and
+    a whole-card request of a pod naming no app class MetaLink zones (`prioritize_link_zones`). A
     used card keeps its QoS policy (the device's mode) unless the request takes it whole; an
     `online` pod uses no cores of its own. `app_classes`: {card: (online, offline) pods}."""
     reason: dict[str, int] = {}
@@ -363,7 +403,11 @@ def fit_metax(devices: Sequence, request, use_uuids, nouse_uuids, is_mutex: bool
         if candidates:
             reason[_ALLOCATED_INSUFFICIENT] = len(candidates)
         return False, [], reason
-    if online and len(candidates) > request.nums:
-        candidates.sort(key=lambda c: online_order_key(classes.get(c[0].id)))
+    if len(candidates) > request.nums:
+        if online:
+            candidates.sort(key=lambda c: online_order_key(classes.get(c[0].id)))
+        elif METAX_APP_CLASS not in annotations and request.coresreq == 100:
+            zones = link_zones or {}
+            candidates = prioritize_link_zones(candidates, lambda c: zones.get(c[0].id, 0), request.nums)
     cores = 0 if online else request.coresreq
     return True, [make(dev, mem, cores) for dev, mem in candidates[:request.nums]], {}

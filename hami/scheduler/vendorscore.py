@@ -13,22 +13,24 @@ pod asking for them is scored on every fitting node (score.select_node):
   on it, 2 when 1 does, else 1 (an empty set counts 1); the cards the pod takes minus the cards in
   use before give -1: 3000, 0: 2000, 1: 1000, 2: 0, anything else 1000. A node with any other
   device than Kunlunxin's scores 0. (The vXPU row adds nothing, as HAMi's KunlunVDevices.)
-* MetaX sGPU, for a pod of app class online (pkg/device/metax/sdevice.go ScoreNode,
-  scoreOnlineDevices): per card the pod takes, -100 per offline pod on a card running only
-  offline pods, else -20 per online and -2 per offline pod; times 10000, or -10000 under the
-  spread node policy. (Its MetaLink term for whole-card pods needs the cards' linkZone: not kept.)
+* MetaX sGPU (pkg/device/metax/sdevice.go ScoreNode): for a pod of app class online
+  (scoreOnlineDevices), per card the pod takes -100 per offline pod on a card running only
+  offline pods, else -20 per online and -2 per offline pod; else, for a topology-aware pod
+  (`metax-tech.com/sgpu-topology-aware`) taking whole cards (scoreExclusiveDevices, score.go),
+  10 x the MetaLink pairs among them minus the pairs the idle cards lose; times 10000, or -10000
+  under the spread node policy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from hami.device.model import PodDevices
 from hami.device.vendors import Vendor
 
 from .policy import f32
 from .usage import NodeUsage
-from .vendorrules import network_score
+from .vendorrules import METAX_APP_CLASS, metax_topology_aware, network_score
 
 KUNLUN_TYPE = "kunlun"  # HAMi's KunlunGPUDevice: every device of a scored node has it in its type
 WING = 4  # cards per wing of a Kunlunxin board (indexes 0-3 and 4-7)
@@ -36,9 +38,11 @@ WING = 4  # cards per wing of a Kunlunxin board (indexes 0-3 and 4-7)
 _BOARD_TERMS = ((-1, 3000.0), (0, 2000.0), (1, 1000.0), (2, 0.0))
 
 
-def vendor_score(node: NodeUsage, devices: PodDevices, scored: Sequence[Vendor], policy: str = "binpack") -> float:
+def vendor_score(node: NodeUsage, devices: PodDevices, scored: Sequence[Vendor], policy: str = "binpack",
+                 annotations: Mapping[str, str] | None = None) -> float:
     """The sum of the scored vendors' terms for the pod's `devices` on `node` (float32);
-    `policy` is the pod's node scheduler policy (MetaX weighs its term by it)."""
+    `policy` is the pod's node scheduler policy (MetaX weighs its term by it), `annotations` the
+    pod's (MetaX: app class, topology awareness)."""
     total = 0.0
     for v in scored:
         if v.node_score == "network":
@@ -46,9 +50,9 @@ def vendor_score(node: NodeUsage, devices: PodDevices, scored: Sequence[Vendor],
             term = network_score(containers, node.networks)
         elif v.node_score == "board":
             term = board_score(node, [cd.idx for ctr in devices for cd in ctr if cd.type == v.name])
-        elif v.node_score == "online":
-            weight = -ONLINE_WEIGHT if policy == "spread" else ONLINE_WEIGHT
-            term = f32(weight * online_score(node, {cd.uuid for ctr in devices for cd in ctr if cd.type == v.name}))
+        elif v.node_score == "metax":
+            term = metax_score(node, [cd for ctr in devices for cd in ctr if cd.type == v.name], policy,
+                               annotations or {})
         else:
             continue
         total = f32(total + term)
@@ -56,6 +60,40 @@ def vendor_score(node: NodeUsage, devices: PodDevices, scored: Sequence[Vendor],
 
 
 ONLINE_WEIGHT = 10000  # MetaX sGPU ScoreNode's weight (negated for the spread policy)
+DIRECT_LINK = 10  # score.go DirectLinkScore: two cards of one MetaLink zone
+
+
+def metax_score(node: NodeUsage, cards: Sequence, policy: str, annotations: Mapping[str, str]) -> float:
+    """MetaX sGPU ScoreNode: the online term for an online pod, else the MetaLink term when the
+    pod is topology-aware and takes a whole card, else 0; x10000 (-10000 under spread)."""
+    if annotations.get(METAX_APP_CLASS) == "online":
+        raw = online_score(node, {cd.uuid for cd in cards})
+    elif any(cd.usedcores == 100 for cd in cards) and metax_topology_aware(annotations):
+        raw = link_score(node, [cd.uuid for cd in cards if cd.usedcores == 100])
+    else:
+        return 0.0
+    return f32((-ONLINE_WEIGHT if policy == "spread" else ONLINE_WEIGHT) * raw)
+
+
+def _pairs(zones: Sequence[int]) -> int:
+    """LinkDevices.Score: DIRECT_LINK per pair of cards in the same (non-zero) zone."""
+    counts: dict[int, int] = {}
+    for z in zones:
+        if z:
+            counts[z] = counts.get(z, 0) + 1
+    return DIRECT_LINK * sum(n * (n - 1) // 2 for n in counts.values())
+
+
+def link_score(node: NodeUsage, taken: Sequence[str]) -> int:
+    """scoreExclusiveDevices: 10 x the links among the whole cards taken, minus the links the
+    idle cards lose (links among idle cards before, less those among the taken and the rest)."""
+    zones = node.link_zones or {}
+    taken_set = set(taken)
+    idle = [d.id for d in node.devices if d.used == 0]
+    allocated = _pairs([zones.get(u, 0) for u in taken])
+    available = _pairs([zones.get(u, 0) for u in idle])
+    rest = _pairs([zones.get(u, 0) for u in idle if u not in taken_set])
+    return 10 * allocated - (available - allocated - rest)
 
 
 def online_score(node: NodeUsage, cards: set[str]) -> int:

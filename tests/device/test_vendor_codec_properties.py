@@ -140,15 +140,21 @@ METAX_ROW = TABLE.get("Metax-SGPU")
 @given(devices=st.lists(st.builds(
     DeviceInfo, id=st.text(max_size=20), count=INT32, devmem=INT32, devcore=INT32, type=st.just("Metax-SGPU"),
     index=st.just(0), numa=INT32, mode=st.sampled_from(["", "best-effort", "fixed-share", "burst-share"]),
-    health=st.booleans(), vendor=st.just("Metax-SGPU")), min_size=1, max_size=6))
+    health=st.booleans(), vendor=st.just("Metax-SGPU"),
+    custom_info=st.one_of(st.just(""), INT32.filter(bool).map(lambda z: f'{{"LinkZone":{z}}}'))),
+    min_size=1, max_size=6))
 def test_metax_sgpu_register_round_trips(devices):
     """metax-tech.com/node-gpu-devices: the fields HAMi reads decode as the plugin wrote them (device
-    i has index i, the QoS policy is the mode) and encode back to the same bytes."""
+    i has index i, the QoS policy is the mode, the MetaLink zone custom_info) and encode back to
+    the same bytes."""
     devices = [replace(d, index=i) for i, d in enumerate(devices)]
     text = metax_codec.encode_sdevices(devices)
     got = decode_one(METAX_ROW, "n", {METAX_ROW.register_key: text}, {})
     assert got == tuple(devices)
     assert metax_codec.encode_sdevices(got) == text
+    zones = metax_codec.link_zones(got) or {}
+    ids = [d.id for d in got]
+    assert all((d.id in zones) == bool(d.custom_info) for d in got if ids.count(d.id) == 1)
 
 
 @given(text=st.one_of(st.text(max_size=60), st.text(st.sampled_from(list('[]{}",:0123456789uidtotalVRamhey ')),

@@ -17,7 +17,8 @@ Each file names the HAMi test files it was ported from (`hami_tests`) and what i
 A case may carry `row` (changes to the vendor's row, as a device config would make: Ascend's
 `superPod` is `module_pairs`), `annotations`/`pod_annotations` (the pod's) and, per device, `mode`
 (Ascend: `hami-core` on a node that runs HAMi-core), `custominfo` (Ascend: `{"NetworkID": n}`,
-as the device plugin registers it) and `online`/`offline` (MetaX: the app-class pods on the card).
+as the device plugin registers it), `online`/`offline` (MetaX: the app-class pods on the card) and
+`link_zone` (MetaX: its MetaLink zone).
 
 Adding a vendor whose rules match an existing hook is a row in config/vendors.yaml plus one file here.
 """
@@ -129,12 +130,18 @@ def test_fit(vendor, case):
     same = frozenset(case["allocated"]) if "allocated" in case else None  # earlier containers' cards
     fits, chosen, reason = fit_vendor_devices(devices, ContainerDeviceRequest(**r), v, annos, is_mutex=mutex,
                                               same_card=same, networks=_networks(case["devices"]),
-                                              app_classes=_app_classes(case["devices"]))
+                                              app_classes=_app_classes(case["devices"]),
+                                              link_zones=_link_zones(case["devices"]))
     assert fits is case["fits"]
     assert reason == case["reason"]
     if fits:
         assert [c.uuid for c in chosen] == case["ids"]
         assert all(c.type == vendor for c in chosen)
+
+
+def _link_zones(devices: list[dict]):
+    """MetaX: each card's MetaLink zone (`link_zone`, as its register JSON's linkZone)."""
+    return {d["id"]: d["link_zone"] for d in devices if d.get("link_zone")} or None
 
 
 def _app_classes(devices: list[dict]):
@@ -158,11 +165,12 @@ def test_score(vendor, case):
         states.append(s)
     node = NodeUsage("n", states, networks=_networks(case["node_devices"]))
     node.app_classes = _app_classes(case["node_devices"])
-    pod = tuple(tuple(ContainerDevice(c["uuid"], c.get("type", vendor), 0, 0, c.get("idx", 0)) for c in ctr)
-                for ctr in case["pod_devices"])
+    node.link_zones = _link_zones(case["node_devices"])
+    pod = tuple(tuple(ContainerDevice(c["uuid"], c.get("type", vendor), 0, c.get("usedcores", 0), c.get("idx", 0))
+                      for c in ctr) for ctr in case["pod_devices"])
     row = _row(vendor, case)
     assert row.node_score == case["term"]
-    assert vendor_score(node, pod, (row,), case.get("policy", "binpack")) == case["want"]
+    assert vendor_score(node, pod, (row,), case.get("policy", "binpack"), case.get("pod_annotations", {})) == case["want"]
 
 
 @pytest.mark.parametrize(("vendor", "case"), _cases("patch"))

@@ -466,3 +466,27 @@ async def test_metax_app_classes_keep_online_and_normal_pods_on_separate_cards(a
         assert out["NodeNames"] is None and out["FailedNodes"] == {"sgpu": "2/2 CardAppClassMismatch"}
         node = e.sched.state.index.node("sgpu")
         await eventually(lambda: node.app_classes == {card("on0"): [1, 0]})
+
+
+async def test_topology_aware_metax_pod_keeps_metalink_zones_whole(apiserver):
+    """MetaX MetaLink through the extender: the register's linkZone is kept; a topology-aware pod
+    taking 2 whole cards scores 10 x its links minus the links the idle cards lose (score.go,
+    sdevice.go scoreExclusiveDevices): on `mixed` (zones 1,1,2,2) it takes a zone whole and loses
+    nothing (100), on `one` (all zone 1) it breaks links (60); both score the same on usage and
+    `one` comes first, so the MetaLink term decides. Within the node the cards share a zone."""
+    def sgpu_node(name: str, zones: list[int]) -> dict:
+        obj = node_obj(name, 0, registered=False)
+        obj["metadata"]["annotations"]["metax-tech.com/node-gpu-devices"] = "[" + ",".join(
+            f'{{"uuid":"{name}-{i}","totalDevCount":16,"totalCompute":100,"totalVRam":32768,"healthy":true,'
+            f'"linkZone":{z}}}' for i, z in enumerate(zones)) + "]"
+        return obj
+
+    async with running_env(apiserver, [sgpu_node("one", [1, 1, 1, 1]), sgpu_node("mixed", [1, 1, 2, 2])]) as e:
+        await eventually(lambda: {"one", "mixed"} <= set(e.sched.state.index.nodes))
+        assert e.sched.state.index.node("mixed").link_zones == {"mixed-0": 1, "mixed-1": 1, "mixed-2": 2, "mixed-3": 2}
+        limits = {"metax-tech.com/sgpu": "2", "metax-tech.com/vmemory": "4", "metax-tech.com/vcore": "100"}
+        pod = e.create_pod(vendor_pod("tw", limits, {"metax-tech.com/sgpu-topology-aware": "true"}))
+        out = await e.filter(pod, ["one", "mixed"])
+        assert out["NodeNames"] == ["mixed"], out
+        [devs, []] = codec.decode_pod_devices(e.placement("default", "tw")["hami.io/metax-sgpu-devices-allocated"])
+        assert sorted(d.uuid for d in devs) in (["mixed-0", "mixed-1"], ["mixed-2", "mixed-3"])

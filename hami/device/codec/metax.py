@@ -5,7 +5,8 @@ The sGPU device plugin registers `metax-tech.com/node-gpu-devices`: Go `json.Mar
 `available*`, `numa`, `healthy`, `qosPolicy`, `linkZone`; all but `uuid` omitempty). HAMi's
 device i: id = uuid, index = i, count = totalDevCount, devmem = totalVRam (MiB), devcore =
 totalCompute, numa, health = healthy; the card's current QoS policy (`best-effort`,
-`fixed-share`, `burst-share`, or none) is carried as the device's mode.
+`fixed-share`, `burst-share`, or none) is carried as the device's mode, its MetaLink zone
+(`linkZone`, 0: none) as custom_info `{"LinkZone":n}` (`link_zones` reads it back).
 
 At allocation the scheduler writes `metax-tech.com/gpu-devices-allocated`: `[][]{uuid, compute,
 vRam}` per container (omitempty numbers), and `metax-tech.com/predicate-time` (unix ns).
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import orjson
+
 from hami.device.codec.errors import CodecError
 from hami.device.codec.golang import _loads, go_json_string
 from hami.device.model import ContainerDevice, DeviceInfo
@@ -23,6 +26,7 @@ REGISTER = "metax-tech.com/node-gpu-devices"
 ALLOCATED = "metax-tech.com/gpu-devices-allocated"
 PREDICATE_TIME = "metax-tech.com/predicate-time"
 SGPU = "Metax-SGPU"
+LINK_ZONE = "LinkZone"  # the custom_info key HAMi's convertMetaxSDeviceToHAMIDevice uses
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 
 
@@ -55,6 +59,7 @@ def decode_sdevices(text: str, *, field: str = REGISTER, vendor: str = SGPU) -> 
                 raise CodecError(f"json: cannot unmarshal {v!r} into Go struct field MetaxSDeviceInfo.{key} of "
                                  "type string", field=f"{field}[{i}].{key}", text=text)
             strs[key] = v or ""
+        zone = _int32(obj, "linkZone", i, text, field)
         healthy = obj.get("healthy")
         if healthy is not None and type(healthy) is not bool:
             raise CodecError(f"json: cannot unmarshal {healthy!r} into Go struct field MetaxSDeviceInfo.healthy of "
@@ -63,8 +68,19 @@ def decode_sdevices(text: str, *, field: str = REGISTER, vendor: str = SGPU) -> 
             id=strs["uuid"], count=_int32(obj, "totalDevCount", i, text, field),
             devmem=_int32(obj, "totalVRam", i, text, field), devcore=_int32(obj, "totalCompute", i, text, field),
             type=vendor, index=i, numa=_int32(obj, "numa", i, text, field), mode=strs["qosPolicy"],
-            health=bool(healthy), vendor=vendor))
+            health=bool(healthy), vendor=vendor, custom_info=f'{{"{LINK_ZONE}":{zone}}}' if zone else ""))
     return tuple(out)
+
+
+def link_zones(devices: Iterable[DeviceInfo]) -> dict[str, int] | None:
+    """{device id: MetaLink zone} for the devices in a zone (None when none is)."""
+    out = {}
+    for d in devices:
+        if d.custom_info and LINK_ZONE in d.custom_info:
+            zone = orjson.loads(d.custom_info).get(LINK_ZONE)
+            if type(zone) is int and zone:
+                out[d.id] = zone
+    return out or None
 
 
 def encode_sdevices(devices: Iterable[DeviceInfo]) -> str:
@@ -80,6 +96,9 @@ def encode_sdevices(devices: Iterable[DeviceInfo]) -> str:
             fields.append('"healthy":true')
         if d.mode:
             fields.append('"qosPolicy":' + go_json_string(d.mode))
+        zone = link_zones((d,))
+        if zone:
+            fields.append(f'"linkZone":{zone[d.id]}')
         parts.append("{" + ",".join(fields) + "}")
     return "[" + ",".join(parts) + "]"
 
