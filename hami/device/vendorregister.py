@@ -56,6 +56,9 @@ def registration_signature(annotations: Mapping[str, str], capacity: Mapping, ta
             parts.append(f"{v.count_resource}={raw};{capacity.get(v.core_resource)};{itype}")
         elif v.capacity_trigger == v.count_resource:
             parts.append(f"{v.count_resource}={raw}")
+            for key in (v.topology_losses_key, v.topology_scores_key):
+                if key and key in annotations:  # MetaX GPU: its node score reads them
+                    parts.append(f"{key}={annotations[key]}")
         else:
             parts.append(f"{v.core_resource}={raw};{capacity.get(v.memory_resource)}")
     if parts and NODE_VNPU_CORE in annotations:
@@ -77,8 +80,11 @@ def decode_one(v: Vendor, node: str, annotations: Mapping[str, str], capacity: M
                                    text=str(raw))
         try:
             if v.card_count:  # plain cards: each the row's count, memory and cores (MetaX GPU)
+                topology = cards_codec.topology_info(
+                    annotations.get(v.topology_losses_key) if v.topology_losses_key else None,
+                    annotations.get(v.topology_scores_key) if v.topology_scores_key else None)
                 return cards_codec.plain_cards(node, cards, v.name, v.capacity_id, v.count_resource, v.card_count,
-                                               v.card_memory, v.cores_per_card)
+                                               v.card_memory, v.cores_per_card, topology)
             return kunlun_codec.devices_from_capacity(node, cards, vendor=v.name, id_format=v.capacity_id,
                                                       resource=v.count_resource)
         except codec.CodecError as exc:

@@ -126,6 +126,10 @@ class Vendor:
     # (sharing slots) and memory; its cores are `cores_per_card`.
     card_count: int = 0
     card_memory: int = 0
+    # MetaX GPU (exclusive): node annotations mapping a card count to a topology loss / score
+    # (`{"1":100,"2":200}`), read by its ScoreNode (pkg/device/metax/device.go).
+    topology_losses_key: str = ""
+    topology_scores_key: str = ""
 
     @property
     def resource_names(self) -> tuple[str, ...]:
@@ -144,6 +148,8 @@ class Vendor:
             return "board"
         if self.hook == "metax":
             return "metax"  # MetaX sGPU: online pods, and whole cards of topology-aware pods
+        if self.topology_losses_key or self.topology_scores_key:
+            return "topology"  # MetaX GPU: the node's topology loss / score for the cards taken
         return ""
 
     @property
@@ -240,6 +246,7 @@ _SCALARS = {
     "exclusiveCards": ("exclusive_cards", bool),
     "hamiVnpuCore": ("vnpu_core", bool),
     "overwriteEnv": ("overwrite_env", bool), "runtimeClassName": ("runtime_class_name", str),
+    "topologyLosses": ("topology_losses_key", str), "topologyScores": ("topology_scores_key", str),
 }
 _RESOURCES = {"count": "count_resource", "memory": "memory_resource",
               "memoryPercentage": "percentage_resource", "cores": "core_resource"}

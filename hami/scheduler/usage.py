@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hami.device.codec.ascend import network_ids
+from hami.device.codec.cards import node_topology
 from hami.device.codec.metax import link_zones
 from hami.device.model import (
     NVIDIA,
@@ -171,7 +172,7 @@ class NodeUsage:
     __slots__ = (
         "name", "devices", "by_id", "cordoned", "pair_scores", "score_value", "orders",
         "nvidia_count", "all_nvidia", "request_free", "has_mig", "fail_summary", "changes", "networks",
-        "app_classes", "link_zones",
+        "app_classes", "link_zones", "topology",
     )
 
     def __init__(
@@ -182,6 +183,7 @@ class NodeUsage:
         pair_scores: Mapping[str, Mapping[str, int]] | None = None,
         networks: Mapping[str, int | None] | None = None,
         link_zones: Mapping[str, int] | None = None,
+        topology: Mapping[str, str] | None = None,
     ):
         self.name = name
         # Ascend super-pod NetworkIDs by device id (codec.ascend.network_ids); None on other nodes.
@@ -190,6 +192,8 @@ class NodeUsage:
         self.app_classes: dict[str, list[int]] | None = None
         # MetaX sGPU MetaLink zones by card id (codec.metax.link_zones); None on other nodes.
         self.link_zones = link_zones
+        # MetaX GPU: the node's topology loss / score annotations (codec.cards.node_topology).
+        self.topology = topology
         self.devices = devices
         self.by_id = {d.id: d for d in devices}
         self.cordoned = frozenset(cordoned)
@@ -407,7 +411,7 @@ class UsageIndex:
         For full-Nodes /filter requests, where the register annotation comes with the request.
         """
         node = NodeUsage(name, [DeviceState.from_info(d) for d in devices], cordoned, pair_scores,
-                         network_ids(devices), link_zones(devices))
+                         network_ids(devices), link_zones(devices), node_topology(devices))
         for key in self._pods_by_node.get(name, ()):
             rec = self._pods[key]
             self._apply(node, rec.usage, +1, rec.mig)

@@ -19,12 +19,17 @@ pod asking for them is scored on every fitting node (score.select_node):
   (`metax-tech.com/sgpu-topology-aware`) taking whole cards (scoreExclusiveDevices, score.go),
   10 x the MetaLink pairs among them minus the pairs the idle cards lose; times 10000, or -10000
   under the spread node policy.
+* MetaX GPU, exclusive (pkg/device/metax/device.go ScoreNode): 2000 minus the node's
+  `metax-tech.com/gpu.topology.losses` (binpack) or `.scores` (spread) entry for the number of
+  cards the pod takes. HAMi adds it even for a pod taking no MetaX GPU on such a node (0 cards);
+  here only pods asking for MetaX GPUs get it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from hami.device.codec.cards import TOPOLOGY_LOSSES, TOPOLOGY_SCORES, topology_value
 from hami.device.model import PodDevices
 from hami.device.vendors import Vendor
 
@@ -50,6 +55,8 @@ def vendor_score(node: NodeUsage, devices: PodDevices, scored: Sequence[Vendor],
             term = network_score(containers, node.networks)
         elif v.node_score == "board":
             term = board_score(node, [cd.idx for ctr in devices for cd in ctr if cd.type == v.name])
+        elif v.node_score == "topology":
+            term = topology_score(node, sum(1 for ctr in devices for cd in ctr if cd.type == v.name), policy)
         elif v.node_score == "metax":
             term = metax_score(node, [cd for ctr in devices for cd in ctr if cd.type == v.name], policy,
                                annotations or {})
@@ -60,6 +67,19 @@ def vendor_score(node: NodeUsage, devices: PodDevices, scored: Sequence[Vendor],
 
 
 ONLINE_WEIGHT = 10000  # MetaX sGPU ScoreNode's weight (negated for the spread policy)
+TOPOLOGY_BASE = 2000  # MetaX GPU ScoreNode: 2000 - the node's loss (binpack) or score (spread)
+
+
+def topology_score(node: NodeUsage, cards: int, policy: str) -> float:
+    """MetaX GPU ScoreNode (pkg/device/metax/device.go): under binpack 2000 minus the node's
+    `gpu.topology.losses` entry for the number of cards taken, under spread 2000 minus its
+    `gpu.topology.scores` entry (a missing entry or an undecodable annotation counts 0); 0 when
+    the node has no such annotation."""
+    topo = node.topology or {}
+    text = topo.get(TOPOLOGY_LOSSES if policy == "binpack" else TOPOLOGY_SCORES if policy == "spread" else "")
+    if text is None:
+        return 0.0
+    return f32(TOPOLOGY_BASE - topology_value(text, cards))
 DIRECT_LINK = 10  # score.go DirectLinkScore: two cards of one MetaLink zone
 
 

@@ -10,7 +10,8 @@ Each file names the HAMi test files it was ported from (`hami_tests`) and what i
   (HAMi's TestDevices_Fit runs every Ascend chip);
 * `score`: the vendor's ScoreNode term (scheduler.vendorscore) for the pod's devices on a node
   (`node_devices`: the node's devices and their use before the pod; `pod_devices`: per container;
-  `policy`: the node scheduler policy, binpack unless named);
+  `policy`: the node scheduler policy, binpack unless named; `node_annotations`: MetaX GPU's
+  topology annotations);
 * `patch`: the pod annotations written for an allocation;
 * `admission`: the mutating webhook on a one-container pod (HAMi MutateAdmission).
 
@@ -35,6 +36,7 @@ from hami.config import default_vendor_table
 from hami.device.allocation import allocation_annotations
 from hami.device.codec import CodecError
 from hami.device.codec.ascend import network_ids
+from hami.device.codec.cards import node_topology, topology_info
 from hami.device.codec.golang import go_json_value
 from hami.device.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo
 from hami.device.vendorregister import decode_one
@@ -166,6 +168,9 @@ def test_score(vendor, case):
     node = NodeUsage("n", states, networks=_networks(case["node_devices"]))
     node.app_classes = _app_classes(case["node_devices"])
     node.link_zones = _link_zones(case["node_devices"])
+    topo = case.get("node_annotations", {})  # MetaX GPU: the node's topology annotations
+    node.topology = node_topology([DeviceInfo("card", 1, 0, 0, "", custom_info=topology_info(
+        topo.get("metax-tech.com/gpu.topology.losses"), topo.get("metax-tech.com/gpu.topology.scores")))])
     pod = tuple(tuple(ContainerDevice(c["uuid"], c.get("type", vendor), 0, c.get("usedcores", 0), c.get("idx", 0))
                       for c in ctr) for ctr in case["pod_devices"])
     row = _row(vendor, case)

@@ -2,7 +2,8 @@
 
 HAMi adds each vendor's ScoreNode to the node score of a fitting node (pkg/scheduler/policy/
 node_policy.go OverrideScore). The term depends on the devices chosen, so a pod asking for Ascend
-910 NPUs or Kunlunxin XPUs is fitted on every candidate and the best final score wins, even over
+910 NPUs, Kunlunxin XPUs, MetaX GPUs or MetaX sGPU (online or topology-aware pods) is fitted on
+every candidate and the best final score wins, even over
 a node the usage alone would prefer; every other pod keeps the first-fit walk (`scored` is empty).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from hami.config import default_vendor_table
 from hami.device.codec.golang import go_json_value
 from hami.device.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo
+from hami.device.vendorregister import decode_one, registration_signature
 from hami.scheduler.fit import pod_request
 from hami.scheduler.policy import f32
 from hami.scheduler.score import evaluate_nodes, select_node
@@ -109,3 +111,23 @@ def test_only_scored_vendors_leave_the_first_fit_walk():
     both = pod_request([(ContainerDeviceRequest(1, "NVIDIA", 1000, 101, 0), ContainerDeviceRequest(1, ASC, 0, 100, 0)),
                         ContainerDeviceRequest(2, "kunlun", 0, 100, 0)], 0, {}, vendors=TABLE)
     assert [v.name for v in both.scored] == [ASC, "kunlun"]
+
+
+def test_metax_gpu_pod_goes_to_the_node_with_the_lower_topology_loss():
+    """MetaX GPU's ScoreNode from node annotations (pkg/device/metax/device.go): binpack adds 2000
+    minus the node's `gpu.topology.losses` entry for the cards taken; the annotation reaches the
+    usage index through the registration decoder, and changing it re-decodes the node."""
+    row = TABLE.get("Metax-GPU")
+    index = UsageIndex()
+    cap = {"metax-tech.com/gpu": "2"}
+    low = {"metax-tech.com/gpu.topology.losses": '{"2":10}'}
+    high = {"metax-tech.com/gpu.topology.losses": '{"2":900}'}
+    index.set_node("a-high", decode_one(row, "a-high", high, cap))
+    index.set_node("b-low", decode_one(row, "b-low", low, cap))
+    assert registration_signature(low, cap, TABLE) != registration_signature(high, cap, TABLE)
+    pod = pod_request([ContainerDeviceRequest(2, "Metax-GPU", 0, 100, 100)], 0, {}, node_policy="binpack",
+                      vendors=TABLE)
+    assert [v.name for v in pod.scored] == ["Metax-GPU"]
+    by_node = {r.node: r.score for r in evaluate_nodes(index.nodes, ["a-high", "b-low"], pod)[0]}
+    assert by_node == {"a-high": 1100.0, "b-low": 1990.0}
+    assert select_node(index.nodes, ["a-high", "b-low"], pod).node == "b-low"
