@@ -56,7 +56,7 @@ from hami.scheduler.nodescan import NodeScanner
 from hami.scheduler.policy import PolicyError
 from hami.scheduler.state import VGPU_NODE, ClusterState
 from hami.scheduler.usage import NodeUsage, UsageIndex
-from hami.scheduler.vendorrules import METAX_APP_CLASS
+from hami.scheduler.vendorrules import METAX_APP_CLASS, METAX_QOS
 
 log = get_logger(__name__)
 
@@ -160,6 +160,9 @@ class Extender:
                  clock: Callable[[], float] = time.time):
         self.config = config
         self.cfg = config.scheduler
+        # MetaX sGPU rows: a placement on them remembers the QoS policy its cards switch to.
+        self._sgpu_types = frozenset(v.name for v in (config.vendors.others if config.vendors else ())
+                                     if v.hook == "metax")
         self.state = state
         self.client = client
         self.events = events
@@ -280,6 +283,9 @@ class Extender:
         # Count the pod before answering, so a concurrent filter sees these devices as taken.
         index.add_pod(uid, node, sel.devices, namespace=ns, num_init=num_init,
                       mig=tuple((u, pl) for _, _, u, _, pl in sel.mig), app_class=annos.get(METAX_APP_CLASS, ""))
+        sgpu = self._sgpu_types
+        if sgpu and any(cd.type in sgpu for ctr in sel.devices for cd in ctr):
+            index.expect_qos(node, sel.devices, annos.get(METAX_QOS, ""), sgpu)
         self._sweep_assumed(now)
         self.assumed[uid] = Assumed(node, ns, name, sel.devices, now,
                                     None if self.write_at_filter else annotations)

@@ -672,7 +672,7 @@ def _fit_vendor(
     order = _sorted(base, request, opts)
     ok, chosen, reason = fit_vendor_devices(
         [d for d in order if d.vendor == vtype], request, vendor, opts.annotations or {}, node.cordoned,
-        opts.is_mutex, same_card, node.networks, node.app_classes, node.link_zones,
+        opts.is_mutex, same_card, node.networks, node.app_classes, node.link_zones, node.qos_expected,
     )
     if not ok:
         return None, reason, work
@@ -706,6 +706,7 @@ def fit_vendor_devices(
     networks: Mapping[str, int | None] | None = None,
     app_classes: Mapping[str, Sequence[int]] | None = None,
     link_zones: Mapping[str, int] | None = None,
+    qos_expected: Mapping[str, str] | None = None,
 ) -> tuple[bool, list[ContainerDevice], str]:
     """The Fit HAMi's vendor packages share (pkg/device/{ascend,cambricon,hygon,...}/device.go):
     NVIDIA's walk without MIG, topology, quota or numa-bind, with the vendor's own use/nouse
@@ -713,7 +714,7 @@ def fit_vendor_devices(
     (`hami.io/gpu-scheduler-policy: mutex`) refuses a card anything already uses; `same_card`
     (Mthreads) the cards other than the one the pod's earlier containers use; `networks` the
     node's Ascend NetworkIDs by device id; `app_classes` its MetaX cards' online/offline pods and
-    `link_zones` their MetaLink zones. Ascend's vNPU modes, 910C module pairing and super-pod
+    `link_zones` their MetaLink zones, `qos_expected` the QoS policies cards are switching to. Ascend's vNPU modes, 910C module pairing and super-pod
     network grouping are `vendorrules`, as are AWS Neuron's and Kunlunxin's own selections."""
     if vendor.hook == "awsneuron":
         ok, chosen, counts = fit_neuron(
@@ -730,7 +731,8 @@ def fit_vendor_devices(
         ok, chosen, counts = fit_metax(
             devices, request, _split_uuids(annotations.get(vendor.use_uuid_key)),
             _split_uuids(annotations.get(vendor.nouse_uuid_key)), is_mutex, annotations,
-            lambda d, mem, cores: ContainerDevice(d.id, d.type, mem, cores, d.index), app_classes, link_zones)
+            lambda d, mem, cores: ContainerDevice(d.id, d.type, mem, cores, d.index), app_classes, link_zones,
+            qos_expected)
         return ok, chosen, "" if ok else gen_reason(counts, len(devices))
     pairs = topo = False
     total_core = None

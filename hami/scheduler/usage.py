@@ -34,7 +34,7 @@ API
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hami.device.codec.ascend import network_ids
@@ -52,6 +52,7 @@ from hami.device.model import (
 
 from .changelog import ChangeLog
 from .policy import f32
+from .vendorrules import jittery_qos
 
 _TEN = f32(10.0)
 
@@ -172,7 +173,7 @@ class NodeUsage:
     __slots__ = (
         "name", "devices", "by_id", "cordoned", "pair_scores", "score_value", "orders",
         "nvidia_count", "all_nvidia", "request_free", "has_mig", "fail_summary", "changes", "networks",
-        "app_classes", "link_zones", "topology",
+        "app_classes", "link_zones", "topology", "qos_expected",
     )
 
     def __init__(
@@ -194,6 +195,8 @@ class NodeUsage:
         self.link_zones = link_zones
         # MetaX GPU: the node's topology loss / score annotations (codec.cards.node_topology).
         self.topology = topology
+        # MetaX sGPU: the index's QoS policies cards are switching to (UsageIndex.expect_qos).
+        self.qos_expected: dict[str, str] | None = None
         self.devices = devices
         self.by_id = {d.id: d for d in devices}
         self.cordoned = frozenset(cordoned)
@@ -380,6 +383,8 @@ class UsageIndex:
         # namespace -> resource name -> quota; quota objects: (namespace, name) -> {resource: limit}
         self._quota: dict[str, dict[str, Quota]] = {}
         self._quota_objects: dict[tuple[str, str], dict[str, int]] = {}
+        # MetaX sGPU: card id -> the QoS policy it is switching to (HAMi's JitteryQosCache).
+        self.qos_expected: dict[str, str] = {}
 
     # ---------------------------------------------------------------- nodes
 
@@ -412,6 +417,12 @@ class UsageIndex:
         """
         node = NodeUsage(name, [DeviceState.from_info(d) for d in devices], cordoned, pair_scores,
                          network_ids(devices), link_zones(devices), node_topology(devices))
+        if self.qos_expected:  # JitteryQosCache.Sync: a card registering the expected QoS is done
+            expected = self.qos_expected
+            for d in devices:
+                if d.id in expected and expected[d.id] == d.mode:
+                    del expected[d.id]
+            node.qos_expected = self.qos_expected
         for key in self._pods_by_node.get(name, ()):
             rec = self._pods[key]
             self._apply(node, rec.usage, +1, rec.mig)
@@ -431,6 +442,20 @@ class UsageIndex:
         if node is not None:
             node.changes = None
             self.changes.touch(name)
+
+    def expect_qos(self, node: str, devices: Sequence[ContainerDevices], request_qos: str,
+                   types: Container[str]) -> None:
+        """MetaX sGPU: remember the QoS policy the cards a pod was just given switch to (HAMi's
+        addJitteryQos) until their registration shows it (dropped in usage_for)."""
+        n = self.nodes.get(node)
+        if n is None:
+            return
+        registered = {d.id: d.mode for d in n.devices if d.type in types}
+        got = jittery_qos(request_qos, [cd for ctr in devices for cd in ctr if cd.type in types], registered)
+        if got:
+            self.qos_expected.update(got)
+            n.qos_expected = self.qos_expected
+            n.fail_summary = None
 
     # ---------------------------------------------------------------- pods
 

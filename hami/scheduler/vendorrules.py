@@ -353,9 +353,22 @@ def prioritize_link_zones(candidates: Sequence[T], zone_of, want: int) -> list[T
     return out[:want] if len(out) >= want else list(candidates[:want])
 
 
+def jittery_qos(request_qos: str, devices: Sequence, registered: Mapping[str, str]) -> dict[str, str]:
+    """addJitteryQos: the QoS policy each card the pod was just given will switch to (the pod's,
+    none for a whole card), for the cards whose registered policy differs; the fit uses it until
+    the card registers it (JitteryQosCache, pkg/device/metax/qos.go)."""
+    out = {}
+    for cd in devices:
+        if cd.uuid in registered:
+            expected = "" if cd.usedcores == 100 else request_qos
+            if registered[cd.uuid] != expected:
+                out[cd.uuid] = expected
+    return out
+
+
 def fit_metax(devices: Sequence, request, use_uuids, nouse_uuids, is_mutex: bool,
               annotations: Mapping[str, str], make, app_classes: Mapping[str, Sequence[int]] | None = None,
-              link_zones: Mapping[str, int] | None = None):
+              link_zones: Mapping[str, int] | None = None, qos_expected: Mapping[str, str] | None = None):
     """MetaX sGPU's Fit: every device walked from the end is a candidate unless refused (type,
     CardUnhealthy, CardAppClassMismatch, QoS policy, UUID, slots, mutex, memory; for pods that are
     not `online`, cores, exclusive use and exhausted compute); too few candidates is
@@ -378,7 +391,8 @@ def fit_metax(devices: Sequence, request, use_uuids, nouse_uuids, is_mutex: bool
             key = _CARD_UNHEALTHY
         elif not app_class_fits(app_class, dev.used, classes.get(dev.id)):
             key = _APP_CLASS_MISMATCH
-        elif not online and dev.used > 0 and request.coresreq != 100 and dev.mode not in ("", req_qos):
+        elif not online and dev.used > 0 and request.coresreq != 100 and (
+                qos_expected.get(dev.id, dev.mode) if qos_expected else dev.mode) not in ("", req_qos):
             key = _QOS_MISMATCH
         elif (use_uuids is not None and dev.id not in use_uuids) or (
                 nouse_uuids is not None and dev.id in nouse_uuids):

@@ -19,7 +19,7 @@ A case may carry `row` (changes to the vendor's row, as a device config would ma
 `superPod` is `module_pairs`), `annotations`/`pod_annotations` (the pod's) and, per device, `mode`
 (Ascend: `hami-core` on a node that runs HAMi-core), `custominfo` (Ascend: `{"NetworkID": n}`,
 as the device plugin registers it), `online`/`offline` (MetaX: the app-class pods on the card) and
-`link_zone` (MetaX: its MetaLink zone).
+`link_zone` (MetaX: its MetaLink zone); a case's `qos_expected` is MetaX's jittery QoS cache.
 
 Adding a vendor whose rules match an existing hook is a row in config/vendors.yaml plus one file here.
 """
@@ -133,7 +133,8 @@ def test_fit(vendor, case):
     fits, chosen, reason = fit_vendor_devices(devices, ContainerDeviceRequest(**r), v, annos, is_mutex=mutex,
                                               same_card=same, networks=_networks(case["devices"]),
                                               app_classes=_app_classes(case["devices"]),
-                                              link_zones=_link_zones(case["devices"]))
+                                              link_zones=_link_zones(case["devices"]),
+                                              qos_expected=case.get("qos_expected"))
     assert fits is case["fits"]
     assert reason == case["reason"]
     if fits:

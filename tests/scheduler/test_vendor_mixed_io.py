@@ -490,3 +490,33 @@ async def test_topology_aware_metax_pod_keeps_metalink_zones_whole(apiserver):
         assert out["NodeNames"] == ["mixed"], out
         [devs, []] = codec.decode_pod_devices(e.placement("default", "tw")["hami.io/metax-sgpu-devices-allocated"])
         assert sorted(d.uuid for d in devs) in (["mixed-0", "mixed-1"], ["mixed-2", "mixed-3"])
+
+
+async def test_metax_card_keeps_the_qos_policy_it_switches_to_until_it_registers_it(apiserver):
+    """HAMi's JitteryQosCache through the extender and the node watch: an idle card registered
+    burst-share takes a best-effort pod (any policy on an idle card) and switches to best-effort;
+    until the plugin reports that, a burst-share pod is CardQosPolicyMismatch although the card
+    still registers burst-share; once it registers best-effort the cache entry is gone."""
+    def sgpu_node(qos: str) -> dict:
+        obj = node_obj("jq", 0, registered=False)
+        obj["metadata"]["annotations"]["metax-tech.com/node-gpu-devices"] = (
+            '[{"uuid":"GPU-j","totalDevCount":16,"totalCompute":100,"totalVRam":32768,"healthy":true,'
+            f'"qosPolicy":"{qos}"}}]')
+        return obj
+
+    limits = {"metax-tech.com/sgpu": "1", "metax-tech.com/vmemory": "4", "metax-tech.com/vcore": "20"}
+    qos = "metax-tech.com/sgpu-qos-policy"
+    async with running_env(apiserver, [sgpu_node("burst-share")]) as e:
+        index = e.sched.state.index
+        await eventually(lambda: "jq" in index.nodes)
+        out = await e.filter(e.create_pod(vendor_pod("be", limits, {qos: "best-effort"})), ["jq"])
+        assert out["NodeNames"] == ["jq"]
+        assert index.qos_expected == {"GPU-j": "best-effort"}
+        out = await e.filter(e.create_pod(vendor_pod("bs", limits, {qos: "burst-share"})), ["jq"])
+        assert out["NodeNames"] is None and out["FailedNodes"] == {"jq": "1/1 CardQosPolicyMismatch"}
+        node = e.store.get("nodes", "", "jq")
+        node["metadata"]["annotations"] = sgpu_node("best-effort")["metadata"]["annotations"]
+        e.store.update("nodes", "", "jq", node)
+        await eventually(lambda: index.qos_expected == {})
+        out = await e.filter(e.create_pod(vendor_pod("be2", limits, {qos: "best-effort"})), ["jq"])
+        assert out["NodeNames"] == ["jq"]

@@ -17,6 +17,7 @@ from hami.scheduler.fit import pod_request
 from hami.scheduler.policy import f32
 from hami.scheduler.score import evaluate_nodes, select_node
 from hami.scheduler.usage import UsageIndex
+from hami.scheduler.vendorrules import jittery_qos
 
 TABLE = default_vendor_table()
 ASC = "Ascend910B3"
@@ -131,3 +132,25 @@ def test_metax_gpu_pod_goes_to_the_node_with_the_lower_topology_loss():
     by_node = {r.node: r.score for r in evaluate_nodes(index.nodes, ["a-high", "b-low"], pod)[0]}
     assert by_node == {"a-high": 1100.0, "b-low": 1990.0}
     assert select_node(index.nodes, ["a-high", "b-low"], pod).node == "b-low"
+
+
+def test_add_jittery_qos_and_its_sync():
+    """MetaX's JitteryQosCache (pkg/device/metax/qos.go, sdevice.go addJitteryQos; HAMi's
+    TestAddJitteryQos): a card given to a pod switches to the pod's QoS policy (none for a whole
+    card), remembered where the registration still says otherwise, dropped once it registers it."""
+    devs = [ContainerDevice("GPU-123", "Metax-SGPU", 0, 50), ContainerDevice("GPU-456", "Metax-SGPU", 0, 50),
+            ContainerDevice("GPU-789", "Metax-SGPU", 0, 100)]
+    registered = {"GPU-123": "best-effort", "GPU-456": "burst-share", "GPU-789": "best-effort"}
+    assert jittery_qos("best-effort", devs, registered) == {"GPU-456": "best-effort", "GPU-789": ""}
+
+    def card(qos: str) -> DeviceInfo:
+        return DeviceInfo("GPU-456", 16, 32768, 100, "Metax-SGPU", mode=qos, health=True, vendor="Metax-SGPU")
+
+    index = UsageIndex()
+    index.set_node("n", [card("burst-share")])
+    index.expect_qos("n", ((devs[1],),), "best-effort", {"Metax-SGPU"})
+    assert index.node("n").qos_expected == {"GPU-456": "best-effort"}
+    index.set_node("n", [card("burst-share")])  # re-registered, not switched yet: kept
+    assert index.qos_expected == {"GPU-456": "best-effort"} and index.node("n").qos_expected == index.qos_expected
+    index.set_node("n", [card("best-effort")])  # the plugin reports the switch: done
+    assert index.qos_expected == {}
