@@ -130,6 +130,8 @@ class Vendor:
     # (`{"1":100,"2":200}`), read by its ScoreNode (pkg/device/metax/device.go).
     topology_losses_key: str = ""
     topology_scores_key: str = ""
+    # MetaX sGPU: HAMi's --sgpu-topology-aware (the MetaLink term for pods that do not say).
+    topology_aware: bool = False
 
     @property
     def resource_names(self) -> tuple[str, ...]:
@@ -247,6 +249,7 @@ _SCALARS = {
     "hamiVnpuCore": ("vnpu_core", bool),
     "overwriteEnv": ("overwrite_env", bool), "runtimeClassName": ("runtime_class_name", str),
     "topologyLosses": ("topology_losses_key", str), "topologyScores": ("topology_scores_key", str),
+    "topologyAware": ("topology_aware", bool),
 }
 _RESOURCES = {"count": "count_resource", "memory": "memory_resource",
               "memoryPercentage": "percentage_resource", "cores": "core_resource"}

@@ -259,7 +259,7 @@ def pod_request(
                 if one.type != NVIDIA:
                     v = vendors.get(one.type)
                     if v is not None and v.node_score and v not in scored and (
-                            v.node_score != "metax" or metax_scored(annotations or {})):
+                            v.node_score != "metax" or metax_scored(annotations or {}, v.topology_aware)):
                         scored += (v,)
     return PodRequest(
         requests=reqs,

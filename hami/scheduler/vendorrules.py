@@ -327,10 +327,11 @@ def metax_topology_aware(annotations: Mapping[str, str], default: bool = False) 
     return True if value in _GO_TRUE else False if value in _GO_FALSE else default
 
 
-def metax_scored(annotations: Mapping[str, str]) -> bool:
+def metax_scored(annotations: Mapping[str, str], default: bool = False) -> bool:
     """Whether MetaX sGPU's ScoreNode can add a term for this pod: an online pod, or a
-    topology-aware one (whose whole cards are scored by MetaLink)."""
-    return annotations.get(METAX_APP_CLASS) == "online" or metax_topology_aware(annotations)
+    topology-aware one (whose whole cards are scored by MetaLink; `default` is the row's
+    `topologyAware`, HAMi's --sgpu-topology-aware)."""
+    return annotations.get(METAX_APP_CLASS) == "online" or metax_topology_aware(annotations, default)
 
 
 def prioritize_link_zones(candidates: Sequence[T], zone_of, want: int) -> list[T]:

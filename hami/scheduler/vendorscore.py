@@ -59,7 +59,7 @@ def vendor_score(node: NodeUsage, devices: PodDevices, scored: Sequence[Vendor],
             term = topology_score(node, sum(1 for ctr in devices for cd in ctr if cd.type == v.name), policy)
         elif v.node_score == "metax":
             term = metax_score(node, [cd for ctr in devices for cd in ctr if cd.type == v.name], policy,
-                               annotations or {})
+                               annotations or {}, v.topology_aware)
         else:
             continue
         total = f32(total + term)
@@ -83,12 +83,13 @@ def topology_score(node: NodeUsage, cards: int, policy: str) -> float:
 DIRECT_LINK = 10  # score.go DirectLinkScore: two cards of one MetaLink zone
 
 
-def metax_score(node: NodeUsage, cards: Sequence, policy: str, annotations: Mapping[str, str]) -> float:
+def metax_score(node: NodeUsage, cards: Sequence, policy: str, annotations: Mapping[str, str],
+                topology_aware: bool = False) -> float:
     """MetaX sGPU ScoreNode: the online term for an online pod, else the MetaLink term when the
     pod is topology-aware and takes a whole card, else 0; x10000 (-10000 under spread)."""
     if annotations.get(METAX_APP_CLASS) == "online":
         raw = online_score(node, {cd.uuid for cd in cards})
-    elif any(cd.usedcores == 100 for cd in cards) and metax_topology_aware(annotations):
+    elif any(cd.usedcores == 100 for cd in cards) and metax_topology_aware(annotations, topology_aware):
         raw = link_score(node, [cd.uuid for cd in cards if cd.usedcores == 100])
     else:
         return 0.0

@@ -9,6 +9,8 @@ a node the usage alone would prefer; every other pod keeps the first-fit walk (`
 
 from __future__ import annotations
 
+import pytest
+
 from hami.config import default_vendor_table
 from hami.device.codec.golang import go_json_value
 from hami.device.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo
@@ -154,3 +156,18 @@ def test_add_jittery_qos_and_its_sync():
     assert index.qos_expected == {"GPU-456": "best-effort"} and index.node("n").qos_expected == index.qos_expected
     index.set_node("n", [card("best-effort")])  # the plugin reports the switch: done
     assert index.qos_expected == {}
+
+
+@pytest.mark.parametrize(("cache", "want"), [
+    ({"GPU-123": "fixed-share", "GPU-789": "burst-share"}, {"GPU-123": "fixed-share", "GPU-789": "burst-share"}),
+    ({"GPU-123": "best-effort", "GPU-789": "burst-share"}, {"GPU-789": "burst-share"}),
+    ({"GPU-123": "best-effort", "GPU-789": "best-effort"}, {}),
+], ids=["no sync", "sync one", "sync all"])
+def test_jittery_qos_cache_sync(cache, want):
+    """HAMi's TestJitteryQosCacheSync (qos_test.go): a node registering its cards (all best-effort
+    here) drops exactly the entries that expected that policy."""
+    index = UsageIndex()
+    index.qos_expected.update(cache)
+    index.set_node("n", [DeviceInfo(u, 16, 32768, 100, "Metax-SGPU", mode="best-effort", health=True,
+                                    vendor="Metax-SGPU") for u in ("GPU-123", "GPU-456", "GPU-789")])
+    assert index.qos_expected == want
