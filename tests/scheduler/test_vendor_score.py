@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from hami.config import default_vendor_table
+from hami.device.codec.cards import topology_value
 from hami.device.codec.golang import go_json_value
 from hami.device.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo
 from hami.device.vendorregister import decode_one, registration_signature
@@ -171,3 +172,14 @@ def test_jittery_qos_cache_sync(cache, want):
     index.set_node("n", [DeviceInfo(u, 16, 32768, 100, "Metax-SGPU", mode="best-effort", health=True,
                                     vendor="Metax-SGPU") for u in ("GPU-123", "GPU-456", "GPU-789")])
     assert index.qos_expected == want
+
+
+_ANNOS = '{"1":0,"2":110,"3":270,"4":540,"5":580,"6":730,"7":930,"8":1240}'
+
+
+@pytest.mark.parametrize(("cards", "value"), [(1, 0), (2, 110), (3, 270), (4, 540), (5, 580), (6, 730), (7, 930),
+                                              (8, 1240), (9, 0)])
+def test_parse_metax_annos(cards, value):
+    """HAMi's TestParseMetaxAnnos (device_test.go): the topology annotation's entry for a card
+    count (a missing one is 0)."""
+    assert topology_value(_ANNOS, cards) == value
