@@ -4,6 +4,8 @@ named by the `nvidia:` section; a bad row is refused with the key and the file n
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hami.config import ConfigError, build_config, default_vendor_table
@@ -132,3 +134,21 @@ def test_a_bad_row_in_the_device_config_stops_the_role_naming_the_file(tmp_path)
 def test_the_table_file_itself_must_be_a_vendor_list():
     with pytest.raises(VendorError, match="want a mapping with a `vendors:` list"):
         parse_vendor_table({"rows": []}, "t.yaml")
+
+
+def test_the_shipped_table_has_no_duplicate_keys():
+    """YAML keeps the last of two equal keys silently; a row must name each key once."""
+    import yaml
+
+    class Strict(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node):
+        keys = [loader.construct_object(k) for k, _ in node.value]
+        dup = {k for k in keys if keys.count(k) > 1}
+        assert not dup, f"duplicate keys {dup} at line {node.start_mark.line + 1}"
+        return loader.construct_mapping(node)
+
+    Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    path = Path(__file__).resolve().parents[2] / "config" / "vendors.yaml"
+    assert yaml.load(path.read_text(), Loader=Strict)["vendors"]
