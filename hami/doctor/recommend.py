@@ -9,6 +9,9 @@
 - pods that never use their cores: a core limit (gpucores) set, and a peak SM use of 0 on every
   device the metrics show for the pod;
 - nodes with pending pods: Pending pods that ask for HAMi resources, by node where one is known.
+- other vendors (the vendor table): pods asking for Ascend, Cambricon, ... devices are counted per
+  vendor and their Pending ones listed; the memory over-commit and split advice is HAMi-core's
+  (NVIDIA), so it says that those vendors' shares are sized by their own device plugins.
 
 `whatif_scenario(r)` hands the recommendation to `hami whatif` as a scenario document.
 """
@@ -23,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hami.device import codec
 from hami.device.request import quantity_value
+from hami.device.vendors import VendorTable
 
 MIB = 1024 * 1024
 SAFETY = 0.9
@@ -80,6 +84,8 @@ class Recommendations:
     idle_core_pods: tuple[str, ...]
     pending_by_node: Mapping[str, tuple[str, ...]]
     advice: tuple[str, ...] = field(default_factory=tuple)
+    vendor_pods: Mapping[str, int] = field(default_factory=dict)  # other vendors: pods asking for each
+    vendor_pending: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # their Pending pods
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -158,6 +164,57 @@ def pod_info(pod: Mapping, count: str = "nvidia.com/gpu", mem: str = "nvidia.com
                    node, gpus, tuple(mems), cores)
 
 
+@dataclass(frozen=True, slots=True)
+class VendorPod:
+    """A pod asking for devices of vendors other than NVIDIA (rows of the vendor table)."""
+
+    namespace: str
+    name: str
+    phase: str
+    node: str
+    vendors: tuple[str, ...]
+
+
+def vendor_pod(pod: Mapping, table: VendorTable) -> VendorPod | None:
+    """The other vendors a pod asks for (any container: the row's count resource, or AWS Neuron's
+    core resource, in limits or requests); None when it asks for none."""
+    spec = pod.get("spec") or {}
+    found: list[str] = []
+    for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        res = c.get("resources") or {}
+        vals = {**(res.get("requests") or {}), **(res.get("limits") or {})}
+        for v in table.others:
+            names = (v.count_resource, v.core_resource if v.core_requests else "")
+            if v.name not in found and any(n and _int(vals.get(n, 0)) > 0 for n in names):
+                found.append(v.name)
+    if not found:
+        return None
+    meta = pod.get("metadata") or {}
+    node = spec.get("nodeName") or (meta.get("annotations") or {}).get(codec.VGPU_NODE_ANNOTATION, "")
+    return VendorPod(meta.get("namespace", ""), meta.get("name", ""), (pod.get("status") or {}).get("phase", ""),
+                     node, tuple(found))
+
+
+def _vendor_advice(vpods: Sequence[VendorPod]) -> tuple[list[str], dict[str, int], dict[str, tuple[str, ...]]]:
+    counts: dict[str, int] = {}
+    pending: dict[str, list[str]] = {}
+    for p in vpods:
+        for v in p.vendors:
+            counts[v] = counts.get(v, 0) + 1
+            if p.phase == "Pending":
+                pending.setdefault(v, []).append(f"{p.namespace}/{p.name}")
+    advice = []
+    if counts:
+        advice.append(f"{len(vpods)} pod(s) ask for other vendors' devices ("
+                      + ", ".join(f"{v}: {n}" for v, n in sorted(counts.items()))
+                      + "): deviceMemoryScaling and deviceSplitCount are HAMi-core's (NVIDIA); those vendors' "
+                      "device plugins size their own shares")
+    for v, names in sorted(pending.items()):
+        advice.append(f"{len(names)} {v} pod(s) Pending: `hami doctor pod` says why (vendor registration, "
+                      f"templates, topology), or add {v} capacity: " + ", ".join(names))
+    return advice, counts, {k: tuple(v) for k, v in sorted(pending.items())}
+
+
 # --------------------------------------------------------------------------- recommendations
 
 
@@ -178,7 +235,8 @@ def _pct(values: Sequence[float], q: float) -> float:
 
 
 def recommend(pods: Sequence[PodInfo], usage: Mapping[DeviceKey, PeakUsage], node_count: int = 0,
-              current_scaling: float = 1.0, current_split: int = 10) -> Recommendations:
+              current_scaling: float = 1.0, current_split: int = 10,
+              vendor_pods: Sequence[VendorPod] = ()) -> Recommendations:
     advice: list[str] = []
     measured = [u for u in usage.values() if u.limit_bytes > 0]
     req = sum(u.limit_bytes for u in measured)
@@ -227,8 +285,10 @@ def recommend(pods: Sequence[PodInfo], usage: Mapping[DeviceKey, PeakUsage], nod
         total = sum(len(v) for v in pending.values())
         advice.append(f"{total} GPU pod(s) Pending: raise deviceSplitCount (now {current_split}) or add GPU nodes; "
                       + "; ".join(f"{n}: {len(v)}" for n, v in sorted(pending.items())))
+    extra, vcounts, vpending = _vendor_advice(vendor_pods)
+    advice.extend(extra)
     return Recommendations(scaling, req, peak, len(measured), split, dist, why, tuple(idle),
-                           {k: tuple(v) for k, v in sorted(pending.items())}, tuple(advice))
+                           {k: tuple(v) for k, v in sorted(pending.items())}, tuple(advice), vcounts, vpending)
 
 
 def whatif_scenario(r: Recommendations, current_scaling: float = 1.0, current_split: int = 10) -> dict:

@@ -21,6 +21,7 @@ import sys
 import aiohttp
 import orjson
 
+from hami.config import default_vendor_table
 from hami.doctor import gather
 from hami.doctor.recommend import (
     METRICS,
@@ -32,6 +33,7 @@ from hami.doctor.recommend import (
     pod_info,
     recommend,
     render,
+    vendor_pod,
     whatif_scenario,
 )
 
@@ -98,7 +100,10 @@ async def query_prometheus(base: str, window: str) -> list[MetricSample]:
 
 
 async def compute(client, args: argparse.Namespace) -> Recommendations:
-    pods = [p for p in map(pod_info, (await client.list_pods()).get("items") or []) if p is not None]
+    items = (await client.list_pods()).get("items") or []
+    pods = [p for p in map(pod_info, items) if p is not None]
+    table = default_vendor_table()
+    vpods = [v for v in (vendor_pod(p, table) for p in items) if v is not None]
     nodes = len((await client.list_nodes()).get("items") or [])
     if args.prometheus_url:
         scrapes = [await query_prometheus(args.prometheus_url, args.window)]
@@ -106,7 +111,7 @@ async def compute(client, args: argparse.Namespace) -> Recommendations:
         scrapes = await scrape_all(args.metrics_url, args.samples, args.interval)
     else:
         scrapes = []
-    return recommend(pods, merge_peaks(scrapes), nodes, args.device_memory_scaling, args.device_split_count)
+    return recommend(pods, merge_peaks(scrapes), nodes, args.device_memory_scaling, args.device_split_count, vpods)
 
 
 async def main(args: argparse.Namespace) -> int:

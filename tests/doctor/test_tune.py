@@ -5,7 +5,7 @@ example ratio 1.8 (peaks taken over repeated scrapes of two monitors, not the la
 smallest memory request (2 GiB) gives deviceSplitCount 20; the one pod whose SM use stays 0 is
 listed; Pending pods are grouped by node; the same numbers from a Prometheus API (legacy labels);
 the split-count table edges; metrics that are not an exposition raise TuneError naming the source;
-the CLI's --json output.
+the CLI's --json output; other vendors' pods counted per vendor with their Pending ones.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import sys
 import pytest
 from aiohttp import web
 
+from hami.config import default_vendor_table
 from hami.doctor import recommend as tuning
 from hami.doctor.tune import compute
 from tests.ports import serve_app
@@ -150,3 +151,32 @@ async def test_cli_json(cluster, apiserver, monitors):
     assert proc.returncode == 0, err.decode()
     doc = json.loads(out)
     assert doc["memory_scaling"] == 1.8 and doc["split_count"] == 20
+
+
+def test_vendor_pods_are_counted_and_their_pending_ones_listed():
+    """`hami tune` knows the vendor table: pods asking for other vendors (a count resource, or AWS
+    Neuron's cores alone, in any container) are counted per vendor, their Pending ones listed, and
+    the advice says HAMi-core's knobs are NVIDIA's; NVIDIA-only pods are not vendor pods."""
+    table = default_vendor_table()
+
+    def pod(name, phase, limits, init=False):
+        spec = {"containers": [{"name": "c", "resources": {"limits": limits}}]}
+        if init:
+            spec = {"initContainers": spec["containers"], "containers": [{"name": "m"}]}
+        return {"metadata": {"namespace": "d", "name": name}, "spec": spec, "status": {"phase": phase}}
+
+    raw = [pod("a1", "Running", {"huawei.com/Ascend910B3": "1"}),
+           pod("a2", "Pending", {"huawei.com/Ascend910B3": "2"}),
+           pod("m1", "Pending", {"cambricon.com/mlu": "1"}, init=True),
+           pod("n1", "Pending", {"aws.amazon.com/neuroncore": "1"}),
+           pod("g1", "Pending", {"nvidia.com/gpu": "1"})]
+    vpods = [v for v in (tuning.vendor_pod(p, table) for p in raw) if v is not None]
+    assert [(v.name, v.vendors) for v in vpods] == [
+        ("a1", ("Ascend910B3",)), ("a2", ("Ascend910B3",)), ("m1", ("MLU",)), ("n1", ("AWSNeuron",))]
+    rec = tuning.recommend([], {}, vendor_pods=vpods)
+    assert rec.vendor_pods == {"AWSNeuron": 1, "Ascend910B3": 2, "MLU": 1}
+    assert rec.vendor_pending == {"AWSNeuron": ("d/n1",), "Ascend910B3": ("d/a2",), "MLU": ("d/m1",)}
+    assert any(a.startswith("4 pod(s) ask for other vendors' devices (AWSNeuron: 1, Ascend910B3: 2, MLU: 1)")
+               for a in rec.advice)
+    assert any(a.startswith("1 Ascend910B3 pod(s) Pending") and a.endswith("d/a2") for a in rec.advice)
+    assert tuning.recommend([], {}).vendor_pods == {}
