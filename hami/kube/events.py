@@ -37,6 +37,15 @@ _PendingKey = tuple[str, str, str, str]  # (namespace, name, type, reason)
 # Distinct messages kept pending per pod and reason: HAMi's failed filter says two things (the
 # per-node reasons and "no available node"); a flood of changing messages keeps the newest few.
 MESSAGES_PER_REASON = 4
+MESSAGE_LIMIT = 1024
+
+
+def clip_message(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    """At most `limit` characters: an error can quote what a request sent (a 1 MiB UID), and that
+    belongs neither in an Event (events.k8s.io caps a note at 1 KiB) nor in one log line."""
+    if len(message) <= limit:
+        return message
+    return f"{message[:limit]}... ({len(message) - limit} more characters)"
 
 
 class _Bucket:
@@ -82,6 +91,7 @@ class EventRecorder:
 
     def record(self, pod: dict | tuple[str, str, str], etype: str, reason: str, message: str) -> None:
         """Queue one event about `pod` (a pod dict, or (namespace, name, uid))."""
+        message = clip_message(message)
         if isinstance(pod, dict):
             meta = pod.get("metadata") or {}
             ref = (meta.get("namespace") or "default", meta.get("name", ""), meta.get("uid", ""))

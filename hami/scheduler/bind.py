@@ -26,7 +26,7 @@ from collections.abc import Callable
 from hami.device import codec
 from hami.device.allocation import allocated_devices, own_node_locks, takes_node_lock
 from hami.kube.client import ApiError, KubeClient
-from hami.kube.events import NORMAL, WARNING, EventRecorder
+from hami.kube.events import NORMAL, WARNING, EventRecorder, clip_message
 from hami.kube.lanes import urgent
 from hami.kube.nodelock import NodeLocker, NodeLockError
 from hami.obs.log import get_logger
@@ -88,7 +88,7 @@ class Binder:
 
     def _fail(self, ref, msg: str) -> str:
         self.events.record(ref, WARNING, messages.BINDING_FAILED, msg)
-        log.warning("Binding failed", pod=f"{ref[0]}/{ref[1]}", error=msg)
+        log.warning("Binding failed", pod=f"{ref[0]}/{ref[1]}", error=clip_message(msg))
         return msg
 
     async def bind(self, ns: str, name: str, uid: str, node: str, assumed=None) -> str:

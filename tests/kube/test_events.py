@@ -122,3 +122,17 @@ async def test_run_drains_in_background(apiserver, client):
     finally:
         stop.set()
         await task
+
+
+async def test_a_huge_message_is_clipped_to_1024_characters_and_says_how_much_went(apiserver, client):
+    # an error that quotes a request (a bind naming a 100,000-character UID) must not become a 100 KB Event
+    rec = EventRecorder(client, "hami-scheduler")
+    rec.record(POD, WARNING, "BindingFailed", "409 Conflict: UID in precondition: " + "x" * 100_000)
+    await rec.flush()
+    [ev] = events(apiserver)
+    assert ev["message"].startswith("409 Conflict: UID in precondition: xxx")
+    assert ev["message"].endswith(f"... ({35 + 100_000 - 1024} more characters)")
+    assert len(ev["message"]) < 1100
+    rec.record(POD, WARNING, "BindingFailed", "short")
+    await rec.flush()
+    assert {e["message"] for e in events(apiserver)} >= {"short"}
