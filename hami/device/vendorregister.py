@@ -18,7 +18,8 @@ the devices carry `vendor` = the row's name, so the fit never mixes vendors.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
 from hami.device import codec
@@ -66,19 +67,37 @@ def registration_signature(annotations: Mapping[str, str], capacity: Mapping, ta
     return "\x00".join(parts)
 
 
+def _capacity_int(capacity: Mapping, resource: str) -> tuple[object, int] | None:
+    """(raw, value) of a node capacity the vendor registers through; None when the node has none.
+    CodecError naming the resource when it is not an integer."""
+    raw = capacity.get(resource)
+    if raw is None:
+        return None
+    value = quantity_as_int64(raw)
+    if value is None:
+        raise codec.CodecError(f"{resource}: capacity {raw!r} is not an integer", field=resource, text=str(raw))
+    return raw, value
+
+
+@contextlib.contextmanager
+def _naming(resource: str, raw: object) -> Iterator[None]:
+    """A decode error from capacity-built devices, prefixed by the resource it came from."""
+    try:
+        yield
+    except codec.CodecError as exc:
+        raise codec.CodecError(f"{resource}: {exc}", field=resource, text=str(raw)) from None
+
+
 def decode_one(v: Vendor, node: str, annotations: Mapping[str, str], capacity: Mapping,
                labels: Mapping[str, str] | None = None) -> tuple[DeviceInfo, ...]:
     """One vendor's devices on the node; () when the node does not register it. Raises
     CodecError (message prefixed by the key) when it registers it wrongly."""
     if (v.hook == "kunlunxin" or v.card_count) and v.register_source == "capacity":
-        raw = capacity.get(v.count_resource)
-        if raw is None:
+        counted = _capacity_int(capacity, v.count_resource)
+        if counted is None:
             return ()
-        cards = quantity_as_int64(raw)
-        if cards is None:
-            raise codec.CodecError(f"{v.count_resource}: capacity {raw!r} is not an integer", field=v.count_resource,
-                                   text=str(raw))
-        try:
+        raw, cards = counted
+        with _naming(v.count_resource, raw):
             if v.card_count:  # plain cards: each the row's count, memory and cores (MetaX GPU)
                 topology = cards_codec.topology_info(
                     annotations.get(v.topology_losses_key) if v.topology_losses_key else None,
@@ -87,39 +106,27 @@ def decode_one(v: Vendor, node: str, annotations: Mapping[str, str], capacity: M
                                                v.card_memory, v.cores_per_card, topology)
             return kunlun_codec.devices_from_capacity(node, cards, vendor=v.name, id_format=v.capacity_id,
                                                       resource=v.count_resource)
-        except codec.CodecError as exc:
-            raise codec.CodecError(f"{v.count_resource}: {exc}", field=v.count_resource, text=str(raw)) from None
     if v.hook == "awsneuron":
-        raw = capacity.get(v.count_resource)
-        if raw is None:
+        counted = _capacity_int(capacity, v.count_resource)
+        if counted is None:
             return ()
-        devices = quantity_as_int64(raw)
+        raw, devices = counted
         cores = quantity_as_int64(capacity.get(v.core_resource, 0)) or 0
-        if devices is None:
-            raise codec.CodecError(f"{v.count_resource}: capacity {raw!r} is not an integer", field=v.count_resource,
-                                   text=str(raw))
-        try:
+        with _naming(v.count_resource, raw):
             return neuron_codec.devices_from_capacity(
                 node, devices, cores, (labels or {}).get(neuron_codec.INSTANCE_TYPE_LABEL, ""), vendor=v.name,
                 id_format=v.capacity_id, default_cores=v.cores_per_card, resource=v.count_resource)
-        except codec.CodecError as exc:
-            raise codec.CodecError(f"{v.count_resource}: {exc}", field=v.count_resource, text=str(raw)) from None
     if v.register_source == "capacity":
-        raw = capacity.get(v.core_resource)
-        if raw is None:
+        counted = _capacity_int(capacity, v.core_resource)
+        if counted is None:
             return ()
-        cores = quantity_as_int64(raw)
-        if cores is None:
-            raise codec.CodecError(f"{v.core_resource}: capacity {raw!r} is not an integer", field=v.core_resource,
-                                   text=str(raw))
+        raw, cores = counted
         mem = quantity_as_int64(capacity.get(v.memory_resource, 0)) or 0
-        try:
+        with _naming(v.core_resource, raw):
             return cambricon_codec.devices_from_capacity(node, cores, mem, vendor=v.name, id_format=v.capacity_id,
                                                          cores_per_card=v.cores_per_card,
                                                          memory_unit=v.memory_unit,
                                                          resource=v.core_resource)
-        except codec.CodecError as exc:
-            raise codec.CodecError(f"{v.core_resource}: {exc}", field=v.core_resource, text=str(raw)) from None
     text = annotations.get(v.register_key)
     if text is None:
         return ()
