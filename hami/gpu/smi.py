@@ -43,6 +43,20 @@ def _num(text: str | None) -> float | None:
     return float(m.group(0)) if m else None
 
 
+# Where the board's draw is, newest first: drivers from 535 split `power_draw` into instant and average
+# readings (seen on an H100 with 580.159.04: only instant_/average_power_draw), older ones have one.
+_POWER_PATHS = tuple(f"{block}/{field}" for block in ("gpu_power_readings", "power_readings")
+                     for field in ("power_draw", "instant_power_draw", "average_power_draw"))
+
+
+def _power(gpu: ET.Element) -> float | None:
+    for path in _POWER_PATHS:
+        value = _num(_text(gpu, path))
+        if value is not None:
+            return value
+    return None
+
+
 def parse_smi_xml(text: str) -> list[SmiGpu]:
     try:
         root = ET.fromstring(text)
@@ -57,7 +71,7 @@ def parse_smi_xml(text: str) -> list[SmiGpu]:
             raise ValueError(f"nvidia-smi XML: gpu[{i}] has no <uuid>")
         minor = _num(_text(gpu, "minor_number"))
         mem = _num(_text(gpu, "fb_memory_usage/total"))
-        power = _num(_text(gpu, "gpu_power_readings/power_draw")) or _num(_text(gpu, "power_readings/power_draw"))
+        power = _power(gpu)
         migs = tuple(u for u in (_text(d, "uuid") for d in gpu.findall("mig_devices/mig_device")) if u)
         out.append(SmiGpu(
             uuid=uuid, name=_text(gpu, "product_name") or "", bus_id=(gpu.get("id") or _text(gpu, "pci/pci_bus_id") or ""),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -118,3 +119,13 @@ def test_parser_reads_na_as_absent_and_lists_mig_devices():
         parse_smi_xml("<html></html>")
     with pytest.raises(ValueError, match=r"gpu\[0\] has no <uuid>"):
         parse_smi_xml("<nvidia_smi_log><gpu/></nvidia_smi_log>")
+
+
+def test_parser_reads_a_real_h100_on_driver_580():
+    """Saved from the lent H100 (docs/gpu-validation.md): power is only instant_/average_power_draw there."""
+    xml = (Path(__file__).parent / "data" / "h100-driver-580.159.04-smi.xml").read_text()
+    (gpu,) = parse_smi_xml(xml)
+    assert gpu.name == "NVIDIA H100 80GB HBM3" and gpu.memory_total_mib == 81559 and gpu.minor == 0
+    assert gpu.uuid == "GPU-d67ebd98-fa09-34b8-a05d-f46a7e4b72c9" and gpu.mig_mode == "Disabled"
+    assert gpu.power_w == 82.40 and gpu.temperature_c is not None
+
