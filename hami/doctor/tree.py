@@ -3,6 +3,8 @@
 `diagnose_pod(PodFacts) -> Diagnosis` walks the tree of ../shared/runbooks.md (seed 001):
 
     bind-phase=failed                      -> allocate-failed        (Allocate failed on the node)
+    pending, and the request exceeds what the biggest card/node registers
+                                           -> never-fits             (hami.doctor.neverfit, with the numbers)
     no HAMi event:
         scheduler not running              -> scheduler-not-running
         pod asks for no HAMi resource      -> no-hami-resource
@@ -32,10 +34,11 @@ from dataclasses import asdict, dataclass, field
 
 from hami.device import codec
 from hami.device.model import DeviceInfo, NvidiaConfig
-from hami.device.request import quantity_value
+from hami.device.request import pod_requests, quantity_value
 from hami.device.vendorregister import decode_one
 from hami.device.vendorrequest import vendor_request
 from hami.device.vendors import Vendor, VendorTable
+from hami.doctor.neverfit import never_fits
 
 HAMI_EVENT_REASONS = ("FilteringFailed", "FilteringSucceed", "BindingFailed", "BindingSucceed")
 HANDSHAKE_WINDOW_S = 60.0  # hami.scheduler.handshake.WINDOW_S: a Requesting older than this needs devices
@@ -493,6 +496,13 @@ def diagnose_pod(f: PodFacts) -> Diagnosis:
         return done("allocate-failed", f"the device plugin's Allocate failed on node {node_name or '?'}",
                     f"read the node agent log on {node_name or 'the node'} (hami --role node-agent -v=4) for the "
                     "Allocate error; delete the pod so its controller recreates it")
+
+    if phase == "Pending" and not spec.get("nodeName"):
+        impossible = never_fits(pod_requests(pod, f.nvidia),
+                                {n.name: register_state(n)[1] or () for n in f.nodes if is_gpu_node(n)})
+        if impossible is not None:
+            path.append(f"request never fits ({impossible.what})")
+            return done("never-fits", impossible.line, impossible.fix)
 
     hami = _hami_events(f)
     if phase != "Pending" and not hami:

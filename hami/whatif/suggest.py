@@ -196,7 +196,18 @@ def single_change_fits(cluster: Cluster, namespace: str, name: str,
 
 def _wording(label: str) -> str:
     knob, _, change = label.partition(" ")
-    return f"{knob} were {change.split(' -> ')[-1]}"
+    value = change.split(" -> ")[-1]
+    if knob == "deviceMemoryScaling" and _over_one(value):
+        return (f"{knob} were {value} (over-commit: each card would promise {value}x its memory, and pods that "
+                "use what they were promised can run out of memory on the card)")
+    return f"{knob} were {value}"
+
+
+def _over_one(value: str) -> bool:
+    try:
+        return float(value) > 1
+    except ValueError:
+        return False
 
 
 def _only_pod(cluster: Cluster, pod) -> Cluster:

@@ -90,14 +90,16 @@ async def test_filtering_failed_gives_advice_for_the_reason_code(cluster, kube, 
     assert d.fix.startswith(f"{code}: {REASON_ADVICE[code][0]} -> {REASON_ADVICE[code][1]}")
 
 
-async def test_node_insufficient_device_is_found_without_a_reason_code(cluster, kube):
+async def test_more_gpus_than_the_largest_node_is_never_fits_before_the_events(cluster, kube):
+    # Before hami.doctor.neverfit this walked to filtering-failed/NodeInsufficientDevice; the request can
+    # never fit, so the doctor now says that first, with the numbers.
     cluster.node("n1", gpus=2)
     cluster.pod("p", gpu=4)
     cluster.event("p", "FilteringFailed", "no available node, 1 nodes do not meet", etype="Warning")
     d = await run(kube)
-    assert d.leaf == "filtering-failed"
-    assert d.fix.startswith("NodeInsufficientDevice:")
-    assert "a container asks for 4 GPUs, the largest node has 2" in d.evidence
+    assert d.leaf == "never-fits"
+    assert "asks for 4 GPUs; the largest node registers 2" in d.summary
+    assert d.fix.startswith("ask for at most 2 GPUs per container")
 
 
 async def test_node_register_annotation_missing(cluster, kube):
