@@ -28,10 +28,12 @@ from dataclasses import dataclass
 
 import orjson
 
+from hami.device.codec.keys import HAMI_CORE_ANNOTATION
+
 LIB_NAME = "libvgpu.so"
 PRELOAD_NAME = "ld.so.preload"
 RECORD_NAME = "hami-core.version"
-ANNOTATION = "hami.io/hami-core"  # "<version>" when installed, "missing" when not
+ANNOTATION = HAMI_CORE_ANNOTATION  # "<version>" when installed, "missing" when not
 MISSING = "missing"
 
 _ELF_MAGIC = b"\x7fELF"

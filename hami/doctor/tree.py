@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from hami.device import codec
+from hami.device.codec import keys
 from hami.device.model import DeviceInfo, NvidiaConfig
 from hami.device.request import pod_requests, quantity_value
 from hami.device.vendorregister import decode_one
@@ -106,7 +107,7 @@ class SchedulerFact:
 
 
 # Published by the node agent (hami.agent.hamicore.ANNOTATION): the installed version or "missing".
-HAMI_CORE_ANNOTATION = "hami.io/hami-core"
+HAMI_CORE_ANNOTATION = keys.HAMI_CORE_ANNOTATION
 
 
 @dataclass(frozen=True, slots=True)

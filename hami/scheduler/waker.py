@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 
 from hami.device import codec
+from hami.device.codec.keys import REQUEUE_AT_ANNOTATION
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.lanes import background
 from hami.obs.log import get_logger
@@ -32,7 +33,7 @@ from hami.scheduler.usage import UsageIndex
 
 log = get_logger(__name__)
 
-REQUEUE_ANNOTATION = "hami.io/requeue-at"
+REQUEUE_ANNOTATION = REQUEUE_AT_ANNOTATION
 
 
 class Waker:

@@ -28,6 +28,7 @@ import yaml
 
 from hami.config import DEFAULT_DEBUG_BIND, Config, embedded_paths
 from hami.device import codec
+from hami.device.codec.keys import EMBEDDED_ANNOTATION
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
 from hami.netaddr import dial_url
@@ -139,7 +140,7 @@ def scheduler_objects(cfg: Config) -> list[tuple[str, str, dict]]:
     pod = {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": SCHEDULER_POD, "namespace": "kube-system", "labels": labels,
-                     "annotations": {"hami.io/embedded": "the scheduler role of this hami process"}},
+                     "annotations": {EMBEDDED_ANNOTATION: "the scheduler role of this hami process"}},
         "spec": {"schedulerName": "default-scheduler", "nodeName": "embedded",
                  "containers": [{"name": "vgpu-scheduler-extender", "image": "hami (embedded)",
                                  "args": ["--role", "scheduler", f"--http_bind={cfg.scheduler.http_bind}",

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hami.device import codec
+from hami.device.codec import keys
 from hami.device.model import DeviceInfo, NodeDeviceConfig, NvidiaConfig
 from hami.device.nodeconfig import DeviceSettings, settings_for_node
 from hami.device.request import quantity_value
@@ -33,7 +34,7 @@ TERMINAL = ("Succeeded", "Failed")
 KNOWN_ANNOTATIONS = frozenset(
     value for name, value in vars(codec).items()
     if name.endswith("_ANNOTATION") and isinstance(value, str)
-) | {"hami.io/node-handshake-dcu", "hami.io/bind-phase", "hami.io/resource-pool"}
+) | {"hami.io/node-handshake-dcu", "hami.io/bind-phase", "hami.io/resource-pool"} | keys.HAMI_INFO_ANNOTATIONS
 
 
 class SnapshotError(ValueError):

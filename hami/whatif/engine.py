@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import heapq
 import random
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
@@ -35,7 +36,7 @@ from fnmatch import fnmatchcase
 from hami.device import codec
 from hami.device import request as devrequest
 from hami.device.model import PERCENTAGE_UNSET, DeviceInfo
-from hami.device.nodeconfig import DeviceSettings, settings_for_node
+from hami.device.nodeconfig import DeviceSettings, resolve_node_config, settings_for_node
 from hami.scheduler import fit as fitmod
 from hami.scheduler import messages
 from hami.scheduler import score as scoremod
@@ -188,6 +189,22 @@ def _reregister(node: NodeInfo, new: DeviceSettings, split: bool, mem: bool, cor
     return replace(node, devices=tuple(devices), settings=new)
 
 
+def _added_node_settings(cluster: Cluster, add, name: str) -> DeviceSettings:
+    """What an added node registers before the scenario's own knobs: what the nodes it copies registered.
+
+    The nodes it copies are those with cards of its type, else every node; among them the most common
+    registration wins (a node config naming the new node comes first, as on a real cluster). The device
+    config's defaults apply only to a cluster without nodes.
+    """
+    if resolve_node_config(cluster.node_configs, name) is not None:
+        return settings_for_node(cluster.nvidia, cluster.node_configs, name)
+    same_type = [n for n in cluster.nodes.values() if any(d.type == add.type for d in n.devices)]
+    pool = same_type or list(cluster.nodes.values())
+    if not pool:
+        return settings_for_node(cluster.nvidia, cluster.node_configs, name)
+    return Counter(n.settings for n in pool).most_common(1)[0][0]
+
+
 def apply_changes(cluster: Cluster, changes: Changes) -> tuple[dict[str, NodeInfo], list[str]]:
     """The nodes after `changes`, and the names of removed nodes (their pods are queued again)."""
     nodes: dict[str, NodeInfo] = {}
@@ -213,7 +230,7 @@ def apply_changes(cluster: Cluster, changes: Changes) -> tuple[dict[str, NodeInf
     for add in changes.add_nodes:
         for i in range(add.count):
             name = f"{add.name}-{i}"
-            settings = _settings_change(settings_for_node(cluster.nvidia, cluster.node_configs, name),
+            settings = _settings_change(_added_node_settings(cluster, add, name),
                                         add.split_count or changes.split_count, changes.memory_scaling,
                                         changes.core_scaling)
             devices = tuple(

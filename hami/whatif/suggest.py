@@ -1,10 +1,11 @@
 """Suggest mode: try one knob at a time, then pairs, and report which change places the most pods (pure).
 
 Knobs: deviceSplitCount, deviceMemoryScaling, the node policy and the GPU policy. Each candidate
-is a full replay of the baseline's workloads (engine.run_scenario). Then the best setting of each
-knob is paired with the best of every other knob (at most 6 more replays); a pair is kept only when
-it places more pods than either of its halves alone (some pods need two things at once: a free
-slot and more memory). Candidates are ranked by pods placed, then by less stranded memory, then by
+is a full replay of the baseline's workloads (engine.run_scenario). Then pairs: every (split count,
+memory scaling) pair above the current settings, searched so that a pair whose halves place nothing
+alone is still found (`_capacity_pairs`: one replay when no pair can beat the singles), and each
+policy paired with the best setting of every other knob; a pair is kept only when it places more
+pods than either of its halves alone (some pods need two things at once: a free slot and more memory). Candidates are ranked by pods placed, then by less stranded memory, then by
 fewer GPUs used, a single change before a pair; each comes with its trade-off: the risk the knobs
 themselves carry (memory over-commit, more pods per card) and what it costs in GPUs used, stranded
 memory and fragmentation against the baseline.
@@ -122,16 +123,23 @@ def suggest(cluster: Cluster, plan: Plan, defaults: SchedulerDefaults, *, baseli
         r = run_scenario(cluster, Scenario(label, changes, base_scenario.workloads), plan, defaults)
         return Suggestion(label, changes, r, r.placed - base.placed, f"{_risk(changes, cluster)}; {_cost(base, r)}")
 
-    for label, changes in candidates(cluster, defaults):
-        found.append(attempt(label, changes))
+    singles = [attempt(label, changes) for label, changes in candidates(cluster, defaults)]
     # Stable: among equals, the candidate listed first (the smaller step) wins.
-    found.sort(key=_rank)
+    singles.sort(key=_rank)
+    found = list(singles)
     best: dict[str, Suggestion] = {}
-    for sug in found:
+    for sug in singles:
         best.setdefault(_knob(sug.changes), sug)
+    by_label = {s.label: s for s in singles}
+    found += _capacity_pairs(cluster, by_label, attempt)
+    # The policies change where pods go, not how much room there is: each is paired with the best
+    # setting of every other knob.
     heads = list(best.values())
     for i, a in enumerate(heads):
         for b in heads[i + 1:]:
+            if "node_policy" not in (_knob(a.changes), _knob(b.changes)) and \
+                    "gpu_policy" not in (_knob(a.changes), _knob(b.changes)):
+                continue  # split x scaling: searched in full by _capacity_pairs
             both = combine(a.changes, b.changes)
             if both is None:
                 continue
@@ -140,6 +148,49 @@ def suggest(cluster: Cluster, plan: Plan, defaults: SchedulerDefaults, *, baseli
                 found.append(pair)
     found.sort(key=_rank)
     return found[:limit]
+
+
+def _capacity_pairs(cluster: Cluster, singles: dict[str, Suggestion], attempt) -> list[Suggestion]:
+    """Every (more slots, more memory) pair that places more than either half, found without missing one.
+
+    Some pods need a free slot and more memory at once, so both halves can place nothing alone; pairing
+    only each knob's best single setting misses those. Raising either knob never takes room away, so
+    the largest pair (most slots, most memory) bounds every pair: when it places no more than the best
+    single change, no pair can, and the search stops after one replay. Otherwise each memory scaling is
+    walked up the split counts, smallest first, until the bound is reached (a larger split cannot place
+    more); a pair is kept when it places more than both its halves and no smaller kept pair places as many.
+    """
+    split, scaling = _current(cluster)
+    splits = [s for s in SPLIT_COUNTS if s > split]
+    scalings = [m for m in MEMORY_SCALINGS if m > scaling]
+    if not splits or not scalings:
+        return []
+
+    def labels(s: int, m: float) -> tuple[str, str]:
+        return f"deviceSplitCount {split} -> {s}", f"deviceMemoryScaling {scaling:g} -> {m:g}"
+
+    def pair(s: int, m: float) -> Suggestion:
+        a, b = labels(s, m)
+        return attempt(f"{a} + {b}", Changes(split_count=s, memory_scaling=m))
+
+    best_single = max((x.result.placed for x in singles.values()), default=0)
+    top = pair(splits[-1], scalings[-1])
+    if top.result.placed <= best_single:
+        return []
+    out: list[Suggestion] = []
+    for m in scalings:
+        for s in splits:
+            p = top if (s, m) == (splits[-1], scalings[-1]) else pair(s, m)
+            a, b = (singles.get(x) for x in labels(s, m))
+            halves = max(a.result.placed if a else 0, b.result.placed if b else 0)
+            # Kept unless a smaller step on both knobs, already kept, places as many.
+            dominated = any(q.changes.split_count <= s and q.changes.memory_scaling <= m
+                            and q.result.placed >= p.result.placed for q in out)
+            if p.result.placed > halves and not dominated:
+                out.append(p)
+            if p.result.placed >= top.result.placed:
+                break
+    return out
 
 
 def _rank(s: Suggestion) -> tuple:

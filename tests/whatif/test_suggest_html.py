@@ -52,6 +52,23 @@ def test_suggest_pairs_two_knobs_when_a_pod_needs_both():
     assert all(s.gained == 0 for s in best[1:]) and all(" + " not in s.label for s in best[1:])
 
 
+def test_suggest_finds_the_pair_whose_halves_place_nothing_alone():
+    # Golden case of issue 32 (checked on the live embedded cluster there): two 40960 MiB cards
+    # registered with split 2, each full with two 16000 MiB pods (8960 MiB free, no free slot); four
+    # 12000 MiB pods wait. More slots alone: 8960 < 12000. More memory alone: no slot. Scaling 1.25
+    # frees 19200 MiB per card (one pod each), 1.5 frees 29440 (two each): only "split 4 + scaling 1.5"
+    # places all four, and pairing each knob's best single (split 4, scaling 1.25: +2) misses it.
+    running = [snap.pod(f"run-{c}-{i}", mem=16000, node="a", card=c) for c in (0, 1) for i in (0, 1)]
+    waiting = [snap.pod(f"wait-{i}", mem=12000) for i in range(4)]
+    cluster = parse_snapshot(snap.listing(snap.node("a", gpus=2, count=2), snap.device_config(split=2),
+                                          *running, *waiting), "s.json")
+    best = suggest(cluster, parse_plan_text("{}", "p.yaml"), SchedulerDefaults())
+    assert best[0].label == "deviceSplitCount 2 -> 4 + deviceMemoryScaling 1 -> 1.5"
+    assert best[0].gained == 4 and best[0].result.placed == 4
+    singles = suggest(cluster, parse_plan_text("{}", "p.yaml"), SchedulerDefaults(), limit=50)
+    assert all(s.gained == 0 for s in singles if " + " not in s.label)
+
+
 def test_single_change_that_would_place_a_pending_pod():
     split = parse_snapshot(snap.listing(snap.node("a", count=1), snap.device_config(split=1),
                                         snap.pod("run", mem=1000, node="a"),

@@ -22,6 +22,12 @@ NOUSE_GPUUUID_ANNOTATION = "nvidia.com/nouse-gpuuuid"
 NUMA_BIND_ANNOTATION = "nvidia.com/numa-bind"
 VGPU_MODE_ANNOTATION = "nvidia.com/vgpu-mode"
 
+# hami's own informational keys (not HAMi wire formats): what readers of snapshots must know as ours.
+HAMI_CORE_ANNOTATION = "hami.io/hami-core"  # node: HAMi-core version the agent installed (hami.agent.hamicore)
+REQUEUE_AT_ANNOTATION = "hami.io/requeue-at"  # pod: the waker's nudge (hami.scheduler.waker)
+EMBEDDED_ANNOTATION = "hami.io/embedded"  # the embedded cluster's own objects (hami.sim.cluster)
+HAMI_INFO_ANNOTATIONS = frozenset({HAMI_CORE_ANNOTATION, REQUEUE_AT_ANNOTATION, EMBEDDED_ANNOTATION})
+
 # Index a decoded ContainerDevice carries: the card index is not on the wire (HAMi's
 # UnsetContainerDeviceIdx), and a real index is >= 0, so reading it by mistake is obvious.
 UNSET_CONTAINER_DEVICE_IDX = -1
