@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from hami.config import build_config, parse_device_config, parse_node_configs
-from tests.deploy.chart import CHART, NAMESPACE, container, find, objects, one, rendered
+from tests.deploy.chart import CHART, NAMESPACE, container, find, objects, one, rendered, with_pushed_image
 
 K8S_VERSIONS = ("1.30", "1.33")
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "Issuer", "Certificate"}
@@ -312,7 +312,8 @@ def test_helm_lint_strict_reports_no_warning(which):
     import helm_python as helm
 
     values = {} if which == "default" else yaml.safe_load((CHART / "ci" / f"{which}-values.yaml").read_text())
-    report = helm.lint(str(CHART), values, strict=True, namespace=NAMESPACE, kube_version="v1.30.0")
+    report = helm.lint(str(CHART), with_pushed_image(values), strict=True, namespace=NAMESPACE,
+                       kube_version="v1.30.0")
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
 
@@ -369,7 +370,8 @@ def test_helm_template_script_prints_the_same_objects_and_names_bad_values():
     from tests.deploy.chart import PROD_VALUES, ROOT
 
     script = str(ROOT / "scripts" / "helm-template")
-    res = subprocess.run([sys.executable, script, "-f", str(PROD_VALUES), "--set-string", "scheduler.nodeLockExpire=8m"],
+    res = subprocess.run([sys.executable, script, "-f", str(PROD_VALUES), "--set-string", "scheduler.nodeLockExpire=8m",
+                          "--set-string", "image.registry=registry.example.com"],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     docs = [d for d in yaml.safe_load_all(res.stdout) if d]
@@ -378,7 +380,8 @@ def test_helm_template_script_prints_the_same_objects_and_names_bad_values():
     c = next(c for d in docs if d["kind"] == "Deployment" for c in d["spec"]["template"]["spec"]["containers"]
              if c["name"] == "hami-scheduler")
     assert _env(c)["HAMI_NODELOCK_EXPIRE"] == "8m"
-    bad = subprocess.run([sys.executable, script, "--set-string", "devices.nvidia.gpuCorePolicy=bad"],
+    bad = subprocess.run([sys.executable, script, "--set-string", "devices.nvidia.gpuCorePolicy=bad",
+                          "--set-string", "image.registry=registry.example.com"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "/devices/nvidia/gpuCorePolicy" in bad.stderr
 

