@@ -650,13 +650,24 @@ def build_config(
     device_file = flags.get("device_config_file") or env.get("HAMI_DEVICE_CONFIG_FILE", "")
     nvidia = NvidiaConfig()
     vendors = default_vendor_table()
+    doc: Any = _load_file(device_file) if device_file else None
     if device_file:
-        doc = _load_file(device_file)
-        nvidia = parse_device_config(doc, device_file, warn)
         try:
             vendors = apply_device_config(vendors, doc, device_file)
         except VendorError as exc:
             raise ConfigError("vendors", device_file, str(exc), "a valid vendor entry") from None
+    # HAMi's alias flags (hami.cli.aliases): {nvidia key: (flag, value)}, each checked on its own, then
+    # laid over the file's nvidia: section (a flag wins over a file).
+    aliases: Mapping[str, tuple[str, Any]] = flags.get("nvidia_overrides") or {}
+    for key, (flag, value) in aliases.items():
+        parse_device_config({"nvidia": {key: value}}, flag, warn)
+    if aliases:
+        section = doc.get("nvidia") if isinstance(doc, Mapping) else None
+        doc = {**(doc if isinstance(doc, Mapping) else {}),
+               "nvidia": {**(section if isinstance(section, Mapping) else {}),
+                          **{key: value for key, (_, value) in aliases.items()}}}
+    if doc is not None:
+        nvidia = parse_device_config(doc, device_file or "command line", warn)
     vendors = vendors_with_nvidia(vendors, nvidia)
     top["device_config_file"] = device_file
     node_file = flags.get("node_config_file") or ""

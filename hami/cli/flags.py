@@ -151,9 +151,21 @@ def _spellings(names: tuple[str, ...]) -> list[str]:
     return out
 
 
-def add_role_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("role flags (HAMi's names; '_' and '-' spellings both work)")
+def add_role_flags(parser: argparse.ArgumentParser, roles: tuple[str, ...] | None = None) -> None:
+    """Every flag, in one help group per set of roles that reads it (hami.cli.rolehelp); with `roles`,
+    only those roles' flags and the common ones (what `hami --role R --help` shows). HAMi's alias
+    flags come last."""
+    from hami.cli.aliases import add_alias_flags
+    from hami.cli.rolehelp import group_title, roles_of, shown
+
+    groups: dict[tuple[str, ...], argparse._ArgumentGroup] = {}
     for names, dest, kind, help_text in FLAGS:
+        dest_roles = roles_of(dest)
+        if not shown(dest_roles, roles):
+            continue
+        if dest_roles not in groups:
+            groups[dest_roles] = parser.add_argument_group(group_title(dest_roles))
+        group = groups[dest_roles]
         opts = _spellings(names)
         if kind == "bool":
             group.add_argument(*opts, dest=dest, nargs="?", const=True, type=parse_bool,
@@ -161,6 +173,8 @@ def add_role_flags(parser: argparse.ArgumentParser) -> None:
         else:
             group.add_argument(*opts, dest=dest, type=_KIND_TYPES[kind], default=argparse.SUPPRESS,
                                help=help_text)
+    if roles is None or {"scheduler", "node-agent"} & set(roles):
+        add_alias_flags(parser, parse_bool)
 
 
 def add_kube_flags(parser: argparse.ArgumentParser) -> None:

@@ -35,7 +35,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _role_parser() -> argparse.ArgumentParser:
+def _role_parser(help_roles: tuple[str, ...] | None = None) -> argparse.ArgumentParser:
+    """The role-run parser; `help_roles` limits the flags to those roles' and the common ones (what
+    `hami --role R --help` prints; a run always parses every flag)."""
     from hami.app import ROLES
 
     parser = argparse.ArgumentParser(
@@ -56,7 +58,7 @@ def _role_parser() -> argparse.ArgumentParser:
                         help="parse flags, environment and config files as a start would, print the "
                              "resolved configuration and exit (0 valid, 2 naming the bad flag or file); "
                              "opens no socket and makes no API call")
-    add_role_flags(parser)
+    add_role_flags(parser, help_roles)
     return parser
 
 
@@ -83,10 +85,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             return 130
 
+    if "-h" in argv or "--help" in argv:
+        from hami.cli.rolehelp import help_roles
+
+        _role_parser(help_roles(argv)).parse_args(["--help"])
     parser = _role_parser()
     args = parser.parse_args(argv)
     check_only = args.check_config
     flags = {k: v for k, v in vars(args).items() if k not in ("role", "check_config")}
+    warnings: list[str] = []
+    from hami.cli.aliases import take_aliases
+
+    flags["nvidia_overrides"] = take_aliases(flags, warnings.append)
 
     from hami.app import expand_roles, run_roles
     from hami.config import ConfigError, build_config
@@ -117,7 +127,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             flags["sim_state_dir"] = os.path.join(tempfile.gettempdir(), "hami-embedded-XXXXXXXX")
         else:
             flags["sim_state_dir"] = tempfile.mkdtemp(prefix="hami-embedded-")
-    warnings: list[str] = []
     try:
         config = build_config({**flags, "roles": roles}, warn=warnings.append)
         if check_only:
