@@ -503,6 +503,11 @@ def diagnose_pod(f: PodFacts) -> Diagnosis:
                                 {n.name: register_state(n)[1] or () for n in f.nodes if is_gpu_node(n)})
         if impossible is not None:
             path.append(f"request never fits ({impossible.what})")
+            seen: set[str] = set()  # the scheduler's own words: each distinct filter message, newest first
+            for e in reversed(_hami_events(f)):
+                if e.reason == "FilteringFailed" and e.message not in seen and len(seen) < 3:
+                    seen.add(e.message)
+                    evidence.append(_ev(e, f.now))
             return done("never-fits", impossible.line, impossible.fix)
 
     hami = _hami_events(f)

@@ -15,9 +15,12 @@ each scenario through an embedded API server, the real scheduler over HTTP and a
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import sys
 
 import orjson
+import structlog
 
 from hami.config import KubeSettings, parse_duration
 
@@ -78,6 +81,21 @@ def read_plan(path: str) -> Plan:
     return parse_plan_text(text, path)
 
 
+@contextlib.contextmanager
+def quiet_logs(verbosity: int):
+    """The timing runs' embedded API server and scheduler log as roles do; below -v=2 only their
+    warnings and errors reach the terminal, so the report is not mixed with their start/stop lines."""
+    if verbosity >= 2:
+        yield
+        return
+    before = structlog.get_config()["wrapper_class"]
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    try:
+        yield
+    finally:
+        structlog.configure(wrapper_class=before)
+
+
 def _err(message: str) -> int:
     print(f"hami whatif: error: {message}", file=sys.stderr)
     return 2
@@ -121,11 +139,18 @@ async def main(args: argparse.Namespace) -> int:
             return _err("--timing-limit must be > 0, --allocate-delay >= 0 and --timing-creators >= 1")
         from .timing import run_timed
 
+        timed = list(zip(plan.scenarios, results, strict=True))
+        if suggestions and suggestions[0].gained > 0:
+            # The best suggestion is timed too: how long its extra pods take to bind, not only that they fit.
+            best = suggestions[0]
+            timed.append((Scenario(f"suggested: {best.label}", best.changes, plan.scenarios[0].workloads),
+                          best.result))
         timings = []
-        for scenario, result in zip(plan.scenarios, results, strict=True):
-            print(f"hami whatif: timing scenario {scenario.name} ...", file=sys.stderr)
-            timings.append(await run_timed(cluster, scenario, plan, defaults, result, limit=args.timing_limit,
-                                           allocate_delay=args.allocate_delay, creators=args.timing_creators))
+        with quiet_logs(getattr(args, "v", 0) or 0):
+            for scenario, result in timed:
+                print(f"hami whatif: timing scenario {scenario.name} ...", file=sys.stderr)
+                timings.append(await run_timed(cluster, scenario, plan, defaults, result, limit=args.timing_limit,
+                                               allocate_delay=args.allocate_delay, creators=args.timing_creators))
     if args.html:
         from .html import write_report
 

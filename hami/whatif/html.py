@@ -18,7 +18,17 @@ from typing import Any
 from .engine import Result
 from .report import _changes_text, diff
 
-MAX_HEATMAP_ROWS = 400  # beyond this, nodes are sampled evenly (the picture stays readable)
+MAX_HEATMAP_ROWS = 400
+# The scenario table's columns (Result.totals() keys) with their units.
+COLUMNS = {
+    "placed": "replayed pods placed", "pending": "replayed pods pending", "gpus_used": "GPUs used",
+    "gpus": "GPUs", "mem_allocated": "memory allocated (MiB)", "mem_physical": "physical memory (MiB)",
+    "cores_allocated": "cores allocated (% of one card)", "stranded_mem": "stranded memory (MiB)",
+    "fragmentation": "fragmentation (share of free memory on shared cards)",
+}
+PLACED_NOTE = ("Placed and pending count the pods this report replays (the snapshot's pending pods and the "
+               "scenario's workloads); pods already running keep their cards and are counted in the memory, "
+               "cores and GPUs columns.")  # beyond this, nodes are sampled evenly (the picture stays readable)
 
 
 def _png(fig) -> str:
@@ -43,9 +53,9 @@ def _pods_plot(results: list[Result]) -> str:
     pending = [r.pending for r in results]
     ax.bar(names, placed, color="#2e7d32", label="placed")
     ax.bar(names, pending, bottom=placed, color="#c62828", label="pending")
-    ax.set_ylabel("pods")
-    ax.set_title("Pods placed and pending")
-    ax.legend(loc="upper right", fontsize=8)
+    ax.set_ylabel("replayed pods")
+    ax.set_title("Replayed pods placed and pending")
+    _legend_outside(ax)
     ax.tick_params(axis="x", labelrotation=20)
     return _png(fig)
 
@@ -64,12 +74,21 @@ def _memory_plot(results: list[Result]) -> str:
     ax.bar(names, free, bottom=[a + s for a, s in zip(alloc, stranded, strict=True)], color="#b0bec5", label="free")
     ax.set_ylabel("GiB (registered)")
     ax.set_title("GPU memory")
-    ax.legend(loc="upper right", fontsize=8)
+    _legend_outside(ax)
     ax.tick_params(axis="x", labelrotation=20)
     return _png(fig)
 
 
+def _legend_outside(ax) -> None:
+    """Right of the plot, so it never covers a bar."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
 def _heatmap(result: Result) -> str:
+    return _png(heatmap_figure(result))
+
+
+def heatmap_figure(result: Result):
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -87,13 +106,14 @@ def _heatmap(result: Result) -> str:
     fig, ax = plt.subplots(figsize=(max(3.5, 0.5 * width + 2.5), min(12.0, 1.2 + 0.22 * len(nodes))))
     im = ax.imshow(np.ma.masked_invalid(grid), aspect="auto", cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
     ax.set_xlabel("card index")
+    ax.set_xticks(range(width), [str(i) for i in range(width)])  # one tick per card, never between cards
     ax.set_title(f"{result.scenario}: memory allocated per card")
     if len(nodes) <= 40:
         ax.set_yticks(range(len(nodes)), [n.name for n in nodes], fontsize=7)
     else:
         ax.set_ylabel(f"{len(result.nodes)} nodes" + (" (sampled)" if len(result.nodes) > len(nodes) else ""))
     fig.colorbar(im, ax=ax, fraction=0.05, label="fraction of card memory")
-    return _png(fig)
+    return fig
 
 
 def _table(rows: list[list[Any]], head: list[str]) -> str:
@@ -112,13 +132,13 @@ def render(results: list[Result], warnings: tuple[str, ...] | list[str] = (), su
     import matplotlib
 
     matplotlib.use("Agg")  # no display: draw into memory
-    keys = ["placed", "pending", "gpus_used", "gpus", "mem_allocated", "mem_physical", "cores_allocated",
-            "stranded_mem", "fragmentation"]
+    keys = list(COLUMNS)
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>hami whatif report</title>",
              f"<style>{CSS}</style></head><body><h1>hami whatif</h1>"]
     parts += [f"<p class='warn'>warning: {html.escape(w)}</p>" for w in warnings]
     rows = [[r.scenario, _changes_text(r)] + [r.totals()[k] for k in keys] for r in results]
-    parts.append("<section><h2>Scenarios</h2>" + _table(rows, ["scenario", "changes"] + keys) + "</section>")
+    parts.append("<section><h2>Scenarios</h2><p class='note'>" + html.escape(PLACED_NOTE) + "</p>"
+                 + _table(rows, ["scenario", "changes"] + [COLUMNS[k] for k in keys]) + "</section>")
     if len(results) > 1:
         drows = []
         for r in results[1:]:
@@ -126,8 +146,8 @@ def render(results: list[Result], warnings: tuple[str, ...] | list[str] = (), su
             drows.append([r.scenario] + [d["totals"][k] for k in ("placed", "pending", "gpus_used", "stranded_mem")]
                          + [d["moved"], len(d["newlyPlaced"]), len(d["newlyPending"])])
         parts.append("<section><h2>Against the baseline</h2>" + _table(
-            drows, ["scenario", "placed", "pending", "gpus_used", "stranded_mem", "moved", "newly placed",
-                    "newly pending"]) + "</section>")
+            drows, ["scenario", "replayed pods placed (±)", "still pending (±)", "GPUs used (±)",
+                    "stranded memory (±MiB)", "pods moved", "newly placed", "newly pending"]) + "</section>")
     parts.append("<section><h2>Pods and memory</h2>" + _img(_pods_plot(results), "pods placed and pending")
                  + _img(_memory_plot(results), "GPU memory allocated, stranded and free") + "</section>")
     for r in results:
@@ -144,8 +164,10 @@ def render(results: list[Result], warnings: tuple[str, ...] | list[str] = (), su
         parts.append(_img(_heatmap(r), f"{r.scenario}: card fill heat map") + "</section>")
     if suggestions:
         srows = [[s.label, s.result.placed, s.gained, s.tradeoff] for s in suggestions]
-        parts.append("<section><h2>Suggestions</h2>" + _table(srows, ["change", "placed", "gained", "trade-off"])
-                     + "</section>")
+        verdict = ("<p>No change places more pods than the baseline; the closest:</p>"
+                   if suggestions[0].gained <= 0 else "")
+        parts.append("<section><h2>Suggestions</h2>" + verdict
+                     + _table(srows, ["change", "replayed pods placed", "gained (pods)", "trade-off"]) + "</section>")
     parts.append("</body></html>")
     return "\n".join(parts)
 

@@ -97,7 +97,7 @@ def render_result(result: Result) -> list[str]:
     lines = [f"== scenario {result.scenario}: {_changes_text(result)}",
              f"   policies: node {result.node_policy}, gpu {result.gpu_policy}"]
     rows = [
-        ("pods placed", f"{t['placed']}"),
+        ("pods placed", f"{t['placed']} (of the replayed pending pods and workloads; running pods keep their cards)"),
         ("pods pending", f"{t['pending']}"),
         ("nodes / GPUs", f"{t['nodes']} / {t['gpus']}"),
         ("GPUs used", f"{t['gpus_used']} ({_pct(t['gpus_used'], t['gpus'])})"),

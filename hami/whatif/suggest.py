@@ -1,9 +1,9 @@
 """Suggest mode: try one knob at a time, then pairs, and report which change places the most pods (pure).
 
-Knobs: deviceSplitCount, deviceMemoryScaling, the node policy and the GPU policy. Each candidate
-is a full replay of the baseline's workloads (engine.run_scenario). Then pairs: every (split count,
-memory scaling) pair above the current settings, searched so that a pair whose halves place nothing
-alone is still found (`_capacity_pairs`: one replay when no pair can beat the singles), and each
+Knobs: deviceSplitCount, deviceMemoryScaling, deviceCoreScaling, the node policy and the GPU policy. Each candidate
+is a full replay of the baseline's workloads (engine.run_scenario). Then pairs: every pair of
+capacity knobs (split count, memory scaling, core scaling) raised above the current settings, searched
+so that a pair whose halves place nothing alone is still found (`_capacity_pairs`: one replay when no pair can beat the singles), and each
 policy paired with the best setting of every other knob; a pair is kept only when it places more
 pods than either of its halves alone (some pods need two things at once: a free slot and more memory). Candidates are ranked by pods placed, then by less stranded memory, then by
 fewer GPUs used, a single change before a pair; each comes with its trade-off: the risk the knobs
@@ -26,6 +26,7 @@ from .scenario import Changes, Plan, QuotaChange, Scenario
 
 SPLIT_COUNTS = (2, 4, 5, 8, 10, 16, 20, 32)
 MEMORY_SCALINGS = (1.0, 1.25, 1.5, 2.0)
+CORE_SCALINGS = (1.0, 1.5, 2.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,19 +43,24 @@ class Suggestion:
                 "gpusUsed": t["gpus_used"], "strandedMem": t["stranded_mem"], "tradeoff": self.tradeoff}
 
 
-def _current(cluster: Cluster) -> tuple[int, float]:
-    splits = Counter(n.settings.split_count for n in cluster.nodes.values())
-    scalings = Counter(n.settings.memory_scaling for n in cluster.nodes.values())
-    split = splits.most_common(1)[0][0] if splits else cluster.nvidia.device_split_count
-    scaling = scalings.most_common(1)[0][0] if scalings else cluster.nvidia.device_memory_scaling
-    return split, scaling
+def _current(cluster: Cluster) -> tuple[int, float, float]:
+    """The most common registered split count, memory scaling and core scaling (the device config's
+    when the cluster has no nodes)."""
+    def mode(attr: str, default):
+        seen = Counter(getattr(n.settings, attr) for n in cluster.nodes.values())
+        return seen.most_common(1)[0][0] if seen else default
+
+    return (mode("split_count", cluster.nvidia.device_split_count),
+            mode("memory_scaling", cluster.nvidia.device_memory_scaling),
+            mode("core_scaling", cluster.nvidia.device_core_scaling))
 
 
 def candidates(cluster: Cluster, defaults: SchedulerDefaults) -> list[tuple[str, Changes]]:
-    split, scaling = _current(cluster)
+    split, scaling, core = _current(cluster)
     out = [(f"deviceSplitCount {split} -> {s}", Changes(split_count=s)) for s in SPLIT_COUNTS if s != split]
     out += [(f"deviceMemoryScaling {scaling:g} -> {m:g}", Changes(memory_scaling=m))
             for m in MEMORY_SCALINGS if m != scaling]
+    out += [(f"deviceCoreScaling {core:g} -> {c:g}", Changes(core_scaling=c)) for c in CORE_SCALINGS if c != core]
     other_node = "spread" if defaults.node_policy == "binpack" else "binpack"
     other_gpu = "binpack" if defaults.gpu_policy == "spread" else "spread"
     out.append((f"nodeSchedulerPolicy {defaults.node_policy} -> {other_node}", Changes(node_policy=other_node)))
@@ -62,7 +68,11 @@ def candidates(cluster: Cluster, defaults: SchedulerDefaults) -> list[tuple[str,
     return out
 
 
-KNOBS = ("split_count", "memory_scaling", "node_policy", "gpu_policy")
+KNOBS = ("split_count", "memory_scaling", "core_scaling", "node_policy", "gpu_policy")
+# Knobs that only ever add room when raised (more slots, memory, cores per card), with their labels.
+CAPACITY = (("split_count", "deviceSplitCount", SPLIT_COUNTS),
+            ("memory_scaling", "deviceMemoryScaling", MEMORY_SCALINGS),
+            ("core_scaling", "deviceCoreScaling", CORE_SCALINGS))
 
 
 def _knob(changes: Changes) -> str:
@@ -87,7 +97,7 @@ def _risk(changes: Changes, cluster: Cluster) -> str:
 
 
 def _risk_one(changes: Changes, cluster: Cluster) -> str:
-    split, scaling = _current(cluster)
+    split, scaling, core = _current(cluster)
     if changes.split_count is not None:
         if changes.split_count > split:
             return f"up to {changes.split_count} pods share a card (was {split}): more contention for its cores"
@@ -97,6 +107,11 @@ def _risk_one(changes: Changes, cluster: Cluster) -> str:
             return (f"over-commits GPU memory x{changes.memory_scaling:g}: pods that use what they asked for "
                     "can run out of memory")
         return "no memory over-commit"
+    if changes.core_scaling is not None:
+        if changes.core_scaling > 1.0:
+            return (f"over-commits GPU cores x{changes.core_scaling:g}: a card promises more compute than it has, "
+                    "so pods run slower than their gpucores when all are busy")
+        return "no core over-commit"
     if changes.node_policy is not None:
         return f"nodes filled {'evenly' if changes.node_policy == 'spread' else 'one by one'}"
     if changes.gpu_policy is not None:
@@ -137,9 +152,8 @@ def suggest(cluster: Cluster, plan: Plan, defaults: SchedulerDefaults, *, baseli
     heads = list(best.values())
     for i, a in enumerate(heads):
         for b in heads[i + 1:]:
-            if "node_policy" not in (_knob(a.changes), _knob(b.changes)) and \
-                    "gpu_policy" not in (_knob(a.changes), _knob(b.changes)):
-                continue  # split x scaling: searched in full by _capacity_pairs
+            if {_knob(a.changes), _knob(b.changes)} <= {k for k, _, _ in CAPACITY}:
+                continue  # two capacity knobs: searched in full by _capacity_pairs
             both = combine(a.changes, b.changes)
             if both is None:
                 continue
@@ -151,46 +165,54 @@ def suggest(cluster: Cluster, plan: Plan, defaults: SchedulerDefaults, *, baseli
 
 
 def _capacity_pairs(cluster: Cluster, singles: dict[str, Suggestion], attempt) -> list[Suggestion]:
-    """Every (more slots, more memory) pair that places more than either half, found without missing one.
+    """Every pair of raised capacity knobs that places more than either half, found without missing one.
 
-    Some pods need a free slot and more memory at once, so both halves can place nothing alone; pairing
-    only each knob's best single setting misses those. Raising either knob never takes room away, so
-    the largest pair (most slots, most memory) bounds every pair: when it places no more than the best
-    single change, no pair can, and the search stops after one replay. Otherwise each memory scaling is
-    walked up the split counts, smallest first, until the bound is reached (a larger split cannot place
+    Some pods need two things at once (a free slot and more memory, or memory and cores), so both
+    halves can place nothing alone; pairing only each knob's best single setting misses those. Raising
+    a capacity knob never takes room away, so for two knobs the pair of their largest settings bounds
+    every pair: when it places no more than the best single change, no pair of those knobs can, and the
+    search of that pair stops after one replay. Otherwise each setting of the second knob is walked up
+    the first knob's settings, smallest first, until the bound is reached (a larger one cannot place
     more); a pair is kept when it places more than both its halves and no smaller kept pair places as many.
     """
-    split, scaling = _current(cluster)
-    splits = [s for s in SPLIT_COUNTS if s > split]
-    scalings = [m for m in MEMORY_SCALINGS if m > scaling]
-    if not splits or not scalings:
+    current = dict(zip(("split_count", "memory_scaling", "core_scaling"), _current(cluster), strict=True))
+    best_single = max((x.result.placed for x in singles.values()), default=0)
+    out: list[Suggestion] = []
+    for i, (ka, name_a, values_a) in enumerate(CAPACITY):
+        for kb, name_b, values_b in CAPACITY[i + 1:]:
+            out += _pair_grid(ka, name_a, [v for v in values_a if v > current[ka]], current[ka],
+                              kb, name_b, [v for v in values_b if v > current[kb]], current[kb],
+                              singles, best_single, attempt)
+    return out
+
+
+def _pair_grid(ka, name_a, values_a, cur_a, kb, name_b, values_b, cur_b, singles, best_single, attempt):
+    if not values_a or not values_b:
         return []
 
-    def labels(s: int, m: float) -> tuple[str, str]:
-        return f"deviceSplitCount {split} -> {s}", f"deviceMemoryScaling {scaling:g} -> {m:g}"
+    def labels(a, b) -> tuple[str, str]:
+        return f"{name_a} {cur_a:g} -> {a:g}", f"{name_b} {cur_b:g} -> {b:g}"
 
-    def pair(s: int, m: float) -> Suggestion:
-        a, b = labels(s, m)
-        return attempt(f"{a} + {b}", Changes(split_count=s, memory_scaling=m))
+    def pair(a, b) -> Suggestion:
+        la, lb = labels(a, b)
+        return attempt(f"{la} + {lb}", Changes(**{ka: a, kb: b}))
 
-    best_single = max((x.result.placed for x in singles.values()), default=0)
-    top = pair(splits[-1], scalings[-1])
+    top = pair(values_a[-1], values_b[-1])
     if top.result.placed <= best_single:
         return []
-    out: list[Suggestion] = []
-    for m in scalings:
-        for s in splits:
-            p = top if (s, m) == (splits[-1], scalings[-1]) else pair(s, m)
-            a, b = (singles.get(x) for x in labels(s, m))
-            halves = max(a.result.placed if a else 0, b.result.placed if b else 0)
-            # Kept unless a smaller step on both knobs, already kept, places as many.
-            dominated = any(q.changes.split_count <= s and q.changes.memory_scaling <= m
-                            and q.result.placed >= p.result.placed for q in out)
+    kept: list[Suggestion] = []
+    for b in values_b:
+        for a in values_a:
+            p = top if (a, b) == (values_a[-1], values_b[-1]) else pair(a, b)
+            ha, hb = (singles.get(x) for x in labels(a, b))
+            halves = max(ha.result.placed if ha else 0, hb.result.placed if hb else 0)
+            dominated = any(getattr(q.changes, ka) <= a and getattr(q.changes, kb) <= b
+                            and q.result.placed >= p.result.placed for q in kept)
             if p.result.placed > halves and not dominated:
-                out.append(p)
+                kept.append(p)
             if p.result.placed >= top.result.placed:
                 break
-    return out
+    return kept
 
 
 def _rank(s: Suggestion) -> tuple:

@@ -4,7 +4,8 @@ Covers: pods submitted with kubectl (no schedulerName: the embedded API server c
 scheduler's mutating webhook, as kube-apiserver does with the chart's configuration) are scheduled by the extender, allocated through the node
 agent's real gRPC Allocate and run with the right `CUDA_DEVICE_MEMORY_LIMIT_0`; the monitor's
 metrics show them (read from HAMi-core-format cache files); a pod that cannot fit gets
-FilteringFailed events and is explained by `hami doctor`; stopping the process leaves no
+FilteringFailed events and is explained by `hami doctor`; `hami whatif` on the live cluster warns about
+no annotation hami wrote; stopping the process leaves no
 stray processes or sockets behind.
 """
 
@@ -152,6 +153,18 @@ def test_pod_that_cannot_fit_gets_filtering_failed_and_doctor_explains_it(embedd
     text = json.dumps(report)
     assert "CardInsufficientMemory" in text, text
     assert res.returncode != 0  # a pod that cannot schedule is a finding
+
+
+def test_whatif_on_the_embedded_cluster_warns_about_nothing_hami_wrote(embedded):
+    # Nodes carry hami.io/hami-core, the scheduler pod hami.io/embedded, pods the placement keys.
+    embedded["kubectl"]("apply", "--validate=false", "-f", "-", stdin=POD.format(name="e2e-snap", mem=2000))
+    _wait(lambda: json.loads(embedded["kubectl"]("get", "pod", "e2e-snap", "-o", "json"))["status"].get("phase")
+          == "Running", 120, what="e2e-snap Running")
+    res = subprocess.run([sys.executable, "-m", "hami.cli.main", "whatif", "--suggest"],
+                         env=embedded["env"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "unknown annotation" not in res.stderr and "warning" not in res.stderr, res.stderr
+    assert "== suggestions" in res.stdout
 
 
 def test_debugging_runbook_commands_find_the_scheduler(embedded):
