@@ -740,4 +740,18 @@ def render_nodes(rows: Sequence[NodeHealth]) -> str:
             out.append(f"{r.name}: {v}")
         for p in r.problems:
             out.append(f"{r.name}: {p}")
+    seen = {r.handshake.split("_", 1)[0].split(" ", 1)[0] for r in rows}
+    legend = [f"  {state + '_<time>':<17} {text}" for state, text in HANDSHAKE_LEGEND if state in seen]
+    if legend:
+        out += ["", "HANDSHAKE (hami.io/node-handshake, HS-AGE its age):", *legend]
     return "\n".join(out) + "\n"
+
+
+# What each hami.io/node-handshake value means (../shared/spec/scheduler.md §2.1), for the table's legend.
+HANDSHAKE_LEGEND = (
+    ("Requesting", "the scheduler's health probe, written at <time>; the node is healthy while it is under "
+                   "60 s old, or the node still advertises nvidia.com/gpu"),
+    ("Reported", "written by a HAMi device plugin of v2.6/v2.7 on each registration; the scheduler answers "
+                 "with Requesting_"),
+    ("Deleted", "the scheduler dropped the node's GPUs at <time> (old protocol); it probes again"),
+)

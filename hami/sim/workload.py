@@ -72,6 +72,7 @@ async def run_workload(client: KubeClient, scheduler_name: str, stop: asyncio.Ev
     out = out or sys.stdout
     submitted = 0
     hinted = False
+    last_line = ""
     while not stop.is_set():
         if submitted < limit:
             try:
@@ -83,9 +84,12 @@ async def run_workload(client: KubeClient, scheduler_name: str, stop: asyncio.Ev
         try:
             pods = (await client.list("pods", "default", label_selector="app=hami-demo")).get("items") or []
             s = summarize(pods)
-            print(f"demo: {submitted} submitted | running {s['running']} | pending {s['pending']} "
-                  f"({s['never_fits']} never fit by design, {s['pending'] - s['never_fits']} wait for room) | "
-                  f"failed {s['failed']} | GPU memory allocated {s['gpumem_mib']} MiB", file=out, flush=True)
+            line = (f"demo: {submitted} submitted | running {s['running']} | pending {s['pending']} "
+                    f"({s['never_fits']} never fit by design, {s['pending'] - s['never_fits']} wait for room) | "
+                    f"failed {s['failed']} | GPU memory allocated {s['gpumem_mib']} MiB")
+            if line != last_line:  # once the workload settles, silence until something changes
+                print(line, file=out, flush=True)
+                last_line = line
             if submitted == limit and not hinted and s["never_fits"]:
                 hinted = True
                 example = next(p["metadata"]["name"] for p in pods

@@ -89,7 +89,7 @@ async def test_hami_core_install_state_per_node(cluster, kube, apiserver):
     assert (rows["c-go-agent"].hami_core, rows["c-go-agent"].healthy) == ("-", True)
     rc, out, _ = await _cli(apiserver)
     assert rc == 1
-    lines = out.splitlines()
+    lines = out.split("\n\n")[0].splitlines()  # the table; the handshake legend follows a blank line
     col = lines[0].index("HAMI-CORE")
     cells = {ln.split()[0]: ln[col:].split()[0] for ln in lines[1:] if not ln.split()[0].endswith(":")}
     assert cells == {"a-core": "v2.6.0", "b-nocore": "missing", "c-go-agent": "-"}

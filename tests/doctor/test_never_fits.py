@@ -83,3 +83,14 @@ def test_whatif_memory_scaling_suggestion_says_over_commit():
     assert "over-commit" in _wording("deviceMemoryScaling 1 -> 2")
     assert "over-commit" not in _wording("deviceMemoryScaling 2 -> 1")
     assert _wording("deviceSplitCount 10 -> 2") == "deviceSplitCount were 2"
+
+
+def test_doctor_nodes_explains_the_handshake_values_it_shows():
+    from hami.doctor.tree import NodeHealth, render_nodes
+
+    row = NodeHealth(name="n1", gpu_node=True, register="ok (2 GPUs)", hami_core="-",
+                     handshake="Requesting_2026-11-26 10:00:00", handshake_age=5.0, lock_holder="-",
+                     lock_age=None, schedulable_gpus=2, healthy=True, problems=(), vendors=())
+    text = render_nodes([row])
+    assert "Requesting_<time>" in text and "60 s old" in text
+    assert "Deleted_<time>" not in text  # only the values the table shows are explained
