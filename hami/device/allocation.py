@@ -6,8 +6,9 @@ under `hami.io/vgpu-devices-to-allocate` / `-allocated`, every other vendor's un
 (init first) with only that vendor's devices. Some vendors add their own annotation (each
 vendor's `PatchAnnotations`):
 
-* Ascend: `huawei.com/<commonWord>` = the vNPU template of each device (codec.ascend), or its
-  memory and cores when the pod runs `huawei.com/vnpu-mode: hami-core`, and
+* Ascend: `huawei.com/<commonWord>` = each device's vNPU template (none for a whole card), memory
+  and cores (codec.ascend; HAMi v2.10.0 PR #2035), no template when the pod runs
+  `huawei.com/vnpu-mode: hami-core`, and
   `predicate-time` = unix seconds;
 * AWS Neuron: `AWS_NEURON_IDS` (device indexes or core ids), `NEURON_RESOURCE_TYPE`,
   `NEURON_ALLOC_TIME`, `NEURON_ALLOCATED`, `aws.amazon.com/predicate-node` (codec.awsneuron);
@@ -100,8 +101,9 @@ def _vendor_extras(v: Vendor, part: PodDevices, now: float, node: str, pod: Mapp
             extras[v.allocation_key] = ascend_codec.encode_runtime_info(
                 (cd.uuid, "", cd.usedmem, cd.usedcores) for cd in flat)
         elif v.allocation_key:
+            # v2.10.0 (PR #2035): the template name and the device's memory and cores too.
             extras[v.allocation_key] = ascend_codec.encode_runtime_info(
-                (cd.uuid, v.trim_memory(cd.usedmem)[1]) for cd in flat)
+                (cd.uuid, v.trim_memory(cd.usedmem)[1], cd.usedmem, cd.usedcores) for cd in flat)
         return extras
     if v.hook == "cambricon" and flat:
         first = flat[0]

@@ -20,8 +20,11 @@ of NVIDIA containers pays nothing for the table. Builders, after each vendor's
   it carries a unit (then bytes), kept in MiB.
 * `kunlunxin` vXPU (a row with a memory resource): memory rounded up to a slice size, cores in
   proportion; whole XPUs take the generic rule (memory 0, percentage 100).
-* `ascend`: memory rounded up to the smallest vNPU template (`Vendor.trim_memory`), unless the
-  container asks for cores (HAMi-core soft partitioning: memory as asked); cores as asked, else 0.
+* `ascend` (HAMi v2.10.0, commit 7a9fbb76 "update ascend trim" and 3494def5 "guard int32
+  narrowing"): memory as asked x `memoryUnit` (HAMi's MemoryFactor), never rounded to a template
+  here (the webhook rounds limits in template mode); a negative memory, or one beyond int32 before
+  or after the factor, asks for nothing; a memory that is no integer counts as none (percentage
+  100); cores as asked (0..int32), else 0.
 """
 
 from __future__ import annotations
@@ -29,7 +32,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hami.device.model import ContainerDeviceRequest, NvidiaConfig
-from hami.device.request import _resources, container_request, pod_containers, quantity_as_int64
+from hami.device.request import (
+    _resources,
+    container_request,
+    pod_containers,
+    quantity_as_int64,
+    quantity_value,
+)
 from hami.device.vendors import Vendor, VendorTable
 
 _INT32 = 1 << 31
@@ -116,9 +125,48 @@ def sgpu_request(limits: Mapping, vendor: Vendor) -> ContainerDeviceRequest | No
                                   coresreq=cores)
 
 
+def ascend_request(limits: Mapping, requests: Mapping, vendor: Vendor) -> ContainerDeviceRequest | None:
+    """Ascend's GenerateResourceRequests at HAMi v2.10.0 (pkg/device/ascend/device.go)."""
+    present, n = _value(limits, requests, vendor.count_resource)
+    if not present or n is None or not 0 < n < _INT32:
+        return None
+    memreq = 0
+    present, raw = _lookup_raw(limits, requests, vendor.memory_resource)
+    if present:
+        if (quantity_value(raw) or 0) < 0:
+            return None  # HAMi rejects by sign first (-1m is no int64 but still negative)
+        mem = quantity_as_int64(raw)
+        if mem is not None:
+            if mem >= _INT32 or mem * vendor.memory_unit >= _INT32:
+                return None  # MiB, not bytes: 16Gi is a unit mistake, refused rather than wrapped
+            memreq = mem * vendor.memory_unit
+    cores = 0
+    present, c = _value(limits, requests, vendor.core_resource)
+    if present:
+        if c is None:
+            c = quantity_value(_lookup_raw(limits, requests, vendor.core_resource)[1]) or 0
+        if not 0 <= c < _INT32:
+            return None
+        cores = c
+    return ContainerDeviceRequest(nums=n, type=vendor.name, memreq=memreq,
+                                  mempercentagereq=100 if memreq == 0 else 0, coresreq=cores)
+
+
+def _lookup_raw(limits: Mapping, requests: Mapping, name: str) -> tuple[bool, object]:
+    if not name:
+        return False, None
+    if name in limits:
+        return True, limits[name]
+    if name in requests:
+        return True, requests[name]
+    return False, None
+
+
 def vendor_request(container: Mapping, vendor: Vendor) -> ContainerDeviceRequest | None:
     """One vendor's GenerateResourceRequests for one container; None when it asks for none."""
     limits, requests = _resources(container)
+    if vendor.hook == "ascend":
+        return ascend_request(limits, requests, vendor)
     if vendor.hook == "awsneuron":
         return neuron_request(limits, requests, vendor)
     if vendor.hook == "kunlunxin" and vendor.memory_resource:
@@ -133,15 +181,9 @@ def vendor_request(container: Mapping, vendor: Vendor) -> ContainerDeviceRequest
     present, mem = _value(limits, requests, vendor.memory_resource)
     core_present, c = _value(limits, requests, vendor.core_resource)
     if present and mem is not None:
-        if vendor.hook == "ascend":
-            mem *= vendor.memory_unit
-            # Asking for cores means HAMi-core soft partitioning: the memory as asked, else the
-            # template that holds it.
-            memreq = _int32(mem) if core_present else vendor.trim_memory(mem)[0]
-        else:
-            if mem < 0 or mem * vendor.memory_unit >= _INT32:
-                return None  # overflowing int32 is refused, not truncated
-            memreq = mem * vendor.memory_unit
+        if mem < 0 or mem * vendor.memory_unit >= _INT32:
+            return None  # overflowing int32 is refused, not truncated
+        memreq = mem * vendor.memory_unit
     cores = vendor.default_cores
     if core_present and c is not None:
         if vendor.max_cores and not 0 <= c <= vendor.max_cores:

@@ -401,6 +401,33 @@ _SECTION_FAMILY = {"cambricon": "cambricon", "hygon": "hygon", "mthreads": "mthr
 _SECTION_KEYS = {"resourceCountName": "count_resource", "resourceMemoryName": "memory_resource",
                  "resourceCoreName": "core_resource", "resourceName": "count_resource"}
 _SECTION_INTS = {"memoryFactor": "memory_unit"}  # hygon.memoryFactor multiplies memory asks
+# Sections whose family has several rows name each row's resources with their own keys (HAMi
+# v2.10's chart: `kunlun:` resourceCountName is the whole XPU, resourceV*Name the vXPU; `metax:`
+# resourceCountName the exclusive GPU, resourceV*Name the sGPU; `enflame:` resourceNameGCU the
+# whole GCU). Row name -> {section key: row attribute}; a key of another row never touches it.
+_SECTION_ROWS = {
+    "kunlun": {"kunlun": {"resourceCountName": "count_resource"},
+               "XPU": {"resourceVCountName": "count_resource", "resourceVMemoryName": "memory_resource"}},
+    "metax": {"Metax-GPU": {"resourceCountName": "count_resource"},
+              "Metax-SGPU": {"resourceVCountName": "count_resource", "resourceVMemoryName": "memory_resource",
+                             "resourceVCoreName": "core_resource"}},
+    "enflame": {"GCU": {"resourceNameGCU": "count_resource"},
+                "DRS-GCU": {"resourceNameDRSGCU": "count_resource", "resourceNameGCUMemory": "memory_resource",
+                            "resourceNameGCUCore": "core_resource"}},
+}
+
+
+def _section_changes(section: str, sec: Mapping, row: Vendor, source: str) -> dict[str, Any]:
+    """What one HAMi device-config section changes in one row of its family."""
+    keys = _SECTION_ROWS.get(section, {}).get(row.name) if section in _SECTION_ROWS else _SECTION_KEYS
+    changes = {attr: sec[k] for k, attr in (keys or {}).items() if isinstance(sec.get(k), str) and sec[k]}
+    changes.update({attr: sec[k] for k, attr in _SECTION_INTS.items() if type(sec.get(k)) is int and sec[k] >= 1})
+    if section == "metax" and row.hook == "metax" and isinstance(sec.get("sgpuTopologyAware"), bool):
+        changes["topology_aware"] = sec["sgpuTopologyAware"]
+    if section == "mthreads" and sec.get("memoryPerCard") is not None:
+        sizes = card_sizes(sec["memoryPerCard"], f"{section}.memoryPerCard", source)
+        changes.update(memory_per_card=sizes, legal_memory=legal_slices(sizes))
+    return changes
 
 
 def apply_device_config(table: VendorTable, doc: Any, source: str) -> VendorTable:
@@ -413,14 +440,10 @@ def apply_device_config(table: VendorTable, doc: Any, source: str) -> VendorTabl
         sec = doc.get(section)
         if not isinstance(sec, Mapping):
             continue
-        changes = {attr: sec[k] for k, attr in _SECTION_KEYS.items() if isinstance(sec.get(k), str) and sec[k]}
-        changes.update({attr: sec[k] for k, attr in _SECTION_INTS.items() if type(sec.get(k)) is int and sec[k] >= 1})
-        if family == "mthreads" and sec.get("memoryPerCard") is not None:
-            sizes = card_sizes(sec["memoryPerCard"], f"{section}.memoryPerCard", source)
-            changes.update(memory_per_card=sizes, legal_memory=legal_slices(sizes))
-        if changes:
-            for v in table.vendors:
-                if v.family == family and v.hook != "nvidia":
+        for v in table.vendors:
+            if v.family == family and v.hook != "nvidia":
+                changes = _section_changes(section, sec, v, source)
+                if changes:
                     table = table.with_vendor(replace(v, **changes))
     vnpus = doc.get("vnpus")
     every_chip: dict[str, Any] = {}
@@ -454,7 +477,7 @@ def _ascend_chip(chip: Any, where: str, source: str) -> Vendor:
     if not isinstance(cw, str) or not cw or not isinstance(res, str) or not res:
         raise VendorError(f"{where} in {source}: commonWord and resourceName are required")
     ints = {}
-    for k in ("memoryAllocatable", "memoryCapacity"):
+    for k in ("memoryAllocatable", "memoryCapacity", "memoryFactor"):
         val = chip.get(k, 0)
         if type(val) is not int:
             raise VendorError(f"{where}.{k} in {source}: want an integer, got {val!r}")
@@ -477,6 +500,7 @@ def _ascend_chip(chip: Any, where: str, source: str) -> Vendor:
         use_uuid_key=f"hami.io/use-{cw}-uuid", nouse_uuid_key=f"hami.io/no-use-{cw}-uuid",
         templates=_templates(chip.get("templates") or [], f"{where}.templates", source),
         memory_capacity=ints["memoryCapacity"], memory_allocatable=ints["memoryAllocatable"],
+        memory_unit=max(ints["memoryFactor"], 1),  # HAMi: a MemoryFactor above 1 multiplies memory asks
         allocation_key=f"huawei.com/{cw}",
     )
 

@@ -10,10 +10,11 @@ the node) instead of failing the bind into kube-scheduler's back-off; the wait c
 
 No API reads: the pod and node come from the informers (or from what /filter decided).
 Two replicas stay correct: after taking the node lock (a compare-and-swap), the binder waits
-(bounded) until its pod cache has caught up to the lock's resourceVersion, then checks that the
-pod's devices still fit next to every pod already bound or being bound on that node. A pod
-placed on the same GPU by another replica's concurrent /filter therefore fails here (the lock
-is released and kube-scheduler re-filters it), and no GPU is ever over-committed.
+(bounded) until its pod cache has caught up to the lock's resourceVersion, then re-checks the
+pod's devices with the fit /filter runs (`Extender.recheck`, recheck.py: the same function,
+the same PodRequest, the same index): a pod placed on the same GPU by another replica's
+concurrent /filter is re-fitted on the node's other devices, or fails here (the lock is
+released and kube-scheduler re-filters it), and no GPU is ever over-committed.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from hami.kube.lanes import urgent
 from hami.kube.nodelock import NodeLocker, NodeLockError
 from hami.obs.log import get_logger
 from hami.scheduler import messages
+from hami.scheduler.recheck import taken_message
 from hami.scheduler.state import VGPU_NODE, ClusterState
-from hami.scheduler.usage import collapse_usage
 
 log = get_logger(__name__)
 
@@ -85,6 +86,8 @@ class Binder:
         self._node_queues: dict[str, asyncio.Lock] = {}
         # Fit a pod on a node from the cache (Extender.place_on); None = no placement at bind.
         self.place: Callable[[dict, str], object | None] | None = None
+        # The re-check under the lock (Extender.recheck: /filter's own fit); None = no re-check.
+        self.recheck: Callable[[dict, str, tuple], tuple[bool, object | None, str]] | None = None
 
     def _fail(self, ref, msg: str) -> str:
         self.events.record(ref, WARNING, messages.BINDING_FAILED, msg)
@@ -199,16 +202,13 @@ class Binder:
                 patch["metadata"]["labels"] = {VGPU_NODE: node}
             marked = await self.client.patch_pod(ns, name, patch)
             if locked:
-                err = await self._check_fit(node, ref, devices, pod, marked)
-                if err and pod is not None and self.place is not None:
-                    # Taken by a concurrent placement (another replica): re-fit on this node,
-                    # under the lock, with the cache that now holds every committed pod.
-                    placed = self.place(pod, node)
-                    if placed is not None and await self._check_fit(node, ref, placed.devices, pod, None) == "":
-                        self.refits += 1
-                        await self.client.patch_pod(ns, name, {"metadata": {
-                            "annotations": dict(placed.annotations or {}), "labels": {VGPU_NODE: node}}})
-                        err = ""
+                err, placed = await self._recheck(node, ns, name, devices, pod, marked)
+                if placed is not None:
+                    # Taken by a concurrent placement (another replica): the fit found the pod
+                    # other devices on this node, under the lock, with every committed pod counted.
+                    self.refits += 1
+                    await self.client.patch_pod(ns, name, {"metadata": {
+                        "annotations": dict(placed.annotations or {}), "labels": {VGPU_NODE: node}}})
                 if err:
                     await self._unmark(ns, name, placement)
                     await self._release(node, ns, name)
@@ -292,8 +292,12 @@ class Binder:
         except ApiError as exc:
             log.warning("Could not clear bind-phase", pod=f"{ns}/{name}", error=str(exc))
 
-    async def _check_fit(self, node: str, ref, devices, pod: dict | None, marked: dict | None) -> str:
-        """Refuse when this pod plus the pods bound (or binding) on `node` exceed a device.
+    async def _recheck(self, node: str, ns: str, name: str, devices, pod: dict | None,
+                       marked: dict | None) -> tuple[str, object | None]:
+        """Under the node lock: do the devices /filter chose still fit? The same fit /filter ran
+        (`Extender.recheck`, hami/scheduler/recheck.py), never a second rendering of it.
+        ("", None): they do; ("", placement): they were taken but the pod fits the node on others
+        (write that instead); (error, None): the pod no longer fits the node.
 
         Every earlier binder on this node marked its pod before releasing the lock we now hold,
         and our own mark came after we took it: once the pod watch has delivered our mark, it
@@ -303,42 +307,16 @@ class Binder:
         mark_rv = ((marked or {}).get("metadata") or {}).get("resourceVersion", "")
         if pods is not None and mark_rv:
             await pods.wait_for(lambda: pods.rv_at_least(mark_rv), self.catch_up)
-        index = self.state.index
-        usage = index.node(node)
-        if usage is None:
-            return f"node {node} has no usable GPU registration"
-        uid = ref[2]
-        n_init = len(((pod or {}).get("spec") or {}).get("initContainers") or [])
-        want = collapse_usage(devices, n_init)
-        totals = {u: [m, c, s] for u, (m, c, s) in want.items()}
-        for key in index.pods_on(node):
-            if key == uid:
-                continue
-            rec = index.pod(key)
-            if rec is None or not self._committed(rec.namespace, key):
-                continue
-            for u, m, c, s in rec.usage:
-                t = totals.get(u)
-                if t is not None:
-                    t[0] += m
-                    t[1] += c
-                    t[2] += max(s, 1)
-        for u, (m, c, s) in totals.items():
-            d = usage.by_id.get(u)
-            if d is None:
-                return f"device {u} is no longer registered on node {node}"
-            own_cores = want[u][1]
-            if s > d.count or m > d.totalmem or c > d.totalcore or (own_cores >= 100 and s > 1):
-                self.overcommit_refusals += 1
-                return (f"device {u} on node {node} was taken by a concurrent placement "
-                        f"(slots {s}/{d.count}, mem {m}/{d.totalmem}, cores {c}/{d.totalcore})")
-        return ""
-
-    def _committed(self, namespace: str, uid: str) -> bool:
-        """A pod on the node that is bound, or being bound (bind-phase set)."""
-        pod = self.state.pod_by_uid(uid)
+        if self.recheck is None:
+            return "", None
+        pod = self.state.pod(ns, name) or marked or pod
         if pod is None:
-            return False
-        if (pod.get("spec") or {}).get("nodeName"):
-            return True
-        return _annos(pod).get(codec.BIND_PHASE_ANNOTATION) in ("allocating", "success")
+            return f'pods "{name}" not found', None
+        kept, placed, reason = self.recheck(pod, node, devices)
+        if kept:
+            return "", None
+        self.overcommit_refusals += 1
+        if placed is not None:
+            return "", placed
+        return taken_message(node, reason), None
+

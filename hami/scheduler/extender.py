@@ -47,6 +47,7 @@ from hami.obs.log import get_logger
 from hami.scheduler import fit as fitmod
 from hami.scheduler import messages
 from hami.scheduler import policy as policymod
+from hami.scheduler import recheck as recheckmod
 from hami.scheduler import score as scoremod
 from hami.scheduler.extargs import ArgsDecoder, BadArgs, lower_keys
 from hami.scheduler.fit import try_pod
@@ -377,27 +378,44 @@ class Extender:
     def place_on(self, pod: dict, node: str) -> Assumed | None:
         """Fit `pod` on `node` now, from this replica's cache (a /bind without this replica's
         /filter decision, or one whose devices were taken meanwhile); None when it does not fit."""
+        return self._place(pod, node, None, ())[1]
+
+    def recheck(self, pod: dict, node: str, devices) -> tuple[bool, Assumed | None, str]:
+        """/bind's re-check under the node lock: the fit /filter runs (`try_pod`, the same
+        PodRequest, this index without the pod), first on the devices /filter chose alone
+        (recheck.py). (True, None, "") when it gives them back; else the pod fitted on the whole
+        node again: (False, placement to write, ""), or (False, None, the fit's reason)."""
+        return self._place(pod, node, recheckmod.chosen_ids(devices), devices)
+
+    def _place(self, pod: dict, node: str, keep_ids: frozenset[str] | None,
+               keep) -> tuple[bool, Assumed | None, str]:
+        """(the kept devices still fit, else a new placement on `node` or None, the fit's reason)."""
         meta = pod.get("metadata") or {}
         ns, name = meta.get("namespace") or "default", meta.get("name", "")
         uid = meta.get("uid") or f"{ns}/{name}"
         try:
             requests, num_init = self.requests_fn(pod)
-        except ValueError:
-            return None
+        except ValueError as exc:
+            return False, None, str(exc)
         index = self.state.index
         held = index.pod(uid)
         index.remove_pod(uid)
         try:
             preq = self._pod_request(requests, num_init, meta.get("annotations") or {}, ns, name, index)
             if isinstance(preq, str):
-                return None
-            fits, _failed = scoremod.evaluate_nodes(index.nodes, [node], preq)
+                return False, None, preq
+            usage = index.node(node)
+            if keep_ids is not None and usage is not None:
+                got = try_pod(recheckmod.only_devices(usage, keep_ids), preq)
+                if got.__class__ is not str and recheckmod.same_placement(got[0], keep):
+                    return True, None, ""
+            fits, failed = scoremod.evaluate_nodes(index.nodes, [node], preq)
         finally:
             if held is not None:
                 index.add_pod(uid, held.node, held.devices, namespace=held.namespace, num_init=held.num_init,
                               init_released=held.init_released, mig=held.mig, app_class=held.app_class)
         if not fits:
-            return None
+            return False, None, failed.get(node, "")
         best = fits[0]
         now = self.clock()
         annotations = {VGPU_NODE: node, codec.VGPU_TIME_ANNOTATION: codec.encode_unix_seconds(now),
@@ -409,7 +427,7 @@ class Extender:
         index.add_pod(uid, node, best.devices, namespace=ns, num_init=num_init,
                       mig=tuple((u, pl) for _, _, u, _, pl in best.mig),
                       app_class=(meta.get("annotations") or {}).get(METAX_APP_CLASS, ""))
-        return Assumed(node, ns, name, best.devices, now, annotations)
+        return False, Assumed(node, ns, name, best.devices, now, annotations), ""
 
     def _pod_request(self, requests, num_init, annos, ns: str, name: str,
                      index: UsageIndex) -> fitmod.PodRequest | str:

@@ -66,6 +66,7 @@ from .policy import (
 )
 from .usage import DeviceState, NodeUsage, QuotaView, collapse_usage
 from .vendorrules import (
+    KUNLUN_UUID_KEYS,
     VNPU_HAMI_CORE,
     fit_metax,
     fit_neuron,
@@ -695,6 +696,15 @@ def _uuid_of(cd: ContainerDevice) -> str:
     return cd.uuid
 
 
+def _kunlun_uuid_check(annotations: Mapping[str, str]):
+    """CheckUUID over both Kunlunxin annotation pairs; None when the pod names no card."""
+    pairs = [(_split_uuids(annotations.get(u)), _split_uuids(annotations.get(n))) for u, n in KUNLUN_UUID_KEYS]
+    pairs = [(u, n) for u, n in pairs if u is not None or n is not None]
+    if not pairs:
+        return None
+    return lambda uuid: all((u is None or uuid in u) and (n is None or uuid not in n) for u, n in pairs)
+
+
 def fit_vendor_devices(
     devices: Sequence[DeviceState],
     request: ContainerDeviceRequest,
@@ -725,7 +735,8 @@ def fit_vendor_devices(
     if vendor.hook == "kunlunxin":
         ok, chosen, counts = fit_xpu(devices, request,
                                      lambda d, mem, cores: ContainerDevice(d.id, request.type, mem, cores, d.index),
-                                     shared=bool(vendor.memory_resource), is_mutex=is_mutex)
+                                     shared=bool(vendor.memory_resource), is_mutex=is_mutex,
+                                     uuid_ok=_kunlun_uuid_check(annotations))
         return ok, chosen, "" if ok else gen_reason(counts, len(devices))
     if vendor.hook == "metax":
         ok, chosen, counts = fit_metax(

@@ -271,6 +271,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     state.held_placements = lambda: ext.assumed  # a resync or rebuild keeps /filter's decisions
     ext.verbs = ExtraVerbs(ext, pdbs)
     binder.place = ext.place_on  # a /bind without this replica's /filter decision fits the pod itself
+    binder.recheck = ext.recheck  # /bind's re-check under the lock is /filter's own fit
     s = Scheduler(config, client, state, events, ext, binder, locker, handshaker, metrics, leader, waker, pdbs,
                   AccessProbe(client))
     state.on_handshake_write = s.queue_handshake

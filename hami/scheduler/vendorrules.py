@@ -3,11 +3,12 @@
 `fit.fit_vendor_devices` walks a vendor's devices as every HAMi vendor package does; the few
 places where one vendor's package differs are here, as plain functions over values:
 
-* Ascend vNPU modes (pkg/device/ascend, HAMi v2.10): a pod annotated `huawei.com/vnpu-mode:
-  hami-core` (HAMi-core soft partitioning) only fits a node that runs it (the node annotation
-  `hami-vnpu-core: "true"`, else the chip's `hamiVnpuCore` default); `template` (hard vNPU
-  templates) only a node that does not. Either way the node is refused as a whole, `ModeNotFit`.
-  In hami-core mode every card counts 100 cores whatever it registered.
+* Ascend vNPU modes (pkg/device/ascend/device.go Fit at HAMi v2.10.0; PR #2035 "allow
+  mode-agnostic pods to schedule across vNPU-template and HAMi-core nodes"): a pod annotated
+  `huawei.com/vnpu-mode: hami-core` (HAMi-core soft partitioning) only fits a node that runs it
+  (the node annotation `hami-vnpu-core: "true"`, else the chip's `hamiVnpuCore` default), else the
+  node is refused as a whole, `ModeNotFit`; any other pod fits either kind of node. In hami-core
+  mode every card counts 100 cores whatever it registered.
 * Ascend 910C super-pod pairing (`superPod` / `modulePairs`): a physical module is two NPUs
   (indexes 2k and 2k+1); several NPUs are taken as whole modules only, fuller modules first.
 * Ascend 910 super-pod networks (pkg/device/ascend/device.go Fit, computeBestCombination,
@@ -25,7 +26,6 @@ from .policy import f32
 
 VNPU_MODE = "huawei.com/vnpu-mode"
 VNPU_HAMI_CORE = "hami-core"
-VNPU_TEMPLATE = "template"
 NODE_VNPU_CORE = "hami-vnpu-core"  # node annotation: "true" when the node runs HAMi-core for Ascend
 MODULE_NPUS = 2  # NPUs per Ascend 910C module
 
@@ -44,8 +44,8 @@ def node_runs_hami_core(node_annotations: Mapping[str, str], default: bool) -> b
 
 
 def mode_refuses_node(mode: str, node_hami_core: bool) -> bool:
-    """Ascend Fit's node gate: hami-core wants a HAMi-core node, template wants any other."""
-    return (mode == VNPU_HAMI_CORE and not node_hami_core) or (mode == VNPU_TEMPLATE and node_hami_core)
+    """Ascend Fit's node gate (v2.10.0): only a hami-core pod is refused, on a node without HAMi-core."""
+    return mode == VNPU_HAMI_CORE and not node_hami_core
 
 
 def whole_modules(candidates: Sequence[T], index_of, want: int) -> list[T]:
@@ -257,21 +257,45 @@ def xpu_select(devices: Sequence, count: int, usable=None) -> list[int]:
     return _xpu_interconnect(free, count)
 
 
-def fit_xpu(devices: Sequence, request, make, shared: bool = False, is_mutex: bool = False):
+# Both Kunlunxin rows read both pairs of use/nouse UUID annotations (pkg/device/kunlun device.go
+# and vdevice.go Fit at v2.10.0: hami.io/{use,no-use}-xpu-uuid and baidu.com/{use,nouse}-gpuuuid).
+KUNLUN_UUID_KEYS = (("hami.io/use-xpu-uuid", "hami.io/no-use-xpu-uuid"),
+                    ("baidu.com/use-gpuuuid", "baidu.com/nouse-gpuuuid"))
+_UUID_MISMATCH = "CardUuidMismatch"
+
+
+def fit_xpu(devices: Sequence, request, make, shared: bool = False, is_mutex: bool = False, uuid_ok=None):
     """Kunlunxin's Fit: whole XPUs (each takes its memory and cores), or vXPU slices (`shared`: a
     card is usable when it has the memory and is empty or runs slices of the size asked,
-    `usedmem / used == memreq`; mutex: only empty cards). NumaNotFit when no cards are picked, or under mutex
-    ExclusiveDeviceAllocateConflict for each card already in use."""
+    `usedmem / used == memreq`; mutex: only empty cards). `uuid_ok(id)`: the pod's use/nouse UUID
+    annotations (KUNLUN_UUID_KEYS), applied card by card inside the board walk as HAMi's fitFn, so
+    the topology still sees every card. When no cards are picked: under mutex
+    ExclusiveDeviceAllocateConflict for each card already in use, else CardUuidMismatch for each
+    card the annotations refused, else NumaNotFit."""
+    refused: set[str] = set()
+
+    def allowed(d) -> bool:
+        if uuid_ok is not None and not uuid_ok(d.id):
+            refused.add(d.id)
+            return False
+        return True
+
     def usable(d):
+        if not allowed(d):
+            return False
+        if not shared:
+            return d.used == 0
         if d.totalmem - d.usedmem < request.memreq:
             return False
         return d.used == 0 or (not is_mutex and d.usedmem // d.used == request.memreq)
 
-    chosen = xpu_select(devices, request.nums, usable if shared else None)
+    chosen = xpu_select(devices, request.nums, usable)
     if len(chosen) != request.nums:
         busy = sum(1 for d in devices if d.used > 0)
         if shared and is_mutex and busy:
             return False, [], {_EXCLUSIVE_CONFLICT: busy}
+        if refused:
+            return False, [], {_UUID_MISMATCH: len(refused)}
         return False, [], {_NUMA_NOT_FIT: 1}
     by_index = {d.index: d for d in devices}
     if shared:

@@ -54,7 +54,6 @@ from .vendorrules import (
     METAX_QOS_POLICIES,
     VNPU_HAMI_CORE,
     VNPU_MODE,
-    VNPU_TEMPLATE,
 )
 
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -314,18 +313,17 @@ def _mutate_sgpu(ctr: dict, pod: dict, v: Vendor) -> None:
         raise _Reject(500, f"{METAX_QOS} must be set one of [{', '.join(METAX_QOS_POLICIES)}]")
 
 
-# Ascend HAMi-core mode: the container starts HAMi's vNPU limiter after it starts (HAMi v2.10).
 ASCEND_VISIBLE_DEVICES = "ASCEND_VISIBLE_DEVICES"  # cleared by `overwriteEnv` where no NPU is asked
-_ASCEND_LIMITER = "export RUST_LOG=info\n/hami-vnpu-core/limiter > /tmp/limiter_manager.log 2>&1 &"
 
 
 def _mutate_ascend(ctr: dict, pod: dict, v: Vendor) -> None:
-    """Ascend MutateAdmission (pkg/device/ascend, HAMi v2.10): 910C super-pod chips take whole
-    modules (1 becomes 2, other odd counts are refused); asking for cores means HAMi-core soft
-    partitioning (the pod is annotated `huawei.com/vnpu-mode: hami-core`, refused in `template`
-    mode) and keeps its memory as asked; otherwise memory rounds up to a vNPU template (or the
-    whole card), refused beyond the card and for a vNPU of several devices."""
-    limits, _ = _resources(ctr)
+    """Ascend MutateAdmission at HAMi v2.10.0 (pkg/device/ascend/device.go): 910C super-pod chips
+    take whole modules (1 becomes 2, other odd counts are refused); a core request (limits, else
+    requests) is refused unless the pod is annotated `huawei.com/vnpu-mode: hami-core` (PR #2026:
+    a hard-split template fixes compute); hami-core keeps its memory as asked, otherwise memory
+    rounds up to a vNPU template (or the whole card), refused beyond the card and for a vNPU of
+    several devices (PR #2026's "not" spelling)."""
+    limits, requests_in = _resources(ctr)
     count = quantity_value(limits[v.count_resource]) or 0
     if v.module_pairs:
         if count == 1:
@@ -337,18 +335,10 @@ def _mutate_ascend(ctr: dict, pod: dict, v: Vendor) -> None:
             raise _Reject(500, f"{v.name} device request must be 1 or 2*n, got {count}")
     annotations = pod.setdefault("metadata", {}).get("annotations") or {}
     hami_core = annotations.get(VNPU_MODE) == VNPU_HAMI_CORE
-    if v.core_resource and v.core_resource in limits and (quantity_value(limits[v.core_resource]) or 0) > 0:
-        if annotations.get(VNPU_MODE) == VNPU_TEMPLATE:
+    if not hami_core and v.core_resource:
+        core = limits.get(v.core_resource, requests_in.get(v.core_resource))
+        if core is not None and (quantity_value(core) or 0) > 0:
             raise _Reject(500, f"{v.core_resource} is only supported in hami-core (soft split) mode")
-        if not hami_core:  # cores asked without a mode: HAMi infers hami-core and writes it down
-            if not isinstance(pod["metadata"].get("annotations"), dict):
-                pod["metadata"]["annotations"] = {}
-            pod["metadata"]["annotations"][VNPU_MODE] = VNPU_HAMI_CORE
-            hami_core = True
-    if hami_core:
-        lifecycle = ctr.setdefault("lifecycle", {})
-        if isinstance(lifecycle, dict) and not lifecycle.get("postStart"):
-            lifecycle["postStart"] = {"exec": {"command": ["bash", "-c", _ASCEND_LIMITER]}}
     trimmed = v.memory_allocatable
     if v.memory_resource in limits:
         mem = quantity_value(limits[v.memory_resource])
@@ -358,8 +348,8 @@ def _mutate_ascend(ctr: dict, pod: dict, v: Vendor) -> None:
             trimmed, _ = v.trim_memory(mem if mem is not None else 0)
             if trimmed <= 0:
                 raise _Reject(500, f"{v.memory_resource} {mem} is invalid")
-    if count > 1 and trimmed != v.memory_allocatable:
-        raise _Reject(500, "vNPU nor supported for multiple devices")
+    if count > 1 and not hami_core and trimmed != v.memory_allocatable:
+        raise _Reject(500, "vNPU not supported for multiple devices")
     _set_limit(ctr, v.memory_resource, str(trimmed))
     requests = ctr["resources"].get("requests")
     if not isinstance(requests, dict):

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 PURE = ("policy", "usage", "fit", "score", "webhook", "podfilter", "gosort", "migplace", "messages", "vendorrules",
-        "vendorscore", "nodeorder", "extargs", "changelog", "nodescan")
+        "vendorscore", "nodeorder", "extargs", "changelog", "nodescan", "recheck")
 ROOT = pathlib.Path(__file__).resolve().parents[2] / "hami" / "scheduler"
 ALLOWED_THIRD_PARTY = {"jsonpatch", "orjson"}
 FORBIDDEN_STDLIB = {"asyncio", "logging", "socket", "subprocess", "threading", "os", "time"}

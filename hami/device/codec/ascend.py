@@ -1,10 +1,11 @@
 """Huawei Ascend's allocation annotation `huawei.com/<commonWord>` (pkg/device/ascend PatchAnnotations).
 
 The scheduler writes, beside the usual to-allocate/allocated pod device strings, the vNPU template
-each chosen device runs: Go `json.Marshal([]RuntimeInfo)` with `UUID` and `temp` (the template
-name, omitted when empty: a whole card), e.g. `[{"UUID":"npu-0","temp":"vir05_1c_16g"}]`; a pod in
-HAMi-core mode gets `memory` (MiB) and `core` instead of `temp`: `[{"UUID":"npu-0","memory":16384,"core":20}]`
-(every field omitempty).
+each chosen device runs: Go `json.Marshal([]RuntimeInfo)` with `UUID`, `temp` (the template
+name, omitted when empty: a whole card), `memory` (MiB) and `core`, every field omitempty, e.g.
+`[{"UUID":"npu-0","temp":"vir05_1c_16g","memory":16384,"core":5}]` or for a whole card
+`[{"UUID":"npu-3","memory":65536}]` (HAMi v2.10.0, PR #2035; Test_PatchAnnotations); a pod in
+HAMi-core mode gets no `temp`: `[{"UUID":"npu-0","memory":16384,"core":20}]`.
 Ascend's register annotation is NVIDIA's JSON form under `hami.io/node-register-<commonWord>`,
 so it needs no module of its own (`register.decode_node_devices_json`); its Ascend 910 devices
 carry `"custominfo":{"NetworkID":<n>}` (the HAMi Ascend device plugin's register.go: the super-pod
