@@ -62,6 +62,10 @@ _RESOURCE_PATHS = {
     "configmaps": ("/api/v1", True),
     "leases": ("/apis/coordination.k8s.io/v1", True),
     "poddisruptionbudgets": ("/apis/policy/v1", True),
+    "resourceclaims": ("/apis/resource.k8s.io/v1", True),
+    "resourceslices": ("/apis/resource.k8s.io/v1", False),
+    "resourceclaimtemplates": ("/apis/resource.k8s.io/v1", True),
+    "deviceclasses": ("/apis/resource.k8s.io/v1", False),
 }
 
 

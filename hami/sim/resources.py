@@ -89,6 +89,13 @@ _ALL = (
     Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
     Resource("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", True,
              ("pdb",), ("status",)),
+    # Dynamic Resource Allocation (validated by hami.sim.dravalidate)
+    Resource("resource.k8s.io", "v1", "deviceclasses", "deviceclass", "DeviceClass", False),
+    Resource("resource.k8s.io", "v1", "resourceclaims", "resourceclaim", "ResourceClaim", True, (), ("status",)),
+    Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "resourceclaimtemplate", "ResourceClaimTemplate",
+             True),
+    Resource("resource.k8s.io", "v1", "resourceslices", "resourceslice", "ResourceSlice", False, (), (),
+             _META_FIELDS | {"spec.nodeName", "spec.driver", "spec.pool.name"}),
     # answered, never stored (hami.sim.authz)
     Resource("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "", "SelfSubjectAccessReview", False,
              verbs=("create",)),
@@ -103,7 +110,8 @@ for _r in _ALL:
 del _r
 
 # Status subresources replace .status only; the main resource ignores .status on update.
-STATUS_ONLY_ON_SUBRESOURCE = frozenset({"pods", "nodes", "namespaces", "resourcequotas"})
+STATUS_ONLY_ON_SUBRESOURCE = frozenset({"pods", "nodes", "namespaces", "resourcequotas",
+                                        "resourceclaims.resource.k8s.io"})
 
 
 # events.k8s.io/v1 Event <-> core/v1 Event: one stored object, two shapes (as on a real server).

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from hami.apierror import ApiError as ApiError  # the one API error shape (hami.apierror)
+from hami.sim import dravalidate
 from hami.sim import patch as patchmod
 from hami.sim.resources import (
     BY_KEY,
@@ -199,6 +200,7 @@ class Store:
         self._pods_by_node: dict[str, dict[tuple[str, str], None]] = {}
         self._key_cache: dict[str, dict[str, list[tuple[str, str]]]] = {k: {} for k in BY_KEY}  # for paging
         self._node_watchers: dict[str, set[Watcher]] = {}
+        self._cel: Any = None  # hami.dra.cel.SelectorCompiler, made on the first DRA write
         for ns in SEED_NAMESPACES:
             self.create("namespaces", "", {"metadata": {"name": ns}})
 
@@ -435,6 +437,7 @@ class Store:
             raise _invalid(res, "", "metadata.name", "Required value: name or generateName is required")
         self._validate_name(res, name)
         _validate_meta_maps(res, name, meta)
+        self._validate_kind(res, name, obj)
         if name in self._objs[key].get(ns, {}):
             qual = res.plural + ("." + res.group if res.group else "")
             raise ApiError(409, "AlreadyExists", f'{qual} "{name}" already exists',
@@ -515,7 +518,22 @@ class Store:
                 new.pop("status", None)
         if new.get("spec") != old.obj.get("spec"):
             meta["generation"] = oldmeta.get("generation", 1) + 1
+        self._validate_kind(res, name, new, subresource, old.obj)
         return new
+
+    def _validate_kind(self, res: Resource, name: str, obj: dict, subresource: str = "",
+                       old: dict | None = None) -> None:
+        """resource.k8s.io objects: the API server's validation (hami.sim.dravalidate), 422 naming the field."""
+        if res.key not in dravalidate.DRA_KEYS:
+            return
+        if self._cel is None:
+            from hami.dra.cel import SelectorCompiler  # celpy is loaded only where DRA objects are written
+
+            self._cel = SelectorCompiler()
+        try:
+            dravalidate.validate(res.key, obj, self._cel.check, subresource=subresource, old=old)
+        except dravalidate.FieldInvalid as exc:
+            raise _invalid(res, name, exc.field, exc.message) from None
 
     def update(self, key: str, ns: str, name: str, obj: dict, *, subresource: str = "",
                owned: bool = False, dry_run: bool = False) -> Entry:

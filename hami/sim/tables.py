@@ -103,6 +103,21 @@ _LAYOUTS: dict[str, tuple[list[dict], Any]] = {
                    lambda o, now: [o["metadata"]["name"], (o.get("status") or {}).get("phase", ""),
                                    _age(o["metadata"].get("creationTimestamp"), now)]),
 }
+def _claim_row(o: dict, now: float) -> list:
+    status = o.get("status") or {}
+    state = [s for s, on in (("allocated", status.get("allocation")), ("reserved", status.get("reservedFor"))) if on]
+    return [o["metadata"]["name"], ",".join(state) or "pending", _age(o["metadata"].get("creationTimestamp"), now)]
+
+
+def _slice_row(o: dict, now: float) -> list:
+    spec = o.get("spec") or {}
+    return [o["metadata"]["name"], spec.get("nodeName") or "<none>", spec.get("driver", ""),
+            (spec.get("pool") or {}).get("name", ""), _age(o["metadata"].get("creationTimestamp"), now)]
+
+
+_LAYOUTS["resourceclaims.resource.k8s.io"] = ([_col("Name", fmt="name"), _col("State"), _col("Age")], _claim_row)
+_LAYOUTS["resourceslices.resource.k8s.io"] = ([_col("Name", fmt="name"), _col("Node"), _col("Driver"),
+                                               _col("Pool"), _col("Age")], _slice_row)
 _DEFAULT = ([_col("Name", fmt="name"), _col("Age")],
             lambda o, now: [o["metadata"]["name"], _age(o["metadata"].get("creationTimestamp"), now)])
 

@@ -1,0 +1,1 @@
+"""`hami --role dra`: the kubelet DRA plugin, its CDI specs, checkpoint and ResourceSlices."""

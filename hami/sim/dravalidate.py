@@ -1,0 +1,209 @@
+"""Validation of the resource.k8s.io/v1 kinds the embedded API server stores (pure).
+
+The API server's checks that matter for what tenants and drivers write: shapes, the API's size
+limits (requests, selectors, results, reservedFor, devices, attributes), quantities, CEL that
+compiles, and a claim's spec being immutable. Each failure is `FieldInvalid(field, message)`;
+the store answers it 422 naming the field, as kube-apiserver does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from hami.device.codec.errors import CodecError
+from hami.device.request import parse_quantity
+
+MAX_REQUESTS = 32
+MAX_SELECTORS = 32
+MAX_CONSTRAINTS = 32
+MAX_RESULTS = 32
+MAX_COUNT = 32
+MAX_RESERVED_FOR = 256
+MAX_DEVICES_PER_SLICE = 128
+MAX_ATTRIBUTES_AND_CAPACITY = 32
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_QUALIFIED = re.compile(r"(?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+DRA_KEYS = frozenset({"deviceclasses.resource.k8s.io", "resourceclaims.resource.k8s.io",
+                      "resourceclaimtemplates.resource.k8s.io", "resourceslices.resource.k8s.io"})
+
+
+class FieldInvalid(ValueError):
+    def __init__(self, field: str, message: str):
+        self.field, self.message = field, message
+        super().__init__(f"{field}: {message}")
+
+
+CelCheck = Callable[[str], None]  # raises ValueError with the compile error
+
+
+def _obj(v: Any, field: str, required: bool = False) -> Mapping:
+    if v is None and not required:
+        return {}
+    if not isinstance(v, Mapping):
+        raise FieldInvalid(field, "Required value" if v is None else f"Invalid value: expected an object, "
+                                                                     f"got {type(v).__name__}")
+    return v
+
+
+def _list(v: Any, field: str, most: int) -> list:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise FieldInvalid(field, f"Invalid value: expected a list, got {type(v).__name__}")
+    if len(v) > most:
+        raise FieldInvalid(field, f"Too many: {len(v)}: must have at most {most} items")
+    return v
+
+
+def _quantity(v: Any, field: str, *, non_negative: bool = True) -> None:
+    try:
+        q = parse_quantity(v, field=field)
+    except CodecError:
+        raise FieldInvalid(field, f"Invalid value: {str(v)[:64]!r}: not a quantity") from None
+    if non_negative and q < 0:
+        raise FieldInvalid(field, f"Invalid value: {v!r}: must be greater than or equal to 0")
+
+
+def _selectors(v: Any, field: str, cel: CelCheck) -> None:
+    for i, s in enumerate(_list(v, field, MAX_SELECTORS)):
+        expr = _obj(_obj(s, f"{field}[{i}]", True).get("cel"), f"{field}[{i}].cel", True).get("expression")
+        at = f"{field}[{i}].cel.expression"
+        if not isinstance(expr, str) or not expr.strip():
+            raise FieldInvalid(at, "Required value")
+        try:
+            cel(expr)
+        except ValueError as exc:
+            raise FieldInvalid(at, f"Invalid value: {str(exc)[:300]}") from None
+
+
+def _claim_spec(spec: Any, field: str, cel: CelCheck) -> None:
+    devices = _obj(_obj(spec, field).get("devices"), f"{field}.devices")
+    names = set()
+    for i, r in enumerate(_list(devices.get("requests"), f"{field}.devices.requests", MAX_REQUESTS)):
+        at = f"{field}.devices.requests[{i}]"
+        r = _obj(r, at, True)
+        name = r.get("name")
+        if not isinstance(name, str) or not _DNS_LABEL.fullmatch(name) or len(name) > 63:
+            raise FieldInvalid(f"{at}.name", f"Invalid value: {name!r}: must be a DNS label")
+        if name in names:
+            raise FieldInvalid(f"{at}.name", f"Duplicate value: {name!r}")
+        names.add(name)
+        if ("exactly" in r) == ("firstAvailable" in r):
+            raise FieldInvalid(at, "Invalid value: exactly one of exactly or firstAvailable is required")
+        subs = [(f"{at}.exactly", r["exactly"])] if "exactly" in r else [
+            (f"{at}.firstAvailable[{j}]", s) for j, s in enumerate(_list(r["firstAvailable"],
+                                                                         f"{at}.firstAvailable", 8))]
+        for sat, ex in subs:
+            ex = _obj(ex, sat, True)
+            cls = ex.get("deviceClassName")
+            if not isinstance(cls, str) or not cls:
+                raise FieldInvalid(f"{sat}.deviceClassName", "Required value")
+            mode = ex.get("allocationMode", "ExactCount")
+            if mode not in ("ExactCount", "All"):
+                raise FieldInvalid(f"{sat}.allocationMode", f'Unsupported value: {mode!r}: supported values: '
+                                                            '"All", "ExactCount"')
+            count = ex.get("count", 1)
+            if mode == "ExactCount" and (not isinstance(count, int) or isinstance(count, bool)
+                                         or not 1 <= count <= MAX_COUNT):
+                raise FieldInvalid(f"{sat}.count", f"Invalid value: {count!r}: must be between 1 and {MAX_COUNT}")
+            _selectors(ex.get("selectors"), f"{sat}.selectors", cel)
+            reqs = _obj(_obj(ex.get("capacity"), f"{sat}.capacity").get("requests"), f"{sat}.capacity.requests")
+            for k, v in reqs.items():
+                if not _QUALIFIED.fullmatch(str(k)):
+                    raise FieldInvalid(f"{sat}.capacity.requests", f"Invalid value: {k!r}: not a qualified name")
+                _quantity(v, f"{sat}.capacity.requests[{k}]")
+    for i, c in enumerate(_list(devices.get("constraints"), f"{field}.devices.constraints", MAX_CONSTRAINTS)):
+        at = f"{field}.devices.constraints[{i}]"
+        c = _obj(c, at, True)
+        attr = c.get("matchAttribute", c.get("distinctAttribute"))
+        if not isinstance(attr, str) or not _QUALIFIED.fullmatch(attr) or "/" not in attr:
+            raise FieldInvalid(f"{at}.matchAttribute", f"Invalid value: {attr!r}: a fully qualified attribute "
+                                                       "name (domain/name) is required")
+        for r in _list(c.get("requests"), f"{at}.requests", MAX_REQUESTS):
+            if str(r).split("/")[0] not in names:
+                raise FieldInvalid(f"{at}.requests", f"Invalid value: {r!r}: must be the name of a request")
+    _list(devices.get("config"), f"{field}.devices.config", MAX_REQUESTS)
+
+
+def _claim_status(status: Any) -> None:
+    status = _obj(status, "status")
+    alloc = _obj(status.get("allocation"), "status.allocation")
+    results = _list(_obj(alloc.get("devices"), "status.allocation.devices").get("results"),
+                    "status.allocation.devices.results", MAX_RESULTS)
+    for i, r in enumerate(results):
+        at = f"status.allocation.devices.results[{i}]"
+        r = _obj(r, at, True)
+        for key in ("request", "driver", "pool", "device"):
+            if not isinstance(r.get(key), str) or not r.get(key):
+                raise FieldInvalid(f"{at}.{key}", "Required value")
+        for k, v in _obj(r.get("consumedCapacity"), f"{at}.consumedCapacity").items():
+            _quantity(v, f"{at}.consumedCapacity[{k}]")
+    for i, ref in enumerate(_list(status.get("reservedFor"), "status.reservedFor", MAX_RESERVED_FOR)):
+        ref = _obj(ref, f"status.reservedFor[{i}]", True)
+        for key in ("resource", "name", "uid"):
+            if not isinstance(ref.get(key), str) or not ref.get(key):
+                raise FieldInvalid(f"status.reservedFor[{i}].{key}", "Required value")
+
+
+def _slice_spec(spec: Any) -> None:
+    spec = _obj(spec, "spec", True)
+    if not isinstance(spec.get("driver"), str) or not spec["driver"]:
+        raise FieldInvalid("spec.driver", "Required value")
+    pool = _obj(spec.get("pool"), "spec.pool", True)
+    if not isinstance(pool.get("name"), str) or not pool["name"]:
+        raise FieldInvalid("spec.pool.name", "Required value")
+    for key, least in (("generation", 0), ("resourceSliceCount", 1)):
+        v = pool.get(key)
+        if not isinstance(v, int) or isinstance(v, bool) or v < least:
+            raise FieldInvalid(f"spec.pool.{key}", f"Invalid value: {v!r}: must be an integer >= {least}")
+    where = [k for k in ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection") if spec.get(k)]
+    if len(where) != 1:
+        raise FieldInvalid("spec", "Invalid value: exactly one of nodeName, nodeSelector, allNodes, "
+                                   f"perDeviceNodeSelection is required (got {len(where)})")
+    names = set()
+    for i, d in enumerate(_list(spec.get("devices"), "spec.devices", MAX_DEVICES_PER_SLICE)):
+        at = f"spec.devices[{i}]"
+        d = _obj(d, at, True)
+        name = d.get("name")
+        if not isinstance(name, str) or not _DNS_LABEL.fullmatch(name) or len(name) > 63:
+            raise FieldInvalid(f"{at}.name", f"Invalid value: {name!r}: must be a DNS label")
+        if name in names:
+            raise FieldInvalid(f"{at}.name", f"Duplicate value: {name!r}")
+        names.add(name)
+        attrs = _obj(d.get("attributes"), f"{at}.attributes")
+        caps = _obj(d.get("capacity"), f"{at}.capacity")
+        if len(attrs) + len(caps) > MAX_ATTRIBUTES_AND_CAPACITY:
+            raise FieldInvalid(at, f"Too many: {len(attrs) + len(caps)}: attributes and capacity together "
+                                   f"must have at most {MAX_ATTRIBUTES_AND_CAPACITY}")
+        for k, v in attrs.items():
+            v = _obj(v, f"{at}.attributes[{k}]", True)
+            kinds = [t for t in ("int", "bool", "string", "version") if t in v]
+            if len(kinds) != 1:
+                raise FieldInvalid(f"{at}.attributes[{k}]", "Invalid value: exactly one of int, bool, string or "
+                                                            "version is required")
+        for k, v in caps.items():
+            v = _obj(v, f"{at}.capacity[{k}]", True)
+            _quantity(v.get("value"), f"{at}.capacity[{k}].value")
+
+
+def validate(key: str, obj: Mapping, cel: CelCheck, *, subresource: str = "", old: Mapping | None = None) -> None:
+    """Raise FieldInvalid when `obj` (of store key `key`) is not a valid object of its kind."""
+    if key == "deviceclasses.resource.k8s.io":
+        spec = _obj(obj.get("spec"), "spec")
+        _selectors(spec.get("selectors"), "spec.selectors", cel)
+        _list(spec.get("config"), "spec.config", MAX_REQUESTS)
+    elif key == "resourceclaims.resource.k8s.io":
+        if subresource == "status":
+            _claim_status(obj.get("status"))
+            return
+        if old is not None and obj.get("spec") != old.get("spec"):
+            raise FieldInvalid("spec", "Invalid value: field is immutable")
+        _claim_spec(obj.get("spec"), "spec", cel)
+    elif key == "resourceclaimtemplates.resource.k8s.io":
+        spec = _obj(obj.get("spec"), "spec", True)
+        _claim_spec(spec.get("spec"), "spec.spec", cel)
+    elif key == "resourceslices.resource.k8s.io":
+        _slice_spec(obj.get("spec"))
