@@ -24,9 +24,12 @@ COPY pyproject.toml README.md ./
 COPY hami ./hami
 # hami/device/vendors.yaml is a link to config/vendors.yaml (one table, edited in config/).
 COPY config/vendors.yaml ./config/vendors.yaml
+# Dependencies from the hashed lock only (scripts/lock-image), then hami's wheel without resolving anything.
+COPY constraints/image.lock ./constraints/image.lock
 RUN /opt/build/bin/python -m build --wheel --outdir /dist . \
     && python3 -m venv /opt/hami \
-    && /opt/hami/bin/pip install --no-cache-dir /dist/*.whl \
+    && /opt/hami/bin/pip install --no-cache-dir --require-hashes -r constraints/image.lock \
+    && /opt/hami/bin/pip install --no-cache-dir --no-deps /dist/*.whl \
     && /opt/hami/bin/pip uninstall --yes --quiet pip setuptools
 
 # ---------------------------------------------------------------------------- HAMi-core, from source

@@ -79,6 +79,9 @@ class SchedulerSettings:
     node_label_selector: tuple[tuple[str, str], ...] = ()
     node_lock_timeout: float = 300.0
     node_lock_retry_timeout: float = 28.0
+    # A lock whose holder was never bound (no bind-phase, or allocating without nodeName) and is older than
+    # the longest /bind (kube-scheduler's 30 s extender timeout plus margin) belongs to a dead binder.
+    node_lock_orphan_timeout: float = 45.0
     force_overwrite_default_scheduler: bool = True
     leader_elect: bool = False
     leader_elect_resource_name: str = "hami-scheduler"
@@ -140,6 +143,7 @@ class SimSettings:
     read_latency: float = 0.0  # seconds added to every read
     write_latency: float = 0.0  # seconds added to every write
     max_inflight: int = 0  # concurrent non-watch requests; more get 429 + Retry-After (0 = no limit)
+    listen_insecure: bool = False  # operator's opt-in to serve the unauthenticated API beyond loopback
 
 
 @dataclass(frozen=True, slots=True)
@@ -469,6 +473,7 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "node_label_selector": ("scheduler", "node_label_selector"),
     "node_lock_timeout": ("scheduler", "node_lock_timeout"),
     "node_lock_retry_timeout": ("scheduler", "node_lock_retry_timeout"),
+    "node_lock_orphan_timeout": ("scheduler", "node_lock_orphan_timeout"),
     "force_overwrite_default_scheduler": ("scheduler", "force_overwrite_default_scheduler"),
     "leader_elect": ("scheduler", "leader_elect"),
     "extender_prioritize": ("scheduler", "extender_prioritize"),
@@ -501,6 +506,7 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "sim_read_latency": ("sim", "read_latency"),
     "sim_write_latency": ("sim", "write_latency"),
     "sim_max_inflight": ("sim", "max_inflight"),
+    "sim_listen_insecure": ("sim", "listen_insecure"),
 }
 # Flags that feed more than one group.
 SHARED_FLAGS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -509,7 +515,7 @@ SHARED_FLAGS: dict[str, tuple[tuple[str, str], ...]] = {
     "fake_gpus": (("agent", "fake_gpus"), ("monitor", "fake_gpus"), ("sim", "fake_gpus")),
     "legacy_metrics": (("scheduler", "legacy_metrics"), ("monitor", "legacy_metrics")),
 }
-_DURATION_FLAGS = {"kube_timeout", "sim_read_latency", "sim_write_latency", "node_lock_timeout", "node_lock_retry_timeout", "cache_grace", "register_interval"}
+_DURATION_FLAGS = {"kube_timeout", "sim_read_latency", "sim_write_latency", "node_lock_timeout", "node_lock_retry_timeout", "node_lock_orphan_timeout", "cache_grace", "register_interval"}
 
 
 def parse_label_selector(text: str, source: str = "--node-label-selector") -> tuple[tuple[str, str], ...]:
@@ -555,6 +561,17 @@ def _check_listeners(groups: dict[str, dict[str, Any]]) -> None:
         except ValueError:
             raise ConfigError(flag, "command line", value, "HOST:PORT with a port in 0..65535, e.g. 127.0.0.1:8080") \
                 from None
+
+
+def check_sim_listen(sim: SimSettings) -> None:
+    """The embedded API server has no authentication: beyond loopback only when the operator says so."""
+    if not sim.listen or sim.listen_insecure:
+        return
+    host, _ = split_host_port(sim.listen, flag="--sim-listen", default_host="127.0.0.1")
+    if not is_loopback(host):
+        raise ConfigError("--sim-listen", "command line", sim.listen,
+                          "a loopback address such as 127.0.0.1:6443 (the embedded API server authenticates "
+                          "no one), or --sim-listen-insecure to serve it beyond loopback anyway")
 
 
 def check_listener_trust(sc: SchedulerSettings, debug: DebugSettings) -> None:
@@ -737,6 +754,7 @@ def build_config(
     _check_listeners(groups)
     config_scheduler = SchedulerSettings(**groups["scheduler"])
     check_listener_trust(config_scheduler, DebugSettings(**groups["debug"]))
+    check_sim_listen(SimSettings(**groups["sim"]))
     _check_device_lists(groups["agent"], "DEVICE_LIST_STRATEGY" if "device_list_strategy" not in flags
                         else "command line")
 

@@ -89,6 +89,8 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
     (("--node-lock-timeout",), "node_lock_timeout", "duration", "node lock expiry (default 5m)"),
     (("--node-lock-retry-timeout",), "node_lock_retry_timeout", "duration",
      "how long pod-group members retry lock contention (default 28s)"),
+    (("--node-lock-orphan-timeout",), "node_lock_orphan_timeout", "duration",
+     "take over a lock whose holder was never bound after this (default 45s: the 30s extender timeout + margin)"),
     (("--force-overwrite-default-scheduler",), "force_overwrite_default_scheduler", "bool",
      "the webhook also takes pods asking for default-scheduler (default true)"),
     (("--extender-prioritize",), "extender_prioritize", "bool",
@@ -125,6 +127,8 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
     # embedded cluster
     (("--embedded",), "embedded", "bool", "run everything on an embedded Kubernetes API server"),
     (("--sim-listen",), "sim_listen", "str", "embedded API server listener (default 127.0.0.1:6443)"),
+    (("--sim-listen-insecure",), "sim_listen_insecure", "bool",
+     "serve the embedded API server (no authentication) on a non-loopback --sim-listen anyway"),
     (("--sim-kubeconfig",), "sim_kubeconfig", "str", "where the embedded API server writes its kubeconfig"),
     (("--sim-nodes",), "sim_nodes", "int", "simulated GPU nodes (default 4)"),
     (("--sim-gpus",), "sim_gpus", "str", 'GPUs per node, e.g. "2xNVIDIA A100-SXM4-40GB:40960"'),

@@ -11,6 +11,10 @@ timestamps are understood. Fixed HAMi bugs:
 * the owner is compared exactly (namespace and name parsed), never by suffix/substring;
 * a lock whose owner pod is gone, terminal (Succeeded/Failed) or already past allocation
   (bind-phase success/failed) is taken over at once instead of waiting for the expiry;
+* a lock whose owner was never bound (no bind-phase, or `allocating` without `spec.nodeName`) and
+  is older than `orphan_timeout` (the longest possible /bind: kube-scheduler's 30 s extender
+  timeout plus margin) belongs to a binder that died between lock and binding: taken over then,
+  not after the 5-minute expiry;
 * before taking over an expired lock whose owner is still `bind-phase=allocating`, the owner is
   marked `bind-phase=failed`, so a late Allocate on the node can never read the wrong pod.
 """
@@ -67,11 +71,12 @@ def _newer(a: dict | None, b: dict | None) -> dict | None:
 class NodeLocker:
     def __init__(self, client: KubeClient, nodes: Informer, pod_lookup: PodLookup, *,
                  timeout: float = 300.0, clock: Callable[[], float] = time.time,
-                 conflict_wait: float = 2.0, attempts: int = 6):
+                 conflict_wait: float = 2.0, attempts: int = 6, orphan_timeout: float = 45.0):
         self.client = client
         self.nodes = nodes
         self.pod_lookup = pod_lookup
         self.timeout = timeout
+        self.orphan_timeout = orphan_timeout
         self.clock = clock
         self.conflict_wait = conflict_wait
         self.attempts = attempts
@@ -98,7 +103,8 @@ class NodeLocker:
         return obj
 
     def _holder_state(self, lock: NodeLock) -> str:
-        """'gone' | 'done' | 'allocating' | 'pending' for the pod that owns a lock."""
+        """'gone' | 'done' | 'allocating' | 'unbound' | 'pending' for the pod that owns a lock
+        ('unbound': no bind-phase, or allocating, and no spec.nodeName yet: its binder has not finished)."""
         if lock.legacy:
             return "pending"
         pod = self.pod_lookup(lock.namespace, lock.name)
@@ -111,9 +117,10 @@ class NodeLocker:
         bind_phase = (meta.get("annotations") or {}).get(BIND_PHASE, "")
         if bind_phase in ("success", "failed"):
             return "done"
+        bound = bool((pod.get("spec") or {}).get("nodeName"))
         if bind_phase == "allocating":
-            return "allocating"
-        return "pending"
+            return "allocating" if bound else "unbound-allocating"
+        return "pending" if bound else "unbound"
 
     # ------------------------------------------------------------------ API
 
@@ -162,7 +169,8 @@ class NodeLocker:
                 if held.owned_by(namespace, pod_name):
                     return None  # re-entrant
                 state = self._holder_state(held)
-                expired = self.clock() - held.timestamp > self.timeout
+                age = self.clock() - held.timestamp
+                expired = age > self.timeout or (state.startswith("unbound") and age > self.orphan_timeout)
                 if state not in ("gone", "done") and not expired:
                     raise NodeLockError(
                         f"node {node_name} has been locked within {_go_duration(self.timeout)}: "
@@ -170,7 +178,7 @@ class NodeLocker:
                         if not held.legacy else
                         f"node {node_name} has been locked within {_go_duration(self.timeout)}: node lock contention"
                     )
-                if state == "allocating":
+                if state.endswith("allocating"):
                     await self._fail_owner(held)
                 log.info("Taking over node lock", node=node_name, holder=f"{held.namespace}/{held.name}",
                          holder_state=state, expired=expired)

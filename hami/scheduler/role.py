@@ -235,7 +235,8 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     state = ClusterState(client, config.nvidia, node_label_selector=node_selector_text(sc.node_label_selector),
                          handshaker=handshaker, vendors=config.vendors)
     assert state.nodes is not None
-    locker = NodeLocker(client, state.nodes, state.pod, timeout=sc.node_lock_timeout, clock=clock)
+    locker = NodeLocker(client, state.nodes, state.pod, timeout=sc.node_lock_timeout, clock=clock,
+                        orphan_timeout=sc.node_lock_orphan_timeout)
     binder = Binder(client, state, locker, events, retry_timeout=sc.node_lock_retry_timeout, clock=clock)
     # Wakes of parked pods when GPU capacity frees (background, rate-limited): hami.scheduler.waker.
     waker = Waker(client, lambda: state.index, rate=sc.requeue_wakes_per_second,

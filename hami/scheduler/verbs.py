@@ -3,8 +3,9 @@ picks a node other than HAMi's best (only with --extender-prioritize).
 
 Wire format: k8s.io/kube-scheduler/extender/v1 (spec protocols.md): `ExtenderArgs` in, a
 `HostPriorityList` out for /prioritize; `ExtenderPreemptionArgs` in, `ExtenderPreemptionResult`
-(`NodeNameToMetaVictims`) out for /preempt. A body of the wrong shape is answered `{"Error": ...}`
-naming the field, with HTTP 200, never a 500. Scores: hami.scheduler.prioritize; victims:
+(`NodeNameToMetaVictims`) out for /preempt. A body of the wrong shape is answered HTTP 400 with
+`{"Error": ...}` naming the field, never a 500: neither result type has an Error field, so
+kube-scheduler reads the status code (and logs the body), as it would a 200 it cannot decode. Scores: hami.scheduler.prioritize; victims:
 hami.scheduler.preempt; PDBs: hami.scheduler.pdb over the PDB informer.
 """
 
@@ -98,6 +99,28 @@ def _victims_arg(args: dict) -> dict[str, list[str]]:
     return out
 
 
+def _node_names(items: Any) -> list[str]:
+    """The names of ExtenderArgs.Nodes.items, each item checked to be a Node object."""
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise _want("extender args: Nodes.items", "an array", items)
+    names = []
+    for i, node in enumerate(items):
+        meta = node.get("metadata") if isinstance(node, dict) else None
+        if not isinstance(meta, dict):
+            raise _want(f"extender args: Nodes.items[{i}]" + (".metadata" if isinstance(node, dict) else ""),
+                        "an object", meta if isinstance(node, dict) else node)
+        names.append(meta.get("name", ""))
+    return names
+
+
+def _answer(result: list | dict) -> web.Response:
+    """200 with the result, or 400 with `{"Error": ...}` for a request of the wrong shape."""
+    bad = isinstance(result, dict) and "Error" in result
+    return web.Response(body=orjson.dumps(result), content_type="application/json", status=400 if bad else 200)
+
+
 def _may_go(pod: dict | None, preemptor_priority: int, node: str) -> bool:
     """A pod preemption may evict: bound to the node (kube-scheduler refuses a victim its cache
     does not hold there), lower priority than the preemptor and not already terminating."""
@@ -119,10 +142,10 @@ class ExtraVerbs:
         app.router.add_post("/preempt", self._h_preempt)
 
     async def _h_prioritize(self, request: web.Request) -> web.Response:
-        return web.Response(body=orjson.dumps(self.prioritize(await request.read())), content_type="application/json")
+        return _answer(self.prioritize(await request.read()))
 
     async def _h_preempt(self, request: web.Request) -> web.Response:
-        return web.Response(body=orjson.dumps(self.preempt(await request.read())), content_type="application/json")
+        return _answer(self.preempt(await request.read()))
 
     # ------------------------------------------------------------------ shared
 
@@ -147,7 +170,7 @@ class ExtraVerbs:
             pod = _pod_of(args, "extender args")
             names = args.get("nodenames")
             if names is None and isinstance(args.get("nodes"), dict):
-                names = [((n or {}).get("metadata") or {}).get("name", "") for n in args["nodes"].get("items") or []]
+                names = _node_names(args["nodes"].get("items"))
             if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
                 raise _want("extender args: NodeNames", "an array of strings", names)
         except ShapeError as exc:
@@ -209,8 +232,9 @@ class ExtraVerbs:
                 if u not in pods and _may_go(p := state.pod_by_uid(u), prio, node):
                     pods[u] = p
             by_importance = sorted(pods, key=lambda u: (-_priority(pods[u]), _start_time(pods[u])))
-            ordered = [u for u in by_importance if u in uids]
-            extra = [u for u in by_importance if u not in uids]
+            asked = set(uids)  # a set: 100,000 victims must not cost 10^10 list scans on the loop
+            ordered = [u for u in by_importance if u in asked]
+            extra = [u for u in by_importance if u not in asked]
             violating_pods, _ = pdbmod.victims_violating([pods[u] for u in ordered + extra if pods[u]], pdbs,
                                                          all_pods)
             violating = {(p.get("metadata") or {}).get("uid") for p in violating_pods}

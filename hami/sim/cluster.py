@@ -280,7 +280,7 @@ class PodRunner:
         meta = pod["metadata"]
         key = f"{meta.get('namespace')}/{meta['name']}"
         uid = meta.get("uid", "")
-        self.started[uid] = []
+        regions = self.started[uid] = []  # a DELETED event during the awaits below pops the entry
         resource = self.cfg.nvidia.resource_count_name
         if self.vendor_runner is not None and codec.ALLOCATED_ANNOTATION not in (meta.get("annotations") or {}):
             await self.vendor_runner.start_pod(pod)  # no NVIDIA device: another vendor's pod
@@ -300,6 +300,10 @@ class PodRunner:
         devices: dict[str, dict] = {}
         uuid_of_index = await self._gpu_indexes() if any(r.cdi_devices or r.annotations
                                                          for r in responses.values()) else {}
+        if self.started.get(uid) is not regions:  # deleted while its devices were allocated: never runs
+            self.kubelet.release_pod(uid)
+            log.info("Pod deleted before it started", pod=key, node=self.node)
+            return
         for container, resp in responses.items():
             env = dict(resp.envs)
             envs[container] = env
@@ -313,7 +317,7 @@ class PodRunner:
             written = self._write_region(uid, container, env,
                                          {m.container_path: m.host_path for m in resp.mounts}, uuids)
             if written:
-                self.started[uid].append(written)
+                regions.append(written)
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         spec = pod.get("spec") or {}
         statuses = [{"name": c["name"], "ready": True, "restartCount": 0, "image": c.get("image", ""),

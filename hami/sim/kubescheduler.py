@@ -716,6 +716,8 @@ class KubeSchedulerLoop:
         async with http.post(f"{_replica_url.get(self.url)}/{verb}", data=orjson.dumps(body),
                              headers={"Content-Type": "application/json"}, ssl=False) as resp:
             data = await resp.read()
+            if resp.status == 400 and data.startswith(b'{"Error"'):
+                return orjson.loads(data)  # a refused request: kube-scheduler's extender error, with its text
             if resp.status != 200:
                 raise RuntimeError(f"extender /{verb} answered HTTP {resp.status}: {data[:200]!r}")
             return orjson.loads(data) if data else {}

@@ -14,6 +14,7 @@ import os
 import tempfile
 from typing import Any
 
+from hami.config import check_sim_listen
 from hami.netaddr import split_host_port
 from hami.obs.log import get_logger
 from hami.sim.apiserver import ApiServer, Faults
@@ -42,8 +43,10 @@ def _is_loopback(host: str) -> bool:
 async def run(ctx: Any) -> None:
     cfg = ctx.config.sim
     host, port = parse_listen(cfg.listen)
+    check_sim_listen(cfg)  # also for configs built in code: no unauthenticated API off loopback unasked
     if not _is_loopback(host):
-        log.warning("The embedded API server has no authentication; serving beyond loopback", listen=cfg.listen)
+        log.warning("The embedded API server has no authentication; serving beyond loopback "
+                    "(--sim-listen-insecure)", listen=cfg.listen)
     server = ApiServer(Store(watch_window=cfg.watch_window), host, port,
                        faults=Faults(read_delay=cfg.read_latency, write_delay=cfg.write_latency,
                                      max_inflight=cfg.max_inflight))

@@ -1,7 +1,8 @@
 """Node lock `hami.io/mutex.lock` against the embedded API server, decided from the informer
 cache (no GET): HAMi's value format, re-entrancy, contention, compare-and-swap between two
 lockers (exactly one wins), expiry under a fake clock, exact owner parsing (no suffix match),
-immediate takeover from a gone or terminal owner, marking an expired owner that is still
+immediate takeover from a gone or terminal owner, takeover from a never-bound owner after the
+orphan timeout (45 s, not the 5-minute expiry), marking an expired owner that is still
 allocating as failed, release only by the owner, and a malformed value."""
 
 from __future__ import annotations
@@ -114,6 +115,7 @@ async def test_two_lockers_racing_exactly_one_wins(env):
 async def test_expired_lock_is_taken_over_after_timeout_under_fake_time(env):
     env.pods[("default", "old")] = running("default", "old", bind_phase="success")
     env.pods[("default", "old")]["metadata"]["annotations"] = {}  # pending: not terminal, not allocating
+    env.pods[("default", "old")]["spec"] = {"nodeName": "n1"}  # bound: not an orphan of a dead binder
     await env.locker.lock("n1", "default", "old")
     await asyncio.sleep(0.05)
     env.clock.now += 299
@@ -122,6 +124,20 @@ async def test_expired_lock_is_taken_over_after_timeout_under_fake_time(env):
     env.clock.now += 2
     await env.locker.lock("n1", "default", "new")
     assert codec.decode_node_lock(lock_value(env.store)).name == "new"
+
+
+async def test_unbound_holder_is_taken_over_after_the_orphan_timeout_not_the_expiry(env):
+    env.pods[("default", "old")] = running("default", "old", phase="Pending")  # no bind-phase, no nodeName
+    await env.locker.lock("n1", "default", "old")
+    await asyncio.sleep(0.05)
+    env.clock.now += env.locker.orphan_timeout - 1  # a /bind could still be this old
+    with pytest.raises(NodeLockError, match="held by default/old"):
+        await env.locker.lock("n1", "default", "new")
+    env.clock.now += 2  # older than any /bind, far inside the 5-minute expiry
+    assert env.locker.orphan_timeout + 1 < env.locker.timeout
+    await env.locker.lock("n1", "default", "new")
+    assert codec.decode_node_lock(lock_value(env.store)).name == "new"
+    assert env.locker.takeovers == 1
 
 
 @pytest.mark.parametrize("holder", [None, running("default", "old", phase="Succeeded"),

@@ -3,6 +3,10 @@
   on the node and refuses other pods until it expires (fake clock, --node-lock-timeout); then
   another replica takes it over, marks the dead attempt bind-phase=failed, the orphaned pod is
   schedulable again, and no GPU is double-booked;
+- a scheduler replica dies after taking the node lock and before the binding (before its pod patch:
+  the holder has no bind-phase; or after it: allocating but unbound): the lock refuses other pods only
+  until it is older than the longest possible /bind (--node-lock-orphan-timeout, 45 s), then is taken
+  over, far inside the 5-minute expiry (issue 27 §5);
 - the node agent is stopped while an Allocate is in flight (its pod patch never answers): the pod
   ends bind-phase=failed, the node lock is released, and after the agent restarts the next pod's
   Allocate hands out that pod's own devices, never the orphan's;
@@ -100,6 +104,57 @@ async def test_scheduler_killed_between_lock_and_binding(apiserver):
         assert (dev.used, dev.usedmem) == (2, 40000)
         record("scheduler killed between lock and binding", lock_timeout_s=b.sched.config.scheduler.node_lock_timeout,
                takeovers=b.sched.locker.takeovers, double_booked=0)
+    finally:
+        await stop_env(b)
+
+
+@pytest.mark.parametrize("dies_at", ["patch_pod", "bind_pod"])
+async def test_dead_binders_lock_is_taken_over_after_the_longest_bind_not_the_expiry(apiserver, dies_at):
+    t0 = time.time()
+    offset = [0.0]
+
+    def clock() -> float:
+        return t0 + offset[0]
+
+    apiserver.store.create("nodes", "", node_obj("n0", 1, mem=40960, handshake=requesting_now()))
+    a = await env_with_clock(apiserver, clock)
+    orphan = a.create_pod(pod_obj("orphan", mem=20000))
+    other = a.create_pod(pod_obj("other", mem=20000))
+    killed = asyncio.Event()
+
+    async def die(*args, **kwargs):  # SIGKILL here: nothing after this line runs
+        killed.set()
+        raise asyncio.CancelledError
+
+    setattr(a.sched.client, dies_at, die)
+    assert (await a.filter(orphan, ["n0"]))["NodeNames"] == ["n0"]
+    bind = asyncio.create_task(a.bind(orphan, "n0"))
+    await asyncio.wait_for(killed.wait(), 10)
+    await asyncio.gather(bind, return_exceptions=True)
+    await stop_env(a)
+    assert codec.decode_node_lock(annos(apiserver.store.get("nodes", "", "n0"))[LOCK]).owned_by("default", "orphan")
+    phase = annos(apiserver.store.get("pods", "default", "orphan")).get("hami.io/bind-phase")
+    assert phase == (None if dies_at == "patch_pod" else "allocating")
+
+    b = await env_with_clock(apiserver, clock)
+    try:
+        sc = b.sched.config.scheduler
+        assert sc.node_lock_orphan_timeout + 15 < sc.node_lock_timeout  # the point: far inside the expiry
+        offset[0] = sc.node_lock_orphan_timeout - 1  # a live /bind could still be this old: the lock holds
+        assert (await b.filter(other, ["n0"]))["NodeNames"] == ["n0"]
+        err = (await b.bind(other, "n0"))["Error"]
+        assert "node lock contention" in err and "default/orphan" in err
+        offset[0] = sc.node_lock_orphan_timeout + 1  # older than any /bind: its binder is dead
+        assert (await b.filter(other, ["n0"]))["NodeNames"] == ["n0"]
+        assert (await b.bind(other, "n0"))["Error"] == ""
+        assert codec.decode_node_lock(annos(apiserver.store.get("nodes", "", "n0"))[LOCK]).owned_by("default", "other")
+        assert b.sched.locker.takeovers == 1
+        # an allocating orphan is marked failed first, so a late Allocate never reads it
+        orphan_phase = annos(apiserver.store.get("pods", "default", "orphan")).get("hami.io/bind-phase")
+        assert orphan_phase == (None if dies_at == "patch_pod" else "failed")
+        assert apiserver.store.get("pods", "default", "orphan")["spec"].get("nodeName") is None
+        record(f"scheduler killed holding a lock (dies at {dies_at})", orphan_timeout_s=sc.node_lock_orphan_timeout,
+               lock_expiry_s=sc.node_lock_timeout, taken_over_after_s=offset[0], takeovers=b.sched.locker.takeovers)
     finally:
         await stop_env(b)
 

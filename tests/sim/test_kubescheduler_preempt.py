@@ -7,7 +7,7 @@ at any observed step; a PodDisruptionBudget the cheap node's victims would viola
 preemptor to the other node (NumPDBViolations counted as kube-scheduler does); /preempt drops
 nodes where no victim set helps and keeps higher-priority pods; a preemptor asking for no HAMi device
 gets kube-scheduler's candidates back with their PDB violations counted; bodies of the wrong shape get an
-`Error` naming the field (HTTP 200).
+`Error` naming the field (HTTP 400).
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ async def test_preempt_for_a_pod_without_hami_devices_counts_pdb_violations(apis
 async def test_preempt_bad_shapes_get_an_error_naming_the_field(apiserver, body, field):
     async with running_env(apiserver, [gpu_node("n0")]) as env:
         status, out = await post(env, body)
-        assert status == 200
+        assert status == 400
         assert field in out["Error"]
 
 

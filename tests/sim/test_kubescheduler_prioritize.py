@@ -6,7 +6,7 @@ node, the extender's 0..10 scores are weighed with NodeAffinity's, /bind re-plac
 kube-scheduler's choice, also when the filtering replica's memory is gone) and HAMi's node wins when
 it is not; /prioritize scores binpack and spread
 on 0..10 with non-fitting nodes at 0; bodies of the wrong shape get an `Error` naming the field
-(HTTP 200, never 500).
+(HTTP 400, never 500; `Nodes.items: ["x"]` included).
 """
 
 from __future__ import annotations
@@ -77,11 +77,14 @@ async def test_prioritize_scales_hami_node_score_to_extender_range(apiserver, po
     ({"Pod": {}, "NodeNames": [1]}, "NodeNames"),
     ([1, 2], "extender args"),
     (b"{not json", "extender args"),
+    ({"Pod": {}, "Nodes": {"items": ["x"]}}, "Nodes.items[0]"),
+    ({"Pod": {}, "Nodes": {"items": [{"metadata": 7}]}}, "Nodes.items[0].metadata"),
+    ({"Pod": {}, "Nodes": {"items": "x"}}, "Nodes.items"),
 ])
 async def test_prioritize_bad_shapes_get_an_error_naming_the_field(apiserver, body, field):
     async with running_env(apiserver, [gpu_node("n0")]) as env:
         status, out = await post(env, "prioritize", body)
-        assert status == 200
+        assert status == 400
         assert field in out["Error"]
 
 
