@@ -80,7 +80,7 @@ def test_dockerignore_admits_what_the_wheel_stage_copies():
     copied = re.findall(r"^COPY (?!--from)(.+) \S+$", DOCKERFILE.read_text(), re.M)
     sources = [s for line in copied for s in line.split()]
     # hami/device/vendors.yaml links to config/vendors.yaml: the link must resolve inside the build.
-    assert sources == ["pyproject.toml", "README.md", "hami", "config/vendors.yaml"]
+    assert sources == ["pyproject.toml", "README.md", "hami", "config/vendors.yaml", "constraints/image.lock"]
     assert os.readlink(ROOT / "hami" / "device" / "vendors.yaml") == "../../config/vendors.yaml"
     for s in sources:
         assert f"!{s}" in ignore or f"!{s}/" in ignore
