@@ -6,10 +6,10 @@ Each property feeds random values to every consumer of a field and checks one an
 written here from HAMi's Go source:
 * `nvidia.com/use-gputype` / `nouse-gputype`: devices.go CheckType (strings.Split on ",", TrimSpace,
   empty members never match, strings.ToUpper both sides, Contains; a blank value is no constraint),
-  through podfilter.gpu_type_allowed and fit_options(...).type_ok. Go's ToUpper is rune for rune
+  through fit_options(...).type_ok (the fit's one reading). Go's ToUpper is rune for rune
   ("ß" stays, "ᾀ" -> "ᾈ"), not Python's full mapping ("ß".upper() == "SS"): the oracle's table says so.
 * `nvidia.com/use-gpuuuid` / `nouse-gpuuuid`: CheckUUID (TrimSpace members, exact), through
-  podfilter.gpu_uuid_allowed and fit_options(...).uuid_ok.
+  fit_options(...).uuid_ok.
 * `nvidia.com/numa-bind`: assertNuma = strconv.ParseBool, true only when it parses to true.
 * `nvidia.com/vgpu-mode`: strings.Contains(annotation, card mode) when the key is present.
 * `hami.io/bind-time` in the node agent's order of pods waiting for Allocate: strconv.ParseInt(s, 10, 64)
@@ -31,7 +31,7 @@ from hami.device import codec
 from hami.device.model import DeviceInfo, NvidiaConfig
 from hami.device.request import quantity_value
 from hami.doctor import recommend, tree
-from hami.scheduler import podfilter, webhook
+from hami.scheduler import webhook
 from hami.scheduler.fit import fit_options
 from hami.scheduler.handshake import gpu_allocatable
 from hami.scheduler.usage import DeviceState
@@ -97,7 +97,6 @@ def _annos(**pairs) -> dict:
 def test_gpu_type_lists_give_go_checktypes_answer_in_every_consumer(use, nouse, card):
     annos = _annos(**{codec.USE_GPUTYPE_ANNOTATION: use, codec.NOUSE_GPUTYPE_ANNOTATION: nouse})
     want = go_check_type(annos, card)
-    assert podfilter.gpu_type_allowed(card, use, nouse) == want
     assert fit_options(annos).type_ok(_device(card)) == want
 
 
@@ -105,7 +104,7 @@ def test_go_upper_keeps_runes_python_would_expand():
     assert codec.go_to_upper("tesla-ß") == "TESLA-ß"
     assert codec.go_to_upper("ᾀﬁµ") == "ᾈﬁΜ"
     # "ß" asked for on a card whose type contains "SS": Go does not match, Python's upper() would
-    assert not podfilter.gpu_type_allowed("GLASS-A100", "ß", None)
+    assert not fit_options({codec.USE_GPUTYPE_ANNOTATION: "ß"}).type_ok(_device("GLASS-A100"))
     assert fit_options({codec.NOUSE_GPUTYPE_ANNOTATION: "ß"}).type_ok(_device("GLASS-A100"))
 
 
@@ -126,7 +125,6 @@ uuid_lists = st.none() | st.lists(uuid_member, max_size=3).map(",".join)
 def test_gpu_uuid_lists_give_go_checkuuids_answer_in_every_consumer(use, nouse, uuid):
     annos = _annos(**{codec.USE_GPUUUID_ANNOTATION: use, codec.NOUSE_GPUUUID_ANNOTATION: nouse})
     want = go_check_uuid(annos, uuid)
-    assert podfilter.gpu_uuid_allowed(uuid, use, nouse) == want
     assert fit_options(annos).uuid_ok(uuid) == want
 
 
@@ -138,7 +136,6 @@ bools = st.sampled_from(["1", "t", "T", "TRUE", "true", "True", "0", "f", "FALSE
 @given(value=st.none() | bools)
 def test_numa_bind_is_strconv_parsebool_true(value):
     want = value is not None and go_parse_bool(value) is True
-    assert podfilter.numa_bind(value) == want
     assert fit_options(_annos(**{codec.NUMA_BIND_ANNOTATION: value})).numa_bind == want
 
 
@@ -147,7 +144,6 @@ def test_numa_bind_is_strconv_parsebool_true(value):
        mode=st.sampled_from(["hami-core", "mig", "mps"]))
 def test_vgpu_mode_is_go_contains_when_the_key_is_present(value, mode):
     want = value is None or mode in value  # strings.Contains(annos[AllocateMode], d.Mode)
-    assert podfilter.vgpu_mode_allowed(value, mode) == want
     assert fit_options(_annos(**{codec.VGPU_MODE_ANNOTATION: value})).type_ok(_device("A100", mode)) == want
 
 

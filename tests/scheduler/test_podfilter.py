@@ -1,5 +1,7 @@
-"""HAMi's own pod filter tables against hami.scheduler.podfilter (moved from
-tests/device/test_codec_golden.py when the predicates left the codec for the scheduler).
+"""HAMi's own pod filter tables against the fit's one reading of them: `fit.fit_options` (the
+lists split by hami.scheduler.podfilter) and `FitOptions.uuid_ok` / `type_ok` / `numa_bind`, the
+checks /filter and /bind run (moved from tests/device/test_codec_golden.py; the per-annotation
+predicates that only tests called are gone, issue 33).
 
 Covers, each case naming its source in Project-HAMi/HAMi: pkg/device/devices_test.go CheckUUID and
 CheckType, pkg/device/nvidia/device_test.go checkType (gputype substring match) and numa-bind,
@@ -10,7 +12,18 @@ from __future__ import annotations
 
 import pytest
 
-from hami.scheduler import podfilter
+from hami.device import codec
+from hami.device.model import DeviceInfo
+from hami.scheduler.fit import fit_options
+from hami.scheduler.usage import DeviceState
+
+
+def _options(**annos):
+    return fit_options({k: v for k, v in annos.items() if v is not None})
+
+
+def _card(card: str, mode: str = "hami-core") -> DeviceState:
+    return DeviceState.from_info(DeviceInfo(id="GPU-x", count=10, devmem=1000, devcore=100, type=card, mode=mode))
 
 CHECK_UUID = [
     ("don't set GPUUseUUID and GPUNoUseUUID annotation", None, None, "abc", True),
@@ -30,7 +43,7 @@ CHECK_UUID = [
 @pytest.mark.parametrize(("use", "nouse", "uuid", "want"), [c[1:] for c in CHECK_UUID], ids=[c[0] for c in CHECK_UUID])
 def test_gpu_uuid_lists_like_hami_check_uuid(use, nouse, uuid, want):
     """devices_test.go TestCheckUUID."""
-    assert podfilter.gpu_uuid_allowed(uuid, use, nouse) is want
+    assert _options(**{codec.USE_GPUUUID_ANNOTATION: use, codec.NOUSE_GPUUUID_ANNOTATION: nouse}).uuid_ok(uuid) is want
 
 
 CHECK_TYPE = [
@@ -56,7 +69,7 @@ CHECK_TYPE = [
 @pytest.mark.parametrize(("use", "nouse", "card", "want"), [c[1:] for c in CHECK_TYPE], ids=[c[0] for c in CHECK_TYPE])
 def test_gpu_type_lists_like_hami_check_type(use, nouse, card, want):
     """devices_test.go TestCheckType and nvidia/device_test.go Test_checkType."""
-    assert podfilter.gpu_type_allowed(card, use, nouse) is want
+    assert _options(**{codec.USE_GPUTYPE_ANNOTATION: use, codec.NOUSE_GPUTYPE_ANNOTATION: nouse}).type_ok(_card(card)) is want
 
 
 @pytest.mark.parametrize(
@@ -66,7 +79,7 @@ def test_gpu_type_lists_like_hami_check_type(use, nouse, card, want):
 )
 def test_numa_bind_uses_parse_bool(value, want):
     """nvidia/device.go assertNuma: strconv.ParseBool true; anything else is false."""
-    assert podfilter.numa_bind(value) is want
+    assert _options(**{codec.NUMA_BIND_ANNOTATION: value}).numa_bind is want
 
 
 @pytest.mark.parametrize(
@@ -76,4 +89,4 @@ def test_numa_bind_uses_parse_bool(value, want):
 )
 def test_vgpu_mode_card_mode_must_be_a_substring(annotation, mode, want):
     """spec scheduler.md §1.2 `nvidia.com/vgpu-mode`."""
-    assert podfilter.vgpu_mode_allowed(annotation, mode) is want
+    assert _options(**{codec.VGPU_MODE_ANNOTATION: annotation}).type_ok(_card("A100", mode)) is want

@@ -149,6 +149,26 @@ async def test_pod_asking_for_two_vendors_fits_only_where_both_are(env):
     [[nv], []] = codec.decode_pod_devices(annos[codec.ALLOCATED_ANNOTATION])
     [[npu], []] = codec.decode_pod_devices(annos[f"hami.io/{ASC}-devices-allocated"])
     assert (nv.type, npu.type) == ("NVIDIA", ASC)
+    # HAMi v2.10 places such a pod (pkg/scheduler/score.go fitInDevices fits each vendor's request
+    # in turn; its webhook refuses no mix): /bind writes both vendors' devices.
+    assert (await env.bind(pod2, "mix"))["Error"] == ""
+    written = env.pod("default", "two2")["metadata"]["annotations"]
+    assert written[codec.ALLOCATED_ANNOTATION] == annos[codec.ALLOCATED_ANNOTATION]
+    assert written[f"hami.io/{ASC}-devices-allocated"] == annos[f"hami.io/{ASC}-devices-allocated"]
+
+
+async def test_webhook_admits_a_pod_asking_for_two_vendors_as_hami_v210(env):
+    """HAMi v2.10's MutateAdmission runs every vendor's hook on each container and refuses no mix
+    (pkg/scheduler/webhook.go): the pod goes to the scheduler, each vendor's rules applied."""
+    pod = vendor_pod("mixed", {"nvidia.com/gpu": "1", f"huawei.com/{ASC}": "1",
+                               f"huawei.com/{ASC}-memory": "10000"})
+    pod["spec"]["schedulerName"] = ""
+    resp = await _webhook(env, pod, "default")
+    assert resp["allowed"] is True
+    ops = orjson.loads(base64.b64decode(resp["patch"]))
+    assert [o["value"] for o in ops if o["path"] == "/spec/schedulerName"] == ["hami-scheduler"]
+    assert any(o["value"] == "16384" for o in ops if "Ascend910B3-memory" in o["path"]) or any(
+        isinstance(o["value"], dict) and o["value"].get(f"huawei.com/{ASC}-memory") == "16384" for o in ops)
 
 
 async def test_vendor_allocations_on_pods_are_counted_from_their_keys(env):
