@@ -120,13 +120,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The embedded cluster runs its own node agents (one per simulated node) and plays kubelet.
         roles = ("sim",) + tuple(r for r in roles if r != "node-agent")
 
+    keep_state = bool(flags.pop("sim_keep_state", False))
+    own_state = ""  # the temp folder this run made for itself: removed when it stops unless kept
     if flags.get("embedded") and not flags.get("sim_state_dir"):
         import tempfile
 
         if check_only:  # a check writes nothing: name the directory a start would create
             flags["sim_state_dir"] = os.path.join(tempfile.gettempdir(), "hami-embedded-XXXXXXXX")
         else:
-            flags["sim_state_dir"] = tempfile.mkdtemp(prefix="hami-embedded-")
+            flags["sim_state_dir"] = own_state = tempfile.mkdtemp(prefix="hami-embedded-")
+    if flags.get("embedded") and not check_only:
+        from hami.sim.instance import move_busy_defaults
+
+        warnings.extend(move_busy_defaults(flags))  # a second instance beside the first: free ports, said
     try:
         config = build_config({**flags, "roles": roles}, warn=warnings.append)
         if check_only:
@@ -156,6 +162,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(run_roles(config, roles, shared=shared))
     except KeyboardInterrupt:
         return 130
+    finally:
+        if own_state and not keep_state:
+            import shutil
+
+            shutil.rmtree(own_state, ignore_errors=True)
+            print(f"hami: removed the embedded cluster's state folder {own_state} (--sim-keep-state keeps it)",
+                  file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

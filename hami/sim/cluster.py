@@ -572,12 +572,12 @@ def extender_url(cfg: Config) -> str:
     return dial_url(cfg.scheduler.http_bind, scheme=scheme)
 
 
-def banner(cfg: Config, kubeconfig: str, api_url: str) -> str:
+def banner(cfg: Config, kubeconfig: str, api_url: str, pointer: str | None = None) -> str:
     lines = [
         "",
         "hami is running on an embedded Kubernetes API server (no cluster, no GPU needed).",
         f"  API server     {api_url}",
-        f"  kubeconfig     {kubeconfig}",
+        f"  kubeconfig     {kubeconfig}" + (f"  (also {pointer} while this run lasts)" if pointer else ""),
         f"  extender       {extender_url(cfg)}/filter  /bind  /webhook",
         f"  metrics        {dial_url(cfg.scheduler.metrics_bind_address, '/metrics')}  (scheduler)",
         f"                 {dial_url(cfg.monitor.metrics_bind_address, '/metrics')}  (monitor)",

@@ -67,6 +67,7 @@ async def run(ctx: Any) -> None:
         # --embedded: simulated GPU nodes, their agents and kubelets, and a kube-scheduler loop.
         from hami.sim.admission import WebhookAdmission
         from hami.sim.cluster import SCHEDULER_POD, EmbeddedCluster, banner, extender_url
+        from hami.sim.instance import publish_kubeconfig, withdraw_kubeconfig
 
         # As kube-apiserver with the chart's MutatingWebhookConfiguration: pods go through /webhook.
         server.admission = WebhookAdmission(extender_url(ctx.config) + "/webhook")
@@ -76,7 +77,12 @@ async def run(ctx: Any) -> None:
         cluster = EmbeddedCluster(ctx.config, path)
         cluster.write_fake_gpus()  # before ready: the monitor role reads it at start
         ctx.ready.set()
-        print(banner(ctx.config, path, server.url), flush=True)
-        await cluster.run(ctx.stop)
+        pointer = publish_kubeconfig(path) if cfg.embedded else None
+        print(banner(ctx.config, path, server.url, pointer), flush=True)
+        try:
+            await cluster.run(ctx.stop)
+        finally:
+            if pointer:
+                withdraw_kubeconfig(path, pointer)
     finally:
         await server.stop()
