@@ -83,6 +83,7 @@ class SchedulerSettings:
     # the longest /bind (kube-scheduler's 30 s extender timeout plus margin) belongs to a dead binder.
     node_lock_orphan_timeout: float = 45.0
     force_overwrite_default_scheduler: bool = True
+    dra: bool = False  # --dra: the webhook turns GPU resources into DRA claims; the embedded cluster runs DRA
     leader_elect: bool = False
     leader_elect_resource_name: str = "hami-scheduler"
     leader_elect_resource_namespace: str = ""
@@ -475,6 +476,7 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "node_lock_retry_timeout": ("scheduler", "node_lock_retry_timeout"),
     "node_lock_orphan_timeout": ("scheduler", "node_lock_orphan_timeout"),
     "force_overwrite_default_scheduler": ("scheduler", "force_overwrite_default_scheduler"),
+    "dra": ("scheduler", "dra"),
     "leader_elect": ("scheduler", "leader_elect"),
     "extender_prioritize": ("scheduler", "extender_prioritize"),
     "requeue_wakes_per_second": ("scheduler", "requeue_wakes_per_second"),

@@ -91,6 +91,8 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
      "how long pod-group members retry lock contention (default 28s)"),
     (("--node-lock-orphan-timeout",), "node_lock_orphan_timeout", "duration",
      "take over a lock whose holder was never bound after this (default 45s: the 30s extender timeout + margin)"),
+    (("--dra",), "dra", "bool",
+     "DRA mode: the webhook turns GPU resources into ResourceClaims; --embedded runs DRA nodes (docs/dra.md)"),
     (("--force-overwrite-default-scheduler",), "force_overwrite_default_scheduler", "bool",
      "the webhook also takes pods asking for default-scheduler (default true)"),
     (("--extender-prioritize",), "extender_prioritize", "bool",

@@ -10,7 +10,7 @@ structured allocator builds it (k8s.io/dynamic-resource-allocation/cel):
 - `device.capacity["<domain>"].<name>`: a Quantity.
 - `quantity("4Gi")`, `isQuantity(s)`; a Quantity's `compareTo`, `isGreaterThan`, `isLessThan`,
   `add`, `sub`, `asInteger`, `asApproximateFloat`, `isInteger`, `sign`.
-- `semver("1.2.3")`, `isSemver(s)`; a version's `compareTo`, `isGreaterThan`, `isLessThan`,
+- `upperAscii`, `lowerAscii` (the strings extension); `semver("1.2.3")`, `isSemver(s)`; a version's `compareTo`, `isGreaterThan`, `isLessThan`,
   `major`, `minor`, `patch`.
 
 Expressions are tenant input (a claim's selectors): their length is bounded as the API server
@@ -148,6 +148,9 @@ FUNCTIONS = {
     "asApproximateFloat": lambda q: celtypes.DoubleType(float(_q(q, "asApproximateFloat"))),
     "isInteger": lambda q: celtypes.BoolType(_q(q, "isInteger").denominator == 1),
     "sign": lambda q: celtypes.IntType((_q(q, "sign") > 0) - (_q(q, "sign") < 0)),
+    # Kubernetes' CEL carries the strings extension library; these two are what selectors use.
+    "upperAscii": lambda s: celtypes.StringType("".join(c.upper() if c.isascii() else c for c in str(s))),
+    "lowerAscii": lambda s: celtypes.StringType("".join(c.lower() if c.isascii() else c for c in str(s))),
     "major": lambda v: celtypes.IntType(v.major),
     "minor": lambda v: celtypes.IntType(v.minor),
     "patch": lambda v: celtypes.IntType(v.patch),

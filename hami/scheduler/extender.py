@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import ssl
 import time
@@ -656,6 +657,8 @@ class Extender:
             out = self.webhook(body)
         except ValueError as exc:
             return web.Response(status=400, text=str(exc))
+        if inspect.isawaitable(out):  # --dra: the answer waits for the pod's claim templates
+            out = await out
         if isinstance(out, (bytes, bytearray)):
             return web.Response(body=out, content_type=JSON)
         return _json(out)

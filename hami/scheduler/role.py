@@ -25,6 +25,8 @@ import orjson
 from hami.config import Config, check_listener_trust, replace
 from hami.device import codec
 from hami.device.vendorrequest import pod_vendor_requests
+from hami.dra import templates as dra_templates
+from hami.dra.templates import TemplateMaker
 from hami.kube.access import AccessProbe
 from hami.kube.client import KubeClient
 from hami.kube.events import EventRecorder
@@ -258,13 +260,19 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     )
     wh_settings = webhookmod.WebhookSettings.from_config(config)
 
-    def webhook(body: bytes) -> dict:
+    templates = TemplateMaker(client) if wh_settings.dra else None
+
+    def webhook(body: bytes) -> Any:
         try:
             review = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             raise ValueError(f"AdmissionReview: {exc}") from None
-        return webhookmod.mutate(review, wh_settings, quota=state.index.quota_view,
-                                 vendor_quota=state.index.vendor_quota_view)
+        made: list[dict] = []
+        out = webhookmod.mutate(review, wh_settings, quota=state.index.quota_view,
+                                vendor_quota=state.index.vendor_quota_view, templates_out=made)
+        if made and templates is not None:  # --dra: answer once the pod's claim templates exist
+            return _with_templates(templates, str((review.get("request") or {}).get("namespace") or ""), made, out)
+        return out
 
     ext = Extender(config, state, client, events, requests_fn=make_requests_fn(config), metrics=metrics,
                    binder=binder, webhook=webhook, clock=clock)
@@ -334,3 +342,8 @@ async def run(ctx) -> None:
         await ctx.stop.wait()
     finally:
         await s.close()
+
+
+async def _with_templates(maker: TemplateMaker, namespace: str, made: list[dict], review: dict) -> dict:
+    error = await maker.ensure(namespace, made)
+    return dra_templates.deny(review, error) if error else review

@@ -44,6 +44,7 @@ from hami.device.request import quantity_as_int64
 from hami.device.request import quantity_value as _request_quantity_value
 from hami.device.vendorrequest import vendor_request
 from hami.device.vendors import Vendor, VendorTable
+from hami.dra import claims as dra_claims
 
 from .policy import PolicyError, weights_for
 from .usage import QuotaView
@@ -76,6 +77,7 @@ class WebhookSettings:
     nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
     # Every other vendor whose resources the webhook recognises (HAMi's GetDevices loop).
     vendors: VendorTable | None = None
+    dra: bool = False  # --dra: GPU resources become DRA claims (hami.dra.claims), as HAMi-DRA's webhook
 
     @classmethod
     def from_config(cls, config: Any) -> WebhookSettings:
@@ -84,6 +86,7 @@ class WebhookSettings:
             force_overwrite_default_scheduler=config.scheduler.force_overwrite_default_scheduler,
             nvidia=config.nvidia,
             vendors=getattr(config, "vendors", None),
+            dra=getattr(config.scheduler, "dra", False),
         )
 
 
@@ -94,6 +97,7 @@ class Decision:
     code: int = 200
     message: str = ""
     reason: str = ""
+    templates: tuple[dict, ...] = ()  # --dra: ResourceClaimTemplates the pod references
 
 
 # --------------------------------------------------------------------------- quantities
@@ -470,6 +474,8 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
         return Decision(True, code=200, message="pod already has different scheduler assigned")
     cfg = settings.nvidia
     privileged = _privileged_container(spec)
+    if settings.dra:
+        return _dra_decision(pod, cfg, privileged)
     has_resource = False
     others = settings.vendors.others if settings.vendors is not None else ()
     counts = settings.vendors.other_counts if settings.vendors is not None else frozenset()
@@ -507,6 +513,19 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
             pod, settings.vendors, lambda vendor: vendor_quota(ns, vendor)):
         return Decision(False, code=403, reason="Forbidden", message="exceeding resource quota")
     return Decision(True, pod=pod)
+
+
+def _dra_decision(pod: dict, cfg: NvidiaConfig, privileged: str | None) -> Decision:
+    """--dra: the pod's GPU resources as claims (hami.dra.claims); its scheduler is left alone."""
+    try:
+        t = dra_claims.translate_pod(pod, cfg)
+    except dra_claims.ClaimError as exc:
+        return Decision(False, code=400, reason="BadRequest", message=str(exc))
+    if t is None:
+        return Decision(True, pod=pod)
+    if privileged is not None:
+        return Decision(False, code=403, reason="Forbidden", message=f"container {privileged} is privileged")
+    return Decision(True, pod=t.pod, templates=t.templates)
 
 
 def _privileged_container(spec: dict) -> str | None:
@@ -579,8 +598,9 @@ def _check_shape(request: Mapping) -> None:
 
 
 def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None,
-           vendor_quota: VendorQuotaSource = None) -> dict:
-    """AdmissionReview in, AdmissionReview out (v1 or v1beta1, echoing the request's version)."""
+           vendor_quota: VendorQuotaSource = None, templates_out: list | None = None) -> dict:
+    """AdmissionReview in, AdmissionReview out (v1 or v1beta1, echoing the request's version).
+    With --dra, the ResourceClaimTemplates an allowed pod references go to `templates_out`."""
     if not isinstance(review, Mapping):
         raise WebhookError("AdmissionReview", "expected an object")
     api_version = review.get("apiVersion") or "admission.k8s.io/v1"
@@ -597,6 +617,8 @@ def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None
         response.update(allowed=False, status={"code": 400, "message": "request.object: expected a Pod object"})
     else:
         d = mutate_pod(obj, settings, quota, namespace=request.get("namespace") or "", vendor_quota=vendor_quota)
+        if templates_out is not None and d.allowed:
+            templates_out.extend(d.templates)
         response["allowed"] = d.allowed
         if d.allowed and d.pod is not None:
             ops = jsonpatch.make_patch(_plain(obj), d.pod).patch
