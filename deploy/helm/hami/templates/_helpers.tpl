@@ -73,7 +73,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{- define "hami.kubeSchedulerImage" -}}
 {{- $img := .Values.scheduler.kubeScheduler.image -}}
-{{- $tag := $img.tag | default (regexFind "^v[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version) -}}
+{{- $tag := $img.tag | default .Values.scheduler.kubeScheduler.imageTag | default (regexFind "^v[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version) -}}
 {{- $registry := .Values.global.imageRegistry | default $img.registry -}}
 {{- printf "%s/%s:%s" $registry $img.repository $tag -}}
 {{- end -}}
