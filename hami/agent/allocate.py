@@ -15,6 +15,8 @@ from hami.agent.register import physical_id
 from hami.device import codec
 from hami.device.model import MODE_MIG, ContainerDevice, ContainerDevices, PodDevices
 from hami.device.nodeconfig import DeviceSettings
+from hami.device.sharecontract import VGPU_LOCK_DIR as VGPU_LOCK_DIR  # re-exported: deviceplugin
+from hami.device.sharecontract import Mount, share_contract
 
 ANN_TO_ALLOCATE = codec.TO_ALLOCATE_ANNOTATION
 ANN_BIND_PHASE = codec.BIND_PHASE_ANNOTATION
@@ -23,18 +25,10 @@ ANN_VGPU_NODE = codec.VGPU_NODE_ANNOTATION
 ANN_NODE_LOCK = codec.NODE_LOCK_ANNOTATION
 PHASE_ALLOCATING, PHASE_SUCCESS, PHASE_FAILED = "allocating", "success", "failed"
 
-VGPU_LOCK_DIR = "/tmp/vgpulock"
 
 
 class AllocationError(ValueError):
     """Allocate cannot be answered for this pod; the message is what kubelet shows."""
-
-
-@dataclass(frozen=True, slots=True)
-class Mount:
-    container_path: str
-    host_path: str
-    read_only: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,36 +92,13 @@ def container_response(
     license_exists: bool = False,
 ) -> ContainerAllocation:
     """Envs and mounts for one container (HAMi server.go Allocate, non-MIG additions)."""
-    hook = hook_path.rstrip("/") or ""
-    seen: dict[str, None] = {}
-    for d in devices:
-        seen.setdefault(d.uuid, None)
-    envs: dict[str, str] = {"NVIDIA_VISIBLE_DEVICES": ",".join(seen)}
     name = str(container.get("name", ""))
-    if settings.mode == MODE_MIG:
-        return ContainerAllocation(name, devices, envs, (), "")
-    for i, d in enumerate(devices):
-        envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{d.usedmem}m"
-    envs["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].usedcores)
-    envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{hook}/vgpu/{cache_name}.cache"
-    if settings.memory_scaling > 1:
-        envs["CUDA_OVERSUBSCRIBE"] = "true"
-    if settings.lib_cuda_log_level:
-        envs["LIBCUDA_LOG_LEVEL"] = settings.lib_cuda_log_level
-    if settings.disable_core_limit:
-        envs["GPU_CORE_UTILIZATION_POLICY"] = "disable"
-    cache_dir = f"{hook}/vgpu/containers/{pod_uid}_{name}"
-    mounts = [
-        Mount(f"{hook}/vgpu/libvgpu.so", lib_path or f"{hook}/vgpu/libvgpu.so", True),
-        Mount(f"{hook}/vgpu", cache_dir, False),
-        Mount(VGPU_LOCK_DIR, VGPU_LOCK_DIR, False),
-    ]
-    if not control_disabled(container):
-        mounts.append(Mount("/etc/ld.so.preload", f"{hook}/vgpu/ld.so.preload", True))
-    if license_exists:
-        mounts.append(Mount("/tmp/license", f"{hook}/vgpu/license", True))
-        mounts.append(Mount("/usr/bin/vgpuvalidator", f"{hook}/vgpu/vgpuvalidator", True))
-    return ContainerAllocation(name, devices, envs, tuple(mounts), cache_dir)
+    cache_dir = "" if settings.mode == MODE_MIG else \
+        f"{hook_path.rstrip('/') or ''}/vgpu/containers/{pod_uid}_{name}"
+    envs, mounts = share_contract(
+        devices, settings, hook_path, cache_file=f"{cache_name}.cache", cache_dir=cache_dir,
+        lib_path=lib_path, preload=not control_disabled(container), license_exists=license_exists)
+    return ContainerAllocation(name, devices, envs, mounts, cache_dir)
 
 
 def pod_devices_to_allocate(pod: Mapping) -> PodDevices:

@@ -1,0 +1,1 @@
+"""Generated gRPC stubs for the kubelet DRA and plugin registration APIs (scripts/gen-proto)."""

@@ -1,0 +1,106 @@
+"""The DRA plugin's record of prepared claims, kept on disk so a restart answers kubelet right.
+
+`<plugin-dir>/checkpoint.json` maps claim UID -> {state, namespace, name, devices}. A prepare writes
+the entry as `preparing` before it writes the claim's CDI spec and as `prepared` after; unprepare
+removes the spec first and the entry second. Every write is atomic (hami.dra.cdi.write_atomic), so
+after a kill at any point the file is the old or the new record, and `recover` on start makes the
+CDI directory agree with it:
+
+* an entry still `preparing` (killed between checkpoint and CDI write, or during it): its spec and
+  any temporary are removed and the entry dropped, so kubelet's retry prepares it afresh;
+* a spec of this driver that no entry names (and every temporary) is removed: no leaked files;
+* a checkpoint that does not parse is moved aside (`checkpoint.json.corrupt`) and no spec is
+  removed, since what they belong to is unknown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hami.dra import cdi
+from hami.obs.log import get_logger
+
+log = get_logger(__name__)
+
+FILE = "checkpoint.json"
+VERSION = 1
+PREPARING, PREPARED = "preparing", "prepared"
+
+
+@dataclass
+class Entry:
+    state: str
+    namespace: str
+    name: str
+    devices: list[dict] = field(default_factory=list)  # {requests, pool, device, cdi}
+
+    def as_dict(self) -> dict:
+        return {"state": self.state, "namespace": self.namespace, "name": self.name, "devices": self.devices}
+
+
+class Checkpoint:
+    def __init__(self, plugin_dir: str, cdi_root: str, driver: str):
+        self.path = os.path.join(plugin_dir, FILE)
+        self.cdi_root = cdi_root
+        self.driver = driver
+        self.claims: dict[str, Entry] = {}
+
+    def load(self) -> bool:
+        """Read the file; False when it was absent or unreadable (then nothing is known)."""
+        try:
+            with open(self.path, "rb") as f:
+                data = json.loads(f.read())
+            if not isinstance(data, Mapping) or data.get("version") != VERSION:
+                raise ValueError(f"unknown checkpoint version {data.get('version') if isinstance(data, Mapping) else data!r}")
+            claims = data.get("claims") or {}
+            self.claims = {uid: Entry(e["state"], e["namespace"], e["name"], list(e.get("devices") or []))
+                           for uid, e in claims.items()}
+            return True
+        except FileNotFoundError:
+            self.claims = {}
+            return False
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            aside = self.path + ".corrupt"
+            log.error("DRA checkpoint unreadable: moved aside, prepared claims forgotten",
+                      path=self.path, moved_to=aside, error=str(exc)[:200])
+            os.replace(self.path, aside)
+            self.claims = {}
+            return False
+
+    def save(self) -> None:
+        data = {"version": VERSION, "claims": {uid: e.as_dict() for uid, e in sorted(self.claims.items())}}
+        cdi.write_atomic(self.path, json.dumps(data, separators=(",", ":")).encode())
+
+    def put(self, uid: str, entry: Entry) -> None:
+        self.claims[uid] = entry
+        self.save()
+
+    def drop(self, uid: str) -> None:
+        if self.claims.pop(uid, None) is not None:
+            self.save()
+
+    def recover(self) -> list[str]:
+        """Load, then clean the CDI directory as the module docstring says. Returns what was removed."""
+        known = self.load()
+        removed: list[str] = []
+        for uid in [u for u, e in self.claims.items() if e.state != PREPARED]:
+            cdi.remove_spec(self.cdi_root, self.driver, uid)
+            del self.claims[uid]
+            removed.append(uid)
+        for uid, name in cdi.claim_specs(self.cdi_root, self.driver).items():
+            temporary = name.startswith(".")
+            if temporary or (known and uid not in self.claims):
+                path = os.path.join(self.cdi_root, name)
+                try:
+                    os.unlink(path)
+                    removed.append(name)
+                except FileNotFoundError:
+                    pass
+        if removed:
+            self.save()
+            log.info("DRA checkpoint recovered: removed half-prepared claims and stray CDI files",
+                     removed=",".join(removed)[:500])
+        return removed
