@@ -30,7 +30,7 @@ from hami.dra.claim import published_gpus
 from hami.dra.plugin import ClaimRef, DraDriver, DraServer, claim_reader
 from hami.dra.slices import DRIVER, devices_for
 from hami.gpu.backend import GpuInfo
-from hami.kube.client import MERGE_PATCH, KubeClient, resource_path
+from hami.kube.client import MERGE_PATCH, ApiError, KubeClient, resource_path
 from tests.dra.kubelet import FakeKubelet
 
 NODE = "gpu-node-1"
@@ -301,20 +301,25 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-async def test_bad_claim_gets_a_per_claim_error_and_no_cdi_file(node, client, case):
+async def test_bad_claim_gets_a_per_claim_error_and_no_cdi_file(node, client, apiserver, monkeypatch, case):
     results, message = BAD[case]
     kubelet = FakeKubelet(node.reg_dir, "v1")
     await kubelet.register()
     good = await make_claim(client, "good", [result("hami-gpu-1", "1Gi", "10")])
-    if isinstance(results, dict):  # a malformed allocation, written straight into the store
-        uid = await make_claim(client, "bad", None)
+    try:
+        uid = await make_claim(client, "bad", results)
+    except ApiError as exc:
+        # The embedded server validates allocations as kube-apiserver does and refused this one;
+        # store it unvalidated, standing for a server that let it through (version skew): the plugin
+        # must refuse it on its own.
+        assert exc.status == 422
+        monkeypatch.setattr(apiserver.store, "_validate_kind", lambda *a, **k: None)
         stored = await client.get("resourceclaims", "bad", "default")
-        stored["status"] = {"allocation": {"devices": results}}
+        stored["status"] = {"allocation": {"devices": {"results": results} if isinstance(results, list) else results}}
         await client.request("update", "resourceclaims", "PUT",
                              resource_path("resourceclaims", "default", "bad", sub="status"),
                              body=stored, content_type="application/json")
-    else:
-        uid = await make_claim(client, "bad", results)
+        uid = stored["metadata"]["uid"]
     resp = await kubelet.prepare(("default", "bad", uid), ("default", "good", good))
     assert message in resp[uid].error, resp[uid].error
     assert list(resp[uid].devices) == []
