@@ -13,7 +13,7 @@ Start it in-process (the simulated kubelet, tests, `hami --role dra`):
     await server.stop()
 
 `driver.prepare(claims)` / `driver.unprepare(claims)` answer without gRPC (claims: `ClaimRef`s).
-Prepare GETs each ResourceClaim, checks its allocation (hami.dra.claim), records it in the
+Prepare GETs each ResourceClaim, checks its allocation (hami.dra.shares), records it in the
 checkpoint as `preparing`, writes its CDI spec (hami.dra.cdi) with HAMi-core's contract from
 `hami.agent.allocate.share_contract` (the values Allocate hands a device-plugin container), then
 marks it `prepared`. A claim already prepared is answered from the checkpoint (idempotent); a claim
@@ -41,7 +41,7 @@ from hami.dra._pb import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1bet
 from hami.dra._pb import pluginregistration_pb2 as reg_pb
 from hami.dra._pb import pluginregistration_pb2_grpc as reg_grpc
 from hami.dra.checkpoint import PREPARED, PREPARING, Checkpoint, Entry
-from hami.dra.claim import ClaimError, PublishedGpu, Share, shares
+from hami.dra.shares import ClaimError, PublishedGpu, Share, shares
 from hami.dra.slices import DRIVER, MAX_CORES
 from hami.kube.client import ApiError
 from hami.obs.log import get_logger

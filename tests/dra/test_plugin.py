@@ -26,8 +26,8 @@ from hami.config import KubeSettings
 from hami.device.model import NVIDIA, ContainerDevice
 from hami.device.nodeconfig import DeviceSettings
 from hami.dra import cdi
-from hami.dra.claim import published_gpus
 from hami.dra.plugin import ClaimRef, DraDriver, DraServer, claim_reader
+from hami.dra.shares import published_gpus
 from hami.dra.slices import DRIVER, devices_for
 from hami.gpu.backend import GpuInfo
 from hami.kube.client import MERGE_PATCH, ApiError, KubeClient, resource_path

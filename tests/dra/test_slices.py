@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from hami.device.nodeconfig import DeviceSettings, FilterDevices
 from hami.device.request import parse_quantity
-from hami.dra.claim import ClaimError, published_gpus, shares
+from hami.dra.shares import ClaimError, published_gpus, shares
 from hami.dra.slices import (
     DRIVER,
     MAX_ATTRIBUTES_AND_CAPACITY,
