@@ -66,6 +66,7 @@ _RESOURCE_PATHS = {
     "resourceslices": ("/apis/resource.k8s.io/v1", False),
     "resourceclaimtemplates": ("/apis/resource.k8s.io/v1", True),
     "deviceclasses": ("/apis/resource.k8s.io/v1", False),
+    "jobs": ("/apis/batch/v1", True),
 }
 
 

@@ -539,6 +539,9 @@ class EmbeddedCluster:
                 prioritize_verb="prioritize" if cfg.scheduler.extender_prioritize else ""),
                 cfg.scheduler.scheduler_name)
             tasks.append(asyncio.create_task(loop.run(stop), name="kube-scheduler"))
+            from hami.sim.jobs import JobController  # batch/v1 Jobs: the shipped examples hold some
+
+            tasks.append(asyncio.create_task(JobController(client).run(stop), name="job-controller"))
             if cfg.sim.demo_workload:
                 from hami.sim.workload import run_workload
 

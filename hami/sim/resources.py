@@ -87,6 +87,7 @@ _ALL = (
     Resource("", "v1", "resourcequotas", "resourcequota", "ResourceQuota", True, ("quota",), ("status",)),
     Resource("events.k8s.io", "v1", "events", "event", "Event", True, (), (), _NEW_EVENT_FIELDS, storage="events"),
     Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
+    Resource("batch", "v1", "jobs", "job", "Job", True, (), ("status",)),
     Resource("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", True,
              ("pdb",), ("status",)),
     # Dynamic Resource Allocation (validated by hami.sim.dravalidate)

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from hami.apierror import ApiError as ApiError  # the one API error shape (hami.apierror)
-from hami.sim import dravalidate
+from hami.sim import dravalidate, jobspec
 from hami.sim import patch as patchmod
 from hami.sim.resources import (
     BY_KEY,
@@ -523,7 +523,14 @@ class Store:
 
     def _validate_kind(self, res: Resource, name: str, obj: dict, subresource: str = "",
                        old: dict | None = None) -> None:
-        """resource.k8s.io objects: the API server's validation (hami.sim.dravalidate), 422 naming the field."""
+        """resource.k8s.io objects: the API server's validation (hami.sim.dravalidate), 422 naming the field;
+        Jobs: hami.sim.jobspec.validate."""
+        if res.key == jobspec.JOBS_KEY and subresource != "status":
+            try:
+                jobspec.validate(obj)
+            except jobspec.FieldInvalid as exc:
+                raise _invalid(res, name, exc.field, exc.message) from None
+            return
         if res.key not in dravalidate.DRA_KEYS:
             return
         if self._cel is None:
