@@ -78,7 +78,7 @@ def _support_tasks(config: Config, stop: asyncio.Event) -> list[tuple[str, Any]]
         from hami.obs.profiling import run_debug_server
 
         address = config.debug.debug_bind_address or DEFAULT_DEBUG_BIND
-        out.append(("debug-server", run_debug_server(address, stop)))
+        out.append(("debug-server", run_debug_server(address, stop, config.listen)))
     if config.debug.aiomonitor:
         from hami.obs.aiomon import run_aiomonitor
 

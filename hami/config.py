@@ -66,6 +66,15 @@ class DebugSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ListenSettings:
+    """What every HTTP listener of the process allows a connection (hami.httpguard)."""
+    header_timeout: float = 10.0  # accept (or a request's first byte) -> end of its headers
+    body_timeout: float = 30.0  # end of headers -> whole body (a 64 MiB /filter body on loopback: < 1 s)
+    max_connections: int = 256  # open connections per listener; more are closed on accept
+    idle_timeout: float = 30.0  # keep-alive between requests
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerSettings:
     http_bind: str = "127.0.0.1:8080"  # /filter and /bind: loopback, or any address with client_ca_file
     cert_file: str = ""
@@ -153,6 +162,7 @@ class Config:
     kube: KubeSettings = field(default_factory=KubeSettings)
     log: LogSettings = field(default_factory=LogSettings)
     debug: DebugSettings = field(default_factory=DebugSettings)
+    listen: ListenSettings = field(default_factory=ListenSettings)
     nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
     node_configs: tuple[NodeDeviceConfig, ...] = ()
     device_config_file: str = ""
@@ -509,6 +519,10 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "sim_write_latency": ("sim", "write_latency"),
     "sim_max_inflight": ("sim", "max_inflight"),
     "sim_listen_insecure": ("sim", "listen_insecure"),
+    "http_header_timeout": ("listen", "header_timeout"),
+    "http_body_timeout": ("listen", "body_timeout"),
+    "http_max_connections": ("listen", "max_connections"),
+    "http_idle_timeout": ("listen", "idle_timeout"),
 }
 # Flags that feed more than one group.
 SHARED_FLAGS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -517,7 +531,7 @@ SHARED_FLAGS: dict[str, tuple[tuple[str, str], ...]] = {
     "fake_gpus": (("agent", "fake_gpus"), ("monitor", "fake_gpus"), ("sim", "fake_gpus")),
     "legacy_metrics": (("scheduler", "legacy_metrics"), ("monitor", "legacy_metrics")),
 }
-_DURATION_FLAGS = {"kube_timeout", "sim_read_latency", "sim_write_latency", "node_lock_timeout", "node_lock_retry_timeout", "node_lock_orphan_timeout", "cache_grace", "register_interval"}
+_DURATION_FLAGS = {"kube_timeout", "sim_read_latency", "sim_write_latency", "node_lock_timeout", "node_lock_retry_timeout", "node_lock_orphan_timeout", "http_header_timeout", "http_body_timeout", "http_idle_timeout", "cache_grace", "register_interval"}
 
 
 def parse_label_selector(text: str, source: str = "--node-label-selector") -> tuple[tuple[str, str], ...]:
@@ -661,7 +675,7 @@ def build_config(
     env = os.environ if env is None else env
     warn = warn or (lambda msg: None)
     groups: dict[str, dict[str, Any]] = {
-        g: {} for g in ("kube", "log", "debug", "scheduler", "agent", "monitor", "sim")
+        g: {} for g in ("kube", "log", "debug", "listen", "scheduler", "agent", "monitor", "sim")
     }
     top: dict[str, Any] = {}
 
@@ -765,6 +779,7 @@ def build_config(
         kube=KubeSettings(**groups["kube"]),
         log=LogSettings(**groups["log"]),
         debug=DebugSettings(**groups["debug"]),
+        listen=ListenSettings(**groups["listen"]),
         nvidia=nvidia,
         node_configs=node_configs,
         device_config_file=top["device_config_file"],

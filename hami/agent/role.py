@@ -330,7 +330,7 @@ async def run(ctx) -> None:
                       device_id_strategy=cfg.agent.device_id_strategy)
         runner = None
         if cfg.agent.health_bind_address:  # kubelet's probes: /healthz alive, /readyz serving
-            runner, port = await serve_health(agent, cfg.agent.health_bind_address)
+            runner, port = await serve_health(agent, cfg.agent.health_bind_address, cfg.listen)
             ctx.shared.setdefault("node-agent-health", {})[node_name] = port
         ctx.shared.setdefault("node-agent", {})[node_name] = agent
         try:
@@ -343,9 +343,10 @@ async def run(ctx) -> None:
         await client.close()
 
 
-async def serve_health(agent: Agent, address: str):
+async def serve_health(agent: Agent, address: str, limits=None):
     from aiohttp import web
 
+    from hami.httpguard import guarded_runner
     from hami.netaddr import split_host_port
     from hami.obs.health import Health
 
@@ -353,7 +354,7 @@ async def serve_health(agent: Agent, address: str):
     health.add(agent.readiness)
     app = web.Application()
     health.add_routes(app)
-    runner = web.AppRunner(app, access_log=None)
+    runner = guarded_runner(app, limits, access_log=None)
     await runner.setup()
     host, port = split_host_port(address, flag="--health-bind-address", default_host="0.0.0.0")
     site = web.TCPSite(runner, host, port)

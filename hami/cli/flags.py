@@ -128,6 +128,14 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
     (("--feedback",), "feedback", "bool", "run HAMi's priority feedback loop (default true)"),
     # embedded cluster
     (("--embedded",), "embedded", "bool", "run everything on an embedded Kubernetes API server"),
+    # every HTTP listener (hami.httpguard)
+    (("--http-header-timeout",), "http_header_timeout", "duration",
+     "a request's headers must arrive within this of the connection or its first byte (default 10s)"),
+    (("--http-body-timeout",), "http_body_timeout", "duration",
+     "a request's body must arrive within this of its headers, else 408 (default 30s)"),
+    (("--http-max-connections",), "http_max_connections", "int",
+     "open connections per listener; more are closed on accept (default 256)"),
+    (("--http-idle-timeout",), "http_idle_timeout", "duration", "keep-alive between requests (default 30s)"),
     (("--sim-listen",), "sim_listen", "str", "embedded API server listener (default 127.0.0.1:6443)"),
     (("--sim-listen-insecure",), "sim_listen_insecure", "bool",
      "serve the embedded API server (no authentication) on a non-loopback --sim-listen anyway"),

@@ -23,6 +23,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
+from hami.httpguard import guarded_runner
 from hami.monitor import feedback
 from hami.monitor.metrics import MonitorCollector, MonitorStats, render
 from hami.monitor.scan import list_container_dirs, load_containers, pods_by_uid, reap_candidates, remove_dir
@@ -176,7 +177,7 @@ async def run(ctx: Any) -> None:
         readiness=lambda: [informer.health()],
     )
     app = mon.app()
-    runner = web.AppRunner(app, access_log=None)
+    runner = guarded_runner(app, ctx.config.listen, access_log=None)
     await runner.setup()
     tasks: list[asyncio.Task] = []
     try:

@@ -36,12 +36,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from hami.config import Config
+from hami.config import Config, ListenSettings
 from hami.device import codec
 from hami.device.allocation import allocation_annotations
 from hami.device.model import ContainerDeviceRequest
 from hami.device.vendorregister import registration_signature
 from hami.device.vendorrequest import flat_requests
+from hami.httpguard import guarded_runner
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.events import NORMAL, WARNING, EventRecorder
 from hami.obs.log import get_logger
@@ -756,8 +757,15 @@ class CertReloader:
                 self.check()
 
 
-async def serve(app: web.Application, address: str, ssl_context: ssl.SSLContext | None = None) -> web.AppRunner:
-    runner = web.AppRunner(app, access_log=None)
+# The webhook's request body: kube-apiserver's 3 MiB request limit (etcd's 1.5 MiB object, JSON-escaped,
+# in an AdmissionReview with old and new objects) with room for the envelope; 64 MiB stalled admission.
+WEBHOOK_MAX_BODY = 3 * 1024 * 1024
+
+
+async def serve(app: web.Application, address: str, ssl_context: ssl.SSLContext | None = None,
+                limits: ListenSettings | None = None) -> web.AppRunner:
+    """The extender and/or webhook listener, with hami.httpguard's limits; /webhook bodies at most 3 MiB."""
+    runner = guarded_runner(app, limits, body_limits={"/webhook": WEBHOOK_MAX_BODY}, access_log=None)
     await runner.setup()
     host, port = split_bind(address, default_host="0.0.0.0")
     await web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=1024).start()

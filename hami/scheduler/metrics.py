@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from hami.device.model import DeviceUsage
+from hami.httpguard import guarded_runner
 from hami.netaddr import split_host_port
 
 ZONE = "vGPU"
@@ -245,12 +246,12 @@ def split_bind(address: str, default_host: str = "0.0.0.0", flag: str = "bind ad
     return split_host_port(address, flag=flag, default_host=default_host)
 
 
-async def serve_metrics(metrics: SchedulerMetrics, address: str, health=None) -> web.AppRunner:
+async def serve_metrics(metrics: SchedulerMetrics, address: str, health=None, limits=None) -> web.AppRunner:
     app = web.Application()
     app.router.add_get("/metrics", metrics.handle)
     if health is not None:  # kubelet probes this plain-HTTP port (the extender is loopback only)
         health.add_routes(app)
-    runner = web.AppRunner(app, access_log=None)
+    runner = guarded_runner(app, limits, access_log=None)  # kubelet's probes and scrapes only: small, quick
     await runner.setup()
     host, port = split_bind(address, flag="--metrics-bind-address (scheduler)")
     await web.TCPSite(runner, host, port).start()

@@ -297,15 +297,16 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
         webhook_ssl = reloaders[-1].context
     own_webhook = bool(sc.webhook_bind_address)
     app = ext.make_app(webhook=not own_webhook, health=s.health)
-    runner = await serve(app, sc.http_bind, ext_ssl)
+    runner = await serve(app, sc.http_bind, ext_ssl, config.listen)
     s.runners.append(runner)
     s.port = bound_port(runner)
     if own_webhook:
-        wrunner = await serve(ext.make_app(extender=False, health=s.health), sc.webhook_bind_address, webhook_ssl)
+        wrunner = await serve(ext.make_app(extender=False, health=s.health), sc.webhook_bind_address, webhook_ssl,
+                              config.listen)
         s.runners.append(wrunner)
         s.webhook_port = bound_port(wrunner)
     if serve_metrics_too and sc.metrics_bind_address:
-        mrunner = await serve_metrics(metrics, sc.metrics_bind_address, s.health)
+        mrunner = await serve_metrics(metrics, sc.metrics_bind_address, s.health, config.listen)
         s.runners.append(mrunner)
         s.metrics_port = bound_port(mrunner)
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import orjson
 from aiohttp import web
 
+from hami.config import ListenSettings
+from hami.httpguard import guarded_runner
 from hami.netaddr import url_host
 from hami.obs.log import get_logger
 from hami.sim.authz import Attributes, Authorizer, review
@@ -98,16 +100,27 @@ def _error(exc: ApiError, headers: dict | None = None) -> web.Response:
     return _json(exc.status_object(), exc.code, headers)
 
 
+_REFUSAL_REASONS = {408: "Timeout", 413: "RequestEntityTooLarge", 415: "UnsupportedMediaType"}
+
+
+def _refusal(status: int, text: str) -> web.Response:
+    """hami.httpguard's refusals as kube-apiserver says them: a Status."""
+    return _error(ApiError(status, _REFUSAL_REASONS.get(status, "BadRequest"), text))
+
+
 class ApiServer:
     """The HTTP face of a Store; `url` is valid after `start()`."""
 
     def __init__(self, store: Store | None = None, host: str = "127.0.0.1", port: int = 0, *,
-                 faults: Faults | None = None, bookmark_interval: float = 5.0, max_body: int = MAX_BODY):
+                 faults: Faults | None = None, bookmark_interval: float = 5.0, max_body: int = MAX_BODY,
+                 listen: ListenSettings | None = None):
         self.store = store if store is not None else Store()
         self.host, self.port = host, port
         self.faults = faults if faults is not None else Faults()
         self.bookmark_interval = bookmark_interval
         self.max_body = max_body
+        # hami.httpguard's limits; every informer of the embedded cluster holds a watch connection
+        self.listen = listen or ListenSettings(max_connections=1024)
         self.kubeconfig = ""
         self._runner: web.AppRunner | None = None
         self._sock: socket.socket | None = None
@@ -148,7 +161,8 @@ class ApiServer:
             self.port = sock.getsockname()[1]
         app = web.Application(client_max_size=self.max_body)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
+        runner = guarded_runner(app, self.listen, answer=_refusal, access_log=None, handler_cancellation=True,
+                                shutdown_timeout=1.0)
         await runner.setup()
         # The site gets a duplicate: closing it leaves our socket listening, so connections made
         # during a restart wait in the backlog instead of being refused.

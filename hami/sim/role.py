@@ -9,6 +9,7 @@ and `.store`) and then sets `ctx.ready`. Serves until `ctx.stop` is set.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import tempfile
@@ -49,7 +50,10 @@ async def run(ctx: Any) -> None:
                     "(--sim-listen-insecure)", listen=cfg.listen)
     server = ApiServer(Store(watch_window=cfg.watch_window), host, port,
                        faults=Faults(read_delay=cfg.read_latency, write_delay=cfg.write_latency,
-                                     max_inflight=cfg.max_inflight))
+                                     max_inflight=cfg.max_inflight),
+                       # every informer of the embedded cluster holds a watch connection
+                       listen=dataclasses.replace(ctx.config.listen,
+                                                  max_connections=max(1024, ctx.config.listen.max_connections)))
     try:
         await server.start()
     except OSError as exc:

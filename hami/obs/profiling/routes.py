@@ -148,12 +148,14 @@ def parse_bind_address(address: str) -> tuple[str, int]:
     return split_host_port(address, flag="--debug-bind-address", default_host="127.0.0.1")
 
 
-async def start_debug_server(address: str) -> tuple[web.AppRunner, int]:
+async def start_debug_server(address: str, limits=None) -> tuple[web.AppRunner, int]:
     """Serve only /debug/pprof on `address`; returns the runner (cleanup() it) and the bound port."""
+    from hami.httpguard import guarded_runner
+
     host, port = parse_bind_address(address)
     app = web.Application()
     mount_pprof(app)
-    runner = web.AppRunner(app, access_log=None)
+    runner = guarded_runner(app, limits, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
@@ -164,9 +166,9 @@ async def start_debug_server(address: str) -> tuple[web.AppRunner, int]:
     return runner, bound
 
 
-async def run_debug_server(address: str, stop: asyncio.Event) -> None:
+async def run_debug_server(address: str, stop: asyncio.Event, limits=None) -> None:
     """Run the `--debug-bind-address` listener until `stop` is set."""
-    runner, _ = await start_debug_server(address)
+    runner, _ = await start_debug_server(address, limits)
     try:
         await stop.wait()
     finally:

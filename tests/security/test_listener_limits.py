@@ -1,0 +1,254 @@
+"""Every hami HTTP listener bounds what a connection may hold (issue 27 §2), with real slow sockets:
+- a connection that sends nothing, or its headers a byte at a time (slowloris), is closed at the
+  header deadline; a body that stalls gets 408 and the connection closed at the body deadline;
+- connections beyond the cap are closed on accept while the ones inside it keep working, and the
+  listener serves again once they go;
+- keep-alive still works: each request on a connection gets its own header deadline;
+- a body with a Content-Encoding is refused 415 (aiohttp would inflate a gzip bomb first);
+- the webhook takes at most 3 MiB: a larger Content-Length is refused 413 before the body is read, a
+  chunked body is cut off at 3 MiB with 413; the extender's own verbs keep their larger limit;
+- the running scheduler: 200 slow connections to the extender listener are all closed at the header
+  deadline (--http-header-timeout, shortened here) while /filter and the probes keep answering; the
+  metrics listener, the node agent's health listener, the monitor, the debug listener and the embedded
+  API server are built on the same guard (asserted by their runner type).
+Deadlines are shortened through flags; no test measures time, each waits on a socket's EOF."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gzip
+
+import orjson
+import pytest
+from aiohttp import web
+
+from hami.config import ListenSettings
+from hami.httpguard import GuardedRunner, guarded_runner
+from hami.scheduler.extender import WEBHOOK_MAX_BODY
+from hami.scheduler.role import start_scheduler
+from tests.kube.helpers import config_for, eventually, pod_obj
+from tests.kube.scheduler_env import Env, hami_nodes, stop_env
+
+pytestmark = pytest.mark.timeout(60)
+SHORT = ListenSettings(header_timeout=0.3, body_timeout=0.3, max_connections=5, idle_timeout=5.0)
+
+
+async def echo(request: web.Request) -> web.Response:
+    return web.Response(body=await request.read())
+
+
+async def ok(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+@pytest.fixture
+async def server():
+    app = web.Application()
+    app.router.add_post("/echo", echo)
+    app.router.add_post("/small", echo)
+    app.router.add_get("/ok", ok)
+    runner = guarded_runner(app, SHORT, body_limits={"/small": 1000}, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    yield runner.guard, port
+    await runner.cleanup()
+
+
+async def connect(port: int):
+    return await asyncio.open_connection("127.0.0.1", port)
+
+
+async def closed(reader: asyncio.StreamReader) -> bytes:
+    """Everything the server sends until it closes the connection (waits for EOF)."""
+    return await asyncio.wait_for(reader.read(), 10)
+
+
+async def request(port: int, raw: bytes) -> bytes:
+    reader, writer = await connect(port)
+    writer.write(raw)
+    out = await closed(reader)
+    writer.close()
+    return out
+
+
+async def test_silent_and_slowloris_connections_are_closed_at_the_header_deadline(server):
+    guard, port = server
+    silent_r, silent_w = await connect(port)
+    slow_r, slow_w = await connect(port)
+    slow_w.write(b"GET /ok HTTP/1.1\r\nHost: x\r\n")
+
+    async def drip():
+        for _ in range(100):  # one byte at a time, never the blank line that ends the headers
+            if slow_w.is_closing():
+                return
+            slow_w.write(b"X")
+            await asyncio.sleep(0.05)
+
+    dripping = asyncio.create_task(drip())
+    assert await closed(silent_r) == b""
+    assert await closed(slow_r) == b""  # closed without an answer: the headers never ended
+    dripping.cancel()
+    assert guard.header_timeouts == 2
+    for w in (silent_w, slow_w):
+        w.close()
+
+
+async def test_a_stalled_body_gets_408_and_the_connection_closes(server):
+    guard, port = server
+    reader, writer = await connect(port)
+    writer.write(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789")
+    out = await closed(reader)
+    assert out.startswith(b"HTTP/1.1 408") and b"request body not received within 0.3 s" in out
+    assert guard.body_timeouts == 1
+    writer.close()
+
+
+async def test_connections_over_the_cap_are_closed_and_the_rest_keep_working(server):
+    guard, port = server
+    held = [await connect(port) for _ in range(5)]
+    await eventually(lambda: len(guard.open) == 5, 5)
+    extra_r, extra_w = await connect(port)
+    assert await closed(extra_r) == b""
+    assert guard.refused == 1
+    r, w = held[0]
+    w.write(b"GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")  # a connection inside the cap is served
+    assert (await asyncio.wait_for(r.readuntil(b"ok"), 10)).startswith(b"HTTP/1.1 200")
+    for _, w in held:
+        w.close()
+    await eventually(lambda: len(guard.open) == 0, 5)
+    out = await request(port, b"GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 200")
+    extra_w.close()
+
+
+async def test_keep_alive_requests_each_get_their_own_header_deadline(server):
+    guard, port = server
+    reader, writer = await connect(port)
+    for i in range(3):
+        writer.write(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+        head = await asyncio.wait_for(reader.readuntil(b"hello"), 10)
+        assert head.startswith(b"HTTP/1.1 200"), i
+        await asyncio.sleep(0.2)  # under the 0.3 s deadline each time, 0.6 s in all
+    assert guard.header_timeouts == 0
+    writer.close()
+
+
+async def test_content_encoding_is_refused_415(server):
+    guard, port = server
+    body = gzip.compress(b"[" * 10_000)
+    out = await request(port, b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\n"
+                        + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    assert out.startswith(b"HTTP/1.1 415") and b"Content-Encoding 'gzip' is not accepted" in out
+    assert guard.encoded == 1
+
+
+async def test_a_path_body_limit_refuses_before_reading_and_cuts_chunked_bodies(server):
+    guard, port = server
+    out = await request(port, b"POST /small HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 413") and b"5000 bytes is over this endpoint's limit of 1000" in out
+    chunk = b"x" * 600
+    chunked = b"".join(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n" for _ in range(3)) + b"0\r\n\r\n"
+    out = await request(port, b"POST /small HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked)
+    assert out.startswith(b"HTTP/1.1 413")
+    out = await request(port, b"POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 5000\r\n\r\n"
+                        + b"y" * 5000)  # another path keeps the app's limit
+    assert out.startswith(b"HTTP/1.1 200") and out.endswith(b"y" * 5000)
+    assert guard.too_large == 2
+
+
+# ---------------------------------------------------------------- the running scheduler
+
+@pytest.fixture
+async def sched_env(apiserver):
+    for n in hami_nodes(1):
+        apiserver.store.create("nodes", "", n)
+    cfg = dataclasses.replace(config_for(apiserver.kubeconfig),
+                              listen=ListenSettings(header_timeout=0.5, body_timeout=0.5, max_connections=256))
+    s = await start_scheduler(cfg)
+    assert await s.state.wait_synced(10)
+    import aiohttp
+
+    env = Env(apiserver, s, aiohttp.ClientSession())
+    yield env
+    await stop_env(env)
+
+
+async def test_scheduler_closes_200_slow_connections_and_keeps_serving(sched_env):
+    env = sched_env
+    port = int(env.sched.url.rsplit(":", 1)[1])
+    conns = [await connect(port) for _ in range(200)]
+    for _, w in conns:
+        w.write(b"POST /filter HTTP/1.1\r\nHost: x\r\n")  # and then nothing more
+    # while they hang, /filter and the probes answer
+    p = env.create_pod(pod_obj("p", mem=1000))
+    assert (await env.filter(p, ["n0"]))["NodeNames"] == ["n0"]
+    async with env.http.get(f"http://127.0.0.1:{env.sched.metrics_port}/healthz") as r:
+        assert r.status == 200
+    outs = await asyncio.gather(*(closed(r) for r, _ in conns))
+    assert outs == [b""] * 200
+    assert env.sched.runners[0].guard.header_timeouts == 200
+    for _, w in conns:
+        w.close()
+
+
+async def test_scheduler_webhook_refuses_bodies_over_3_mib_and_gzip(sched_env):
+    env = sched_env
+    url = env.sched.url + "/webhook"
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+              "request": {"uid": "u1", "operation": "CREATE", "object": pod_obj("big", mem=1000),
+                          "pad": "x" * WEBHOOK_MAX_BODY}}
+    async with env.http.post(url, data=orjson.dumps(review)) as r:
+        assert r.status == 413 and str(WEBHOOK_MAX_BODY) in await r.text()
+    async with env.http.post(url, data=gzip.compress(orjson.dumps({"kind": "AdmissionReview"})),
+                             headers={"Content-Encoding": "gzip"}) as r:
+        assert r.status == 415
+    review["request"]["pad"] = "x"  # a normal review is still answered
+    async with env.http.post(url, data=orjson.dumps(review)) as r:
+        assert r.status == 200 and (await r.json())["response"]["uid"] == "u1"
+
+
+async def test_metrics_listener_closes_a_slow_connection(sched_env):
+    reader, writer = await connect(sched_env.sched.metrics_port)
+    writer.write(b"GET /metrics HTTP/1.1\r\n")
+    assert await closed(reader) == b""
+    writer.close()
+
+
+class _Ready:
+    def readiness(self) -> list[str]:
+        return []
+
+
+async def test_agent_health_debug_and_embedded_api_listeners_close_slow_connections(tmp_path):
+    from hami.agent.role import serve_health
+    from hami.obs.profiling.routes import start_debug_server
+    from hami.sim.apiserver import ApiServer
+
+    api = ApiServer(listen=SHORT)
+    await api.start()
+    health, health_port = await serve_health(_Ready(), "127.0.0.1:0", SHORT)
+    debug, debug_port = await start_debug_server("127.0.0.1:0", SHORT)
+    try:
+        for port in (int(api.url.rsplit(":", 1)[1]), health_port, debug_port):
+            reader, writer = await connect(port)
+            writer.write(b"GET /readyz HTTP/1.1\r\n")
+            assert await closed(reader) == b"", port
+            writer.close()
+        for runner in (api._runner, health, debug):
+            assert isinstance(runner, GuardedRunner) and runner.guard.header_timeouts == 1
+    finally:
+        await api.stop()
+        await health.cleanup()
+        await debug.cleanup()
+
+
+def test_the_monitor_listener_is_built_on_the_guard():
+    import inspect
+
+    from hami.monitor import role as monitor_role
+
+    src = inspect.getsource(monitor_role.run)
+    assert "guarded_runner(app, ctx.config.listen" in src and "web.AppRunner(" not in src
