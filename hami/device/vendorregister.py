@@ -150,6 +150,8 @@ def decode_one(v: Vendor, node: str, annotations: Mapping[str, str], capacity: M
         # registered (HAMi's Ascend plugin writes no mode), so the text re-encodes byte-exact.
         mode = MODE_HAMI_CORE if (flag == "true" if flag is not None else v.vnpu_core) else ""
         return tuple(replace(d, vendor=v.name, mode=mode) for d in devices)
+    if v.register_cores:
+        return tuple(replace(d, vendor=v.name, devcore=v.register_cores) for d in devices)
     return tuple(replace(d, vendor=v.name) for d in devices)
 
 

@@ -20,6 +20,9 @@ of NVIDIA containers pays nothing for the table. Builders, after each vendor's
   it carries a unit (then bytes), kept in MiB.
 * `kunlunxin` vXPU (a row with a memory resource): memory rounded up to a slice size, cores in
   proportion; whole XPUs take the generic rule (memory 0, percentage 100).
+* `amd` (pkg/device/amd, v2.10.0): limits only; memory as asked (0 = the whole card, in the fit),
+  cores a percentage 1..100 of the card (default 100).
+* `slotsOnly` rows (Biren, Vastai): the generic rule; their fit books no memory or cores.
 * `ascend` (HAMi v2.10.0, commit 7a9fbb76 "update ascend trim" and 3494def5 "guard int32
   narrowing"): memory as asked x `memoryUnit` (HAMi's MemoryFactor), never rounded to a template
   here (the webhook rounds limits in template mode); a negative memory, or one beyond int32 before
@@ -152,6 +155,28 @@ def ascend_request(limits: Mapping, requests: Mapping, vendor: Vendor) -> Contai
                                   mempercentagereq=100 if memreq == 0 else 0, coresreq=cores)
 
 
+def amd_request(limits: Mapping, vendor: Vendor) -> ContainerDeviceRequest | None:
+    """AMD's GenerateResourceRequests (pkg/device/amd at v2.10.0, limits only): memory in MiB as
+    asked (0: the whole card, decided by the fit); cores a percentage 1..100 of the card's compute
+    units, 100 when not named; anything outside those ranges asks for nothing."""
+    n = quantity_as_int64(limits[vendor.count_resource]) if vendor.count_resource in limits else None
+    if n is None or not 0 < n < _INT32:
+        return None
+    mem = 0
+    if vendor.memory_resource in limits:
+        m = quantity_as_int64(limits[vendor.memory_resource])
+        if m is None or not 0 <= m < _INT32:
+            return None
+        mem = m
+    cores = 100
+    if vendor.core_resource in limits:
+        c = quantity_as_int64(limits[vendor.core_resource])
+        if c is None or not 1 <= c <= 100:
+            return None
+        cores = c
+    return ContainerDeviceRequest(nums=n, type=vendor.name, memreq=mem, mempercentagereq=0, coresreq=cores)
+
+
 def _lookup_raw(limits: Mapping, requests: Mapping, name: str) -> tuple[bool, object]:
     if not name:
         return False, None
@@ -167,6 +192,8 @@ def vendor_request(container: Mapping, vendor: Vendor) -> ContainerDeviceRequest
     limits, requests = _resources(container)
     if vendor.hook == "ascend":
         return ascend_request(limits, requests, vendor)
+    if vendor.hook == "amd":
+        return amd_request(limits, vendor)
     if vendor.hook == "awsneuron":
         return neuron_request(limits, requests, vendor)
     if vendor.hook == "kunlunxin" and vendor.memory_resource:

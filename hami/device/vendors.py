@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-HOOKS = ("nvidia", "generic", "ascend", "cambricon", "mthreads", "awsneuron", "kunlunxin", "metax")
+HOOKS = ("nvidia", "generic", "ascend", "cambricon", "mthreads", "awsneuron", "kunlunxin", "metax", "amd")
 REGISTER_SOURCES = ("annotation", "capacity")
 REGISTER_FORMATS = ("json", "legacy", "metax")
 
@@ -132,6 +132,12 @@ class Vendor:
     topology_scores_key: str = ""
     # MetaX sGPU: HAMi's --sgpu-topology-aware (the MetaLink term for pods that do not say).
     topology_aware: bool = False
+    # Cards shared by sharing slots alone (Biren, Vastai: their Fit checks health, type, UUID,
+    # count and mutex, and books neither memory nor cores).
+    slots_only: bool = False
+    # The cores every registered card is given whatever the plugin wrote (Biren, Vastai: HAMi sets
+    # Devcore = 100 at GetNodeDevices, "only for calscore use"); 0 keeps the registered value.
+    register_cores: int = 0
 
     @property
     def resource_names(self) -> tuple[str, ...]:
@@ -208,7 +214,9 @@ class VendorTable:
         object.__setattr__(self, "others", others)
         object.__setattr__(self, "other_counts", frozenset(
             [v.count_resource for v in others if v.count_resource]
-            + [v.core_resource for v in others if v.core_requests and v.core_resource]))
+            + [v.core_resource for v in others if v.core_requests and v.core_resource]
+            # AMD's admission takes a pod naming only its memory or cores (pkg/device/amd).
+            + [r for v in others if v.hook == "amd" for r in (v.memory_resource, v.core_resource) if r]))
         object.__setattr__(self, "other_allocated",
                            tuple((v.allocated_key, v) for v in others if v.allocated_key))
         object.__setattr__(self, "register_annotations", frozenset(
@@ -249,14 +257,14 @@ _SCALARS = {
     "hamiVnpuCore": ("vnpu_core", bool),
     "overwriteEnv": ("overwrite_env", bool), "runtimeClassName": ("runtime_class_name", str),
     "topologyLosses": ("topology_losses_key", str), "topologyScores": ("topology_scores_key", str),
-    "topologyAware": ("topology_aware", bool),
+    "topologyAware": ("topology_aware", bool), "slotsOnly": ("slots_only", bool),
 }
 _RESOURCES = {"count": "count_resource", "memory": "memory_resource",
               "memoryPercentage": "percentage_resource", "cores": "core_resource"}
 _REGISTER = {"source": ("register_source", str), "key": ("register_key", str),
              "format": ("register_format", str), "id": ("capacity_id", str),
              "coresPerCard": ("cores_per_card", int), "cardCount": ("card_count", int),
-             "cardMemory": ("card_memory", int)}
+             "cardMemory": ("card_memory", int), "cores": ("register_cores", int)}
 _ALLOCATION = {"toAllocate": "to_allocate_key", "allocated": "allocated_key"}
 
 
@@ -397,7 +405,7 @@ def parse_vendor_table(doc: Any, source: str) -> VendorTable:
 # resource names override a table row, by family.
 _SECTION_FAMILY = {"cambricon": "cambricon", "hygon": "hygon", "mthreads": "mthreads",
                    "awsneuron": "awsneuron", "kunlun": "kunlunxin", "enflame": "enflame",
-                   "metax": "metax"}
+                   "metax": "metax", "amd": "amd", "biren": "biren", "vastai": "vastai"}
 _SECTION_KEYS = {"resourceCountName": "count_resource", "resourceMemoryName": "memory_resource",
                  "resourceCoreName": "core_resource", "resourceName": "count_resource"}
 _SECTION_INTS = {"memoryFactor": "memory_unit"}  # hygon.memoryFactor multiplies memory asks

@@ -68,6 +68,7 @@ from .usage import DeviceState, NodeUsage, QuotaView, collapse_usage
 from .vendorrules import (
     KUNLUN_UUID_KEYS,
     VNPU_HAMI_CORE,
+    fit_amd,
     fit_metax,
     fit_neuron,
     fit_xpu,
@@ -732,6 +733,18 @@ def fit_vendor_devices(
             _split_uuids(annotations.get(vendor.nouse_uuid_key)), is_mutex,
             lambda d, mem, cores: ContainerDevice(d.id, request.type, mem, cores, d.index))
         return ok, chosen, "" if ok else gen_reason(counts, len(devices))
+    if vendor.hook == "amd":
+        use_t, nouse_t = _split_types(annotations.get(vendor.use_type_key)), _split_types(
+            annotations.get(vendor.nouse_type_key))
+        use_u, nouse_u = _split_uuids(annotations.get(vendor.use_uuid_key)), _split_uuids(
+            annotations.get(vendor.nouse_uuid_key))
+        ok, chosen, counts = fit_amd(
+            devices, request,
+            lambda t: (use_t is None or any(u in go_to_upper(t) for u in use_t)) and (
+                nouse_t is None or not any(u in go_to_upper(t) for u in nouse_t)),
+            lambda i: (use_u is None or i in use_u) and (nouse_u is None or i not in nouse_u), is_mutex,
+            lambda d, mem, cores: ContainerDevice(d.id, request.type, mem, cores, d.index))
+        return ok, chosen, "" if ok else gen_reason(counts, len(devices))
     if vendor.hook == "kunlunxin":
         ok, chosen, counts = fit_xpu(devices, request,
                                      lambda d, mem, cores: ContainerDevice(d.id, request.type, mem, cores, d.index),
@@ -788,6 +801,12 @@ def fit_vendor_devices(
             key = CARD_TIME_SLICING_EXHAUSTED
         elif is_mutex and dev.used > 0:
             key = EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+        elif vendor.slots_only:  # Biren, Vastai: sharing slots alone, nothing else booked
+            tmp.append(ContainerDevice(dev.id, request.type, 0, request.coresreq, dev.index))
+            nums -= 1
+            if nums == 0:
+                return True, tmp, ""
+            continue
         else:
             memreq = memreq_req if memreq_req > 0 else 0
             if pct != PERCENTAGE_UNSET and memreq_req == 0:

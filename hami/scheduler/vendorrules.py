@@ -450,3 +450,62 @@ def fit_metax(devices: Sequence, request, use_uuids, nouse_uuids, is_mutex: bool
             candidates = prioritize_link_zones(candidates, lambda c: zones.get(c[0].id, 0), request.nums)
     cores = 0 if online else request.coresreq
     return True, [make(dev, mem, cores) for dev, mem in candidates[:request.nums]], {}
+
+
+# --------------------------------------------------------------------------- AMD Instinct vGPU
+
+_CARD_NOT_HEALTH = "CardNotHealth"
+_TYPE_MISMATCH = "CardTypeMismatch"
+_SLOTS_EXHAUSTED = "CardTimeSlicingExhausted"
+_CORE = "CardInsufficientCore"
+
+
+def fit_amd(devices: Sequence, request, type_ok, uuid_ok, is_mutex: bool, make):
+    """AMD's Fit (pkg/device/amd/device.go at v2.10.0, PR #2290), walked from the end: health, the
+    amd.com use/nouse gputype (`type_ok(card type)`) and gpu-uuid (`uuid_ok(id)`) annotations,
+    sharing slots, mutex; memory 0 asks for the whole card; cores are `coresreq` percent of the
+    card's registered compute units (at least 1, at most all), all of them for a whole-card
+    memory ask without cores. `make(dev, mem, cores)` builds a chosen device (HAMi keeps the
+    card's registered type on it). Returns (fits, chosen, reason counts)."""
+    nums = request.nums
+    chosen: list = []
+    reason: dict[str, int] = {}
+
+    def miss(key: str) -> None:
+        reason[key] = reason.get(key, 0) + 1
+
+    for dev in reversed(devices):
+        if not dev.health:
+            miss(_CARD_NOT_HEALTH)
+        elif not type_ok(dev.type):
+            miss(_TYPE_MISMATCH)
+        elif not uuid_ok(dev.id):
+            miss(_UUID_MISMATCH)
+        elif dev.count <= dev.used:
+            miss(_SLOTS_EXHAUSTED)
+        elif is_mutex and dev.used > 0:
+            miss(_EXCLUSIVE_CONFLICT)
+        else:
+            mem = request.memreq if request.memreq > 0 or dev.totalmem <= 0 else dev.totalmem
+            if dev.totalmem - dev.usedmem < mem:
+                miss(_MEMORY)
+                continue
+            cores = 0
+            if request.coresreq > 0:
+                if dev.totalcore <= 0:
+                    miss(_CORE)
+                    continue
+                cores = min(max(dev.totalcore * request.coresreq // 100, 1), dev.totalcore)
+            elif dev.totalmem > 0 and mem >= dev.totalmem:
+                cores = dev.totalcore
+            if dev.totalcore - dev.usedcores < cores:
+                miss(_CORE)
+                continue
+            if nums > 0:
+                nums -= 1
+                chosen.append(make(dev, mem, cores))
+            if nums == 0:
+                return True, chosen, {}
+    if chosen:
+        reason[_ALLOCATED_INSUFFICIENT] = len(chosen)
+    return False, chosen, reason

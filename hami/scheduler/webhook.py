@@ -228,6 +228,16 @@ def _mutate_mthreads(ctr: dict, pod: dict, v: Vendor) -> None:
                       + ", ".join(str(m) for m in v.legal_memory) + "]")
 
 
+def _mutate_amd(limits: Mapping, v: Vendor) -> bool:
+    """AMD's MutateAdmission (pkg/device/amd at v2.10.0): with the count, a core limit must be an
+    integer percentage 1..100; the count, memory or core resource in limits sends the pod to us."""
+    if v.count_resource in limits and v.core_resource in limits:
+        core = quantity_int(limits[v.core_resource])
+        if core is None or not 1 <= core <= 100:
+            raise _Reject(500, f"{v.core_resource} must be an integer percentage between 1 and 100")
+    return any(name in limits for name in (v.count_resource, v.memory_resource, v.core_resource) if name)
+
+
 def _mutate_vendor(ctr: dict, v: Vendor, pod: dict | None = None) -> bool:
     """Another vendor's MutateAdmission: the count resource in limits means the container has
     that vendor's device. Ascend (pkg/device/ascend MutateAdmission) also rounds the memory limit
@@ -236,6 +246,8 @@ def _mutate_vendor(ctr: dict, v: Vendor, pod: dict | None = None) -> bool:
     if v.hook == "awsneuron":
         return _mutate_neuron(ctr, v)
     limits, _ = _resources(ctr)
+    if v.hook == "amd":
+        return _mutate_amd(limits, v)
     if v.count_resource not in limits:
         return False
     if v.hook == "metax":

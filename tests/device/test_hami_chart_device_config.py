@@ -6,7 +6,8 @@ Covers: the whole file builds a Config (before, the `kunlun:` section stopped th
 "resource 'kunlunxin.com/xpu' belongs to both kunlun and XPU"); the sections of families with
 several rows name each row's own resources (`kunlun:` resourceCountName the whole XPU,
 resourceV*Name the vXPU; `metax:` resourceCountName the exclusive GPU, resourceV*Name the sGPU);
-`vnpus[].memoryFactor` reaches the Ascend rows; the sections of vendors without a row are ignored.
+`vnpus[].memoryFactor` reaches the Ascend rows; the v2.10 devices' sections (`amd:`, `biren:`,
+`vastai:`) name their rows' resources.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ def test_every_section_of_hami_v210_chart_device_config_loads():
     b3 = t.get("Ascend910B3")
     assert (b3.core_resource, b3.memory_allocatable, b3.memory_unit) == ("huawei.com/Ascend910B3-core", 65536, 1)
     assert t.get("Ascend310P").memory_allocatable == 21527  # the chart's value, not the shipped row's
+    amd = t.get("AMD")
+    assert (amd.count_resource, amd.memory_resource, amd.core_resource) == (
+        "amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores")
+    assert t.get("Biren").count_resource == "birentech.com/gpu"
+    assert t.get("Vastai").count_resource == "vastaitech.com/va"
     assert cfg.nvidia.resource_count_name == "nvidia.com/gpu"
     # No two rows share a count resource (what made the kunlun section fatal).
     counts = [v.count_resource for v in t.vendors]
@@ -53,3 +59,25 @@ def test_a_kunlun_section_renames_only_its_own_rows(tmp_path):
     assert t.get("kunlun").count_resource == "example.com/xpu"
     assert (t.get("XPU").count_resource, t.get("XPU").memory_resource) == ("example.com/vxpu", "example.com/vxpu-mem")
     assert t.by_count["example.com/xpu"].name == "kunlun"
+
+
+# HAMi v2.10.0's device table: pkg/scheduler/config/config.go InitDevicesWithConfig, in its order
+# (the Ascend `vnpus` chips and the Iluvatar chips as one entry each), with the status-table row
+# of docs/vendors.md that covers it.
+HAMI_V210_DEVICES = {
+    "NVIDIA": "NVIDIA", "Cambricon": "Cambricon MLU", "Hygon": "Hygon DCU",
+    "Enflame GCU": "Enflame GCU (whole cards) / DRS vGCU", "Enflame DRS vGCU": "Enflame GCU (whole cards) / DRS vGCU",
+    "Mthreads": "Mthreads", "MetaX GPU": "MetaX sGPU / GPU (exclusive)", "MetaX sGPU": "MetaX sGPU / GPU (exclusive)",
+    "Kunlunxin XPU": "Kunlunxin XPU / vXPU", "Kunlunxin vXPU": "Kunlunxin XPU / vXPU", "AWS Neuron": "AWS Neuron",
+    "AMD": "AMD Instinct vGPU (MI300X)", "Vastai": "Vastai", "Biren": "Biren",
+    "Ascend": "Huawei Ascend 910A / 910B2 / 910B3 / 910B4 / 910B4-1 / 910C / 310P",
+    "Iluvatar": "Iluvatar CoreX MR-V100 / MR-V50 / BI-V150 / BI-V100",
+}
+
+
+def test_the_vendor_status_table_lists_every_device_of_hami_v210():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "vendors.md").read_text(encoding="utf-8")
+    table = doc[doc.index("## Status per vendor"):]
+    rows = {line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")}
+    missing = {device: row for device, row in HAMI_V210_DEVICES.items() if row not in rows}
+    assert not missing, f"docs/vendors.md's status table has no row for {missing}"
