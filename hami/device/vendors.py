@@ -138,6 +138,9 @@ class Vendor:
     # The cores every registered card is given whatever the plugin wrote (Biren, Vastai: HAMi sets
     # Devcore = 100 at GetNodeDevices, "only for calscore use"); 0 keeps the registered value.
     register_cores: int = 0
+    # Vastai's die strategy: dies registered with custominfo `{"DeviceStrategy":"die","AIC":...}`
+    # are grouped by their physical card (AIC) in the fit, under mutex, and in the node score.
+    die_groups: bool = False
 
     @property
     def resource_names(self) -> tuple[str, ...]:
@@ -158,6 +161,8 @@ class Vendor:
             return "metax"  # MetaX sGPU: online pods, and whole cards of topology-aware pods
         if self.topology_losses_key or self.topology_scores_key:
             return "topology"  # MetaX GPU: the node's topology loss / score for the cards taken
+        if self.die_groups:
+            return "aic"  # Vastai: the share of each container's dies on one physical card
         return ""
 
     @property
@@ -258,6 +263,7 @@ _SCALARS = {
     "overwriteEnv": ("overwrite_env", bool), "runtimeClassName": ("runtime_class_name", str),
     "topologyLosses": ("topology_losses_key", str), "topologyScores": ("topology_scores_key", str),
     "topologyAware": ("topology_aware", bool), "slotsOnly": ("slots_only", bool),
+    "dieGroups": ("die_groups", bool),
 }
 _RESOURCES = {"count": "count_resource", "memory": "memory_resource",
               "memoryPercentage": "percentage_resource", "cores": "core_resource"}

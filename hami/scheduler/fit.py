@@ -68,6 +68,8 @@ from .usage import DeviceState, NodeUsage, QuotaView, collapse_usage
 from .vendorrules import (
     KUNLUN_UUID_KEYS,
     VNPU_HAMI_CORE,
+    card_groups,
+    die_mode,
     fit_amd,
     fit_metax,
     fit_neuron,
@@ -75,6 +77,7 @@ from .vendorrules import (
     metax_scored,
     mode_refuses_node,
     network_groups,
+    occupied_cards,
     uses_networks,
     vnpu_mode,
     whole_modules,
@@ -675,6 +678,7 @@ def _fit_vendor(
     ok, chosen, reason = fit_vendor_devices(
         [d for d in order if d.vendor == vtype], request, vendor, opts.annotations or {}, node.cordoned,
         opts.is_mutex, same_card, node.networks, node.app_classes, node.link_zones, node.qos_expected,
+        node.dies,
     )
     if not ok:
         return None, reason, work
@@ -718,6 +722,7 @@ def fit_vendor_devices(
     app_classes: Mapping[str, Sequence[int]] | None = None,
     link_zones: Mapping[str, int] | None = None,
     qos_expected: Mapping[str, str] | None = None,
+    dies: Mapping[str, tuple[str | None, str | None]] | None = None,
 ) -> tuple[bool, list[ContainerDevice], str]:
     """The Fit HAMi's vendor packages share (pkg/device/{ascend,cambricon,hygon,...}/device.go):
     NVIDIA's walk without MIG, topology, quota or numa-bind, with the vendor's own use/nouse
@@ -770,6 +775,8 @@ def fit_vendor_devices(
                 total_core = 100  # HAMi-core shares every card as 100 cores
         pairs = vendor.module_pairs and request.nums > 1 and mode != VNPU_HAMI_CORE
         topo = uses_networks(vendor.name, devices, networks)
+    dies_on = vendor.die_groups and die_mode(devices, dies)  # Vastai: dies grouped by card below
+    taken_cards = occupied_cards(devices, dies) if dies_on and is_mutex else frozenset()
     use_uuids = _split_uuids(annotations.get(vendor.use_uuid_key)) if vendor.use_uuid_key else None
     nouse_uuids = _split_uuids(annotations.get(vendor.nouse_uuid_key)) if vendor.nouse_uuid_key else None
     use_types = _split_types(annotations.get(vendor.use_type_key)) if vendor.use_type_key else None
@@ -799,10 +806,12 @@ def fit_vendor_devices(
             key = EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
         elif dev.count <= dev.used:
             key = CARD_TIME_SLICING_EXHAUSTED
-        elif is_mutex and dev.used > 0:
-            key = EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+        elif is_mutex and (dev.used > 0 or (taken_cards and dies.get(dev.id, (None, None))[1] in taken_cards)):
+            key = EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT  # (Vastai dies: a card with a die in use is taken)
         elif vendor.slots_only:  # Biren, Vastai: sharing slots alone, nothing else booked
             tmp.append(ContainerDevice(dev.id, request.type, 0, request.coresreq, dev.index))
+            if dies_on:  # every fitting die is a candidate: cards chosen below
+                continue
             nums -= 1
             if nums == 0:
                 return True, tmp, ""
@@ -837,6 +846,10 @@ def fit_vendor_devices(
             return True, chosen, ""
         reason[ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(chosen)
         return False, chosen, gen_reason(reason, request.nums)
+    if dies_on and len(tmp) >= nums:
+        chosen = [tmp[0]] if nums == 1 else card_groups(tmp, _uuid_of, dies, nums)
+        if len(chosen) == nums:  # (HAMi hands out fewer when dies name no AIC: refused here)
+            return True, chosen, ""
     if topo and len(tmp) >= nums:
         if len(tmp) == nums:
             return True, tmp, ""

@@ -30,6 +30,7 @@ def only_devices(node: NodeUsage, ids: frozenset[str]) -> NodeUsage:
     if node.app_classes is not None:
         copy.app_classes = {k: list(v) for k, v in node.app_classes.items()}
     copy.qos_expected = node.qos_expected
+    copy.dies = node.dies
     return copy
 
 

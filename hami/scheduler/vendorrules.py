@@ -509,3 +509,62 @@ def fit_amd(devices: Sequence, request, type_ok, uuid_ok, is_mutex: bool, make):
     if chosen:
         reason[_ALLOCATED_INSUFFICIENT] = len(chosen)
     return False, chosen, reason
+
+
+# --------------------------------------------------------------------------- Vastai dies
+
+VASTAI_DIE = "die"
+
+
+def die_mode(devices: Sequence, dies: Mapping[str, tuple[str | None, str | None]] | None) -> bool:
+    """isDieMode (pkg/device/vastai/device.go at v2.10.0): the first device of the fit's list
+    says `DeviceStrategy: die`."""
+    return bool(devices) and dies is not None and dies.get(devices[0].id, (None, None))[0] == VASTAI_DIE
+
+
+def occupied_cards(devices: Sequence, dies: Mapping[str, tuple[str | None, str | None]]) -> frozenset[str]:
+    """Under mutex in die mode: the physical cards (AIC) any of whose dies is in use."""
+    return frozenset(aic for d in devices if d.used > 0 for aic in (dies.get(d.id, (None, None))[1],) if aic)
+
+
+def card_groups(candidates: Sequence[T], uuid_of, dies: Mapping[str, tuple[str | None, str | None]],
+                want: int) -> list[T]:
+    """Vastai's computeBestCombination: the fitting dies grouped by their card (AIC; dies without
+    one are left out), the cards with most of them first (stable: HAMi's map order, here the walk's,
+    breaks ties), taken until `want`."""
+    groups: dict[str, list[T]] = {}
+    for c in candidates:
+        aic = dies.get(uuid_of(c), (None, None))[1]
+        if aic is not None:
+            groups.setdefault(aic, []).append(c)
+    out: list[T] = []
+    for members in sorted(groups.values(), key=len, reverse=True):
+        for c in members:
+            out.append(c)
+            if len(out) == want:
+                return out
+    return out
+
+
+def aic_score(containers: Sequence[Sequence[str]], dies: Mapping[str, tuple[str | None, str | None]] | None) -> float:
+    """Vastai's ScoreNode: per container with devices, the share of its dies on its fullest card
+    (float32 sums, no weight); 0 when a chosen device has no custominfo, names a strategy other
+    than die, or names no AIC."""
+    if not dies:
+        return 0.0
+    score = 0.0
+    for uuids in containers:
+        if not uuids:
+            continue
+        counts: dict[str, int] = {}
+        for u in uuids:
+            if u not in dies:
+                return 0.0
+            strategy, aic = dies[u]
+            if strategy is not None and strategy != VASTAI_DIE:
+                return 0.0
+            if aic is None:
+                return 0.0
+            counts[aic] = counts.get(aic, 0) + 1
+        score = f32(score + f32(f32(max(counts.values())) / f32(sum(counts.values()))))
+    return score

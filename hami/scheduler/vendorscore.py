@@ -19,6 +19,8 @@ pod asking for them is scored on every fitting node (score.select_node):
   (`metax-tech.com/sgpu-topology-aware`) taking whole cards (scoreExclusiveDevices, score.go),
   10 x the MetaLink pairs among them minus the pairs the idle cards lose; times 10000, or -10000
   under the spread node policy.
+* Vastai (pkg/device/vastai/device.go ScoreNode): per container, the share of its dies on its
+  fullest physical card (custominfo AIC), unweighted (`vendorrules.aic_score`).
 * MetaX GPU, exclusive (pkg/device/metax/device.go ScoreNode): 2000 minus the node's
   `metax-tech.com/gpu.topology.losses` (binpack) or `.scores` (spread) entry for the number of
   cards the pod takes. HAMi adds it even for a pod taking no MetaX GPU on such a node (0 cards);
@@ -35,7 +37,7 @@ from hami.device.vendors import Vendor
 
 from .policy import f32
 from .usage import NodeUsage
-from .vendorrules import METAX_APP_CLASS, metax_topology_aware, network_score
+from .vendorrules import METAX_APP_CLASS, aic_score, metax_topology_aware, network_score
 
 KUNLUN_TYPE = "kunlun"  # HAMi's KunlunGPUDevice: every device of a scored node has it in its type
 WING = 4  # cards per wing of a Kunlunxin board (indexes 0-3 and 4-7)
@@ -57,6 +59,8 @@ def vendor_score(node: NodeUsage, devices: PodDevices, scored: Sequence[Vendor],
             term = board_score(node, [cd.idx for ctr in devices for cd in ctr if cd.type == v.name])
         elif v.node_score == "topology":
             term = topology_score(node, sum(1 for ctr in devices for cd in ctr if cd.type == v.name), policy)
+        elif v.node_score == "aic":
+            term = aic_score([[cd.uuid for cd in ctr if cd.type == v.name] for ctr in devices], node.dies)
         elif v.node_score == "metax":
             term = metax_score(node, [cd for ctr in devices for cd in ctr if cd.type == v.name], policy,
                                annotations or {}, v.topology_aware)

@@ -3,8 +3,9 @@ extender over HTTP against the embedded API server.
 
 Hypothesis generates, per row of config/vendors.yaml, a node registered the way that vendor's
 device plugin registers it (hami.sim.vendornodes.vendor_registration; NVIDIA's register annotation
-and handshake for the NVIDIA row; Ascend nodes with or without `hami-vnpu-core`) and a pod asking
-for that vendor (count, memory, cores, Ascend's `huawei.com/vnpu-mode: hami-core`). A pod /filter
+and handshake for the NVIDIA row; Ascend nodes with or without `hami-vnpu-core`; Vastai nodes of
+dies naming their card in custominfo, or of plain cards) and a pod asking for that vendor (count,
+memory, cores, Ascend's `huawei.com/vnpu-mode: hami-core`). A pod /filter
 places on the otherwise idle cluster then binds: /bind answers no error, writes exactly the
 placement /filter chose (every allocation annotation byte for byte), and its re-check under the
 node lock kept those devices (no refusal, no re-fit). Before issue 33 a hami-core Ascend pod asking
@@ -19,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hami.config import default_vendor_table
+from hami.device import codec
 from hami.device.vendors import Vendor
 from hami.sim.apiserver import ApiServer
 from hami.sim.store import Store
@@ -84,6 +87,10 @@ def _node(v: Vendor, name: str, cards: int, memory: int, hami_core: bool, devcor
     annos, capacity = vendor_registration(name, next(_names), [(v, cards, memory)])
     if v.register_format == "json" and v.register_key in annos:  # e.g. Ascend's aiCore: 20 on a 910B3
         annos[v.register_key] = annos[v.register_key].replace('"devcore":100', f'"devcore":{devcore}')
+    if v.die_groups and hami_core:  # Vastai's die strategy: two dies a card, custominfo names the card
+        dies = [replace(d, custom_info=f'{{"AIC":"{d.index // 2}","DeviceStrategy":"die"}}')
+                for d in codec.decode_node_devices_json(annos[v.register_key])]
+        annos[v.register_key] = codec.encode_node_devices(dies)
     if v.hook == "ascend" and hami_core:
         annos["hami-vnpu-core"] = "true"
     obj = node_obj(name, 0, registered=False, annotations=annos)
@@ -100,7 +107,8 @@ def cases(draw, v: Vendor):
     memory = draw(st.sampled_from((16384, 32768, 65536)))
     if v.memory_allocatable and v.hook in ("ascend", "kunlunxin"):
         memory = v.memory_allocatable
-    hami_core = v.hook == "ascend" and draw(st.booleans())
+    # Ascend: the node runs HAMi-core and the pod asks for it; Vastai: the node registers dies.
+    hami_core = (v.hook == "ascend" or v.die_groups) and draw(st.booleans())
     devcore = draw(st.sampled_from((100, 20, 8)))  # what a JSON-registering plugin says a card has
     limits = {v.count_resource: str(draw(st.integers(1, cards)))}
     annotations: dict[str, str] = {}
@@ -108,7 +116,7 @@ def cases(draw, v: Vendor):
         limits[v.memory_resource] = str(draw(st.integers(1, max(1, memory // unit))))
     if v.core_resource and (v.hook != "ascend" or hami_core) and draw(st.booleans()):
         limits[v.core_resource] = str(draw(st.integers(0, 100)))
-    if hami_core:
+    if hami_core and v.hook == "ascend":
         annotations["huawei.com/vnpu-mode"] = "hami-core"
     return cards, memory, hami_core, devcore, limits, annotations
 

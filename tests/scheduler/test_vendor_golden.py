@@ -38,6 +38,7 @@ from hami.device.codec import CodecError
 from hami.device.codec.ascend import network_ids
 from hami.device.codec.cards import node_topology, topology_info
 from hami.device.codec.golang import go_json_value
+from hami.device.codec.vastai import die_cards
 from hami.device.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo
 from hami.device.vendorregister import decode_one
 from hami.device.vendorrequest import vendor_request
@@ -134,7 +135,7 @@ def test_fit(vendor, case):
                                               same_card=same, networks=_networks(case["devices"]),
                                               app_classes=_app_classes(case["devices"]),
                                               link_zones=_link_zones(case["devices"]),
-                                              qos_expected=case.get("qos_expected"))
+                                              qos_expected=case.get("qos_expected"), dies=_dies(case["devices"]))
     assert fits is case["fits"]
     assert reason == case["reason"]
     if fits:
@@ -153,6 +154,12 @@ def _app_classes(devices: list[dict]):
             if d.get("online") or d.get("offline")}
 
 
+def _dies(devices: list[dict]):
+    """Vastai: each die's DeviceStrategy and card (AIC) as the scheduler reads its custominfo."""
+    return die_cards(DeviceInfo(d["id"], 1, 0, 0, "", custom_info=go_json_value(d["custominfo"]))
+                     for d in devices if "custominfo" in d)
+
+
 def _networks(devices: list[dict]):
     """The node's NetworkIDs as the scheduler reads them from each device's registered custominfo."""
     return network_ids(DeviceInfo(d["id"], 1, 0, 0, "", custom_info=go_json_value(d["custominfo"]))
@@ -169,6 +176,7 @@ def test_score(vendor, case):
     node = NodeUsage("n", states, networks=_networks(case["node_devices"]))
     node.app_classes = _app_classes(case["node_devices"])
     node.link_zones = _link_zones(case["node_devices"])
+    node.dies = _dies(case["node_devices"])
     topo = case.get("node_annotations", {})  # MetaX GPU: the node's topology annotations
     node.topology = node_topology([DeviceInfo("card", 1, 0, 0, "", custom_info=topology_info(
         topo.get("metax-tech.com/gpu.topology.losses"), topo.get("metax-tech.com/gpu.topology.scores")))])
