@@ -91,6 +91,10 @@ class SchedulerSettings:
     # A lock whose holder was never bound (no bind-phase, or allocating without nodeName) and is older than
     # the longest /bind (kube-scheduler's 30 s extender timeout plus margin) belongs to a dead binder.
     node_lock_orphan_timeout: float = 45.0
+    # Readiness under a frozen API server (hami.kube.liveness): probe after this long without a word from it,
+    # unready once it has failed this long.
+    api_probe_after: float = 10.0
+    api_unready_after: float = 5.0
     force_overwrite_default_scheduler: bool = True
     dra: bool = False  # --dra: the webhook turns GPU resources into DRA claims; the embedded cluster runs DRA
     leader_elect: bool = False
@@ -485,6 +489,8 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "node_lock_timeout": ("scheduler", "node_lock_timeout"),
     "node_lock_retry_timeout": ("scheduler", "node_lock_retry_timeout"),
     "node_lock_orphan_timeout": ("scheduler", "node_lock_orphan_timeout"),
+    "api_probe_after": ("scheduler", "api_probe_after"),
+    "api_unready_after": ("scheduler", "api_unready_after"),
     "force_overwrite_default_scheduler": ("scheduler", "force_overwrite_default_scheduler"),
     "dra": ("scheduler", "dra"),
     "leader_elect": ("scheduler", "leader_elect"),
@@ -531,7 +537,7 @@ SHARED_FLAGS: dict[str, tuple[tuple[str, str], ...]] = {
     "fake_gpus": (("agent", "fake_gpus"), ("monitor", "fake_gpus"), ("sim", "fake_gpus")),
     "legacy_metrics": (("scheduler", "legacy_metrics"), ("monitor", "legacy_metrics")),
 }
-_DURATION_FLAGS = {"kube_timeout", "sim_read_latency", "sim_write_latency", "node_lock_timeout", "node_lock_retry_timeout", "node_lock_orphan_timeout", "http_header_timeout", "http_body_timeout", "http_idle_timeout", "cache_grace", "register_interval"}
+_DURATION_FLAGS = {"kube_timeout", "sim_read_latency", "sim_write_latency", "node_lock_timeout", "node_lock_retry_timeout", "node_lock_orphan_timeout", "api_probe_after", "api_unready_after", "http_header_timeout", "http_body_timeout", "http_idle_timeout", "cache_grace", "register_interval"}
 
 
 def parse_label_selector(text: str, source: str = "--node-label-selector") -> tuple[tuple[str, str], ...]:

@@ -95,6 +95,7 @@ class Informer:
         self._needs_full = False  # a per-object resync failed: the next LIST ends in resync_handlers
         self.unready_after = unready_after
         self.broken_since: float | None = None  # loop time of the first LIST/WATCH failure in a row
+        self.last_heard: float | None = None  # loop time of the last watch line (event or bookmark)
         self.last_error = ""
         self._failed: dict[str, str] = {}  # object key -> first handler error, until a resync
         self._pending_resync = False
@@ -299,6 +300,7 @@ class Informer:
                     return delivered
                 if not line:
                     return delivered  # server closed (timeoutSeconds): resume from last RV
+                self.last_heard = asyncio.get_running_loop().time()
                 line = line.strip()
                 if not line:
                     continue

@@ -32,6 +32,7 @@ from hami.kube.client import KubeClient
 from hami.kube.events import EventRecorder
 from hami.kube.informer import Informer
 from hami.kube.leader import LeaderElector
+from hami.kube.liveness import ApiLiveness
 from hami.kube.nodelock import NodeLocker
 from hami.obs.health import Health
 from hami.obs.log import get_logger
@@ -130,6 +131,7 @@ class Scheduler:
     metrics_port: int = 0
     webhook_port: int = 0
     health: Health = field(default_factory=lambda: Health("scheduler"))
+    liveness: ApiLiveness | None = None  # is the API server answering (a /readyz check)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     _hs_pending: dict = field(default_factory=dict)
     _hs_wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -288,6 +290,12 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
         leader.on_change = lambda is_leader: state.recheck(everything=True) if is_leader else None
 
     s.health.add(s.readiness)
+    # A frozen or failing API server makes /readyz 503 within ~20 s, and 200 again a tick after it answers.
+    s.liveness = ApiLiveness(client, probe_after=sc.api_probe_after, unready_after=sc.api_unready_after,
+                             probe_timeout=min(5.0, sc.api_probe_after),
+                             heard=lambda: [i.last_heard for i in (state.nodes, state.pods, state.quotas) if i],
+                             namespace=config.kube.pod_namespace or "default")
+    s.health.add(s.liveness.reasons)
     reloaders: list[CertReloader] = []
     ext_ssl = webhook_ssl = None
     if sc.cert_file and sc.key_file:
@@ -318,6 +326,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     assert s.access is not None
     spawn(s.access.run(s.stop), "access-review")
     spawn(waker.run(s.stop), "requeue-waker")
+    spawn(s.liveness.run(s.stop), "api-liveness")
     spawn(events.run(s.stop), "events")
     spawn(s.handshake_writer(), "handshake")
     spawn(s.rechecker(), "recheck")
