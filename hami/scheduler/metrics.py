@@ -8,6 +8,7 @@ Ours, besides: filter/bind latency histograms and API request counters by verb, 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -23,6 +24,15 @@ from hami.netaddr import split_host_port
 ZONE = "vGPU"
 MIB = 1 << 20
 _LAT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+def amd_core_ratio(device_type: str, total: int, allocated: int) -> tuple[float, float]:
+    """HAMi v2.10.0's normalizeAMDCoreMetrics (cmd/scheduler/metrics.go, #2527): an AMD card's
+    cores are compute units, so its core limit reads 100 and its allocation the ceiling of the
+    percentage; every other device (and an AMD card without cores) keeps its values."""
+    if not device_type.upper().startswith("AMD") or total <= 0:
+        return float(total), float(allocated)
+    return 100.0, float(math.ceil(allocated / total * 100))
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,14 +132,17 @@ class UsageCollector:
                 "vmem": GaugeMetricFamily("vGPUMemoryAllocated", "vGPU memory allocated", labels=_L_POD),
                 "vcore": GaugeMetricFamily("vGPUCoreAllocated", "vGPU core allocated", labels=_L_POD),
             }
+        cores_of = {}  # device uuid -> (registered type, total cores): AMD's container core ratio
         for node, d in snap.devices:
             idx = str(d.index)
             dev = [node, d.id, idx, d.type, ZONE]
+            core_limit, core_alloc = amd_core_ratio(d.type, d.totalcore, d.usedcores)
+            cores_of[d.id] = (d.type, d.totalcore)
             g["mem_limit"].add_metric(dev, d.totalmem * MIB)
-            g["core_limit"].add_metric(dev, d.totalcore)
+            g["core_limit"].add_metric(dev, core_limit)
             g["mem_alloc"].add_metric([node, d.id, idx, str(d.usedcores), d.type, ZONE], d.usedmem * MIB)
             g["shared"].add_metric(dev, d.used)
-            g["core_alloc"].add_metric(dev, d.usedcores)
+            g["core_alloc"].add_metric(dev, core_alloc)
             g["overview"].add_metric([node, d.id, idx, str(d.usedcores), str(d.totalmem), d.type, ZONE],
                                      d.usedmem * MIB)
             g["mem_ratio"].add_metric(dev, d.usedmem / d.totalmem if d.totalmem else 0.0)
@@ -151,7 +164,8 @@ class UsageCollector:
         for p in snap.pods:
             labels = [p.namespace, p.node, p.pod, str(p.container_index), p.device_uuid, p.device_type, ZONE]
             g["vmem"].add_metric(labels, p.usedmem * MIB)
-            g["vcore"].add_metric(labels, p.usedcores)
+            card_type, card_cores = cores_of.get(p.device_uuid, ("", 0))
+            g["vcore"].add_metric(labels, amd_core_ratio(card_type, card_cores, p.usedcores)[1])
             if legacy:
                 labels = [p.namespace, p.node, p.pod, str(p.container_index), p.device_uuid, ZONE]
                 legacy["vmem"].add_metric(labels, p.usedmem * MIB)
