@@ -2,8 +2,9 @@
 
 Covers: values.schema.json is what scripts/gen-chart-schema makes of values.yaml (a values key added
 without regenerating fails here, naming the command); a misspelt key is refused by helm's schema at
-every level (top, nested, component image) naming it, a key differing only in case also names the
-known key, and scripts/helm-template adds the nearest known key for any typo; maps of user data
+every level (top, nested, component image) naming it; a typo one slip from a known key (case, a letter
+dropped, doubled or swapped) also names that key in helm's own error, a name near nothing gets no
+guess, and scripts/helm-template adds the nearest known key (difflib) for any typo; maps of user data
 (labels, resources, selectors, env) take any key; HAMi v2.10's own values.yaml (tests/data/hami/, from
 Project-HAMi/HAMi at v2.10.0) is refused with exactly the list of keys we refuse (its projecthami/hami
 images), and with those set to our image it renders objects valid for Kubernetes, with the HAMi keys
@@ -56,10 +57,24 @@ def test_misspelt_keys_are_refused_by_name_at_every_level(values, where, name):
     assert f"{where}: additional properties '{name}' not allowed" in text
 
 
-def test_a_key_wrong_only_in_case_names_the_known_key():
-    text = _error({"devicePlugin": {"deviceSplitcount": 3}})
-    assert "additional properties 'deviceSplitcount' not allowed" in text
-    assert "invalid propertyName 'deviceSplitcount'" in text and "value must be 'deviceSplitCount'" in text
+@pytest.mark.parametrize("values,name,known", [
+    ({"devicePlugin": {"deviceSplitcount": 3}}, "deviceSplitcount", "deviceSplitCount"),  # case
+    ({"devicePlugin": {"deviceSplitCont": 3}}, "deviceSplitCont", "deviceSplitCount"),  # dropped
+    ({"sheduler": {"replicas": 2}}, "sheduler", "scheduler"),
+    ({"scheduler": {"kubeBurts": 5}}, "kubeBurts", "kubeBurst"),  # swapped
+    ({"scheduler": {"kubeScheduler": {"imageTagg": "v1"}}}, "imageTagg", "imageTag"),  # doubled
+    ({"devicePlugin": {"monitor": {"metricPort": 1}}}, "metricPort", "metricsPort"),
+])
+def test_helm_names_the_known_key_a_typo_is_one_slip_from(values, name, known):
+    text = _error(values)
+    assert f"additional properties '{name}' not allowed" in text
+    assert f"invalid propertyName '{name}'" in text
+    assert [ln.strip() for ln in text.splitlines() if "value must be" in ln] == [f"- at '': value must be '{known}'"]
+
+
+def test_a_name_near_no_known_key_gets_no_guess():
+    text = _error({"global": {"zzz": 1}})
+    assert "at '/global': additional properties 'zzz' not allowed" in text and "value must be" not in text
 
 
 def test_helm_template_names_the_nearest_known_key():

@@ -27,7 +27,7 @@ from hami import __version__
 from tests.deploy.chart import ROOT
 
 SMOKE = ROOT / "scripts" / "image-smoke"
-CEILING_MIB = 350  # the Debian base (~170 MiB) + the venv (~110 MiB), with room; a compiler or a pip cache breaks it
+CEILING_MIB = 300  # the Debian base (~125 MiB) + the venv (~115 MiB), with room; a compiler or a pip cache breaks it
 
 
 def _missing() -> str:
