@@ -26,8 +26,9 @@ ROLES: dict[str, str] = {
     "scheduler": "hami.scheduler.role",
     "node-agent": "hami.agent.role",
     "monitor": "hami.monitor.role",
+    "ui": "hami.ui.role",
 }
-ALL_ROLES = ("scheduler", "node-agent", "monitor")
+ALL_ROLES = ("scheduler", "node-agent", "monitor", "ui")
 # Roles that others need up before they start (the embedded API server).
 FIRST = ("sim",)
 

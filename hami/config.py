@@ -161,6 +161,19 @@ class SimSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class UiSettings:
+    """`--role ui` (docs/ui.md): a read-only web page over what hami knows of the cluster."""
+
+    bind_address: str = "127.0.0.1:8080"  # loopback: in a cluster reach it with kubectl port-forward
+    readonly_token: str = ""  # when set, every page wants `Authorization: Bearer <token>` (or ?token= once)
+    readonly_token_file: str = ""  # the same, read from a file (a mounted Secret; never on the command line)
+    prometheus_url: str = ""  # used-memory figures from Prometheus instead of scraping the monitors
+    metrics_urls: str = ""  # comma list of monitor /metrics URLs to scrape when no Prometheus is given
+    whatif_interval: float = 30.0  # at most one on-demand what-if run per this many seconds
+    whatif_timeout: float = 20.0  # a what-if run that takes longer is abandoned
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     roles: tuple[str, ...] = ()
     kube: KubeSettings = field(default_factory=KubeSettings)
@@ -176,6 +189,7 @@ class Config:
     agent: AgentSettings = field(default_factory=AgentSettings)
     monitor: MonitorSettings = field(default_factory=MonitorSettings)
     sim: SimSettings = field(default_factory=SimSettings)
+    ui: UiSettings = field(default_factory=UiSettings)
 
 
 # --------------------------------------------------------------------------- durations
@@ -461,6 +475,12 @@ def _load_file(path: str) -> Any:
 
 # Flag destination (argparse dest) -> (group, field). Only flags the user set arrive here.
 FLAG_TARGETS: dict[str, tuple[str, str]] = {
+    "ui_bind_address": ("ui", "bind_address"),
+    "ui_readonly_token": ("ui", "readonly_token"),
+    "ui_readonly_token_file": ("ui", "readonly_token_file"),
+    "prometheus_url": ("ui", "prometheus_url"),
+    "ui_metrics_urls": ("ui", "metrics_urls"),
+    "ui_whatif_interval": ("ui", "whatif_interval"),
     "kubeconfig": ("kube", "kubeconfig"),
     "kube_qps": ("kube", "qps"),
     "kube_burst": ("kube", "burst"),
@@ -537,7 +557,7 @@ SHARED_FLAGS: dict[str, tuple[tuple[str, str], ...]] = {
     "fake_gpus": (("agent", "fake_gpus"), ("monitor", "fake_gpus"), ("sim", "fake_gpus")),
     "legacy_metrics": (("scheduler", "legacy_metrics"), ("monitor", "legacy_metrics")),
 }
-_DURATION_FLAGS = {"kube_timeout", "sim_read_latency", "sim_write_latency", "node_lock_timeout", "node_lock_retry_timeout", "node_lock_orphan_timeout", "api_probe_after", "api_unready_after", "http_header_timeout", "http_body_timeout", "http_idle_timeout", "cache_grace", "register_interval"}
+_DURATION_FLAGS = {"kube_timeout", "sim_read_latency", "sim_write_latency", "node_lock_timeout", "node_lock_retry_timeout", "node_lock_orphan_timeout", "api_probe_after", "api_unready_after", "http_header_timeout", "http_body_timeout", "http_idle_timeout", "cache_grace", "register_interval", "ui_whatif_interval"}
 
 
 def parse_label_selector(text: str, source: str = "--node-label-selector") -> tuple[tuple[str, str], ...]:
@@ -570,6 +590,7 @@ _LISTENERS = (
     ("monitor", "metrics_bind_address", "--monitor-metrics-bind-address (or --metrics-bind-address)"),
     ("debug", "debug_bind_address", "--debug-bind-address"),
     ("sim", "listen", "--sim-listen"),
+    ("ui", "bind_address", "--ui-bind-address"),
 )
 
 
@@ -657,6 +678,9 @@ def _embedded_defaults(groups: dict[str, dict[str, Any]], flags: Mapping[str, An
     # A laptop demo has no reason to listen beyond loopback (the embedded API server has no auth).
     groups["scheduler"].setdefault("metrics_bind_address", "127.0.0.1:9395")
     groups["monitor"].setdefault("metrics_bind_address", "127.0.0.1:9394")
+    # The extender holds 127.0.0.1:8080 here; the UI scrapes the embedded monitor.
+    groups["ui"].setdefault("bind_address", "127.0.0.1:8090")
+    groups["ui"].setdefault("metrics_urls", "http://" + groups["monitor"]["metrics_bind_address"] + "/metrics")
     if "gpu_backend" not in flags:
         groups["monitor"]["gpu_backend"] = groups["agent"]["gpu_backend"] = "fake"
     if "fake_gpus" not in flags:
@@ -681,7 +705,7 @@ def build_config(
     env = os.environ if env is None else env
     warn = warn or (lambda msg: None)
     groups: dict[str, dict[str, Any]] = {
-        g: {} for g in ("kube", "log", "debug", "listen", "scheduler", "agent", "monitor", "sim")
+        g: {} for g in ("kube", "log", "debug", "listen", "scheduler", "agent", "monitor", "sim", "ui")
     }
     top: dict[str, Any] = {}
 
@@ -794,6 +818,7 @@ def build_config(
         agent=AgentSettings(**{**groups["agent"], "node_config_file": node_file}),
         monitor=MonitorSettings(**groups["monitor"]),
         sim=SimSettings(**groups["sim"]),
+        ui=UiSettings(**groups["ui"]),
     )
 
 

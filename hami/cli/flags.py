@@ -130,6 +130,17 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
     (("--monitor-metrics-bind-address",), "monitor_metrics_bind_address", "str",
      "monitor metrics listener when several roles share a process"),
     (("--feedback",), "feedback", "bool", "run HAMi's priority feedback loop (default true)"),
+    # ui
+    (("--ui-bind-address",), "ui_bind_address", "str",
+     "web UI listener (default 127.0.0.1:8080; 127.0.0.1:8090 with --embedded; reach it with kubectl port-forward)"),
+    (("--ui-readonly-token-file",), "ui_readonly_token_file", "str",
+     "file holding a token every UI request must carry (Authorization: Bearer, or ?token= once)"),
+    (("--ui-readonly-token",), "ui_readonly_token", "str",
+     "the same token given inline (visible in ps: prefer --ui-readonly-token-file)"),
+    (("--prometheus-url",), "prometheus_url", "str", "Prometheus the UI reads used-memory figures from"),
+    (("--ui-metrics-urls",), "ui_metrics_urls", "str",
+     "comma list of monitor /metrics URLs the UI scrapes when no --prometheus-url is given"),
+    (("--ui-whatif-interval",), "ui_whatif_interval", "duration", "at most one on-demand what-if per interval (30s)"),
     # embedded cluster
     (("--embedded",), "embedded", "bool", "run everything on an embedded Kubernetes API server"),
     # every HTTP listener (hami.httpguard)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from hami.config import FLAG_TARGETS, SHARED_FLAGS
 
-ROLE_ORDER = ("scheduler", "node-agent", "monitor", "sim")
-_GROUP_ROLE = {"scheduler": "scheduler", "agent": "node-agent", "monitor": "monitor", "sim": "sim"}
+ROLE_ORDER = ("scheduler", "node-agent", "monitor", "ui", "sim")
+_GROUP_ROLE = {"scheduler": "scheduler", "agent": "node-agent", "monitor": "monitor", "ui": "ui", "sim": "sim"}
 # Read outside FLAG_TARGETS: the device config (scheduler's webhook/fit, node agent's split and
 # scaling) and HAMi's one metrics flag (whichever of scheduler and monitor runs).
 _SPECIAL: dict[str, tuple[str, ...]] = {

@@ -585,6 +585,7 @@ def banner(cfg: Config, kubeconfig: str, api_url: str, pointer: str | None = Non
         f"  metrics        {dial_url(cfg.scheduler.metrics_bind_address, '/metrics')}  (scheduler)",
         f"                 {dial_url(cfg.monitor.metrics_bind_address, '/metrics')}  (monitor)",
         f"  nodes          {cfg.sim.nodes} x {cfg.sim.gpus}",
+        *([f"  web UI         {dial_url(cfg.ui.bind_address, '/')}"] if "ui" in cfg.roles else []),
         "Try:",
         f"  export KUBECONFIG={kubeconfig}",
         "  kubectl get nodes",

@@ -29,6 +29,7 @@ LISTENERS: tuple[tuple[str, str, str, Callable[[Mapping], bool]], ...] = (
      lambda f: "metrics_bind_address" not in f),
     ("monitor_metrics_bind_address", "127.0.0.1:9394", "monitor metrics", lambda f: "metrics_bind_address" not in f),
     ("debug_bind_address", DEFAULT_DEBUG_BIND, "pprof debug listener", lambda f: bool(f.get("profiling"))),
+    ("ui_bind_address", "127.0.0.1:8090", "web UI", lambda f: True),
 )
 
 

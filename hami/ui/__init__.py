@@ -1,0 +1,1 @@
+"""`hami --role ui`: a read-only web page over the GPU cluster (docs/ui.md)."""

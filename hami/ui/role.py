@@ -1,0 +1,291 @@
+"""`hami --role ui`: serves the pages of hami.ui.render from informers, the monitors' metrics and, on
+demand, `hami whatif --suggest` and `hami doctor pod` run in-process. Read-only: it makes no write.
+
+Listens on `--ui-bind-address` (default 127.0.0.1:8080; in a cluster a ClusterIP Service reached with
+kubectl port-forward). With `--ui-readonly-token[-file]` every request must carry the token (Bearer
+header, or `?token=` once, which sets an HttpOnly SameSite=Strict cookie). Pages carry a
+Content-Security-Policy that allows no inline script and no other origin. What-if runs are one at a
+time, at most one per `--ui-whatif-interval`, and abandoned after 20 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import hmac
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from hami.config import Config
+from hami.doctor.tree import requested_hami_resources
+from hami.httpguard import guarded_runner
+from hami.kube.client import ApiError, KubeClient
+from hami.kube.informer import Informer
+from hami.netaddr import split_host_port
+from hami.obs.log import get_logger
+from hami.ui import render
+from hami.ui.metrics import Figures, MetricsError, parse_exposition, parse_query
+from hami.ui.view import cluster_view, quota_rows
+
+log = get_logger(__name__)
+
+COOKIE = "hami_ui_token"
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; script-src 'self'; "
+                               "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+FIGURES_EVERY = 5.0  # seconds between scrapes of the monitors (pages never wait on a scrape)
+
+
+def _event_summary(ev: dict) -> dict:
+    """What the UI keeps of an Event (informer transform): who it is about, why, when."""
+    meta = ev.get("metadata") or {}
+    return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "resourceVersion", "creationTimestamp")},
+            "involvedObject": {k: (ev.get("involvedObject") or {}).get(k) for k in ("kind", "namespace", "name")},
+            "reason": ev.get("reason", ""), "message": str(ev.get("message", ""))[:2048], "type": ev.get("type", ""),
+            "lastTimestamp": ev.get("lastTimestamp"), "eventTime": ev.get("eventTime"), "count": ev.get("count")}
+
+
+def read_token(cfg) -> str:
+    if cfg.readonly_token_file:
+        with open(cfg.readonly_token_file, encoding="utf-8") as fh:
+            token = fh.read().strip()
+        if not token:
+            raise ValueError(f"--ui-readonly-token-file {cfg.readonly_token_file}: the file is empty")
+        return token
+    return cfg.readonly_token
+
+
+class Ui:
+    def __init__(self, config: Config, client: KubeClient, *, token: str = "", clock=time.monotonic):
+        self.config = config
+        self.client = client
+        self.token = token
+        self.clock = clock
+        self.nodes = Informer(client, "nodes")
+        self.pods = Informer(client, "pods")
+        self.quotas = Informer(client, "resourcequotas")
+        self.events = Informer(client, "events", transform=_event_summary)
+        self.figures = Figures()
+        self.whatif_result: dict | None = None
+        self.whatif_running = False
+        self.whatif_last = -1e9
+        self.http: aiohttp.ClientSession | None = None
+
+    # ------------------------------------------------------------------ data
+
+    def _events(self) -> list[dict]:
+        return [ev for ev in self.events.store.values() if ev.get("reason") in ("FilteringFailed", "FilteringSucceed")]
+
+    def view(self):
+        cfg = self.config
+        return cluster_view(list(self.nodes.store.values()), list(self.pods.store.values()), self._events(),
+                            self.figures.usage, self.figures.health, time.time(), cfg.nvidia.resource_count_name,
+                            cfg.scheduler.node_lock_timeout)
+
+    async def refresh_figures(self, stop: asyncio.Event) -> None:
+        ui = self.config.ui
+        while not stop.is_set():
+            figs = Figures()
+            if ui.prometheus_url:
+                await self._scrape(figs, ui.prometheus_url.rstrip("/") + "/api/v1/query?query=hami_vgpu_memory_used_bytes",
+                                   query=True)
+            for url in filter(None, (u.strip() for u in ui.metrics_urls.split(","))):
+                await self._scrape(figs, url)
+            self.figures = figs
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=FIGURES_EVERY)
+            except TimeoutError:
+                pass
+
+    async def _scrape(self, figs: Figures, url: str, query: bool = False) -> None:
+        try:
+            async with self.http.get(url, timeout=aiohttp.ClientTimeout(total=3)) as resp:
+                if resp.status != 200:
+                    raise MetricsError(f"{url}: HTTP {resp.status}")
+                body = await resp.read()
+            got = parse_query(orjson.loads(body), url) if query else parse_exposition(body.decode("utf-8", "replace"), url)
+            figs.merge(got)
+        except (aiohttp.ClientError, TimeoutError, MetricsError, orjson.JSONDecodeError, UnicodeError) as exc:
+            figs.errors.append(f"{url}: {exc}"[:300])
+
+    def foot(self) -> dict:
+        return {"sources": self.figures.sources, "errors": self.figures.errors,
+                "generated": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+    # ------------------------------------------------------------------ handlers
+
+    @web.middleware
+    async def guard(self, request: web.Request, handler):
+        if self.token:
+            given = request.query.get("token")
+            if given is not None and hmac.compare_digest(given.encode(), self.token.encode()):
+                resp = web.HTTPSeeOther(request.path)
+                resp.set_cookie(COOKIE, self.token, httponly=True, samesite="Strict", path="/")
+                raise resp
+            auth = request.headers.get("Authorization", "")
+            cookie = request.cookies.get(COOKIE, "")
+            ok = (auth.startswith("Bearer ") and hmac.compare_digest(auth[7:].encode(), self.token.encode())) or \
+                (cookie and hmac.compare_digest(cookie.encode(), self.token.encode()))
+            if not ok and request.path not in ("/healthz",):
+                return web.Response(status=401, text="hami ui: a read-only token is required "
+                                    "(Authorization: Bearer <token>, or open /?token=<token> once)\n",
+                                    headers={"WWW-Authenticate": 'Bearer realm="hami-ui"', **HEADERS})
+        resp = await handler(request)
+        resp.headers.update(HEADERS)
+        return resp
+
+    def _html(self, text: str, status: int = 200) -> web.Response:
+        return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
+
+    async def h_cluster(self, request: web.Request) -> web.Response:
+        return self._html(render.cluster_page(self.view(), **self.foot()))
+
+    async def h_node(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        node = next((n for n in self.view().nodes if n.name == name), None)
+        if node is None:
+            return self._html(render.not_found(f"node {name}", **self.foot()), 404)
+        return self._html(render.node_page(node, **self.foot()))
+
+    async def h_pod(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        pod = self.pods.store.get(f"{ns}/{name}")
+        if pod is None:
+            return self._html(render.not_found(f"pod {ns}/{name}", **self.foot()), 404)
+        view = self.view()
+        slices = [(c, s) for c in view.cards for s in c.slices if (s.namespace, s.pod) == (ns, name)]
+        events = sorted((ev for ev in self.events.store.values()
+                         if (ev["involvedObject"].get("namespace"), ev["involvedObject"].get("name")) == (ns, name)),
+                        key=lambda ev: str(ev.get("lastTimestamp") or ev.get("eventTime") or ""))[-20:]
+        diagnosis = None
+        if not (pod.get("spec") or {}).get("nodeName"):
+            diagnosis = await self._diagnose(ns, name)
+        requested = requested_hami_resources(pod, self.config.nvidia, self.config.vendors)
+        return self._html(render.pod_page(pod, slices, events, diagnosis, requested, **self.foot()))
+
+    async def _diagnose(self, ns: str, name: str):
+        from hami.doctor.pod import diagnose
+
+        args = argparse.Namespace(pod=f"{ns}/{name}", scheduler_name=self.config.scheduler.scheduler_name,
+                                  scheduler_url="", hami_namespace=self.config.kube.pod_namespace or "",
+                                  scheduler_namespace="", lease_name="hami-scheduler",
+                                  node_lock_timeout=f"{int(self.config.scheduler.node_lock_timeout)}s", json=False)
+        try:
+            return await asyncio.wait_for(diagnose(self.client, args), timeout=5.0)
+        except (ApiError, TimeoutError) as exc:
+            log.info("UI: doctor could not diagnose the pod", pod=f"{ns}/{name}", error=str(exc))
+            return None
+
+    async def h_quotas(self, request: web.Request) -> web.Response:
+        cfg = self.config.nvidia
+        rows = quota_rows(self.quotas.store.values(), cfg.resource_memory_name, cfg.resource_core_name)
+        return self._html(render.quotas_page(rows, **self.foot()))
+
+    def _wait(self) -> float:
+        return max(0.0, self.whatif_last + self.config.ui.whatif_interval - self.clock())
+
+    async def h_whatif(self, request: web.Request) -> web.Response:
+        return self._html(render.whatif_page(self.whatif_result, running=self.whatif_running, wait=self._wait(),
+                                             **self.foot()))
+
+    async def h_whatif_run(self, request: web.Request) -> web.Response:
+        if self.whatif_running or self._wait() > 0:
+            return self._html(render.whatif_page(self.whatif_result, running=self.whatif_running, wait=self._wait(),
+                                                 **self.foot()), 429)
+        self.whatif_running, self.whatif_last = True, self.clock()
+        asyncio.get_running_loop().create_task(self._run_whatif())
+        raise web.HTTPSeeOther("/whatif")
+
+    async def _run_whatif(self) -> None:
+        from hami.whatif.cluster import SnapshotError, parse_snapshot
+        from hami.whatif.engine import SchedulerDefaults, run_plan
+        from hami.whatif.scenario import Plan, Scenario
+        from hami.whatif.snapshot import take_with
+        from hami.whatif.suggest import suggest
+
+        started = time.monotonic()
+        sc = self.config.scheduler
+        defaults = SchedulerDefaults(node_policy=sc.node_scheduler_policy, gpu_policy=sc.gpu_scheduler_policy,
+                                     scheduler_name=sc.scheduler_name)
+        try:
+            cluster = parse_snapshot(await take_with(self.client), "live cluster")
+            plan = Plan(scenarios=(Scenario("baseline"),))
+
+            def work():
+                base = run_plan(cluster, plan, defaults)[0]
+                return base, suggest(cluster, plan, defaults, baseline=base)
+
+            base, found = await asyncio.wait_for(asyncio.to_thread(work), timeout=self.config.ui.whatif_timeout)
+            t = base.totals()
+            self.whatif_result = {"at": time.strftime("%H:%M:%S"), "seconds": time.monotonic() - started,
+                                  "baseline": {"placed": t["placed"], "pending": t["pending"]},
+                                  "suggestions": [s.as_dict() for s in found]}
+        except (SnapshotError, ApiError) as exc:
+            self.whatif_result = {"error": f"could not read the cluster: {exc}"}
+        except TimeoutError:
+            self.whatif_result = {"error": f"the run took longer than {self.config.ui.whatif_timeout:.0f} s and "
+                                           "was abandoned"}
+        finally:
+            self.whatif_running = False
+
+    async def h_script(self, request: web.Request) -> web.Response:
+        return web.Response(text=render.SCRIPT, content_type="application/javascript")
+
+    async def h_health(self, request: web.Request) -> web.Response:
+        ok = all(i.synced.is_set() for i in (self.nodes, self.pods))
+        return web.Response(text="ok\n" if ok else "informers not synced\n", status=200 if ok else 503)
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self.guard], client_max_size=64 * 1024)
+        app.router.add_get("/", self.h_cluster)
+        app.router.add_get("/node/{name}", self.h_node)
+        app.router.add_get("/pod/{ns}/{name}", self.h_pod)
+        app.router.add_get("/quotas", self.h_quotas)
+        app.router.add_get("/whatif", self.h_whatif)
+        app.router.add_post("/whatif", self.h_whatif_run)
+        app.router.add_get("/static/ui.js", self.h_script)
+        app.router.add_get("/healthz", self.h_health)
+        return app
+
+    def informers(self) -> list[Informer]:
+        return [self.nodes, self.pods, self.quotas, self.events]
+
+
+async def run(ctx: Any) -> None:
+    config: Config = ctx.config
+    kube = config.kube
+    if not kube.kubeconfig and ctx.shared.get("kubeconfig"):
+        kube = dataclasses.replace(kube, kubeconfig=ctx.shared["kubeconfig"])
+    token = read_token(config.ui)
+    host, port = split_host_port(config.ui.bind_address, flag="--ui-bind-address", default_host="127.0.0.1")
+    client = await KubeClient.from_settings(kube, role="ui")
+    ui = Ui(config, client, token=token)
+    ui.http = aiohttp.ClientSession()
+    runner = guarded_runner(ui.app(), config.listen, access_log=None)
+    await runner.setup()
+    tasks = [asyncio.create_task(i.run(ctx.stop), name=f"ui:{i.kind}-informer") for i in ui.informers()]
+    tasks.append(asyncio.create_task(ui.refresh_figures(ctx.stop), name="ui:figures"))
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = runner.addresses[0] if runner.addresses else (host, port)
+        ctx.shared["ui"] = {"address": f"{bound[0]}:{bound[1]}", "ui": ui}
+        log.info("Web UI serving", url=f"http://{bound[0]}:{bound[1]}/", token=bool(token))
+        ctx.ready.set()
+        await ctx.stop.wait()
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await runner.cleanup()
+        await ui.http.close()
+        await client.close()

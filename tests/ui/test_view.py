@@ -1,0 +1,102 @@
+"""The UI's pure parts: the cluster view, the metrics parsers and the HTML escaping.
+
+Covers: slices are counted only for pods hami placed (bound to the node their vgpu-node names; a pending
+pod's hand-written annotations count nothing), with the monitor's use per slice; totals (registered,
+allocated, used of the measured allocation); pending GPU pods grouped by the reason codes of their
+FilteringFailed events; GPUs by model; quota rows; the exposition and Prometheus-answer parsers (and,
+by hypothesis, that any text either parses or raises MetricsError); every page escapes hostile text from
+annotations, event messages, reasons and names.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hami.ui import render
+from hami.ui.metrics import MetricsError, parse_exposition, parse_query
+from hami.ui.view import MIB, cluster_view, quota_rows
+
+from .helpers import MODEL, filter_failed, node, pod
+
+HOSTILE = '<script>alert("x")</script>'
+
+
+def test_slices_only_for_placed_pods_with_their_use():
+    pods = [pod("a", node="n1", card=0, mem=4000), pod("b", node="n1", card=1, mem=8000, cores=50),
+            pod("squat", vgpu_node="n1", card=0, mem=40960),  # pending, annotations written by hand
+            pod("done", node="n1", card=0, mem=9999, phase="Succeeded")]
+    v = cluster_view([node("n1"), node("n2")], pods, usage={("default", "a", "GPU-n1-0"): 1000 * MIB})
+    (n1, n2) = v.nodes
+    assert [len(c.slices) for c in n1.cards] == [1, 1] and not any(c.slices for c in n2.cards)
+    assert n1.cards[0].slices[0].used_bytes == 1000 * MIB and n1.cards[1].slices[0].used_bytes is None
+    t = v.totals()
+    assert (t["gpus"], t["mem_registered"], t["mem_allocated"], t["cores_allocated"]) == (4, 4 * 40960, 12000, 80)
+    assert (t["measured_slices"], t["mem_allocated_measured"], t["mem_used"]) == (1, 4000, 1000)
+    assert v.models == {MODEL: (2, 4)}
+
+
+def test_pending_gpu_pods_by_reason_code():
+    pods = [pod("w1"), pod("w2"), pod("cpu-only")]
+    pods[2]["spec"]["containers"][0]["resources"] = {}
+    events = [filter_failed("w1", "2 nodes CardInsufficientMemory(n1,n2)"),
+              filter_failed("w2", "1 nodes CardInsufficientCore(n1)"), filter_failed("w2", "1 nodes NodeUnfitPod(n2)")]
+    v = cluster_view([node("n1")], pods, events)
+    assert [(p.name, p.reasons) for p in v.pending] == [("w1", ("CardInsufficientMemory",)),
+                                                         ("w2", ("CardInsufficientCore", "NodeUnfitPod"))]
+    assert v.pending_by_reason() == {"CardInsufficientMemory": 1, "CardInsufficientCore": 1, "NodeUnfitPod": 1}
+
+
+def test_quota_rows_keep_gpu_quotas_only():
+    q = [{"metadata": {"namespace": "ml", "name": "gpu"}, "spec": {"hard": {"limits.nvidia.com/gpumem": "20000"}},
+          "status": {"used": {"limits.nvidia.com/gpumem": "4000"}}},
+         {"metadata": {"namespace": "x", "name": "cpu"}, "spec": {"hard": {"cpu": "4"}}}]
+    assert quota_rows(q) == [("ml", "gpu", "4000", "20000", "0", "-")]
+
+
+EXPO = """# TYPE hami_vgpu_memory_used_bytes gauge
+hami_vgpu_memory_used_bytes{namespace="default",pod="a",container="c",vdevice_index="0",device_uuid="GPU-1",zone="vGPU"} 1048576
+# TYPE hami_gpu_temperature_celsius gauge
+hami_gpu_temperature_celsius{node="n",device_index="0",device_uuid="GPU-1",device_type="A100"} 41
+# TYPE hami_gpu_power_usage_watts gauge
+hami_gpu_power_usage_watts{node="n",device_index="0",device_uuid="GPU-1",device_type="A100"} 82.5
+"""
+
+
+def test_parsers_read_the_monitor_and_prometheus():
+    f = parse_exposition(EXPO, "m")
+    assert f.usage == {("default", "a", "GPU-1"): 1048576} and f.health == {"GPU-1": (41.0, 82.5)}
+    doc = {"status": "success", "data": {"result": [
+        {"metric": {"namespace": "default", "pod": "a", "device_uuid": "GPU-1"}, "value": [0, "2048"]}]}}
+    assert parse_query(doc, "p").usage == {("default", "a", "GPU-1"): 2048}
+    for bad in ({"status": "error"}, {"status": "success", "data": {"result": [{"metric": {}}]}}, []):
+        try:
+            parse_query(bad, "p")
+            raise AssertionError("accepted")
+        except MetricsError as exc:
+            assert str(exc).startswith("p: ")
+
+
+@given(st.text(max_size=300))
+def test_any_text_parses_or_raises_metrics_error(text):
+    try:
+        parse_exposition(text, "src")
+    except MetricsError as exc:
+        assert str(exc).startswith("src: ")
+
+
+def test_every_page_escapes_hostile_text():
+    n = node("n1")
+    p = pod("a", node="n1", annotations={"x": HOSTILE})
+    p["metadata"]["namespace"] = HOSTILE  # impossible on a real API server: the page must not care
+    ev = filter_failed("w", f"1 nodes {HOSTILE}(n1)")
+    v = cluster_view([n], [p, pod("w")], [ev])
+    pages = [render.cluster_page(v, sources=[HOSTILE], errors=[HOSTILE]), render.node_page(v.nodes[0]),
+             render.pod_page(p, [], [ev], None, {HOSTILE: HOSTILE}), render.not_found(HOSTILE),
+             render.quotas_page([(HOSTILE,) * 6]),
+             render.whatif_page({"at": HOSTILE, "seconds": 1.0, "baseline": {"placed": 0, "pending": 1},
+                                 "suggestions": [{"change": HOSTILE, "placed": 1, "pending": 0, "gained": 1,
+                                                  "tradeoff": HOSTILE}]}, running=False, wait=0)]
+    for text in pages:
+        assert "<script>alert" not in text and "<script>" not in text.replace("<script src='/static/ui.js'>", "")
+    assert "&lt;script&gt;" in pages[0] and "&lt;script&gt;" in pages[3]
