@@ -37,7 +37,7 @@ def test_user_flags_never_move_and_optional_listeners_only_when_opened():
     flags = {"sim_listen": "127.0.0.1:6443", "metrics_bind_address": ":9000"}
     lines = move_busy_defaults(flags, is_free=lambda a: False, pick=lambda: "127.0.0.1:1")
     assert flags["sim_listen"] == "127.0.0.1:6443"  # given: a clash stays an error naming the flag
-    assert flags["http_bind"] == "127.0.0.1:1" and len(lines) == 1
+    assert flags["http_bind"] == flags["ui_bind_address"] == "127.0.0.1:1" and len(lines) == 2
     assert "scheduler_metrics_bind_address" not in flags  # --metrics-bind-address set both
     assert "debug_bind_address" not in flags  # no --profiling: no pprof listener
     with_profiling = {"profiling": True}
