@@ -27,6 +27,7 @@ ROLES: dict[str, str] = {
     "node-agent": "hami.agent.role",
     "monitor": "hami.monitor.role",
     "ui": "hami.ui.role",
+    "dra": "hami.dra.role",  # not in `all`: DRA and the device plugin never serve one node
 }
 ALL_ROLES = ("scheduler", "node-agent", "monitor", "ui")
 # Roles that others need up before they start (the embedded API server).

@@ -122,6 +122,10 @@ class AgentSettings:
     device_list_strategy: tuple[str, ...] = ("envvar",)  # envvar, cdi-annotations, cdi-cri
     device_id_strategy: str = "uuid"  # CDI names: nvidia.com/gpu=<uuid> or =<index>
     health_bind_address: str = ""  # /healthz and /readyz for kubelet's probes; "" = off (the chart sets it)
+    # --role dra (hami.dra.role); "" = the kubelet's defaults (hami.dra.plugin)
+    dra_plugin_dir: str = ""  # /var/lib/kubelet/plugins/hami-core-gpu.project-hami.io
+    dra_registration_dir: str = ""  # /var/lib/kubelet/plugins_registry
+    cdi_root: str = ""  # /var/run/cdi
 
 
 DEVICE_LIST_STRATEGIES = ("envvar", "cdi-annotations", "cdi-cri")
@@ -527,6 +531,9 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "vgpu_lib_version": ("agent", "vgpu_lib_version"),
     "device_list_strategy": ("agent", "device_list_strategy"),
     "device_id_strategy": ("agent", "device_id_strategy"),
+    "plugin_dir": ("agent", "dra_plugin_dir"),
+    "plugin_registration_dir": ("agent", "dra_registration_dir"),
+    "cdi_root": ("agent", "cdi_root"),
     "cache_dir": ("monitor", "cache_dir"),
     "cache_grace": ("monitor", "cache_grace"),
     "proc_root": ("monitor", "proc_root"),

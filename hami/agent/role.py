@@ -1,6 +1,8 @@
 """`--role node-agent`: the HAMi device plugin for one node.
 
 Pieces, all started here and stopped on `ctx.stop`:
+* the node's GPU mode (hami.kube.nodemode): refuse to start where `--role dra` marked the node,
+  else mark it `hami.io/gpu-mode=device-plugin`;
 * a node informer (`metadata.name=<node>`) and a pod informer (`spec.nodeName=<node>`);
 * `DevicePluginServer` on `<kubelet-socket-dir>/nvidia-gpu.sock`, registered with kubelet;
 * the device loop: poll the GPU backend (fake file edits, NVML XID health), push the kubelet
@@ -30,6 +32,7 @@ from hami.gpu.mig import MigControl
 from hami.gpu.topology import TopologySource, asymmetric_pairs, pair_scores
 from hami.kube.lanes import background
 from hami.kube.nodeevents import REASON_ASYMMETRIC_P2P, asymmetric_link_message, emit_node_warning
+from hami.kube.nodemode import DEVICE_PLUGIN, claim_node
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
@@ -278,6 +281,8 @@ class Agent:
                   sync_timeout: float = 30.0) -> None:
         self._stop = stop
         await self.install_hamicore()
+        # Never beside `--role dra` on one node (HAMi's rule): refuse where it registered, mark ours.
+        await claim_node(self.client, self.node_name, DEVICE_PLUGIN)
         tasks = [
             asyncio.create_task(self.nodes.run(stop), name=f"agent-{self.node_name}-nodes"),
             asyncio.create_task(self.pods.run(stop), name=f"agent-{self.node_name}-pods"),

@@ -99,10 +99,19 @@ def _check_monitor(config: Config) -> None:
         _check_backend(m.gpu_backend, m.fake_gpus, m.node_name, "monitor")
 
 
+def _check_dra(config: Config) -> None:
+    a = config.agent
+    if not a.node_name:
+        raise ConfigError("--node-name", "command line and environment", "",
+                          "this node's name (--node-name or $NODE_NAME)")
+    _check_backend(a.gpu_backend, a.fake_gpus, a.node_name, "dra")
+
+
 CHECKS: dict[str, Callable[[Config], None]] = {
     "scheduler": _check_tls,
     "node-agent": _check_node_agent,
     "monitor": _check_monitor,
+    "dra": _check_dra,
 }
 
 

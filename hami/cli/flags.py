@@ -123,6 +123,12 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
     (("--device-list-strategy",), "device_list_strategy", "str",
      "how Allocate names GPUs: envvar, cdi-annotations, cdi-cri, or a comma list (default envvar)"),
     (("--device-id-strategy",), "device_id_strategy", "str", "CDI device names by uuid or index (default uuid)"),
+    # dra (kubelet DRA plugin)
+    (("--plugin-dir",), "plugin_dir", "str",
+     "--role dra: dir of the DRA socket dra.sock and the checkpoint (default /var/lib/kubelet/plugins/<driver>)"),
+    (("--plugin-registration-dir",), "plugin_registration_dir", "str",
+     "--role dra: kubelet's plugin registration dir (default /var/lib/kubelet/plugins_registry)"),
+    (("--cdi-root",), "cdi_root", "str", "--role dra: where the per-claim CDI specs go (default /var/run/cdi)"),
     # monitor
     (("--cache-dir",), "cache_dir", "str", "HAMi-core cache dirs (default /usr/local/vgpu/containers)"),
     (("--cache-grace",), "cache_grace", "duration", "keep dirs of unknown pods this long (default 5m)"),

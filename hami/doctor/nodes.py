@@ -2,7 +2,8 @@
 
     hami doctor nodes [--kubeconfig FILE] [--node-lock-timeout 5m] [--hami-namespace NS] [--json]
 
-For every node: the `hami.io/node-nvidia-register` state, whether HAMi-core is installed on the
+For every node: its GPU mode (`hami.io/gpu-mode`: device-plugin or dra; a node both serve is a
+problem), the `hami.io/node-nvidia-register` state, whether HAMi-core is installed on the
 host and which version (`hami.io/hami-core`, published by the node agent; `-` when it does not say),
 the `hami.io/node-handshake` value and
 age, the `hami.io/mutex.lock` holder and age, and the number of schedulable devices; below the

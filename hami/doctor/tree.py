@@ -177,6 +177,7 @@ class NodeHealth:
     problems: tuple[str, ...]
     vendors: tuple[str, ...] = ()  # one line per other vendor the node registers: registration, handshake
     hami_core: str = "-"  # installed HAMi-core version, "missing", or "-" (not reported: e.g. HAMi's Go agent)
+    mode: str = "-"  # hami.io/gpu-mode: device-plugin, dra, or "-" (unmarked: HAMi's Go agent, older hami)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -412,10 +413,21 @@ def is_gpu_node(node: NodeFacts) -> bool:
 def node_health(node: NodeFacts, now: float, lock_timeout: float = 300.0,
                 vendors: VendorTable | None = None) -> NodeHealth:
     vstates = vendor_states(node, now, vendors)
-    gpu = is_gpu_node(node) or bool(vstates)
+    mode = node.labels.get(codec.GPU_MODE_LABEL) or "-"
+    dra = mode == "dra"
+    gpu = is_gpu_node(node) or bool(vstates) or dra
     problems = []
     register, devices = register_state(node)
-    if gpu and devices is None and not vstates:
+    if dra:
+        if devices is not None or node.allocatable_gpu > 0:
+            problems.append(
+                f"both modes serve this node: it is marked {codec.GPU_MODE_LABEL}=dra (hami --role dra) but a device "
+                f"plugin {'registered GPUs' if devices is not None else 'advertises nvidia.com/gpu'}; one GPU "
+                f"would be handed out twice. Stop the device plugin there, then "
+                f"`kubectl annotate node {node.name} {codec.REGISTER_ANNOTATION}-`")
+        elif register == "missing":
+            register = "- (dra: ResourceSlices)"
+    elif gpu and devices is None and not vstates:
         problems.append(f"register annotation {register}: the node agent has not registered GPUs")
     elif devices is None and register == "missing" and vstates:
         register = "- (" + ", ".join(s.vendor.name for s in vstates) + ")"
@@ -456,7 +468,7 @@ def node_health(node: NodeFacts, now: float, lock_timeout: float = 300.0,
                         "check the node agent's --vgpu-lib and --hook-path and its log")
     return NodeHealth(node.name, gpu, register if gpu or devices is not None else "-", hs_value, hs_age,
                       holder, lock_age, schedulable, not (gpu and problems), tuple(problems),
-                      tuple(s.line(now) for s in vstates), hami_core)
+                      tuple(s.line(now) for s in vstates), hami_core, mode)
 
 
 # --------------------------------------------------------------------------- the tree
@@ -726,12 +738,12 @@ def render_nodes(rows: Sequence[NodeHealth]) -> str:
     def age(v: float | None) -> str:
         return "-" if v is None else f"{int(v)}s"
 
-    header = ("NODE", "GPU", "REGISTER", "HAMI-CORE", "HANDSHAKE", "HS-AGE", "LOCK-HOLDER", "LOCK-AGE",
+    header = ("NODE", "GPU", "MODE", "REGISTER", "HAMI-CORE", "HANDSHAKE", "HS-AGE", "LOCK-HOLDER", "LOCK-AGE",
               "SCHEDULABLE", "STATUS")
     table = [header]
     for r in rows:
         hs = r.handshake if len(r.handshake) <= 32 else r.handshake[:29] + "..."
-        table.append((r.name, "yes" if r.gpu_node else "no", r.register, r.hami_core, hs, age(r.handshake_age),
+        table.append((r.name, "yes" if r.gpu_node else "no", r.mode, r.register, r.hami_core, hs, age(r.handshake_age),
                       r.lock_holder, age(r.lock_age), str(r.schedulable_gpus), "ok" if r.healthy else "UNHEALTHY"))
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]

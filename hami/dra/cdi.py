@@ -8,7 +8,7 @@ gets; each device `<claim uid>-<device>` adds `HAMI_DRA_DEVICE_<i>=<uuid>` (CDI 
 without edits). A container thus sees one NVIDIA_VISIBLE_DEVICES and one limit per GPU.
 
 Writes are atomic: a temporary file (`.<name>.tmp`, which CDI never reads: only *.json and *.yaml
-are specs) is written, fsynced and renamed over the spec, so a reader sees the old spec, the new
+are specs) is written and renamed over the spec, so a reader sees the old spec, the new
 spec or none, never a part. `resolve` applies specs to a container the way a CDI runtime does (the
 simulated kubelet uses it).
 """
@@ -78,31 +78,20 @@ def build_spec(driver: str, uid: str, devices: Sequence[tuple[str, str]], envs: 
 # --------------------------------------------------------------------------- files
 
 
-def _fsync_dir(path: str) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def write_atomic(path: str, data: bytes) -> None:
-    """`data` at `path`, all or nothing (write a temporary, fsync, rename, fsync the directory)."""
+    """`data` at `path`, all or nothing: a temporary renamed over it, so a reader (or a restart after
+    a kill) sees the old file or the new one, never a part."""
     d = os.path.dirname(path) or "."
     os.makedirs(d, exist_ok=True)
     tmp = os.path.join(d, f".{os.path.basename(path)}{_TMP}")
     try:
         with open(tmp, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(d)
 
 
 def write_spec(root: str, driver: str, uid: str, spec: Mapping) -> str:
@@ -120,24 +109,27 @@ def remove_spec(root: str, driver: str, uid: str) -> bool:
         os.unlink(path)
     except FileNotFoundError:
         return False
-    _fsync_dir(root)
     return True
 
 
-def claim_specs(root: str, driver: str) -> dict[str, str]:
-    """uid -> file name of every claim spec of this driver under `root`, temporaries included
-    (as uid -> '.<file>.tmp'), so a sweep after a crash finds them."""
+def claim_files(root: str, driver: str) -> list[tuple[str, str]]:
+    """(uid, file name) of every claim spec of this driver under `root`, and of every temporary
+    one left by a kill mid-write ('.<file>.tmp'), so a sweep after a crash finds them."""
     prefix = f"{vendor(driver)}-{CLAIM_CLASS}_"
-    out: dict[str, str] = {}
     try:
         names = os.listdir(root)
     except FileNotFoundError:
-        return out
+        return []
+    out = []
     for name in names:
-        base = name[1:-len(_TMP)] if name.startswith(".") and name.endswith(_TMP) else name
+        base = name[1:-len(_TMP)] if is_temporary(name) else name
         if base.startswith(prefix) and base.endswith(".json"):
-            out.setdefault(base[len(prefix):-len(".json")], name)
+            out.append((base[len(prefix):-len(".json")], name))
     return out
+
+
+def is_temporary(name: str) -> bool:
+    return name.startswith(".") and name.endswith(_TMP)
 
 
 # --------------------------------------------------------------------------- the runtime's side

@@ -5,7 +5,8 @@ handshake (old Requesting with no allocatable GPUs), lock holder and age and a l
 the timeout, unhealthy GPUs lowering the schedulable count, CPU-only nodes never unhealthy, and the
 CLI's table, --json and exit code; HAMi-core per node as the agent publishes it (version, missing
 making the node unhealthy, `-` when not reported) in the table and JSON, with the annotation name
-the agent writes (1 when a GPU node is unhealthy, 0 when all are fine).
+the agent writes (1 when a GPU node is unhealthy, 0 when all are fine); the GPU mode (device-plugin, dra)
+per node, and a node both modes serve as a problem.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ async def test_cli_exit_code_zero_when_all_gpu_nodes_are_healthy(cluster, apiser
     rc, out, err = await _cli(apiserver)
     assert rc == 0, err
     lines = out.splitlines()
-    assert lines[0].split() == ["NODE", "GPU", "REGISTER", "HAMI-CORE", "HANDSHAKE", "HS-AGE", "LOCK-HOLDER",
+    assert lines[0].split() == ["NODE", "GPU", "MODE", "REGISTER", "HAMI-CORE", "HANDSHAKE", "HS-AGE", "LOCK-HOLDER",
                                 "LOCK-AGE", "SCHEDULABLE", "STATUS"]
     assert lines[2].startswith("n1") and lines[2].endswith("ok")
 
@@ -96,3 +97,24 @@ async def test_hami_core_install_state_per_node(cluster, kube, apiserver):
     rc, out, _ = await _cli(apiserver, "--json")
     assert {r["name"]: r["hami_core"] for r in json.loads(out)} == {
         "a-core": "v2.6.0", "b-nocore": "missing", "c-go-agent": "-"}
+
+
+async def test_gpu_mode_per_node_and_both_modes_on_one_node_is_a_problem(cluster, kube, apiserver):
+    from hami.kube.nodemode import LABEL
+
+    cluster.node("a-dp")
+    apiserver.store.patch("nodes", "", "a-dp", json.dumps({"metadata": {"labels": {LABEL: "device-plugin"}}}),
+                          "application/merge-patch+json")
+    apiserver.store.create("nodes", "", {"metadata": {"name": "b-dra", "labels": {LABEL: "dra"}}})
+    cluster.node("c-both")  # a device plugin registered it, and the DRA role marked it too
+    apiserver.store.patch("nodes", "", "c-both", json.dumps({"metadata": {"labels": {LABEL: "dra"}}}),
+                          "application/merge-patch+json")
+    rows = {r.name: r for r in await check(kube, doctor_args(), now=cluster.now)}
+    assert (rows["a-dp"].mode, rows["a-dp"].healthy) == ("device-plugin", True)
+    assert (rows["b-dra"].mode, rows["b-dra"].healthy, rows["b-dra"].gpu_node) == ("dra", True, True)
+    assert rows["b-dra"].register.startswith("- (dra")
+    assert not rows["c-both"].healthy
+    [problem] = rows["c-both"].problems
+    assert "both modes serve this node" in problem and "kubectl annotate node c-both hami.io/node-nvidia-register-" in problem
+    rc, out, _ = await _cli(apiserver)
+    assert rc == 1 and "c-both: both modes serve this node" in out

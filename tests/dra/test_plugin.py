@@ -342,3 +342,20 @@ async def test_missing_claim_uid_mismatch_and_bad_uid_are_per_claim_errors(node,
     assert "is not a valid UID" in out["../x"].error
     # the plugin still serves
     assert (await kubelet.prepare(("default", "real", uid)))[uid].error == ""
+
+
+async def test_restart_after_reboot_emptied_the_cdi_dir_forgets_the_claims_it_lost(node, client):
+    kubelet = FakeKubelet(node.reg_dir, "v1")
+    await kubelet.register()
+    big = await make_claim(client, "big", [result("hami-gpu-0", "40Gi", "100")])
+    assert (await kubelet.prepare(("default", "big", big)))[big].error == ""
+    await node.stop()
+    shutil.rmtree(node.cdi_root)  # /var/run is tmpfs: a reboot empties it, the checkpoint stays
+    await node.start()
+    assert big in node.driver.recovered and big not in node.driver.checkpoint.claims
+    other = await make_claim(client, "other", [result("hami-gpu-0", "1Gi", "10")])
+    kubelet = FakeKubelet(node.reg_dir, "v1")
+    await kubelet.register()
+    assert (await kubelet.prepare(("default", "other", other)))[other].error == ""  # big holds no capacity
+    again = await kubelet.prepare(("default", "big", big))  # kubelet prepares big again after the reboot
+    assert "would be over-committed" in again[big].error  # and the GPU is honestly short now

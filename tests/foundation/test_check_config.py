@@ -98,6 +98,8 @@ def test_embedded_check_creates_no_state_directory(tmp_path, capsys, monkeypatch
     (["--role", "node-agent", "--device-id-strategy=serial"], {"NODE_NAME": "n"}, "--device-id-strategy"),
     (["--role", "node-agent"], {"NODE_NAME": "n", "DEVICE_LIST_STRATEGY": "cdi"}, "--device-list-strategy"),
     (["--role", "monitor", "--gpu-backend=fake"], {}, "--fake-gpus"),
+    (["--role", "dra", "--gpu-backend=fake"], {}, "--node-name"),
+    (["--role", "dra", "--gpu-backend=fake"], {"NODE_NAME": "n"}, "--fake-gpus"),
     (["--role", "scheduler", "--cert_file=/tls/tls.crt"], {}, "--key_file"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_bad_flags_exit_2_naming_the_flag(argv, env, named, capsys, monkeypatch, no_io):

@@ -26,6 +26,8 @@ VGPU_MODE_ANNOTATION = "nvidia.com/vgpu-mode"
 HAMI_CORE_ANNOTATION = "hami.io/hami-core"  # node: HAMi-core version the agent installed (hami.agent.hamicore)
 REQUEUE_AT_ANNOTATION = "hami.io/requeue-at"  # pod: the waker's nudge (hami.scheduler.waker)
 EMBEDDED_ANNOTATION = "hami.io/embedded"  # the embedded cluster's own objects (hami.sim.cluster)
+# node label: which path hands out the node's GPUs, `device-plugin` or `dra`, never both (hami.kube.nodemode)
+GPU_MODE_LABEL = "hami.io/gpu-mode"
 HAMI_INFO_ANNOTATIONS = frozenset({HAMI_CORE_ANNOTATION, REQUEUE_AT_ANNOTATION, EMBEDDED_ANNOTATION})
 
 # Index a decoded ContainerDevice carries: the card index is not on the wire (HAMi's

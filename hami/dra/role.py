@@ -1,0 +1,174 @@
+"""`--role dra`: the kubelet DRA plugin for one node, driver `hami-core-gpu.project-hami.io`.
+
+Pieces, started here and stopped on `ctx.stop`:
+* the node's GPU mode (hami.kube.nodemode): refuses to start where the device plugin serves the
+  node, and marks the node `hami.io/gpu-mode=dra` so the node agent refuses to start there;
+* the GPU loop: the same fake/NVML backends as the node agent (`--gpu-backend`, `--fake-gpus`),
+  polled every `tick`; the devices (hami.dra.slices) are published as the node's ResourceSlice,
+  written through the background lane only when they differ from the stored slice (a restart that
+  sees the same GPUs writes nothing, the pool's generation stays);
+* `DraServer` on `<--plugin-registration-dir>/hami-core-gpu.project-hami.io-reg.sock` and
+  `<--plugin-dir>/dra.sock`, preparing claims against what the slice publishes.
+
+In-process (the embedded cluster, tests):
+
+    node = DraNode(client, node_name, backend, settings, plugin_dir=..., registration_dir=...,
+                   cdi_root=..., hook_path=...)     # client: hami.kube.client.KubeClient
+    await node.run(stop, ready)                     # ready is set once the sockets serve
+    node.driver                                     # the DraDriver (prepare/unprepare without gRPC)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+
+from hami.device.nodeconfig import DeviceSettings, settings_for_node
+from hami.dra.plugin import (
+    DEFAULT_CDI_ROOT,
+    DEFAULT_REGISTRATION_DIR,
+    DraDriver,
+    DraServer,
+    claim_reader,
+    default_plugin_dir,
+)
+from hami.dra.shares import published_gpus
+from hami.dra.slices import DRIVER, GpuExtras, devices_for, next_slice, nvlink_domains, slice_name
+from hami.gpu import GpuBackend, GpuInfo, make_backend
+from hami.gpu.mig import MigControl
+from hami.gpu.topology import TopologySource
+from hami.kube.client import ApiError
+from hami.kube.lanes import background
+from hami.kube.nodemode import DRA, claim_node
+from hami.obs.log import get_logger
+
+log = get_logger(__name__)
+
+RETRY_AFTER_ERROR = 5.0
+
+
+class DraNode:
+    """One node's DRA plugin, built from its parts so the embedded cluster can run several."""
+
+    def __init__(self, client, node_name: str, backend: GpuBackend, settings: DeviceSettings, *,
+                 plugin_dir: str, registration_dir: str, cdi_root: str, hook_path: str,
+                 tick: float = 0.5, driver: str = DRIVER):
+        self.client = client
+        self.node_name = node_name
+        self.backend = backend
+        self.settings = settings
+        self.tick = tick
+        self.driver_name = driver
+        self.devices: list[dict] = []
+        self.published: dict = {}
+        self.node_uid = ""
+        self.slice_writes = 0
+        self.sync_error = ""
+        self.driver = DraDriver(node=node_name, cdi_root=cdi_root, plugin_dir=plugin_dir, hook_path=hook_path,
+                                read_claim=claim_reader(client), published=lambda: self.published,
+                                settings=lambda: self.settings, driver=driver)
+        self.server = DraServer(self.driver, plugin_dir=plugin_dir, registration_dir=registration_dir)
+
+    async def _call(self, fn, *args):
+        """Backend call: NVML in a thread (it blocks), the fake inline."""
+        if self.backend.name == "nvml":
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
+
+    async def _extras(self, gpus: list[GpuInfo]) -> dict[str, GpuExtras]:
+        """What the backend knows beyond GpuInfo: NVLink groups (topology), MIG mode."""
+        domains: dict[int, int] = {}
+        if isinstance(self.backend, TopologySource):
+            index = {g.uuid: g.index for g in gpus}
+            links = await self._call(self.backend.links)
+            domains = nvlink_domains({(index[a], index[b]): link.nvlinks for (a, b), link in links.items()
+                                      if a in index and b in index})
+        out = {}
+        for g in gpus:
+            mig = None
+            if isinstance(self.backend, MigControl):
+                with contextlib.suppress(Exception):  # a GPU that cannot say has no migEnabled attribute
+                    mig = bool(await self._call(self.backend.mig_enabled, g.uuid))
+            out[g.uuid] = GpuExtras(nvlink_domain=domains.get(g.index), mig_enabled=mig)
+        return out
+
+    async def sync_once(self) -> bool:
+        """Poll GPUs; publish the slice if it differs from the stored one. True if written."""
+        gpus = await self._call(self.backend.list_gpus)
+        devices = devices_for(gpus, self.settings, await self._extras(gpus))
+        self.devices, self.published = devices, published_gpus(devices)
+        name = slice_name(self.node_name, self.driver_name)
+        try:
+            current = await self.client.get("resourceslices", name)
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+            current = None
+        body = next_slice(current, self.node_name, devices, driver=self.driver_name, node_uid=self.node_uid)
+        if body is None:
+            return False
+        with background():  # a slice update never delays a prepare's claim read
+            if current is None:
+                await self.client.create("resourceslices", body)
+            else:
+                await self.client.replace("resourceslices", name, body)
+        self.slice_writes += 1
+        log.info("Published ResourceSlice", node=self.node_name, slice=name, devices=len(devices),
+                 generation=body["spec"]["pool"]["generation"])
+        return True
+
+    async def device_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            delay = self.tick
+            try:
+                await self.sync_once()
+                self.sync_error = ""
+            except Exception as exc:  # noqa: BLE001 - keep serving prepared claims; retry later
+                log.warning("DRA device sync failed, retrying", node=self.node_name, error=str(exc)[:300])
+                self.sync_error = str(exc)[:300] or type(exc).__name__
+                delay = max(self.tick, RETRY_AFTER_ERROR)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+
+    async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
+        node = await claim_node(self.client, self.node_name, DRA)
+        self.node_uid = ((node or {}).get("metadata") or {}).get("uid", "")
+        await self.sync_once()  # publish before serving: kubelet's first prepare finds the devices
+        await self.server.start()
+        try:
+            if ready is not None:
+                ready.set()
+            await self.device_loop(stop)
+        finally:
+            await self.server.stop()
+
+
+def _settings_dirs(cfg) -> Mapping[str, str]:
+    a = cfg.agent
+    return {"plugin_dir": a.dra_plugin_dir or default_plugin_dir(DRIVER),
+            "registration_dir": a.dra_registration_dir or DEFAULT_REGISTRATION_DIR,
+            "cdi_root": a.cdi_root or DEFAULT_CDI_ROOT}
+
+
+async def run(ctx) -> None:
+    from hami.config import replace
+    from hami.kube.client import KubeClient
+
+    cfg = ctx.config
+    node_name = cfg.agent.node_name
+    if not node_name:
+        raise RuntimeError("dra: the node name is required (--node-name or NODE_NAME)")
+    backend = make_backend(cfg.agent.gpu_backend, cfg.agent.fake_gpus, node_name)
+    settings = settings_for_node(cfg.nvidia, cfg.node_configs, node_name)
+    kube = cfg.kube
+    if not kube.kubeconfig and ctx.shared.get("kubeconfig"):
+        kube = replace(kube, kubeconfig=ctx.shared["kubeconfig"])
+    client = await KubeClient.from_settings(kube, role="dra")
+    try:
+        node = DraNode(client, node_name, backend, settings, hook_path=cfg.agent.hook_path, **_settings_dirs(cfg))
+        ctx.shared.setdefault("dra", {})[node_name] = node
+        await node.run(ctx.stop, ctx.ready)
+    finally:
+        backend.close()
+        await client.close()
