@@ -392,10 +392,11 @@ class Allocator:
                    2: "no device matches the request's selectors"}.get(stage, why)
         if stage in (1, 2) and "runtime error" in why:
             summary += f" ({why})"
-        if stage == 3:
-            summary = f"not enough free capacity on the matching devices ({why.split(': ', 1)[-1]})"
+        if stage == 3:  # node-independent, so one line counts every node it failed on
+            summary = (f"no matching device has capacity {why.rpartition(' ')[2]}" if why.startswith("has no")
+                       else f"not enough free {why.split()[0].rstrip(':')} on any matching device")
         elif stage == 4:
-            summary = f"every matching device is in use ({why.split(': ', 1)[-1]})"
+            summary = f"every matching device is in use ({why})"
         return out, summary, details
 
     @staticmethod

@@ -42,6 +42,7 @@ ENV_ANNOTATION = "sim.hami.io/allocated-env"
 # and the GPUs that resolved to, whatever --device-list-strategy the agents answer with.
 DEVICES_ANNOTATION = "sim.hami.io/allocated-devices"
 NODE_PREFIX = "gpu-node-"
+DEFAULT_SCHEDULER = "default-scheduler"  # DRA mode: pods and their claims are kube-scheduler's own
 _GPU_SPEC = re.compile(r"^\s*(?:(\d+)\s*x\s*)?(.+?)\s*:\s*(\d+)\s*$")
 
 
@@ -222,8 +223,12 @@ class PodRunner:
 
     def __init__(self, client: KubeClient, node: str, kubelet, cfg: Config, *, node_index: int,
                  hostpid_bug: bool, proc_root: str, gpu_file: FakeGpuFile | None = None, seed: int = 0,
-                 vendor_runner=None):
+                 vendor_runner=None, dra=None):
         self.client = client
+        # DRA mode: (hami.sim.drakubelet.DraKubelet, CDI root) of this node's DRA plugin.
+        self.dra = dra
+        self.dra_prepared: dict[str, list] = {}  # pod uid -> claims prepared for it
+        self._unprepares: set[asyncio.Task] = set()
         # A node that also has other vendors' devices: their pods start as that vendor's plugin
         # would start them (bind phase success, the node lock released), not through our agent.
         self.vendor_runner = vendor_runner
@@ -245,7 +250,13 @@ class PodRunner:
     def _on_pod(self, etype: str, old: dict | None, new: dict | None) -> None:
         if new is None:
             uid = (old or {}).get("metadata", {}).get("uid", "")
-            self.kubelet.release_pod(uid)
+            refs = self.dra_prepared.pop(uid, None)
+            if refs:
+                task = asyncio.get_running_loop().create_task(self._unprepare(uid, refs), name=f"unprepare-{uid}")
+                self._unprepares.add(task)
+                task.add_done_callback(self._unprepares.discard)
+            if self.kubelet is not None:
+                self.kubelet.release_pod(uid)
             self.started.pop(uid, None)
             gone = self.hostpids.pop(uid, [])
             if gone and self.gpu_file is not None:
@@ -274,7 +285,7 @@ class PodRunner:
         finally:
             for t in (watch, usage):
                 t.cancel()
-            await asyncio.gather(watch, usage, return_exceptions=True)
+            await asyncio.gather(watch, usage, *self._unprepares, return_exceptions=True)
 
     async def start_pod(self, pod: dict) -> None:
         meta = pod["metadata"]
@@ -284,6 +295,9 @@ class PodRunner:
         resource = self.cfg.nvidia.resource_count_name
         if self.vendor_runner is not None and codec.ALLOCATED_ANNOTATION not in (meta.get("annotations") or {}):
             await self.vendor_runner.start_pod(pod)  # no NVIDIA device: another vendor's pod
+            return
+        if self.dra is not None:
+            await self._start_dra_pod(pod, regions)
             return
         try:
             responses = await self.kubelet.allocate_pod(pod, resource)
@@ -318,6 +332,48 @@ class PodRunner:
                                          {m.container_path: m.host_path for m in resp.mounts}, uuids)
             if written:
                 regions.append(written)
+        await self._mark_running(pod, envs, devices)
+
+    async def _start_dra_pod(self, pod: dict, regions: list) -> None:
+        """DRA mode: prepare the pod's claims over the plugin's socket, apply the CDI edits."""
+        from hami.sim.drapods import prepare_pod
+
+        meta = pod["metadata"]
+        key, uid = f"{meta.get('namespace')}/{meta['name']}", meta.get("uid", "")
+        kubelet, cdi_root = self.dra
+        try:
+            got = await prepare_pod(self.client, kubelet, cdi_root, pod)
+        except Exception as exc:  # noqa: BLE001 - DraStartError or the plugin unreachable: the pod fails
+            reason = getattr(exc, "reason", "PrepareResourcesFailed")
+            log.warning("DRA prepare failed; pod failed", pod=key, node=self.node, error=str(exc))
+            await self._set_status(pod, {"phase": "Failed", "reason": reason, "message": str(exc)[:1024]})
+            return
+        if self.started.get(uid) is not regions:  # deleted while preparing: unprepare, never run
+            await self._unprepare(uid, got.refs)
+            return
+        self.dra_prepared[uid] = got.refs
+        devices = {}
+        for container, env in got.envs.items():
+            uuids = [u for u in env.get("NVIDIA_VISIBLE_DEVICES", "").split(",") if u]
+            devices[container] = {"NVIDIA_VISIBLE_DEVICES": env.get("NVIDIA_VISIBLE_DEVICES", ""),
+                                  "cdi_devices": got.cdi_ids[container], "cdi_annotations": {}, "gpus": uuids}
+            written = self._write_region(uid, container, env, got.mounts[container], uuids)
+            if written:
+                regions.append(written)
+        await self._mark_running(pod, got.envs, devices)
+
+    async def _unprepare(self, uid: str, refs: list) -> None:
+        try:
+            errors = await self.dra[0].unprepare(refs)
+        except Exception as exc:  # noqa: BLE001 - logged; the plugin's checkpoint keeps the claim
+            errors = {"*": str(exc)}
+        for claim_uid, err in errors.items():
+            if err:
+                log.warning("DRA unprepare failed", pod_uid=uid, claim_uid=claim_uid, node=self.node, error=err)
+
+    async def _mark_running(self, pod: dict, envs: dict, devices: dict) -> None:
+        meta = pod["metadata"]
+        key, uid = f"{meta.get('namespace')}/{meta['name']}", meta.get("uid", "")
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         spec = pod.get("spec") or {}
         statuses = [{"name": c["name"], "ready": True, "restartCount": 0, "image": c.get("image", ""),
@@ -478,6 +534,10 @@ class EmbeddedCluster:
         from hami.sim.libstub import write_stub_library
         from hami.sim.vendornodes import VendorPodRunner, vendor_registration
 
+        if self.cfg.scheduler.dra:
+            from hami.dra.claims import device_class
+            from hami.sim.dranodes import keep_slice, start_dra_node, stop_dra_node
+
         cfg = self.cfg
         gpu_file = self.write_fake_gpus()
         for d in (self.paths["cache_dir"], os.path.join(self.paths["hook_path"], "vgpu")):
@@ -491,7 +551,7 @@ class EmbeddedCluster:
         # budget in a real cluster, so this one is not limited ("sim" in hami.kube.lanes).
         self.client = client = await KubeClient.from_settings(kube, role="sim")
         tasks: list[asyncio.Task] = []
-        kubelets, backends = [], []
+        kubelets, backends, dra_nodes = [], [], []
         try:
             shapes = self.node_shapes() if not cfg.sim.fake_gpus else [(None, [])] * len(self.names)
             for ni, name in enumerate(self.names, start=1):
@@ -505,6 +565,9 @@ class EmbeddedCluster:
                 with contextlib.suppress(ApiError):
                     await client.create("nodes", obj)
             await self._create_scheduler_objects(client)
+            if cfg.scheduler.dra:  # what the chart's dra.enabled installs
+                with contextlib.suppress(ApiError):
+                    await client.create("deviceclasses", device_class())
             for ni, name in enumerate(self.names, start=1):
                 if shapes[ni - 1][0] == []:  # no NVIDIA GPU: the vendor's plugin, not our agent
                     own = tuple(sorted({v.node_lock_key for v, _, _ in shapes[ni - 1][1]
@@ -514,6 +577,20 @@ class EmbeddedCluster:
                     continue
                 socket_dir = os.path.join(self.paths["nodes_dir"], str(ni))  # short: unix paths <= 107 bytes
                 os.makedirs(socket_dir, exist_ok=True)
+                if cfg.scheduler.dra:  # DRA mode: hami's kubelet DRA plugin instead of the device-plugin agent
+                    backend = make_backend("fake", gpu_file, name)
+                    backends.append(backend)
+                    node_settings = settings_for_node(cfg.nvidia, cfg.node_configs, name)
+                    dra_node = await start_dra_node(client, name, socket_dir, backend, node_settings,
+                                                    self.paths["hook_path"], "")
+                    dra_nodes.append(dra_node)
+                    runner = PodRunner(client, name, None, cfg, node_index=ni, hostpid_bug=cfg.sim.hostpid_bug,
+                                       proc_root=proc_root, gpu_file=self.gpu_file,
+                                       dra=(dra_node.kubelet, dra_node.cdi_root))
+                    tasks.append(asyncio.create_task(keep_slice(client, dra_node, backend, node_settings, stop),
+                                                     name=f"dra-slice-{name}"))
+                    tasks.append(asyncio.create_task(runner.run(stop), name=f"kubelet-{name}"))
+                    continue
                 kubelet = Kubelet(socket_dir, client=client, node_name=name)
                 await kubelet.start()
                 kubelets.append(kubelet)
@@ -533,11 +610,20 @@ class EmbeddedCluster:
                 tasks.append(asyncio.create_task(agent.run(stop), name=f"agent-{name}"))
                 tasks.append(asyncio.create_task(runner.run(stop), name=f"kubelet-{name}"))
             extender = extender_url(cfg)
-            # The same extenders[] entry scheduler_objects() publishes in the kube-system ConfigMap.
-            loop = KubeSchedulerLoop(client, ExtenderConfig(
-                extender, preempt_verb="preempt",
-                prioritize_verb="prioritize" if cfg.scheduler.extender_prioritize else ""),
-                cfg.scheduler.scheduler_name)
+            if cfg.scheduler.dra:
+                # DRA mode: claims are kube-scheduler's (DynamicResources), pods keep default-scheduler.
+                from hami.sim.dynamicresources import DynamicResources
+                from hami.sim.resourceclaims import ResourceClaimController
+
+                loop = KubeSchedulerLoop(client, ExtenderConfig(""), DEFAULT_SCHEDULER, dra=DynamicResources(client))
+                tasks.append(asyncio.create_task(ResourceClaimController(client).run(stop),
+                                                 name="resourceclaim-controller"))
+            else:
+                # The same extenders[] entry scheduler_objects() publishes in the kube-system ConfigMap.
+                loop = KubeSchedulerLoop(client, ExtenderConfig(
+                    extender, preempt_verb="preempt",
+                    prioritize_verb="prioritize" if cfg.scheduler.extender_prioritize else ""),
+                    cfg.scheduler.scheduler_name)
             tasks.append(asyncio.create_task(loop.run(stop), name="kube-scheduler"))
             from hami.sim.jobs import JobController  # batch/v1 Jobs: the shipped examples hold some
 
@@ -545,7 +631,8 @@ class EmbeddedCluster:
             if cfg.sim.demo_workload:
                 from hami.sim.workload import run_workload
 
-                tasks.append(asyncio.create_task(run_workload(client, cfg.scheduler.scheduler_name, stop),
+                tasks.append(asyncio.create_task(run_workload(
+                    client, DEFAULT_SCHEDULER if cfg.scheduler.dra else cfg.scheduler.scheduler_name, stop),
                                                  name="demo-workload"))
             if ready is not None:
                 ready.set()
@@ -561,6 +648,9 @@ class EmbeddedCluster:
             for t in pending:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            for n in dra_nodes:
+                with contextlib.suppress(Exception):
+                    await stop_dra_node(n)
             for k in kubelets:
                 with contextlib.suppress(Exception):
                     await k.stop()

@@ -62,6 +62,8 @@ from hami.scheduler import nodeaffinity
 from hami.scheduler.pdb import victims_violating
 from hami.sim import intree, preemption
 from hami.sim import schedqueue as sq
+from hami.sim.dynamicresources import PLUGIN as DRA_PLUGIN
+from hami.sim.dynamicresources import DynamicResources, uses_claims
 
 log = get_logger(__name__)
 
@@ -345,7 +347,7 @@ def pick_preemption_node(candidates: Mapping[str, tuple[list[dict], int]]) -> st
 class KubeSchedulerLoop:
     def __init__(self, client: KubeClient, extender_url: str | ExtenderConfig, scheduler_name: str,
                  *, http_timeout: float = 30.0, clock=time.monotonic, timings: sq.QueueTimings | None = None,
-                 queueing_hints: bool = False, extender_parks: bool = True):
+                 queueing_hints: bool = False, extender_parks: bool = True, dra: DynamicResources | None = None):
         self.client = client
         self.ext = extender_url if isinstance(extender_url, ExtenderConfig) else ExtenderConfig(
             extender_url, http_timeout=http_timeout)
@@ -365,6 +367,10 @@ class KubeSchedulerLoop:
         urls = [self.url] + [u.rstrip("/") for u in self.ext.replica_urls]
         self._replicas = itertools.cycle(urls)
         self._binding: set[asyncio.Task] = set()
+        # The DynamicResources plugin (structured parameters); None: claims are not looked at.
+        self.dra = dra
+        if dra is not None:
+            dra.on_event = lambda ev, old, new: self._move(ev, self.clock(), old, new)
 
     # ------------------------------------------------------------------ events (eventhandlers.go)
 
@@ -407,6 +413,7 @@ class KubeSchedulerLoop:
 
     async def run(self, stop: asyncio.Event) -> None:
         informers = [self.nodes, self.pods, self.namespaces] + ([self.pdbs] if self.pdbs is not None else [])
+        informers += self.dra.informers if self.dra is not None else []
         tasks = [asyncio.create_task(i.run(stop), name=f"kube-scheduler:{i.kind}") for i in informers]
         timeout = aiohttp.ClientTimeout(total=self.ext.http_timeout)
         try:
@@ -494,6 +501,16 @@ class KubeSchedulerLoop:
     async def _bind(self, http: aiohttp.ClientSession, pod: dict, node: str) -> bool:
         key, meta = _key(pod), pod["metadata"]
         self.stats.binds += 1
+        if not self.url:  # no extender: kube-scheduler's own DefaultBinder
+            try:
+                await self.client.bind_pod(meta.get("namespace", "default"), meta["name"], meta.get("uid", ""), node)
+            except ApiError as exc:
+                log.v(2).info("Bind failed", pod=key, node=node, error=exc.message)
+                return False
+            self.stats.bound += 1
+            self.stats.bound_at[key] = self.clock()
+            self.stats.node_of[key] = node
+            return True
         bind = await self._post(http, self.ext.bind_verb, {
             "PodName": meta["name"], "PodNamespace": meta.get("namespace", "default"),
             "PodUID": meta.get("uid", ""), "Node": node,
@@ -519,15 +536,29 @@ class KubeSchedulerLoop:
         statuses: dict[str, tuple[str, str | tuple[str, ...], bool]] = {}  # node -> (plugin, reason(s), unresolvable)
         feasible = []
         view = self._cluster_view(pod)
+        claims, outcomes, usage = None, {}, None
+        if self.dra is not None and uses_claims(pod):  # DynamicResources PreFilter
+            claims, why = self.dra.prefilter(pod)
+            if claims is None:
+                self.stats.unschedulable += 1
+                await self._mark_unschedulable(pod, why)
+                return {DRA_PLUGIN}
+            usage = self.dra.usage()
         for node in nodes:
             name = node["metadata"]["name"]
             verdict = self.filter_in_tree(pod, node, view)
+            if verdict is None and claims is not None:  # DynamicResources Filter
+                outcome = self.dra.filter(claims, name, usage)
+                if outcome.ok:
+                    outcomes[name] = outcome
+                else:
+                    verdict = (DRA_PLUGIN, f"cannot allocate all claims: {outcome.reason}", False)
             if verdict is None:
                 feasible.append(name)
             else:
                 statuses[name] = verdict
-        chosen: list[str] = []
-        if feasible:
+        chosen: list[str] = [] if self.url else feasible
+        if feasible and self.url:
             self.stats.filters += 1
             result = await self._post(http, self.ext.filter_verb,
                                       {"Pod": pod, "NodeNames": feasible, "Nodes": None})
@@ -552,6 +583,12 @@ class KubeSchedulerLoop:
             log.v(2).info("Pod unschedulable", pod=key, message=message)
             return {plugin for plugin, _, _ in statuses.values()}
         node = chosen[0] if len(chosen) == 1 else await self._prioritize(http, pod, chosen)
+        if claims is not None:  # DynamicResources Reserve + PreBind: the claims' status before the binding
+            error = await self.dra.reserve(pod, claims, outcomes[node])
+            if error:
+                self.stats.errors += 1
+                log.v(2).info("Claim reservation failed", pod=key, node=node, error=error)
+                return set()
         if on_assumed is not None:
             on_assumed(node)
             return None

@@ -51,6 +51,9 @@ ADD, DELETE = "Add", "Delete"
 UPDATE_LABEL, UPDATE_TAINT, UPDATE_CONDITION = "UpdateNodeLabel", "UpdateNodeTaint", "UpdateNodeCondition"
 UPDATE_ALLOCATABLE, UPDATE_ANNOTATION, UPDATE = "UpdateNodeAllocatable", "UpdateNodeAnnotation", "Update"
 
+# DRA objects (the DynamicResources plugin's events)
+RESOURCE_CLAIM, RESOURCE_SLICE, DEVICE_CLASS = "ResourceClaim", "ResourceSlice", "DeviceClass"
+
 EXTENDER = "extender"  # the rejector an extender's rejection is recorded as (see module docstring)
 
 # What each in-tree plugin the embedded loop runs registered for (EventsToRegister, 1.31).
@@ -66,6 +69,10 @@ PLUGIN_EVENTS: dict[str, dict[tuple[str, str], Hint | None]] = {
                          (NODE, ADD): None, (NODE, UPDATE_LABEL): None},
     "PodTopologySpread": {(ASSIGNED_POD, ADD): None, (ASSIGNED_POD, UPDATE): None, (ASSIGNED_POD, DELETE): None,
                           (NODE, ADD): None, (NODE, UPDATE_LABEL): None, (NODE, UPDATE_TAINT): None},
+    # A claim made, allocated or freed, devices published, a class changed, a pod gone (its claims freed).
+    "DynamicResources": {(RESOURCE_CLAIM, ADD): None, (RESOURCE_CLAIM, UPDATE): None, (RESOURCE_CLAIM, DELETE): None,
+                         (RESOURCE_SLICE, ADD): None, (RESOURCE_SLICE, UPDATE): None, (DEVICE_CLASS, ADD): None,
+                         (DEVICE_CLASS, UPDATE): None, (ASSIGNED_POD, DELETE): None},
     EXTENDER: {},
 }
 

@@ -1,0 +1,143 @@
+"""The DynamicResources plugin of the embedded kube-scheduler loop (structured parameters).
+
+PreFilter reads the pod's claims (`hami.dra.podclaims`): a templated claim the controller has not
+made yet, or a claim that does not exist, keeps the pod Pending with that reason. Filter runs the
+pure allocator (`hami.dra.allocator`) per node against the node's ResourceSlices, the DeviceClasses
+and what every allocated claim holds. Reserve/PreBind writes each claim's `status.allocation` (when
+it had none) and adds the pod to `status.reservedFor` through the status subresource, with the
+claim's resourceVersion as precondition, before the pod is bound, as the real plugin does. What
+it wrote is kept as assumed until the claim informer shows it, so the next cycle never hands the
+same capacity out twice.
+
+Claim, slice and class changes are the plugin's queue events (`hami.sim.schedqueue`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hami.dra import podclaims
+from hami.dra.allocator import Allocator, Outcome, Usage, inventory
+from hami.kube.client import ApiError, KubeClient, resource_path
+from hami.kube.informer import Informer
+from hami.obs.log import get_logger
+from hami.sim import schedqueue as sq
+
+log = get_logger(__name__)
+
+PLUGIN = "DynamicResources"
+
+
+def uses_claims(pod: dict) -> bool:
+    return bool((pod.get("spec") or {}).get("resourceClaims"))
+
+
+def _rv(obj: dict) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+class DynamicResources:
+    def __init__(self, client: KubeClient, allocator: Allocator | None = None):
+        self.client = client
+        self.allocator = allocator or Allocator()
+        self.on_event: Callable[[tuple[str, str], dict | None, dict | None], None] | None = None
+        self.slices = Informer(client, "resourceslices", handler=self._slice_event)
+        self.claims = Informer(client, "resourceclaims", handler=self._claim_event)
+        self.classes = Informer(client, "deviceclasses", handler=self._class_event)
+        self._assumed: dict[str, dict] = {}  # claim key -> the claim as we wrote it
+        self._inventory: dict | None = None
+        self.reserved = 0
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.slices, self.claims, self.classes]
+
+    # ------------------------------------------------------------------ events
+
+    def _emit(self, event: tuple[str, str], old, new) -> None:
+        if self.on_event is not None:
+            self.on_event(event, old, new)
+
+    def _slice_event(self, etype: str, old, new) -> None:
+        self._inventory = None
+        self._emit((sq.RESOURCE_SLICE, sq.ADD if old is None else sq.UPDATE), old, new)
+
+    def _class_event(self, etype: str, old, new) -> None:
+        self._emit((sq.DEVICE_CLASS, sq.ADD if old is None else sq.UPDATE), old, new)
+
+    def _claim_event(self, etype: str, old, new) -> None:
+        obj = new or old or {}
+        key = podclaims.pod_key(obj)
+        mine = self._assumed.get(key)
+        if mine is not None and (new is None or _rv(new) >= _rv(mine)):
+            del self._assumed[key]
+        action = sq.DELETE if new is None else sq.ADD if old is None else sq.UPDATE
+        self._emit((sq.RESOURCE_CLAIM, action), old, new)
+
+    # ------------------------------------------------------------------ views
+
+    def claim(self, key: str) -> dict | None:
+        return self._assumed.get(key) or self.claims.store.get(key)
+
+    def usage(self) -> Usage:
+        current = dict(self.claims.store)
+        current.update(self._assumed)
+        return Usage.of(current.values())
+
+    def devices(self) -> dict:
+        if self._inventory is None:
+            self._inventory = inventory(self.slices.store.values())
+        return self._inventory
+
+    # ------------------------------------------------------------------ the plugin
+
+    def prefilter(self, pod: dict) -> tuple[list[dict] | None, str]:
+        """(the pod's claims, "") or (None, why the pod must wait)."""
+        ns = (pod.get("metadata") or {}).get("namespace", "")
+        names, waiting = podclaims.claim_names(pod)
+        if waiting:
+            return None, (f'pod "{podclaims.pod_key(pod)}": waiting for the resource claim controller to create '
+                          f'the ResourceClaim for pod claim "{waiting[0]}"')
+        claims = []
+        for name in names:
+            claim = self.claim(f"{ns}/{name}")
+            if claim is None:
+                return None, f'resourceclaim "{ns}/{name}" not found'
+            if (claim.get("metadata") or {}).get("deletionTimestamp"):
+                return None, f'resourceclaim "{ns}/{name}" is being deleted'
+            claims.append(claim)
+        return claims, ""
+
+    def filter(self, claims: list[dict], node: str, usage: Usage) -> Outcome:
+        classes = {name: c for name, c in self.classes.store.items()}
+        return self.allocator.allocate(claims, node, self.devices().get(node, []), usage, classes)
+
+    async def reserve(self, pod: dict, claims: list[dict], outcome: Outcome) -> str:
+        """Write every claim's allocation and the pod's reservation; "" or the error."""
+        meta = pod.get("metadata") or {}
+        ref = {"resource": "pods", "name": meta.get("name", ""), "uid": meta.get("uid", "")}
+        for claim in claims:
+            key = podclaims.pod_key(claim)
+            status = dict(claim.get("status") or {})
+            alloc = outcome.allocations.get(key)
+            if alloc is not None:
+                status["allocation"] = alloc
+            held = podclaims.reserved_for(claim)
+            if any(r.get("uid") == ref["uid"] for r in held) and alloc is None:
+                continue
+            status["reservedFor"] = [*held, ref]
+            body = {**claim, "status": status}
+            cmeta = claim["metadata"]
+            try:
+                written = await self.client.request(
+                    "replace", "resourceclaims/status", "PUT",
+                    resource_path("resourceclaims", cmeta.get("namespace"), cmeta["name"], "status"),
+                    body=body, content_type="application/json")
+            except ApiError as exc:
+                return f"could not reserve resourceclaim {key}: {exc.message}"
+            self._assumed[key] = written
+            self.reserved += 1
+        return ""

@@ -1,0 +1,126 @@
+"""End to end in DRA mode: `hami --role all --embedded --dra` as a subprocess, driven by real kubectl.
+
+Covers: a pod written as today (`nvidia.com/gpu: 1`, `nvidia.com/gpumem: 4000`) goes through the
+webhook's claim template, the resourceclaim controller, the DynamicResources allocation, the kubelet
+plugin's NodePrepareResources over its gRPC socket and the CDI spec, and runs with
+`CUDA_DEVICE_MEMORY_LIMIT_0=4000m` as in device-plugin mode; a second pod shares the GPU up to its
+memory; a third stays Pending with a PodScheduled message naming its claim and the memory; deleting
+the first unprepares it (its CDI spec goes), deletes its claim, and the third then runs;
+`kubectl get resourceslices,resourceclaims,deviceclasses` lists them; `hami doctor pod` explains
+the pending one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e.test_embedded import _wait
+from tests.ports import free_ports
+from tests.tools import find_kubectl
+
+pytestmark = pytest.mark.slow
+
+POD = """
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default}}
+spec:
+  containers:
+  - name: cuda
+    image: nvidia/cuda:12.4.0-base-ubuntu22.04
+    resources:
+      limits: {{nvidia.com/gpu: "1", nvidia.com/gpumem: "4000"}}
+"""
+
+
+@pytest.fixture(scope="module")
+def dra(tmp_path_factory):
+    state = tmp_path_factory.mktemp("dra")
+    ports = dict(zip(("api", "ext", "smetrics", "mmetrics"), free_ports(4), strict=True))
+    cmd = [sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded", "--dra",
+           "--sim-state-dir", str(state), "--sim-listen", f"127.0.0.1:{ports['api']}",
+           "--http_bind", f"127.0.0.1:{ports['ext']}",
+           "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
+           "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
+           "--sim-nodes", "1", "--sim-gpus", "1xNVIDIA A100-SXM4-40GB:8000", "-v=2"]
+    log = open(state / "hami.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    kubeconfig = str(state / "kubeconfig")
+    env = {**os.environ, "KUBECONFIG": kubeconfig}
+    kubectl = find_kubectl()
+
+    def run(*args, check=True, stdin=None):
+        res = subprocess.run([kubectl, *args], env=env, capture_output=True, text=True, input=stdin, timeout=60)
+        if check and res.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {res.stderr}")
+        return res.stdout
+
+    def published():
+        out = run("get", "resourceslices", "-o", "json", check=False)
+        return out and len(json.loads(out)["items"]) == 1
+
+    try:
+        _wait(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
+        _wait(published, 60, what="the node's ResourceSlice")
+        yield {"kubectl": run, "state": state, "env": env}
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+def _pod(run, name):
+    return json.loads(run("get", "pod", name, "-o", "json"))
+
+
+def test_claims_share_a_gpu_and_deletion_frees_it(dra):
+    run, state = dra["kubectl"], dra["state"]
+    for name in ("p1", "p2"):
+        run("create", "--validate=false", "-f", "-", stdin=POD.format(name=name))
+    for name in ("p1", "p2"):
+        _wait(lambda n=name: _pod(run, n)["status"].get("phase") == "Running", 30, what=f"{name} Running")
+    env = json.loads(run("get", "pod", "p1", "-o", "jsonpath={.metadata.annotations.sim\\.hami\\.io/allocated-env}"))
+    assert env["cuda"]["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4000m"
+    assert env["cuda"]["NVIDIA_VISIBLE_DEVICES"].startswith("GPU-")
+    p1 = _pod(run, "p1")
+    assert p1["metadata"]["labels"]["hami.io/dra"] == "true"
+    claim_name = p1["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    claim = json.loads(run("get", "resourceclaim", claim_name, "-o", "json"))
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert result["consumedCapacity"]["memory"] == str(4000 << 20) and result["shareID"]
+    assert claim["status"]["reservedFor"][0]["uid"] == p1["metadata"]["uid"]
+    cdi_dir = state / "nodes" / "1" / "cdi"
+    assert any(claim["metadata"]["uid"] in f for f in os.listdir(cdi_dir))
+
+    run("create", "--validate=false", "-f", "-", stdin=POD.format(name="p3"))
+
+    def refused():
+        for c in _pod(run, "p3")["status"].get("conditions") or []:
+            # first "waiting for the resource claim controller", then the allocator's verdict
+            if c["type"] == "PodScheduled" and c["status"] == "False" and "cannot allocate" in c["message"]:
+                return c["message"]
+        return None
+    message = _wait(refused, 30, what="p3 unschedulable")
+    assert "cannot allocate all claims: claim default/p3-cuda-nvidia-" in message
+    assert "not enough free memory on any matching device" in message
+
+    out = run("get", "resourceslices,resourceclaims,deviceclasses")
+    assert "resourceslice.resource.k8s.io/gpu-node-1-hami-core-gpu.project-hami.io" in out
+    assert "deviceclass.resource.k8s.io/hami-core-gpu.project-hami.io" in out
+    assert out.count("allocated,reserved") == 2 and "pending" in out
+
+    run("delete", "pod", "p1")
+    _wait(lambda: not any(claim["metadata"]["uid"] in f for f in os.listdir(cdi_dir)), 30, what="p1 unprepared")
+    _wait(lambda: claim_name not in run("get", "resourceclaims"), 30, what="p1's claim deleted")
+    _wait(lambda: _pod(run, "p3")["status"].get("phase") == "Running", 30, what="p3 Running after p1 left")
