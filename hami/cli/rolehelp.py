@@ -25,6 +25,8 @@ def roles_of(dest: str) -> tuple[str, ...]:
     if dest in _SPECIAL:
         return _SPECIAL[dest]
     groups = [g for g, _ in SHARED_FLAGS.get(dest, ())] or ([FLAG_TARGETS[dest][0]] if dest in FLAG_TARGETS else [])
+    if not groups and dest.startswith("sim_"):  # the embedded cluster's flags, read by name
+        groups = ["sim"]
     roles = {_GROUP_ROLE[g] for g in groups if g in _GROUP_ROLE}
     return tuple(r for r in ROLE_ORDER if r in roles)
 

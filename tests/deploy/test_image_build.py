@@ -59,9 +59,10 @@ def test_the_built_image_passes_the_smoke_stays_small_and_the_smoke_can_fail(rec
     out = _smoke(image)
     print(out.stdout)
     assert out.returncode == 0 and "0 FAIL" in out.stdout, out.stdout[-6000:] + out.stderr[-2000:]
-    for check in ("hami --version", "image user is 65532", "Deployment/hami-scheduler --check-config",
-                  "DaemonSet/device-plugin --check-config", "DaemonSet/vgpu-monitor --check-config",
-                  "every role checked", "no compiler, pip, pip cache or dev extras",
+    for check in ("hami --version", "image user is 65532", "Deployment/hami-scheduler --check-config (default values)",
+                  "DaemonSet/device-plugin --check-config (default values)",
+                  "DaemonSet/vgpu-monitor --check-config (default values)", "every role checked (default values)",
+                  "every role checked (prod-values.yaml)", "no compiler, pip, pip cache or dev extras",
                   "--role all --embedded --demo-workload reaches Running pods"):
         assert re.search(rf"^OK +{re.escape(check)}", out.stdout, re.M), check
     assert "VERSION stand-in-not-hami-core" in out.stdout

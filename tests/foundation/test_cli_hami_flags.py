@@ -129,3 +129,8 @@ def test_full_help_shows_every_flag_once_grouped_by_role(capsys):
     # the scheduler's flags sit under the scheduler heading
     assert text.index("\nscheduler flags:") < text.index("  --http_bind") < text.index("\nnode-agent flags:")
     assert _help(["--role", "all", "--help"], capsys) == text
+
+
+def test_every_embedded_cluster_flag_is_in_the_sim_group():
+    sim = [dest for _, dest, _, _ in FLAGS if dest.startswith("sim_") or dest in ("embedded", "demo_workload")]
+    assert sim and all(roles_of(dest) == ("sim",) for dest in sim), [(d, roles_of(d)) for d in sim]
