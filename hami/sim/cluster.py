@@ -536,7 +536,8 @@ class EmbeddedCluster:
 
         if self.cfg.scheduler.dra:
             from hami.dra.claims import device_class
-            from hami.sim.dranodes import keep_slice, start_dra_node, stop_dra_node
+            from hami.dra.role import DraNode
+            from hami.sim.drakubelet import DraKubelet
 
         cfg = self.cfg
         gpu_file = self.write_fake_gpus()
@@ -551,7 +552,7 @@ class EmbeddedCluster:
         # budget in a real cluster, so this one is not limited ("sim" in hami.kube.lanes).
         self.client = client = await KubeClient.from_settings(kube, role="sim")
         tasks: list[asyncio.Task] = []
-        kubelets, backends, dra_nodes = [], [], []
+        kubelets, backends, dra_kubelets = [], [], []
         try:
             shapes = self.node_shapes() if not cfg.sim.fake_gpus else [(None, [])] * len(self.names)
             for ni, name in enumerate(self.names, start=1):
@@ -580,15 +581,20 @@ class EmbeddedCluster:
                 if cfg.scheduler.dra:  # DRA mode: hami's kubelet DRA plugin instead of the device-plugin agent
                     backend = make_backend("fake", gpu_file, name)
                     backends.append(backend)
-                    node_settings = settings_for_node(cfg.nvidia, cfg.node_configs, name)
-                    dra_node = await start_dra_node(client, name, socket_dir, backend, node_settings,
-                                                    self.paths["hook_path"], "")
-                    dra_nodes.append(dra_node)
+                    cdi_root = os.path.join(socket_dir, "cdi")
+                    dra_node = DraNode(client, name, backend, settings_for_node(cfg.nvidia, cfg.node_configs, name),
+                                       plugin_dir=os.path.join(socket_dir, "plugin"),
+                                       registration_dir=os.path.join(socket_dir, "reg"), cdi_root=cdi_root,
+                                       hook_path=self.paths["hook_path"], tick=2.0)
+                    serving = asyncio.Event()
+                    tasks.append(asyncio.create_task(dra_node.run(stop, serving), name=f"dra-plugin-{name}"))
+                    await asyncio.wait([tasks[-1], asyncio.create_task(serving.wait())],
+                                       return_when=asyncio.FIRST_COMPLETED)
+                    dra_kubelet = DraKubelet(os.path.join(socket_dir, "reg"))  # kubelet's plugin watcher
+                    dra_kubelets.append(dra_kubelet)
+                    await dra_kubelet.register()
                     runner = PodRunner(client, name, None, cfg, node_index=ni, hostpid_bug=cfg.sim.hostpid_bug,
-                                       proc_root=proc_root, gpu_file=self.gpu_file,
-                                       dra=(dra_node.kubelet, dra_node.cdi_root))
-                    tasks.append(asyncio.create_task(keep_slice(client, dra_node, backend, node_settings, stop),
-                                                     name=f"dra-slice-{name}"))
+                                       proc_root=proc_root, gpu_file=self.gpu_file, dra=(dra_kubelet, cdi_root))
                     tasks.append(asyncio.create_task(runner.run(stop), name=f"kubelet-{name}"))
                     continue
                 kubelet = Kubelet(socket_dir, client=client, node_name=name)
@@ -648,9 +654,9 @@ class EmbeddedCluster:
             for t in pending:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            for n in dra_nodes:
+            for dk in dra_kubelets:
                 with contextlib.suppress(Exception):
-                    await stop_dra_node(n)
+                    await dk.close()
             for k in kubelets:
                 with contextlib.suppress(Exception):
                     await k.stop()
