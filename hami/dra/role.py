@@ -36,6 +36,7 @@ from hami.dra.plugin import (
 from hami.dra.shares import published_gpus
 from hami.dra.slices import DRIVER, GpuExtras, devices_for, next_slice, nvlink_domains, slice_name
 from hami.gpu import GpuBackend, GpuInfo, make_backend
+from hami.gpu.facts import FactsSource, GpuFacts
 from hami.gpu.mig import MigControl
 from hami.gpu.topology import TopologySource
 from hami.kube.client import ApiError
@@ -77,20 +78,24 @@ class DraNode:
         return fn(*args)
 
     async def _extras(self, gpus: list[GpuInfo]) -> dict[str, GpuExtras]:
-        """What the backend knows beyond GpuInfo: NVLink groups (topology), MIG mode."""
+        """What the backend knows beyond GpuInfo: versions and bus id (facts), NVLink groups
+        (topology), MIG mode."""
         domains: dict[int, int] = {}
         if isinstance(self.backend, TopologySource):
             index = {g.uuid: g.index for g in gpus}
             links = await self._call(self.backend.links)
             domains = nvlink_domains({(index[a], index[b]): link.nvlinks for (a, b), link in links.items()
                                       if a in index and b in index})
+        facts = await self._call(self.backend.facts) if isinstance(self.backend, FactsSource) else {}
         out = {}
         for g in gpus:
             mig = None
             if isinstance(self.backend, MigControl):
                 with contextlib.suppress(Exception):  # a GPU that cannot say has no migEnabled attribute
                     mig = bool(await self._call(self.backend.mig_enabled, g.uuid))
-            out[g.uuid] = GpuExtras(nvlink_domain=domains.get(g.index), mig_enabled=mig)
+            f = facts.get(g.uuid) or GpuFacts(g.uuid)
+            out[g.uuid] = GpuExtras(f.compute_capability, f.driver_version, f.cuda_driver_version, bus_id=f.bus_id,
+                                    nvlink_domain=domains.get(g.index), mig_enabled=mig)
         return out
 
     async def sync_once(self) -> bool:

@@ -14,6 +14,9 @@ Format (docs/architecture.md, "Fake GPU file"):
         processes:                                       # default []: per-process samples
           - {pid: 1234, sm_util: 40, memory_mib: 1000}
         bus_id: "0000:3b:00.0"                           # default: derived from the index
+        compute_capability: "8.0"                        # versions a DRA slice publishes (default:
+        driver_version: "580.65.06"                      # unknown, left out)
+        cuda_driver_version: "13.0"
         nvlinks: {1: 4}                                  # direct NVLinks: peer index -> count
         nvswitch_links: 18                               # NVLinks to NVSwitches (all pairs meet)
         telemetry:                                       # health counters; a key left out is
@@ -53,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami.gpu.backend import GpuBackendError, GpuInfo
+from hami.gpu.facts import GpuFacts
 from hami.gpu.health import THROTTLE_BITS, GpuHealth
 from hami.gpu.mig import MigError, MigInstance, MigProfileInfo, geometries, geometry_for_model, overlaps
 from hami.gpu.topology import LEVELS, PairLink
@@ -82,6 +86,7 @@ class FakeGpu:
     nvswitch_links: int = 0
     telemetry: GpuHealth | None = None
     mig: FakeMig | None = None  # None: not MIG-capable
+    versions: tuple[str, str, str] = ("", "", "")  # compute capability, driver, CUDA driver ("": unknown)
 
 
 _TELEMETRY_INT = ("temperature_c", "sm_clock_mhz", "mem_clock_mhz", "ecc_corrected", "ecc_uncorrected",
@@ -271,11 +276,18 @@ def parse_fake_gpus(doc: Any, source: str = "<fake>", node_name: str = "") -> li
         if not isinstance(bus_id, str):
             raise GpuBackendError(f"fake GPU file {source}: {key}.bus_id: got {bus_id!r}, expected a string")
         telemetry = item.get("telemetry")
+        versions = []
+        for name in ("compute_capability", "driver_version", "cuda_driver_version"):
+            v = item.get(name, "")
+            if not isinstance(v, str):
+                raise GpuBackendError(f"fake GPU file {source}: {key}.{name}: got {v!r}, expected a string")
+            versions.append(v)
         out.append(FakeGpu(
             info, tuple(processes), bus_id=bus_id, nvlinks=links,
             nvswitch_links=_int(item.get("nvswitch_links", 0), f"{key}.nvswitch_links", source),
             telemetry=None if telemetry is None else _telemetry(telemetry, uuid, f"{key}.telemetry", source),
             mig=None if "mig" not in item else _fake_mig(item["mig"] or {}, model, f"{key}.mig", source),
+            versions=(versions[0], versions[1], versions[2]),
         ))
     out.sort(key=lambda g: g.info.index)
     return out
@@ -367,6 +379,11 @@ class FakeBackend:
                     n = min(a.nvswitch_links, b.nvswitch_links)
                 out[(a.info.uuid, b.info.uuid)] = PairLink(levels.get((a.info.index, b.info.index), default), n)
         return out
+
+    def facts(self) -> dict[str, GpuFacts]:
+        """The file's `compute_capability`, `driver_version`, `cuda_driver_version` and `bus_id`."""
+        self._load()
+        return {g.info.uuid: GpuFacts(g.info.uuid, *g.versions, bus_id=g.bus_id) for g in self._gpus}
 
     def health(self) -> list[GpuHealth]:
         self._load()

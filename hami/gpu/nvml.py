@@ -243,6 +243,14 @@ class NvmlBackend:
         except self._nv.NVMLError as exc:
             raise GpuBackendError(f"nvml: reading GPU links failed: {exc}") from None
 
+    def facts(self):
+        from hami.gpu.nvml_extra import read_facts
+
+        try:
+            return read_facts(self._nv)
+        except self._nv.NVMLError as exc:
+            raise GpuBackendError(f"nvml: reading GPU versions failed: {exc}") from None
+
     def health(self):
         from hami.gpu.nvml_extra import read_health
 

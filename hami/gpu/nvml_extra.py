@@ -1,4 +1,4 @@
-"""NVML reads and writes beyond discovery: link topology, health telemetry, MIG instances.
+"""NVML reads and writes beyond discovery: link topology, health telemetry, versions, MIG instances.
 
 Functions take the `pynvml` module (`nv`) so the backend stays the only importer. A call NVML
 answers NOT_SUPPORTED (or any other error) leaves that field None: never a made-up 0.
@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from hami.gpu.facts import GpuFacts, cuda_version
 from hami.gpu.health import GpuHealth
 from hami.gpu.mig import MigError, MigInstance, MigProfileInfo, slice_key
 from hami.gpu.topology import GpuLinks, PairLink, nvlink_count
@@ -65,6 +66,22 @@ def read_links(nv) -> dict[tuple[str, str], PairLink]:
                 continue
             level = _try(nv, lambda ha=ha, hb=hb: int(nv.nvmlDeviceGetTopologyCommonAncestor(ha, hb)))
             out[(a.uuid, b.uuid)] = PairLink(level, nvlink_count(a, b))
+    return out
+
+
+def read_facts(nv) -> dict[str, GpuFacts]:
+    """uuid -> versions and bus id of every GPU; a call the driver does not answer leaves "" behind."""
+    driver = _text(_try(nv, nv.nvmlSystemGetDriverVersion) or "")
+    cuda = _try(nv, nv.nvmlSystemGetCudaDriverVersion)
+    cuda_text = cuda_version(int(cuda)) if isinstance(cuda, int) and cuda > 0 else ""
+    out = {}
+    for i in range(nv.nvmlDeviceGetCount()):
+        h = nv.nvmlDeviceGetHandleByIndex(i)
+        uuid = _text(nv.nvmlDeviceGetUUID(h))
+        cc = _try(nv, lambda h=h: nv.nvmlDeviceGetCudaComputeCapability(h))
+        info = _try(nv, lambda h=h: nv.nvmlDeviceGetPciInfo(h))
+        out[uuid] = GpuFacts(uuid, f"{cc[0]}.{cc[1]}" if cc else "", driver, cuda_text,
+                             _bus(nv, info) if info is not None else "")
     return out
 
 

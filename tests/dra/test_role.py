@@ -1,7 +1,7 @@
 """`hami --role dra` on the embedded API server, with the fake GPU backend.
 
 Covers: the role publishes its node's ResourceSlice (one pool named after the node, NVLink groups as
-`nvlinkDomain`), follows GPU health (an unhealthy GPU is withdrawn, the generation goes up by one),
+`nvlinkDomain`, the backend's versions and bus id, valid against the 1.34 schema), follows GPU health (an unhealthy GPU is withdrawn, the generation goes up by one),
 a restarted role with the same GPUs writes nothing (same generation and resourceVersion), the role
 run from a Config prepares a claim a test kubelet sends over its sockets; device-plugin mode and
 DRA mode never serve one node: the dra role refuses a node marked device-plugin or carrying a
@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 
+import kubernetes_validate
 import pytest
 
 from hami.app import RoleContext
@@ -32,7 +33,8 @@ from tests.dra.test_plugin import make_claim, result
 
 NODE = "gpu-node-1"
 GPUS = """gpus:
-  - {uuid: GPU-a0, model: NVIDIA A100-SXM4-40GB, memory_mib: 40960, numa: 0, healthy: %s, nvlinks: {1: 4}}
+  - {uuid: GPU-a0, model: NVIDIA A100-SXM4-40GB, memory_mib: 40960, numa: 0, healthy: %s, nvlinks: {1: 4},
+     compute_capability: '8.0', driver_version: 580.65.06, cuda_driver_version: '13.0', bus_id: '0000:3b:00.0'}
   - {uuid: GPU-a1, model: NVIDIA A100-SXM4-40GB, memory_mib: 40960, numa: 0}
   - {uuid: GPU-a2, model: NVIDIA A100-SXM4-40GB, memory_mib: 40960, numa: 1}
 """
@@ -92,6 +94,10 @@ async def test_role_publishes_follows_health_and_a_restart_does_not_churn(client
     assert devs["hami-gpu-0"]["attributes"]["nvlinkDomain"] == devs["hami-gpu-1"]["attributes"]["nvlinkDomain"]
     assert "nvlinkDomain" not in devs["hami-gpu-2"]["attributes"]
     assert devs["hami-gpu-2"]["attributes"]["numa"] == {"int": 1}
+    a0 = devs["hami-gpu-0"]["attributes"]
+    assert (a0["cudaComputeCapability"], a0["driverVersion"], a0["cudaDriverVersion"], a0["pcieBusID"]) == (
+        {"version": "8.0.0"}, {"version": "580.65.6"}, {"version": "13.0.0"}, {"string": "0000:3b:00.0"})
+    kubernetes_validate.validate(s, "1.34", strict=True)  # what the role wrote is a valid v1 ResourceSlice
     assert (await client.get_node(NODE))["metadata"]["labels"][LABEL] == "dra"
 
     write(gpus, GPUS % "false")  # GPU 0 turns unhealthy: withdrawn
