@@ -95,6 +95,10 @@ class SchedulerSettings:
     # unready once it has failed this long.
     api_probe_after: float = 10.0
     api_unready_after: float = 5.0
+    # Pods created while the webhook was down (hami.scheduler.missed): how long one waits before it is
+    # recreated through its controller (or a Warning Event, for a bare pod); deletion can be turned off.
+    missed_webhook_grace: float = 30.0
+    recreate_missed_pods: bool = True
     force_overwrite_default_scheduler: bool = True
     dra: bool = False  # --dra: the webhook turns GPU resources into DRA claims; the embedded cluster runs DRA
     leader_elect: bool = False
@@ -515,6 +519,8 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "node_lock_orphan_timeout": ("scheduler", "node_lock_orphan_timeout"),
     "api_probe_after": ("scheduler", "api_probe_after"),
     "api_unready_after": ("scheduler", "api_unready_after"),
+    "missed_webhook_grace": ("scheduler", "missed_webhook_grace"),
+    "recreate_missed_pods": ("scheduler", "recreate_missed_pods"),
     "force_overwrite_default_scheduler": ("scheduler", "force_overwrite_default_scheduler"),
     "dra": ("scheduler", "dra"),
     "leader_elect": ("scheduler", "leader_elect"),
@@ -564,7 +570,7 @@ SHARED_FLAGS: dict[str, tuple[tuple[str, str], ...]] = {
     "fake_gpus": (("agent", "fake_gpus"), ("monitor", "fake_gpus"), ("sim", "fake_gpus")),
     "legacy_metrics": (("scheduler", "legacy_metrics"), ("monitor", "legacy_metrics")),
 }
-_DURATION_FLAGS = {"kube_timeout", "sim_read_latency", "sim_write_latency", "node_lock_timeout", "node_lock_retry_timeout", "node_lock_orphan_timeout", "api_probe_after", "api_unready_after", "http_header_timeout", "http_body_timeout", "http_idle_timeout", "cache_grace", "register_interval", "ui_whatif_interval"}
+_DURATION_FLAGS = {"kube_timeout", "sim_read_latency", "sim_write_latency", "node_lock_timeout", "node_lock_retry_timeout", "node_lock_orphan_timeout", "api_probe_after", "api_unready_after", "missed_webhook_grace", "http_header_timeout", "http_body_timeout", "http_idle_timeout", "cache_grace", "register_interval", "ui_whatif_interval"}
 
 
 def parse_label_selector(text: str, source: str = "--node-label-selector") -> tuple[tuple[str, str], ...]:

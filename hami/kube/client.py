@@ -319,6 +319,15 @@ class KubeClient:
                                   resource_path("pods", namespace, name, "binding"), body=body,
                                   content_type="application/json")
 
+    async def evict_pod(self, namespace: str, name: str, uid: str = "") -> Any:
+        """POST pods/<name>/eviction (policy/v1): a graceful delete that respects PodDisruptionBudgets."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": name, "namespace": namespace},
+                **({"deleteOptions": {"preconditions": {"uid": uid}}} if uid else {})}
+        return await self.request("create", "pods/eviction", "POST",
+                                  resource_path("pods", namespace, name, "eviction"), body=body,
+                                  content_type="application/json")
+
     async def create_event(self, namespace: str, event: dict) -> dict:
         return await self.create("events", event, namespace)
 

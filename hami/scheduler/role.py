@@ -41,6 +41,7 @@ from hami.scheduler.bind import Binder
 from hami.scheduler.extender import CertReloader, Extender, bound_port, serve
 from hami.scheduler.handshake import Handshaker, Verdict
 from hami.scheduler.metrics import MigInstance, PodAlloc, QuotaUse, SchedulerMetrics, Snapshot, serve_metrics
+from hami.scheduler.missed import MissedPods
 from hami.scheduler.state import ClusterState
 from hami.scheduler.verbs import ExtraVerbs
 from hami.scheduler.waker import Waker
@@ -132,6 +133,7 @@ class Scheduler:
     webhook_port: int = 0
     health: Health = field(default_factory=lambda: Health("scheduler"))
     liveness: ApiLiveness | None = None  # is the API server answering (a /readyz check)
+    missed: MissedPods | None = None  # pods created while the webhook was down
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     _hs_pending: dict = field(default_factory=dict)
     _hs_wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -264,6 +266,8 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
 
     templates = TemplateMaker(client) if wh_settings.dra else None
 
+    answered = [0.0]  # unix time of the last admission answered (hami.scheduler.missed waits for one)
+
     def webhook(body: bytes) -> Any:
         try:
             review = orjson.loads(body)
@@ -272,6 +276,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
         made: list[dict] = []
         out = webhookmod.mutate(review, wh_settings, quota=state.index.quota_view,
                                 vendor_quota=state.index.vendor_quota_view, templates_out=made)
+        answered[0] = clock()
         if made and templates is not None:  # --dra: answer once the pod's claim templates exist
             return _with_templates(templates, str((review.get("request") or {}).get("namespace") or ""), made, out)
         return out
@@ -327,6 +332,20 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     spawn(s.access.run(s.stop), "access-review")
     spawn(waker.run(s.stop), "requeue-waker")
     spawn(s.liveness.run(s.stop), "api-liveness")
+    # Pods created while the webhook was down (hami.scheduler.missed): recreated through their controller.
+    requests_fn = ext.requests_fn
+
+    def asks_for_devices(pod: dict) -> bool:
+        return any(r is not None and r.nums > 0 for r in requests_fn(pod)[0])
+
+    s.missed = MissedPods(client, events, scheduler_name=sc.scheduler_name,
+                          force_overwrite_default=sc.force_overwrite_default_scheduler,
+                          asks_for_devices=asks_for_devices, webhook_answered=lambda: answered[0],
+                          grace=sc.missed_webhook_grace, recreate=sc.recreate_missed_pods,
+                          is_leader=(lambda: leader.is_leader) if leader is not None else (lambda: True))
+    assert state.pods is not None
+    state.pods.add_handler(s.missed.on_pod)
+    spawn(s.missed.run(s.stop), "missed-webhook")
     spawn(events.run(s.stop), "events")
     spawn(s.handshake_writer(), "handshake")
     spawn(s.rechecker(), "recheck")

@@ -312,6 +312,11 @@ class ApiServer:
                 binding = await self._read_json(request)
                 self.store.bind(ns, name, binding, dry_run=dry)
                 return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
+            if name and sub == "eviction" and res.key == "pods":  # no PodDisruptionBudget check here
+                eviction = await self._read_json(request)
+                uid = (((eviction.get("deleteOptions") or {}).get("preconditions")) or {}).get("uid")
+                self.store.delete(res.key, ns, name, uid=uid, dry_run=dry)
+                return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
             if name:
                 raise ApiError(405, "MethodNotAllowed", f"POST is not supported on {res.plural}/{name}")
             if res.namespaced and not ns:

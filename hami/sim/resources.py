@@ -81,7 +81,7 @@ _ALL = (
              _META_FIELDS | {"status.phase"}),
     Resource("", "v1", "nodes", "node", "Node", False, ("no",), ("status",),
              _META_FIELDS | {"spec.unschedulable"}),
-    Resource("", "v1", "pods", "pod", "Pod", True, ("po",), ("status", "binding", "log"), _POD_FIELDS),
+    Resource("", "v1", "pods", "pod", "Pod", True, ("po",), ("status", "binding", "log", "eviction"), _POD_FIELDS),
     Resource("", "v1", "events", "event", "Event", True, ("ev",), (), _EVENT_FIELDS),
     Resource("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",)),
     Resource("", "v1", "resourcequotas", "resourcequota", "ResourceQuota", True, ("quota",), ("status",)),

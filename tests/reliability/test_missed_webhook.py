@@ -1,0 +1,85 @@
+"""Pods created while the webhook was down (issue 27 §6), with the scheduler running against the
+embedded API server and pods created straight into the store (as kube-apiserver does when a
+`failurePolicy: Ignore` webhook cannot be reached):
+- a GPU pod owned by a ReplicaSet that kept `default-scheduler` is evicted (pods/eviction, never a
+  pod delete right) so its controller recreates it through the webhook, with a Normal Event;
+- a bare GPU pod gets one Warning Event `MissedWebhook` saying to recreate it, and is left alone;
+- nothing happens until the scheduler has answered an admission request made after the pods were
+  created (the webhook reachable again: no eviction loop while it is still down);
+- pods without a GPU request, pods of other schedulers and hami's own pods are never touched;
+- the pure rule `missed()` on bound, terminating, finished and foreign pods."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from hami.scheduler.missed import missed
+from tests.kube.helpers import eventually, pod_obj
+from tests.kube.scheduler_env import hami_nodes, running_env
+from tests.reliability._record import record
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _names(store) -> set[str]:
+    return {e.obj["metadata"]["name"] for e in store.list("pods", "default")[1]}
+
+
+def _events(store, reason: str) -> dict[str, tuple[str, str]]:
+    return {e.obj["involvedObject"]["name"]: (e.obj["type"], e.obj["message"])
+            for e in store.list("events", "default")[1] if e.obj.get("reason") == reason}
+
+
+async def test_missed_gpu_pods_are_recreated_through_their_controller_or_warned(apiserver):
+    async with running_env(apiserver, hami_nodes(1), missed_webhook_grace=0.2) as env:
+        store = apiserver.store
+        owned = pod_obj("owned", mem=1000, scheduler="default-scheduler")
+        owned["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs1",
+                                                 "uid": "rs-uid", "controller": True}]
+        for p in (owned, pod_obj("bare", mem=1000, scheduler="default-scheduler"),
+                  pod_obj("cpu-only", gpus=0, scheduler="default-scheduler"),
+                  pod_obj("other-sched", mem=1000, scheduler="volcano"),
+                  pod_obj("ours", mem=1000)):
+            store.create("pods", "default", p)
+        reconciler = env.sched.missed
+        await eventually(lambda: set(reconciler.seen) == {"default/owned", "default/bare"}, 5)
+        await asyncio.sleep(1.0)  # past the grace, with no admission answered since: nothing done
+        assert _names(store) >= {"owned", "bare"} and reconciler.deleted == reconciler.warned == 0
+
+        await asyncio.sleep(1.0)  # creationTimestamps have whole seconds: answer strictly later
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                  "request": {"uid": "u1", "operation": "CREATE", "namespace": "default",
+                              "object": pod_obj("probe", gpus=0)}}
+        async with env.http.post(env.sched.url + "/webhook", data=orjson.dumps(review)) as r:
+            assert r.status == 200  # the webhook is reachable again
+        await eventually(lambda: "owned" not in _names(store) and reconciler.warned == 1, 10)
+        events = _events(store, "MissedWebhook")
+        assert events["owned"][0] == "Normal" and "ReplicaSet rs1 creates it again" in events["owned"][1]
+        assert events["bare"][0] == "Warning" and "delete and create it again" in events["bare"][1]
+        assert _names(store) == {"bare", "cpu-only", "other-sched", "ours"}
+        await asyncio.sleep(0.5)
+        assert (reconciler.deleted, reconciler.warned) == (1, 1)  # said once, not every tick
+        record("pods created while the webhook was down", evicted_through_controller=reconciler.deleted,
+               bare_pods_warned=reconciler.warned, untouched=3)
+
+
+@pytest.mark.parametrize("pod,want", [
+    ({"spec": {"schedulerName": "default-scheduler"}, "status": {"phase": "Pending"}}, True),
+    ({"spec": {}}, True),
+    ({"spec": {"schedulerName": "default-scheduler", "nodeName": "n1"}}, False),
+    ({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {}}, False),
+    ({"spec": {}, "status": {"phase": "Failed"}}, False),
+    ({"spec": {"schedulerName": "hami-scheduler"}}, False),
+    ({"spec": {"schedulerName": "volcano"}}, False),
+])
+def test_missed_rule(pod, want):
+    assert missed(pod, scheduler_name="hami-scheduler", force_overwrite_default=True, asks_for_devices=True) is want
+    assert missed(pod, scheduler_name="hami-scheduler", force_overwrite_default=True, asks_for_devices=False) is False
+
+
+def test_without_force_overwrite_default_scheduler_pods_are_not_ours():
+    pod = {"spec": {"schedulerName": "default-scheduler"}}
+    assert missed(pod, scheduler_name="hami-scheduler", force_overwrite_default=False, asks_for_devices=True) is False
