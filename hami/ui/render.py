@@ -23,7 +23,7 @@ header a{color:#fff;text-decoration:none;font-weight:600}header .grow{flex:1}
 main{padding:16px 20px}h1{font-size:22px;margin:4px 0 12px}h2{font-size:17px;margin:20px 0 8px}
 table{border-collapse:collapse;margin:6px 0 14px;background:#fff}td,th{border:1px solid #ddd;padding:3px 8px;
 text-align:right;vertical-align:top}th{background:#eceff1;cursor:pointer;user-select:none}
-td.l,th.l{text-align:left}.bad{color:#b71c1c;font-weight:600}.ok{color:#2e7d32}.muted{color:#757575}
+td.l,th.l,div.l{text-align:left}.bad{color:#b71c1c;font-weight:600}.ok{color:#2e7d32}.muted{color:#757575}
 .cards{display:flex;flex-wrap:wrap;gap:12px}.card{background:#fff;border:1px solid #ddd;padding:8px 12px;
 min-width:170px}.card b{font-size:20px;display:block}footer{padding:8px 20px;color:#757575;font-size:12px}
 pre{background:#fff;border:1px solid #ddd;padding:8px;white-space:pre-wrap}"""
@@ -232,7 +232,8 @@ def whatif_page(result: Mapping | None, *, running: bool, wait: float, **foot) -
          + f" {placed} / {pending}")
         for label, placed, pending in [("baseline", base.get("placed", 0), base.get("pending", 0))]
         + [(s["change"], s["placed"], s.get("pending", 0)) for s in sugg]], cls="")
-    rows = [(e(s["change"]), str(s["placed"]), f"{s['gained']:+d}", e(s["tradeoff"])) for s in sugg]
+    rows = [(e(s["change"]), str(s["placed"]), f"{s['gained']:+d}", f"<div class='l'>{e(s['tradeoff'])}</div>")
+            for s in sugg]
     body = (form + f"<p class='muted'>run at {e(result.get('at', ''))} in {result.get('seconds', 0):.1f} s; "
             "placed and pending count the replayed pending pods</p>" + verdict + bars
             + table(["change", "replayed pods placed", "gained (pods)", "trade-off"], rows, left=1))

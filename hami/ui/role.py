@@ -79,17 +79,30 @@ class Ui:
         self.whatif_running = False
         self.whatif_last = -1e9
         self.http: aiohttp.ClientSession | None = None
+        self._view = None
+        self._view_key: tuple | None = None
 
     # ------------------------------------------------------------------ data
 
     def _events(self) -> list[dict]:
         return [ev for ev in self.events.store.values() if ev.get("reason") in ("FilteringFailed", "FilteringSucceed")]
 
-    def view(self):
+    def view(self, node: str | None = None):
+        """The whole cluster's view (cached until an informer or the figures move), or one node's."""
         cfg = self.config
-        return cluster_view(list(self.nodes.store.values()), list(self.pods.store.values()), self._events(),
-                            self.figures.usage, self.figures.health, time.time(), cfg.nvidia.resource_count_name,
-                            cfg.scheduler.node_lock_timeout)
+        if node is not None:
+            obj = self.nodes.store.get(node)
+            pods = [p for p in self.pods.store.values() if (p.get("spec") or {}).get("nodeName") == node]
+            return cluster_view([obj] if obj else [], pods, (), self.figures.usage, self.figures.health, time.time(),
+                                cfg.nvidia.resource_count_name, cfg.scheduler.node_lock_timeout)
+        key = (self.nodes.resource_version, self.pods.resource_version, self.events.resource_version,
+               id(self.figures), int(time.time() // 5))  # ages in the view move: at most 5 s old
+        if self._view_key != key:
+            self._view = cluster_view(list(self.nodes.store.values()), list(self.pods.store.values()),
+                                      self._events(), self.figures.usage, self.figures.health, time.time(),
+                                      cfg.nvidia.resource_count_name, cfg.scheduler.node_lock_timeout)
+            self._view_key = key
+        return self._view
 
     async def refresh_figures(self, stop: asyncio.Event) -> None:
         ui = self.config.ui
@@ -151,7 +164,7 @@ class Ui:
 
     async def h_node(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
-        node = next((n for n in self.view().nodes if n.name == name), None)
+        node = next((n for n in self.view(name).nodes if n.name == name), None)
         if node is None:
             return self._html(render.not_found(f"node {name}", **self.foot()), 404)
         return self._html(render.node_page(node, **self.foot()))
@@ -161,8 +174,9 @@ class Ui:
         pod = self.pods.store.get(f"{ns}/{name}")
         if pod is None:
             return self._html(render.not_found(f"pod {ns}/{name}", **self.foot()), 404)
-        view = self.view()
-        slices = [(c, s) for c in view.cards for s in c.slices if (s.namespace, s.pod) == (ns, name)]
+        node = (pod.get("spec") or {}).get("nodeName")
+        view = self.view(node) if node else None
+        slices = [(c, s) for c in (view.cards if view else []) for s in c.slices if (s.namespace, s.pod) == (ns, name)]
         events = sorted((ev for ev in self.events.store.values()
                          if (ev["involvedObject"].get("namespace"), ev["involvedObject"].get("name")) == (ns, name)),
                         key=lambda ev: str(ev.get("lastTimestamp") or ev.get("eventTime") or ""))[-20:]

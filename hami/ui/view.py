@@ -10,6 +10,7 @@ of them is tenant input: values are kept as text for the renderer to escape, nev
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -132,21 +133,31 @@ def placed_devices(pod: Mapping) -> tuple[str, list[tuple[int, codec.ContainerDe
     text = annos.get(codec.ALLOCATED_ANNOTATION) or annos.get(codec.TO_ALLOCATE_ANNOTATION)
     if not isinstance(text, str) or not text:
         return "", []
+    devices = _pod_devices(text)
+    return (node, list(devices)) if devices is not None else ("", [])
+
+
+# The pages are rebuilt on every change while most annotations stay the same: decode each text once.
+@functools.lru_cache(maxsize=1 << 16)
+def _pod_devices(text: str) -> tuple[tuple[int, codec.ContainerDevice], ...] | None:
     try:
         containers = codec.decode_pod_devices(text, field=codec.ALLOCATED_ANNOTATION)
     except codec.CodecError:
-        return "", []  # a damaged annotation shows no slice; the scheduler reports it
-    return node, [(i, d) for i, devs in enumerate(containers) for d in devs]
+        return None  # a damaged annotation shows no slice; the scheduler reports it
+    return tuple((i, d) for i, devs in enumerate(containers) for d in devs)
+
+
+@functools.lru_cache(maxsize=1 << 13)
+def _register(text: str) -> tuple[DeviceInfo, ...]:
+    try:
+        return tuple(codec.decode_node_devices(text))
+    except codec.CodecError:
+        return ()
 
 
 def _registered(node: Mapping) -> list[DeviceInfo]:
     text = _annos(node).get(codec.REGISTER_ANNOTATION)
-    if not isinstance(text, str):
-        return []
-    try:
-        return list(codec.decode_node_devices(text))
-    except codec.CodecError:
-        return []
+    return list(_register(text)) if isinstance(text, str) else []
 
 
 def cluster_view(nodes: Iterable[Mapping], pods: Iterable[Mapping], events: Iterable[Mapping] = (),

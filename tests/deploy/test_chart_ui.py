@@ -1,0 +1,54 @@
+"""The chart's web UI (issue 34): rendered only with ui.enabled, read-only, reachable only inside.
+
+Covers: the default render has no UI object; with ui.enabled a Deployment, a ClusterIP Service (never a
+NodePort or LoadBalancer), a ServiceAccount and a ClusterRole that only reads (no Secret, no write verb)
+render; the container runs `--role ui` non-root with a read-only root filesystem; readonlyTokenSecret
+mounts the Secret's token and passes --ui-readonly-token-file; the rendered args pass `hami --check-config`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from .chart import find, objects, one, rendered
+
+UI = "hami-ui"
+
+
+def _ui_objects(docs):
+    return [d for d in docs if (d["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == UI]
+
+
+def test_no_ui_unless_enabled():
+    assert _ui_objects(rendered("default")) == []
+
+
+def test_ui_enabled_renders_a_read_only_internal_page():
+    docs = objects({"ui": {"enabled": True}})
+    ui = _ui_objects(docs)
+    assert sorted(d["kind"] for d in ui) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+                                             "ServiceAccount"]
+    svc = one(ui, "Service")
+    assert svc["spec"]["type"] == "ClusterIP" and "nodePort" not in str(svc)
+    role = one(ui, "ClusterRole")
+    for rule in role["rules"]:
+        assert set(rule["verbs"]) <= {"get", "list", "watch"}
+        assert "secrets" not in rule["resources"]
+    ctr = one(ui, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "--role=ui" in ctr["args"] and ctr["securityContext"]["readOnlyRootFilesystem"] is True
+    pod_sc = one(ui, "Deployment")["spec"]["template"]["spec"]["securityContext"]
+    assert pod_sc["runAsNonRoot"] is True and pod_sc["runAsUser"] == 65532
+    res = subprocess.run([sys.executable, "-m", "hami.cli.main", *ctr["args"], "--check-config"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+
+
+def test_token_secret_is_mounted_as_a_file():
+    docs = objects({"ui": {"enabled": True, "readonlyTokenSecret": "ui-token"}})
+    spec = one(_ui_objects(docs), "Deployment")["spec"]["template"]["spec"]
+    ctr = spec["containers"][0]
+    assert "--ui-readonly-token-file=/etc/hami-ui/token" in ctr["args"]
+    assert spec["volumes"][0]["secret"]["secretName"] == "ui-token"
+    assert not any("token" in str(a) and "file" not in str(a) for a in ctr["args"])  # never inline
+    assert find(docs, "Secret", "ui-token") == []  # the user's Secret, not rendered by the chart
