@@ -22,6 +22,7 @@ from hami.device.model import (
 )
 from hami.device.vendors import VendorError, VendorTable, apply_device_config, parse_vendor_table
 from hami.netaddr import is_loopback, split_host_port
+from hami.principals import DEFAULT_TRUSTED_WRITERS
 
 
 class ConfigError(ValueError):
@@ -110,6 +111,12 @@ class SchedulerSettings:
     # kube-scheduler calls /prioritize: /filter answers every fitting node, not only HAMi's best.
     extender_prioritize: bool = False
     requeue_wakes_per_second: float = 20.0  # background wakes of parked pods when GPUs free up
+    # Who may write pod placement annotations (request.userInfo.username, exact): hami.scheduler.placementguard.
+    trusted_placement_writers: tuple[str, ...] = DEFAULT_TRUSTED_WRITERS
+    # Tenants may set CUDA_DISABLE_CONTROL in GPU pods (the webhook refuses it otherwise).
+    allow_tenant_disable_control: bool = False
+    # Device UUIDs as metric labels on the scheduler's /metrics (a Service anyone may read): opt-in.
+    metrics_device_uuids: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,6 +401,7 @@ _NODE_KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "migstrategy": (str, "one of none, single, mixed"),
     "filterdevices": (dict, "a mapping with uuid and index lists"),
     "enablegetpreferredallocation": (bool, "a boolean"),
+    "allowdisablecontrol": (bool, "a boolean"),
 }
 
 
@@ -526,6 +534,9 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "leader_elect": ("scheduler", "leader_elect"),
     "extender_prioritize": ("scheduler", "extender_prioritize"),
     "requeue_wakes_per_second": ("scheduler", "requeue_wakes_per_second"),
+    "trusted_placement_writers": ("scheduler", "trusted_placement_writers"),
+    "allow_tenant_disable_control": ("scheduler", "allow_tenant_disable_control"),
+    "metrics_device_uuids": ("scheduler", "metrics_device_uuids"),
     "leader_elect_resource_name": ("scheduler", "leader_elect_resource_name"),
     "leader_elect_resource_namespace": ("scheduler", "leader_elect_resource_namespace"),
     "kubelet_socket_dir": ("agent", "kubelet_socket_dir"),
@@ -811,6 +822,9 @@ def build_config(
     if "log" in groups and groups["log"].get("format", "text") not in ("text", "json"):
         raise ConfigError("--log-format", "command line", groups["log"]["format"], "text or json")
     _check_listeners(groups)
+    writers = groups["scheduler"].get("trusted_placement_writers")
+    if isinstance(writers, str):  # a comma list on the command line
+        groups["scheduler"]["trusted_placement_writers"] = tuple(w.strip() for w in writers.split(",") if w.strip())
     config_scheduler = SchedulerSettings(**groups["scheduler"])
     check_listener_trust(config_scheduler, DebugSettings(**groups["debug"]))
     check_sim_listen(SimSettings(**groups["sim"]))

@@ -73,7 +73,7 @@ def parse_go_bool(text: str) -> bool | None:
 
 
 def control_disabled(container: Mapping) -> bool:
-    """The container sets CUDA_DISABLE_CONTROL to a true value: no ld.so.preload mount."""
+    """The container sets CUDA_DISABLE_CONTROL to a true value (honoured only where the node allows it)."""
     return any(
         e.get("name") == "CUDA_DISABLE_CONTROL" and parse_go_bool(str(e.get("value", ""))) is True
         for e in container.get("env") or []
@@ -97,7 +97,9 @@ def container_response(
         f"{hook_path.rstrip('/') or ''}/vgpu/containers/{pod_uid}_{name}"
     envs, mounts = share_contract(
         devices, settings, hook_path, cache_file=f"{cache_name}.cache", cache_dir=cache_dir,
-        lib_path=lib_path, preload=not control_disabled(container), license_exists=license_exists)
+        lib_path=lib_path, license_exists=license_exists,
+        # A tenant's env never drops the preload (its slice stays counted): only the operator's node config may.
+        preload=not (settings.allow_disable_control and control_disabled(container)))
     return ContainerAllocation(name, devices, envs, mounts, cache_dir)
 
 

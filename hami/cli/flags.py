@@ -105,6 +105,13 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
      "the webhook also takes pods asking for default-scheduler (default true)"),
     (("--extender-prioritize",), "extender_prioritize", "bool",
      "kube-scheduler calls /prioritize: /filter returns every fitting node (default: HAMi's one best node)"),
+    (("--trusted-placement-writers",), "trusted_placement_writers", "str",
+     "comma list of usernames (system:serviceaccount:<ns>:<name>) that may write pod placement annotations "
+     "(default hami's and HAMi v2.10's scheduler and device-plugin accounts in kube-system and hami-system)"),
+    (("--allow-tenant-disable-control",), "allow_tenant_disable_control", "bool",
+     "the webhook admits GPU pods that set CUDA_DISABLE_CONTROL (default false; nodes must allow it too)"),
+    (("--metrics-device-uuids",), "metrics_device_uuids", "bool",
+     "label the scheduler's per-device metrics with GPU UUIDs (default false: node and index only)"),
     (("--requeue-wakes-per-second",), "requeue_wakes_per_second", "float",
      "at most this many wakes per second of parked pending pods when GPUs free up (default 20)"),
     (("--leader-elect",), "leader_elect", "bool", "leader election on a Lease; only the leader writes handshakes"),

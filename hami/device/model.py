@@ -206,3 +206,5 @@ class NodeDeviceConfig:
     migstrategy: str | None = None
     filterdevices: FilterDevices = field(default_factory=FilterDevices)
     enablegetpreferredallocation: bool = False
+    # The operator's opt-in to honour CUDA_DISABLE_CONTROL in a container's env (hami's own key).
+    allowdisablecontrol: bool = False

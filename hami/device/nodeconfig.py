@@ -45,6 +45,8 @@ class DeviceSettings:
     disable_core_limit: bool = False
     matched_entry: str | None = None  # the nodeconfig name (or glob) that applied
     mig_strategy: str = "none"  # static MIG as NVIDIA's device plugin: none | single | mixed
+    # CUDA_DISABLE_CONTROL in a container's env drops HAMi-core's preload only where the operator allows it.
+    allow_disable_control: bool = False
 
     def filtered(self, uuid: str, index: int | str | None = None) -> bool:
         """HAMi FilterDeviceToRegister: the card is left out (not advertised, not registered)."""
@@ -133,6 +135,7 @@ def effective_device_settings(
     if entry.filterdevices.uuid or entry.filterdevices.index:
         changes["filter"] = entry.filterdevices
     changes["enable_get_preferred_allocation"] = entry.enablegetpreferredallocation
+    changes["allow_disable_control"] = entry.allowdisablecontrol
     return replace(s, **changes)
 
 

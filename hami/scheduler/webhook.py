@@ -8,16 +8,23 @@ API
   `WebhookSettings.from_config(config)` builds it from `hami.config.Config`.
 - `mutate(review, settings, quota=None) -> dict`: takes a decoded AdmissionReview
   (`admission.k8s.io/v1` or `v1beta1`) and returns the AdmissionReview to send back, with the
-  same apiVersion. Mutations come back as a base64 JSONPatch (`patchType: JSONPatch`) computed
-  with `jsonpatch` between the original and the mutated pod. `quota` is a callable
+  same apiVersion. Mutations come back as a base64 JSONPatch (`patchType: JSONPatch`) built from
+  what mutation touched (hami.scheduler.patchbuild; no whole-pod diff on the event loop). `quota` is a callable
   `namespace -> usage.QuotaView | None` (or a QuotaView) for the ResourceQuota check.
 - `mutate_pod(pod, settings, quota=None) -> Decision`: the same on a pod dict; `Decision.pod`
   is the mutated copy.
 - `WebhookError`: the review itself is malformed (names the field).
 
+Before HAMi's rules, for every pod CREATE and UPDATE whatever its scheduler: a placement or bind
+annotation set by a principal (`request.userInfo`) not in `trusted_writers` -> denied naming the key
+(hami.scheduler.placementguard). An UPDATE is only checked, never mutated.
+
 Handling, in HAMi's order: no containers -> denied `pod has no containers`; a foreign
 schedulerName -> allowed unchanged; per init container then container: gpumem-percentage
 outside 0..100 -> error (code 500); `nvidia.com/priority` -> env CUDA_TASK_PRIORITY;
+a GPU quantity the device annotations cannot carry (not a whole number, negative, over int32 or
+2^31 MiB) -> denied naming the resource and the limit (hami.scheduler.quantitylimits);
+`CUDA_DISABLE_CONTROL` in a GPU container's env -> denied unless `allow_disable_control`;
 gpuCorePolicy force/disable -> env GPU_CORE_UTILIZATION_POLICY; gpucores/gpumem/percentage
 without a count -> `nvidia.com/gpu: defaultGPUNum`; exclusive default `nvidia.com/gpucores: 100`;
 runtimeClassName; overwriteEnv -> NVIDIA_VISIBLE_DEVICES=none; a pod with a GPU and a malformed
@@ -31,13 +38,10 @@ cores = max(sum over app containers, max over init containers) of request x coun
 from __future__ import annotations
 
 import base64
-import copy
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-import jsonpatch
 
 from hami.device.model import NvidiaConfig
 from hami.device.request import quantity_as_int64
@@ -46,6 +50,7 @@ from hami.device.vendorrequest import vendor_request
 from hami.device.vendors import Vendor, VendorTable
 from hami.dra import claims as dra_claims
 
+from . import patchbuild, placementguard, quantitylimits
 from .policy import PolicyError, weights_for
 from .usage import QuotaView
 from .vendorrules import (
@@ -78,15 +83,29 @@ class WebhookSettings:
     # Every other vendor whose resources the webhook recognises (HAMi's GetDevices loop).
     vendors: VendorTable | None = None
     dra: bool = False  # --dra: GPU resources become DRA claims (hami.dra.claims), as HAMi-DRA's webhook
+    # Principals (request.userInfo.username) that may write placement annotations (placementguard).
+    trusted_writers: tuple[str, ...] = placementguard.DEFAULT_TRUSTED_WRITERS
+    # Tenants may set CUDA_DISABLE_CONTROL (HAMi-core off in their container): the operator's opt-in.
+    allow_disable_control: bool = False
+    placement_keys: frozenset[str] = field(init=False, repr=False, compare=False)
+    quantity_limits: tuple = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "placement_keys", placementguard.placement_keys(self.vendors))
+        object.__setattr__(self, "quantity_limits", quantitylimits.nvidia_limits(self.nvidia)
+                           + quantitylimits.vendor_limits(self.vendors))
 
     @classmethod
     def from_config(cls, config: Any) -> WebhookSettings:
+        sc = config.scheduler
         return cls(
-            scheduler_name=config.scheduler.scheduler_name,
-            force_overwrite_default_scheduler=config.scheduler.force_overwrite_default_scheduler,
+            scheduler_name=sc.scheduler_name,
+            force_overwrite_default_scheduler=sc.force_overwrite_default_scheduler,
             nvidia=config.nvidia,
             vendors=getattr(config, "vendors", None),
-            dra=getattr(config.scheduler, "dra", False),
+            dra=getattr(sc, "dra", False),
+            trusted_writers=getattr(sc, "trusted_placement_writers", placementguard.DEFAULT_TRUSTED_WRITERS),
+            allow_disable_control=getattr(sc, "allow_tenant_disable_control", False),
         )
 
 
@@ -471,7 +490,7 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
     """Apply HAMi's admission rules to a pod dict (not modified); see the module docstring."""
     if not isinstance(pod, Mapping):
         raise WebhookError("request.object", "expected a Pod object")
-    pod = copy.deepcopy(dict(pod))
+    pod = patchbuild.mutation_copy(pod)  # what mutation writes is copied; the rest is shared
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         raise WebhookError("request.object.spec", "missing")
@@ -504,6 +523,7 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
                 for v in hide:  # Ascend overwriteEnv: once per such chip the container does not ask for
                     if v.count_resource not in _resources(ctr)[0]:
                         _add_env(ctr, ASCEND_VISIBLE_DEVICES, "")
+                _check_quantities(ctr, settings)  # after the vendors' own checks, so HAMi's texts come first
     except _Reject as r:
         return Decision(False, code=r.code, message=r.message)
     if has_resource:  # HAMi denies bad device-scoring weights at admission, before scheduling
@@ -513,6 +533,13 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
             return Decision(False, code=403, reason="Forbidden", message=str(exc))
     if privileged is not None and has_resource:
         return Decision(False, code=403, reason="Forbidden", message=f"container {privileged} is privileged")
+    if has_resource and not settings.allow_disable_control:
+        uncontrolled = _control_disabled(spec)
+        if uncontrolled is not None:
+            return Decision(False, code=403, reason="Forbidden", message=(
+                f"container {uncontrolled} sets {DISABLE_CONTROL_ENV}: turning HAMi-core's limits off in a "
+                f"pod whose GPU slice is counted is the operator's choice (node config allowDisableControl "
+                f"and --allow-tenant-disable-control), not a pod's"))
     if has_resource and settings.scheduler_name:
         spec["schedulerName"] = settings.scheduler_name
         if spec.get("nodeName"):
@@ -538,6 +565,24 @@ def _dra_decision(pod: dict, cfg: NvidiaConfig, privileged: str | None) -> Decis
     if privileged is not None:
         return Decision(False, code=403, reason="Forbidden", message=f"container {privileged} is privileged")
     return Decision(True, pod=t.pod, templates=t.templates)
+
+
+DISABLE_CONTROL_ENV = "CUDA_DISABLE_CONTROL"
+
+
+def _check_quantities(ctr: dict, settings: WebhookSettings) -> None:
+    problem = quantitylimits.check_container(ctr, settings.quantity_limits)
+    if problem is not None:
+        raise _Reject(400, problem)
+
+
+def _control_disabled(spec: dict) -> str | None:
+    """The first container whose env names CUDA_DISABLE_CONTROL (any value: valueFrom is unknown here)."""
+    for group in ("initContainers", "containers"):
+        for ctr in spec.get(group) or ():
+            if any(isinstance(e, dict) and e.get("name") == DISABLE_CONTROL_ENV for e in ctr.get("env") or ()):
+                return str(ctr.get("name", ""))
+    return None
 
 
 def _privileged_container(spec: dict) -> str | None:
@@ -625,7 +670,12 @@ def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None
     uid = request.get("uid") or ""
     obj = request.get("object")
     response: dict[str, Any] = {"uid": uid}
-    if not isinstance(obj, Mapping) or not isinstance(obj.get("spec"), Mapping):
+    refusal = placementguard.check_review(request, settings.placement_keys, settings.trusted_writers)
+    if refusal is not None:
+        response.update(allowed=False, status={"code": 403, "reason": "Forbidden", "message": refusal.message})
+    elif (request.get("operation") or "CREATE") != "CREATE":
+        response.update(allowed=True, status={"code": 200})  # UPDATE: checked above, never mutated
+    elif not isinstance(obj, Mapping) or not isinstance(obj.get("spec"), Mapping):
         response.update(allowed=False, status={"code": 400, "message": "request.object: expected a Pod object"})
     else:
         d = mutate_pod(obj, settings, quota, namespace=request.get("namespace") or "", vendor_quota=vendor_quota)
@@ -633,7 +683,7 @@ def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None
             templates_out.extend(d.templates)
         response["allowed"] = d.allowed
         if d.allowed and d.pod is not None:
-            ops = jsonpatch.make_patch(_plain(obj), d.pod).patch
+            ops = patchbuild.build_patch(obj, d.pod)
             if ops:
                 response["patchType"] = "JSONPatch"
                 response["patch"] = base64.b64encode(json.dumps(ops, separators=(",", ":")).encode()).decode()
@@ -645,6 +695,3 @@ def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None
             response["status"] = status
     return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
 
-
-def _plain(obj: Mapping) -> dict:
-    return copy.deepcopy(dict(obj))

@@ -1,5 +1,6 @@
 """Pure Allocate (hami.agent.allocate): every env var and mount HAMi sets for 1 container / 1 GPU,
-2 containers, 1 container / 2 GPUs, init containers first, CUDA_DISABLE_CONTROL (Go ParseBool),
+2 containers, 1 container / 2 GPUs, init containers first, CUDA_DISABLE_CONTROL (Go ParseBool; only
+where the node config allows it),
 oversubscription, log level, disableCoreLimit, license mounts, MIG mode, preferred-allocation UUID
 rewrite; the rewritten devices-to-allocate; errors for missing / malformed annotations, wrong
 device counts and nothing left; choosing the pod (lock owner, else oldest allocating pod)."""
@@ -123,9 +124,13 @@ def test_container_without_gpu_is_skipped_and_init_containers_come_first():
     [("true", False), ("1", False), ("True", False), ("false", True), ("yes", True), ("", True)],
     ids=["true", "one", "True", "false", "unparsable", "empty"],
 )
-def test_cuda_disable_control_true_drops_ld_so_preload(value, preload):
-    p = plan(pod(f"{U1},NVIDIA,1000,10:;", env={"main": {"CUDA_DISABLE_CONTROL": value}}), [["x"]])
+def test_cuda_disable_control_true_drops_ld_so_preload_where_the_node_allows_it(value, preload):
+    allowed = DeviceSettings(lib_cuda_log_level="1", allow_disable_control=True)
+    p = plan(pod(f"{U1},NVIDIA,1000,10:;", env={"main": {"CUDA_DISABLE_CONTROL": value}}), [["x"]], allowed)
     assert p.containers[0].mounts == base_mounts("main", preload)
+    # Without the operator's opt-in a tenant's env never drops the preload (issue 27 §8).
+    p = plan(pod(f"{U1},NVIDIA,1000,10:;", env={"main": {"CUDA_DISABLE_CONTROL": value}}), [["x"]])
+    assert p.containers[0].mounts == base_mounts("main", True)
 
 
 def test_oversubscribe_disable_core_limit_and_no_log_level():
