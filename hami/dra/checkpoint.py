@@ -1,18 +1,22 @@
 """The DRA plugin's record of prepared claims, kept on disk so a restart answers kubelet right.
 
 `<plugin-dir>/checkpoint.json` maps claim UID -> {state, namespace, name, devices}. A prepare writes
-the entry as `preparing` before it writes the claim's CDI spec and as `prepared` after; unprepare
-removes the spec first and the entry second. Every write is atomic (hami.dra.cdi.write_atomic), so
-after a kill at any point the file is the old or the new record, and `recover` on start makes the
-CDI directory agree with it:
+the claim's CDI spec first and its `prepared` record second; unprepare removes the spec first and
+the record second. Every write is atomic (hami.dra.cdi.write_atomic), so after a kill at any point
+each file is the old or the new one, and `recover` on start makes the CDI directory agree with the
+checkpoint (which it creates when absent, so a kill during the very first prepare is covered too):
 
-* an entry still `preparing` (killed between checkpoint and CDI write, or during it): its spec and
-  any temporary are removed and the entry dropped, so kubelet's retry prepares it afresh;
-* an entry `prepared` whose spec is gone (a reboot empties /var/run/cdi) is dropped: it holds no
+* a spec of this driver that no record names (killed between the spec and the record), and every
+  temporary (killed while writing the spec), is removed: kubelet's retry prepares the claim afresh
+  and nothing leaks;
+* a record not `prepared` (written by an older version that recorded `preparing` first) is dropped
+  with its spec;
+* a `prepared` record whose spec is gone (a reboot empties /var/run/cdi) is dropped: it holds no
   capacity until kubelet prepares it again;
-* a spec of this driver that no entry names (and every temporary) is removed: no leaked files;
 * a checkpoint that does not parse is moved aside (`checkpoint.json.corrupt`) and no spec is
-  removed, since what they belong to is unknown.
+  removed at that start, since what they belong to is unknown; the same holds for specs found when
+  there was no checkpoint at all (a wiped plugin dir). Such specs are removed at the next start
+  unless a prepare recorded them by then.
 """
 
 from __future__ import annotations
@@ -105,7 +109,7 @@ class Checkpoint:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(self.cdi_root, name))
                     removed.append(name)
-        if removed:
+        if removed or not known:
             self.save()
             log.info("DRA checkpoint recovered: removed half-prepared claims and stray CDI files",
                      removed=",".join(removed)[:500])

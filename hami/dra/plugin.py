@@ -13,10 +13,9 @@ Start it in-process (the simulated kubelet, tests, `hami --role dra`):
     await server.stop()
 
 `driver.prepare(claims)` / `driver.unprepare(claims)` answer without gRPC (claims: `ClaimRef`s).
-Prepare GETs each ResourceClaim, checks its allocation (hami.dra.shares), records it in the
-checkpoint as `preparing`, writes its CDI spec (hami.dra.cdi) with HAMi-core's contract from
-`hami.agent.allocate.share_contract` (the values Allocate hands a device-plugin container), then
-marks it `prepared`. A claim already prepared is answered from the checkpoint (idempotent); a claim
+Prepare GETs each ResourceClaim, checks its allocation (hami.dra.shares), writes its CDI spec
+(hami.dra.cdi) with HAMi-core's contract from `hami.device.sharecontract.share_contract` (the
+values Allocate hands a device-plugin container), then records it in the checkpoint as `prepared`. A claim already prepared is answered from the checkpoint (idempotent); a claim
 that cannot be prepared gets an error in its own entry of the response; no claim's failure fails
 another or the call. Unprepare removes the spec, the claim's shared-region cache dir and the entry;
 an unknown claim is already unprepared.
@@ -40,7 +39,7 @@ from hami.dra import cdi
 from hami.dra._pb import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from hami.dra._pb import pluginregistration_pb2 as reg_pb
 from hami.dra._pb import pluginregistration_pb2_grpc as reg_grpc
-from hami.dra.checkpoint import PREPARED, PREPARING, Checkpoint, Entry
+from hami.dra.checkpoint import PREPARED, Checkpoint, Entry
 from hami.dra.shares import ClaimError, PublishedGpu, Share, shares
 from hami.dra.slices import DRIVER, MAX_CORES
 from hami.kube.client import ApiError
@@ -94,7 +93,7 @@ class DraDriver:
                  read_claim: ClaimReader, published: Callable[[], Mapping[str, PublishedGpu]],
                  settings: Callable[[], DeviceSettings] = DeviceSettings, driver: str = DRIVER,
                  lib_path: Callable[[], str] = lambda: "",
-                 crash_hook: Callable[[str], None] | None = None):
+                 crash_hook: Callable[[str, str], None] | None = None):
         self.node = node
         self.driver = driver
         self.cdi_root = cdi_root
@@ -104,7 +103,7 @@ class DraDriver:
         self.published = published
         self.settings = settings
         self.lib_path = lib_path
-        self.crash_hook = crash_hook  # tests: called with a step name; may raise to simulate a kill
+        self.crash_hook = crash_hook  # tests: called with (step, claim uid); may raise to simulate a kill
         os.makedirs(plugin_dir, exist_ok=True)
         os.makedirs(cdi_root, exist_ok=True)
         self.checkpoint = Checkpoint(plugin_dir, cdi_root, driver)
@@ -173,11 +172,13 @@ class DraDriver:
         prepared = [{"requests": list(s.requests), "pool": self.node, "device": s.device,
                      "cdi": [cdi.device_id(self.driver, ref.uid, s.device)],
                      "uuid": s.uuid, "memory_mib": s.memory_mib, "cores": s.cores} for s in parts]
-        self.checkpoint.put(ref.uid, Entry(PREPARING, ref.namespace, ref.name, prepared))
-        self._crash("after-checkpoint")
+        # The spec first, the record second: a kill before the record leaves a spec the checkpoint
+        # does not know (or a temporary), which `recover` removes; one checkpoint write per prepare
+        # (a rename over a file on disk costs as much as an fsync on ext4).
         _make_dirs(cache_dir)
+        self._crash("before-cdi", ref.uid)
         cdi.write_spec(self.cdi_root, self.driver, ref.uid, spec)
-        self._crash("after-cdi")
+        self._crash("after-cdi", ref.uid)
         self.checkpoint.put(ref.uid, Entry(PREPARED, ref.namespace, ref.name, prepared))
         self.prepared_total += 1
         log.v(2).info("Prepared claim", claim=f"{ref.namespace}/{ref.name}", uid=ref.uid,
@@ -199,9 +200,9 @@ class DraDriver:
                     f"{mem} MiB and {cores}% of its {total} MiB and {MAX_CORES}%, this claim asks "
                     f"{s.memory_mib} MiB and {s.cores}%")
 
-    def _crash(self, step: str) -> None:
+    def _crash(self, step: str, uid: str) -> None:
         if self.crash_hook is not None:
-            self.crash_hook(step)
+            self.crash_hook(step, uid)
 
     def _failed(self, ref: ClaimRef, message: str) -> PrepareResult:
         self.failed_total += 1

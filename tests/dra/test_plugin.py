@@ -5,8 +5,10 @@ prepare reads the ResourceClaim from the embedded API server and writes one CDI 
 HAMi-core's contract (the same envs as the device plugin's Allocate for that share) and whose
 device IDs are fully qualified; prepare and unprepare are idempotent; two claims sharing one GPU
 each get their own limits; a claim that would over-commit what is already prepared is refused;
-restart after a kill between checkpoint and CDI write (and after the CDI write, before the
-checkpoint's `prepared`) answers kubelet's retry and leaks no CDI file; every bad input (claim not
+restart after a kill before the CDI write, during it (a temporary left) and between the CDI write
+and the checkpoint's record answers kubelet's retry and leaks no CDI file; a restart after a reboot
+emptied the CDI dir forgets the claims it lost; a kill during the very first prepare leaks nothing;
+a corrupt checkpoint is moved aside and removes no spec; every bad input (claim not
 allocated, allocated to another node, unknown device, capacity beyond the device, malformed
 allocation, claim missing, uid mismatch, bad uid) is a per-claim error beside a claim that succeeds,
 never a crash and never a CDI file.
@@ -58,11 +60,11 @@ class Node:
         self.driver: DraDriver | None = None
         self.server: DraServer | None = None
 
-    def _hook(self, step: str) -> None:
-        if step == self.crash_at:
-            if step == "after-checkpoint":  # a kill in the middle of writing leaves a temporary behind
-                with open(os.path.join(self.cdi_root, "." + cdi.spec_file(DRIVER, "u-crash") + ".tmp"), "w") as f:
-                    f.write('{"cdiVersion": "0.5.0", "kind": ')
+    def _hook(self, step: str, uid: str) -> None:
+        if step == self.crash_at.removeprefix("mid-write:"):
+            if self.crash_at.startswith("mid-write:"):  # killed while writing the spec: a temporary stays
+                write(os.path.join(self.cdi_root, "." + cdi.spec_file(DRIVER, uid) + ".tmp"),
+                      '{"cdiVersion": "0.5.0", "kind": ')
             raise Crash(step)
 
     async def start(self) -> None:
@@ -235,7 +237,7 @@ async def test_one_claim_on_two_gpus_and_two_requests_on_one_gpu(node, client):
 # --------------------------------------------------------------------------- restart
 
 
-@pytest.mark.parametrize("crash_at", ["after-checkpoint", "after-cdi"])
+@pytest.mark.parametrize("crash_at", ["before-cdi", "mid-write:before-cdi", "after-cdi"])
 async def test_restart_after_kill_mid_prepare_answers_the_retry_and_leaks_no_cdi_file(node, client, crash_at):
     kubelet = FakeKubelet(node.reg_dir, "v1")
     await kubelet.register()
@@ -245,13 +247,15 @@ async def test_restart_after_kill_mid_prepare_answers_the_retry_and_leaks_no_cdi
     node.crash_at = crash_at
     with pytest.raises(Crash):
         await node.driver.prepare([ClaimRef("default", uid, "crash")])
-    assert read_json(os.path.join(node.plugin_dir, "checkpoint.json"))["claims"][uid]["state"] == "preparing"
+    left = node.cdi_files()
+    assert len(left) == (1 if crash_at == "before-cdi" else 2)  # a spec or a temporary beside keep's
+    assert uid not in read_json(os.path.join(node.plugin_dir, "checkpoint.json"))["claims"]
     await node.stop()
 
     node.crash_at = ""
     await node.start()  # the restarted plugin
     assert node.cdi_files() == [cdi.spec_file(DRIVER, keep)]  # half-prepared spec and temporary gone
-    assert uid in node.driver.recovered
+    assert node.driver.recovered == [name for name in left if uid in name]
     kubelet = FakeKubelet(node.reg_dir, "v1")
     await kubelet.register()
     resp = await kubelet.prepare(("default", "crash", uid))  # kubelet's retry
@@ -359,3 +363,32 @@ async def test_restart_after_reboot_emptied_the_cdi_dir_forgets_the_claims_it_lo
     assert (await kubelet.prepare(("default", "other", other)))[other].error == ""  # big holds no capacity
     again = await kubelet.prepare(("default", "big", big))  # kubelet prepares big again after the reboot
     assert "would be over-committed" in again[big].error  # and the GPU is honestly short now
+
+
+async def test_kill_during_the_very_first_prepare_leaks_nothing(node, client):
+    assert exists(os.path.join(node.plugin_dir, "checkpoint.json"))  # written at the first start
+    uid = await make_claim(client, "first", [result("hami-gpu-0")])
+    node.crash_at = "after-cdi"
+    with pytest.raises(Crash):
+        await node.driver.prepare([ClaimRef("default", uid, "first")])
+    assert node.cdi_files() == [cdi.spec_file(DRIVER, uid)]
+    await node.stop()
+    node.crash_at = ""
+    await node.start()
+    assert node.cdi_files() == []
+
+
+async def test_a_corrupt_checkpoint_is_moved_aside_and_no_spec_is_removed(node, client):
+    kubelet = FakeKubelet(node.reg_dir, "v1")
+    await kubelet.register()
+    uid = await make_claim(client, "c", [result("hami-gpu-0")])
+    assert (await kubelet.prepare(("default", "c", uid)))[uid].error == ""
+    await node.stop()
+    write(os.path.join(node.plugin_dir, "checkpoint.json"), '{"version": 1, "claims": {"x": ')
+    await node.start()
+    assert exists(os.path.join(node.plugin_dir, "checkpoint.json.corrupt"))
+    assert node.cdi_files() == [cdi.spec_file(DRIVER, uid)]  # unknown owner: kept
+    kubelet = FakeKubelet(node.reg_dir, "v1")
+    await kubelet.register()
+    assert (await kubelet.prepare(("default", "c", uid)))[uid].error == ""  # prepared again, recorded
+    assert uid in node.driver.checkpoint.claims
