@@ -24,7 +24,7 @@ import time
 
 import orjson
 
-from hami.doctor import gather
+from hami.doctor import dra, gather
 from hami.doctor.tree import Diagnosis, PodFacts, diagnose_pod, render_diagnosis
 from hami.kube.client import ApiError
 
@@ -53,6 +53,9 @@ async def diagnose(client, args: argparse.Namespace, now: float | None = None) -
     ns = ns or "default"
     now = time.time() if now is None else now
     pod = await client.get_pod(ns, name)
+    if dra.uses_claims(pod) and not (pod.get("spec") or {}).get("nodeName") and \
+            (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+        return await _diagnose_dra(client, pod)
     inst = await gather.installation(client, args)
     cfg = inst.nvidia
     facts = PodFacts(
@@ -72,6 +75,19 @@ async def diagnose(client, args: argparse.Namespace, now: float | None = None) -
     setup = (f"HAMi in namespace {inst.namespace}, device config from {inst.source} "
              f"(resource {cfg.resource_count_name})", *inst.notes)
     return dataclasses.replace(d, setup=setup)
+
+
+async def _diagnose_dra(client, pod: dict) -> Diagnosis:
+    """A pending pod with DRA claims: the allocator's verdict per node (hami.doctor.dra)."""
+    claims = (await client.list("resourceclaims")).get("items") or []
+    slices = (await client.list("resourceslices")).get("items") or []
+    classes = (await client.list("deviceclasses")).get("items") or []
+    nodes = (await client.list("nodes")).get("items") or []
+    d = dra.diagnose_dra_pod(pod, {f"{c['metadata'].get('namespace', '')}/{c['metadata']['name']}": c for c in claims},
+                             slices, {c["metadata"]["name"]: c for c in classes},
+                             [n["metadata"]["name"] for n in nodes])
+    return dataclasses.replace(d, setup=(f"DRA: {len(slices)} ResourceSlice(s), {len(claims)} claim(s), "
+                                         f"{len(classes)} DeviceClass(es)",))
 
 
 async def would_fit_if(client, args: argparse.Namespace) -> str | None:
@@ -97,7 +113,9 @@ async def main(args: argparse.Namespace) -> int:
     whatif = None
     try:
         d = await diagnose(client, args)
-        if d.leaf not in OK_LEAVES and args.whatif:
+        if d.leaf.startswith("dra-"):
+            whatif = "(whatif does not replay DRA claims yet: the evidence above is the allocator's own answer)"
+        elif d.leaf not in OK_LEAVES and args.whatif:
             whatif = await would_fit_if(client, args)
     except ApiError as exc:
         print(f"hami doctor pod: {args.pod}: {exc}", file=sys.stderr)

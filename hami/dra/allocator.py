@@ -33,6 +33,7 @@ from hami.dra.cel import CelError, SelectorCompiler, device_activation, format_q
 MAX_REQUESTS = 32  # DeviceRequestsMaxSize
 MAX_RESULTS = 32  # AllocationResultsMaxSize
 MAX_STEPS = 20_000
+MIB = 1 << 20
 
 
 class AllocationError(ValueError):
@@ -131,6 +132,13 @@ class Usage:
 
 
 # --------------------------------------------------------------------------- capacity
+
+def readable(value: Fraction) -> str:
+    """A capacity for people: whole MiB as `4000Mi`, anything else as its quantity."""
+    if value.denominator == 1 and value >= MIB and value.numerator % MIB == 0:
+        return f"{value.numerator // MIB}Mi"
+    return format_quantity(value)
+
 
 def for_device(requests: Mapping[str, Fraction], dev: Device) -> dict[str, Fraction]:
     """A request's capacity names qualified by the device's driver (`memory` -> `<driver>/memory`)."""
@@ -410,8 +418,8 @@ class Allocator:
                 if name not in dev.capacity:
                     return 3, f"has no capacity {name.rpartition('/')[2]}"
                 if want > dev.capacity[name]:
-                    return 3, (f"{name.rpartition('/')[2]} {format_quantity(want)} requested, the device has "
-                               f"{format_quantity(dev.capacity[name])}")
+                    return 3, (f"{name.rpartition('/')[2]} {readable(want)} requested, the device has "
+                               f"{readable(dev.capacity[name])}")
             return None
         cons, why = consumption(dev, req.capacity)
         if cons is None:
@@ -419,8 +427,8 @@ class Allocator:
         for name, amount in cons.items():
             free = usage.free(dev, name)
             if amount > free:
-                return 3, (f"{name.rpartition('/')[2]} {format_quantity(amount)} requested, "
-                           f"{format_quantity(free)} of {format_quantity(dev.capacity[name])} free")
+                return 3, (f"{name.rpartition('/')[2]} {readable(amount)} requested, "
+                           f"{readable(free)} of {readable(dev.capacity[name])} free")
         return None
 
     def _search(self, requests: Sequence[Request], candidates: Sequence[Sequence[_Candidate]],

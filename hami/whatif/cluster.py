@@ -192,8 +192,19 @@ def parse_snapshot(doc: Any, source: str = "snapshot") -> Cluster:
         f"unknown annotation {key} on {', '.join(sorted(where)[:3])}"
         f"{f' and {len(where) - 3} more' if len(where) > 3 else ''} (from a newer HAMi?): ignored"
         for key, where in sorted(warnings.items())
-    )
+    ) + _dra_note(pods_raw)
     return Cluster(nodes, pods, tuple(quotas), nvidia, node_configs, notes)
+
+
+def _dra_note(pods_raw) -> tuple[str, ...]:
+    """whatif replays HAMi's device-plugin scheduling only: say so when pods use DRA claims."""
+    dra = [f"{(o.get('metadata') or {}).get('namespace', '')}/{(o.get('metadata') or {}).get('name', '')}"
+           for _, o in pods_raw if isinstance(o.get("spec"), dict) and o["spec"].get("resourceClaims")]
+    if not dra:
+        return ()
+    return (f"{len(dra)} pod(s) use DRA claims ({', '.join(dra[:3])}{' ...' if len(dra) > 3 else ''}): whatif does "
+            "not read ResourceSlices or ResourceClaims yet, so their GPU shares are not replayed "
+            "(hami doctor pod explains a pending one with the DRA allocator)",)
 
 
 def _device_config(source, nvidia_doc, node_doc, warnings) -> tuple[NvidiaConfig, tuple[NodeDeviceConfig, ...]]:

@@ -53,7 +53,7 @@ def test_two_claims_share_a_gpu_up_to_its_memory_and_a_third_is_refused():
     out = a.allocate([claim("c3", memory_mib=1)], "n1", inv, usage, CLASSES)
     assert not out.ok
     assert out.reason == "claim default/c3: request gpu: not enough free memory on any matching device"
-    assert out.details == [f"n1/gpu-0: memory {MIB} requested, 0 of {8000 * MIB} free"]
+    assert out.details == ["n1/gpu-0: memory 1Mi requested, 0 of 8000Mi free"]
 
 
 def test_cores_are_consumed_too_and_unrequested_capacity_takes_all_of_it():
@@ -63,7 +63,7 @@ def test_cores_are_consumed_too_and_unrequested_capacity_takes_all_of_it():
     # No capacity requested: the policy defaults (all the memory, no cores), so no memory is left.
     out = _alloc([claim("whole"), claim("c2", memory_mib=1)], devices)
     assert not out.ok and out.reason.startswith("claim default/c2") and "memory" in out.reason
-    assert out.details == [f"n1/gpu-0: memory {MIB} requested, 0 of {8000 * MIB} free"]
+    assert out.details == ["n1/gpu-0: memory 1Mi requested, 0 of 8000Mi free"]
 
 
 def test_request_policy_rounds_memory_up_to_the_step():

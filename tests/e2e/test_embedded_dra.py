@@ -115,6 +115,15 @@ def test_claims_share_a_gpu_and_deletion_frees_it(dra):
     assert "cannot allocate all claims: claim default/p3-cuda-nvidia-" in message
     assert "not enough free memory on any matching device" in message
 
+    res = subprocess.run([sys.executable, "-m", "hami.cli.main", "doctor", "pod", "default/p3", "--json"],
+                         env=dra["env"], capture_output=True, text=True, timeout=60)
+    doc = json.loads(res.stdout)
+    assert res.returncode == 1 and doc["leaf"] == "dra-cannot-allocate", res.stderr
+    assert "not enough free memory on any matching device" in doc["summary"]
+    assert any(e.startswith("gpu-node-1: gpu-node-1/hami-gpu-0: memory 4000Mi requested, 0 of 8000Mi free")
+               for e in doc["evidence"]), doc["evidence"]
+    assert "does not replay DRA claims" in doc["whatif"]
+
     out = run("get", "resourceslices,resourceclaims,deviceclasses")
     assert "resourceslice.resource.k8s.io/gpu-node-1-hami-core-gpu.project-hami.io" in out
     assert "deviceclass.resource.k8s.io/hami-core-gpu.project-hami.io" in out

@@ -155,3 +155,13 @@ def test_any_node_affinity_shape_is_a_verdict_not_a_crash(spec):
         assert verdict is True
     else:
         assert verdict is any(term_matches(t, labels, "n") for t in terms)
+
+
+def test_pods_with_dra_claims_are_named_as_not_replayed():
+    """issue 28: whatif says clearly that it does not read ResourceSlices or claims yet."""
+    p = snap.pod("trainer")
+    p["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "hami-gpu-0"}]
+    cluster = parse_snapshot(snap.listing(snap.node("a"), p, snap.pod("plain")), "cluster.json")
+    (note,) = [w for w in cluster.warnings if "DRA" in w]
+    assert note.startswith("1 pod(s) use DRA claims (default/trainer): whatif does not read ResourceSlices")
+    assert not [w for w in parse_snapshot(snap.listing(snap.node("a")), "x").warnings if "DRA" in w]
