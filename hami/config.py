@@ -117,6 +117,9 @@ class SchedulerSettings:
     allow_tenant_disable_control: bool = False
     # Device UUIDs as metric labels on the scheduler's /metrics (a Service anyone may read): opt-in.
     metrics_device_uuids: bool = False
+    # The leader evicts lower-priority pods for a pending pod short only of GPU shares (docs/kube-scheduler.md).
+    gpu_preemption: bool = False
+    gpu_preemption_hold_timeout: float = 120.0  # how long freed shares stay held for the preemptor
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +176,8 @@ class SimSettings:
     write_latency: float = 0.0  # seconds added to every write
     max_inflight: int = 0  # concurrent non-watch requests; more get 429 + Retry-After (0 = no limit)
     listen_insecure: bool = False  # operator's opt-in to serve the unauthenticated API beyond loopback
+    # How long a simulated pod's containers take to stop after SIGTERM (never past its grace period).
+    pod_stop_seconds: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -537,6 +542,8 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "trusted_placement_writers": ("scheduler", "trusted_placement_writers"),
     "allow_tenant_disable_control": ("scheduler", "allow_tenant_disable_control"),
     "metrics_device_uuids": ("scheduler", "metrics_device_uuids"),
+    "gpu_preemption": ("scheduler", "gpu_preemption"),
+    "gpu_preemption_hold_timeout": ("scheduler", "gpu_preemption_hold_timeout"),
     "leader_elect_resource_name": ("scheduler", "leader_elect_resource_name"),
     "leader_elect_resource_namespace": ("scheduler", "leader_elect_resource_namespace"),
     "kubelet_socket_dir": ("agent", "kubelet_socket_dir"),
@@ -573,6 +580,7 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "http_body_timeout": ("listen", "body_timeout"),
     "http_max_connections": ("listen", "max_connections"),
     "http_idle_timeout": ("listen", "idle_timeout"),
+    "sim_pod_stop_seconds": ("sim", "pod_stop_seconds"),
 }
 # Flags that feed more than one group.
 SHARED_FLAGS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -582,6 +590,7 @@ SHARED_FLAGS: dict[str, tuple[tuple[str, str], ...]] = {
     "legacy_metrics": (("scheduler", "legacy_metrics"), ("monitor", "legacy_metrics")),
 }
 _DURATION_FLAGS = {"kube_timeout", "sim_read_latency", "sim_write_latency", "node_lock_timeout", "node_lock_retry_timeout", "node_lock_orphan_timeout", "api_probe_after", "api_unready_after", "missed_webhook_grace", "http_header_timeout", "http_body_timeout", "http_idle_timeout", "cache_grace", "register_interval", "ui_whatif_interval"}
+_DURATION_FLAGS |= {"gpu_preemption_hold_timeout", "sim_pod_stop_seconds"}  # GPU preemption, its simulated kubelet
 
 
 def parse_label_selector(text: str, source: str = "--node-label-selector") -> tuple[tuple[str, str], ...]:

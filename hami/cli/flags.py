@@ -114,6 +114,10 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
      "label the scheduler's per-device metrics with GPU UUIDs (default false: node and index only)"),
     (("--requeue-wakes-per-second",), "requeue_wakes_per_second", "float",
      "at most this many wakes per second of parked pending pods when GPUs free up (default 20)"),
+    (("--gpu-preemption",), "gpu_preemption", "bool",
+     "the leader evicts lower-priority pods (Eviction API) for a pending pod short only of GPU shares (default off)"),
+    (("--gpu-preemption-hold-timeout",), "gpu_preemption_hold_timeout", "duration",
+     "how long the shares freed by a GPU preemption stay held for its preemptor (default 2m)"),
     (("--leader-elect",), "leader_elect", "bool", "leader election on a Lease; only the leader writes handshakes"),
     (("--leader-elect-resource-name",), "leader_elect_resource_name", "str", "Lease name"),
     (("--leader-elect-resource-namespace",), "leader_elect_resource_namespace", "str", "Lease namespace"),
@@ -184,6 +188,8 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
      "latency the embedded server adds to every write, e.g. 5ms (an etcd-backed write)"),
     (("--sim-max-inflight",), "sim_max_inflight", "int",
      "concurrent requests the embedded server serves; more get 429 + Retry-After, as APF (default 0 = no limit)"),
+    (("--sim-pod-stop-seconds",), "sim_pod_stop_seconds", "duration",
+     "how long a simulated pod takes to stop after SIGTERM, at most its grace period (default 5s)"),
     (("--demo-workload",), "demo_workload", "bool", "submit a stream of sample GPU pods"),
 ]
 

@@ -67,6 +67,7 @@ _RESOURCE_PATHS = {
     "resourceclaimtemplates": ("/apis/resource.k8s.io/v1", True),
     "deviceclasses": ("/apis/resource.k8s.io/v1", False),
     "jobs": ("/apis/batch/v1", True),
+    "priorityclasses": ("/apis/scheduling.k8s.io/v1", False),
 }
 
 
@@ -186,8 +187,9 @@ class KubeClient:
 
     async def request(self, verb: str, resource: str, method: str, path: str, *,
                       query: list[tuple[str, Any]] | None = None, body: Any = None,
-                      content_type: str | None = None) -> Any:
-        """One rate-limited, counted request; returns the decoded JSON body (or None if empty)."""
+                      content_type: str | None = None, retry_throttled: bool = True) -> Any:
+        """One rate-limited, counted request; returns the decoded JSON body (or None if empty).
+        `retry_throttled=False`: a 429 is the answer (an eviction a PodDisruptionBudget refuses), not retried."""
         lane = lane_for(verb, resource)
         bucket, stats = self.buckets[lane], self.lane_stats[lane]
         timeout = self.timeout if self.timeout > 0 else None
@@ -213,7 +215,7 @@ class KubeClient:
             if resp.status < 300:
                 return orjson.loads(data) if data else None
             err = _api_error(resp.status, resp.reason or "", data)
-            if resp.status != 429:
+            if resp.status != 429 or not retry_throttled:
                 raise err
             # Too many requests: the server refused before doing anything, so any verb may retry.
             stats.throttled += 1
@@ -320,13 +322,12 @@ class KubeClient:
                                   content_type="application/json")
 
     async def evict_pod(self, namespace: str, name: str, uid: str = "") -> Any:
-        """POST pods/<name>/eviction (policy/v1): a graceful delete that respects PodDisruptionBudgets."""
-        body = {"apiVersion": "policy/v1", "kind": "Eviction",
-                "metadata": {"name": name, "namespace": namespace},
+        """policy/v1 Eviction (pods/eviction): the server checks PodDisruptionBudgets (429, not
+        retried here) and starts a graceful deletion; `uid` guards against a pod recreated by name."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace},
                 **({"deleteOptions": {"preconditions": {"uid": uid}}} if uid else {})}
-        return await self.request("create", "pods/eviction", "POST",
-                                  resource_path("pods", namespace, name, "eviction"), body=body,
-                                  content_type="application/json")
+        return await self.request("create", "pods/eviction", "POST", resource_path("pods", namespace, name, "eviction"),
+                                  body=body, content_type="application/json", retry_throttled=False)
 
     async def create_event(self, namespace: str, event: dict) -> dict:
         return await self.create("events", event, namespace)

@@ -7,7 +7,7 @@ from every PDB in its namespace whose non-empty selector matches it (unless the 
 it in `status.disruptedPods`); a victim that drives any PDB's allowance below zero violates it.
 The allowance is `status.disruptionsAllowed` as the disruption controller writes it; where no
 controller wrote one (the embedded cluster has none), `disruptions_allowed` derives it from the spec
-and the healthy (Running) pods the PDB selects.
+and the healthy (Running, not terminating) pods the PDB selects.
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def disruptions_allowed(pdb: Mapping, pods: Iterable[Mapping]) -> int:
     if isinstance(status.get("disruptionsAllowed"), int):
         return status["disruptionsAllowed"]
     chosen = [p for p in pods if selects(pdb, p)]
-    healthy = sum(1 for p in chosen if (p.get("status") or {}).get("phase") == "Running")
+    healthy = sum(1 for p in chosen if (p.get("status") or {}).get("phase") == "Running"
+                  and not (p.get("metadata") or {}).get("deletionTimestamp"))  # countHealthyPods skips terminating
     spec = pdb.get("spec") or {}
     if spec.get("maxUnavailable") is not None:
         mu = _count(spec["maxUnavailable"], len(chosen), True)

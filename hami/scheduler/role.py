@@ -42,6 +42,7 @@ from hami.scheduler.extender import CertReloader, Extender, bound_port, serve
 from hami.scheduler.handshake import Handshaker, Verdict
 from hami.scheduler.metrics import MigInstance, PodAlloc, QuotaUse, SchedulerMetrics, Snapshot, serve_metrics
 from hami.scheduler.missed import MissedPods
+from hami.scheduler.preempt_controller import attach_gpu_preemption, gpu_preemption_counters
 from hami.scheduler.state import ClusterState
 from hami.scheduler.verbs import ExtraVerbs
 from hami.scheduler.waker import Waker
@@ -126,6 +127,7 @@ class Scheduler:
     waker: Waker | None = None
     pdbs: Informer | None = None
     access: AccessProbe | None = None  # RBAC for the writes /bind needs (SelfSubjectAccessReviews)
+    preempter: Any = None  # hami.scheduler.preempt_controller.PreemptController with --gpu-preemption
     runners: list = field(default_factory=list)
     tasks: list = field(default_factory=list)
     port: int = 0
@@ -251,6 +253,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     assert state.pods is not None
     state.pods.add_handler(waker.on_pod)
     pdbs = Informer(client, "poddisruptionbudgets")  # /preempt counts victims' PDBs
+    preempter = None  # the GPU preemption controller, built below (the metrics read it when scraped)
     metrics = SchedulerMetrics(
         lambda: usage_snapshot(state), lambda: client.requests, legacy=sc.legacy_metrics,
         extra=lambda: {"hami_scheduler_events_dropped": float(events.dropped),
@@ -259,7 +262,8 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
                        "hami_scheduler_index_rebuilds": float(state.rebuilds),
                        "hami_scheduler_informer_object_resyncs": float(state.object_resyncs),
                        "hami_scheduler_requeue_wakes": float(waker.wakes),
-                       "hami_scheduler_requeue_bound_after_wake": float(waker.bound_after_wake)},
+                       "hami_scheduler_requeue_bound_after_wake": float(waker.bound_after_wake),
+                       **gpu_preemption_counters(preempter)},
         lanes=client.lane_report,
     )
     wh_settings = webhookmod.WebhookSettings.from_config(config)
@@ -285,11 +289,13 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
                    binder=binder, webhook=webhook, clock=clock)
     ext.on_no_fit = waker.note_failure
     state.held_placements = lambda: ext.assumed  # a resync or rebuild keeps /filter's decisions
+    if sc.gpu_preemption:  # hami.scheduler.preempt_controller: evictions for GPU-share-short pods
+        preempter = attach_gpu_preemption(client, state, events, ext, waker, pdbs, leader, sc.gpu_preemption_hold_timeout)
     ext.verbs = ExtraVerbs(ext, pdbs)
     binder.place = ext.place_on  # a /bind without this replica's /filter decision fits the pod itself
     binder.recheck = ext.recheck  # /bind's re-check under the lock is /filter's own fit
     s = Scheduler(config, client, state, events, ext, binder, locker, handshaker, metrics, leader, waker, pdbs,
-                  AccessProbe(client))
+                  AccessProbe(client), preempter=preempter)
     state.on_handshake_write = s.queue_handshake
     if leader is not None:
         leader.on_change = lambda is_leader: state.recheck(everything=True) if is_leader else None
@@ -346,6 +352,10 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     assert state.pods is not None
     state.pods.add_handler(s.missed.on_pod)
     spawn(s.missed.run(s.stop), "missed-webhook")
+    if preempter is not None:
+        assert preempter.classes is not None
+        spawn(preempter.classes.run(s.stop), "priorityclass-informer")
+        spawn(preempter.run(s.stop), "gpu-preemption")
     spawn(events.run(s.stop), "events")
     spawn(s.handshake_writer(), "handshake")
     spawn(s.rechecker(), "recheck")

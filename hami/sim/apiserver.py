@@ -3,7 +3,9 @@
 Serves the real REST paths (`/api/v1/...`, `/apis/<group>/<version>/...`, legacy `/api/v1/watch/...`),
 discovery (`/version`, `/api`, `/api/v1`, `/apis`, `/apis/<group>[/<version>]`), LIST with label and
 field selectors, WATCH (chunked JSON lines, bookmarks, timeoutSeconds, 410 Gone as an ERROR event),
-create / get / update / patch / delete, `/status` and `pods/<name>/binding`, and
+create / get / update / patch / delete, `/status` and `pods/<name>/binding`, `pods/<name>/eviction`
+(hami.sim.eviction: PDB-checked graceful deletion), kube-apiserver's Priority admission on pod
+CREATE from scheduling.k8s.io/v1 PriorityClasses (hami.sim.priority), and
 SelfSubjectAccessReviews answered by `authz` (hami.sim.authz: allow-all unless a test denies rules,
 which then also answer those requests 403). Every error is a Kubernetes `Status`. Plain HTTP, meant
 for loopback.
@@ -31,6 +33,8 @@ from hami.httpguard import guarded_runner
 from hami.netaddr import url_host
 from hami.obs.log import get_logger
 from hami.sim.authz import Attributes, Authorizer, review
+from hami.sim.eviction import evict
+from hami.sim.priority import admit_pod, validate_class
 from hami.sim.resources import (
     GROUPS,
     RESOURCES,
@@ -312,16 +316,17 @@ class ApiServer:
                 binding = await self._read_json(request)
                 self.store.bind(ns, name, binding, dry_run=dry)
                 return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
-            if name and sub == "eviction" and res.key == "pods":  # no PodDisruptionBudget check here
-                eviction = await self._read_json(request)
-                uid = (((eviction.get("deleteOptions") or {}).get("preconditions")) or {}).get("uid")
-                self.store.delete(res.key, ns, name, uid=uid, dry_run=dry)
-                return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
+            if name and sub == "eviction" and res.key == "pods":
+                return _json(evict(self.store, ns, name, await self._read_json(request)), 201)
             if name:
                 raise ApiError(405, "MethodNotAllowed", f"POST is not supported on {res.plural}/{name}")
             if res.namespaced and not ns:
                 raise ApiError(404, "NotFound", f"a namespace is required to create {res.plural}")
             obj = await self._read_json(request)
+            if res.key == "pods":  # built-in admission plugins run before the webhooks
+                admit_pod(obj, (e.obj for e in self.store.list("priorityclasses.scheduling.k8s.io")[1]))
+            elif res.key == "priorityclasses.scheduling.k8s.io":
+                validate_class(obj)
             if self.admission is not None:
                 ns_labels = {}
                 if ns:

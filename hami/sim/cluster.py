@@ -145,7 +145,8 @@ def scheduler_objects(cfg: Config) -> list[tuple[str, str, dict]]:
         "spec": {"schedulerName": "default-scheduler", "nodeName": "embedded",
                  "containers": [{"name": "vgpu-scheduler-extender", "image": "hami (embedded)",
                                  "args": ["--role", "scheduler", f"--http_bind={cfg.scheduler.http_bind}",
-                                          f"--scheduler-name={name}", f"-v={cfg.log.verbosity}"]}]},
+                                          f"--scheduler-name={name}", f"-v={cfg.log.verbosity}",
+                                          *(["--gpu-preemption"] if cfg.scheduler.gpu_preemption else [])]}]},
     }
     status = {"phase": "Running", "startTime": now, "podIP": "127.0.0.1", "hostIP": "127.0.0.1",
               "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
@@ -634,6 +635,11 @@ class EmbeddedCluster:
             from hami.sim.jobs import JobController  # batch/v1 Jobs: the shipped examples hold some
 
             tasks.append(asyncio.create_task(JobController(client).run(stop), name="job-controller"))
+            # Every simulated kubelet's stop half: graceful deletions (evictions) end after --sim-pod-stop-seconds.
+            from hami.sim.termination import PodTerminator
+
+            terminator = PodTerminator(client, stop_seconds=cfg.sim.pod_stop_seconds)
+            tasks.append(asyncio.create_task(terminator.run(stop), name="kubelet-stop"))
             if cfg.sim.demo_workload:
                 from hami.sim.workload import run_workload
 

@@ -34,12 +34,14 @@ priority, lowest priority sum, fewest victims); the victims are deleted and the 
 `status.nominatedNodeName` set. Then the pod gets the PodScheduled=False condition (with
 DefaultPreemption's message when it found nothing) and goes back through AddUnschedulableIfNotPresent.
 
-Divergence, on by default and switchable (`ExtenderConfig.gpu_only_preemption`): a node short only
-of GPU shares has no in-tree victims, and kube-scheduler drops it ("expected at least one victim pod
-on node"), so on a real cluster the extender is never asked and GPU-only preemption cannot happen
-(docs/kube-scheduler.md). The loop then hands the extender every lower-priority pod on that node,
-and counts those preemptions in `stats.gpu_only_preemptions`. Not modelled: ImageLocality, volume
-plugins.
+The loop is faithful to kube-scheduler 1.31+ by default. Two divergences remain as switches, each
+off unless a test asks for it and says why: `ExtenderConfig.gpu_only_preemption` (a node short only
+of GPU shares has no in-tree victims and kube-scheduler drops it, "expected at least one victim pod
+on node", so the extender is never asked; the switch hands the extender every lower-priority pod on
+such a node instead, counted in `stats.gpu_only_preemptions`) and `extender_parks` (see
+hami.sim.schedqueue). On a real cluster GPU-only preemption comes from the scheduler's own
+controller (`--gpu-preemption`, hami.scheduler.preempt_controller; docs/kube-scheduler.md), and the
+tests prove it on this faithful loop. Not modelled: ImageLocality, volume plugins.
 """
 
 from __future__ import annotations
@@ -91,9 +93,9 @@ class ExtenderConfig:
     replica_urls: tuple[str, ...] = ()
     # Preemption's dry run finds no victims where only extender-managed GPU shares are short (the
     # in-tree filters do not count them), and kube-scheduler then never calls `preempt_verb`.
-    # True (the embedded default, so GPU preemption can be shown): hand the extender every
-    # lower-priority pod on such a node instead. False: exactly kube-scheduler 1.31.
-    gpu_only_preemption: bool = True
+    # False (the default): exactly kube-scheduler 1.31. True, a divergence only tests ask for: hand the
+    # extender every lower-priority pod on such a node instead.
+    gpu_only_preemption: bool = False
 
 
 @dataclass
@@ -347,7 +349,7 @@ def pick_preemption_node(candidates: Mapping[str, tuple[list[dict], int]]) -> st
 class KubeSchedulerLoop:
     def __init__(self, client: KubeClient, extender_url: str | ExtenderConfig, scheduler_name: str,
                  *, http_timeout: float = 30.0, clock=time.monotonic, timings: sq.QueueTimings | None = None,
-                 queueing_hints: bool = False, extender_parks: bool = True, dra: DynamicResources | None = None):
+                 queueing_hints: bool = False, extender_parks: bool = False, dra: DynamicResources | None = None):
         self.client = client
         self.ext = extender_url if isinstance(extender_url, ExtenderConfig) else ExtenderConfig(
             extender_url, http_timeout=http_timeout)

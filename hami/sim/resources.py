@@ -97,6 +97,8 @@ _ALL = (
              True),
     Resource("resource.k8s.io", "v1", "resourceslices", "resourceslice", "ResourceSlice", False, (), (),
              _META_FIELDS | {"spec.nodeName", "spec.driver", "spec.pool.name"}),
+    # the Priority admission reads them (hami.sim.priority)
+    Resource("scheduling.k8s.io", "v1", "priorityclasses", "priorityclass", "PriorityClass", False, ("pc",)),
     # answered, never stored (hami.sim.authz)
     Resource("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "", "SelfSubjectAccessReview", False,
              verbs=("create",)),
@@ -177,6 +179,9 @@ def resource_list(group: str, version: str) -> dict:
             elif sub == "binding":
                 items.append({"name": f"{r.plural}/binding", "singularName": "", "namespaced": True,
                               "kind": "Binding", "verbs": ["create"]})
+            elif sub == "eviction":
+                items.append({"name": f"{r.plural}/eviction", "singularName": "", "namespaced": True,
+                              "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]})
             elif sub == "log":
                 items.append({"name": f"{r.plural}/log", "singularName": "", "namespaced": True,
                               "kind": "Pod", "verbs": ["get"]})

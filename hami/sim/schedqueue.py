@@ -34,8 +34,9 @@ What is modelled, from kubernetes/pkg/scheduler/internal/queue/scheduling_queue.
 An extender's rejection: upstream records no plugin for it (`findNodesThatPassExtenders` writes
 node statuses only), and the 1.30+ `len(rejectorPlugins) == 0` rule then backs the pod off instead of
 parking it. HAMi's reports (Project-HAMi/HAMi#1368, #1875) are of pods parked until the 5-minute flush;
-`extender_parks=True` (the default) reproduces that by counting the extender as a rejector that
-registered for no event, so only the pod's own update or the flush brings it back.
+`extender_parks=True` (a divergence, off by default; only tests that model those reports set it)
+reproduces that by counting the extender as a rejector that registered for no event, so only the
+pod's own update or the flush brings it back.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def pod_updated(old: Mapping, new: Mapping) -> bool:
 
 class SchedulingQueue:
     def __init__(self, timings: QueueTimings = QueueTimings(), *, queueing_hints: bool = False,
-                 extender_parks: bool = True,
+                 extender_parks: bool = False,
                  plugin_events: Mapping[str, Mapping[tuple[str, str], Hint | None]] = PLUGIN_EVENTS):
         self.t = timings
         self.queueing_hints = queueing_hints

@@ -598,6 +598,27 @@ class Store:
         final["metadata"] = dict(old.obj["metadata"])
         return self._commit(res, ns, name, final, DELETED, old, dry_run)
 
+    def delete_gracefully(self, ns: str, name: str, grace: int, *, uid: str | None = None,
+                          dry_run: bool = False) -> Entry:
+        """A pod's graceful DELETE: set deletionTimestamp (now + grace) and deletionGracePeriodSeconds
+        and leave the pod for its kubelet to stop (hami.sim.termination); a pod on no node, a finished
+        one or grace 0 goes at once. A second call may only shorten the grace, as the registry's."""
+        old = self.entry("pods", ns, name)
+        meta, spec = old.obj["metadata"], old.obj.get("spec") or {}
+        if uid and uid != meta["uid"]:
+            raise _conflict(self.resource("pods"), name, f"Precondition failed: UID in precondition: {uid}, "
+                                                         f"UID in object meta: {meta['uid']}")
+        finished = (old.obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        if grace <= 0 or not spec.get("nodeName") or finished:
+            return self.delete("pods", ns, name, uid=uid, dry_run=dry_run)
+        current = meta.get("deletionGracePeriodSeconds")
+        if meta.get("deletionTimestamp") and isinstance(current, int) and current <= grace:
+            return old
+        obj = dict(old.obj)
+        obj["metadata"] = {**meta, "deletionGracePeriodSeconds": grace,
+                           "deletionTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + grace))}
+        return self._commit(self.resource("pods"), ns, name, obj, MODIFIED, old, dry_run)
+
     def bind(self, ns: str, name: str, binding: dict, *, dry_run: bool = False) -> Entry:
         """pods/<name>/binding: set spec.nodeName once; 409 if already bound or the UID differs."""
         res = self.resource("pods")

@@ -10,6 +10,7 @@ import orjson
 from hami.device import codec
 from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
 from hami.sim.schedqueue import QueueTimings
+from hami.sim.termination import PodTerminator
 from tests.kube.helpers import client_for, node_obj
 from tests.kube.scheduler_env import requesting_now, running_env
 
@@ -67,12 +68,19 @@ class Cluster:
 
 
 @contextlib.asynccontextmanager
-async def running_cluster(apiserver, nodes, *, ext: dict | None = None, **sched):
+async def running_cluster(apiserver, nodes, *, ext: dict | None = None, parks: bool = False,
+                          stop_seconds: float = 0.0, **sched):
+    """The scheduler role, the faithful kube-scheduler loop (`parks=True`: the extender_parks
+    divergence, for tests that model HAMi's parked-pod reports), a device-plugin stand-in and the
+    simulated kubelet's stop half (graceful deletions end after `stop_seconds`)."""
     async with running_env(apiserver, nodes, **sched) as env:
         client = await client_for(apiserver.kubeconfig)
-        loop = KubeSchedulerLoop(client, ExtenderConfig(env.sched.url, **(ext or {})), "hami-scheduler", timings=FAST)
+        loop = KubeSchedulerLoop(client, ExtenderConfig(env.sched.url, **(ext or {})), "hami-scheduler", timings=FAST,
+                                 extender_parks=parks)
+        terminator = PodTerminator(client, stop_seconds=stop_seconds)
         stop = asyncio.Event()
-        tasks = [asyncio.create_task(loop.run(stop)), asyncio.create_task(device_plugin(env.store, stop))]
+        tasks = [asyncio.create_task(loop.run(stop)), asyncio.create_task(device_plugin(env.store, stop)),
+                 asyncio.create_task(terminator.run(stop))]
         await loop.pods.wait_synced(10)
         try:
             yield Cluster(env, loop)

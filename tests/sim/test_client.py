@@ -556,7 +556,7 @@ async def test_discovery_documents(apiserver):
                 "resourcequotas", "namespaces"} <= core
         groups = {g["name"] for g in (await get("/apis"))["groups"]}
         assert groups == {"events.k8s.io", "coordination.k8s.io", "policy", "authorization.k8s.io", "batch",
-                          "resource.k8s.io"}
+                          "resource.k8s.io", "scheduling.k8s.io"}
         assert [r["name"] for r in (await get("/apis/coordination.k8s.io/v1"))["resources"]] == ["leases"]
 
 

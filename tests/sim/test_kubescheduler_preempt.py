@@ -1,7 +1,8 @@
 """Preemption through the extender's preemptVerb under the faithful kube-scheduler loop, and /preempt's
 wire format.
 
-Covers: a priority-1000 pod on a full cluster evicts exactly the minimal set of priority-0 pods (the
+Covers: a priority-1000 pod on a full cluster (GPU shares short only, so the --gpu-preemption
+controller preempts, kube-scheduler cannot) evicts exactly the minimal set of priority-0 pods (the
 node needing one victim beats the node needing two) and then binds there, with no GPU over-committed
 at any observed step; a PodDisruptionBudget the cheap node's victims would violate sends the
 preemptor to the other node (NumPDBViolations counted as kube-scheduler does); /preempt drops
@@ -72,8 +73,10 @@ def alive(c, names) -> set[str]:
 
 @pytest.mark.parametrize("pdb", [False, True])
 async def test_high_priority_pod_evicts_the_minimal_set_and_runs(apiserver, pdb):
+    # The shortage is GPU shares only: kube-scheduler (the faithful loop) finds no victims, so the
+    # scheduler's --gpu-preemption controller preempts (hami.scheduler.preempt_controller).
     async with running_cluster(apiserver, [gpu_node("n0"), gpu_node("n1")],
-                               ext={"preempt_verb": "preempt"}) as c:
+                               ext={"preempt_verb": "preempt"}, gpu_preemption=True) as c:
         seen: list = []
         stop = asyncio.Event()
         watcher = asyncio.create_task(watch_overcommit(c.store, seen, stop))
@@ -95,7 +98,7 @@ async def test_high_priority_pod_evicts_the_minimal_set_and_runs(apiserver, pdb)
             else:    # one victim on n1 beats two on n0 (pickOneNodeForPreemption)
                 assert c.node_of("urgent") == "n1"
                 assert len(gone) == 1 and gone <= {"big0", "big1"}
-            assert c.loop.stats.victims == len(gone)
+            assert c.env.sched.preempter.victims == len(gone) and c.loop.stats.victims == 0
             assert c.pod("urgent")["status"].get("nominatedNodeName") == c.node_of("urgent")
             await asyncio.sleep(0.1)
         finally:
@@ -174,7 +177,7 @@ def pod_slots(node: dict, n: int) -> dict:
 async def test_faithful_loop_never_asks_the_extender_when_only_gpu_shares_are_short(apiserver):
     # What a real cluster does: the in-tree dry run frees nothing it counts, so no victims, no /preempt.
     async with running_cluster(apiserver, [gpu_node("n0")],
-                               ext={"preempt_verb": "preempt", "gpu_only_preemption": False}) as c:
+                               ext={"preempt_verb": "preempt"}) as c:
         for i in range(2):
             c.create(prio(pod_obj(f"f{i}", mem=20480), 0))
         await eventually(lambda: c.node_of("f0") and c.node_of("f1"), 10)
@@ -194,7 +197,7 @@ async def test_faithful_loop_in_tree_victims_plus_the_gpu_share_the_extender_add
     # frees 10 GiB where the preemptor needs 20, so /preempt adds b from the node's other
     # lower-priority pods. a stays. Before, /preempt dropped the node and nothing was preempted.
     async with running_cluster(apiserver, [pod_slots(gpu_node("n0"), 3)],
-                               ext={"preempt_verb": "preempt", "gpu_only_preemption": False}) as c:
+                               ext={"preempt_verb": "preempt"}) as c:
         for name, mem, p in (("a", 20480, 5), ("b", 10240, 3), ("c", 10240, 1)):
             c.create(prio(pod_obj(name, mem=mem), p))
             await eventually(lambda n=name: c.node_of(n), 10)
@@ -207,7 +210,7 @@ async def test_faithful_loop_in_tree_victims_plus_the_gpu_share_the_extender_add
 async def test_an_in_tree_shortage_keeps_kube_schedulers_victims(apiserver):
     # The card has room; only the pod slots are short. /preempt must not veto kube-scheduler's victim.
     async with running_cluster(apiserver, [pod_slots(gpu_node("n0"), 2)],
-                               ext={"preempt_verb": "preempt", "gpu_only_preemption": False}) as c:
+                               ext={"preempt_verb": "preempt"}) as c:
         for name, p in (("keep", 7), ("go", 2)):
             c.create(prio(pod_obj(name, mem=10240), p))
             await eventually(lambda n=name: c.node_of(n), 10)

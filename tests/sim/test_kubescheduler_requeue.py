@@ -1,6 +1,7 @@
 """The faithful kube-scheduler loop against the real extender, and the requeue wakes.
 
-Covers: a pending GPU pod on a full node is parked (unschedulablePods) after the extender rejects it;
+Covers (with the loop's `extender_parks` switch, modelling HAMi's parked-pod reports): a pending GPU pod
+on a full node is parked (unschedulablePods) after the extender rejects it;
 deleting a filler wakes it (hami.io/requeue-at) and it binds, long before the 5-minute flush, while a
 pod that still cannot fit (wrong GPU type) gets no wake; a filler that finishes (Succeeded) frees the
 same way, and so do its init containers finishing (its usage shrinks); devices registered on a new node
@@ -25,7 +26,9 @@ from tests.sim._kubesched import Cluster, gpu_node, merge, running_cluster
 
 @pytest.fixture
 async def cluster(apiserver):
-    async with running_cluster(apiserver, [gpu_node("n0")], requeue_wakes_per_second=50.0) as c:
+    # parks=True: these tests model HAMi's reports of extender-rejected pods parked until the
+    # 5-minute flush (upstream 1.31 backs them off instead), which the requeue wakes answer.
+    async with running_cluster(apiserver, [gpu_node("n0")], parks=True, requeue_wakes_per_second=50.0) as c:
         yield c
 
 
