@@ -407,3 +407,27 @@ def test_topology_aware_policy_turns_on_the_agents_link_scores():
     assert "ENABLE_TOPOLOGY_SCORE" not in env({})
     on = env({"scheduler": {"defaultSchedulerPolicy": {"gpuSchedulerPolicy": "topology-aware"}}})
     assert on["ENABLE_TOPOLOGY_SCORE"] == "true"
+
+
+def test_gpu_preemption_value_reaches_the_flags_and_its_rbac():
+    """scheduler.gpuPreemption.enabled (off by default) turns on --gpu-preemption with its hold timeout,
+    and only then grants patch pods/status and list/watch PriorityClasses; the flags build a Config."""
+    from hami.cli.main import _role_parser
+
+    def rules(docs) -> list[dict]:
+        return [r for cr in find(docs, "ClusterRole") if "scheduler" in cr["metadata"]["name"]
+                for r in cr.get("rules") or []]
+    off = rendered("default")
+    assert not any(a.startswith("--gpu-preemption") for a in _args(container(off, "Deployment", "hami-scheduler")))
+    assert not any("priorityclasses" in r["resources"] for r in rules(off))
+    docs = objects({"scheduler": {"gpuPreemption": {"enabled": True, "holdTimeout": "90s"}}})
+    argv = _args(container(docs, "Deployment", "hami-scheduler"))
+    assert "--gpu-preemption=true" in argv and "--gpu-preemption-hold-timeout=90s" in argv
+    granted = {(res, verb) for r in rules(docs) for res in r["resources"] for verb in r["verbs"]}
+    assert {("pods/status", "patch"), ("priorityclasses", "list"), ("priorityclasses", "watch"),
+            ("pods/eviction", "create")} <= granted
+    args = _role_parser().parse_args(["--role", "scheduler", "--gpu-preemption=true",
+                                      "--gpu-preemption-hold-timeout=90s"])
+    cfg = build_config({**{k: v for k, v in vars(args).items() if k != "role"}, "roles": ("scheduler",)},
+                       env={}, warn=lambda m: pytest.fail(m))
+    assert cfg.scheduler.gpu_preemption is True and cfg.scheduler.gpu_preemption_hold_timeout == 90.0
