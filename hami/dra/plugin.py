@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shutil
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from hami.device.model import NVIDIA, ContainerDevice
+from hami.device.model import MODE_MIG, NVIDIA, ContainerDevice
 from hami.device.nodeconfig import DeviceSettings
 from hami.device.sharecontract import VGPU_LOCK_DIR, share_contract
 from hami.dra import cdi
@@ -166,7 +167,10 @@ class DraDriver:
         self._check_room(ref.uid, parts, published)
         devices = tuple(ContainerDevice(s.uuid, NVIDIA, s.memory_mib, s.cores) for s in parts)
         cache_dir = self.cache_dir(ref.uid)
-        envs, mounts = share_contract(devices, self.settings(), self.hook_path, cache_file=f"{ref.uid}.cache",
+        settings = self.settings()
+        if parts[0].mig:  # MIG instances: only NVIDIA_VISIBLE_DEVICES, as Allocate answers in MIG mode
+            settings = dataclasses.replace(settings, mode=MODE_MIG)
+        envs, mounts = share_contract(devices, settings, self.hook_path, cache_file=f"{ref.uid}.cache",
                                       cache_dir=cache_dir, lib_path=self.lib_path())
         spec = cdi.build_spec(self.driver, ref.uid, [(s.device, s.uuid) for s in parts], envs, mounts)
         prepared = [{"requests": list(s.requests), "pool": self.node, "device": s.device,
@@ -175,7 +179,8 @@ class DraDriver:
         # The spec first, the record second: a kill before the record leaves a spec the checkpoint
         # does not know (or a temporary), which `recover` removes; one checkpoint write per prepare
         # (a rename over a file on disk costs as much as an fsync on ext4).
-        _make_dirs(cache_dir)
+        if mounts:
+            _make_dirs(cache_dir)
         self._crash("before-cdi", ref.uid)
         cdi.write_spec(self.cdi_root, self.driver, ref.uid, spec)
         self._crash("after-cdi", ref.uid)

@@ -4,7 +4,7 @@ Pieces, started here and stopped on `ctx.stop`:
 * the node's GPU mode (hami.kube.nodemode): refuses to start where the device plugin serves the
   node, and marks the node `hami.io/gpu-mode=dra` so the node agent refuses to start there;
 * the GPU loop: the same fake/NVML backends as the node agent (`--gpu-backend`, `--fake-gpus`),
-  polled every `tick`; the devices (hami.dra.slices) are published as the node's ResourceSlice,
+  polled every `tick` (a GPU in MIG mode is published as its MIG instances); the devices (hami.dra.slices) are published as the node's ResourceSlice,
   written through the background lane only when they differ from the stored slice (a restart that
   sees the same GPUs writes nothing, the pool's generation stays);
 * `DraServer` on `<--plugin-registration-dir>/hami-core-gpu.project-hami.io-reg.sock` and
@@ -34,7 +34,7 @@ from hami.dra.plugin import (
     default_plugin_dir,
 )
 from hami.dra.shares import published_gpus
-from hami.dra.slices import DRIVER, GpuExtras, devices_for, next_slice, nvlink_domains, slice_name
+from hami.dra.slices import DRIVER, GpuExtras, MigSlice, devices_for, next_slice, nvlink_domains, slice_name
 from hami.gpu import GpuBackend, GpuInfo, make_backend
 from hami.gpu.facts import FactsSource, GpuFacts
 from hami.gpu.mig import MigControl
@@ -77,7 +77,7 @@ class DraNode:
             return await asyncio.to_thread(fn, *args)
         return fn(*args)
 
-    async def _extras(self, gpus: list[GpuInfo]) -> dict[str, GpuExtras]:
+    async def _extras(self, gpus: list[GpuInfo]) -> tuple[dict[str, GpuExtras], dict[str, list[MigSlice]]]:
         """What the backend knows beyond GpuInfo: versions and bus id (facts), NVLink groups
         (topology), MIG mode."""
         domains: dict[int, int] = {}
@@ -87,21 +87,29 @@ class DraNode:
             domains = nvlink_domains({(index[a], index[b]): link.nvlinks for (a, b), link in links.items()
                                       if a in index and b in index})
         facts = await self._call(self.backend.facts) if isinstance(self.backend, FactsSource) else {}
-        out = {}
+        out, migs = {}, {}
         for g in gpus:
             mig = None
             if isinstance(self.backend, MigControl):
                 with contextlib.suppress(Exception):  # a GPU that cannot say has no migEnabled attribute
                     mig = bool(await self._call(self.backend.mig_enabled, g.uuid))
+                if mig:
+                    migs[g.uuid] = await self._mig_slices(g.uuid)
             f = facts.get(g.uuid) or GpuFacts(g.uuid)
             out[g.uuid] = GpuExtras(f.compute_capability, f.driver_version, f.cuda_driver_version, bus_id=f.bus_id,
                                     nvlink_domain=domains.get(g.index), mig_enabled=mig)
-        return out
+        return out, migs
+
+    async def _mig_slices(self, uuid: str) -> list[MigSlice]:
+        memory = {p.name: p.memory_mib for p in await self._call(self.backend.mig_profiles, uuid)}
+        return [MigSlice(i.mig_uuid, i.profile, i.start, i.size, memory.get(i.profile, 0))
+                for i in await self._call(self.backend.mig_instances, uuid) if memory.get(i.profile)]
 
     async def sync_once(self) -> bool:
         """Poll GPUs; publish the slice if it differs from the stored one. True if written."""
         gpus = await self._call(self.backend.list_gpus)
-        devices = devices_for(gpus, self.settings, await self._extras(gpus))
+        extras, migs = await self._extras(gpus)
+        devices = devices_for(gpus, self.settings, extras, migs)
         self.devices, self.published = devices, published_gpus(devices)
         name = slice_name(self.node_name, self.driver_name)
         try:

@@ -19,7 +19,7 @@ from fractions import Fraction
 
 from hami.device.codec import CodecError
 from hami.device.request import parse_quantity
-from hami.dra.slices import MAX_CORES, MIB
+from hami.dra.slices import MAX_CORES, MIB, MIG_TYPE
 
 
 class ClaimError(ValueError):
@@ -33,6 +33,7 @@ class PublishedGpu:
     name: str
     uuid: str
     memory_mib: int
+    mig: bool = False  # a MIG instance: taken whole, no HAMi-core limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,7 @@ class Share:
     memory_mib: int
     cores: int
     requests: tuple[str, ...]  # the claim's request names this device serves
+    mig: bool = False
 
 
 def published_gpus(devices: Sequence[Mapping]) -> dict[str, PublishedGpu]:
@@ -51,7 +53,8 @@ def published_gpus(devices: Sequence[Mapping]) -> dict[str, PublishedGpu]:
     out = {}
     for d in devices:
         memory = int(d["attributes"]["memoryBytes"]["int"])
-        out[d["name"]] = PublishedGpu(d["name"], d["attributes"]["uuid"]["string"], memory // MIB)
+        out[d["name"]] = PublishedGpu(d["name"], d["attributes"]["uuid"]["string"], memory // MIB,
+                                      d["attributes"]["type"]["string"] == MIG_TYPE)
     return out
 
 
@@ -126,7 +129,13 @@ def shares(claim: Mapping, *, driver: str, pool: str, published: Mapping[str, Pu
             raise ClaimError(f"device {name}: claim consumes {int(m['cores'])} cores, the device has {MAX_CORES}")
         if mib < 1:
             raise ClaimError(f"device {name}: claim consumes {int(m['mem'])} bytes of memory, less than 1 MiB")
-        out.append(Share(name, gpu.uuid, mib, int(m["cores"]), tuple(m["requests"])))
+        if gpu.mig and (mib, int(m["cores"])) != (gpu.memory_mib, MAX_CORES):
+            raise ClaimError(f"device {name} is a MIG instance: it is taken whole, not a share of "
+                             f"{mib} MiB and {int(m['cores'])}%")
+        out.append(Share(name, gpu.uuid, mib, int(m["cores"]), tuple(m["requests"]), gpu.mig))
     if not out:
         raise ClaimError(f"claim has no device of driver {driver} in status.allocation.devices.results")
+    if len({s.mig for s in out}) > 1:
+        raise ClaimError("claim mixes MIG instances and whole GPUs: HAMi-core's limits cannot apply to "
+                         "one container's GPUs and not to others")
     return tuple(out)

@@ -16,6 +16,10 @@ limit, as a device-plugin pod without `gpucores`; HAMi's driver defaults to 100,
 memory-only claim share), with `allowMultipleAllocations: true` so several claims share one GPU
 (consumable capacity, KEP-5075), as HAMi's driver publishes.
 
+A GPU in MIG mode is published as its MIG instances instead (`hami-gpu-<minor>-mig-<start>-<size>`,
+type `mig`, with `parentUUID`, `profile`, `migStart`, `migSize` and the instance's memory), each
+whole and exclusive: HAMi-core does not limit inside a MIG instance.
+
 Health: an unhealthy GPU is withdrawn from the slice. Device taints (`spec.devices[].taints`) are
 behind the DRADeviceTaints gate (alpha in 1.33-1.34), off on a default 1.34+ cluster, so withdrawal
 is what every 1.34+ scheduler honours; claims already allocated on the GPU keep their allocation.
@@ -32,6 +36,7 @@ from hami.gpu.backend import GpuInfo
 DRIVER = "hami-core-gpu.project-hami.io"
 API_VERSION = "resource.k8s.io/v1"
 DEVICE_TYPE = "hami-gpu"  # HAMi's DeviceClass: device.attributes[driver].type == 'hami-gpu'
+MIG_TYPE = "mig"  # a MIG instance (HAMi's driver: MigDeviceType)
 MIB = 1 << 20
 MAX_CORES = 100
 # resource.k8s.io/v1: attributes + capacities of one device together at most 32.
@@ -133,15 +138,45 @@ def gpu_device(gpu: GpuInfo, memory_mib: int, extras: GpuExtras | None = None) -
     return {"name": device_name(gpu), "attributes": attrs, "capacity": capacity, "allowMultipleAllocations": True}
 
 
+@dataclass(frozen=True, slots=True)
+class MigSlice:
+    """A MIG instance of a MIG-enabled GPU, as the backend lists it."""
+
+    mig_uuid: str
+    profile: str  # "1g.10gb"
+    start: int
+    size: int
+    memory_mib: int
+
+
+def mig_device(parent: GpuInfo, mig: MigSlice, extras: GpuExtras | None = None) -> dict:
+    """One ResourceSlice device for a MIG instance: type `mig` (HAMi's `hami-gpu` DeviceClass does not
+    select it), whole and exclusive (no consumable capacity: HAMi-core does not limit inside MIG)."""
+    whole = gpu_device(parent, mig.memory_mib, extras)
+    attrs = {k: v for k, v in whole["attributes"].items() if k not in ("nvlinkDomain", "migEnabled")}
+    attrs.update({"type": {"string": MIG_TYPE}, "uuid": {"string": mig.mig_uuid},
+                  "parentUUID": {"string": parent.uuid}, "profile": {"string": mig.profile},
+                  "migStart": {"int": mig.start}, "migSize": {"int": mig.size}})
+    name = f"{device_name(parent)}-mig-{mig.start}-{mig.size}"
+    return {"name": name, "attributes": attrs, "capacity": {"memory": {"value": binary_quantity(mig.memory_mib * MIB)}}}
+
+
 def devices_for(gpus: Sequence[GpuInfo], settings: DeviceSettings | None = None,
-                extras: Mapping[str, GpuExtras] | None = None) -> list[dict]:
+                extras: Mapping[str, GpuExtras] | None = None,
+                migs: Mapping[str, Sequence[MigSlice]] | None = None) -> list[dict]:
     """The devices this node publishes: healthy, not filtered out by the node config, by index.
-    Memory is the card's (settings.devmem: the preconfigured size when NVML cannot tell)."""
+    Memory is the card's (settings.devmem: the preconfigured size when NVML cannot tell). A GPU
+    in `migs` (MIG mode on) is published as its MIG instances, never whole."""
     settings = settings or DeviceSettings()
     extras = extras or {}
+    migs = migs or {}
     out = []
     for g in sorted(gpus, key=lambda g: g.index):
         if not g.healthy or settings.filtered(g.uuid, g.index):
+            continue
+        if g.uuid in migs:
+            out += [mig_device(g, m, extras.get(g.uuid)) for m in sorted(migs[g.uuid], key=lambda m: m.start)
+                    if m.mig_uuid]
             continue
         out.append(gpu_device(g, settings.devmem(g.memory_total_mib), extras.get(g.uuid)))
     return out

@@ -1,11 +1,13 @@
 """`hami --role dra` on the embedded API server, with the fake GPU backend.
 
 Covers: the role publishes its node's ResourceSlice (one pool named after the node, NVLink groups as
-`nvlinkDomain`, the backend's versions and bus id, valid against the 1.34 schema), follows GPU health (an unhealthy GPU is withdrawn, the generation goes up by one),
-a restarted role with the same GPUs writes nothing (same generation and resourceVersion), the role
-run from a Config prepares a claim a test kubelet sends over its sockets; device-plugin mode and
-DRA mode never serve one node: the dra role refuses a node marked device-plugin or carrying a
-device plugin's registration, the node agent refuses a node marked dra, each marks its node.
+`nvlinkDomain`, the backend's versions and bus id, valid against the 1.34 schema), follows GPU
+health (an unhealthy GPU is withdrawn, the generation goes up by one); a restarted role with the
+same GPUs writes nothing (same generation and resourceVersion); the role run from a Config prepares
+a claim a test kubelet sends over its sockets; a MIG GPU is published as its instances, and a claim
+on one gets that instance alone, exclusively, without HAMi-core; device-plugin mode and DRA mode
+never serve one node: the dra role refuses a node marked device-plugin or carrying a device
+plugin's registration, the node agent refuses a node marked dra, each marks its node.
 """
 
 from __future__ import annotations
@@ -209,4 +211,39 @@ async def test_node_agent_refuses_a_dra_node_and_marks_its_own(apiserver, client
         assert (await client.get_node("gpu-node-2"))["metadata"]["labels"][LABEL] == "device-plugin"
     finally:
         ctx.stop.set()
+        await task
+
+
+async def test_a_mig_gpu_is_published_as_its_instances_and_a_claim_on_one_gets_only_that_instance(client, root):
+    gpus = os.path.join(root, "gpus.yaml")
+    write(gpus, "gpus:\n"
+                "  - {uuid: GPU-m0, model: NVIDIA A100-SXM4-80GB, memory_mib: 81920,\n"
+                "     mig: {enabled: true, instances: [{profile: 1g.10gb, start: 0}, {profile: 3g.40gb, start: 4}]}}\n"
+                "  - {uuid: GPU-m1, model: NVIDIA A100-SXM4-80GB, memory_mib: 81920}\n")
+    node = dra_node(client, root, gpus)
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(node.run(stop, ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 10)
+        s = await client.get("resourceslices", slice_name(NODE))
+        devs = {d["name"]: d for d in s["spec"]["devices"]}
+        assert sorted(devs) == ["hami-gpu-0-mig-0-1", "hami-gpu-0-mig-4-4", "hami-gpu-1"]
+        small = devs["hami-gpu-0-mig-0-1"]
+        assert small["attributes"]["profile"] == {"string": "1g.10gb"} and "allowMultipleAllocations" not in small
+        mig_uuid = small["attributes"]["uuid"]["string"]
+        assert mig_uuid.startswith("MIG-")
+        uid = await make_claim(client, "mig", [{"request": "gpu", "driver": DRIVER, "pool": NODE,
+                                                "device": "hami-gpu-0-mig-0-1"}])
+        kubelet = FakeKubelet(os.path.join(root, "r"), "v1")
+        await kubelet.register()
+        resp = await kubelet.prepare(("default", "mig", uid))
+        assert resp[uid].error == ""
+        env, mounts = cdi.resolve(os.path.join(root, "cdi"), [i for d in resp[uid].devices for i in d.cdi_device_ids])
+        assert env["NVIDIA_VISIBLE_DEVICES"] == mig_uuid
+        assert not any(k.startswith("CUDA_DEVICE_") for k in env) and mounts == []  # no HAMi-core inside MIG
+        other = await make_claim(client, "mig2", [{"request": "gpu", "driver": DRIVER, "pool": NODE,
+                                                   "device": "hami-gpu-0-mig-0-1"}])
+        assert "would be over-committed" in (await kubelet.prepare(("default", "mig2", other)))[other].error
+    finally:
+        stop.set()
         await task

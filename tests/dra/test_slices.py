@@ -7,7 +7,8 @@ capacity memory (bytes, 1Mi steps) and cores (0-100), allowMultipleAllocations; 
 filtered GPUs withdrawn; `next_slice` writes nothing when nothing changed (a restart does not churn)
 and bumps the generation by one on every change; quantities print in Go's canonical form and parse
 back; NVLink groups; `shares` never hands out more than a device has, sums several results on one
-device, and raises only ClaimError on any input.
+device, and raises only ClaimError on any input; a MIG GPU is published as its instances (type mig,
+whole, exclusive, schema-valid), which a claim takes whole and never mixes with whole GPUs.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from hami.dra.slices import (
     DRIVER,
     MAX_ATTRIBUTES_AND_CAPACITY,
     GpuExtras,
+    MigSlice,
     binary_quantity,
     build_slice,
     devices_for,
@@ -188,3 +190,40 @@ def test_missing_consumed_capacity_means_the_whole_device():
         {"driver": DRIVER, "pool": "n1", "device": "hami-gpu-1", "request": "g"}]}}}}
     [s] = shares(claim, driver=DRIVER, pool="n1", published=PUB)
     assert (s.memory_mib, s.cores) == (2048, 100)
+
+
+# --------------------------------------------------------------------------- MIG
+
+
+def test_a_mig_gpu_is_published_as_its_instances_whole_and_exclusive():
+    migs = {gpu(0).uuid: [MigSlice("MIG-b", "3g.20gb", 4, 4, 20096), MigSlice("MIG-a", "1g.5gb", 0, 1, 4864),
+                          MigSlice("", "1g.5gb", 1, 1, 4864)]}  # no MIG uuid (no compute instance): left out
+    devs = devices_for([gpu(0), gpu(1)], extras={gpu(0).uuid: GpuExtras("8.0", mig_enabled=True)}, migs=migs)
+    assert [d["name"] for d in devs] == ["hami-gpu-0-mig-0-1", "hami-gpu-0-mig-4-4", "hami-gpu-1"]
+    m = devs[0]
+    assert m["attributes"]["type"] == {"string": "mig"} and m["attributes"]["uuid"] == {"string": "MIG-a"}
+    assert m["attributes"]["parentUUID"] == {"string": gpu(0).uuid} and m["attributes"]["profile"] == {"string": "1g.5gb"}
+    assert m["attributes"]["memoryBytes"] == {"int": 4864 * MIB}
+    assert m["attributes"]["cudaComputeCapability"] == {"version": "8.0.0"}
+    assert m["capacity"] == {"memory": {"value": "4864Mi"}} and "allowMultipleAllocations" not in m
+    kubernetes_validate.validate(build_slice("n1", devs, 1), "1.34", strict=True)
+    pub = published_gpus(devs)
+    assert pub["hami-gpu-0-mig-0-1"].mig and not pub["hami-gpu-1"].mig
+
+
+def test_a_mig_instance_is_taken_whole_and_never_mixed_with_whole_gpus():
+    devs = devices_for([gpu(0), gpu(1, 2048)], migs={gpu(0).uuid: [MigSlice("MIG-a", "1g.5gb", 0, 1, 4864)]})
+    pub = published_gpus(devs)
+
+    def claim(*results):
+        return {"status": {"allocation": {"devices": {"results": [
+            {"driver": DRIVER, "pool": "n1", "device": d, "request": "g", **({"consumedCapacity": c} if c else {})}
+            for d, c in results]}}}}
+
+    [s] = shares(claim(("hami-gpu-0-mig-0-1", None)), driver=DRIVER, pool="n1", published=pub)
+    assert (s.uuid, s.memory_mib, s.cores, s.mig) == ("MIG-a", 4864, 100, True)
+    with pytest.raises(ClaimError, match="is a MIG instance: it is taken whole"):
+        shares(claim(("hami-gpu-0-mig-0-1", {"memory": "1Gi"})), driver=DRIVER, pool="n1", published=pub)
+    with pytest.raises(ClaimError, match="mixes MIG instances and whole GPUs"):
+        shares(claim(("hami-gpu-0-mig-0-1", None), ("hami-gpu-1", {"memory": "1Gi", "cores": "5"})),
+               driver=DRIVER, pool="n1", published=pub)
