@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from hami.ui.view import MIB, Card, ClusterView, NodeView, PendingPod
+from hami.ui.view import MIB, Card, ClusterView, DraDevice, NodeView, PendingPod
 
 CSS = """body{font-family:system-ui,sans-serif;margin:0;color:#212121;background:#fafafa}
 header{background:#263238;color:#fff;padding:10px 20px;display:flex;gap:20px;align-items:center}
@@ -104,7 +104,26 @@ def _status(healthy: bool, problems: Sequence[str]) -> str:
     return '<span class="bad">UNHEALTHY</span> ' + e("; ".join(problems))
 
 
-def cluster_page(v: ClusterView, **foot) -> str:
+def dra_section(devices: Sequence[DraDevice], pod_links: bool = True) -> str:
+    """The GPUs published as DRA devices (ResourceSlices) and what the claims consume of each."""
+    if not devices:
+        return ""
+    rows = []
+    for d in devices:
+        rows.append((f'<a href="/node/{q(d.node)}">{e(d.node)}</a>', e(d.name), e(d.uuid), e(d.model),
+                     f"{mib(d.memory_allocated // MIB)} / {mib(d.memory_bytes // MIB)} "
+                     + bar([(d.memory_allocated, "#1565c0", "consumed")], d.memory_bytes, 100, "memory"),
+                     f"{d.cores_allocated} / {d.cores}", str(len(d.shares))))
+        for s in d.shares:
+            ns = s.claim.split("/", 1)[0]
+            pods = ", ".join(_pod_link(ns, p) for p in s.pods) or "-"
+            rows.append(("", "&nbsp;&nbsp;claim " + e(s.claim), pods, "", mib(s.memory_bytes // MIB), str(s.cores), ""))
+    return ("<h2>DRA devices (ResourceSlices) and their claims</h2>"
+            + table(["node", "device", "UUID / pods", "model", "memory consumed / capacity", "cores", "claims"],
+                    rows, left=4, cls=""))
+
+
+def cluster_page(v: ClusterView, dra: Sequence[DraDevice] = (), **foot) -> str:
     t = v.totals()
     cards = [
         ("GPU nodes", str(t["nodes"]), ""),
@@ -137,7 +156,7 @@ def cluster_page(v: ClusterView, **foot) -> str:
     pending = table(["pod", "reasons"], [(_pod_link(p.namespace, p.name), e(", ".join(p.reasons) or "-"))
                                          for p in v.pending[:500]])
     more = f"<p class='muted'>{len(v.pending) - 500} more not listed</p>" if len(v.pending) > 500 else ""
-    body = (summary + "<h2>GPUs by model</h2>" + models + "<h2>Nodes</h2>" + nodes
+    body = (summary + "<h2>GPUs by model</h2>" + models + "<h2>Nodes</h2>" + nodes + dra_section(dra)
             + "<h2>Pending GPU pods by reason</h2>" + by_reason + pending + more)
     return page("GPU cluster", body, **foot)
 
@@ -159,7 +178,7 @@ def _card_rows(c: Card) -> list[tuple[str, ...]]:
     return rows
 
 
-def node_page(n: NodeView, **foot) -> str:
+def node_page(n: NodeView, dra: Sequence[DraDevice] = (), **foot) -> str:
     h = n.health
     facts = table(["register", "HAMi-core", "handshake", "handshake age", "lock holder", "lock age",
                    "schedulable GPUs", "status"],
@@ -173,7 +192,7 @@ def node_page(n: NodeView, **foot) -> str:
     mig = ("<h2>MIG instances</h2><pre>" + e("\n".join(n.mig)) + "</pre>") if n.mig else ""
     vendors = ("<h2>Other vendors</h2><pre>" + e("\n".join(h.vendors)) + "</pre>") if h.vendors else ""
     return page(f"node {n.name}", "<h2>Node lock and handshake</h2>" + facts + "<h2>Cards and their slices</h2>"
-                + cards + mig + vendors, **foot)
+                + cards + dra_section(dra) + mig + vendors, **foot)
 
 
 def pod_page(pod: Mapping, slices: Sequence[tuple[Card, Any]], events: Sequence[Mapping],

@@ -22,7 +22,8 @@ import orjson
 from aiohttp import web
 
 from hami.config import Config
-from hami.doctor.tree import requested_hami_resources
+from hami.doctor.gather import node_facts
+from hami.doctor.tree import node_health, requested_hami_resources
 from hami.httpguard import guarded_runner
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.informer import Informer
@@ -30,7 +31,7 @@ from hami.netaddr import split_host_port
 from hami.obs.log import get_logger
 from hami.ui import render
 from hami.ui.metrics import Figures, MetricsError, parse_exposition, parse_query
-from hami.ui.view import cluster_view, quota_rows
+from hami.ui.view import NodeView, cluster_view, dra_devices, quota_rows
 
 log = get_logger(__name__)
 
@@ -74,6 +75,10 @@ class Ui:
         self.pods = Informer(client, "pods")
         self.quotas = Informer(client, "resourcequotas")
         self.events = Informer(client, "events", transform=_event_summary)
+        # DRA (resource.k8s.io/v1, Kubernetes 1.34+): started only where the API server serves it.
+        self.slices = Informer(client, "resourceslices")
+        self.claims = Informer(client, "resourceclaims")
+        self.dra_served = False
         self.figures = Figures()
         self.whatif_result: dict | None = None
         self.whatif_running = False
@@ -130,6 +135,20 @@ class Ui:
         except (aiohttp.ClientError, TimeoutError, MetricsError, orjson.JSONDecodeError, UnicodeError) as exc:
             figs.errors.append(f"{url}: {exc}"[:300])
 
+    def dra(self, node: str | None = None):
+        if not self.dra_served:
+            return ()
+        devices = dra_devices(self.slices.store.values(), self.claims.store.values())
+        return devices if node is None else tuple(d for d in devices if d.node == node)
+
+    async def probe_dra(self) -> bool:
+        try:
+            await self.client.request("get", "discovery", "GET", "/apis/resource.k8s.io/v1")
+        except ApiError:
+            return False
+        self.dra_served = True
+        return True
+
     def foot(self) -> dict:
         return {"sources": self.figures.sources, "errors": self.figures.errors,
                 "generated": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -160,14 +179,18 @@ class Ui:
         return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
 
     async def h_cluster(self, request: web.Request) -> web.Response:
-        return self._html(render.cluster_page(self.view(), **self.foot()))
+        return self._html(render.cluster_page(self.view(), self.dra(), **self.foot()))
 
     async def h_node(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         node = next((n for n in self.view(name).nodes if n.name == name), None)
+        dra = self.dra(name)
+        if node is None and dra and name in self.nodes.store:  # a DRA node registers no device plugin GPUs
+            facts = node_facts(self.nodes.store[name], self.config.nvidia.resource_count_name)
+            node = NodeView(name, (), node_health(facts, time.time(), self.config.scheduler.node_lock_timeout))
         if node is None:
             return self._html(render.not_found(f"node {name}", **self.foot()), 404)
-        return self._html(render.node_page(node, **self.foot()))
+        return self._html(render.node_page(node, dra, **self.foot()))
 
     async def h_pod(self, request: web.Request) -> web.Response:
         ns, name = request.match_info["ns"], request.match_info["name"]
@@ -271,7 +294,7 @@ class Ui:
         return app
 
     def informers(self) -> list[Informer]:
-        return [self.nodes, self.pods, self.quotas, self.events]
+        return [self.nodes, self.pods, self.quotas, self.events] + ([self.slices, self.claims] if self.dra_served else [])
 
 
 async def run(ctx: Any) -> None:
@@ -284,6 +307,7 @@ async def run(ctx: Any) -> None:
     client = await KubeClient.from_settings(kube, role="ui")
     ui = Ui(config, client, token=token)
     ui.http = aiohttp.ClientSession()
+    await ui.probe_dra()
     runner = guarded_runner(ui.app(), config.listen, access_log=None)
     await runner.setup()
     tasks = [asyncio.create_task(i.run(ctx.stop), name=f"ui:{i.kind}-informer") for i in ui.informers()]

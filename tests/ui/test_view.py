@@ -100,3 +100,35 @@ def test_every_page_escapes_hostile_text():
     for text in pages:
         assert "<script>alert" not in text and "<script>" not in text.replace("<script src='/static/ui.js'>", "")
     assert "&lt;script&gt;" in pages[0] and "&lt;script&gt;" in pages[3]
+
+
+def _slice(node_name: str):
+    from hami.dra.slices import build_slice, gpu_device
+    from hami.gpu.backend import GpuInfo
+
+    gpu = GpuInfo(index=0, uuid=f"GPU-{node_name}-0", name="NVIDIA H100", memory_total_mib=81920)
+    return build_slice(node_name, [gpu_device(gpu, 81920)], 1)
+
+
+def _claim(name: str, node_name: str, memory: str | None, cores: str | None) -> dict:
+    result = {"request": "gpu", "driver": "hami-core-gpu.project-hami.io", "pool": node_name, "device": "hami-gpu-0"}
+    used = {k: v for k, v in (("memory", memory), ("cores", cores)) if v is not None}
+    if used:
+        result["consumedCapacity"] = used
+    return {"metadata": {"name": name, "namespace": "ml"},
+            "status": {"allocation": {"devices": {"results": [result]}},
+                       "reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": "u"}]}}
+
+
+def test_dra_devices_show_what_each_claim_consumes():
+    from hami.ui.view import dra_devices
+
+    devices = dra_devices([_slice("n1")], [_claim("a", "n1", "4000Mi", "30"), _claim("b", "n1", "8Gi", None),
+                                           {"metadata": {"name": "pending"}, "status": {}}])
+    (d,) = devices
+    assert (d.node, d.name, d.uuid, d.memory_bytes, d.cores) == ("n1", "hami-gpu-0", "GPU-n1-0", 81920 * MIB, 100)
+    assert [(s.claim, s.pods, s.memory_bytes, s.cores) for s in d.shares] == [
+        ("ml/a", ("a-pod",), 4000 * MIB, 30), ("ml/b", ("b-pod",), 8 << 30, 100)]  # no cores consumed: all
+    assert d.memory_allocated == 4000 * MIB + (8 << 30)
+    page = render.cluster_page(cluster_view([], []), devices)
+    assert "DRA devices" in page and "claim ml/a" in page and "/pod/ml/a-pod" in page
