@@ -169,6 +169,8 @@ def _card_rows(c: Card) -> list[tuple[str, ...]]:
             "-" if c.power_w is None else f"{c.power_w:.0f} W",
             '<span class="ok">healthy</span>' if c.healthy else '<span class="bad">unhealthy</span>')
     rows = [head]
+    if c.mig_slices:
+        rows.append(("", "MIG layout", "", mig_layout(c), "", "", "", "", ""))
     for s in c.slices:
         used = "-" if s.used_bytes is None else mib(s.used_bytes // MIB)
         rows.append(("", "&nbsp;&nbsp;" + _pod_link(s.namespace, s.pod) + f" container {s.container}", "",
@@ -176,6 +178,18 @@ def _card_rows(c: Card) -> list[tuple[str, ...]]:
                      + bar([(s.used_bytes or 0, "#2e7d32", "used")], s.mem * MIB, 100, "used of limit"),
                      f"{s.cores}%", "", "", "", ""))
     return rows
+
+
+def mig_layout(c: Card, slot: int = 34) -> str:
+    """The card's compute slices left to right, each MIG instance a block over the slices it takes."""
+    width = c.mig_slices * slot
+    parts = [f'<rect x="{i * slot}" y="0" width="{slot - 2}" height="26" fill="#e0e0e0"><title>slice {i}: free'
+             f'</title></rect>' for i in range(c.mig_slices)]
+    for start, size, profile, pod in c.mig_instances:
+        parts.append(f'<rect x="{start * slot}" y="0" width="{size * slot - 2}" height="26" fill="#00838f">'
+                     f'<title>{e(profile)} -> {e(pod)} (slices {start}..{start + size - 1})</title></rect>'
+                     f'<text x="{start * slot + 4}" y="17" font-size="11" fill="#fff">{e(profile)}</text>')
+    return f'<svg width="{width}" height="26" role="img" aria-label="MIG layout">{"".join(parts)}</svg>'
 
 
 def node_page(n: NodeView, dra: Sequence[DraDevice] = (), **foot) -> str:

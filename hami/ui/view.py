@@ -48,6 +48,10 @@ class Card:
     slices: tuple[Slice, ...] = ()
     temperature_c: float | None = None
     power_w: float | None = None
+    # MIG: the card's compute slices (the widest placement end its profiles register) and the
+    # instances placed pods hold, as (start, size, profile, "ns/pod").
+    mig_slices: int = 0
+    mig_instances: tuple[tuple[int, int, str, str], ...] = ()
 
     @property
     def mem_allocated(self) -> int:
@@ -147,6 +151,14 @@ def _pod_devices(text: str) -> tuple[tuple[int, codec.ContainerDevice], ...] | N
     return tuple((i, d) for i, devs in enumerate(containers) for d in devs)
 
 
+@functools.lru_cache(maxsize=1 << 12)
+def _mig_allocations(text: str) -> tuple:
+    try:
+        return codec.decode_mig_allocations(text)
+    except codec.CodecError:
+        return ()
+
+
 @functools.lru_cache(maxsize=1 << 13)
 def _register(text: str) -> tuple[DeviceInfo, ...]:
     try:
@@ -171,6 +183,7 @@ def cluster_view(nodes: Iterable[Mapping], pods: Iterable[Mapping], events: Iter
     pods = list(pods)
     slices: dict[str, list[Slice]] = defaultdict(list)  # uuid -> slices
     mig: dict[str, list[str]] = defaultdict(list)  # node -> MIG lines
+    mig_held: dict[str, list[tuple[int, int, str, str]]] = defaultdict(list)  # uuid -> instances
     for pod in pods:
         node, devices = placed_devices(pod)
         if not node:
@@ -182,6 +195,8 @@ def cluster_view(nodes: Iterable[Mapping], pods: Iterable[Mapping], events: Iter
         mig_text = _annos(pod).get(codec.MIG_ALLOCATIONS_ANNOTATION)
         if isinstance(mig_text, str) and mig_text:
             mig[node].append(f"{mig_text} -> {ns}/{name}")
+            for a in _mig_allocations(mig_text):
+                mig_held[a.gpu_uuid].append((a.placement.start, a.placement.size, a.profile, f"{ns}/{name}"))
     views = []
     models: dict[str, set[str]] = defaultdict(set)
     model_cards: Counter[str] = Counter()
@@ -192,8 +207,11 @@ def cluster_view(nodes: Iterable[Mapping], pods: Iterable[Mapping], events: Iter
         cards = []
         for d in sorted(_registered(node), key=lambda d: d.index):
             temp, power = health.get(d.id, (None, None))
+            width = max((p.start + p.size for prof in d.mig_profiles for p in prof.placements), default=0)
+            held = tuple(sorted(mig_held.get(d.id, ())))
             cards.append(Card(facts.name, d.index, d.id, d.type, d.devmem, d.devcore, d.count, d.health, d.mode,
-                              tuple(slices.get(d.id, ())), temp, power))
+                              tuple(slices.get(d.id, ())), temp, power,
+                              max(width, max((a + b for a, b, _, _ in held), default=0)), held))
             models[d.type].add(facts.name)
             model_cards[d.type] += 1
         views.append(NodeView(facts.name, tuple(cards), node_health(facts, now, lock_timeout),

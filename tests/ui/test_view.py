@@ -132,3 +132,25 @@ def test_dra_devices_show_what_each_claim_consumes():
     assert d.memory_allocated == 4000 * MIB + (8 << 30)
     page = render.cluster_page(cluster_view([], []), devices)
     assert "DRA devices" in page and "claim ml/a" in page and "/pod/ml/a-pod" in page
+
+
+def test_mig_layout_shows_the_instances_pods_hold():
+    from hami.device import codec
+    from hami.device.codec.mig import MigAllocation
+    from hami.device.model import DeviceInfo, MigPlacement, MigProfile
+
+    profiles = (MigProfile("1g.10gb", 9856, 14, 1, tuple(MigPlacement(i, 1) for i in range(7))),
+                MigProfile("3g.40gb", 39424, 42, 3, (MigPlacement(0, 4), MigPlacement(4, 4))))
+    dev = DeviceInfo(id="GPU-m", count=7, devmem=81920, devcore=100, type="H100", index=0, mode="mig", health=True,
+                     mig_profiles=profiles)
+    n = {"metadata": {"name": "m1", "annotations": {codec.REGISTER_ANNOTATION: codec.encode_node_devices([dev])}},
+         "status": {"allocatable": {"nvidia.com/gpu": "7"}}}
+    p = pod("mig-pod", node="m1", mem=39424, annotations={codec.MIG_ALLOCATIONS_ANNOTATION: codec.encode_mig_allocations(
+        [MigAllocation(0, 0, "GPU-m", "3g.40gb", MigPlacement(4, 4))])})
+    p["metadata"]["annotations"][codec.ALLOCATED_ANNOTATION] = "GPU-m,NVIDIA,39424,42:;"
+    p["metadata"]["annotations"][codec.TO_ALLOCATE_ANNOTATION] = "GPU-m,NVIDIA,39424,42:;"
+    (card,) = cluster_view([n], [p]).nodes[0].cards
+    assert card.mig_slices == 8 and card.mig_instances == ((4, 4, "3g.40gb", "default/mig-pod"),)
+    html = render.mig_layout(card)
+    assert html.count("<rect") == 9 and "3g.40gb -> default/mig-pod (slices 4..7)" in html
+    assert "MIG layout" in render.node_page(cluster_view([n], [p]).nodes[0])
