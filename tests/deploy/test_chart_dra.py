@@ -1,0 +1,69 @@
+"""The chart's DRA mode (issue 28): `dra.enabled` installs HAMi's DeviceClass, the DaemonSet running
+`hami --role dra`, its RBAC, and turns the webhook's --dra mode on.
+
+Covers: the default render has no DRA object and no --dra; with dra.enabled the DeviceClass carries
+HAMi-DRA's selector (and compiles in hami's CEL environment), the DaemonSet runs `--role dra` on the
+nodes marked hami.io/gpu-mode=dra with kubelet's plugin and registration dirs and the CDI root mounted
+and its args pass `hami --check-config`; the plugin's ClusterRole grants only its calls (node get/patch,
+slices get/create/update, claims get), the webhook's only the creation of claim templates, bound to the
+scheduler's ServiceAccount; the scheduler gets --dra.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from hami.dra.cel import SelectorCompiler
+from hami.dra.claims import class_selector
+
+from .chart import find, objects, one, rendered
+
+DRA = "hami-dra"
+
+
+def _dra_objects(docs):
+    return [d for d in docs if (d["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == DRA]
+
+
+def _scheduler_args(docs):
+    dep = one(docs, "Deployment", "hami-scheduler")
+    return next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "hami-scheduler")["command"]
+
+
+def test_no_dra_unless_enabled():
+    docs = rendered("default")
+    assert _dra_objects(docs) == [] and "--dra" not in _scheduler_args(docs)
+
+
+def test_dra_enabled_installs_class_plugin_rbac_and_webhook_mode():
+    docs = objects({"dra": {"enabled": True}})
+    dra = _dra_objects(docs)
+    assert sorted(d["kind"] for d in dra) == ["ClusterRole", "ClusterRole", "ClusterRoleBinding",
+                                              "ClusterRoleBinding", "DaemonSet", "DeviceClass", "ServiceAccount"]
+    cls = one(dra, "DeviceClass")
+    expr = cls["spec"]["selectors"][0]["cel"]["expression"]
+    assert " ".join(expr.split()) == class_selector()
+    SelectorCompiler().check(expr)
+    pod = one(dra, "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"hami.io/gpu-mode": "dra"}
+    args = pod["containers"][0]["command"]
+    assert args[:3] == ["hami", "--role", "dra"]
+    mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert {"/var/lib/kubelet/plugins/hami-core-gpu.project-hami.io", "/var/lib/kubelet/plugins_registry",
+            "/var/run/cdi"} <= mounts
+    res = subprocess.run([sys.executable, "-m", "hami.cli.main", *args[1:], "--node-name", "n1", "--check-config"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    rules = {d["metadata"]["labels"]["hami.io/rbac-role"]: {(r["apiGroups"][0], res_, v) for r in d["rules"]
+                                                            for res_ in r["resources"] for v in r["verbs"]}
+             for d in find(dra, "ClusterRole")}
+    assert rules["dra-plugin"] == {("", "nodes", "get"), ("", "nodes", "patch"),
+                                   ("resource.k8s.io", "resourceslices", "get"),
+                                   ("resource.k8s.io", "resourceslices", "create"),
+                                   ("resource.k8s.io", "resourceslices", "update"),
+                                   ("resource.k8s.io", "resourceclaims", "get")}
+    assert rules["dra-webhook"] == {("resource.k8s.io", "resourceclaimtemplates", "create")}
+    binding = one(dra, "ClusterRoleBinding", "hami-dra-webhook")
+    assert binding["subjects"][0]["name"] == "hami-scheduler"
+    assert "--dra" in _scheduler_args(docs)
