@@ -144,6 +144,18 @@ class DraNode:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
 
+    def readiness(self) -> list[str]:
+        """Why this node's claims cannot be prepared correctly now (empty: they can)."""
+        reasons = []
+        status = self.server.registration_status
+        if status is None:
+            reasons.append("DRA plugin not registered with kubelet yet (no NotifyRegistrationStatus)")
+        elif not status[0]:
+            reasons.append(f"kubelet refused the DRA plugin registration: {status[1][:200]}")
+        if self.sync_error:
+            reasons.append(f"GPU sync or ResourceSlice update failing: {self.sync_error}")
+        return reasons
+
     async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
         node = await claim_node(self.client, self.node_name, DRA)
         self.node_uid = ((node or {}).get("metadata") or {}).get("uid", "")
@@ -181,7 +193,36 @@ async def run(ctx) -> None:
     try:
         node = DraNode(client, node_name, backend, settings, hook_path=cfg.agent.hook_path, **_settings_dirs(cfg))
         ctx.shared.setdefault("dra", {})[node_name] = node
-        await node.run(ctx.stop, ctx.ready)
+        runner = None
+        if cfg.agent.health_bind_address:  # kubelet's probes: /healthz alive, /readyz registered and syncing
+            runner, port = await serve_health(node, cfg.agent.health_bind_address, cfg.listen)
+            ctx.shared.setdefault("dra-health", {})[node_name] = port
+        try:
+            await node.run(ctx.stop, ctx.ready)
+        finally:
+            if runner is not None:
+                await runner.cleanup()
     finally:
         backend.close()
         await client.close()
+
+
+async def serve_health(node: DraNode, address: str, limits=None):
+    """/healthz and /readyz on `--health-bind-address`, guarded as the node agent's listener."""
+    from aiohttp import web
+
+    from hami.httpguard import guarded_runner
+    from hami.netaddr import split_host_port
+    from hami.obs.health import Health
+
+    health = Health("dra")
+    health.add(node.readiness)
+    app = web.Application()
+    health.add_routes(app)
+    runner = guarded_runner(app, limits, access_log=None)
+    await runner.setup()
+    host, port = split_host_port(address, flag="--health-bind-address", default_host="0.0.0.0")
+    await web.TCPSite(runner, host, port).start()
+    bound = runner.addresses[0][1] if runner.addresses else port
+    log.info("DRA plugin health listening", address=address, port=bound)
+    return runner, bound

@@ -4,7 +4,7 @@ Covers: the role publishes its node's ResourceSlice (one pool named after the no
 `nvlinkDomain`, the backend's versions and bus id, valid against the 1.34 schema), follows GPU
 health (an unhealthy GPU is withdrawn, the generation goes up by one); a restarted role with the
 same GPUs writes nothing (same generation and resourceVersion); the role run from a Config prepares
-a claim a test kubelet sends over its sockets; a MIG GPU is published as its instances, and a claim
+a claim a test kubelet sends over its sockets and is ready (/readyz) once kubelet registered it; a MIG GPU is published as its instances, and a claim
 on one gets that instance alone, exclusively, without HAMi-core; device-plugin mode and DRA mode
 never serve one node: the dra role refuses a node marked device-plugin or carrying a device
 plugin's registration, the node agent refuses a node marked dra, each marks its node.
@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 
+import aiohttp
 import kubernetes_validate
 import pytest
 
@@ -135,13 +136,19 @@ async def test_role_from_config_prepares_what_it_publishes(apiserver, client, ro
     cfg = Config(roles=("dra",), agent=AgentSettings(
         node_name=NODE, gpu_backend="fake", fake_gpus=gpus, hook_path=os.path.join(root, "hook"),
         dra_plugin_dir=os.path.join(root, "plugin"), dra_registration_dir=os.path.join(root, "reg"),
-        cdi_root=os.path.join(root, "cdi")))
+        cdi_root=os.path.join(root, "cdi"), health_bind_address="127.0.0.1:0"))
     ctx = RoleContext(name="dra", config=cfg, stop=asyncio.Event(), shared={"kubeconfig": apiserver.kubeconfig})
     task = asyncio.create_task(role.run(ctx))
     try:
         await asyncio.wait_for(ctx.ready.wait(), 10)
-        kubelet = FakeKubelet(os.path.join(root, "reg"), "v1")
-        info = await kubelet.register()
+        ready_url = f"http://127.0.0.1:{ctx.shared['dra-health'][NODE]}/readyz"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(ready_url) as r:
+                assert r.status == 503 and "not registered with kubelet" in await r.text()
+            kubelet = FakeKubelet(os.path.join(root, "reg"), "v1")
+            info = await kubelet.register()
+            async with http.get(ready_url) as r:
+                assert r.status == 200, await r.text()
         assert info.endpoint == os.path.join(root, "plugin", "dra.sock")
         uid = await make_claim(client, "c", [result("hami-gpu-2", "4000Mi", "25", pool=NODE)])
         resp = await kubelet.prepare(("default", "c", uid))
