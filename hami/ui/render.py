@@ -267,10 +267,42 @@ def whatif_page(result: Mapping | None, *, running: bool, wait: float, **foot) -
         + [(s["change"], s["placed"], s.get("pending", 0)) for s in sugg]], cls="")
     rows = [(e(s["change"]), str(s["placed"]), f"{s['gained']:+d}", f"<div class='l'>{e(s['tradeoff'])}</div>")
             for s in sugg]
+    scen = [("baseline", base.get("memory"))] + [(s["change"], s.get("memory")) for s in sugg]
+    mem_top = max([sum(m) for _, m in scen if m] + [1])
+    memory = table(["scenario", "GPU memory: allocated / stranded / free (MiB)"], [
+        (e(label), bar([(m[0], "#1565c0", "allocated"), (m[1], "#ef6c00", "stranded"), (m[2], "#b0bec5", "free")],
+                       mem_top, 220, "memory") + f" {m[0]} / {m[1]} / {m[2]}")
+        for label, m in scen if m], cls="")
+    maps = "".join(f"<h2>{e(label)}: memory allocated per card</h2>" + heatmap(grid)
+                   for label, grid in result.get("heatmaps") or [])
     body = (form + f"<p class='muted'>run at {e(result.get('at', ''))} in {result.get('seconds', 0):.1f} s; "
-            "placed and pending count the replayed pending pods</p>" + verdict + bars
-            + table(["change", "replayed pods placed", "gained (pods)", "trade-off"], rows, left=1))
+            "placed and pending count the replayed pending pods</p>" + verdict + bars + memory
+            + table(["change", "replayed pods placed", "gained (pods)", "trade-off"], rows, left=1) + maps)
     return page("What-if", body, **foot)
+
+
+def heatmap(grid: Sequence[tuple[str, Sequence[float | None]]], cell: int = 18) -> str:
+    """Rows = nodes, columns = card index, colour = memory fill (grey: cordoned or unhealthy), as the report."""
+    if not grid:
+        return ""
+    width = max(len(cards) for _, cards in grid)
+    label_w = 150
+    parts = [f'<text x="{label_w + i * cell + 4}" y="11" font-size="10">{i}</text>' for i in range(width)]
+    for r, (name, cards) in enumerate(grid):
+        y = 14 + r * cell
+        parts.append(f'<text x="0" y="{y + 12}" font-size="10">{e(name[:24])}</text>')
+        for i, fill in enumerate(cards):
+            colour = "#9e9e9e" if fill is None else _blue(fill)
+            tip = "not usable" if fill is None else f"{fill * 100:.0f}% of memory allocated"
+            parts.append(f'<rect x="{label_w + i * cell}" y="{y}" width="{cell - 2}" height="{cell - 2}" '
+                         f'fill="{colour}"><title>{e(name)} card {i}: {tip}</title></rect>')
+    return (f'<svg width="{label_w + width * cell + 4}" height="{16 + len(grid) * cell}" role="img" '
+            f'aria-label="card fill heat map">{"".join(parts)}</svg>')
+
+
+def _blue(fill: float) -> str:
+    f = max(0.0, min(1.0, fill))
+    return f"rgb({int(227 - 214 * f)},{int(242 - 171 * f)},{int(253 - 92 * f)})"
 
 
 def not_found(what: str, **foot) -> str:

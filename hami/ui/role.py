@@ -65,6 +65,21 @@ def read_token(cfg) -> str:
     return cfg.readonly_token
 
 
+def _memory(result) -> tuple[int, int, int]:
+    """(allocated, stranded, free) MiB of registered GPU memory: the HTML report's memory plot."""
+    t = result.totals()
+    return (int(t["mem_allocated"]), int(t["stranded_mem"]),
+            max(0, int(t["mem_registered"] - t["mem_allocated"] - t["stranded_mem"])))
+
+
+def _fill(result, rows: int = 60) -> list[tuple[str, list[float | None]]]:
+    """Per node (sampled evenly beyond `rows`): each card's memory fill 0..1, None when not usable."""
+    nodes = list(result.nodes)
+    if len(nodes) > rows:
+        nodes = [nodes[int(i * len(nodes) / rows)] for i in range(rows)]
+    return [(n.name, [c.mem_used / c.mem if c.usable and c.mem else None for c in n.cards]) for n in nodes]
+
+
 class Ui:
     def __init__(self, config: Config, client: KubeClient, *, token: str = "", clock=time.monotonic):
         self.config = config
@@ -263,9 +278,12 @@ class Ui:
 
             base, found = await asyncio.wait_for(asyncio.to_thread(work), timeout=self.config.ui.whatif_timeout)
             t = base.totals()
+            best = found[0] if found and found[0].gained > 0 else None
             self.whatif_result = {"at": time.strftime("%H:%M:%S"), "seconds": time.monotonic() - started,
-                                  "baseline": {"placed": t["placed"], "pending": t["pending"]},
-                                  "suggestions": [s.as_dict() for s in found]}
+                                  "baseline": {"placed": t["placed"], "pending": t["pending"], "memory": _memory(base)},
+                                  "suggestions": [{**s.as_dict(), "memory": _memory(s.result)} for s in found],
+                                  "heatmaps": [("baseline", _fill(base))]
+                                  + ([(best.label, _fill(best.result))] if best else [])}
         except (SnapshotError, ApiError) as exc:
             self.whatif_result = {"error": f"could not read the cluster: {exc}"}
         except TimeoutError:

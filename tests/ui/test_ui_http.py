@@ -120,6 +120,9 @@ async def test_whatif_on_demand_is_rate_limited_and_places_the_pending_pod(apise
             async with http.get(url + "/whatif") as r:
                 body = await r.text()
                 assert "+1" in body and "next run possible in" in body
+                # the HTML report's plots: placed/pending, memory allocated/stranded/free, card heat maps
+                assert "GPU memory: allocated / stranded / free" in body
+                assert body.count('aria-label="card fill heat map"') == 2  # the baseline and the best change
     finally:
         await close()
 
