@@ -169,11 +169,22 @@ class _TimedLoop(KubeSchedulerLoop):
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.first_attempt: dict[str, float] = {}
+        self.rejected: set[str] = set()  # pods whose last cycle ended in a rejection (not an error)
 
     async def schedule_one(self, http, pod, *, on_assumed=None):
         meta = pod.get("metadata") or {}
-        self.first_attempt.setdefault(f"{meta.get('namespace', '')}/{meta.get('name', '')}", self.clock())
-        return await super().schedule_one(http, pod, on_assumed=on_assumed)
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        self.first_attempt.setdefault(key, self.clock())
+        result = await super().schedule_one(http, pod, on_assumed=on_assumed)
+        (self.rejected.add if result else self.rejected.discard)(key)
+        return result
+
+    def unschedulable(self, key: str) -> bool:
+        """Rejected and waiting: parked, or (kube-scheduler 1.31 backs off an extender-only rejection)
+        backing off after a rejection; a replay frees nothing, so its retries only repeat it."""
+        where = self.queue.location(key)
+        return bool(self.stats.attempts.get(key)) and (
+            where == sq.UNSCHEDULABLE or (where == sq.BACKOFF and key in self.rejected))
 
 
 def _device_plugin(store: Store, delay: float, tasks: set[asyncio.Task]):
@@ -316,8 +327,7 @@ async def run_timed(cluster: Cluster, scenario: Scenario, plan: Plan,
         deadline = start + limit
         stats = loop.stats
         while True:
-            waiting = [k for k in created if k not in stats.bound_at and not (
-                stats.attempts.get(k) and loop.queue.location(k) == sq.UNSCHEDULABLE)]
+            waiting = [k for k in created if k not in stats.bound_at and not loop.unschedulable(k)]
             if not waiting:
                 break
             if loop.clock() > deadline:
@@ -333,7 +343,7 @@ async def run_timed(cluster: Cluster, scenario: Scenario, plan: Plan,
             if key in stats.bound_at:
                 out.bound += 1
                 out.to_bound.append(stats.bound_at[key] - t0)
-            elif stats.attempts.get(key) and loop.queue.location(key) == sq.UNSCHEDULABLE:
+            elif loop.unschedulable(key):
                 out.unschedulable += 1
             else:
                 out.unfinished += 1
