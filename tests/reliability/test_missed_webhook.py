@@ -55,7 +55,8 @@ async def test_missed_gpu_pods_are_recreated_through_their_controller_or_warned(
                               "object": pod_obj("probe", gpus=0)}}
         async with env.http.post(env.sched.url + "/webhook", data=orjson.dumps(review)) as r:
             assert r.status == 200  # the webhook is reachable again
-        await eventually(lambda: "owned" not in _names(store) and reconciler.warned == 1, 10)
+        await eventually(lambda: "owned" not in _names(store) and reconciler.warned == 1
+                         and {"owned", "bare"} <= set(_events(store, "MissedWebhook")), 10)  # events are written async
         events = _events(store, "MissedWebhook")
         assert events["owned"][0] == "Normal" and "ReplicaSet rs1 creates it again" in events["owned"][1]
         assert events["bare"][0] == "Warning" and "delete and create it again" in events["bare"][1]
