@@ -31,6 +31,7 @@ from hami.device import codec
 from hami.device.codec import ascend as ascend_codec
 from hami.device.codec import awsneuron as neuron_codec
 from hami.device.codec import cambricon as cambricon_codec
+from hami.device.codec import enflame as enflame_codec
 from hami.device.codec import kunlunxin as kunlun_codec
 from hami.device.codec import metax as metax_codec
 from hami.device.model import NVIDIA, ContainerDevice, PodDevices
@@ -54,7 +55,8 @@ def only(devices: PodDevices, vendor: str) -> PodDevices:
 
 
 def allocation_annotations(devices: PodDevices, table: VendorTable | None, now: float,
-                           node: str = "", pod: Mapping | None = None) -> dict[str, str]:
+                           node: str = "", pod: Mapping | None = None, drs=None) -> dict[str, str]:
+    """`drs`: the node's Enflame DRS profiles and cards (codec.enflame.DrsNode), for its annotations."""
     vendors = vendors_of(devices)
     if not vendors or vendors == (NVIDIA,) or table is None:
         text = codec.encode_pod_devices(devices)
@@ -71,7 +73,8 @@ def allocation_annotations(devices: PodDevices, table: VendorTable | None, now: 
         if v.to_allocate_key:
             out[v.to_allocate_key] = text
         out[v.allocated_key] = text
-        out.update(_vendor_extras(v, part, now, node, pod or {}))
+        out.update(_drs_extras(part, now, pod or {}, drs) if v.hook == "enflame"
+                   else _vendor_extras(v, part, now, node, pod or {}))
     return out
 
 
@@ -111,6 +114,42 @@ def _vendor_extras(v: Vendor, part: PodDevices, now: float, node: str, pod: Mapp
                 cambricon_codec.DSMLU_PROFILE: cambricon_codec.encode_dsmlu_profile(
                     first.idx, first.usedcores, first.usedmem)}
     return {}
+
+
+def _drs_extras(part: PodDevices, now: float, pod: Mapping, drs) -> dict[str, str]:
+    """Enflame DRS's PatchAnnotations (pkg/device/enflame/device.go at v2.10.0): not yet assigned,
+    the time in ns, per container with a card (by name, init containers first) its request in
+    slices and the profile's name and id (`assigned-containers`, Go's json.Marshal of the map), and
+    the first such container's card index, minor and slice count."""
+    spec = pod.get("spec") or {}
+    names = [(c or {}).get("name", "") if isinstance(c, Mapping) else ""
+             for c in list(spec.get("initContainers") or ()) + list(spec.get("containers") or ())]
+    out = {enflame_codec.ASSIGNED: "false",
+           enflame_codec.ASSIGNED_TIME: str(int(now) * 1_000_000_000 + int(now % 1 * 1e9))}
+    assigned: dict[str, str] = {}
+    for i, ctr in enumerate(part):
+        if not ctr:
+            continue
+        chosen = ctr[0]
+        profile = enflame_codec.profile_of(drs, chosen.usedmem, chosen.usedcores)
+        size = profile.size if profile is not None and profile.size > 0 else 1
+        name = names[i] if i < len(names) and names[i] else f"container-{i}"
+        fields = [f'"allocated":false,"request":{min(size, (1 << 31) - 1)}']
+        if profile is not None and profile.id:
+            fields.append('"profileID":' + codec.go_json_string(profile.id))
+        if profile is not None and profile.name:
+            fields.append('"profileName":' + codec.go_json_string(profile.name))
+        assigned[name] = "{" + ",".join(fields) + "}"
+        index, minor = drs.cards.get(chosen.uuid, ("", "")) if drs is not None else ("", "")
+        if index and enflame_codec.ASSIGNED_INDEX not in out:
+            out[enflame_codec.ASSIGNED_INDEX] = out[enflame_codec.ASSIGNED_ID] = index
+        if minor and enflame_codec.ASSIGNED_MINOR not in out:
+            out[enflame_codec.ASSIGNED_MINOR] = minor
+        out.setdefault(enflame_codec.REQUEST_SIZE, str(size))
+    if assigned:
+        out[enflame_codec.ASSIGNED_CONTAINERS] = "{" + ",".join(
+            codec.go_json_string(k) + ":" + assigned[k] for k in sorted(assigned)) + "}"
+    return out
 
 
 def _neuron_extras(v: Vendor, part: PodDevices, now: float, node: str, pod: Mapping) -> dict[str, str]:

@@ -26,6 +26,7 @@ from hami.device import codec
 from hami.device.codec import awsneuron as neuron_codec
 from hami.device.codec import cambricon as cambricon_codec
 from hami.device.codec import cards as cards_codec
+from hami.device.codec import enflame as enflame_codec
 from hami.device.codec import kunlunxin as kunlun_codec
 from hami.device.codec import metax as metax_codec
 from hami.device.model import DeviceInfo
@@ -136,6 +137,8 @@ def decode_one(v: Vendor, node: str, annotations: Mapping[str, str], capacity: M
             if not devices:
                 raise codec.CodecError("no sdevice found on node", field=v.register_key, text=text)
             return devices
+        if v.register_format == "enflame-drs":  # Enflame DRS: the capacity JSON, not a device list
+            return enflame_codec.decode_drs_capacity(node, text, vendor=v.name)
         if v.register_format == "legacy":
             devices = codec.decode_node_devices_legacy(text)
         else:

@@ -22,6 +22,8 @@ of NVIDIA containers pays nothing for the table. Builders, after each vendor's
   proportion; whole XPUs take the generic rule (memory 0, percentage 100).
 * `amd` (pkg/device/amd, v2.10.0): limits only; memory as asked (0 = the whole card, in the fit),
   cores a percentage 1..100 of the card (default 100).
+* `enflame` (DRS vGCU, v2.10.0): one card; `drs-gcu: N` names a profile's slices (percentage 0),
+  else memory/cores pick the smallest profile holding them (percentage -1).
 * `slotsOnly` rows (Biren, Vastai): the generic rule; their fit books no memory or cores.
 * `ascend` (HAMi v2.10.0, commit 7a9fbb76 "update ascend trim" and 3494def5 "guard int32
   narrowing"): memory as asked x `memoryUnit` (HAMi's MemoryFactor), never rounded to a template
@@ -177,6 +179,32 @@ def amd_request(limits: Mapping, vendor: Vendor) -> ContainerDeviceRequest | Non
     return ContainerDeviceRequest(nums=n, type=vendor.name, memreq=mem, mempercentagereq=0, coresreq=cores)
 
 
+def drs_request(limits: Mapping, requests: Mapping, vendor: Vendor) -> ContainerDeviceRequest | None:
+    """Enflame DRS's GenerateResourceRequests (pkg/device/enflame/device.go at v2.10.0): one card;
+    `drs-gcu: N` asks for a profile of N slices directly (percentage 0); else `gcu-memory` and
+    `gcu-core` (Quantity.Value, limits then requests) ask for the smallest profile holding them
+    (percentage -1); values beyond int32 ask for nothing."""
+    present, n = _value(limits, requests, vendor.count_resource)
+    if present and n is not None and n > 0:
+        if n >= _INT32:
+            return None
+        return ContainerDeviceRequest(nums=1, type=vendor.name, memreq=n, mempercentagereq=DRS_DIRECT, coresreq=0)
+    has_mem, raw_mem = _lookup_raw(limits, requests, vendor.memory_resource)
+    has_core, raw_core = _lookup_raw(limits, requests, vendor.core_resource)
+    if not has_mem and not has_core:
+        return None
+    mem = (quantity_value(raw_mem) or 0) if has_mem else 0
+    core = (quantity_value(raw_core) or 0) if has_core else 0
+    if mem >= _INT32 or core >= _INT32:
+        return None
+    return ContainerDeviceRequest(nums=1, type=vendor.name, memreq=_int32(mem), mempercentagereq=DRS_BY_SPEC,
+                                  coresreq=_int32(core))
+
+
+DRS_DIRECT = 0  # enflameRequestModeDirect: memreq is the profile's slice count
+DRS_BY_SPEC = -1  # enflameRequestModeBySpec: memreq/coresreq pick the smallest profile holding them
+
+
 def _lookup_raw(limits: Mapping, requests: Mapping, name: str) -> tuple[bool, object]:
     if not name:
         return False, None
@@ -194,6 +222,8 @@ def vendor_request(container: Mapping, vendor: Vendor) -> ContainerDeviceRequest
         return ascend_request(limits, requests, vendor)
     if vendor.hook == "amd":
         return amd_request(limits, vendor)
+    if vendor.hook == "enflame":
+        return drs_request(limits, requests, vendor)
     if vendor.hook == "awsneuron":
         return neuron_request(limits, requests, vendor)
     if vendor.hook == "kunlunxin" and vendor.memory_resource:
@@ -234,7 +264,9 @@ def container_vendor_requests(container: Mapping, table: VendorTable, cfg: Nvidi
     out = [first] if first is not None else []
     for v in table.others:
         if v.count_resource in limits or v.count_resource in requests or (
-                v.core_requests and (v.core_resource in limits or v.core_resource in requests)):
+                v.core_requests and (v.core_resource in limits or v.core_resource in requests)) or (
+                v.hook == "enflame" and any(r and (r in limits or r in requests)
+                                            for r in (v.memory_resource, v.core_resource))):
             r = vendor_request(container, v)
             if r is not None:
                 out.append(r)

@@ -39,9 +39,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-HOOKS = ("nvidia", "generic", "ascend", "cambricon", "mthreads", "awsneuron", "kunlunxin", "metax", "amd")
+HOOKS = ("nvidia", "generic", "ascend", "cambricon", "mthreads", "awsneuron", "kunlunxin", "metax", "amd", "enflame")
 REGISTER_SOURCES = ("annotation", "capacity")
-REGISTER_FORMATS = ("json", "legacy", "metax")
+REGISTER_FORMATS = ("json", "legacy", "metax", "enflame-drs")
 
 
 class VendorError(ValueError):
@@ -220,8 +220,8 @@ class VendorTable:
         object.__setattr__(self, "other_counts", frozenset(
             [v.count_resource for v in others if v.count_resource]
             + [v.core_resource for v in others if v.core_requests and v.core_resource]
-            # AMD's admission takes a pod naming only its memory or cores (pkg/device/amd).
-            + [r for v in others if v.hook == "amd" for r in (v.memory_resource, v.core_resource) if r]))
+            # AMD's and Enflame DRS's admission take a pod naming only their memory or cores.
+            + [r for v in others if v.hook in ("amd", "enflame") for r in (v.memory_resource, v.core_resource) if r]))
         object.__setattr__(self, "other_allocated",
                            tuple((v.allocated_key, v) for v in others if v.allocated_key))
         object.__setattr__(self, "register_annotations", frozenset(
@@ -426,7 +426,7 @@ _SECTION_ROWS = {
               "Metax-SGPU": {"resourceVCountName": "count_resource", "resourceVMemoryName": "memory_resource",
                              "resourceVCoreName": "core_resource"}},
     "enflame": {"GCU": {"resourceNameGCU": "count_resource"},
-                "DRS-GCU": {"resourceNameDRSGCU": "count_resource", "resourceNameGCUMemory": "memory_resource",
+                "Enflame": {"resourceNameDRSGCU": "count_resource", "resourceNameGCUMemory": "memory_resource",
                             "resourceNameGCUCore": "core_resource"}},
 }
 

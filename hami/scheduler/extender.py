@@ -277,7 +277,8 @@ class Extender:
         annotations = {
             VGPU_NODE: node,
             codec.VGPU_TIME_ANNOTATION: codec.encode_unix_seconds(now),
-            **allocation_annotations(sel.devices, self.config.vendors, now, node, pod),
+            **allocation_annotations(sel.devices, self.config.vendors, now, node, pod,
+                                     drs=getattr(index.nodes.get(node), "drs", None)),
         }
         devices_text = annotations.get(codec.ALLOCATED_ANNOTATION, "")
         if sel.mig:
@@ -421,7 +422,8 @@ class Extender:
         best = fits[0]
         now = self.clock()
         annotations = {VGPU_NODE: node, codec.VGPU_TIME_ANNOTATION: codec.encode_unix_seconds(now),
-                       **allocation_annotations(best.devices, self.config.vendors, now, node, pod)}
+                       **allocation_annotations(best.devices, self.config.vendors, now, node, pod,
+                                                drs=getattr(index.node(node), "drs", None))}
         if best.mig:
             annotations[codec.MIG_ALLOCATIONS_ANNOTATION] = codec.encode_mig_allocations(
                 codec.MigAllocation(c, d, u, p, pl) for c, d, u, p, pl in best.mig)

@@ -71,6 +71,7 @@ from .vendorrules import (
     card_groups,
     die_mode,
     fit_amd,
+    fit_drs,
     fit_metax,
     fit_neuron,
     fit_xpu,
@@ -678,7 +679,7 @@ def _fit_vendor(
     ok, chosen, reason = fit_vendor_devices(
         [d for d in order if d.vendor == vtype], request, vendor, opts.annotations or {}, node.cordoned,
         opts.is_mutex, same_card, node.networks, node.app_classes, node.link_zones, node.qos_expected,
-        node.dies,
+        node.dies, node.drs,
     )
     if not ok:
         return None, reason, work
@@ -723,6 +724,7 @@ def fit_vendor_devices(
     link_zones: Mapping[str, int] | None = None,
     qos_expected: Mapping[str, str] | None = None,
     dies: Mapping[str, tuple[str | None, str | None]] | None = None,
+    drs=None,
 ) -> tuple[bool, list[ContainerDevice], str]:
     """The Fit HAMi's vendor packages share (pkg/device/{ascend,cambricon,hygon,...}/device.go):
     NVIDIA's walk without MIG, topology, quota or numa-bind, with the vendor's own use/nouse
@@ -747,6 +749,14 @@ def fit_vendor_devices(
             devices, request,
             lambda t: (use_t is None or any(u in go_to_upper(t) for u in use_t)) and (
                 nouse_t is None or not any(u in go_to_upper(t) for u in nouse_t)),
+            lambda i: (use_u is None or i in use_u) and (nouse_u is None or i not in nouse_u), is_mutex,
+            lambda d, mem, cores: ContainerDevice(d.id, request.type, mem, cores, d.index))
+        return ok, chosen, "" if ok else gen_reason(counts, len(devices))
+    if vendor.hook == "enflame":  # DRS vGCU: a profile of the node's, then its cards
+        use_u, nouse_u = _split_uuids(annotations.get(vendor.use_uuid_key)), _split_uuids(
+            annotations.get(vendor.nouse_uuid_key))
+        ok, chosen, counts = fit_drs(
+            devices, request, drs, request.mempercentagereq == 0,
             lambda i: (use_u is None or i in use_u) and (nouse_u is None or i not in nouse_u), is_mutex,
             lambda d, mem, cores: ContainerDevice(d.id, request.type, mem, cores, d.index))
         return ok, chosen, "" if ok else gen_reason(counts, len(devices))

@@ -31,6 +31,7 @@ def only_devices(node: NodeUsage, ids: frozenset[str]) -> NodeUsage:
         copy.app_classes = {k: list(v) for k, v in node.app_classes.items()}
     copy.qos_expected = node.qos_expected
     copy.dies = node.dies
+    copy.drs = node.drs
     return copy
 
 

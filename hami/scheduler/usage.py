@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from hami.device.codec.ascend import network_ids
 from hami.device.codec.cards import node_topology
+from hami.device.codec.enflame import DrsNode, drs_node
 from hami.device.codec.metax import link_zones
 from hami.device.codec.vastai import die_cards
 from hami.device.model import (
@@ -174,7 +175,7 @@ class NodeUsage:
     __slots__ = (
         "name", "devices", "by_id", "cordoned", "pair_scores", "score_value", "orders",
         "nvidia_count", "all_nvidia", "request_free", "has_mig", "fail_summary", "changes", "networks",
-        "app_classes", "link_zones", "topology", "qos_expected", "dies",
+        "app_classes", "link_zones", "topology", "qos_expected", "dies", "drs",
     )
 
     def __init__(
@@ -200,6 +201,8 @@ class NodeUsage:
         self.qos_expected: dict[str, str] | None = None
         # Vastai: {die id: (DeviceStrategy, AIC card id)} (codec.vastai.die_cards); None elsewhere.
         self.dies: Mapping[str, tuple[str | None, str | None]] | None = None
+        # Enflame DRS: the node's profiles and each card's index and minor (codec.enflame.drs_node).
+        self.drs: DrsNode | None = None
         self.devices = devices
         self.by_id = {d.id: d for d in devices}
         self.cordoned = frozenset(cordoned)
@@ -421,6 +424,7 @@ class UsageIndex:
         node = NodeUsage(name, [DeviceState.from_info(d) for d in devices], cordoned, pair_scores,
                          network_ids(devices), link_zones(devices), node_topology(devices))
         node.dies = die_cards(devices)
+        node.drs = drs_node(devices)
         if self.qos_expected:  # JitteryQosCache.Sync: a card registering the expected QoS is done
             expected = self.qos_expected
             for d in devices:

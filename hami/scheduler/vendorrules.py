@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
+from hami.device.codec.enflame import choose_profile
+
 from .policy import f32
 
 VNPU_MODE = "huawei.com/vnpu-mode"
@@ -568,3 +570,51 @@ def aic_score(containers: Sequence[Sequence[str]], dies: Mapping[str, tuple[str 
             counts[aic] = counts.get(aic, 0) + 1
         score = f32(score + f32(f32(max(counts.values())) / f32(sum(counts.values()))))
     return score
+
+
+# --------------------------------------------------------------------------- Enflame DRS vGCU
+
+_MODE_NOT_FIT = "ModeNotFit"
+_INT32_MAX = (1 << 31) - 1
+
+
+def fit_drs(devices: Sequence, request, drs, direct: bool, uuid_ok, is_mutex: bool, make):
+    """Enflame DRS's Fit (pkg/device/enflame/device.go at v2.10.0): the profile the request names
+    (codec.enflame.choose_profile over the node's profiles, `drs`), else the node is `ModeNotFit`;
+    then the cards walked from the end: health, the enflame.com use/nouse gpuuuid annotations
+    (`uuid_ok`), slices left, mutex, the profile's memory (GB x 1024) and core percent. A chosen
+    card books the profile's memory and cores. Returns (fits, chosen, reason counts)."""
+    profile = choose_profile(drs, request.memreq, request.coresreq, direct) if drs is not None else None
+    if (profile is None or not 0 < profile.size <= _INT32_MAX or not 0 < profile.memory_gb <= _INT32_MAX // 1024
+            or profile.core_percent > _INT32_MAX):
+        return False, [], {_MODE_NOT_FIT: 1}
+    mem, cores = profile.memory_gb * 1024, profile.core_percent
+    nums = request.nums
+    chosen: list = []
+    reason: dict[str, int] = {}
+
+    def miss(key: str) -> None:
+        reason[key] = reason.get(key, 0) + 1
+
+    for dev in reversed(devices):
+        if not dev.health:
+            miss(_CARD_NOT_HEALTH)
+        elif not uuid_ok(dev.id):
+            miss(_UUID_MISMATCH)
+        elif dev.count <= dev.used:
+            miss(_SLOTS_EXHAUSTED)
+        elif is_mutex and dev.used > 0:
+            miss(_EXCLUSIVE_CONFLICT)
+        elif dev.totalmem - dev.usedmem < mem:
+            miss(_MEMORY)
+        elif dev.totalcore > 0 and dev.totalcore - dev.usedcores < cores:
+            miss(_CORE)
+        else:
+            if nums > 0:
+                nums -= 1
+                chosen.append(make(dev, mem, cores))
+            if nums == 0:
+                return True, chosen, {}
+    if chosen:
+        reason[_ALLOCATED_INSUFFICIENT] = len(chosen)
+    return False, chosen, reason

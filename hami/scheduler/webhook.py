@@ -257,6 +257,42 @@ def _mutate_amd(limits: Mapping, v: Vendor) -> bool:
     return any(name in limits for name in (v.count_resource, v.memory_resource, v.core_resource) if name)
 
 
+def _mutate_drs(ctr: dict, v: Vendor) -> bool:
+    """Enflame DRS's MutateAdmission (pkg/device/enflame/device.go at v2.10.0): `drs-gcu` (limits,
+    else requests) must be above 0; else `gcu-memory` must be above 0 and `gcu-core` in (0,100];
+    a value named in only one of limits and requests is copied to the other."""
+    limits, requests = _resources(ctr)
+    names = [n for n in (v.count_resource, v.memory_resource, v.core_resource) if n]
+    if not any(n in limits or n in requests for n in names):
+        return False
+    if v.count_resource in limits or v.count_resource in requests:
+        if (quantity_value(limits.get(v.count_resource, requests.get(v.count_resource))) or 0) <= 0:
+            raise _Reject(500, f"{v.count_resource} must be greater than 0")
+        _mirror(ctr, v.count_resource)
+        return True
+    mem = limits.get(v.memory_resource, requests.get(v.memory_resource))
+    core = limits.get(v.core_resource, requests.get(v.core_resource))
+    if mem is not None and (quantity_value(mem) or 0) <= 0:
+        raise _Reject(500, f"{v.memory_resource} must be greater than 0")
+    if core is not None and not 0 < (quantity_value(core) or 0) <= 100:
+        raise _Reject(500, f"{v.core_resource} must be in range (0,100]")
+    for name in (v.memory_resource, v.core_resource):
+        if name and (name in limits or name in requests):
+            _mirror(ctr, name)
+    return True
+
+
+def _mirror(ctr: dict, name: str) -> None:
+    """The value in limits (else requests) set in whichever of the two lacks it."""
+    res = ctr.setdefault("resources", {})
+    for key in ("limits", "requests"):
+        if not isinstance(res.get(key), dict):
+            res[key] = {}
+    value = res["limits"].get(name, res["requests"].get(name))
+    res["limits"].setdefault(name, value)
+    res["requests"].setdefault(name, value)
+
+
 def _mutate_vendor(ctr: dict, v: Vendor, pod: dict | None = None) -> bool:
     """Another vendor's MutateAdmission: the count resource in limits means the container has
     that vendor's device. Ascend (pkg/device/ascend MutateAdmission) also rounds the memory limit
@@ -267,6 +303,8 @@ def _mutate_vendor(ctr: dict, v: Vendor, pod: dict | None = None) -> bool:
     limits, _ = _resources(ctr)
     if v.hook == "amd":
         return _mutate_amd(limits, v)
+    if v.hook == "enflame":
+        return _mutate_drs(ctr, v)
     if v.count_resource not in limits:
         return False
     if v.hook == "metax":

@@ -25,6 +25,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
+import orjson
+
 from hami.device import codec
 from hami.device.codec import metax as metax_codec
 from hami.device.model import DeviceInfo
@@ -68,6 +70,12 @@ def vendor_registration(node: str, node_index: int, shapes: Sequence[tuple[Vendo
                 capacity[v.memory_resource] = str(units)
             capacity[v.count_resource] = str(int(capacity.get(v.count_resource, "0")) + cards)
             continue
+        if v.register_format == "enflame-drs":  # Enflame's plugin: the DRS capacity JSON (6 slices a card)
+            annos[v.register_key] = orjson.dumps({
+                "devices": [{"index": str(i), "minor": str(i), "capacity": DRS_SLICES} for i in range(cards)],
+                "profiles": dict(DRS_PROFILES)}).decode()
+            capacity[v.count_resource] = str(cards * DRS_SLICES)
+            continue
         count = _count_per_card(v)
         devices = [DeviceInfo(id=f"{v.name}-{node_index:04x}-{i:04x}", count=count, devmem=memory, devcore=100,
                               type=v.name, index=i, numa=0, mode="", health=True) for i in range(cards)]
@@ -84,6 +92,11 @@ def vendor_registration(node: str, node_index: int, shapes: Sequence[tuple[Vendo
             annos[v.register_key] = codec.encode_node_devices(devices)
             capacity[v.count_resource] = str(cards)
     return annos, capacity
+
+
+# An Enflame S60's DRS profiles as HAMi's tests register them (pkg/device/enflame/device_test.go).
+DRS_SLICES = 6
+DRS_PROFILES = (("1g.6gb", "0"), ("3g.20gb", "1"), ("6g.40gb", "2"))
 
 
 def network_id(v: Vendor, index: int) -> int:

@@ -35,6 +35,9 @@ def test_every_section_of_hami_v210_chart_device_config_loads():
         "cambricon.com/vmlu", "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore")
     assert t.get("DCU").count_resource == "hygon.com/dcunum"
     assert t.get("GCU").count_resource == "enflame.com/gcu"
+    drs = t.get("Enflame")
+    assert (drs.count_resource, drs.memory_resource, drs.core_resource) == (
+        "enflame.com/drs-gcu", "enflame.com/gcu-memory", "enflame.com/gcu-core")
     assert t.get("AWSNeuron").core_resource == "aws.amazon.com/neuroncore"
     assert t.get("Mthreads").count_resource == "mthreads.com/vgpu"
     b3 = t.get("Ascend910B3")

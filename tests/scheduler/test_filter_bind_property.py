@@ -112,6 +112,11 @@ def cases(draw, v: Vendor):
     devcore = draw(st.sampled_from((100, 20, 8)))  # what a JSON-registering plugin says a card has
     limits = {v.count_resource: str(draw(st.integers(1, cards)))}
     annotations: dict[str, str] = {}
+    if v.hook == "enflame":  # DRS: a profile's slices (the sim's 1g/3g/6g), or memory and cores
+        if draw(st.booleans()):
+            return cards, memory, False, 100, {v.count_resource: str(draw(st.sampled_from((1, 3, 6))))}, {}
+        return cards, memory, False, 100, {v.memory_resource: str(draw(st.integers(1, 40960))),
+                                           v.core_resource: str(draw(st.integers(1, 100)))}, {}
     if v.memory_resource and draw(st.booleans()):
         limits[v.memory_resource] = str(draw(st.integers(1, max(1, memory // unit))))
     if v.core_resource and (v.hook != "ascend" or hami_core) and draw(st.booleans()):

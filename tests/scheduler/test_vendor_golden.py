@@ -37,6 +37,7 @@ from hami.device.allocation import allocation_annotations
 from hami.device.codec import CodecError
 from hami.device.codec.ascend import network_ids
 from hami.device.codec.cards import node_topology, topology_info
+from hami.device.codec.enflame import drs_node
 from hami.device.codec.golang import go_json_value
 from hami.device.codec.vastai import die_cards
 from hami.device.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo
@@ -135,12 +136,15 @@ def test_fit(vendor, case):
                                               same_card=same, networks=_networks(case["devices"]),
                                               app_classes=_app_classes(case["devices"]),
                                               link_zones=_link_zones(case["devices"]),
-                                              qos_expected=case.get("qos_expected"), dies=_dies(case["devices"]))
+                                              qos_expected=case.get("qos_expected"), dies=_dies(case["devices"]),
+                                              drs=_drs(case["devices"]))
     assert fits is case["fits"]
     assert reason == case["reason"]
     if fits:
         assert [c.uuid for c in chosen] == case["ids"]
         assert all(c.type == vendor for c in chosen)
+        if "want_shares" in case:  # (memory MiB, cores) each chosen device books
+            assert [[c.usedmem, c.usedcores] for c in chosen] == case["want_shares"]
 
 
 def _link_zones(devices: list[dict]):
@@ -158,6 +162,12 @@ def _dies(devices: list[dict]):
     """Vastai: each die's DeviceStrategy and card (AIC) as the scheduler reads its custominfo."""
     return die_cards(DeviceInfo(d["id"], 1, 0, 0, "", custom_info=go_json_value(d["custominfo"]))
                      for d in devices if "custominfo" in d)
+
+
+def _drs(devices: list[dict]):
+    """Enflame DRS: the node's profiles and cards as the scheduler reads their custominfo."""
+    return drs_node(DeviceInfo(d["id"], 1, 0, 0, "", custom_info=go_json_value(d["custominfo"]))
+                    for d in devices if "custominfo" in d)
 
 
 def _networks(devices: list[dict]):
@@ -191,9 +201,12 @@ def test_score(vendor, case):
 def test_patch(vendor, case):
     devices = tuple(tuple(ContainerDevice(**d) for d in ctr) for ctr in case["devices"])
     table = TABLE.with_vendor(_row(vendor, case))
-    pod = {"metadata": {"annotations": case.get("pod_annotations", {})},
-           "spec": {"containers": [{"resources": {"limits": lim}} for lim in case.get("containers_limits", ())]}}
-    assert allocation_annotations(devices, table, case["now"], case.get("node", ""), pod) == case["want"]
+    ctrs = [{"resources": {"limits": lim}} for lim in case.get("containers_limits", ())]
+    for ctr, name in zip(ctrs, case.get("container_names", ()), strict=False):
+        ctr["name"] = name
+    pod = {"metadata": {"annotations": case.get("pod_annotations", {})}, "spec": {"containers": ctrs}}
+    drs = _drs(case["node_devices"]) if "node_devices" in case else None  # Enflame DRS: the node's profiles
+    assert allocation_annotations(devices, table, case["now"], case.get("node", ""), pod, drs=drs) == case["want"]
 
 
 @pytest.mark.parametrize(("vendor", "case"), _cases("admission"))
