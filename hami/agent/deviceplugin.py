@@ -478,8 +478,10 @@ class PodAllocator:
                 anns[MIG_ALLOCATIONS] = mig_text  # migUUID, gpuInstanceID, computeInstanceID filled in
             meta = pod["metadata"]
             try:
-                patched = await self.client.patch_pod(meta["namespace"], meta["name"],
-                                                      {"metadata": {"annotations": anns}})
+                # The label HAMi's vGPU monitor lists running pods by: the scheduler's Binding
+                # cannot carry it, and this patch is made anyway (hami.scheduler.labeler).
+                patched = await self.client.patch_pod(meta["namespace"], meta["name"], {"metadata": {
+                    "annotations": anns, "labels": {alloc.ANN_VGPU_NODE: self.node_name}}})
             except asyncio.CancelledError:
                 await self._abandon(pod, owns_lock)
                 raise

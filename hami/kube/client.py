@@ -311,10 +311,14 @@ class KubeClient:
     async def patch_pod(self, namespace: str, name: str, patch: Any, content_type: str = MERGE_PATCH) -> dict:
         return await self.patch("pods", name, patch, namespace, content_type=content_type)
 
-    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> Any:
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str,
+                       annotations: dict[str, str] | None = None) -> Any:
+        """POST pods/<name>/binding; `annotations` travel in the Binding's metadata and kube-apiserver
+        merges them into the pod in the same write that sets spec.nodeName (BindingREST)."""
         body = {
             "apiVersion": "v1", "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
+            "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {}),
+                         **({"annotations": annotations} if annotations else {})},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         return await self.request("create", "pods/binding", "POST",

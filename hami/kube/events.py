@@ -10,7 +10,12 @@ map. The `run(stop)` task drains it, one write at a time, on the client's *backg
   single pod;
 * the pending map is bounded by what the background lane can absorb (its burst, unless
   `max_pending` is given): when the lane is over budget, new events are dropped, counted in
-  `dropped` (`hami_scheduler_events_dropped`) and logged once. `record` never blocks.
+  `dropped` (`hami_scheduler_events_dropped`) and logged once per reason. `record` never blocks;
+* `supersedes` ranks reasons: an event of a reason named there (the scheduler's BindingSucceed)
+  takes the place of the same pod's still pending events of the reasons it lists (FilteringSucceed:
+  the bind says where the filter put it), counted in `superseded`, and when the pending map is
+  full it evicts the oldest pending event of those reasons of any pod (counted as a drop) rather
+  than being dropped itself, so in a burst every pod that bound gets its event.
 The source component is the scheduler name.
 """
 
@@ -59,7 +64,7 @@ class EventRecorder:
     def __init__(self, client: KubeClient | None, component: str, *, instance: str = "",
                  qps: float = 0.0, burst: int = 50, per_object_burst: int = 25,
                  per_object_refill_s: float = 300.0, max_pending: int | None = None,
-                 clock: Callable[[], float] = time.time):
+                 supersedes: dict[str, tuple[str, ...]] | None = None, clock: Callable[[], float] = time.time):
         self.client = client
         self.component = component or "hami-scheduler"
         self.instance = instance
@@ -71,6 +76,11 @@ class EventRecorder:
             lane = getattr(client, "budgets", {}).get(BACKGROUND)
             max_pending = max(64, lane.burst, int(lane.qps * 30)) if lane is not None and lane.qps > 0 else 4096
         self.max_pending = max_pending
+        self.supersedes = supersedes or {}
+        self._outranked = frozenset(r for rs in self.supersedes.values() for r in rs)
+        # pending keys whose reason a ranked event may take the place of, oldest first
+        self._evictable: OrderedDict[_PendingKey, None] = OrderedDict()
+        self.superseded = 0
         self.clock = clock
         # (ns, name, type, reason) -> (pod ref, {message: pending repeats})
         self._pending: OrderedDict[_PendingKey, tuple[tuple[str, str, str], dict[str, int]]] = OrderedDict()
@@ -109,11 +119,35 @@ class EventRecorder:
                     self._drop("too many distinct messages for one pod and reason")
                 messages[message] = 1
         else:
+            ranked = self.supersedes.get(reason)
+            if ranked:
+                for t in (NORMAL, WARNING):
+                    for r in ranked:
+                        if self._take((ref[0], ref[1], t, r)):
+                            self.superseded += 1
             if len(self._pending) >= self.max_pending:
-                self._drop("background lane over budget")
-                return
+                if not ranked or not self._evictable:
+                    self._drop("background lane over budget")
+                    return
+                self._take(next(iter(self._evictable)))
+                self._drop(f"background lane over budget: a {reason} event took the place of a pending "
+                           f"{'/'.join(ranked)} event")
             self._pending[key] = (ref, {message: 1})
+            if reason in self._outranked:
+                self._evictable[key] = None
         self._wake.set()
+
+    def _take(self, key: _PendingKey) -> bool:
+        """Remove a pending slot (superseded or evicted); False if there was none."""
+        if self._pending.pop(key, None) is None:
+            return False
+        self._evictable.pop(key, None)
+        return True
+
+    def _next(self) -> tuple[_PendingKey, tuple]:
+        pkey, slot = self._pending.popitem(last=False)
+        self._evictable.pop(pkey, None)
+        return pkey, slot
 
     def _drop(self, why: str) -> None:
         self.dropped += 1
@@ -148,7 +182,7 @@ class EventRecorder:
     async def flush(self) -> None:
         """Write everything pending now (used by run() and by tests)."""
         while self._pending:
-            pkey, (ref, messages) = self._pending.popitem(last=False)
+            pkey, (ref, messages) = self._next()
             await self._write_slot(pkey, ref, messages)
         await self._idle.wait()  # writes the background task already took off the queue
 
@@ -173,7 +207,7 @@ class EventRecorder:
                 await asyncio.sleep((1.0 - tokens) / self.qps)
                 continue
             tokens -= 1.0
-            pkey, (ref, messages) = self._pending.popitem(last=False)
+            pkey, (ref, messages) = self._next()
             await self._write_slot(pkey, ref, messages)
         # best effort on shutdown
         try:

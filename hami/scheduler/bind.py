@@ -1,20 +1,26 @@
-"""/bind (spec scheduler.md §3.3): node lock, one pod patch, POST pods/<name>/binding: three writes.
+"""/bind (spec scheduler.md §3.3): node lock, then POST pods/<name>/binding: two writes.
 
-The one pod patch carries the placement /filter decided (held in memory, `Assumed.annotations`:
-vgpu-node, vgpu-time, devices-to-allocate, devices-allocated, MIG) together with
-bind-phase=allocating and bind-time, so HAMi's device plugin finds all of it at Allocate and a
-replica dying between /filter and /bind leaves nothing behind. A /bind without this replica's
-decision (the other replica filtered) places the pod on the node from the cache (`place`).
-A node locked by another pod's allocation is waited for (up to `lock_queue` seconds, watching
-the node) instead of failing the bind into kube-scheduler's back-off; the wait costs no write.
+The Binding carries, in its metadata.annotations, the placement /filter decided (held in memory,
+`Assumed.annotations`: vgpu-node, vgpu-time, devices-to-allocate, devices-allocated, MIG) with
+bind-phase=allocating and bind-time; kube-apiserver merges them into the pod in the same write
+that sets spec.nodeName (BindingREST.setPodHostAndAnnotations), so HAMi's device plugin, which
+only looks for the pod once it is bound, finds all of it at Allocate, and a replica dying between
+/filter and /bind (or between lock and binding) leaves nothing on the pod. The label
+`hami.io/vgpu-node` cannot travel in a Binding; only HAMi's vGPU monitor reads it, for pods
+already running, so it is written off the critical path (labeler.py; our node agent sets it in
+its Allocate patch, leaving the labeler nothing to do). A /bind without this replica's decision
+(the other replica filtered) places the pod on the node from the cache (`place`). A node locked
+by another pod's allocation is waited for (up to `lock_queue` seconds, watching the node) instead
+of failing the bind into kube-scheduler's back-off; the wait costs no write.
 
 No API reads: the pod and node come from the informers (or from what /filter decided).
 Two replicas stay correct: after taking the node lock (a compare-and-swap), the binder waits
-(bounded) until its pod cache has caught up to the lock's resourceVersion, then re-checks the
-pod's devices with the fit /filter runs (`Extender.recheck`, recheck.py: the same function,
-the same PodRequest, the same index): a pod placed on the same GPU by another replica's
-concurrent /filter is re-fitted on the node's other devices, or fails here (the lock is
-released and kube-scheduler re-filters it), and no GPU is ever over-committed.
+(bounded) until its pod cache holds every placement committed on the node before the lock
+(lockhistory.py: the last holder's pod seen placed there, or the pod watch past the lock's
+release), then re-checks the pod's devices with the fit /filter runs (`Extender.recheck`,
+recheck.py): a pod placed on the same GPU by another replica's concurrent /filter is re-fitted on
+the node's other devices (the Binding carries that placement instead: no extra write), or fails
+here (the lock is released and kube-scheduler re-filters it), and no GPU is ever over-committed.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from hami.kube.lanes import urgent
 from hami.kube.nodelock import NodeLocker, NodeLockError
 from hami.obs.log import get_logger
 from hami.scheduler import messages
+from hami.scheduler.lockhistory import LockHistory
 from hami.scheduler.recheck import taken_message
 from hami.scheduler.state import VGPU_NODE, ClusterState
 
@@ -88,6 +95,12 @@ class Binder:
         self.place: Callable[[dict, str], object | None] | None = None
         # The re-check under the lock (Extender.recheck: /filter's own fit); None = no re-check.
         self.recheck: Callable[[dict, str, tuple], tuple[bool, object | None, str]] | None = None
+        # Who held each node's lock last (the node watch): when the re-check may trust the pod cache.
+        self.history: LockHistory | None = None
+        # node -> "ns/name" of the last pod this binder locked it for (its placement is in our index).
+        self._own_holder: dict[str, str] = {}
+        # Called with (ns, name, node) after a binding that carried a placement (the label writer).
+        self.on_bound: Callable[[str, str, str], None] | None = None
 
     def _fail(self, ref, msg: str) -> str:
         self.events.record(ref, WARNING, messages.BINDING_FAILED, msg)
@@ -130,6 +143,8 @@ class Binder:
             return None
         if bound == node:
             self.already_bound += 1
+            if self.on_bound is not None:  # the attempt that bound it may have ended in an error
+                self.on_bound(ns, name, node)
             log.v(2).info("Bind of a pod already bound to that node: nothing to do", pod=f"{ns}/{name}", node=node)
             return ""
         # The text kube-apiserver gives the binding it would refuse: the same whichever of us sees it.
@@ -195,32 +210,28 @@ class Binder:
                     await self._release(node, ns, name)
                 return self._fail(ref, err)
         try:
-            marks = {**placement, codec.BIND_PHASE_ANNOTATION: "allocating",
-                     codec.BIND_TIME_ANNOTATION: codec.encode_unix_seconds(self.clock())}
-            patch: dict = {"metadata": {"annotations": marks}}
-            if placement:
-                patch["metadata"]["labels"] = {VGPU_NODE: node}
-            marked = await self.client.patch_pod(ns, name, patch)
             if locked:
-                err, placed = await self._recheck(node, ns, name, devices, pod, marked)
+                err, placed = await self._recheck(node, ns, name, devices, pod)
                 if placed is not None:
                     # Taken by a concurrent placement (another replica): the fit found the pod
                     # other devices on this node, under the lock, with every committed pod counted.
                     self.refits += 1
-                    await self.client.patch_pod(ns, name, {"metadata": {
-                        "annotations": dict(placed.annotations or {}), "labels": {VGPU_NODE: node}}})
+                    placement = dict(placed.annotations or {})
                 if err:
-                    await self._unmark(ns, name, placement)
                     await self._release(node, ns, name)
                     return self._fail(ref, err)
-            log.v(5).info("Pod marked allocating", pod=f"{ns}/{name}", node=node, checked=locked)
-            await self.client.bind_pod(ns, name, ref[2], node)
+            marks = {**placement, codec.BIND_PHASE_ANNOTATION: "allocating",
+                     codec.BIND_TIME_ANNOTATION: codec.encode_unix_seconds(self.clock())}
+            log.v(5).info("Binding with the placement", pod=f"{ns}/{name}", node=node, checked=locked)
+            await self.client.bind_pod(ns, name, ref[2], node, annotations=marks)
         except ApiError as exc:
             if locked:
                 await self._release(node, ns, name)
             for key in own:
                 await self._own_release(node, key)
             return self._fail(ref, str(exc))
+        if placement and self.on_bound is not None:
+            self.on_bound(ns, name, node)
         self.events.record(ref, NORMAL, messages.BINDING_SUCCEED, messages.binding_succeed_message(node, ns, name))
         log.v(2).info("Bound pod", pod=f"{ns}/{name}", node=node)
         return ""
@@ -280,36 +291,20 @@ class Binder:
         except NodeLockError as exc:
             log.warning("Node lock release failed", node=node, pod=f"{ns}/{name}", error=str(exc))
 
-    async def _unmark(self, ns: str, name: str, placement: dict | None = None) -> None:
-        """Take back what this bind wrote (bind-phase and, if it wrote them, the placement)."""
-        annos = dict.fromkeys(placement or ())
-        annos.update({codec.BIND_PHASE_ANNOTATION: None, codec.BIND_TIME_ANNOTATION: None})
-        patch: dict = {"metadata": {"annotations": annos}}
-        if placement:
-            patch["metadata"]["labels"] = {VGPU_NODE: None}
-        try:
-            await self.client.patch_pod(ns, name, patch)
-        except ApiError as exc:
-            log.warning("Could not clear bind-phase", pod=f"{ns}/{name}", error=str(exc))
-
-    async def _recheck(self, node: str, ns: str, name: str, devices, pod: dict | None,
-                       marked: dict | None) -> tuple[str, object | None]:
+    async def _recheck(self, node: str, ns: str, name: str, devices,
+                       pod: dict | None) -> tuple[str, object | None]:
         """Under the node lock: do the devices /filter chose still fit? The same fit /filter ran
         (`Extender.recheck`, hami/scheduler/recheck.py), never a second rendering of it.
         ("", None): they do; ("", placement): they were taken but the pod fits the node on others
-        (write that instead); (error, None): the pod no longer fits the node.
-
-        Every earlier binder on this node marked its pod before releasing the lock we now hold,
-        and our own mark came after we took it: once the pod watch has delivered our mark, it
-        has delivered theirs too.
+        (bind with that instead); (error, None): the pod no longer fits the node.
         """
-        pods = self.state.pods
-        mark_rv = ((marked or {}).get("metadata") or {}).get("resourceVersion", "")
-        if pods is not None and mark_rv:
-            await pods.wait_for(lambda: pods.rv_at_least(mark_rv), self.catch_up)
+        await self._caught_up(node, f"{ns}/{name}")
         if self.recheck is None:
             return "", None
-        pod = self.state.pod(ns, name) or marked or pod
+        pods = self.state.pods
+        if self.state.pod(ns, name) is None and pod is None and pods is not None:
+            await pods.wait_for(lambda: self.state.pod(ns, name) is not None, self.catch_up)
+        pod = self.state.pod(ns, name) or pod
         if pod is None:
             return f'pods "{name}" not found', None
         kept, placed, reason = self.recheck(pod, node, devices)
@@ -320,3 +315,34 @@ class Binder:
             return "", placed
         return taken_message(node, reason), None
 
+    async def _caught_up(self, node: str, key: str) -> None:
+        """Wait (bounded by `catch_up`) until the pod cache holds every placement committed on
+        `node` before our lock: every earlier holder bound its pod before its lock was released,
+        and the watch delivers in order, so the last holder's pod seen there (or placed by us:
+        our index counts it) or the watch past the release is enough (lockhistory.py)."""
+        pods = self.state.pods
+        if pods is None:
+            return
+        basis = self.history.basis(node) if self.history is not None else None
+        if basis is None:  # no history kept: the watch must reach our own lock write
+            fresh = self.locker._fresh.get(node)
+            rv = ((fresh or {}).get("metadata") or {}).get("resourceVersion", "")
+            holder = ""
+        else:
+            rv, holder = basis.rv, basis.holder
+        own = self._own_holder.get(node)
+        self._own_holder[node] = key
+
+        def ready() -> bool:
+            if holder and (holder == own or holder == key or self._placed_on(holder, node)):
+                return True
+            return not rv or pods.rv_at_least(rv)
+
+        if not ready():
+            await pods.wait_for(ready, self.catch_up)
+
+    def _placed_on(self, key: str, node: str) -> bool:
+        ns, _, name = key.partition("/")
+        pod = self.state.pod(ns, name)
+        return pod is not None and ((pod.get("spec") or {}).get("nodeName") == node
+                                    or bool((pod.get("metadata") or {}).get("deletionTimestamp")))

@@ -12,8 +12,9 @@
   the decision (node, devices, the annotations vgpu-node, vgpu-time, devices-to-allocate,
   devices-allocated, MIG allocations) is counted in the usage cache and held in this replica
   (`assumed`); nothing is written and no API round trip delays the answer. /bind writes it with
-  bind-phase in one patch after taking the node lock (bind.py). Nodes mid-allocation (locked, or
-  with one of our binds in flight) are skipped while another node fits. `write_at_filter` keeps
+  bind-phase in the Binding after taking the node lock (bind.py). Nodes with more pending (decisions
+  held, binds in flight, a lock) than the least busy candidate are skipped while another node fits
+  (busy.py). `write_at_filter` keeps
   HAMi's flow (patch at /filter) for the benchmark's model of it.
 * Full-Nodes mode: the nodes come in the request; their registrations (NVIDIA's and every other
   vendor's, as the node watch reads them) are decoded through the
@@ -51,6 +52,7 @@ from hami.scheduler import messages
 from hami.scheduler import policy as policymod
 from hami.scheduler import recheck as recheckmod
 from hami.scheduler import score as scoremod
+from hami.scheduler.busy import Busy, Held
 from hami.scheduler.extargs import ArgsDecoder, BadArgs, lower_keys
 from hami.scheduler.fit import try_pod
 from hami.scheduler.metrics import SchedulerMetrics, split_bind
@@ -174,7 +176,9 @@ class Extender:
         self.webhook = webhook
         self.requests_fn = requests_fn
         self.clock = clock
-        self.assumed: dict[str, Assumed] = {}
+        # uid -> decision held until its /bind; counted per node (a node with decisions pending
+        # is busy for the funnel avoidance, busy.py)
+        self.assumed: Held = Held()
         # HAMi's flow patches the placement at /filter (one more write per pod, a round trip before
         # answering, and annotations left behind by a replica that dies before /bind). Ours holds
         # it here and /bind writes it with bind-phase in one patch, re-checking the fit under the lock.
@@ -323,7 +327,7 @@ class Extender:
             sel = self._first_fit(names, preq, index)
             return sel, [(sel.node, sel.score)] if sel.node else []
         if self.avoid_locked and not prioritize:
-            busy = self._busy_nodes()
+            busy = self._busy_nodes(node_names)
             if busy:
                 free = [n for n in node_names if n not in busy]
                 if free and len(free) < len(node_names):
@@ -348,7 +352,7 @@ class Extender:
     def _first_fit(self, names, preq: fitmod.PodRequest, index: UsageIndex) -> scoremod.Selection:
         """select_node's answer from the candidate order kept between requests (nodeorder.py),
         with the avoid-locked rule: a busy node only when no other node fits."""
-        busy = self._busy_nodes() if self.avoid_locked else ()
+        busy = self._busy_nodes(names.names) if self.avoid_locked else ()
         walk = first_fit(names, index.nodes, index.changes, policymod.node_order_descending(preq.node_policy),
                          lambda n: try_pod(n, preq), busy, need=fitmod.memory_need(preq))
         if walk.node is None:
@@ -359,12 +363,11 @@ class Extender:
     def _forget(self, uid: str) -> None:
         self.assumed.pop(uid, None)
 
-    def _busy_nodes(self) -> set[str] | frozenset[str]:
-        """Nodes mid-allocation: locked (seen by the node watch) or with a /bind of ours in flight."""
-        inflight = getattr(self.binder, "in_flight", None)
-        if not inflight:
-            return self.state.locked
-        return self.state.locked | inflight.keys()
+    def _busy_nodes(self, candidates) -> Busy:
+        """Nodes to try last (busy.py): more pending on them than on the least busy candidate, in
+        held decisions, our binds in flight and a lock seen by the node watch."""
+        return Busy(self.assumed.per_node, getattr(self.binder, "in_flight", None) or {}, self.state.locked,
+                    candidates)
 
     def _sweep_assumed(self, now: float) -> None:
         """Forget decisions /bind never wrote (at most every few seconds; O(held decisions))."""

@@ -36,10 +36,13 @@ from hami.kube.liveness import ApiLiveness
 from hami.kube.nodelock import NodeLocker
 from hami.obs.health import Health
 from hami.obs.log import get_logger
+from hami.scheduler import messages
 from hami.scheduler import webhook as webhookmod
 from hami.scheduler.bind import Binder
 from hami.scheduler.extender import CertReloader, Extender, bound_port, serve
 from hami.scheduler.handshake import Handshaker, Verdict
+from hami.scheduler.labeler import PodLabeler
+from hami.scheduler.lockhistory import LockHistory
 from hami.scheduler.metrics import MigInstance, PodAlloc, QuotaUse, SchedulerMetrics, Snapshot, serve_metrics
 from hami.scheduler.missed import MissedPods
 from hami.scheduler.preempt_controller import attach_gpu_preemption, gpu_preemption_counters
@@ -128,6 +131,7 @@ class Scheduler:
     pdbs: Informer | None = None
     access: AccessProbe | None = None  # RBAC for the writes /bind needs (SelfSubjectAccessReviews)
     preempter: Any = None  # hami.scheduler.preempt_controller.PreemptController with --gpu-preemption
+    labeler: PodLabeler | None = None  # hami.io/vgpu-node after the binding (labeler.py)
     runners: list = field(default_factory=list)
     tasks: list = field(default_factory=list)
     port: int = 0
@@ -233,7 +237,11 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     check_listener_trust(sc, config.debug)  # also for configs built in code, not only from flags
     client = client or await KubeClient.from_settings(config.kube, role="scheduler")
     identity = identity or config.kube.pod_name or f"{socket.gethostname()}-{os.getpid()}"
-    events = EventRecorder(client, sc.scheduler_name, instance=identity, clock=clock)
+    # A bound pod's BindingSucceed takes the place of its pending FilteringSucceed (the bind says
+    # where the filter put it) and, when the queue is full, of another pod's: every pod that bound
+    # gets its event in a burst (docs/kube-client.md).
+    events = EventRecorder(client, sc.scheduler_name, instance=identity, clock=clock,
+                           supersedes={messages.BINDING_SUCCEED: (messages.FILTERING_SUCCEED,)})
     leader: LeaderElector | None = None
     if sc.leader_elect:
         leader = LeaderElector(client, sc.leader_elect_resource_namespace or config.kube.pod_namespace,
@@ -246,6 +254,10 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     locker = NodeLocker(client, state.nodes, state.pod, timeout=sc.node_lock_timeout, clock=clock,
                         orphan_timeout=sc.node_lock_orphan_timeout)
     binder = Binder(client, state, locker, events, retry_timeout=sc.node_lock_retry_timeout, clock=clock)
+    binder.history = LockHistory()  # who held each node's lock last: when /bind's re-check trusts the cache
+    state.nodes.add_handler(binder.history.on_node)
+    labeler = PodLabeler(client, state.pod)  # hami.io/vgpu-node, off the critical path
+    binder.on_bound = labeler.bound
     # Wakes of parked pods when GPU capacity frees (background, rate-limited): hami.scheduler.waker.
     waker = Waker(client, lambda: state.index, rate=sc.requeue_wakes_per_second,
                   burst=max(1, int(sc.requeue_wakes_per_second)), labels_of=lambda n: _node_labels(state, n))
@@ -257,6 +269,8 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     metrics = SchedulerMetrics(
         lambda: usage_snapshot(state), lambda: client.requests, legacy=sc.legacy_metrics,
         extra=lambda: {"hami_scheduler_events_dropped": float(events.dropped),
+                       "hami_scheduler_events_superseded": float(events.superseded),
+                       "hami_scheduler_labels_written": float(labeler.writes),
                        "hami_scheduler_handshake_writes": float(handshaker.writes),
                        "hami_scheduler_informer_handler_failures": float(state.handler_failures),
                        "hami_scheduler_index_rebuilds": float(state.rebuilds),
@@ -295,7 +309,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     binder.place = ext.place_on  # a /bind without this replica's /filter decision fits the pod itself
     binder.recheck = ext.recheck  # /bind's re-check under the lock is /filter's own fit
     s = Scheduler(config, client, state, events, ext, binder, locker, handshaker, metrics, leader, waker, pdbs,
-                  AccessProbe(client), preempter=preempter)
+                  AccessProbe(client), labeler=labeler, preempter=preempter)
     state.on_handshake_write = s.queue_handshake
     if leader is not None:
         leader.on_change = lambda is_leader: state.recheck(everything=True) if is_leader else None
@@ -357,6 +371,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
         spawn(preempter.classes.run(s.stop), "priorityclass-informer")
         spawn(preempter.run(s.stop), "gpu-preemption")
     spawn(events.run(s.stop), "events")
+    spawn(labeler.run(s.stop), "labeler")
     spawn(s.handshake_writer(), "handshake")
     spawn(s.rechecker(), "recheck")
     if leader is not None:

@@ -57,6 +57,42 @@ def _conflict(res: Resource, name: str, why: str = "the object has been modified
                     {"name": name, "group": res.group, "kind": res.plural})
 
 
+def _binding_conflict(name: str, why: str) -> ApiError:
+    """kube-apiserver's BindingREST wraps a refusal that is not a storage error in a Conflict on pods/binding."""
+    return ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": {why}',
+                    {"name": name, "group": "", "kind": "pods/binding"})
+
+
+def binding_annotations(value: object) -> dict[str, str]:
+    """A Binding's metadata.annotations as kube-apiserver decodes them into map[string]string:
+    a JSON null value becomes "" (Go leaves the zero string), anything else but a string is a
+    400 naming the field."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ApiError(400, "BadRequest", f"Binding in version \"v1\" cannot be handled as a Binding: "
+                                          f"json: cannot unmarshal {_go_json_type(value)} into Go struct field "
+                                          f"ObjectMeta.metadata.annotations of type map[string]string")
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        if v is None:
+            v = ""
+        elif not isinstance(v, str):
+            raise ApiError(400, "BadRequest", f"Binding in version \"v1\" cannot be handled as a Binding: "
+                                              f"json: cannot unmarshal {_go_json_type(v)} into Go struct field "
+                                              f"ObjectMeta.metadata.annotations of type string")
+        out[k] = v
+    return out
+
+
+def _go_json_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {dict: "object", list: "array", str: "string"}.get(type(value), "value")
+
+
 def _invalid(res: Resource, name: str, field: str, message: str) -> ApiError:
     return ApiError(422, "Invalid", f'{res.kind} "{name}" is invalid: {field}: {message}',
                     {"name": name, "group": res.group, "kind": res.kind,
@@ -620,26 +656,46 @@ class Store:
         return self._commit(self.resource("pods"), ns, name, obj, MODIFIED, old, dry_run)
 
     def bind(self, ns: str, name: str, binding: dict, *, dry_run: bool = False) -> Entry:
-        """pods/<name>/binding: set spec.nodeName once; 409 if already bound or the UID differs."""
+        """pods/<name>/binding as kube-apiserver's BindingREST (pkg/registry/core/pod/storage):
+        target.name required and target.kind "Node" or empty (422); the Binding's UID and
+        resourceVersion are preconditions (409); a pod being deleted, already assigned or still
+        gated is refused (409 on pods/binding); otherwise spec.nodeName, PodScheduled=True and the
+        Binding's metadata.annotations merged into the pod's (each key overwrites, none is removed)
+        in one write. The Binding's labels are not copied (kube-apiserver copies only the topology
+        labels its PodTopologyLabels admission adds, behind a feature gate)."""
         res = self.resource("pods")
-        old = self.entry("pods", ns, name)
+        bmeta = binding.get("metadata") if isinstance(binding.get("metadata"), dict) else {}
+        if bmeta.get("name") and bmeta["name"] != name:
+            raise ApiError(400, "BadRequest", "name in URL does not match name in Binding object")
         target = binding.get("target") if isinstance(binding.get("target"), dict) else {}
-        node = target.get("name")
+        node, kind = target.get("name"), target.get("kind") or ""
         if not node:
             raise _invalid(res, name, "target.name", "Required value")
-        bmeta = binding.get("metadata") if isinstance(binding.get("metadata"), dict) else {}
-        if bmeta.get("uid") and bmeta["uid"] != old.obj["metadata"]["uid"]:
+        if kind != "Node" and kind:
+            raise _invalid(res, name, "target.kind", f'Unsupported value: "{kind}": supported values: "Node", ""')
+        annotations = binding_annotations(bmeta.get("annotations"))
+        old = self.entry("pods", ns, name)
+        meta_old = old.obj["metadata"]
+        if bmeta.get("uid") and bmeta["uid"] != meta_old["uid"]:
             raise _conflict(res, name, f"Precondition failed: UID in precondition: {bmeta['uid']}, "
-                                       f"UID in object meta: {old.obj['metadata']['uid']}")
+                                       f"UID in object meta: {meta_old['uid']}")
+        if bmeta.get("resourceVersion") and bmeta["resourceVersion"] != meta_old.get("resourceVersion"):
+            raise _conflict(res, name, f"Precondition failed: ResourceVersion in precondition: "
+                                       f"{bmeta['resourceVersion']}, ResourceVersion in object meta: "
+                                       f"{meta_old.get('resourceVersion')}")
+        if meta_old.get("deletionTimestamp"):
+            raise _binding_conflict(name, f"pod {name} is being deleted, cannot be assigned to a host")
         spec = dict(old.obj.get("spec") or {})
         if spec.get("nodeName"):
-            raise _conflict(res, name, f'pod {name} is already assigned to node "{spec["nodeName"]}"')
+            raise _binding_conflict(name, f'pod {name} is already assigned to node "{spec["nodeName"]}"')
+        if spec.get("schedulingGates"):
+            raise _binding_conflict(name, f"pod {name} has non-empty .spec.schedulingGates")
         spec["nodeName"] = node
         new = dict(old.obj)
         new["spec"] = spec
-        new["metadata"] = meta = dict(old.obj["metadata"])
-        if bmeta.get("annotations"):
-            meta["annotations"] = {**(meta.get("annotations") or {}), **bmeta["annotations"]}
+        new["metadata"] = meta = dict(meta_old)
+        if annotations:
+            meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
         status = dict(old.obj.get("status") or {})
         conds = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
         conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,

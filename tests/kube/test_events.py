@@ -1,7 +1,9 @@
 """EventRecorder against the embedded API server: record() is synchronous and never touches the
 network, events carry the scheduler name as source component, repeats are coalesced into one
 Event whose count grows (a PATCH, like client-go), the per-object spam filter and the pending
-bound drop floods, and run() drains the queue in the background."""
+bound drop floods, and run() drains the queue in the background; a ranked reason (the scheduler's
+BindingSucceed) supersedes the same pod's pending FilteringSucceed and, the queue full, evicts the
+oldest pending FilteringSucceed instead of being dropped, each drop reason logged once."""
 
 from __future__ import annotations
 
@@ -136,3 +138,30 @@ async def test_a_huge_message_is_clipped_to_1024_characters_and_says_how_much_we
     rec.record(POD, WARNING, "BindingFailed", "short")
     await rec.flush()
     assert {e["message"] for e in events(apiserver)} >= {"short"}
+
+
+RANKED = {"BindingSucceed": ("FilteringSucceed",)}
+
+
+async def test_a_bind_event_supersedes_the_pods_pending_filter_event(apiserver, client):
+    rec = EventRecorder(client, "hami-scheduler", supersedes=RANKED)
+    rec.record(POD, NORMAL, "FilteringSucceed", "Successfully filtered to node n1")
+    rec.record(("default", "p2", "uid-2"), NORMAL, "FilteringSucceed", "Successfully filtered to node n1")
+    rec.record(POD, NORMAL, "BindingSucceed", "Successfully binding node [n1] to default/p1")
+    assert (rec.pending, rec.superseded, rec.dropped) == (2, 1, 0)
+    await rec.flush()
+    assert sorted((e["involvedObject"]["name"], e["reason"]) for e in events(apiserver)) == [
+        ("p1", "BindingSucceed"), ("p2", "FilteringSucceed")]
+
+
+async def test_a_full_queue_evicts_a_filter_event_for_a_bind_event_never_the_reverse(client, caplog):
+    rec = EventRecorder(client, "hami-scheduler", max_pending=2, supersedes=RANKED)
+    rec.record(("default", "a", "ua"), NORMAL, "FilteringSucceed", "filtered a")
+    rec.record(("default", "b", "ub"), WARNING, "FilteringFailed", "no node for b")
+    rec.record(("default", "c", "uc"), NORMAL, "BindingSucceed", "bound c")  # evicts a's FilteringSucceed
+    assert rec.pending == 2 and rec.dropped == 1
+    rec.record(("default", "d", "ud"), NORMAL, "BindingSucceed", "bound d")  # nothing evictable: dropped
+    rec.record(("default", "e", "ue"), NORMAL, "FilteringSucceed", "filtered e")  # dropped
+    assert rec.pending == 2 and rec.dropped == 3
+    kept = [k[1] for k in rec._pending]
+    assert kept == ["b", "c"]

@@ -1,5 +1,6 @@
 """The extender over real HTTP against the embedded API server: /filter in NodeNames mode
-(annotations + label written in one patch, usage counted before the answer, no API reads),
+(nothing written, usage counted before the answer, no API reads), /bind's two critical writes
+(lock, Binding carrying the placement) and the label written later off the critical path,
 concurrent filters never double-book, pass-through pods, case-insensitive PascalCase keys,
 errors in the `Error` field with HTTP 200, the body limit, full-Nodes mode (no patch), patch
 failure rollback, the bounded wait for the first sync, events, probes, webhook and /metrics."""
@@ -44,25 +45,46 @@ async def test_filter_chooses_a_node_without_any_api_round_trip(env):
     assert (usage[dev_id].used, usage[dev_id].usedmem, usage[dev_id].usedcores) == (1, 1000, 10)
 
 
-async def test_bind_writes_the_placement_with_bind_phase_in_one_patch(env):
+async def test_bind_writes_the_placement_in_the_binding_two_critical_writes(env):
     pod = env.create_pod(pod_obj("p1", mem=1000, cores=10))
     node = (await env.filter(pod, ["n0", "n1", "n2"]))["NodeNames"][0]
+    env.sched.labeler.delay = 0.0  # the label writer looks at the pod at once (default: 30 s later)
     crit = env.client.lane_stats["critical"].writes
     patches = env.client.total_requests(verb="patch", resource="pods")
     assert (await env.bind(pod, node))["Error"] == ""
-    # lock, pod annotations, binding: three critical writes, one of them the pod patch
-    assert env.client.lane_stats["critical"].writes - crit == 3
-    assert env.client.total_requests(verb="patch", resource="pods") == patches + 1
+    # lock and binding: two critical writes, no pod patch; the placement came in the Binding
+    assert env.client.lane_stats["critical"].writes - crit == 2
     stored = env.pod("default", "p1")
     annos = stored["metadata"]["annotations"]
     assert stored["spec"]["nodeName"] == node
     assert annos["hami.io/vgpu-node"] == node and annos["hami.io/bind-phase"] == "allocating"
-    assert stored["metadata"]["labels"]["hami.io/vgpu-node"] == node
     assert annos["hami.io/vgpu-devices-to-allocate"] == annos["hami.io/vgpu-devices-allocated"]
     [[dev], []] = codec.decode_pod_devices(annos["hami.io/vgpu-devices-allocated"])
     assert (dev.type, dev.usedmem, dev.usedcores) == ("NVIDIA", 1000, 10)
     assert int(annos["hami.io/vgpu-time"]) > 1_700_000_000
     assert int(annos["hami.io/bind-time"]) > 1_700_000_000
+    # The label HAMi's vGPU monitor reads comes after, on the background lane, from the label writer
+    # (no node agent labelled it here).
+    await eventually(lambda: (env.pod("default", "p1")["metadata"].get("labels") or {}).get(
+        "hami.io/vgpu-node") == node)
+    assert env.client.total_requests(verb="patch", resource="pods") == patches + 1
+    assert env.client.lane_stats["critical"].writes - crit == 2
+    assert env.sched.labeler.writes == 1
+
+
+async def test_label_writer_skips_a_pod_the_node_agent_labelled(env):
+    pod = env.create_pod(pod_obj("p1", mem=1000, cores=10))
+    node = (await env.filter(pod, ["n0", "n1", "n2"]))["NodeNames"][0]
+    labeler = env.sched.labeler
+    labeler.delay = 3600.0  # held back while the "agent" labels the pod
+    assert (await env.bind(pod, node))["Error"] == ""
+    env.store.patch("pods", "default", "p1", orjson.dumps({"metadata": {"labels": {"hami.io/vgpu-node": node}}}),
+                    "application/merge-patch+json")
+    await eventually(lambda: (env.sched.state.pod("default", "p1")["metadata"].get("labels") or {}).get(
+        "hami.io/vgpu-node") == node)
+    labeler.clock = lambda: 1e12  # the delay has passed
+    await labeler.label_due()
+    assert (labeler.writes, labeler.skipped, labeler.pending) == (0, 1, 0)
 
 
 async def test_writes_under_the_node_lock_go_ahead_of_other_binds_lock_writes(env, monkeypatch):
@@ -84,7 +106,7 @@ async def test_writes_under_the_node_lock_go_ahead_of_other_binds_lock_writes(en
     node = (await env.filter(pod, ["n0", "n1", "n2"]))["NodeNames"][0]
     assert (await env.bind(pod, node))["Error"] == ""
     writes = [w for w in seen if w[1] != "events"]
-    assert writes == [("patch", "nodes", False), ("patch", "pods", True), ("create", "pods/binding", True)]
+    assert writes == [("patch", "nodes", False), ("create", "pods/binding", True)]
 
 
 async def test_a_retried_bind_of_a_pod_bound_meanwhile_writes_nothing(env):
@@ -336,7 +358,7 @@ async def test_metrics_expose_hami_names_and_api_counters(env):
     assert "hami_vgpu_memory_allocated_bytes{" in text and 'pod="m"' in text
     assert f"{2048 * 2**20:.1f}" in text or f"{2048 * 2**20:e}" in text or "2.147483648e+09" in text
     assert 'hami_scheduler_filter_duration_seconds_count{result="fit"} 1.0' in text
-    assert 'hami_scheduler_kube_api_requests_total{code="200",resource="pods",verb="patch"}' in text
+    assert 'hami_scheduler_kube_api_requests_total{code="200",resource="nodes",verb="patch"}' in text
 
 
 async def test_mig_allocations_of_placed_pods_appear_as_mig_instance_info(env):

@@ -64,6 +64,8 @@ async def test_answers_equal_select_node_request_after_request(env, policy):
         want, _ = _expected(env, pod, ask)
         out = await env.filter(pod, ask)
         assert out["NodeNames"] == [want] and not out["Error"], (i, out)
+        # its bind comes before the next filter: no held decision steers that one (test_busy.py)
+        env.sched.extender.assumed.clear()
     assert env.sched.extender.args.hits >= 12
 
 

@@ -1,5 +1,6 @@
 """The pure scheduler modules (policy, usage, fit, score, webhook, podfilter, gosort, migplace,
-messages, vendorrules, vendorscore, nodeorder, extargs, changelog, nodescan, gpupreempt, preempt, pdb) stay pure.
+messages, vendorrules, vendorscore, nodeorder, extargs, changelog, nodescan, gpupreempt, preempt, pdb, busy,
+lockhistory) stay pure.
 
 Covers: by reading their source, that they import nothing but the standard library, `jsonpatch`,
 `orjson` (a decoder, no I/O),
@@ -16,7 +17,8 @@ import sys
 import pytest
 
 PURE = ("policy", "usage", "fit", "score", "webhook", "podfilter", "gosort", "migplace", "messages", "vendorrules",
-        "vendorscore", "nodeorder", "extargs", "changelog", "nodescan", "recheck", "gpupreempt", "preempt", "pdb")
+        "vendorscore", "nodeorder", "extargs", "changelog", "nodescan", "recheck", "gpupreempt", "preempt", "pdb",
+        "busy", "lockhistory")
 ROOT = pathlib.Path(__file__).resolve().parents[2] / "hami" / "scheduler"
 ALLOWED_THIRD_PARTY = {"jsonpatch", "orjson"}
 FORBIDDEN_STDLIB = {"asyncio", "logging", "socket", "subprocess", "threading", "os", "time"}

@@ -1,0 +1,116 @@
+"""Funnel avoidance in a burst (hami.scheduler.busy, issue 30): held decisions counted per node
+through every way in and out of `Held` (hypothesis: the counts always equal a recount); `avoid`
+picks the nodes with more pending than the least busy candidate; over HTTP, a node holding an
+assumed placement (filter answered, bind not in) is avoided while another fits, like a locked node,
+and is forgotten once that placement binds or expires, after which binpack packs the fullest node
+again."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hami.scheduler import extender as extmod
+from hami.scheduler.busy import Busy, Held
+from tests.kube.helpers import eventually, pod_obj
+from tests.kube.scheduler_env import hami_nodes, running_env
+from tests.scheduler.test_bind_io import plugin_allocate
+
+
+@dataclass(frozen=True)
+class D:
+    node: str
+
+
+ops = st.lists(st.tuples(st.sampled_from(["set", "pop", "del", "clear"]), st.integers(0, 6),
+                         st.sampled_from(["a", "b", "c"])), max_size=60)
+
+
+@given(ops)
+def test_held_counts_equal_a_recount_after_any_sequence(seq):
+    held = Held()
+    for op, uid, node in seq:
+        if op == "set":
+            held[uid] = D(node)
+        elif op == "pop":
+            held.pop(uid, None)
+        elif op == "del" and uid in held:
+            del held[uid]
+        elif op == "clear":
+            held.clear()
+        assert held.per_node == dict(Counter(d.node for d in held.values()))
+
+
+def test_pop_of_a_missing_uid_without_default_raises():
+    with pytest.raises(KeyError):
+        Held().pop("x")
+
+
+def test_pending_adds_held_in_flight_and_locks():
+    busy = Busy({"a": 2}, {"a": 1, "b": 1}, {"c", "a"}, ["a", "b", "c"])
+    assert [busy.pending(n) for n in "abcd"] == [4, 1, 1, 0]
+
+
+def avoid(held: dict, candidates: list[str]) -> frozenset[str]:
+    return Busy(held, {}, (), candidates).nodes()
+
+
+def test_avoid_spares_idle_nodes_then_the_least_busy():
+    assert avoid({}, ["a", "b"]) == frozenset() and not Busy({}, {}, (), ["a"])
+    assert avoid({"a": 1}, ["a", "b", "c"]) == {"a"}  # an idle node left: every busy one avoided
+    assert avoid({"a": 2, "b": 1, "c": 1}, ["a", "b", "c"]) == {"a"}  # all busy: the least busy kept
+    assert avoid({"a": 1, "b": 1}, ["a", "b"]) == frozenset()  # all equally busy: nothing avoided
+    assert Busy({}, {"a": 1}, {"b"}, ["a", "b"]).nodes() == frozenset()  # a lock weighs one bind
+
+
+@pytest.fixture
+async def env(apiserver):
+    async with running_env(apiserver, hami_nodes(3)) as e:
+        yield e
+
+
+async def test_an_assumed_placement_makes_its_node_busy_until_it_binds(env):
+    ext = env.sched.extender
+    first = env.create_pod(pod_obj("a0", mem=8000))
+    full = (await env.filter(first, ["n0", "n1", "n2"]))["NodeNames"][0]
+    assert ext.assumed.per_node == {full: 1}  # filter answered, bind not yet in
+    second = env.create_pod(pod_obj("a1", mem=1000))
+    other = (await env.filter(second, ["n0", "n1", "n2"]))["NodeNames"][0]
+    assert other != full  # binpack alone would stack it on `full` (the fullest node)
+    [empty] = {"n0", "n1", "n2"} - {full, other}
+    # Every node busy but `empty`: the next pod takes it.
+    assert (await env.filter(env.create_pod(pod_obj("a2", mem=1000)), ["n0", "n1", "n2"]))["NodeNames"] == [empty]
+    # Each node now has one pending: none is avoided, binpack picks the fullest again.
+    assert (await env.filter(env.create_pod(pod_obj("a3", mem=1000)), ["n0", "n1", "n2"]))["NodeNames"] == [full]
+    # The burst drains: every decision binds and its allocation releases the lock.
+    for name in ("a0", "a1", "a2", "a3"):
+        uid = env.pod("default", name)["metadata"]["uid"]
+        node = ext.assumed[uid].node
+        assert (await env.bind(env.pod("default", name), node))["Error"] == ""
+        plugin_allocate(env.store, name, node)
+    assert ext.assumed.per_node == {}
+    await eventually(lambda: not env.sched.state.locked)
+    assert (await env.filter(env.create_pod(pod_obj("a4", mem=1000)), [empty, full]))["NodeNames"] == [full]
+
+
+async def test_an_expired_assumed_placement_no_longer_makes_its_node_busy(env):
+    ext = env.sched.extender
+    base = env.create_pod(pod_obj("b0", mem=8000))
+    full = (await env.filter(base, ["n0", "n1", "n2"]))["NodeNames"][0]
+    assert (await env.bind(base, full))["Error"] == ""
+    plugin_allocate(env.store, "b0", full)
+    await eventually(lambda: not env.sched.state.locked and env.sched.state.pod_keys.get("default/b0"))
+    now = [ext.clock()]
+    ext.clock = lambda: now[0]
+    assert (await env.filter(env.create_pod(pod_obj("e0", mem=1000)), ["n0", "n1", "n2"]))["NodeNames"] == [full]
+    other = sorted({"n0", "n1", "n2"} - {full})[0]
+    assert ext._busy_nodes([other, full]).nodes() == {full}  # held: the next pod would go to `other`
+    # Never bound (kube-scheduler bound it elsewhere, or the pod went away): it expires.
+    now[0] += extmod.ASSUME_TTL + 10
+    ext._sweep_assumed(now[0])
+    assert ext.assumed.per_node == {} and ext._busy_nodes([other, full]).nodes() == frozenset()
+    assert (await env.filter(env.create_pod(pod_obj("e1", mem=1000)), [other, full]))["NodeNames"] == [full]
