@@ -237,10 +237,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     check_listener_trust(sc, config.debug)  # also for configs built in code, not only from flags
     client = client or await KubeClient.from_settings(config.kube, role="scheduler")
     identity = identity or config.kube.pod_name or f"{socket.gethostname()}-{os.getpid()}"
-    # A bound pod's BindingSucceed takes the place of its pending FilteringSucceed (the bind says
-    # where the filter put it) and, when the queue is full, of another pod's: every pod that bound
-    # gets its event in a burst (docs/kube-client.md).
-    events = EventRecorder(client, sc.scheduler_name, instance=identity, clock=clock,
+    events = EventRecorder(client, sc.scheduler_name, instance=identity, clock=clock,  # bound pods' events first
                            supersedes={messages.BINDING_SUCCEED: (messages.FILTERING_SUCCEED,)})
     leader: LeaderElector | None = None
     if sc.leader_elect:
@@ -256,8 +253,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     binder = Binder(client, state, locker, events, retry_timeout=sc.node_lock_retry_timeout, clock=clock)
     binder.history = LockHistory()  # who held each node's lock last: when /bind's re-check trusts the cache
     state.nodes.add_handler(binder.history.on_node)
-    labeler = PodLabeler(client, state.pod)  # hami.io/vgpu-node, off the critical path
-    binder.on_bound = labeler.bound
+    binder.on_bound = (labeler := PodLabeler(client, state.pod)).bound  # hami.io/vgpu-node, off the critical path
     # Wakes of parked pods when GPU capacity frees (background, rate-limited): hami.scheduler.waker.
     waker = Waker(client, lambda: state.index, rate=sc.requeue_wakes_per_second,
                   burst=max(1, int(sc.requeue_wakes_per_second)), labels_of=lambda n: _node_labels(state, n))
