@@ -4,8 +4,9 @@ Pieces, started here and stopped on `ctx.stop`:
 * the node's GPU mode (hami.kube.nodemode): refuses to start where the device plugin serves the
   node, and marks the node `hami.io/gpu-mode=dra` so the node agent refuses to start there;
 * the GPU loop: the same fake/NVML backends as the node agent (`--gpu-backend`, `--fake-gpus`),
-  polled every `tick` (a GPU in MIG mode is published as its MIG instances); the devices (hami.dra.slices) are published as the node's ResourceSlice,
-  written through the background lane only when they differ from the stored slice (a restart that
+  polled every `tick` (a GPU in MIG mode is published as its MIG instances); the devices
+  (hami.dra.slices) are published as the node's ResourceSlice, written through the background
+  lane only when they differ from the stored slice (read again every `resync` seconds) (a restart that
   sees the same GPUs writes nothing, the pool's generation stays);
 * `DraServer` on `<--plugin-registration-dir>/hami-core-gpu.project-hami.io-reg.sock` and
   `<--plugin-dir>/dra.sock`, preparing claims against what the slice publishes.
@@ -54,7 +55,7 @@ class DraNode:
 
     def __init__(self, client, node_name: str, backend: GpuBackend, settings: DeviceSettings, *,
                  plugin_dir: str, registration_dir: str, cdi_root: str, hook_path: str,
-                 tick: float = 0.5, driver: str = DRIVER):
+                 tick: float = 0.5, resync: float = 30.0, driver: str = DRIVER):
         self.client = client
         self.node_name = node_name
         self.backend = backend
@@ -66,6 +67,9 @@ class DraNode:
         self.node_uid = ""
         self.slice_writes = 0
         self.sync_error = ""
+        self.resync = resync
+        self._stored: dict | None = None  # the slice as last read or written ({}: read, none stored)
+        self._read_at = 0.0
         self.driver = DraDriver(node=node_name, cdi_root=cdi_root, plugin_dir=plugin_dir, hook_path=hook_path,
                                 read_claim=claim_reader(client), published=lambda: self.published,
                                 settings=lambda: self.settings, driver=driver)
@@ -106,26 +110,37 @@ class DraNode:
                 for i in await self._call(self.backend.mig_instances, uuid) if memory.get(i.profile)]
 
     async def sync_once(self) -> bool:
-        """Poll GPUs; publish the slice if it differs from the stored one. True if written."""
+        """Poll GPUs; publish the slice if it differs from the stored one. True if written.
+        The stored slice is read again only every `resync` seconds (or after a failed write): in
+        between, the slice this role last read or wrote is the comparison, so an idle node costs
+        the API server one GET per `resync`, not one per tick."""
         gpus = await self._call(self.backend.list_gpus)
         extras, migs = await self._extras(gpus)
         devices = devices_for(gpus, self.settings, extras, migs)
         self.devices, self.published = devices, published_gpus(devices)
         name = slice_name(self.node_name, self.driver_name)
-        try:
-            current = await self.client.get("resourceslices", name)
-        except ApiError as exc:
-            if not exc.not_found:
-                raise
-            current = None
+        now = asyncio.get_running_loop().time()
+        if self._stored is None or now - self._read_at >= self.resync:
+            try:
+                self._stored = await self.client.get("resourceslices", name)
+            except ApiError as exc:
+                if not exc.not_found:
+                    raise
+                self._stored = {}  # read: there is none
+            self._read_at = now
+        current = self._stored or None
         body = next_slice(current, self.node_name, devices, driver=self.driver_name, node_uid=self.node_uid)
         if body is None:
             return False
-        with background():  # a slice update never delays a prepare's claim read
-            if current is None:
-                await self.client.create("resourceslices", body)
-            else:
-                await self.client.replace("resourceslices", name, body)
+        try:
+            with background():  # a slice update never delays a prepare's claim read
+                if current is None:
+                    self._stored = await self.client.create("resourceslices", body)
+                else:
+                    self._stored = await self.client.replace("resourceslices", name, body)
+        except ApiError:
+            self._stored = None  # someone else changed or removed it: read it again next tick
+            raise
         self.slice_writes += 1
         log.info("Published ResourceSlice", node=self.node_name, slice=name, devices=len(devices),
                  generation=body["spec"]["pool"]["generation"])

@@ -3,7 +3,8 @@
 Covers: the role publishes its node's ResourceSlice (one pool named after the node, NVLink groups as
 `nvlinkDomain`, the backend's versions and bus id, valid against the 1.34 schema), follows GPU
 health (an unhealthy GPU is withdrawn, the generation goes up by one); a restarted role with the
-same GPUs writes nothing (same generation and resourceVersion); the role run from a Config prepares
+same GPUs writes nothing (same generation and resourceVersion); an idle node reads its slice once per
+resync and re-creates one deleted behind its back; the role run from a Config prepares
 a claim a test kubelet sends over its sockets and is ready (/readyz) once kubelet registered it; a MIG GPU is published as its instances, and a claim
 on one gets that instance alone, exclusively, without HAMi-core; device-plugin mode and DRA mode
 never serve one node: the dra role refuses a node marked device-plugin or carrying a device
@@ -254,3 +255,18 @@ async def test_a_mig_gpu_is_published_as_its_instances_and_a_claim_on_one_gets_o
     finally:
         stop.set()
         await task
+
+
+async def test_an_idle_node_reads_its_slice_once_per_resync_and_repairs_a_deleted_one(client, root):
+    gpus = os.path.join(root, "gpus.yaml")
+    write(gpus, GPUS % "true")
+    node = dra_node(client, root, gpus)
+    for _ in range(5):  # five ticks, GPUs unchanged
+        await node.sync_once()
+    assert client.total_requests("get", "resourceslices") == 1 and node.slice_writes == 1
+    await client.delete("resourceslices", slice_name(NODE))  # someone removed it
+    assert not await node.sync_once()  # not seen before the next resync
+    node._read_at -= node.resync  # the resync period has passed
+    assert await node.sync_once()
+    assert [d["name"] for d in (await client.get("resourceslices", slice_name(NODE)))["spec"]["devices"]] == [
+        "hami-gpu-0", "hami-gpu-1", "hami-gpu-2"]
