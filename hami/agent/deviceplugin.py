@@ -48,6 +48,11 @@ KUBELET_SOCKET = "kubelet.sock"
 REGISTER_RETRY = 1.0  # seconds between failed registrations (HAMi waits 30 s; kubelet restarts are quick)
 
 
+
+# /tmp/vgpulock is mounted read-write into every tenant container, whose processes (any uid) create
+# HAMi-core's lock files there: world-writable, but sticky, so no tenant removes another's lock.
+VGPU_LOCK_DIR_MODE = 0o1777
+
 class ApiCallError(alloc.AllocationError):
     """An API call Allocate depends on failed; the message names the call and the server's answer."""
 
@@ -430,7 +435,7 @@ class PodAllocator:
         if any(c.cache_dir for c in containers):
             with contextlib.suppress(OSError):
                 os.makedirs(self.vgpu_lock_dir, exist_ok=True)
-                os.chmod(self.vgpu_lock_dir, 0o777)
+                os.chmod(self.vgpu_lock_dir, VGPU_LOCK_DIR_MODE)
 
     async def allocate(self, requests: Sequence[Sequence[str]]) -> Sequence[alloc.ContainerAllocation]:
         async with self._lock:

@@ -193,7 +193,7 @@ def test_node_config_json_comes_from_values_and_parses_with_globs():
 def test_external_node_config_map_replaces_the_chart_one():
     docs = objects({"devicePlugin": {"nodeConfiguration": {"externalConfigName": "my-node-config"}}})
     assert not find(docs, "ConfigMap", "hami-device-plugin")
-    vols = {v["name"]: v for v in one(docs, "DaemonSet")["spec"]["template"]["spec"]["volumes"]}
+    vols = {v["name"]: v for v in one(docs, "DaemonSet", "hami-device-plugin")["spec"]["template"]["spec"]["volumes"]}
     assert vols["node-config"]["configMap"]["name"] == "my-node-config"
 
 
@@ -240,12 +240,13 @@ def test_every_hami_command_parses_with_the_hami_cli_and_builds_a_config(which, 
 # --------------------------------------------------------------------------- node DaemonSet
 
 
-def test_daemonset_runs_agent_and_monitor_with_hami_paths():
+def test_daemonsets_run_agent_and_monitor_with_hami_paths():
     docs = rendered("default")
-    ds = one(docs, "DaemonSet", "hami-device-plugin")
-    spec = ds["spec"]["template"]["spec"]
-    assert spec["hostPID"] is True
-    assert [c["name"] for c in spec["containers"]] == ["device-plugin", "vgpu-monitor"]
+    agent_spec = one(docs, "DaemonSet", "hami-device-plugin")["spec"]["template"]["spec"]
+    monitor_spec = one(docs, "DaemonSet", "hami-device-plugin-monitor")["spec"]["template"]["spec"]
+    assert agent_spec["hostPID"] is False and monitor_spec["hostPID"] is True  # only the monitor maps host PIDs
+    assert [c["name"] for c in agent_spec["containers"]] == ["device-plugin"]
+    assert [c["name"] for c in monitor_spec["containers"]] == ["vgpu-monitor"]
     agent = container(docs, "DaemonSet", "device-plugin")
     monitor = container(docs, "DaemonSet", "vgpu-monitor")
     assert _args(agent)[:3] == ["hami", "--role", "node-agent"]
@@ -254,20 +255,21 @@ def test_daemonset_runs_agent_and_monitor_with_hami_paths():
     assert _env(monitor)["HOOK_PATH"] == "/usr/local/vgpu"
     for c in (agent, monitor):
         assert _env(c)["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    host = {v["name"]: v["hostPath"]["path"] for spec in (agent_spec, monitor_spec)
+            for v in spec["volumes"] if "hostPath" in v}
     mounts = {c["name"]: {m["name"]: m["mountPath"] for m in c["volumeMounts"]} for c in (agent, monitor)}
     # host dirs appear at the same path inside, so paths handed to kubelet are host paths
     assert host["device-plugin"] == mounts["device-plugin"]["device-plugin"] == "/var/lib/kubelet/device-plugins"
     assert host["lib"] == mounts["device-plugin"]["lib"] == "/usr/local/vgpu"
     assert host["containers"] == mounts["vgpu-monitor"]["containers"] == "/usr/local/vgpu/containers"
-    assert host["hosttmp"] == mounts["device-plugin"]["hosttmp"] == mounts["vgpu-monitor"]["hosttmp"] == "/tmp"
+    assert host["vgpulock"] == mounts["device-plugin"]["vgpulock"] == "/tmp/vgpulock"
+    assert host["hami-tmp"] == mounts["device-plugin"]["hami-tmp"] == mounts["vgpu-monitor"]["hami-tmp"] == "/tmp/hami"
     assert mounts["device-plugin"]["node-config"] == "/config"
     assert "--node-config-file=/config/config.json" in _args(agent)
-    assert agent["securityContext"]["privileged"] is True
-    assert monitor["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
     assert monitor["ports"] == [{"name": "metrics", "containerPort": 9394, "protocol": "TCP"}]
     svc = one(docs, "Service", "hami-device-plugin-monitor")
-    assert svc["spec"]["type"] == "NodePort" and svc["spec"]["ports"][0]["nodePort"] == 31992
+    assert svc["spec"]["type"] == "ClusterIP" and "nodePort" not in svc["spec"]["ports"][0]
+    assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "hami-vgpu-monitor"
 
 
 def test_monitor_extra_args_and_core_scaling_values():

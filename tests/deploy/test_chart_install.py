@@ -102,7 +102,8 @@ def test_node_daemonset_has_what_a_real_node_needs():
     assert "runtimeClassName" not in spec
     agent = container(docs, "DaemonSet", "device-plugin")
     monitor = container(docs, "DaemonSet", "vgpu-monitor")
-    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    monitor_spec = one(docs, "DaemonSet", "hami-device-plugin-monitor")["spec"]["template"]["spec"]
+    host = {v["name"]: v["hostPath"]["path"] for s in (spec, monitor_spec) for v in s["volumes"] if "hostPath" in v}
     agent_mounts = {m["name"]: m["mountPath"] for m in agent["volumeMounts"]}
     monitor_mounts = {m["name"]: m for m in monitor["volumeMounts"]}
     assert host["device-plugin"] == agent_mounts["device-plugin"] == "/var/lib/kubelet/device-plugins"
@@ -111,7 +112,7 @@ def test_node_daemonset_has_what_a_real_node_needs():
     assert host["host-proc"] == "/proc" and monitor_mounts["host-proc"]["readOnly"] is True
     assert f"--proc-root={monitor_mounts['host-proc']['mountPath']}" in _args(monitor)
     assert agent["readinessProbe"]["httpGet"]["path"] == "/readyz"  # not ready without HAMi-core either
-    assert agent["securityContext"]["runAsUser"] == 0 and agent["securityContext"]["privileged"] is True
+    assert agent["securityContext"]["runAsUser"] == 0 and agent["securityContext"]["privileged"] is False
     assert monitor["securityContext"]["runAsUser"] == 0
     assert {"key": "nvidia.com/gpu", "operator": "Exists"} in spec["tolerations"]
     assert "--device-list-strategy=envvar" in _args(agent) and "--device-id-strategy=uuid" in _args(agent)

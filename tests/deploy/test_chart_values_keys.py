@@ -94,7 +94,7 @@ def test_maps_of_user_data_take_any_key():
                     "scheduler": {"nodeSelector": {"pool": "infra"}, "extender": {"resources": {"limits": {"cpu": "1"}}}},
                     "devicePlugin": {"nvidiaNodeSelector": {"nvidia.com/gpu.present": "true"},
                                      "extraEnvs": {"FOO": "bar"}}})
-    pod = one(docs, "DaemonSet")["spec"]["template"]["spec"]
+    pod = one(docs, "DaemonSet", "hami-device-plugin")["spec"]["template"]["spec"]
     assert pod["nodeSelector"]["nvidia.com/gpu.present"] == "true"  # merged with the default gpu: "on"
     assert container(docs, "Deployment", "hami-scheduler")["resources"] == {"limits": {"cpu": "1"}}
 
@@ -135,7 +135,9 @@ def test_hamis_values_with_our_image_render_with_the_keys_we_map():
     assert one(docs, "Service", "hami-scheduler")["spec"]["type"] == hami["service"]["type"] == "NodePort"
     dev = yaml.safe_load(one(docs, "ConfigMap", "hami-scheduler-device")["data"]["device-config.yaml"])
     assert dev["nvidia"]["deviceSplitCount"] == values["devicePlugin"]["deviceSplitCount"]
-    assert len(find(docs, "DaemonSet")) == 1  # no Ascend, mock or other vendors' plugins
+    # the node agent and the monitor; no Ascend, mock or other vendors' plugins
+    assert sorted(d["metadata"]["name"] for d in find(docs, "DaemonSet")) == ["hami-device-plugin",
+                                                                             "hami-device-plugin-monitor"]
 
 
 @pytest.mark.parametrize("values,refused", [
