@@ -40,7 +40,8 @@ def test_dra_enabled_installs_class_plugin_rbac_and_webhook_mode():
     docs = objects({"dra": {"enabled": True}})
     dra = _dra_objects(docs)
     assert sorted(d["kind"] for d in dra) == ["ClusterRole", "ClusterRole", "ClusterRoleBinding",
-                                              "ClusterRoleBinding", "DaemonSet", "DeviceClass", "ServiceAccount"]
+                                              "ClusterRoleBinding", "DaemonSet", "DeviceClass", "NetworkPolicy",
+                                              "ServiceAccount"]
     cls = one(dra, "DeviceClass")
     expr = cls["spec"]["selectors"][0]["cel"]["expression"]
     assert " ".join(expr.split()) == class_selector()

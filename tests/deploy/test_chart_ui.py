@@ -27,8 +27,8 @@ def test_no_ui_unless_enabled():
 def test_ui_enabled_renders_a_read_only_internal_page():
     docs = objects({"ui": {"enabled": True}})
     ui = _ui_objects(docs)
-    assert sorted(d["kind"] for d in ui) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-                                             "ServiceAccount"]
+    assert sorted(d["kind"] for d in ui) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "NetworkPolicy",
+                                             "Service", "ServiceAccount"]
     svc = one(ui, "Service")
     assert svc["spec"]["type"] == "ClusterIP" and "nodePort" not in str(svc)
     role = one(ui, "ClusterRole")

@@ -86,9 +86,9 @@ def test_the_agent_keeps_the_lock_dir_sticky(tmp_path):
     assert stat.S_IMODE(os.stat(lock).st_mode) == 0o1777
 
 
-@pytest.mark.parametrize("which", WHICH)
+@pytest.mark.parametrize("which", [*WHICH, "ui+dra"])
 def test_a_network_policy_admits_only_the_ports_each_pod_serves(which):
-    docs = rendered(which)
+    docs = objects({"ui": {"enabled": True}, "dra": {"enabled": True}}) if which == "ui+dra" else rendered(which)
     policies = find(docs, "NetworkPolicy")
     for workload, template in pod_specs(docs):
         if workload["kind"] == "Job":
@@ -99,7 +99,7 @@ def test_a_network_policy_admits_only_the_ports_each_pod_serves(which):
         assert len(selecting) == 1, workload["metadata"]["name"]
         policy = selecting[0]["spec"]
         assert policy["policyTypes"] == ["Ingress"]
-        admitted = {port["port"] for rule in policy["ingress"] for port in rule["ports"]}
+        admitted = {port["port"] for rule in policy.get("ingress") or [] for port in rule["ports"]}
         served = {p["containerPort"] for c in template["spec"]["containers"] for p in c.get("ports") or []}
         assert admitted == served, workload["metadata"]["name"]
 
