@@ -328,6 +328,9 @@ class DraServer:
         log.info("DRA plugin serving", driver=self.driver.driver, endpoint=self.endpoint,
                  registration=self.registration_socket)
 
+    def sockets_present(self) -> bool:
+        return all(os.path.exists(p) for p in (self.registration_socket, self.endpoint))
+
     async def stop(self, grace: float = 1.0) -> None:
         """Registration socket first (kubelet sees the plugin go), then the service."""
         servers, self._servers = self._servers, []

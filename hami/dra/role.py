@@ -66,6 +66,7 @@ class DraNode:
         self.published: dict = {}
         self.node_uid = ""
         self.slice_writes = 0
+        self.server_restarts = 0
         self.sync_error = ""
         self.resync = resync
         self._stored: dict | None = None  # the slice as last read or written ({}: read, none stored)
@@ -149,6 +150,14 @@ class DraNode:
     async def device_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             delay = self.tick
+            if not self.server.sockets_present():
+                # kubelet discovers plugins by their socket in plugins_registry: one removed (a
+                # cleanup, a kubelet reinstall) is served again, and kubelet registers it anew
+                log.warning("DRA plugin socket gone: serving it again", node=self.node_name,
+                            registration=self.server.registration_socket, endpoint=self.server.endpoint)
+                self.server_restarts += 1
+                await self.server.stop(0)
+                await self.server.start()
             try:
                 await self.sync_once()
                 self.sync_error = ""

@@ -4,7 +4,7 @@ Covers: the role publishes its node's ResourceSlice (one pool named after the no
 `nvlinkDomain`, the backend's versions and bus id, valid against the 1.34 schema), follows GPU
 health (an unhealthy GPU is withdrawn, the generation goes up by one); a restarted role with the
 same GPUs writes nothing (same generation and resourceVersion); an idle node reads its slice once per
-resync and re-creates one deleted behind its back; the role run from a Config prepares
+resync and re-creates one deleted behind its back; a removed registration socket is served again; the role run from a Config prepares
 a claim a test kubelet sends over its sockets and is ready (/readyz) once kubelet registered it; a MIG GPU is published as its instances, and a claim
 on one gets that instance alone, exclusively, without HAMi-core; device-plugin mode and DRA mode
 never serve one node: the dra role refuses a node marked device-plugin or carrying a device
@@ -270,3 +270,24 @@ async def test_an_idle_node_reads_its_slice_once_per_resync_and_repairs_a_delete
     assert await node.sync_once()
     assert [d["name"] for d in (await client.get("resourceslices", slice_name(NODE)))["spec"]["devices"]] == [
         "hami-gpu-0", "hami-gpu-1", "hami-gpu-2"]
+
+
+async def test_a_removed_registration_socket_is_served_again(client, root):
+    gpus = os.path.join(root, "gpus.yaml")
+    write(gpus, GPUS % "true")
+    node = dra_node(client, root, gpus)
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(node.run(stop, ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 10)
+        os.unlink(node.server.registration_socket)  # a cleanup of plugins_registry
+
+        async def back():
+            return node.server_restarts == 1 and exists(node.server.registration_socket)
+
+        await wait_for(back)
+        info = await FakeKubelet(os.path.join(root, "r"), "v1beta1").register()  # kubelet finds it again
+        assert info.name == DRIVER
+    finally:
+        stop.set()
+        await task
