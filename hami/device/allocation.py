@@ -55,8 +55,9 @@ def only(devices: PodDevices, vendor: str) -> PodDevices:
 
 
 def allocation_annotations(devices: PodDevices, table: VendorTable | None, now: float,
-                           node: str = "", pod: Mapping | None = None, drs=None) -> dict[str, str]:
-    """`drs`: the node's Enflame DRS profiles and cards (codec.enflame.DrsNode), for its annotations."""
+                           node: str = "", pod: Mapping | None = None, drs=None, node_usage=None) -> dict[str, str]:
+    """`drs`: the node's Enflame DRS profiles and cards (codec.enflame.DrsNode), for its annotations;
+    `node_usage`: the node's devices by id (`.by_id[uuid].type`), for AMD's product types."""
     vendors = vendors_of(devices)
     if not vendors or vendors == (NVIDIA,) or table is None:
         text = codec.encode_pod_devices(devices)
@@ -64,8 +65,12 @@ def allocation_annotations(devices: PodDevices, table: VendorTable | None, now: 
     out: dict[str, str] = {}
     for name in vendors:
         part = only(devices, name)
-        text = codec.encode_pod_devices(part)
         v = table.get(name)
+        if v is not None and v.hook == "amd" and node_usage is not None:
+            # HAMi's AMD Fit keeps the card's registered product type in the device string (its
+            # design doc 4.2: "The type field uses device product name"); the vendor stays AMD here.
+            part = tuple(tuple(_with_card_type(cd, node_usage) for cd in ctr) for ctr in part)
+        text = codec.encode_pod_devices(part)
         if name == NVIDIA or v is None or v.hook == "nvidia":
             out[codec.TO_ALLOCATE_ANNOTATION] = text
             out[codec.ALLOCATED_ANNOTATION] = text
@@ -76,6 +81,13 @@ def allocation_annotations(devices: PodDevices, table: VendorTable | None, now: 
         out.update(_drs_extras(part, now, pod or {}, drs) if v.hook == "enflame"
                    else _vendor_extras(v, part, now, node, pod or {}))
     return out
+
+
+def _with_card_type(cd: ContainerDevice, node_usage) -> ContainerDevice:
+    card = node_usage.by_id.get(cd.uuid)
+    if card is None or not card.type or card.type == cd.type:
+        return cd
+    return ContainerDevice(cd.uuid, card.type, cd.usedmem, cd.usedcores, cd.idx)
 
 
 def _vendor_extras(v: Vendor, part: PodDevices, now: float, node: str, pod: Mapping) -> dict[str, str]:
@@ -212,11 +224,15 @@ def allocated_devices(annotations: Mapping[str, str], table: VendorTable | None)
     merged: list[tuple[ContainerDevice, ...]] = list(codec.decode_pod_devices(text)) if text else []
     if table is None:
         return tuple(merged)
-    for key, _v in table.other_allocated:
+    for key, vendor in table.other_allocated:
         other = annotations.get(key)
         if not other:
             continue
         part = codec.decode_pod_devices(other, field=key)
+        if vendor.hook == "amd":  # product types in AMD's string (HAMi's Fit): the devices are AMD's
+            part = tuple(tuple(cd if cd.type == vendor.name else ContainerDevice(cd.uuid, vendor.name, cd.usedmem,
+                                                                              cd.usedcores, cd.idx) for cd in ctr)
+                         for ctr in part)
         for i, ctr in enumerate(part):
             if i < len(merged):
                 merged[i] = merged[i] + ctr

@@ -282,7 +282,8 @@ class Extender:
             VGPU_NODE: node,
             codec.VGPU_TIME_ANNOTATION: codec.encode_unix_seconds(now),
             **allocation_annotations(sel.devices, self.config.vendors, now, node, pod,
-                                     drs=getattr(index.nodes.get(node), "drs", None)),
+                                     drs=getattr(index.nodes.get(node), "drs", None),
+                                     node_usage=index.nodes.get(node)),
         }
         devices_text = annotations.get(codec.ALLOCATED_ANNOTATION, "")
         if sel.mig:
@@ -426,7 +427,8 @@ class Extender:
         now = self.clock()
         annotations = {VGPU_NODE: node, codec.VGPU_TIME_ANNOTATION: codec.encode_unix_seconds(now),
                        **allocation_annotations(best.devices, self.config.vendors, now, node, pod,
-                                                drs=getattr(index.node(node), "drs", None))}
+                                                drs=getattr(index.node(node), "drs", None),
+                                                node_usage=index.node(node))}
         if best.mig:
             annotations[codec.MIG_ALLOCATIONS_ANNOTATION] = codec.encode_mig_allocations(
                 codec.MigAllocation(c, d, u, p, pl) for c, d, u, p, pl in best.mig)

@@ -87,6 +87,8 @@ def _node(v: Vendor, name: str, cards: int, memory: int, hami_core: bool, devcor
     annos, capacity = vendor_registration(name, next(_names), [(v, cards, memory)])
     if v.register_format == "json" and v.register_key in annos:  # e.g. Ascend's aiCore: 20 on a 910B3
         annos[v.register_key] = annos[v.register_key].replace('"devcore":100', f'"devcore":{devcore}')
+    if v.hook == "amd":  # the AMD plugin registers the card's product name as its type
+        annos[v.register_key] = annos[v.register_key].replace('"type":"AMD"', '"type":"AMD_Instinct_MI300X_VF"')
     if v.die_groups and hami_core:  # Vastai's die strategy: two dies a card, custominfo names the card
         dies = [replace(d, custom_info=f'{{"AIC":"{d.index // 2}","DeviceStrategy":"die"}}')
                 for d in codec.decode_node_devices_json(annos[v.register_key])]
@@ -174,6 +176,8 @@ def test_a_pod_filter_places_on_an_idle_node_binds_to_the_devices_filter_chose(s
         assert stored["spec"]["nodeName"] == node["metadata"]["name"]
         written = stored["metadata"]["annotations"]
         assert {k: written.get(k) for k in chosen} == chosen  # the devices /filter chose, as chosen
+        if v.hook == "amd":  # HAMi's AMD string names the product (design doc 4.2)
+            assert ",AMD_Instinct_MI300X_VF," in written[v.allocated_key]
         assert (refused, refitted) == (0, 0)  # the re-check kept them: the same fit, the same answer
 
     check()
