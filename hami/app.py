@@ -29,7 +29,7 @@ ROLES: dict[str, str] = {
     "ui": "hami.ui.role",
     "dra": "hami.dra.role",  # not in `all`: DRA and the device plugin never serve one node
 }
-ALL_ROLES = ("scheduler", "node-agent", "monitor", "ui")
+ALL_ROLES = ("scheduler", "node-agent", "monitor")
 # Roles that others need up before they start (the embedded API server).
 FIRST = ("sim",)
 

@@ -119,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if flags.get("embedded") and "sim" not in roles:
         # The embedded cluster runs its own node agents (one per simulated node) and plays kubelet.
         roles = ("sim",) + tuple(r for r in roles if r != "node-agent")
+    if flags.get("embedded") and "all" in {r.strip() for r in role_spec.split(",")} and "ui" not in roles:
+        roles += ("ui",)  # the whole system on one machine includes its web page (on 127.0.0.1:8090)
 
     keep_state = bool(flags.pop("sim_keep_state", False))
     own_state = ""  # the temp folder this run made for itself: removed when it stops unless kept

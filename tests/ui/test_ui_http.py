@@ -133,3 +133,19 @@ def test_every_ui_setting_has_a_flag(field):
 
     flags = {target for target in FLAG_TARGETS.values() if target[0] == "ui"}
     assert ("ui", field) in flags or field == "whatif_timeout"
+
+
+def test_the_embedded_default_starts_the_ui_and_a_real_all_does_not():
+    import json
+    import subprocess
+    import sys
+
+    def roles(*args):
+        res = subprocess.run([sys.executable, "-m", "hami.cli.main", *args, "--check-config"], capture_output=True,
+                             text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)["roles"]
+
+    assert roles("--role", "all", "--embedded") == ["sim", "scheduler", "monitor", "ui"]
+    # On a node, `all` keeps its meaning: the UI's default port is the extender's (127.0.0.1:8080).
+    assert "ui" not in roles("--role", "all", "--node-name", "n1")
