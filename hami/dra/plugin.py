@@ -53,6 +53,7 @@ SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 DRA_SOCKET = "dra.sock"
 DEFAULT_REGISTRATION_DIR = "/var/lib/kubelet/plugins_registry"
 DEFAULT_CDI_ROOT = "/var/run/cdi"
+LOGGED_FAILURES = 1024  # distinct (claim, error) pairs remembered so a retry is not logged again
 
 
 def default_plugin_dir(driver: str = DRIVER) -> str:
@@ -111,6 +112,7 @@ class DraDriver:
         self.recovered = self.checkpoint.recover()
         self.prepared_total = 0
         self.failed_total = 0
+        self._logged: dict[tuple[str, str], None] = {}  # failures already logged (bounded, oldest out)
 
     def cache_dir(self, uid: str) -> str:
         """Host dir of the claim's HAMi-core shared-region file (HAMi's DRA driver: vgpu/claims/<uid>)."""
@@ -210,8 +212,19 @@ class DraDriver:
             self.crash_hook(step, uid)
 
     def _failed(self, ref: ClaimRef, message: str) -> PrepareResult:
+        """The claim's error for kubelet; logged once per claim and message (kubelet retries a
+        failed prepare every few seconds: the repeats go to -v=4)."""
         self.failed_total += 1
-        log.warning("Cannot prepare claim", claim=f"{ref.namespace}/{ref.name}", uid=ref.uid, error=message[:300])
+        key = (ref.uid, message)
+        if key in self._logged:
+            log.v(4).info("Cannot prepare claim (again)", claim=f"{ref.namespace}/{ref.name}", uid=ref.uid,
+                          error=message[:300])
+        else:
+            self._logged[key] = None
+            while len(self._logged) > LOGGED_FAILURES:
+                del self._logged[next(iter(self._logged))]
+            log.warning("Cannot prepare claim", claim=f"{ref.namespace}/{ref.name}", uid=ref.uid,
+                        source="ResourceClaim status.allocation / kubelet request", error=message[:300])
         return PrepareResult(error=message)
 
     # ------------------------------------------------------------------ unprepare

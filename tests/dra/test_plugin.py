@@ -11,11 +11,12 @@ emptied the CDI dir forgets the claims it lost; a kill during the very first pre
 a corrupt checkpoint is moved aside and removes no spec; every bad input (claim not
 allocated, allocated to another node, unknown device, capacity beyond the device, malformed
 allocation, claim missing, uid mismatch, bad uid) is a per-claim error beside a claim that succeeds,
-never a crash and never a CDI file.
+never a crash and never a CDI file, and logged once however often kubelet retries.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ from hami.dra.shares import published_gpus
 from hami.dra.slices import DRIVER, devices_for
 from hami.gpu.backend import GpuInfo
 from hami.kube.client import MERGE_PATCH, ApiError, KubeClient, resource_path
+from hami.obs.log import configure_logging
 from tests.dra.kubelet import FakeKubelet
 
 NODE = "gpu-node-1"
@@ -392,3 +394,18 @@ async def test_a_corrupt_checkpoint_is_moved_aside_and_no_spec_is_removed(node, 
     await kubelet.register()
     assert (await kubelet.prepare(("default", "c", uid)))[uid].error == ""  # prepared again, recorded
     assert uid in node.driver.checkpoint.claims
+
+
+async def test_a_failing_claim_is_logged_once_however_often_kubelet_retries(node, client):
+    stream = io.StringIO()
+    configure_logging(0, stream=stream)
+    try:
+        kubelet = FakeKubelet(node.reg_dir, "v1")
+        await kubelet.register()
+        uid = await make_claim(client, "far", [result("hami-gpu-0", pool="gpu-node-9")])
+        for _ in range(3):  # kubelet retries a failed prepare
+            assert "not this node's pool" in (await kubelet.prepare(("default", "far", uid)))[uid].error
+    finally:
+        configure_logging(0)
+    lines = [ln for ln in stream.getvalue().splitlines() if "Cannot prepare claim" in ln]
+    assert len(lines) == 1 and "default/far" in lines[0] and "gpu-node-9" in lines[0]
