@@ -95,6 +95,7 @@ class DraDriver:
                  read_claim: ClaimReader, published: Callable[[], Mapping[str, PublishedGpu]],
                  settings: Callable[[], DeviceSettings] = DeviceSettings, driver: str = DRIVER,
                  lib_path: Callable[[], str] = lambda: "",
+                 withdrawn: Callable[[], Mapping[str, str]] = dict,
                  crash_hook: Callable[[str, str], None] | None = None):
         self.node = node
         self.driver = driver
@@ -105,6 +106,7 @@ class DraDriver:
         self.published = published
         self.settings = settings
         self.lib_path = lib_path
+        self.withdrawn = withdrawn  # device name -> why the slice no longer has it (error text)
         self.crash_hook = crash_hook  # tests: called with (step, claim uid); may raise to simulate a kill
         os.makedirs(plugin_dir, exist_ok=True)
         os.makedirs(cdi_root, exist_ok=True)
@@ -165,7 +167,7 @@ class DraDriver:
         """Everything after the read, with no await: one claim's checkpoint and spec writes are
         never interleaved with another's."""
         published = self.published()
-        parts = shares(claim, driver=self.driver, pool=self.node, published=published)
+        parts = shares(claim, driver=self.driver, pool=self.node, published=published, withdrawn=self.withdrawn())
         self._check_room(ref.uid, parts, published)
         devices = tuple(ContainerDevice(s.uuid, NVIDIA, s.memory_mib, s.cores) for s in parts)
         cache_dir = self.cache_dir(ref.uid)

@@ -35,7 +35,16 @@ from hami.dra.plugin import (
     default_plugin_dir,
 )
 from hami.dra.shares import published_gpus
-from hami.dra.slices import DRIVER, GpuExtras, MigSlice, devices_for, next_slice, nvlink_domains, slice_name
+from hami.dra.slices import (
+    DRIVER,
+    GpuExtras,
+    MigSlice,
+    device_name,
+    devices_for,
+    next_slice,
+    nvlink_domains,
+    slice_name,
+)
 from hami.gpu import GpuBackend, GpuInfo, make_backend
 from hami.gpu.facts import FactsSource, GpuFacts
 from hami.gpu.mig import MigControl
@@ -64,6 +73,7 @@ class DraNode:
         self.driver_name = driver
         self.devices: list[dict] = []
         self.published: dict = {}
+        self.withdrawn: dict[str, str] = {}
         self.node_uid = ""
         self.slice_writes = 0
         self.server_restarts = 0
@@ -73,6 +83,7 @@ class DraNode:
         self._read_at = 0.0
         self.driver = DraDriver(node=node_name, cdi_root=cdi_root, plugin_dir=plugin_dir, hook_path=hook_path,
                                 read_claim=claim_reader(client), published=lambda: self.published,
+                                withdrawn=lambda: self.withdrawn,
                                 settings=lambda: self.settings, driver=driver)
         self.server = DraServer(self.driver, plugin_dir=plugin_dir, registration_dir=registration_dir)
 
@@ -119,6 +130,7 @@ class DraNode:
         extras, migs = await self._extras(gpus)
         devices = devices_for(gpus, self.settings, extras, migs)
         self.devices, self.published = devices, published_gpus(devices)
+        self.withdrawn = {device_name(g): f"GPU {g.uuid} is unhealthy" for g in gpus if not g.healthy}
         name = slice_name(self.node_name, self.driver_name)
         now = asyncio.get_running_loop().time()
         if self._stored is None or now - self._read_at >= self.resync:

@@ -79,8 +79,10 @@ def _quantity(value: object, path: str) -> Fraction:
     return q
 
 
-def shares(claim: Mapping, *, driver: str, pool: str, published: Mapping[str, PublishedGpu]) -> tuple[Share, ...]:
-    """This driver's shares in `claim`, in result order (first result of each device)."""
+def shares(claim: Mapping, *, driver: str, pool: str, published: Mapping[str, PublishedGpu],
+           withdrawn: Mapping[str, str] | None = None) -> tuple[Share, ...]:
+    """This driver's shares in `claim`, in result order (first result of each device).
+    `withdrawn`: device name -> why this node no longer publishes it (an unhealthy GPU)."""
     status = _field(claim, "status", "claim", Mapping, {})
     allocation = status.get("allocation")
     if allocation is None:
@@ -99,6 +101,8 @@ def shares(claim: Mapping, *, driver: str, pool: str, published: Mapping[str, Pu
             raise ClaimError(f"{path}: device {rpool}/{name} is allocated to pool {rpool!r}, "
                              f"not this node's pool {pool!r}")
         gpu = published.get(name)
+        if gpu is None and name in (withdrawn or {}):
+            raise ClaimError(f"{path}: device {name!r} was withdrawn from this node's slice: {withdrawn[name]}")
         if gpu is None:
             raise ClaimError(f"{path}: device {name!r} is not published by this node "
                              f"(known: {', '.join(sorted(published)) or 'none'})")

@@ -2,7 +2,8 @@
 
 Covers: the role publishes its node's ResourceSlice (one pool named after the node, NVLink groups as
 `nvlinkDomain`, the backend's versions and bus id, valid against the 1.34 schema), follows GPU
-health (an unhealthy GPU is withdrawn, the generation goes up by one); a restarted role with the
+health (an unhealthy GPU is withdrawn, the generation goes up by one, a claim allocated on it before
+is refused naming the GPU as unhealthy); a restarted role with the
 same GPUs writes nothing (same generation and resourceVersion); an idle node reads its slice once per
 resync and re-creates one deleted behind its back; a removed registration socket is served again; the role run from a Config prepares
 a claim a test kubelet sends over its sockets and is ready (/readyz) once kubelet registered it; a MIG GPU is published as its instances, and a claim
@@ -27,6 +28,7 @@ from hami.config import AgentSettings, Config, KubeSettings
 from hami.device import codec
 from hami.device.nodeconfig import DeviceSettings
 from hami.dra import cdi
+from hami.dra.plugin import ClaimRef
 from hami.dra.role import DraNode
 from hami.dra.slices import DRIVER, slice_name
 from hami.gpu import make_backend
@@ -113,6 +115,9 @@ async def test_role_publishes_follows_health_and_a_restart_does_not_churn(client
     await wait_for(withdrawn)
     s = await client.get("resourceslices", slice_name(NODE))
     assert s["spec"]["pool"]["generation"] == 2
+    late = await make_claim(client, "late", [result("hami-gpu-0", "1Gi", "10", pool=NODE)])  # allocated before
+    [r] = (await node.driver.prepare([ClaimRef("default", late, "late")])).values()
+    assert "was withdrawn from this node's slice: GPU GPU-a0 is unhealthy" in r.error
     stop.set()
     await task
 
