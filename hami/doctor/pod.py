@@ -11,7 +11,9 @@ Gathers the pod, its events, the nodes, the namespace's ResourceQuotas and the s
 (`hami.doctor.gather`), walks the runbook's decision tree (`hami.doctor.tree.diagnose_pod`) and
 prints the leaf reached, the evidence and the fix; for a pod that is not fine, `whatif:` names the
 one change (split count, memory scaling, a policy, uncordoning GPUs, lifting the quota) under which
-the scheduler's own code would place it (`hami.whatif.suggest.single_change_fits`). Exit code 0 when the pod is fine, 1 when a
+the scheduler's own code would place it (`hami.whatif.suggest.single_change_fits`); `preemption:` says whether
+--gpu-preemption is on and which victims it would take for this pod, or why none (hami.doctor.preemption).
+Exit code 0 when the pod is fine, 1 when a
 problem leaf was reached, 2 on usage errors.
 """
 
@@ -25,6 +27,7 @@ import time
 import orjson
 
 from hami.doctor import dra, gather
+from hami.doctor.preemption import preemption_facts
 from hami.doctor.tree import Diagnosis, PodFacts, diagnose_pod, render_diagnosis
 from hami.kube.client import ApiError
 
@@ -108,22 +111,36 @@ async def would_fit_if(client, args: argparse.Namespace) -> str | None:
     return f"this pod would fit if {change}" if change else None
 
 
+async def preemption(client, args: argparse.Namespace) -> str | None:
+    """The GPU preemption line for a pending, unbound pod (hami.doctor.preemption); None otherwise."""
+    ns, _, name = args.pod.rpartition("/")
+    pod = await client.get_pod(ns or "default", name)
+    if (pod.get("spec") or {}).get("nodeName") or (pod.get("status") or {}).get("phase", "Pending") != "Pending":
+        return None
+    inst = await gather.installation(client, args)
+    return await preemption_facts(client, pod, inst.nvidia, inst.vendors)
+
+
 async def main(args: argparse.Namespace) -> int:
     client = await gather.client_from_args(args)
-    whatif = None
+    whatif = preempt = None
     try:
         d = await diagnose(client, args)
         if d.leaf.startswith("dra-"):
             whatif = "(whatif does not replay DRA claims yet: the evidence above is the allocator's own answer)"
-        elif d.leaf not in OK_LEAVES and args.whatif:
-            whatif = await would_fit_if(client, args)
+        elif d.leaf not in OK_LEAVES:
+            preempt = await preemption(client, args)
+            if args.whatif:
+                whatif = await would_fit_if(client, args)
     except ApiError as exc:
         print(f"hami doctor pod: {args.pod}: {exc}", file=sys.stderr)
         return 2 if exc.not_found else 1
     finally:
         await client.close()
     if args.json:
-        sys.stdout.write(orjson.dumps({**d.as_dict(), "whatif": whatif}, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(orjson.dumps({**d.as_dict(), "whatif": whatif, "preemption": preempt},
+                                      option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        sys.stdout.write(render_diagnosis(d) + (f"  whatif: {whatif}\n" if whatif else ""))
+        sys.stdout.write(render_diagnosis(d) + (f"  preemption: {preempt}\n" if preempt else "")
+                         + (f"  whatif: {whatif}\n" if whatif else ""))
     return 0 if d.leaf in OK_LEAVES else 1

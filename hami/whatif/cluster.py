@@ -192,7 +192,7 @@ def parse_snapshot(doc: Any, source: str = "snapshot") -> Cluster:
         f"unknown annotation {key} on {', '.join(sorted(where)[:3])}"
         f"{f' and {len(where) - 3} more' if len(where) > 3 else ''} (from a newer HAMi?): ignored"
         for key, where in sorted(warnings.items())
-    ) + _dra_note(pods_raw)
+    ) + _dra_note(pods_raw) + _preemption_note(pods_raw)
     return Cluster(nodes, pods, tuple(quotas), nvidia, node_configs, notes)
 
 
@@ -205,6 +205,23 @@ def _dra_note(pods_raw) -> tuple[str, ...]:
     return (f"{len(dra)} pod(s) use DRA claims ({', '.join(dra[:3])}{' ...' if len(dra) > 3 else ''}): whatif does "
             "not read ResourceSlices or ResourceClaims yet, so their GPU shares are not replayed "
             "(hami doctor pod explains a pending one with the DRA allocator)",)
+
+
+def _preemption_note(pods_raw) -> tuple[str, ...]:
+    """whatif has no preemption scenario: say so when pending pods outrank placed ones (issue 29)."""
+    def prio(o) -> int:
+        v = (o.get("spec") or {}).get("priority") if isinstance(o.get("spec"), dict) else None
+        return v if isinstance(v, int) and not isinstance(v, bool) else 0
+    placed = [prio(o) for _, o in pods_raw if isinstance(o.get("spec"), dict) and o["spec"].get("nodeName")]
+    lowest = min(placed, default=None)
+    outrank = [f"{(o.get('metadata') or {}).get('namespace', '')}/{(o.get('metadata') or {}).get('name', '')}"
+               for _, o in pods_raw if isinstance(o.get("spec"), dict) and not o["spec"].get("nodeName")
+               and lowest is not None and prio(o) > lowest]
+    if not outrank:
+        return ()
+    return (f"{len(outrank)} pending pod(s) outrank placed pods ({', '.join(outrank[:3])}"
+            f"{' ...' if len(outrank) > 3 else ''}): whatif has no preemption scenario, so it replays them "
+            "without evicting anyone (hami doctor pod says what --gpu-preemption would evict for one)",)
 
 
 def _device_config(source, nvidia_doc, node_doc, warnings) -> tuple[NvidiaConfig, tuple[NodeDeviceConfig, ...]]:

@@ -165,3 +165,17 @@ def test_pods_with_dra_claims_are_named_as_not_replayed():
     (note,) = [w for w in cluster.warnings if "DRA" in w]
     assert note.startswith("1 pod(s) use DRA claims (default/trainer): whatif does not read ResourceSlices")
     assert not [w for w in parse_snapshot(snap.listing(snap.node("a")), "x").warnings if "DRA" in w]
+
+
+def test_pending_pods_that_outrank_placed_ones_are_named_as_not_preempted_for():
+    """issue 29: whatif has no preemption scenario and says so when it would matter."""
+    low = snap.pod("batch", node="a")
+    low["spec"]["priority"] = 0
+    high = snap.pod("inference")
+    high["spec"]["priority"] = 1000
+    cluster = parse_snapshot(snap.listing(snap.node("a"), low, high), "cluster.json")
+    (note,) = [w for w in cluster.warnings if "preemption" in w]
+    assert note.startswith("1 pending pod(s) outrank placed pods (default/inference): whatif has no preemption")
+    equal = snap.pod("peer")
+    equal["spec"]["priority"] = 0
+    assert not [w for w in parse_snapshot(snap.listing(snap.node("a"), low, equal), "x").warnings if "preemption" in w]
