@@ -67,3 +67,18 @@ def chromium() -> str:
         if found:
             return found
     pytest.fail(f"chromium not found and scripts/install-chromium failed (rc {proc.returncode}): {proc.stderr[-2000:]}")
+
+
+def stop_process(proc, timeout: float = 30.0) -> None:
+    """SIGTERM a process started with start_new_session=True, then SIGKILL its group if it lingers."""
+    import signal
+    import subprocess
+
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ import urllib.request
 import pytest
 
 from tests.ports import free_ports
-from tests.tools import chromium, find_kubectl
+from tests.tools import chromium, find_kubectl, stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -112,10 +111,5 @@ def test_every_page_in_headless_chromium(tmp_path):
                 os.makedirs(out_dir, exist_ok=True)
                 shutil.copy(shot, os.path.join(out_dir, f"{name}.png"))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process(proc)
         log.close()
