@@ -111,6 +111,7 @@ class Checkpoint:
                     removed.append(name)
         if removed or not known:
             self.save()
+        if removed:
             log.info("DRA checkpoint recovered: removed half-prepared claims and stray CDI files",
                      removed=",".join(removed)[:500])
         return removed
