@@ -1,5 +1,6 @@
 """The DynamicResources plugin of the embedded kube-scheduler loop (structured parameters).
 
+PreEnqueue keeps a pod out of the queue until every claim it names exists (no backoff meanwhile).
 PreFilter reads the pod's claims (`hami.dra.podclaims`): a templated claim the controller has not
 made yet, or a claim that does not exist, keeps the pod Pending with that reason. Filter runs the
 pure allocator (`hami.dra.allocator`) per node against the node's ResourceSlices, the DeviceClasses
@@ -93,6 +94,14 @@ class DynamicResources:
         return self._inventory
 
     # ------------------------------------------------------------------ the plugin
+
+    def gated(self, pod: dict) -> bool:
+        """PreEnqueue: a pod waits outside the queue until every claim it names exists."""
+        if not uses_claims(pod):
+            return False
+        names, waiting = podclaims.claim_names(pod)
+        ns = (pod.get("metadata") or {}).get("namespace", "")
+        return bool(waiting) or any(self.claim(f"{ns}/{n}") is None for n in names)
 
     def prefilter(self, pod: dict) -> tuple[list[dict] | None, str]:
         """(the pod's claims, "") or (None, why the pod must wait)."""

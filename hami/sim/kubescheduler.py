@@ -371,20 +371,26 @@ class KubeSchedulerLoop:
         self._binding: set[asyncio.Task] = set()
         # The DynamicResources plugin (structured parameters); None: claims are not looked at.
         self.dra = dra
+        self._gated: dict[str, dict] = {}  # DynamicResources PreEnqueue: pods whose claims do not exist yet
         if dra is not None:
-            dra.on_event = lambda ev, old, new: self._move(ev, self.clock(), old, new)
+            dra.on_event = self._dra_event
 
     # ------------------------------------------------------------------ events (eventhandlers.go)
 
     def _on_pod(self, etype: str, old: dict | None, new: dict | None) -> None:
         now = self.clock()
         key = _key(new or old)
+        self._gated.pop(key, None)
         if new is None:  # deleted
             self.queue.delete(key)
             if _assigned_active(old):
                 self._move((sq.ASSIGNED_POD, sq.DELETE), now, old, None)
             return
         if _pending_for_us(new, self.scheduler_name):
+            if self.dra is not None and self.dra.gated(new):  # PreEnqueue: not queued until its claims exist
+                self.queue.delete(key)
+                self._gated[key] = new
+                return
             if old is None or key not in self.queue.pods:
                 self.queue.add(key, new, now)
             else:
@@ -398,6 +404,16 @@ class KubeSchedulerLoop:
             self._move((sq.ASSIGNED_POD, sq.ADD), now, old, new, only=_cross_topology(new))
         elif _assigned_active(new) and intree._labels(old or {}) != intree._labels(new):  # AssignedPodUpdated
             self._move((sq.ASSIGNED_POD, sq.UPDATE), now, old, new, only=_cross_topology(new))
+
+    def _dra_event(self, event: tuple[str, str], old: dict | None, new: dict | None) -> None:
+        """A claim, slice or class event: gated pods whose claims now exist are queued; parked ones move."""
+        now = self.clock()
+        for key, pod in list(self._gated.items()):
+            if not self.dra.gated(pod):
+                del self._gated[key]
+                self.queue.add(key, pod, now)
+                self._kick.set()
+        self._move(event, now, old, new)
 
     def _on_node(self, etype: str, old: dict | None, new: dict | None) -> None:
         now = self.clock()

@@ -161,7 +161,10 @@ class SchedulingQueue:
             return ACTIVE
         qp.pod, qp.priority = new, pod_priority(new)
         where = self.where.get(key)
-        if where != UNSCHEDULABLE or not pod_updated(old, new):
+        # UpdatePodGeneratedResourceClaim: the claim a DynamicResources-rejected pod waited for is recorded
+        generated = "DynamicResources" in qp.rejectors and \
+            (old.get("status") or {}).get("resourceClaimStatuses") != (new.get("status") or {}).get("resourceClaimStatuses")
+        if where != UNSCHEDULABLE or not (pod_updated(old, new) or generated):
             if where == ACTIVE:
                 self._to_active(qp)  # re-heap with the new priority
             return None
