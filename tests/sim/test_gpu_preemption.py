@@ -8,8 +8,8 @@ it names the victims, the metrics count them; an equal-priority pod and a `preem
 pod evict nothing; two preemptors pending together evict no more than they need between them; a
 lower-priority pod created while the victims terminate does not take the held shares, and the hold
 ends once the preemptor is placed; a leader that dies mid-preemption (one of two victims evicted)
-leaves no hold, and the next leader finishes without evicting any pod twice; with the controller off
-nothing is ever evicted.
+leaves no hold, and the next leader finishes without evicting any pod twice; the hold ends on its
+timeout and when the preemptor is deleted; with the controller off nothing is ever evicted.
 """
 
 from __future__ import annotations
@@ -191,3 +191,22 @@ async def test_with_the_controller_off_nothing_is_evicted(apiserver, monkeypatch
         assert log.calls == [] and names(c.store) >= {"f0", "f1"} and not c.node_of("urgent")
         assert c.env.sched.preempter is None and c.loop.stats.victims == 0
 
+
+
+async def test_the_hold_ends_on_timeout_and_when_the_preemptor_is_deleted(apiserver, monkeypatch):
+    log = EvictionLog(monkeypatch)
+    async with running_cluster(apiserver, [gpu_node("n0")], gpu_preemption=True, stop_seconds=30.0,
+                               gpu_preemption_hold_timeout=0.5) as c:
+        await fill(c, [("f0", 20480, "n0", 0), ("f1", 20480, "n0", 0)])
+        p, index = c.env.sched.preempter, c.env.sched.state.index
+        c.create(prio(pod_obj("urgent", mem=20480), 1000))
+        await eventually(lambda: p.holds, 10)
+        uid = c.pod("urgent")["metadata"]["uid"]
+        assert index.pod(uid) is not None and len(log.calls) == 1
+        await eventually(lambda: not p.holds, 5)          # 0.5 s: the victim still stops, the hold is gone
+        assert index.pod(uid) is None and not c.node_of("urgent")
+        c.create(prio(pod_obj("second", mem=10240), 1000))  # a new decision: the other filler goes
+        await eventually(lambda: p.holds, 10)
+        c.store.delete("pods", "default", "second")
+        await eventually(lambda: not p.holds, 5)
+        assert all(index.pod(u) is None for u in (uid, "second"))

@@ -192,6 +192,20 @@ async def test_faithful_loop_never_asks_the_extender_when_only_gpu_shares_are_sh
         assert alive(c, {"f0", "f1"}) == {"f0", "f1"} and not c.node_of("urgent")
 
 
+async def test_the_gpu_only_preemption_switch_asks_the_extender_where_kube_scheduler_would_not(apiserver):
+    # A divergence kept as a switch, set here to show what /preempt answers when it is asked for a
+    # node short only of GPU shares (a real kube-scheduler never asks; the controller covers it).
+    async with running_cluster(apiserver, [gpu_node("n0")],
+                               ext={"preempt_verb": "preempt", "gpu_only_preemption": True}) as c:
+        for i in range(2):
+            c.create(prio(pod_obj(f"f{i}", mem=20480), i))
+            await eventually(lambda n=f"f{i}": c.node_of(n), 10)
+        c.create(prio(pod_obj("urgent", mem=20480), 1000))
+        await eventually(lambda: c.node_of("urgent"), 10)
+        assert alive(c, {"f0", "f1"}) == {"f1"}  # the extender's minimal set: the less important one
+        assert (c.loop.stats.victims, c.loop.stats.gpu_only_preemptions) == (1, 1)
+
+
 async def test_faithful_loop_in_tree_victims_plus_the_gpu_share_the_extender_adds(apiserver):
     # Three pod slots, the card full: the dry run needs one slot (c, the least important); evicting c
     # frees 10 GiB where the preemptor needs 20, so /preempt adds b from the node's other
