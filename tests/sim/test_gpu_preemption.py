@@ -19,6 +19,7 @@ import contextlib
 
 import aiohttp
 
+from hami.scheduler import gpupreempt
 from hami.sim import apiserver as apiserver_mod
 from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
 from hami.sim.termination import PodTerminator
@@ -105,8 +106,8 @@ async def test_equal_priority_and_never_policy_evict_nothing(apiserver, monkeypa
         p = c.env.sched.preempter
         assert log.calls == [] and p.victims == 0 and names(c.store) >= {"f0", "f1"}
         assert not c.node_of("peer") and not c.node_of("polite")
-        uid = c.pod("polite")["metadata"]["uid"]
-        assert p.refusals.get(uid) is None or "Never" in p.refusals[uid]
+        assert p.refusals[c.pod("polite")["metadata"]["uid"]] == gpupreempt.POLICY_NEVER
+        assert p.refusals[c.pod("peer")["metadata"]["uid"]] == gpupreempt.NO_SET_HELPS  # f0 (equal) may not go
 
 
 async def test_two_preemptors_evict_only_what_they_need(apiserver, monkeypatch):
