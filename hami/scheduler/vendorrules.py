@@ -83,13 +83,19 @@ def network_groups(candidates: Sequence[T], uuid_of, networks: Mapping[str, int 
     """computeBestCombination: the fitting NPUs grouped by NetworkID (numbers only), the networks
     with most of them first, taken in walk order until `want`. HAMi breaks ties between networks
     of the same size by Go map order (random); here the network met first in the walk goes first."""
-    groups: dict[int, list[T]] = {}
+    return _fullest_groups_first(candidates, lambda c: networks.get(uuid_of(c)), want)
+
+
+def _fullest_groups_first(candidates: Sequence[T], key_of, want: int) -> list[T]:
+    """Group the candidates by `key_of` (None: left out), the biggest groups first (stable: walk
+    order breaks ties), taken until `want` (Ascend networks, Vastai cards)."""
+    groups: dict = {}
     for c in candidates:
-        nid = networks.get(uuid_of(c))
-        if nid is not None:
-            groups.setdefault(nid, []).append(c)
+        key = key_of(c)
+        if key is not None:
+            groups.setdefault(key, []).append(c)
     out: list[T] = []
-    for members in sorted(groups.values(), key=len, reverse=True):  # stable: walk order breaks ties
+    for members in sorted(groups.values(), key=len, reverse=True):
         for c in members:
             out.append(c)
             if len(out) == want:
@@ -97,26 +103,33 @@ def network_groups(candidates: Sequence[T], uuid_of, networks: Mapping[str, int 
     return out
 
 
+_NO_SCORE = object()  # a chosen device that makes the whole term 0
+
+
+def _largest_share(containers: Sequence[Sequence[str]], key_of) -> float:
+    """Per container with devices, the share of them in its largest group (`key_of(uuid)`: the
+    group, None to leave the device out, `_NO_SCORE` to make the term 0), float32 sums."""
+    score = 0.0
+    for uuids in containers:
+        counts: dict = {}
+        for u in uuids:
+            key = key_of(u)
+            if key is _NO_SCORE:
+                return 0.0
+            if key is not None:
+                counts[key] = counts.get(key, 0) + 1
+        total = sum(counts.values())
+        if total:
+            score = f32(score + f32(f32(max(counts.values())) / f32(total)))
+    return score
+
+
 def network_score(containers: Sequence[Sequence[str]], networks: Mapping[str, int | None] | None) -> float:
     """Ascend ScoreNode for one 910 chip: per container with devices, the share of its NPUs on
     its largest network (float32 sums), times 10; 0 when any chosen NPU names no NetworkID."""
     if not networks:
         return 0.0
-    score = 0.0
-    for uuids in containers:
-        if not uuids:
-            continue
-        counts: dict[int, int] = {}
-        for u in uuids:
-            if u not in networks:
-                return 0.0
-            nid = networks[u]
-            if nid is not None:
-                counts[nid] = counts.get(nid, 0) + 1
-        total = sum(counts.values())
-        if total:
-            score = f32(score + f32(f32(max(counts.values())) / f32(total)))
-    return f32(score * NETWORK_WEIGHT)
+    return f32(_largest_share(containers, lambda u: networks[u] if u in networks else _NO_SCORE) * NETWORK_WEIGHT)
 
 
 # --------------------------------------------------------------------------- AWS Neuron
@@ -462,55 +475,61 @@ _SLOTS_EXHAUSTED = "CardTimeSlicingExhausted"
 _CORE = "CardInsufficientCore"
 
 
-def fit_amd(devices: Sequence, request, type_ok, uuid_ok, is_mutex: bool, make):
-    """AMD's Fit (pkg/device/amd/device.go at v2.10.0, PR #2290), walked from the end: health, the
-    amd.com use/nouse gputype (`type_ok(card type)`) and gpu-uuid (`uuid_ok(id)`) annotations,
-    sharing slots, mutex; memory 0 asks for the whole card; cores are `coresreq` percent of the
-    card's registered compute units (at least 1, at most all), all of them for a whole-card
-    memory ask without cores. `make(dev, mem, cores)` builds a chosen device (HAMi keeps the
-    card's registered type on it). Returns (fits, chosen, reason counts)."""
-    nums = request.nums
+def card_walk(devices: Sequence, nums: int, type_ok, uuid_ok, is_mutex: bool, share, make):
+    """The walk AMD's and Enflame DRS's Fit share (their device.go at v2.10.0), from the end:
+    health, type (`type_ok(card type)`, None: any), the pod's UUID annotations (`uuid_ok(id)`),
+    sharing slots, mutex, then `share(dev)`: (memory, cores) the card gives, or the reason it does
+    not; the first `nums` cards that fit are chosen (`make(dev, memory, cores)`). Returns (fits,
+    chosen, reason counts)."""
     chosen: list = []
     reason: dict[str, int] = {}
-
-    def miss(key: str) -> None:
-        reason[key] = reason.get(key, 0) + 1
-
     for dev in reversed(devices):
         if not dev.health:
-            miss(_CARD_NOT_HEALTH)
-        elif not type_ok(dev.type):
-            miss(_TYPE_MISMATCH)
+            key = _CARD_NOT_HEALTH
+        elif type_ok is not None and not type_ok(dev.type):
+            key = _TYPE_MISMATCH
         elif not uuid_ok(dev.id):
-            miss(_UUID_MISMATCH)
+            key = _UUID_MISMATCH
         elif dev.count <= dev.used:
-            miss(_SLOTS_EXHAUSTED)
+            key = _SLOTS_EXHAUSTED
         elif is_mutex and dev.used > 0:
-            miss(_EXCLUSIVE_CONFLICT)
+            key = _EXCLUSIVE_CONFLICT
         else:
-            mem = request.memreq if request.memreq > 0 or dev.totalmem <= 0 else dev.totalmem
-            if dev.totalmem - dev.usedmem < mem:
-                miss(_MEMORY)
+            got = share(dev)
+            if got.__class__ is str:
+                key = got
+            else:
+                if nums > 0:
+                    nums -= 1
+                    chosen.append(make(dev, *got))
+                if nums == 0:
+                    return True, chosen, {}
                 continue
-            cores = 0
-            if request.coresreq > 0:
-                if dev.totalcore <= 0:
-                    miss(_CORE)
-                    continue
-                cores = min(max(dev.totalcore * request.coresreq // 100, 1), dev.totalcore)
-            elif dev.totalmem > 0 and mem >= dev.totalmem:
-                cores = dev.totalcore
-            if dev.totalcore - dev.usedcores < cores:
-                miss(_CORE)
-                continue
-            if nums > 0:
-                nums -= 1
-                chosen.append(make(dev, mem, cores))
-            if nums == 0:
-                return True, chosen, {}
+        reason[key] = reason.get(key, 0) + 1
     if chosen:
         reason[_ALLOCATED_INSUFFICIENT] = len(chosen)
     return False, chosen, reason
+
+
+def fit_amd(devices: Sequence, request, type_ok, uuid_ok, is_mutex: bool, make):
+    """AMD's Fit (pkg/device/amd/device.go at v2.10.0, PR #2290): `card_walk` with the amd.com
+    use/nouse gputype and gpu-uuid annotations; memory 0 asks for the whole card; cores are
+    `coresreq` percent of the card's registered compute units (at least 1, at most all), all of
+    them for a whole-card memory ask without cores."""
+    def share(dev):
+        mem = request.memreq if request.memreq > 0 or dev.totalmem <= 0 else dev.totalmem
+        if dev.totalmem - dev.usedmem < mem:
+            return _MEMORY
+        cores = 0
+        if request.coresreq > 0:
+            if dev.totalcore <= 0:
+                return _CORE
+            cores = min(max(dev.totalcore * request.coresreq // 100, 1), dev.totalcore)
+        elif dev.totalmem > 0 and mem >= dev.totalmem:
+            cores = dev.totalcore
+        return _CORE if dev.totalcore - dev.usedcores < cores else (mem, cores)
+
+    return card_walk(devices, request.nums, type_ok, uuid_ok, is_mutex, share, make)
 
 
 # --------------------------------------------------------------------------- Vastai dies
@@ -534,18 +553,7 @@ def card_groups(candidates: Sequence[T], uuid_of, dies: Mapping[str, tuple[str |
     """Vastai's computeBestCombination: the fitting dies grouped by their card (AIC; dies without
     one are left out), the cards with most of them first (stable: HAMi's map order, here the walk's,
     breaks ties), taken until `want`."""
-    groups: dict[str, list[T]] = {}
-    for c in candidates:
-        aic = dies.get(uuid_of(c), (None, None))[1]
-        if aic is not None:
-            groups.setdefault(aic, []).append(c)
-    out: list[T] = []
-    for members in sorted(groups.values(), key=len, reverse=True):
-        for c in members:
-            out.append(c)
-            if len(out) == want:
-                return out
-    return out
+    return _fullest_groups_first(candidates, lambda c: dies.get(uuid_of(c), (None, None))[1], want)
 
 
 def aic_score(containers: Sequence[Sequence[str]], dies: Mapping[str, tuple[str | None, str | None]] | None) -> float:
@@ -554,22 +562,12 @@ def aic_score(containers: Sequence[Sequence[str]], dies: Mapping[str, tuple[str 
     than die, or names no AIC."""
     if not dies:
         return 0.0
-    score = 0.0
-    for uuids in containers:
-        if not uuids:
-            continue
-        counts: dict[str, int] = {}
-        for u in uuids:
-            if u not in dies:
-                return 0.0
-            strategy, aic = dies[u]
-            if strategy is not None and strategy != VASTAI_DIE:
-                return 0.0
-            if aic is None:
-                return 0.0
-            counts[aic] = counts.get(aic, 0) + 1
-        score = f32(score + f32(f32(max(counts.values())) / f32(sum(counts.values()))))
-    return score
+
+    def card_of(u: str):
+        strategy, aic = dies.get(u, (VASTAI_DIE, None))
+        return _NO_SCORE if aic is None or (strategy is not None and strategy != VASTAI_DIE) else aic
+
+    return _largest_share(containers, card_of)
 
 
 # --------------------------------------------------------------------------- Enflame DRS vGCU
@@ -581,40 +579,19 @@ _INT32_MAX = (1 << 31) - 1
 def fit_drs(devices: Sequence, request, drs, direct: bool, uuid_ok, is_mutex: bool, make):
     """Enflame DRS's Fit (pkg/device/enflame/device.go at v2.10.0): the profile the request names
     (codec.enflame.choose_profile over the node's profiles, `drs`), else the node is `ModeNotFit`;
-    then the cards walked from the end: health, the enflame.com use/nouse gpuuuid annotations
-    (`uuid_ok`), slices left, mutex, the profile's memory (GB x 1024) and core percent. A chosen
-    card books the profile's memory and cores. Returns (fits, chosen, reason counts)."""
+    then `card_walk` with the enflame.com use/nouse gpuuuid annotations, each card needing the
+    profile's memory (GB x 1024) and core percent, which it books."""
     profile = choose_profile(drs, request.memreq, request.coresreq, direct) if drs is not None else None
     if (profile is None or not 0 < profile.size <= _INT32_MAX or not 0 < profile.memory_gb <= _INT32_MAX // 1024
             or profile.core_percent > _INT32_MAX):
         return False, [], {_MODE_NOT_FIT: 1}
     mem, cores = profile.memory_gb * 1024, profile.core_percent
-    nums = request.nums
-    chosen: list = []
-    reason: dict[str, int] = {}
 
-    def miss(key: str) -> None:
-        reason[key] = reason.get(key, 0) + 1
+    def share(dev):
+        if dev.totalmem - dev.usedmem < mem:
+            return _MEMORY
+        if dev.totalcore > 0 and dev.totalcore - dev.usedcores < cores:
+            return _CORE
+        return mem, cores
 
-    for dev in reversed(devices):
-        if not dev.health:
-            miss(_CARD_NOT_HEALTH)
-        elif not uuid_ok(dev.id):
-            miss(_UUID_MISMATCH)
-        elif dev.count <= dev.used:
-            miss(_SLOTS_EXHAUSTED)
-        elif is_mutex and dev.used > 0:
-            miss(_EXCLUSIVE_CONFLICT)
-        elif dev.totalmem - dev.usedmem < mem:
-            miss(_MEMORY)
-        elif dev.totalcore > 0 and dev.totalcore - dev.usedcores < cores:
-            miss(_CORE)
-        else:
-            if nums > 0:
-                nums -= 1
-                chosen.append(make(dev, mem, cores))
-            if nums == 0:
-                return True, chosen, {}
-    if chosen:
-        reason[_ALLOCATED_INSUFFICIENT] = len(chosen)
-    return False, chosen, reason
+    return card_walk(devices, request.nums, None, uuid_ok, is_mutex, share, make)
