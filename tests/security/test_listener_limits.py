@@ -29,6 +29,7 @@ from hami.scheduler.extender import WEBHOOK_MAX_BODY
 from hami.scheduler.role import start_scheduler
 from tests.kube.helpers import config_for, eventually, pod_obj
 from tests.kube.scheduler_env import Env, hami_nodes, stop_env
+from tests.reliability._record import record
 
 pytestmark = pytest.mark.timeout(60)
 SHORT = ListenSettings(header_timeout=0.3, body_timeout=0.3, max_connections=5, idle_timeout=5.0)
@@ -190,6 +191,8 @@ async def test_scheduler_closes_200_slow_connections_and_keeps_serving(sched_env
     outs = await asyncio.gather(*(closed(r) for r, _ in conns))
     assert outs == [b""] * 200
     assert env.sched.runners[0].guard.header_timeouts == 200
+    record("slow connections (slowloris)", connections=200, closed_at_header_deadline=200,
+           header_timeout_s=0.5, filter_answered_meanwhile=True)
     for _, w in conns:
         w.close()
 
