@@ -117,8 +117,9 @@ class PreemptController:
 
     def on_pod(self, etype: str, old: dict | None, new: dict | None) -> None:
         """Pod informer handler: a victim gone may free a held room; look at once."""
-        if new is None and self.holds:
+        if new is None:
             uid = ((old or {}).get("metadata") or {}).get("uid")
+            self.refusals.pop(uid, None)
             if uid and any(uid in h.victims for h in self.holds.values()):
                 self._wake.set()
 
@@ -143,7 +144,8 @@ class PreemptController:
                         failure = self.pending.pop(uid)
                         try:
                             await self._consider(uid, failure)
-                        except ApiError as exc:
+                        except Exception as exc:  # one pod's trouble never stops the controller
+                            self._end(uid, "error")
                             log.warning("GPU preemption failed", pod=f"{_key(failure.pod)[0]}/{_key(failure.pod)[1]}",
                                         error=str(exc))
                 await self._tend_holds()
@@ -271,9 +273,14 @@ class PreemptController:
             await self._wake_preemptor(hold)
             return
         if self.client is not None:
-            await self.client.request(
-                "patch", "pods/status", "PATCH", resource_path("pods", ns, name, "status"),
-                body={"status": {"nominatedNodeName": plan.node}}, content_type="application/merge-patch+json")
+            try:
+                await self.client.request(
+                    "patch", "pods/status", "PATCH", resource_path("pods", ns, name, "status"),
+                    body={"status": {"nominatedNodeName": plan.node}}, content_type="application/merge-patch+json")
+            except ApiError as exc:  # nothing evicted yet: give the room back, the next failure decides again
+                self._end(uid, "nomination failed")
+                log.warning("Could not nominate the preemptor", pod=f"{ns}/{name}", error=str(exc))
+                return
         self.preemptions += 1
         evicted = []
         for vuid, vkey in victims.items():

@@ -9,7 +9,8 @@ pod evict nothing; two preemptors pending together evict no more than they need 
 lower-priority pod created while the victims terminate does not take the held shares, and the hold
 ends once the preemptor is placed; a leader that dies mid-preemption (one of two victims evicted)
 leaves no hold, and the next leader finishes without evicting any pod twice; the hold ends on its
-timeout and when the preemptor is deleted; with the controller off nothing is ever evicted.
+timeout and when the preemptor is deleted; a nomination the API refuses evicts nothing and holds
+nothing; with the controller off nothing is ever evicted.
 """
 
 from __future__ import annotations
@@ -211,3 +212,15 @@ async def test_the_hold_ends_on_timeout_and_when_the_preemptor_is_deleted(apiser
         c.store.delete("pods", "default", "second")
         await eventually(lambda: not p.holds, 5)
         assert all(index.pod(u) is None for u in (uid, "second"))
+
+
+async def test_a_refused_nomination_evicts_nothing_and_holds_nothing(apiserver, monkeypatch):
+    log = EvictionLog(monkeypatch)
+    apiserver.authz.deny("patch", "pods/status")  # RBAC without pods/status: the chart grants it only when on
+    async with running_cluster(apiserver, [gpu_node("n0")], gpu_preemption=True) as c:
+        await fill(c, [("f0", 20480, "n0", 0), ("f1", 20480, "n0", 0)])
+        c.create(prio(pod_obj("urgent", mem=20480), 1000))
+        await eventually(lambda: c.loop.stats.attempts.get("default/urgent", 0) >= 3, 15)
+        p = c.env.sched.preempter
+        assert log.calls == [] and p.holds == {} and p.victims == 0
+        assert c.env.sched.state.index.pod(c.pod("urgent")["metadata"]["uid"]) is None
