@@ -44,13 +44,19 @@ async def env_with_clock(apiserver, clock) -> Env:
     return Env(apiserver, s, aiohttp.ClientSession())
 
 
-async def test_scheduler_killed_between_lock_and_binding(apiserver):
-    t0 = time.time()
-    offset = [0.0]
+class FakeClock:
+    """Wall time plus an offset a test moves forward."""
 
-    def clock() -> float:
-        return t0 + offset[0]
+    def __init__(self):
+        self.t0, self.offset = time.time(), 0.0
 
+    def __call__(self) -> float:
+        return self.t0 + self.offset
+
+
+async def killed_between_lock_and_binding(apiserver, clock) -> tuple[dict, dict]:
+    """Replica A takes n0's lock for `orphan` and dies at its Binding (nothing after it runs); returns
+    (orphan, other), two 20,000 MiB pods for the one 40,960 MiB GPU."""
     apiserver.store.create("nodes", "", node_obj("n0", 1, mem=40960, handshake=requesting_now()))
     a = await env_with_clock(apiserver, clock)
     orphan = a.create_pod(pod_obj("orphan", mem=20000))
@@ -67,6 +73,12 @@ async def test_scheduler_killed_between_lock_and_binding(apiserver):
     await asyncio.wait_for(killed.wait(), 10)
     await asyncio.gather(bind, return_exceptions=True)
     await stop_env(a)
+    return orphan, other
+
+
+async def test_scheduler_killed_between_lock_and_binding(apiserver):
+    clock = FakeClock()
+    orphan, other = await killed_between_lock_and_binding(apiserver, clock)
     node = apiserver.store.get("nodes", "", "n0")
     assert codec.decode_node_lock(annos(node)[LOCK]).owned_by("default", "orphan")
     # the Binding carries the placement and bind-phase (one write): dead before it, the orphan has none
@@ -78,7 +90,7 @@ async def test_scheduler_killed_between_lock_and_binding(apiserver):
         assert (await b.filter(other, ["n0"]))["NodeNames"] == ["n0"]
         err = (await b.bind(other, "n0"))["Error"]
         assert "node lock contention" in err and "default/orphan" in err
-        offset[0] = b.sched.config.scheduler.node_lock_timeout + 1  # fake time: the lock expires
+        clock.offset = b.sched.config.scheduler.node_lock_timeout + 1  # fake time: the lock expires
         assert (await b.filter(other, ["n0"]))["NodeNames"] == ["n0"]
         assert (await b.bind(other, "n0"))["Error"] == ""
         assert codec.decode_node_lock(annos(apiserver.store.get("nodes", "", "n0"))[LOCK]).owned_by("default", "other")
@@ -108,29 +120,8 @@ async def test_scheduler_killed_between_lock_and_binding(apiserver):
 
 
 async def test_dead_binders_lock_is_taken_over_after_the_longest_bind_not_the_expiry(apiserver):
-    dies_at = "bind_pod"  # the one write after the lock: the Binding carries the placement
-    t0 = time.time()
-    offset = [0.0]
-
-    def clock() -> float:
-        return t0 + offset[0]
-
-    apiserver.store.create("nodes", "", node_obj("n0", 1, mem=40960, handshake=requesting_now()))
-    a = await env_with_clock(apiserver, clock)
-    orphan = a.create_pod(pod_obj("orphan", mem=20000))
-    other = a.create_pod(pod_obj("other", mem=20000))
-    killed = asyncio.Event()
-
-    async def die(*args, **kwargs):  # SIGKILL here: nothing after this line runs
-        killed.set()
-        raise asyncio.CancelledError
-
-    setattr(a.sched.client, dies_at, die)
-    assert (await a.filter(orphan, ["n0"]))["NodeNames"] == ["n0"]
-    bind = asyncio.create_task(a.bind(orphan, "n0"))
-    await asyncio.wait_for(killed.wait(), 10)
-    await asyncio.gather(bind, return_exceptions=True)
-    await stop_env(a)
+    clock = FakeClock()
+    orphan, other = await killed_between_lock_and_binding(apiserver, clock)
     assert codec.decode_node_lock(annos(apiserver.store.get("nodes", "", "n0"))[LOCK]).owned_by("default", "orphan")
     assert annos(apiserver.store.get("pods", "default", "orphan")).get("hami.io/bind-phase") is None
 
@@ -138,18 +129,18 @@ async def test_dead_binders_lock_is_taken_over_after_the_longest_bind_not_the_ex
     try:
         sc = b.sched.config.scheduler
         assert sc.node_lock_orphan_timeout + 15 < sc.node_lock_timeout  # the point: far inside the expiry
-        offset[0] = sc.node_lock_orphan_timeout - 1  # a live /bind could still be this old: the lock holds
+        clock.offset = sc.node_lock_orphan_timeout - 1  # a live /bind could still be this old: the lock holds
         assert (await b.filter(other, ["n0"]))["NodeNames"] == ["n0"]
         err = (await b.bind(other, "n0"))["Error"]
         assert "node lock contention" in err and "default/orphan" in err
-        offset[0] = sc.node_lock_orphan_timeout + 1  # older than any /bind: its binder is dead
+        clock.offset = sc.node_lock_orphan_timeout + 1  # older than any /bind: its binder is dead
         assert (await b.filter(other, ["n0"]))["NodeNames"] == ["n0"]
         assert (await b.bind(other, "n0"))["Error"] == ""
         assert codec.decode_node_lock(annos(apiserver.store.get("nodes", "", "n0"))[LOCK]).owned_by("default", "other")
         assert b.sched.locker.takeovers == 1
         assert apiserver.store.get("pods", "default", "orphan")["spec"].get("nodeName") is None
         record("scheduler killed holding a lock (no bind-phase)", orphan_timeout_s=sc.node_lock_orphan_timeout,
-               lock_expiry_s=sc.node_lock_timeout, taken_over_after_s=offset[0], takeovers=b.sched.locker.takeovers)
+               lock_expiry_s=sc.node_lock_timeout, taken_over_after_s=clock.offset, takeovers=b.sched.locker.takeovers)
     finally:
         await stop_env(b)
 
