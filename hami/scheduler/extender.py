@@ -353,9 +353,13 @@ class Extender:
     def _first_fit(self, names, preq: fitmod.PodRequest, index: UsageIndex) -> scoremod.Selection:
         """select_node's answer from the candidate order kept between requests (nodeorder.py),
         with the avoid-locked rule: a busy node only when no other node fits."""
-        busy = self._busy_nodes(names.names) if self.avoid_locked else ()
+        inflight = getattr(self.binder, "in_flight", None) or {}
+        busy = self.avoid_locked and (self.assumed.per_node or inflight or self.state.locked)
+        # The walk passes by nodes with anything pending and fits them, least pending first, only
+        # when no idle node fits (busy.py; no table of every node is built).
+        pending = Busy(self.assumed.per_node, inflight, self.state.locked, ()).pending if busy else None
         walk = first_fit(names, index.nodes, index.changes, policymod.node_order_descending(preq.node_policy),
-                         lambda n: try_pod(n, preq), busy, need=fitmod.memory_need(preq))
+                         lambda n: try_pod(n, preq), need=fitmod.memory_need(preq), pending=pending)
         if walk.node is None:
             return scoremod.Selection(None, (), 0.0, (), walk.failed, walk.tried)
         devices, mig = walk.fit

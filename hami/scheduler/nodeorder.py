@@ -136,12 +136,15 @@ def first_fit(
     busy: Container[str] = (),
     unregistered_reason: str = "node unregistered",
     need: int | None = None,
+    pending: Callable[[str], int] | None = None,
 ) -> Walk:
     """The node `select_node` picks among `names` (see the module docstring).
 
     `try_fit(node_usage)` returns a reason string or the fit. A node in `busy` is taken only when
     no other node fits: then the first fitting busy node in order (what select_node over every
-    name gives when no free name fits). `need` (fit.memory_need) lets the walk pass by nodes
+    name gives when no free name fits). With `pending(name)` (how much is queued on a node, 0 =
+    idle) the busy nodes are those with anything pending; they are passed by without being
+    fitted and, when no idle node fits, fitted least pending first (in order within a level). `need` (fit.memory_need) lets the walk pass by nodes
     whose `free_memory_bound` is below it without fitting them. `failed` is complete only when
     nothing fits (then every node is fitted, in order, for its reason).
     """
@@ -157,6 +160,7 @@ def first_fit(
         caps = order.caps
         skip = need is not None
         skipped = False
+        deferred: list[tuple[int, int, str, Any]] = []  # (pending, walk index, name, usage)
         for k, p in order.entries:
             if skip and caps[p] < need:
                 skipped = True
@@ -166,6 +170,11 @@ def first_fit(
             if attempt == 0 and (n is None or k != (-n.score_value if descending else n.score_value)):
                 stale = True  # a change the log missed: re-sort and walk again
                 break
+            if pending is not None:
+                queued = pending(name)
+                if queued:
+                    deferred.append((queued, len(deferred), name, n))
+                    continue
             tried += 1
             r = try_fit(n)
             if r.__class__ is str:
@@ -181,6 +190,19 @@ def first_fit(
             continue
         if busy_fit is not None:
             return Walk(busy_fit[0], busy_fit[1], busy_fit[2], failed, tried)
+        if deferred:
+            walked = dict.fromkeys(n for _, _, n, _ in sorted(deferred, key=lambda d: d[1]))
+            deferred.sort(key=lambda d: (d[0], d[1]))
+            for _, _, name, n in deferred:
+                tried += 1
+                r = try_fit(n)
+                if r.__class__ is not str:
+                    return Walk(name, n, r, failed, tried)
+                walked[name] = r
+            if skipped:  # nothing fits: the full walk below gives FailedNodes in order
+                need = None
+                continue
+            failed = {**failed, **walked} if not failed else _in_walk_order(order, name_of, failed, walked)
         if skipped:
             need = None  # nothing fits: fit every node for FailedNodes
             continue
@@ -192,3 +214,14 @@ def first_fit(
                 failed = head
         return Walk(None, None, None, failed, tried)
     raise AssertionError("unreachable: a walk after a re-sort is never stale")  # pragma: no cover
+
+
+def _in_walk_order(order, name_of, *parts: dict[str, str]) -> dict[str, str]:
+    """The refusals of the idle and the busy nodes merged back into the walk's order."""
+    merged: dict[str, str] = {}
+    for _, p in order.entries:
+        name = name_of[p]
+        for part in parts:
+            if name in part:
+                merged[name] = part[name]
+    return merged

@@ -8,7 +8,9 @@ other node fits; FailedNodes equal to select_node's, key order included, when no
 change made outside add/remove (invalidate, a cordon) is seen; a stale entry met on the walk
 re-sorts instead of answering from it; a reader left behind by the bounded log re-sorts; node
 removal and re-registration; nodes whose free-memory bound is below the request are passed by
-on the way to a fit, and fitted for their reasons when nothing fits.
+on the way to a fit, and fitted for their reasons when nothing fits; with `pending` (a burst's
+queue per node) idle nodes first, then each pending level in turn, least first (hypothesis,
+against select_node per level), FailedNodes in walk order when nothing fits.
 """
 
 from __future__ import annotations
@@ -113,6 +115,41 @@ def test_busy_node_taken_only_when_no_other_fits():
         idx.add_pod(f"full-{n}", n, ((ContainerDevice(f"G{n[1:]}-0", "NVIDIA", 8000, 0),
                                       ContainerDevice(f"G{n[1:]}-1", "NVIDIA", 8000, 0)),))
     assert _check(idx, names_list, names, pod, {"n2"}).node == "n2"
+
+
+def _expected_pending(idx: UsageIndex, names: list[str], pod, pending: dict[str, int]):
+    """The reference of the pending-aware walk: select_node over the idle candidates, else over the
+    candidates of each pending level in turn, least pending first; nothing fits: select_node over all."""
+    for level in sorted({pending.get(n, 0) for n in names}):
+        sel = select_node(idx.nodes, [n for n in names if pending.get(n, 0) == level], pod)
+        if sel.node is not None:
+            return sel
+    return select_node(idx.nodes, names, pod)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    policy=st.sampled_from(["binpack", "spread"]),
+    order=st.permutations(list(range(12))),
+    queued=st.dictionaries(st.integers(0, 11), st.integers(1, 3), max_size=12),
+    used=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 1), st.integers(0, 8000)), max_size=12),
+    mem=st.sampled_from([1000, 4000, 7000, 9000]),
+)
+def test_pending_walk_takes_idle_nodes_then_the_least_pending(policy, order, queued, used, mem):
+    idx = _index(12)
+    for k, (node, gpu, m) in enumerate(used):
+        idx.add_pod(f"p{k}", f"n{node}", ((ContainerDevice(f"G{node}-{gpu}", "NVIDIA", m, 5),),))
+    names_list = [f"n{i}" for i in order]
+    pending = {f"n{i}": q for i, q in queued.items()}
+    pod = pod_request([req(1, mem, 101, 10)], 0, {}, node_policy=policy)
+    want = _expected_pending(idx, names_list, pod, pending)
+    got = first_fit(NameList(names_list), idx.nodes, idx.changes, node_order_descending(policy),
+                    lambda n: try_pod(n, pod), need=memory_need(pod), pending=lambda n: pending.get(n, 0))
+    assert got.node == want.node
+    if want.node is None:
+        assert list(got.failed.items()) == list(want.failed_nodes.items())
+    else:
+        assert got.fit == (want.devices, want.mig)
 
 
 def test_usage_changed_outside_add_and_remove_is_seen_through_invalidate():
