@@ -32,8 +32,9 @@ from prometheus_client.utils import floatToGoString
 from hami.device.codec import MIG_ALLOCATIONS_ANNOTATION, CodecError, decode_mig_allocations
 from hami.gpu.health import HealthSource
 from hami.monitor import hostpid
+from hami.monitor.claimdirs import claim_container_dirs, claims_by_uid, claims_dir_for, list_claim_dirs
 from hami.monitor.health import gpu_labels, health_families
-from hami.monitor.scan import Loaded, list_container_dirs, load_containers, pods_by_uid
+from hami.monitor.scan import ContainerDir, Loaded, list_container_dirs, load_containers, pods_by_uid
 from hami.monitor.shm import REASONS, ShmError
 
 ZONE = "vGPU"
@@ -124,8 +125,14 @@ class MonitorCollector:
         warn_interval: float = 300.0,
         clock: Callable[[], float] = time.time,
         build: BuildInfo | None = None,
+        claims: Callable[[], Iterable[dict]] | None = None,
+        claims_dir: str | None = None,
     ):
         self.cache_dir = cache_dir
+        # DRA: ResourceClaims (an informer's store; None where the API serves no resource.k8s.io/v1)
+        # and the dir of their cache dirs, `<hook>/vgpu/claims` beside `--cache-dir` by default.
+        self.claims = claims
+        self.claims_dir = claims_dir if claims_dir is not None else claims_dir_for(cache_dir)
         self.node_name = node_name
         self.pods = pods
         # node name -> GPU backend; one entry normally, one per simulated node in an embedded cluster.
@@ -156,6 +163,13 @@ class MonitorCollector:
 
     # ------------------------------------------------------------------ collect
 
+    def dirs(self, pods: dict[str, dict]) -> list[ContainerDir]:
+        """Device-plugin container dirs, then the dirs of DRA claims used by `pods`."""
+        dirs, _ = list_container_dirs(self.cache_dir)
+        if self.claims is not None:
+            dirs += claim_container_dirs(list_claim_dirs(self.claims_dir), claims_by_uid(self.claims()), pods)
+        return dirs
+
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             return iter(self._collect())
@@ -163,9 +177,8 @@ class MonitorCollector:
     def _collect(self) -> list[Metric]:
         fams = _Families(self.legacy)
         now = self.clock()
-        dirs, _ = list_container_dirs(self.cache_dir)
         pods = pods_by_uid(self.pods())
-        loaded = load_containers(dirs, pods, self.file_error)
+        loaded = load_containers(self.dirs(pods), pods, self.file_error)
         overrides = self._repair(loaded) if self.repair and self.backends else {}
         for item in loaded:
             self._container(fams, item, overrides.get(item.path), now)

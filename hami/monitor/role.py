@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
 from hami.httpguard import guarded_runner
 from hami.monitor import feedback
+from hami.monitor.claimdirs import ClaimReaper, claims_by_uid, list_claim_dirs
 from hami.monitor.metrics import MonitorCollector, MonitorStats, render
 from hami.monitor.scan import list_container_dirs, load_containers, pods_by_uid, reap_candidates, remove_dir
 from hami.netaddr import split_host_port
@@ -58,6 +59,9 @@ class Monitor:
         mig_lock: str = feedback.MIG_APPLY_LOCK,
         clock: Callable[[], float] = time.time,
         readiness: Callable[[], Iterable[str]] | None = None,
+        claims: Callable[[], Iterable[dict]] | None = None,
+        claims_synced: Callable[[], bool] = lambda: False,
+        claims_dir: str | None = None,
     ):
         self.cache_dir = cache_dir
         self.health = Health("monitor")
@@ -69,11 +73,13 @@ class Monitor:
         self.grace = grace
         self.mig_lock = mig_lock
         self.clock = clock
+        self.claims_synced = claims_synced
+        self.claim_reaper = ClaimReaper(grace)
         self.stats = MonitorStats()
         self.collector = MonitorCollector(
             cache_dir=cache_dir, node_name=node_name, pods=pods, backend=backend, node_backends=node_backends,
             proc_root=proc_root,
-            legacy=legacy, stats=self.stats, warn=log.warning, clock=clock,
+            legacy=legacy, stats=self.stats, warn=log.warning, clock=clock, claims=claims, claims_dir=claims_dir,
         )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
@@ -82,7 +88,7 @@ class Monitor:
         return render(self.registry.collect())
 
     def housekeeping(self) -> dict[str, int]:
-        """One 5-second tick: reap dirs of vanished pods, then the feedback loop. Blocking I/O."""
+        """One 5-second tick: reap dirs of vanished pods and claims, then the feedback loop. Blocking I/O."""
         dirs, skipped = list_container_dirs(self.cache_dir)
         for name in skipped:
             if self.collector.limiter.allow(("dirname", name)):
@@ -94,8 +100,10 @@ class Monitor:
                 if remove_dir(d.path):
                     removed += 1
                     log.info("Removed cache dir of a pod that no longer exists", dir=d.name, pod_uid=d.pod_uid)
+        removed += self._reap_claim_dirs()
         writes = 0
         if self.feedback_enabled and not os.path.exists(self.mig_lock):
+            dirs = self.collector.dirs(by_uid)
             loaded = load_containers(dirs, by_uid, self.collector.file_error, spec_containers_only=False)
             decisions = feedback.observe(feedback.from_region(x.path, x.region) for x in loaded)
             try:
@@ -106,6 +114,18 @@ class Monitor:
             self.stats.removed_dirs += removed
             self.stats.feedback_writes += writes
         return {"removed": removed, "writes": writes}
+
+    def _reap_claim_dirs(self) -> int:
+        """Remove the dirs of DRA claims gone for --cache-grace (only with the claim list synced)."""
+        if self.collector.claims is None or not self.claims_synced():
+            return 0
+        known = claims_by_uid(self.collector.claims())
+        removed = 0
+        for d in self.claim_reaper.candidates(list_claim_dirs(self.collector.claims_dir), known, self.clock()):
+            if remove_dir(d.path):
+                removed += 1
+                log.info("Removed cache dir of a DRA claim that no longer exists", dir=d.path, claim_uid=d.uid)
+        return removed
 
     # ------------------------------------------------------------------ HTTP
 
@@ -129,6 +149,33 @@ class Monitor:
                 await asyncio.to_thread(self.housekeeping)
             except Exception as exc:  # keep ticking; one bad tick must not end the role
                 log.error("Monitor housekeeping failed", error=f"{type(exc).__name__}: {exc}")
+
+
+async def serves_dra(client: Any, attempts: int = 3, pause: float = 1.0) -> bool:
+    """Whether the API serves resource.k8s.io/v1 (discovery). A 404 or 403 is a clear no; other
+    failures are retried `attempts` times, then read as no (the monitor never fails on this)."""
+    from hami.kube.client import ApiError
+
+    for attempt in range(attempts):
+        try:
+            await client.request("get", "discovery", "GET", "/apis/resource.k8s.io/v1")
+            return True
+        except ApiError as exc:
+            reason = str(exc)
+            if exc.status in (403, 404):
+                break
+        if attempt < attempts - 1:
+            await asyncio.sleep(pause)
+    log.info("No resource.k8s.io/v1 on this cluster: DRA claims' cache dirs are not scanned", reason=reason)
+    return False
+
+
+def claim_summary(claim: dict) -> dict:
+    """What the monitor keeps of a ResourceClaim (informer transform): identity, owners, reservedFor."""
+    meta = claim.get("metadata") or {}
+    keep = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "ownerReferences") if k in meta}
+    status = claim.get("status") or {}
+    return {"metadata": keep, "status": {"reservedFor": status.get("reservedFor") or []}}
 
 
 def _backends(cfg: Any, node: str) -> dict[str, Any]:
@@ -170,11 +217,16 @@ async def run(ctx: Any) -> None:
     backends = await asyncio.to_thread(_backends, cfg, node)
     client = await KubeClient.from_settings(kube, role="monitor")
     informer = Informer(client, kind="pods", field_selector=f"spec.nodeName={node}" if node else None)
+    # DRA claims' cache dirs are keyed by claim uid: a claim informer maps them to pods, where the
+    # API serves resource.k8s.io/v1 (1.34+); an older cluster just has no DRA dirs to report.
+    claims = Informer(client, kind="resourceclaims", transform=claim_summary) if await serves_dra(client) else None
     mon = Monitor(
         cache_dir=cfg.cache_dir, node_name=node, pods=lambda: list(informer.store.values()),
         synced=informer.synced.is_set, node_backends=backends, proc_root=cfg.proc_root,
         legacy=cfg.legacy_metrics, feedback_enabled=cfg.feedback, grace=cfg.cache_grace,
-        readiness=lambda: [informer.health()],
+        readiness=lambda: [informer.health()] + ([claims.health()] if claims else []),
+        claims=(lambda: list(claims.store.values())) if claims else None,
+        claims_synced=claims.synced.is_set if claims else (lambda: False),
     )
     app = mon.app()
     runner = guarded_runner(app, ctx.config.listen, access_log=None)
@@ -187,9 +239,12 @@ async def run(ctx: Any) -> None:
         ctx.shared.setdefault("monitor", {})[node or "*"] = {"address": f"{bound[0]}:{bound[1]}", "monitor": mon,
                                                              "informer": informer}
         tasks.append(asyncio.create_task(informer.run(ctx.stop), name="monitor:pod-informer"))
+        if claims is not None:
+            tasks.append(asyncio.create_task(claims.run(ctx.stop), name="monitor:claim-informer"))
         tasks.append(asyncio.create_task(mon.housekeeping_loop(ctx.stop), name="monitor:housekeeping"))
         log.info("Monitor serving", address=f"{bound[0]}:{bound[1]}", node=node, cache_dir=cfg.cache_dir,
                  feedback=cfg.feedback, gpu_backend=cfg.gpu_backend if backends else "none",
+                 dra_claims=mon.collector.claims_dir if claims else "off (no resource.k8s.io/v1)",
                  gpu_nodes=",".join(backends))
         ctx.ready.set()
         stopper = asyncio.create_task(ctx.stop.wait())

@@ -6,7 +6,9 @@ HAMi-DRA's selector (and compiles in hami's CEL environment), the DaemonSet runs
 nodes marked hami.io/gpu-mode=dra with kubelet's plugin and registration dirs and the CDI root mounted
 and its args pass `hami --check-config`; the plugin's ClusterRole grants only its calls (node get/patch,
 slices get/create/update, claims get), the webhook's only the creation of claim templates, bound to the
-scheduler's ServiceAccount; the scheduler gets --dra.
+scheduler's ServiceAccount; the scheduler gets --dra; the vGPU monitor then also runs on the DRA nodes
+(node affinity ORing both selectors, both modes' tolerations) and mounts <hook>/vgpu/claims, which the
+default render neither mounts nor selects.
 """
 
 from __future__ import annotations
@@ -68,3 +70,25 @@ def test_dra_enabled_installs_class_plugin_rbac_and_webhook_mode():
     binding = one(dra, "ClusterRoleBinding", "hami-dra-webhook")
     assert binding["subjects"][0]["name"] == "hami-scheduler"
     assert "--dra" in _scheduler_args(docs)
+
+
+def _monitor(docs):
+    return one(docs, "DaemonSet", "hami-device-plugin-monitor")["spec"]["template"]["spec"]
+
+
+def test_monitor_reaches_dra_nodes_and_their_claim_dirs_only_in_dra_mode():
+    plain = _monitor(rendered("default"))
+    assert plain["nodeSelector"] == {"gpu": "on"} and "affinity" not in plain
+    assert not any(v["name"] == "claims" for v in plain["volumes"])
+
+    pod = _monitor(objects({"dra": {"enabled": True, "tolerations": [{"key": "dra", "operator": "Exists"}]}}))
+    assert "nodeSelector" not in pod
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["on"]}]},
+                     {"matchExpressions": [{"key": "hami.io/gpu-mode", "operator": "In", "values": ["dra"]}]}]
+    assert {"key": "dra", "operator": "Exists"} in pod["tolerations"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists"} in pod["tolerations"]
+    (vol,) = [v for v in pod["volumes"] if v["name"] == "claims"]
+    assert vol["hostPath"]["path"] == "/usr/local/vgpu/claims"
+    (ctr,) = pod["containers"]
+    assert {"name": "claims", "mountPath": "/usr/local/vgpu/claims"} in ctr["volumeMounts"]

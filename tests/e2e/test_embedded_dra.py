@@ -7,7 +7,8 @@ plugin's NodePrepareResources over its gRPC socket and the CDI spec, and runs wi
 memory; a third stays Pending with a PodScheduled message naming its claim and the memory; deleting
 the first unprepares it (its CDI spec goes), deletes its claim, and the third then runs;
 `kubectl get resourceslices,resourceclaims,deviceclasses` lists them; `hami doctor pod` explains
-the pending one.
+the pending one; the monitor's /metrics shows a DRA pod's hami_vgpu_memory_used_bytes (read from its
+claim's cache dir, `<hook>/vgpu/claims/<claim uid>/`) under its pod, namespace and container.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.test_embedded import _wait
 from tests.ports import free_ports
@@ -69,7 +72,7 @@ def dra(tmp_path_factory):
     try:
         _wait(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
         _wait(published, 60, what="the node's ResourceSlice")
-        yield {"kubectl": run, "state": state, "env": env}
+        yield {"kubectl": run, "state": state, "env": env, "monitor": f"127.0.0.1:{ports['mmetrics']}"}
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -134,3 +137,29 @@ def test_claims_share_a_gpu_and_deletion_frees_it(dra):
     _wait(lambda: not any(claim["metadata"]["uid"] in f for f in os.listdir(cdi_dir)), 30, what="p1 unprepared")
     _wait(lambda: claim_name not in run("get", "resourceclaims"), 30, what="p1's claim deleted")
     _wait(lambda: _pod(run, "p3")["status"].get("phase") == "Running", 30, what="p3 Running after p1 left")
+
+
+def test_monitor_reports_a_dra_pods_usage_under_its_pod(dra):
+    run = dra["kubectl"]
+    running = [p for p in json.loads(run("get", "pods", "-o", "json"))["items"]
+               if p["status"].get("phase") == "Running"]
+    if not running:  # run on its own: start one
+        run("create", "--validate=false", "-f", "-", stdin=POD.format(name="m1"))
+        _wait(lambda: _pod(run, "m1")["status"].get("phase") == "Running", 30, what="m1 Running")
+        running = [_pod(run, "m1")]
+    name = running[0]["metadata"]["name"]
+    claim_uid = json.loads(run("get", "resourceclaim", running[0]["status"]["resourceClaimStatuses"][0][
+        "resourceClaimName"], "-o", "json"))["metadata"]["uid"]
+    assert os.path.isdir(dra["state"] / "usr-local" / "vgpu" / "claims" / claim_uid)
+
+    def samples():
+        with urllib.request.urlopen(f"http://{dra['monitor']}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        return {(s.name, s.labels.get("pod")): s for f in text_string_to_metric_families(text) for s in f.samples
+                if s.labels.get("namespace") == "default"}
+    got = _wait(lambda: samples().get(("hami_vgpu_memory_used_bytes", name)) and samples(), 20,
+                what=f"{name}'s usage on /metrics")
+    used = got[("hami_vgpu_memory_used_bytes", name)]
+    assert used.labels["container"] == "cuda" and used.labels["device_uuid"].startswith("GPU-")
+    assert 0 < used.value <= 4000 << 20
+    assert got[("hami_vgpu_memory_limit_bytes", name)].value == 4000 << 20
