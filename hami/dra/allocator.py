@@ -34,6 +34,7 @@ MAX_REQUESTS = 32  # DeviceRequestsMaxSize
 MAX_RESULTS = 32  # AllocationResultsMaxSize
 MAX_STEPS = 20_000
 MIB = 1 << 20
+_ACTIVATION = object()  # Device.memo's key of the CEL activation (never an expression)
 
 
 class AllocationError(ValueError):
@@ -50,6 +51,24 @@ class Device:
     capacity: Mapping[str, Fraction] = field(default_factory=dict)  # "domain/name" -> value
     policies: Mapping[str, Mapping] = field(default_factory=dict, repr=False, compare=False)
     multi: bool = False
+    # Selector verdicts (expression -> bool or the CelError text) and the CEL activation: a device's
+    # attributes only change with its slice, which makes new Device objects.
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def selector(self, cel: SelectorCompiler, expression: str) -> bool:
+        got = self.memo.get(expression)
+        if got is None:
+            act = self.memo.get(_ACTIVATION)
+            if act is None:
+                act = self.memo[_ACTIVATION] = device_activation(self.driver, self.raw, multi=self.multi)
+            try:
+                got = cel.matches(expression, act)
+            except CelError as exc:
+                got = str(exc)
+            self.memo[expression] = got
+        if isinstance(got, str):
+            raise CelError(got)
+        return got
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -372,13 +391,12 @@ class Allocator:
                       for s in (cls.get("spec") or {}).get("selectors") or [] if isinstance(s, Mapping)]
         stage, why, details, out = 0, "", [], []
         for dev in devices:
-            act = device_activation(dev.driver, dev.raw, multi=dev.multi)
             failed = None
             for which, sels, level in (("device class " + req.device_class, class_sels, 1),
                                        ("request", req.selectors, 2)):
                 for expr in sels:
                     try:
-                        ok = self.cel.matches(expr, act)
+                        ok = dev.selector(self.cel, expr)
                     except CelError as exc:
                         failed = (level, f"{which} selector {expr!r}: {exc}")
                         break

@@ -4,11 +4,11 @@ PreEnqueue keeps a pod out of the queue until every claim it names exists (no ba
 PreFilter reads the pod's claims (`hami.dra.podclaims`): a templated claim the controller has not
 made yet, or a claim that does not exist, keeps the pod Pending with that reason. Filter runs the
 pure allocator (`hami.dra.allocator`) per node against the node's ResourceSlices, the DeviceClasses
-and what every allocated claim holds. Reserve/PreBind writes each claim's `status.allocation` (when
-it had none) and adds the pod to `status.reservedFor` through the status subresource, with the
-claim's resourceVersion as precondition, before the pod is bound, as the real plugin does. What
-it wrote is kept as assumed until the claim informer shows it, so the next cycle never hands the
-same capacity out twice.
+and what every allocated claim holds. Reserve (in the scheduling cycle) assumes each claim's new
+status (`status.allocation` when it had none, the pod added to `status.reservedFor`) so the next
+cycle never hands the same capacity out twice; PreBind (in the binding cycle, as upstream) writes
+it through the status subresource with the claim's resourceVersion as precondition before the pod
+is bound. What it wrote stays assumed until the claim informer shows it.
 
 Claim, slice and class changes are the plugin's queue events (`hami.sim.schedqueue`).
 """
@@ -124,10 +124,12 @@ class DynamicResources:
         classes = {name: c for name, c in self.classes.store.items()}
         return self.allocator.allocate(claims, node, self.devices().get(node, []), usage, classes)
 
-    async def reserve(self, pod: dict, claims: list[dict], outcome: Outcome) -> str:
-        """Write every claim's allocation and the pod's reservation; "" or the error."""
+    def reserve(self, pod: dict, claims: list[dict], outcome: Outcome) -> list[dict]:
+        """Reserve: the claims' new status (allocation, the pod in reservedFor), assumed at once so the
+        next cycle sees the capacity taken; PreBind writes them (`prebind`) in the binding cycle."""
         meta = pod.get("metadata") or {}
         ref = {"resource": "pods", "name": meta.get("name", ""), "uid": meta.get("uid", "")}
+        bodies = []
         for claim in claims:
             key = podclaims.pod_key(claim)
             status = dict(claim.get("status") or {})
@@ -139,14 +141,31 @@ class DynamicResources:
                 continue
             status["reservedFor"] = [*held, ref]
             body = {**claim, "status": status}
-            cmeta = claim["metadata"]
+            self._assumed[key] = body
+            bodies.append(body)
+        return bodies
+
+    def unreserve(self, bodies: list[dict]) -> None:
+        for body in bodies:
+            key = podclaims.pod_key(body)
+            if self._assumed.get(key) is body:
+                del self._assumed[key]
+
+    async def prebind(self, bodies: list[dict]) -> str:
+        """PreBind: write each reserved claim's status through /status, its resourceVersion as
+        precondition; "" or the error (then every reservation of the pod is dropped)."""
+        for body in bodies:
+            key = podclaims.pod_key(body)
+            cmeta = body["metadata"]
             try:
                 written = await self.client.request(
                     "replace", "resourceclaims/status", "PUT",
                     resource_path("resourceclaims", cmeta.get("namespace"), cmeta["name"], "status"),
                     body=body, content_type="application/json")
             except ApiError as exc:
+                self.unreserve(bodies)
                 return f"could not reserve resourceclaim {key}: {exc.message}"
-            self._assumed[key] = written
+            if self._assumed.get(key) is body:
+                self._assumed[key] = written
             self.reserved += 1
         return ""

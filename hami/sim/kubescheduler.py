@@ -372,6 +372,7 @@ class KubeSchedulerLoop:
         # The DynamicResources plugin (structured parameters); None: claims are not looked at.
         self.dra = dra
         self._gated: dict[str, dict] = {}  # DynamicResources PreEnqueue: pods whose claims do not exist yet
+        self._prebind: dict[str, list[dict]] = {}  # pod key -> claims Reserve assumed, PreBind writes
         if dra is not None:
             dra.on_event = self._dra_event
 
@@ -519,6 +520,12 @@ class KubeSchedulerLoop:
     async def _bind(self, http: aiohttp.ClientSession, pod: dict, node: str) -> bool:
         key, meta = _key(pod), pod["metadata"]
         self.stats.binds += 1
+        reserved = self._prebind.pop(key, None)
+        if reserved:  # DynamicResources PreBind: the claims' status before the binding
+            error = await self.dra.prebind(reserved)
+            if error:
+                log.v(2).info("Claim reservation failed", pod=key, node=node, error=error)
+                return False
         if not self.url:  # no extender: kube-scheduler's own DefaultBinder
             try:
                 await self.client.bind_pod(meta.get("namespace", "default"), meta["name"], meta.get("uid", ""), node)
@@ -601,12 +608,8 @@ class KubeSchedulerLoop:
             log.v(2).info("Pod unschedulable", pod=key, message=message)
             return {plugin for plugin, _, _ in statuses.values()}
         node = chosen[0] if len(chosen) == 1 else await self._prioritize(http, pod, chosen)
-        if claims is not None:  # DynamicResources Reserve + PreBind: the claims' status before the binding
-            error = await self.dra.reserve(pod, claims, outcomes[node])
-            if error:
-                self.stats.errors += 1
-                log.v(2).info("Claim reservation failed", pod=key, node=node, error=error)
-                return set()
+        if claims is not None:  # DynamicResources Reserve; PreBind writes them in the binding cycle
+            self._prebind[key] = self.dra.reserve(pod, claims, outcomes[node])
         if on_assumed is not None:
             on_assumed(node)
             return None

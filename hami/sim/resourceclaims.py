@@ -29,8 +29,12 @@ def _gone(pod: dict | None) -> bool:
 
 
 class ResourceClaimController:
-    def __init__(self, client: KubeClient):
+    def __init__(self, client: KubeClient, *, workers: int = 8):
         self.client = client
+        self.workers = workers  # concurrent syncs, as kube-controller-manager runs several
+        self._locks: dict[str, asyncio.Lock] = {}
+        # (pod uid, pod claim) -> the claim made, until the informers show it (no second claim meanwhile)
+        self._made: dict[tuple[str, str], dict] = {}
         self.pods = Informer(client, "pods", handler=self._on_pod)
         self.claims = Informer(client, "resourceclaims")
         self.templates = Informer(client, "resourceclaimtemplates", handler=self._on_template)
@@ -63,30 +67,35 @@ class ResourceClaimController:
     async def run(self, stop: asyncio.Event) -> None:
         informers = (self.claims, self.templates, self.pods)
         tasks = [asyncio.create_task(i.run(stop), name=f"resourceclaim-controller:{i.kind}") for i in informers]
+        workers: list[asyncio.Task] = []
         try:
             for i in informers:
                 await i.wait_synced()
-            while not stop.is_set():
-                getter = asyncio.create_task(self._work.get())
-                stopper = asyncio.create_task(stop.wait())
-                done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                for t in (getter, stopper):
-                    if t not in done:
-                        t.cancel()
-                if getter not in done:
-                    break
-                what, pod, _ = getter.result()
-                try:
+            workers = [asyncio.create_task(self._worker(), name=f"resourceclaim-controller:worker{n}")
+                       for n in range(self.workers)]
+            await stop.wait()
+        finally:
+            for t in tasks + workers:
+                t.cancel()
+            await asyncio.gather(*tasks, *workers, return_exceptions=True)
+
+    async def _worker(self) -> None:
+        """One of `workers` concurrent syncs; one pod is never synced by two at once."""
+        while True:
+            what, pod, _ = await self._work.get()
+            key = podclaims.pod_key(pod)
+            lock = self._locks.setdefault(key, asyncio.Lock())
+            try:
+                async with lock:
                     if what == "create":
-                        await self._create_claims(self.pods.store.get(podclaims.pod_key(pod), pod))
+                        await self._create_claims(self.pods.store.get(key, pod))
                     else:
                         await self._release(pod)
-                except ApiError as exc:
-                    self._warn(podclaims.pod_key(pod), f"{what} failed: {exc.message}")
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            except ApiError as exc:
+                self._warn(key, f"{what} failed: {exc.message}")
+            finally:
+                if not lock.locked() and self._locks.get(key) is lock:
+                    del self._locks[key]
 
     def _warn(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -104,7 +113,7 @@ class ResourceClaimController:
         for pc in (pod.get("spec") or {}).get("resourceClaims") or []:
             if not pc.get("resourceClaimTemplateName") or pc.get("name") in done:
                 continue
-            existing = next((c for c in self.claims.store.values()
+            existing = self._made.get((uid, pc.get("name"))) or next((c for c in self.claims.store.values()
                              if podclaims.owned_by(c, uid) and ((c.get("metadata") or {}).get("annotations") or {})
                              .get(podclaims.POD_CLAIM_ANNOTATION) == pc.get("name")), None)
             if existing is None:
@@ -114,6 +123,7 @@ class ResourceClaimController:
                                                        "not found")
                     continue
                 existing = await self.client.create("resourceclaims", podclaims.generated_claim(pod, pc, template), ns)
+                self._made[(uid, pc["name"])] = existing
                 self.created += 1
             statuses.append({"name": pc["name"], "resourceClaimName": existing["metadata"]["name"]})
             added = True
@@ -126,6 +136,8 @@ class ResourceClaimController:
         meta = pod.get("metadata") or {}
         ns, uid = meta.get("namespace", ""), meta.get("uid", "")
         names, _ = podclaims.claim_names(pod)
+        for made in [k for k in self._made if k[0] == uid]:
+            names.append(self._made.pop(made)["metadata"]["name"])
         owned = [c for c in self.claims.store.values() if podclaims.owned_by(c, uid)]
         for name in dict.fromkeys(names + [c["metadata"]["name"] for c in owned]):
             claim = self.claims.store.get(f"{ns}/{name}")

@@ -210,3 +210,27 @@ def test_the_allocator_never_over_commits_memory_or_cores(devs, claims):
             assert holders.get(dev.name, 0) <= 1
         if dev.key in usage.exclusive:
             assert dev.key not in usage.consumed
+
+
+def test_match_attribute_on_the_numa_and_nvlink_attributes_hami_publishes():
+    """The node side's slices (hami.dra.slices) carry `numa` and `nvlinkDomain`: a two-GPU claim
+    constrained on either lands on one NUMA node / one NVLink group, wherever free memory allows."""
+    from hami.dra.slices import GpuExtras, build_slice, devices_for
+    from hami.gpu.backend import GpuInfo
+
+    gpus = [GpuInfo(f"GPU-{i}", i, "NVIDIA A100-SXM4-40GB", 40960, numa=i // 2) for i in range(4)]
+    extras = {f"GPU-{i}": GpuExtras(nvlink_domain=0 if i in (0, 3) else 1) for i in range(4)}
+    inv = inventory([build_slice("n1", devices_for(gpus, extras=extras), 1)])["n1"]
+    pair = [{"name": n, "exactly": {"deviceClassName": DRIVER, "capacity": {"requests": {"memory": str(30000 * MIB)}}}}
+            for n in ("a", "b")]
+    usage = Usage()  # GPU 0 mostly taken: NUMA 0 cannot hold the pair, NVLink group 0 (0, 3) cannot either
+    usage.add_allocation({"devices": {"results": [{"driver": DRIVER, "pool": "n1", "device": inv[0].name,
+                                                   "shareID": "x", "consumedCapacity": {"memory": str(30000 * MIB)}}]}})
+    a = Allocator()
+    for attr, want in (("numa", {2, 3}), ("nvlinkDomain", {1, 2})):
+        c = claim("c1", requests=pair, constraints=[{"matchAttribute": f"{DRIVER}/{attr}"}])
+        out = a.allocate([c], "n1", inv, usage, CLASSES)
+        assert out.ok, out.reason
+        picked = {next(d for d in inv if d.name == r["device"]).raw["attributes"]["index"]["int"]
+                  for r in out.allocations["default/c1"]["devices"]["results"]}
+        assert picked == want, (attr, picked)
