@@ -5,7 +5,8 @@ Covers: claim uid -> pod/container through status.reservedFor and through the ow
 template claim (pod.status.resourceClaimStatuses), a claim named directly by the pod
 (resourceClaimName), one series for a claim shared by two containers, no series for a claim of
 another namespace's pod, an unknown claim, or a pod of another node; the scrape showing a DRA
-pod's hami_vgpu_memory_used_bytes with its pod/namespace/container labels; the reaper never
+pod's hami_vgpu_memory_used_bytes with its pod/namespace/container labels; host-PID repair of a
+claim region's slot (HAMi-core stored the container PID) through the claim's pod cgroup; the reaper never
 removing an existing claim's dir (even with no pod), removing a gone claim's dir only once it has
 been gone for the grace period, not reaping before the claim list is synced or without DRA; and
 (Hypothesis) that arbitrary claim/pod documents never raise in the mapping.
@@ -19,12 +20,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from hami.gpu.fake import FakeBackend
 from hami.monitor import role
 from hami.monitor.claimdirs import ClaimDir, ClaimReaper, claim_container_dirs, claim_owner, claims_dir_for
+from hami.monitor.hostpid import cgroup_line, write_fake_proc
 from hami.monitor.metrics import MonitorCollector
 from hami.monitor.shmwrite import Dev, Proc, write_region
 
-from ._fixtures import U0
+from ._fixtures import U0, fake_gpus
 
 POD_UID = "0a1b2c3d-1111-4000-8000-000000000001"
 CLAIM_UID = "c1a1c1a1-1111-4000-8000-000000000001"
@@ -98,6 +101,24 @@ def test_scrape_reports_a_dra_pods_usage_with_its_labels(tmp_path):
     assert reg.get_sample_value("hami_vgpu_memory_used_bytes", labels) == 3 << 30
     assert reg.get_sample_value("hami_vgpu_memory_limit_bytes", labels) == 4 << 30
     assert reg.get_sample_value("hami_vgpu_core_limit_percent", labels) == 50
+
+
+def test_hostpid_repair_reaches_a_claim_region(tmp_path):
+    path = os.path.join(str(tmp_path / "claims"), CLAIM_UID, f"{CLAIM_UID}.cache")
+    write_region(path, [Dev(U0)], [Proc(pid=12, hostpid=12, used={0: 100})])  # container PID as host PID
+    proc = str(tmp_path / "proc")
+    write_fake_proc(proc, 36103, [36103, 12], cgroup_line(POD_UID, "cid-cuda"))
+    gpus = fake_gpus(str(tmp_path / "gpus.yaml"), [{"uuid": U0, "memory_mib": 40960,
+                                                     "processes": [{"pid": 36103, "sm_util": 41}]}])
+    pod = dra_pod()
+    pod["status"]["containerStatuses"] = [{"name": "cuda", "containerID": "containerd://cid-cuda"}]
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(MonitorCollector(cache_dir=str(tmp_path / "containers"), node_name="n1", pods=lambda: [pod],
+                                  claims=lambda: [claim()], proc_root=proc, backend=FakeBackend(gpus)))
+    labels = {"namespace": "ns", "pod": "p1", "container": "cuda", "vdevice_index": "0", "device_uuid": U0,
+              "zone": "vGPU"}
+    assert reg.get_sample_value("hami_container_device_utilization_ratio", labels) == 41
+    assert reg.get_sample_value("hami_monitor_hostpid_repaired_slots_current") == 1
 
 
 def test_without_dra_the_claims_dir_is_not_read(tmp_path):
