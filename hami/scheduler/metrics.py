@@ -2,6 +2,9 @@
 
 One registry per scheduler (no global state). The GPU gauges come from the usage cache through
 `snapshot()`; `zone="vGPU"` is a constant label on every HAMi metric, as HAMi's collector sets it.
+Names, labels, their meanings and values follow HAMi v2.10.0's cmd/scheduler/metrics.go
+(tests/scheduler/test_hami_metrics_golden.py): `device_cores` / `devicecores` is the card's TOTAL
+cores, not its allocation. One addition: the container families carry `device_type` (issue 19).
 Ours, besides: filter/bind latency histograms and API request counters by verb, resource and code
 (read from `KubeClient.requests` at scrape time), events dropped, and the handshake write count.
 """
@@ -82,8 +85,10 @@ _OVERVIEW = ("node", "device_uuid", "device_index", "device_cores", "device_memo
 _POD = ("namespace", "node", "pod", "container_index", "device_uuid", "device_type", "zone")
 _MIG = ("node", "device_uuid", "device_index", "mig_uuid", "profile", "gpu_instance_id", "compute_instance_id",
         "placement_start", "placement_size", "zone")
-_L_DEV = ("nodeid", "deviceuuid", "deviceidx", "zone")
-_L_DEV_CORES = ("nodeid", "deviceuuid", "deviceidx", "devicecores", "zone")
+_L_DEV = ("nodeid", "deviceuuid", "deviceidx", "devicetype", "zone")
+_L_DEV_CORES = ("nodeid", "deviceuuid", "deviceidx", "devicecores", "devicetype", "zone")
+_L_RATIO = ("nodeid", "deviceuuid", "deviceidx", "zone")  # HAMi's legacy ratio has no devicetype
+_L_MIG = ("nodeid", "deviceuuid", "deviceidx", "migname", "zone")
 _L_OVERVIEW = ("nodeid", "deviceuuid", "deviceidx", "devicecores", "devicememorylimit", "devicetype", "zone")
 _L_POD = ("podnamespace", "nodename", "podname", "containeridx", "deviceuuid", "zone")
 
@@ -101,36 +106,48 @@ class UsageCollector:
     def collect(self) -> Iterable:
         snap = self.snapshot()
         g = {
-            "mem_limit": GaugeMetricFamily("hami_gpu_memory_limit_bytes", "GPU device memory limit", labels=_DEV),
-            "core_limit": GaugeMetricFamily("hami_gpu_core_limit_ratio", "GPU device core limit", labels=_DEV),
-            "mem_alloc": GaugeMetricFamily("hami_gpu_memory_allocated_bytes", "GPU device memory allocated",
-                                           labels=_DEV_CORES),
-            "shared": GaugeMetricFamily("hami_gpu_shared_count", "Number of containers sharing this GPU",
-                                        labels=_DEV),
-            "core_alloc": GaugeMetricFamily("hami_gpu_core_allocated_ratio", "GPU device core allocated",
-                                            labels=_DEV),
-            "overview": GaugeMetricFamily("hami_node_gpu_overview", "GPU overview on node", labels=_OVERVIEW),
+            "mem_limit": GaugeMetricFamily("hami_gpu_memory_limit_bytes",
+                                           "Device memory limit for a certain GPU", labels=_DEV),
+            "core_limit": GaugeMetricFamily("hami_gpu_core_limit_ratio",
+                                            "Device core limit for a certain GPU", labels=_DEV),
+            "mem_alloc": GaugeMetricFamily("hami_gpu_memory_allocated_bytes",
+                                           "Device memory allocated for a certain GPU", labels=_DEV_CORES),
+            "shared": GaugeMetricFamily("hami_gpu_shared_count",
+                                        "Number of containers sharing this GPU", labels=_DEV),
+            "core_alloc": GaugeMetricFamily("hami_gpu_core_allocated_ratio",
+                                            "Device core allocated for a certain GPU", labels=_DEV),
+            "overview": GaugeMetricFamily("hami_node_gpu_overview",
+                                          "GPU overview on a certain node", labels=_OVERVIEW),
             "mem_ratio": GaugeMetricFamily("hami_node_gpu_memory_allocated_ratio",
-                                           "GPU memory allocated ratio on node", labels=_DEV),
-            "vmem": GaugeMetricFamily("hami_vgpu_memory_allocated_bytes", "vGPU memory allocated to a container",
-                                      labels=_POD),
-            "vcore": GaugeMetricFamily("hami_vgpu_core_allocated_ratio", "vGPU cores allocated to a container",
-                                       labels=_POD),
+                                           "GPU Memory Allocated Percentage on a certain GPU", labels=_DEV),
+            "vmem": GaugeMetricFamily("hami_vgpu_memory_allocated_bytes",
+                                      "vGPU memory allocated from a container", labels=_POD),
+            "vcore": GaugeMetricFamily("hami_vgpu_core_allocated_ratio",
+                                       "vGPU core allocated from a container", labels=_POD),
         }
         legacy = {}
-        if self.legacy:
+        if self.legacy:  # HAMi's HELP texts too, spelling included
             legacy = {
-                "mem_limit": GaugeMetricFamily("GPUDeviceMemoryLimit", "Device memory limit", labels=_L_DEV),
-                "core_limit": GaugeMetricFamily("GPUDeviceCoreLimit", "Device core limit", labels=_L_DEV),
-                "mem_alloc": GaugeMetricFamily("GPUDeviceMemoryAllocated", "Device memory allocated",
-                                               labels=_L_DEV_CORES),
-                "shared": GaugeMetricFamily("GPUDeviceSharedNum", "Containers sharing this GPU", labels=_L_DEV),
-                "core_alloc": GaugeMetricFamily("GPUDeviceCoreAllocated", "Device core allocated", labels=_L_DEV),
-                "overview": GaugeMetricFamily("nodeGPUOverview", "GPU overview on node", labels=_L_OVERVIEW),
-                "mem_ratio": GaugeMetricFamily("nodeGPUMemoryPercentage", "GPU memory allocated ratio",
-                                               labels=_L_DEV),
-                "vmem": GaugeMetricFamily("vGPUMemoryAllocated", "vGPU memory allocated", labels=_L_POD),
-                "vcore": GaugeMetricFamily("vGPUCoreAllocated", "vGPU core allocated", labels=_L_POD),
+                "mem_limit": GaugeMetricFamily("GPUDeviceMemoryLimit",
+                                               "Device memory limit for a certain GPU", labels=_L_DEV),
+                "core_limit": GaugeMetricFamily("GPUDeviceCoreLimit",
+                                                "Device memory core limit for a certain GPU", labels=_L_DEV),
+                "mem_alloc": GaugeMetricFamily("GPUDeviceMemoryAllocated",
+                                               "Device memory allocated for a certain GPU", labels=_L_DEV_CORES),
+                "shared": GaugeMetricFamily("GPUDeviceSharedNum",
+                                            "Number of containers sharing this GPU", labels=_L_DEV),
+                "core_alloc": GaugeMetricFamily("GPUDeviceCoreAllocated",
+                                                "Device core allocated for a certain GPU", labels=_L_DEV),
+                "overview": GaugeMetricFamily("nodeGPUOverview",
+                                              "GPU overview on a certain node", labels=_L_OVERVIEW),
+                "mem_ratio": GaugeMetricFamily("nodeGPUMemoryPercentage",
+                                               "GPU Memory Allocated Percentage on a certain GPU", labels=_L_RATIO),
+                "vmem": GaugeMetricFamily("vGPUMemoryAllocated",
+                                          "vGPU memory allocated from a container", labels=_L_POD),
+                "vcore": GaugeMetricFamily("vGPUCoreAllocated",
+                                           "vGPU core allocated from a container", labels=_L_POD),
+                "mig": GaugeMetricFamily("nodeGPUMigInstance",
+                                         "GPU Sharing mode. 0 for hami-core, 1 for mig, 2 for mps", labels=_L_MIG),
             }
         cores_of = {}  # device uuid -> (registered type, total cores): AMD's container core ratio
         for node, d in snap.devices:
@@ -140,28 +157,40 @@ class UsageCollector:
             cores_of[d.id] = (d.type, d.totalcore)
             g["mem_limit"].add_metric(dev, d.totalmem * MIB)
             g["core_limit"].add_metric(dev, core_limit)
-            g["mem_alloc"].add_metric([node, d.id, idx, str(d.usedcores), d.type, ZONE], d.usedmem * MIB)
+            # device_cores is the card's total (raw, AMD included), as HAMi's: a label that moved
+            # with the allocation would start a new series on every placement.
+            cores = str(d.totalcore)
+            g["mem_alloc"].add_metric([node, d.id, idx, cores, d.type, ZONE], d.usedmem * MIB)
             g["shared"].add_metric(dev, d.used)
             g["core_alloc"].add_metric(dev, core_alloc)
-            g["overview"].add_metric([node, d.id, idx, str(d.usedcores), str(d.totalmem), d.type, ZONE],
-                                     d.usedmem * MIB)
-            g["mem_ratio"].add_metric(dev, d.usedmem / d.totalmem if d.totalmem else 0.0)
+            g["overview"].add_metric([node, d.id, idx, cores, str(d.totalmem), d.type, ZONE], d.usedmem * MIB)
+            if d.totalmem > 0:  # HAMi leaves the ratio out for a card without memory
+                g["mem_ratio"].add_metric(dev, d.usedmem / d.totalmem)
             if legacy:
-                ldev = [node, d.id, idx, ZONE]
+                ldev = [node, d.id, idx, d.type, ZONE]
                 legacy["mem_limit"].add_metric(ldev, d.totalmem * MIB)
                 legacy["core_limit"].add_metric(ldev, d.totalcore)
-                legacy["mem_alloc"].add_metric([node, d.id, idx, str(d.usedcores), ZONE], d.usedmem * MIB)
+                legacy["mem_alloc"].add_metric([node, d.id, idx, cores, d.type, ZONE], d.usedmem * MIB)
                 legacy["shared"].add_metric(ldev, d.used)
                 legacy["core_alloc"].add_metric(ldev, d.usedcores)
-                legacy["overview"].add_metric(
-                    [node, d.id, idx, str(d.usedcores), str(d.totalmem), d.type, ZONE], d.usedmem * MIB)
-                legacy["mem_ratio"].add_metric(ldev, d.usedmem / d.totalmem if d.totalmem else 0.0)
-        mig = GaugeMetricFamily("hami_node_gpu_mig_instance_info", "MIG instance placed on a GPU", labels=_MIG)
+                legacy["overview"].add_metric([node, d.id, idx, cores, str(d.totalmem), d.type, ZONE],
+                                              d.usedmem * MIB)
+                if d.totalmem > 0:
+                    legacy["mem_ratio"].add_metric([node, d.id, idx, ZONE], d.usedmem / d.totalmem)
+        mig = GaugeMetricFamily("hami_node_gpu_mig_instance_info",
+                                "Realized MIG instance identity and scheduler placement", labels=_MIG)
         for m in snap.migs:
+            if not (m.mig_uuid and m.gpu_instance_id and m.compute_instance_id):
+                continue  # HAMi's RuntimeReady: the device plugin has not created it yet
             mig.add_metric([m.node, m.device_uuid, str(m.device_index), m.mig_uuid, m.profile, m.gpu_instance_id,
                             m.compute_instance_id, str(m.placement_start), str(m.placement_size), ZONE], 1)
+            if legacy:
+                legacy["mig"].add_metric(
+                    [m.node, m.device_uuid, str(m.device_index), f"{m.profile}-{m.gpu_instance_id}", ZONE], 1)
         yield mig
         for p in snap.pods:
+            if not p.device_uuid:
+                continue  # HAMi omits a device without a UUID
             labels = [p.namespace, p.node, p.pod, str(p.container_index), p.device_uuid, p.device_type, ZONE]
             g["vmem"].add_metric(labels, p.usedmem * MIB)
             card_type, card_cores = cores_of.get(p.device_uuid, ("", 0))
@@ -170,19 +199,21 @@ class UsageCollector:
                 labels = [p.namespace, p.node, p.pod, str(p.container_index), p.device_uuid, ZONE]
                 legacy["vmem"].add_metric(labels, p.usedmem * MIB)
                 legacy["vcore"].add_metric(labels, p.usedcores)
-        q_used = GaugeMetricFamily("hami_resource_quota_used", "ResourceQuota usage of HAMi resources",
+        q_used = GaugeMetricFamily("hami_resource_quota_used", "resourcequota usage for a certain device",
                                    labels=("namespace", "quota_name", "limit", "zone"))
-        q_limit = GaugeMetricFamily("hami_resource_quota_limit", "ResourceQuota limit of HAMi resources",
+        q_limit = GaugeMetricFamily("hami_resource_quota_limit", "resourcequota limit for a certain device",
                                     labels=("namespace", "quota_name", "zone"))
         # quota_name is the resource (nvidia.com/gpumem, huawei.com/Ascend910B3-memory, ...): HAMi's
-        # label set, and it already says whose resource it is.
+        # label set, and it already says whose resource it is. Usage without a limit reads limit="0"
+        # and has no limit series, as HAMi's (a limit of 0 means none here).
         for q in snap.quotas:
             q_used.add_metric([q.namespace, q.resource, str(q.limit), ZONE], q.used)
-            q_limit.add_metric([q.namespace, q.resource, ZONE], q.limit)
+            if q.limit:
+                q_limit.add_metric([q.namespace, q.resource, ZONE], q.limit)
         g["q_used"], g["q_limit"] = q_used, q_limit
         if legacy:
-            lq = GaugeMetricFamily("QuotaUsed", "ResourceQuota usage", labels=("quotanamespace", "quotaName", "limit",
-                                                                               "zone"))
+            lq = GaugeMetricFamily("QuotaUsed", "resourcequota usage for a certain device",
+                                   labels=("quotanamespace", "quotaName", "limit", "zone"))
             for q in snap.quotas:
                 lq.add_metric([q.namespace, q.resource, str(q.limit), ZONE], q.used)
             legacy["q_used"] = lq

@@ -108,8 +108,7 @@ def usage_snapshot(state: ClusterState) -> Snapshot:
     quotas = []
     for ns in sorted(getattr(index, "_quota", {})):
         for resource, (used, limit) in sorted(index.quota_used(ns).items()):
-            if limit:
-                quotas.append(QuotaUse(ns, resource, used, limit))
+            quotas.append(QuotaUse(ns, resource, used, limit))  # usage without a limit too, as HAMi's
     return Snapshot(tuple(devices), tuple(pods), tuple(quotas), tuple(migs))
 
 
