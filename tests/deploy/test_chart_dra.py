@@ -8,7 +8,8 @@ and its args pass `hami --check-config`; the plugin's ClusterRole grants only it
 slices get/create/update, claims get), the webhook's only the creation of claim templates, bound to the
 scheduler's ServiceAccount; the scheduler gets --dra; the vGPU monitor then also runs on the DRA nodes
 (node affinity ORing both selectors, both modes' tolerations) and mounts <hook>/vgpu/claims, which the
-default render neither mounts nor selects.
+default render neither mounts nor selects; with dra.enabled alone (devicePlugin.enabled=false) the
+monitor, its Service, RBAC (resourceclaims list/watch) and NetworkPolicy stay, on the DRA nodes only.
 """
 
 from __future__ import annotations
@@ -92,3 +93,17 @@ def test_monitor_reaches_dra_nodes_and_their_claim_dirs_only_in_dra_mode():
     assert vol["hostPath"]["path"] == "/usr/local/vgpu/claims"
     (ctr,) = pod["containers"]
     assert {"name": "claims", "mountPath": "/usr/local/vgpu/claims"} in ctr["volumeMounts"]
+
+
+def test_dra_only_install_keeps_the_monitor_on_the_dra_nodes():
+    docs = objects({"dra": {"enabled": True}, "devicePlugin": {"enabled": False}, "networkPolicy": {"enabled": True}})
+    assert find(docs, "DaemonSet", "hami-device-plugin") == []  # the device plugin is off
+    pod = _monitor(docs)
+    assert pod["nodeSelector"] == {"hami.io/gpu-mode": "dra"} and "affinity" not in pod
+    assert any(v["name"] == "claims" for v in pod["volumes"])
+    one(docs, "Service", "hami-device-plugin-monitor")
+    one(docs, "NetworkPolicy", "hami-device-plugin-monitor")
+    role = one(docs, "ClusterRole", "hami-device-plugin-monitor")
+    assert {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list", "watch"]} \
+        in role["rules"]
+    assert find(docs, "ClusterRole", "hami-device-plugin-node-agent") == []

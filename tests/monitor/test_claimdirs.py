@@ -9,17 +9,20 @@ pod's hami_vgpu_memory_used_bytes with its pod/namespace/container labels; host-
 claim region's slot (HAMi-core stored the container PID) through the claim's pod cgroup; the reaper never
 removing an existing claim's dir (even with no pod), removing a gone claim's dir only once it has
 been gone for the grace period, not reaping before the claim list is synced or without DRA; and
-(Hypothesis) that arbitrary claim/pod documents never raise in the mapping.
+the resource.k8s.io/v1 probe (403/404 a clear no at once, a transient failure retried, never an
+exception: a pre-1.34 cluster keeps the monitor running without DRA); (Hypothesis) that arbitrary claim/pod documents never raise in the mapping.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from hami.apierror import ApiError
 from hami.gpu.fake import FakeBackend
 from hami.monitor import role
 from hami.monitor.claimdirs import ClaimDir, ClaimReaper, claim_container_dirs, claim_owner, claims_dir_for
@@ -209,3 +212,30 @@ def test_unhashable_names_are_ignored_not_raised():
     pod["spec"]["containers"][0]["resources"]["claims"].append({"name": ["gpu"]})
     pod["status"]["resourceClaimStatuses"].append({"name": {"x": 1}, "resourceClaimName": "p1-gpu-x7"})
     assert claim_owner(claim(), {POD_UID: pod}) == (POD_UID, "cuda")
+
+
+class _Discovery:
+    """A client whose discovery GET answers from a script: an exception to raise, or None (200)."""
+
+    def __init__(self, *answers):
+        self.answers, self.calls = list(answers), 0
+
+    async def request(self, *_args, **_kw):
+        self.calls += 1
+        answer = self.answers.pop(0)
+        if answer is not None:
+            raise answer
+        return {"kind": "APIResourceList"}
+
+
+def test_probe_reads_404_and_403_as_no_dra_at_once():
+    for status in (404, 403):
+        client = _Discovery(ApiError(status, "NotFound"))
+        assert asyncio.run(role.serves_dra(client, pause=0)) is False and client.calls == 1
+
+
+def test_probe_retries_a_transient_failure_then_gives_up_without_raising():
+    client = _Discovery(ApiError(0, "ClientConnectorError"), None)
+    assert asyncio.run(role.serves_dra(client, pause=0)) is True and client.calls == 2
+    client = _Discovery(*[ApiError(503, "ServiceUnavailable")] * 3)
+    assert asyncio.run(role.serves_dra(client, pause=0)) is False and client.calls == 3
