@@ -122,7 +122,7 @@ class Plan:
     pdb_violations: int
     victim_priorities: tuple[int, ...]
     devices: tuple                       # PodDevices the preemptor takes once the victims are gone
-    mig: tuple = ()
+    mig: tuple = ()                      # its MIG placements, (GPU uuid, placement) as the usage index keeps them
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,10 @@ def room_after(nvidia: NvidiaConfig, facts: NodeFacts, staying: Mapping[str, Pod
     usage = index.node(facts.name)
     # quota was judged by select_victims with the victims' shares credited back
     r = try_pod(usage, replace(request, options=replace(request.options, quota=None))) if usage else "no node"
-    return None if r.__class__ is str else (tuple(r[0]), tuple(r[1]))
+    if r.__class__ is str:
+        return None
+    # the usage index counts MIG placements as (GPU uuid, placement), as /filter adds them
+    return tuple(r[0]), tuple((u, pl) for _, _, u, _, pl in r[1])
 
 
 def _rank(p: Plan, start_of: Mapping[str, str]):
