@@ -54,9 +54,11 @@ class PodLabeler:
 
     def bound(self, ns: str, name: str, node: str) -> None:
         """A binding that carried a placement: look at the pod's label after `delay` (O(1))."""
+        was_empty = not self._due
         self._due.append((self.clock() + self.delay, ns, name, node))
         self.queued += 1
-        self._wake.set()
+        if was_empty:  # entries come in due order (one delay): only an empty queue's writer sleeps unbounded
+            self._wake.set()
 
     @property
     def pending(self) -> int:
