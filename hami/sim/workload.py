@@ -10,6 +10,7 @@ import asyncio
 import sys
 
 from hami.device import codec
+from hami.device.request import quantity_as_int64
 from hami.kube.client import ApiError, KubeClient
 
 # name, limits. The last two never fit a 40 GiB card: too much memory, too many GPUs.
@@ -41,7 +42,22 @@ def sample_pod(i: int, scheduler_name: str, namespace: str = "default") -> dict:
     }
 
 
-def summarize(pods: list[dict]) -> dict[str, int]:
+def _claims_mib(pods: list[dict], claims: list[dict]) -> int:
+    """DRA mode: the memory the demo pods' claims hold (consumedCapacity), in MiB."""
+    uids = {(p.get("metadata") or {}).get("uid") for p in pods
+            if (p.get("status") or {}).get("phase", "Pending") in ("Running", "Pending")}
+    total = 0
+    for c in claims:
+        status = c.get("status") or {}
+        if not any(r.get("uid") in uids for r in status.get("reservedFor") or []):
+            continue
+        for r in ((status.get("allocation") or {}).get("devices") or {}).get("results") or []:
+            value = quantity_as_int64((r.get("consumedCapacity") or {}).get("memory", "0"))
+            total += (value or 0) >> 20
+    return total
+
+
+def summarize(pods: list[dict], claims: list[dict] | None = None) -> dict[str, int]:
     """Counts for the one-line summary: running, pending (and how many of those are the shapes that
     never fit, so a newcomer does not take them for a fault), failed, GPU memory allocated (MiB)."""
     out = {"running": 0, "pending": 0, "never_fits": 0, "failed": 0, "gpumem_mib": 0}
@@ -63,6 +79,7 @@ def summarize(pods: list[dict]) -> dict[str, int]:
             except codec.CodecError:
                 continue  # a damaged annotation counts no memory; the scheduler reports it
             out["gpumem_mib"] += sum(d.usedmem for c in containers for d in c)
+    out["gpumem_mib"] += _claims_mib(pods, claims or [])
     return out
 
 
@@ -83,7 +100,9 @@ async def run_workload(client: KubeClient, scheduler_name: str, stop: asyncio.Ev
             submitted += 1
         try:
             pods = (await client.list("pods", "default", label_selector="app=hami-demo")).get("items") or []
-            s = summarize(pods)
+            claims = ((await client.list("resourceclaims", "default")).get("items") or []) if any(
+                (p.get("spec") or {}).get("resourceClaims") for p in pods) else []
+            s = summarize(pods, claims)
             line = (f"demo: {submitted} submitted | running {s['running']} | pending {s['pending']} "
                     f"({s['never_fits']} never fit by design, {s['pending'] - s['never_fits']} wait for room) | "
                     f"failed {s['failed']} | GPU memory allocated {s['gpumem_mib']} MiB")

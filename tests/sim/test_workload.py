@@ -1,5 +1,6 @@
 """hami.sim.workload: the demo's pod mix is deterministic, and `summarize` counts phases and the
-GPU memory in `hami.io/vgpu-devices-allocated` (through the codec; a damaged annotation counts none)."""
+GPU memory in `hami.io/vgpu-devices-allocated` (through the codec; a damaged annotation counts none)
+and, in DRA mode, the memory the demo pods' claims hold."""
 
 import asyncio
 import io
@@ -38,6 +39,17 @@ def test_summarize_counts_phases_and_allocated_memory():
     ]
     assert summarize(pods) == {"running": 3, "pending": 2, "never_fits": 1, "failed": 1,
                                "gpumem_mib": 2 * 4500}
+
+
+def test_summarize_counts_the_memory_dra_claims_hold():
+    """DRA mode (issue 28): the claims reserved by running or pending demo pods, from consumedCapacity."""
+    running, gone = _pod("Running"), _pod("Succeeded")
+    running["metadata"]["uid"], gone["metadata"]["uid"] = "u1", "u2"
+
+    def claim(uid, mib):
+        return {"status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": uid}], "allocation": {"devices": {
+            "results": [{"consumedCapacity": {"memory": str(mib << 20), "cores": "10"}}]}}}}
+    assert summarize([running, gone], [claim("u1", 3000), claim("u2", 500), {"status": {}}])["gpumem_mib"] == 3000
 
 
 async def test_the_demo_line_tells_pods_that_never_fit_from_pods_that_wait_and_points_at_doctor(apiserver):
