@@ -131,7 +131,9 @@ async def test_allocate_two_containers_one_call_each_success_after_the_last():
         assert (b.envs["NVIDIA_VISIBLE_DEVICES"], b.envs["CUDA_DEVICE_MEMORY_LIMIT_0"],
                 b.envs["CUDA_DEVICE_SM_LIMIT"]) == (U2, "2000m", "20")
         assert mounts(a) == expected_mounts(h, uid, "a")
-        assert mounts(b) == expected_mounts(h, uid, "b", preload=False)
+        # b's own env asks CUDA_DISABLE_CONTROL; without the operator's allowdisablecontrol the agent keeps
+        # HAMi-core preloaded (issue 27 §8: a tenant cannot drop the enforcement of a counted slice)
+        assert mounts(b) == expected_mounts(h, uid, "b")
         assert a.envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] != b.envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"]
         p = await h.pod("p2")
         assert anns(p)["hami.io/bind-phase"] == "success"
