@@ -607,6 +607,9 @@ def embedded_paths(state_dir: str) -> dict[str, str]:
     """Where the embedded cluster keeps its files; shared by the sim role and the roles it hosts."""
     return {
         "kubeconfig": os.path.join(state_dir, "kubeconfig"),
+        # hami's own roles authenticate as their service accounts, not as the people's kubeconfig above
+        "scheduler_kubeconfig": os.path.join(state_dir, "scheduler.kubeconfig"),
+        "node_kubeconfig": os.path.join(state_dir, "node.kubeconfig"),
         "hook_path": os.path.join(state_dir, "usr-local"),
         "cache_dir": os.path.join(state_dir, "usr-local", "vgpu", "containers"),
         "all_gpus": os.path.join(state_dir, "gpus-all.yaml"),
@@ -706,7 +709,8 @@ def _embedded_defaults(groups: dict[str, dict[str, Any]], flags: Mapping[str, An
         raise ConfigError("--sim-state-dir", "command line", state, "a directory for the embedded cluster")
     paths = embedded_paths(state)
     groups["sim"].setdefault("kubeconfig", paths["kubeconfig"])
-    groups["kube"]["kubeconfig"] = groups["sim"]["kubeconfig"]  # never a real cluster's KUBECONFIG
+    # never a real cluster's KUBECONFIG; the scheduler's identity, not the demo user's (docs/security.md)
+    groups["kube"]["kubeconfig"] = paths["scheduler_kubeconfig"]
     groups["monitor"].setdefault("cache_dir", paths["cache_dir"])
     # A laptop demo has no reason to listen beyond loopback (the embedded API server has no auth).
     groups["scheduler"].setdefault("metrics_bind_address", "127.0.0.1:9395")

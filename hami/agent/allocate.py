@@ -188,6 +188,21 @@ def lock_owner(node: Mapping | None) -> tuple[str, str] | None:
     return lock.namespace, lock.name
 
 
+def no_lock_holder_message(node_name: str, claimants: Sequence[Mapping]) -> str:
+    """Why Allocate served nothing: no pod holds the node lock (only its holder is ever served)."""
+    text = (f"no binding pod found on node {node_name}: Allocate serves only the pod holding the node lock "
+            f"{ANN_NODE_LOCK}, and none does")
+    if claimants:
+        text += (f"; pod {', '.join(pod_ref(p) for p in claimants[:5])} claims {ANN_BIND_PHASE}=allocating here "
+                 f"without it (a placement hami's scheduler did not make)")
+    return text
+
+
+def unlocked_claim_message(node_name: str, pod: Mapping) -> str:
+    return (f"Allocate on node {node_name} refused: this pod claims {ANN_BIND_PHASE}=allocating but does not hold "
+            f"the node lock {ANN_NODE_LOCK}; only pods placed by hami's scheduler are served")
+
+
 def _age_key(pod: Mapping) -> tuple:
     meta = pod.get("metadata") or {}
     bt = (meta.get("annotations") or {}).get(ANN_BIND_TIME, "")

@@ -21,8 +21,10 @@ import asyncio
 import contextlib
 import os
 import shutil
+import time
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC
 from typing import Protocol
 
 import grpc
@@ -34,10 +36,12 @@ from hami.agent._pb import api_pb2_grpc as pb_grpc
 from hami.agent.mig import MIG_ANNOTATION as MIG_ALLOCATIONS
 from hami.agent.mig import MigRequestError
 from hami.agent.register import PluginDevice, physical_id
+from hami.device.codec.timestamps import format_rfc3339
 from hami.device.model import MODE_MIG
 from hami.device.nodeconfig import DeviceSettings
 from hami.gpu.mig import MigError
 from hami.kube.client import ApiError
+from hami.kube.lanes import background
 from hami.kube.nodelock import NodeLockError
 from hami.obs.log import get_logger
 
@@ -376,7 +380,11 @@ class PodAllocator:
         return [p for p in (self._pod(k) for k in keys) if p is not None]
 
     async def _find_pod(self) -> tuple[dict | None, bool]:
-        """(pod, owns_lock) from the caches; falls back to the API when the caches know no pod."""
+        """(pod, True) for the pod holding this node's lock and waiting for Allocate, else (None, False).
+
+        Only the lock holder is served (fail closed): a pod that claims `allocating` on this node
+        without the lock was not placed by hami's scheduler (issue 27: forged placements). The caches
+        are read first; when they show no usable holder, the node and its holder are read once."""
         owner = alloc.lock_owner(self.nodes().get(self.node_name))
         if owner is not None:
             pod = self._pod(f"{owner[0]}/{owner[1]}")
@@ -386,9 +394,6 @@ class PodAllocator:
                 pod = await self._get_pod(owner)
             if pod is not None and alloc.allocating_pods([pod], self.node_name):
                 return pod, True
-        pods = alloc.allocating_pods(self._all_pods(), self.node_name)
-        if pods:
-            return pods[0], owner is not None and alloc.pod_ref(pods[0]) == f"{owner[0]}/{owner[1]}"
         # Caches may lag the scheduler by a watch event: ask the API server once.
         self.api_fallbacks += 1
         try:
@@ -398,14 +403,35 @@ class PodAllocator:
         owner = alloc.lock_owner(node)
         if owner is not None:
             pod = await self._get_pod(owner)
-            if pod is not None:
+            if pod is not None:  # HAMi GetPendingPod: the holder, whatever its phase (Allocate then names it)
                 return pod, True
+        return None, False
+
+    async def _refuse_unlocked(self) -> alloc.AllocationError:
+        """The error for an Allocate with no lock holder; a Warning Event on each pod claiming the node."""
+        claimants = alloc.allocating_pods(self._all_pods(), self.node_name)
+        for pod in claimants[:5]:
+            log.warning("Allocate refused: pod claims a placement without the node lock", pod=alloc.pod_ref(pod),
+                        node=self.node_name)
+            await self._warn(pod, "AllocationRefused", alloc.unlocked_claim_message(self.node_name, pod))
+        return alloc.AllocationError(alloc.no_lock_holder_message(self.node_name, claimants))
+
+    async def _warn(self, pod: dict, reason: str, message: str) -> None:
+        meta = pod.get("metadata") or {}
+        ns = meta.get("namespace") or "default"
+        now = format_rfc3339(time.time(), UTC)
+        event = {"apiVersion": "v1", "kind": "Event",
+                 "metadata": {"generateName": f"{meta.get('name', 'pod')}.", "namespace": ns},
+                 "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": ns, "name": meta.get("name", ""),
+                                    "uid": meta.get("uid", "")},
+                 "reason": reason, "message": message, "type": "Warning", "count": 1,
+                 "firstTimestamp": now, "lastTimestamp": now,
+                 "source": {"component": "hami-device-plugin", "host": self.node_name}}
         try:
-            listed = await self.client.list_pods(field_selector=f"spec.nodeName={self.node_name}")
-        except ApiError as exc:
-            raise ApiCallError(f"cannot list the pods of node {self.node_name}", exc) from None
-        pods = alloc.allocating_pods(listed.get("items") or [], self.node_name)
-        return (pods[0] if pods else None), False
+            with background():
+                await self.client.create("events", event, ns)
+        except ApiError as exc:  # the gRPC error still tells kubelet; the Event is a courtesy
+            log.warning("Could not write the Event", pod=alloc.pod_ref(pod), reason=reason, error=str(exc))
 
     async def _get_pod(self, ref: tuple[str, str]) -> dict | None:
         """The node-lock owner from the API; None only when it is gone (404), else the cause."""
@@ -447,7 +473,7 @@ class PodAllocator:
                 raise
             if pod is None:
                 self.failures += 1
-                raise alloc.AllocationError(f"no binding pod found on node {self.node_name}")
+                raise await self._refuse_unlocked()
             ref = alloc.pod_ref(pod)
             try:
                 plan = alloc.plan_allocation(

@@ -32,6 +32,8 @@ from collections.abc import Callable
 
 from hami.device import codec
 from hami.device.allocation import allocated_devices, own_node_locks, takes_node_lock
+from hami.device.request import pod_requests_devices
+from hami.device.vendorrequest import flat_requests, pod_vendor_requests
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.events import NORMAL, WARNING, EventRecorder, clip_message
 from hami.kube.lanes import urgent
@@ -168,8 +170,20 @@ class Binder:
                 return placed.devices, dict(placed.annotations or {})
         return (), {}
 
+    def _asks_for_devices(self, pod: dict | None) -> bool:
+        if pod is None:
+            return False
+        if self.state.vendors is not None:
+            return any(flat_requests(e) for e in pod_vendor_requests(pod, self.state.vendors, self.state.nvidia))
+        return pod_requests_devices(pod, self.state.nvidia)
+
     async def _bind(self, ns: str, name: str, node: str, ref, pod: dict | None, assumed) -> str:
         devices, placement = self._placement(node, pod, assumed)
+        if not any(devices) and self._asks_for_devices(pod):
+            # Binding it would start a GPU pod with no devices: Allocate fails and the pod is Failed
+            # (issue 27 §4). Nothing is written; kube-scheduler retries the pod elsewhere.
+            return self._fail(ref, f"pod {ns}/{name} asks for devices but no placement fits node {node}: "
+                                   f"nothing bound")
         # Each vendor's LockNode: only those whose plugin releases hami.io/mutex.lock take it.
         uses_devices = bool(devices) and any(devices) and takes_node_lock(devices, self.state.vendors)
         locked = False

@@ -31,6 +31,7 @@ import os
 import ssl
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +71,9 @@ log = get_logger(__name__)
 FULL_EVALUATION_MAX_NODES = 64
 
 JSON = "application/json"
+
+# AdmissionReviews from this size on are judged on a worker thread, not on the event loop (issue 27 §2).
+WEBHOOK_OFFLOOP_BYTES = 64 * 1024
 
 # Bodies from this size on are first scanned as full-Nodes requests (nodescan.py).
 SCAN_MIN_BYTES = 16384
@@ -174,6 +178,7 @@ class Extender:
         self.metrics = metrics
         self.binder = binder
         self.webhook = webhook
+        self._webhook_pool: ThreadPoolExecutor | None = None  # big admissions, one at a time, off the loop
         self.requests_fn = requests_fn
         self.clock = clock
         # uid -> decision held until its /bind; counted per node (a node with decisions pending
@@ -661,12 +666,24 @@ class Extender:
     async def _h_bind(self, request: web.Request) -> web.Response:
         return _json(await self.bind(await request.read()))
 
+    def close(self) -> None:
+        """Stop the webhook's worker thread (queued admissions are dropped: the listener is closed)."""
+        if self._webhook_pool is not None:
+            self._webhook_pool.shutdown(wait=False, cancel_futures=True)
+
     async def _h_webhook(self, request: web.Request) -> web.Response:
         body = await request.read()
         if self.webhook is None:
             return web.Response(status=500, text="webhook not available")
         try:
-            out = self.webhook(body)
+            if len(body) >= WEBHOOK_OFFLOOP_BYTES:
+                # A big pod (thousands of containers) costs ~0.1 ms a container: on one worker thread
+                # the loop keeps the GIL every switch interval, so /filter and the probes go on answering.
+                if self._webhook_pool is None:
+                    self._webhook_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hami-webhook")
+                out = await asyncio.get_running_loop().run_in_executor(self._webhook_pool, self.webhook, body)
+            else:
+                out = self.webhook(body)
         except ValueError as exc:
             return web.Response(status=400, text=str(exc))
         if inspect.isawaitable(out):  # --dra: the answer waits for the pod's claim templates

@@ -79,6 +79,11 @@ class Snapshot:
     migs: tuple[MigInstance, ...] = ()
 
 
+def device_label(node: str, index: int) -> str:
+    """What the device_uuid label carries without --metrics-device-uuids: the node and the card index."""
+    return f"{node}/{index}"
+
+
 _DEV = ("node", "device_uuid", "device_index", "device_type", "zone")
 _DEV_CORES = ("node", "device_uuid", "device_index", "device_cores", "device_type", "zone")
 _OVERVIEW = ("node", "device_uuid", "device_index", "device_cores", "device_memory_limit", "device_type", "zone")
@@ -96,9 +101,13 @@ _L_POD = ("podnamespace", "nodename", "podname", "containeridx", "deviceuuid", "
 class UsageCollector:
     """HAMi's `ClusterManagerCollector`: gauges over the current usage snapshot."""
 
-    def __init__(self, snapshot: Callable[[], Snapshot], legacy: bool = False):
+    def __init__(self, snapshot: Callable[[], Snapshot], legacy: bool = False, device_uuids: bool = False):
         self.snapshot = snapshot
         self.legacy = legacy
+        # Issue 27: the scheduler's Service is readable by anyone in the cluster and GPU UUIDs are what a
+        # forged placement needs; without the operator's opt-in every GPU and MIG UUID label carries
+        # `<node>/<index>` instead (one series per device still, so dashboards keep their shape).
+        self.device_uuids = device_uuids
 
     def describe(self) -> Iterable:
         return []
@@ -150,9 +159,11 @@ class UsageCollector:
                                          "GPU Sharing mode. 0 for hami-core, 1 for mig, 2 for mps", labels=_L_MIG),
             }
         cores_of = {}  # device uuid -> (registered type, total cores): AMD's container core ratio
+        shown = {d.id: (d.id if self.device_uuids else device_label(node, d.index)) for node, d in snap.devices}
         for node, d in snap.devices:
             idx = str(d.index)
-            dev = [node, d.id, idx, d.type, ZONE]
+            uid = shown[d.id]
+            dev = [node, uid, idx, d.type, ZONE]
             core_limit, core_alloc = amd_core_ratio(d.type, d.totalcore, d.usedcores)
             cores_of[d.id] = (d.type, d.totalcore)
             g["mem_limit"].add_metric(dev, d.totalmem * MIB)
@@ -160,43 +171,46 @@ class UsageCollector:
             # device_cores is the card's total (raw, AMD included), as HAMi's: a label that moved
             # with the allocation would start a new series on every placement.
             cores = str(d.totalcore)
-            g["mem_alloc"].add_metric([node, d.id, idx, cores, d.type, ZONE], d.usedmem * MIB)
+            g["mem_alloc"].add_metric([node, uid, idx, cores, d.type, ZONE], d.usedmem * MIB)
             g["shared"].add_metric(dev, d.used)
             g["core_alloc"].add_metric(dev, core_alloc)
-            g["overview"].add_metric([node, d.id, idx, cores, str(d.totalmem), d.type, ZONE], d.usedmem * MIB)
+            g["overview"].add_metric([node, uid, idx, cores, str(d.totalmem), d.type, ZONE], d.usedmem * MIB)
             if d.totalmem > 0:  # HAMi leaves the ratio out for a card without memory
                 g["mem_ratio"].add_metric(dev, d.usedmem / d.totalmem)
             if legacy:
-                ldev = [node, d.id, idx, d.type, ZONE]
+                ldev = [node, uid, idx, d.type, ZONE]
                 legacy["mem_limit"].add_metric(ldev, d.totalmem * MIB)
                 legacy["core_limit"].add_metric(ldev, d.totalcore)
-                legacy["mem_alloc"].add_metric([node, d.id, idx, cores, d.type, ZONE], d.usedmem * MIB)
+                legacy["mem_alloc"].add_metric([node, uid, idx, cores, d.type, ZONE], d.usedmem * MIB)
                 legacy["shared"].add_metric(ldev, d.used)
                 legacy["core_alloc"].add_metric(ldev, d.usedcores)
-                legacy["overview"].add_metric([node, d.id, idx, cores, str(d.totalmem), d.type, ZONE],
+                legacy["overview"].add_metric([node, uid, idx, cores, str(d.totalmem), d.type, ZONE],
                                               d.usedmem * MIB)
                 if d.totalmem > 0:
-                    legacy["mem_ratio"].add_metric([node, d.id, idx, ZONE], d.usedmem / d.totalmem)
+                    legacy["mem_ratio"].add_metric([node, uid, idx, ZONE], d.usedmem / d.totalmem)
         mig = GaugeMetricFamily("hami_node_gpu_mig_instance_info",
                                 "Realized MIG instance identity and scheduler placement", labels=_MIG)
         for m in snap.migs:
             if not (m.mig_uuid and m.gpu_instance_id and m.compute_instance_id):
                 continue  # HAMi's RuntimeReady: the device plugin has not created it yet
-            mig.add_metric([m.node, m.device_uuid, str(m.device_index), m.mig_uuid, m.profile, m.gpu_instance_id,
+            gpu = m.device_uuid if self.device_uuids else device_label(m.node, m.device_index)
+            inst = m.mig_uuid if self.device_uuids else f"{gpu}/{m.gpu_instance_id}"
+            mig.add_metric([m.node, gpu, str(m.device_index), inst, m.profile, m.gpu_instance_id,
                             m.compute_instance_id, str(m.placement_start), str(m.placement_size), ZONE], 1)
             if legacy:
                 legacy["mig"].add_metric(
-                    [m.node, m.device_uuid, str(m.device_index), f"{m.profile}-{m.gpu_instance_id}", ZONE], 1)
+                    [m.node, gpu, str(m.device_index), f"{m.profile}-{m.gpu_instance_id}", ZONE], 1)
         yield mig
         for p in snap.pods:
             if not p.device_uuid:
                 continue  # HAMi omits a device without a UUID
-            labels = [p.namespace, p.node, p.pod, str(p.container_index), p.device_uuid, p.device_type, ZONE]
+            puid = shown.get(p.device_uuid, p.device_uuid if self.device_uuids else f"{p.node}/?")
+            labels = [p.namespace, p.node, p.pod, str(p.container_index), puid, p.device_type, ZONE]
             g["vmem"].add_metric(labels, p.usedmem * MIB)
             card_type, card_cores = cores_of.get(p.device_uuid, ("", 0))
             g["vcore"].add_metric(labels, amd_core_ratio(card_type, card_cores, p.usedcores)[1])
             if legacy:
-                labels = [p.namespace, p.node, p.pod, str(p.container_index), p.device_uuid, ZONE]
+                labels = [p.namespace, p.node, p.pod, str(p.container_index), puid, ZONE]
                 legacy["vmem"].add_metric(labels, p.usedmem * MIB)
                 legacy["vcore"].add_metric(labels, p.usedcores)
         q_used = GaugeMetricFamily("hami_resource_quota_used", "resourcequota usage for a certain device",
@@ -265,9 +279,10 @@ class SchedulerMetrics:
     def __init__(self, snapshot: Callable[[], Snapshot],
                  api_counts: Callable[[], dict[tuple[str, str, str], int]],
                  *, legacy: bool = False, extra: Callable[[], dict[str, float]] | None = None,
-                 lanes: Callable[[], dict[str, dict[str, float]]] | None = None, version: str = "0.1.0"):
+                 lanes: Callable[[], dict[str, dict[str, float]]] | None = None, version: str = "0.1.0",
+                 device_uuids: bool = False):
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(UsageCollector(snapshot, legacy))
+        self.registry.register(UsageCollector(snapshot, legacy, device_uuids))
         self.registry.register(ApiCollector(api_counts, extra, lanes))
         self.filter_seconds = Histogram("hami_scheduler_filter_duration_seconds", "Time to answer /filter",
                                         labelnames=("result",), buckets=_LAT_BUCKETS, registry=self.registry)

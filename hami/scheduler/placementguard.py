@@ -41,13 +41,10 @@ VENDOR_EXTRA_KEYS = frozenset({
 
 
 def placement_keys(vendors: VendorTable | None = None) -> frozenset[str]:
-    """Every pod annotation that carries a placement or a bind state (the shipped vendor table's
-    keys always, a configured table's too)."""
-    from hami.config import default_vendor_table
-
+    """Every pod annotation that carries a placement or a bind state (the config's vendor table:
+    `Config.vendors` is the shipped table plus the device config's rows)."""
     keys = set(CORE_PLACEMENT_KEYS | VENDOR_EXTRA_KEYS)
-    tables = [default_vendor_table()] + ([vendors] if vendors is not None else [])
-    for v in (v for t in tables for v in t.others):
+    for v in (vendors.others if vendors is not None else ()):
         keys.update(k for k in (v.to_allocate_key, v.allocated_key, v.allocation_key) if k)
     return frozenset(keys)
 

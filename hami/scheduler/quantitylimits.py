@@ -43,6 +43,8 @@ def vendor_limits(vendors: VendorTable | None) -> tuple[tuple[str, int, str], ..
 
 
 def _problem(raw: object, most: int) -> str | None:
+    if type(raw) is str and raw.isascii() and raw.isdigit() and len(raw) < 19:
+        return None if int(raw) <= most else f"is over the limit of {most}"  # the common case: "1", "4096"
     try:
         value = parse_quantity(raw)
     except CodecError:

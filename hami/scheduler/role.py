@@ -209,6 +209,7 @@ class Scheduler:
                 pass
         for r in self.runners:
             await r.cleanup()
+        self.extender.close()
         await self.client.close()
 
 
@@ -262,7 +263,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     pdbs = Informer(client, "poddisruptionbudgets")  # /preempt counts victims' PDBs
     preempter = None  # the GPU preemption controller, built below (the metrics read it when scraped)
     metrics = SchedulerMetrics(
-        lambda: usage_snapshot(state), lambda: client.requests, legacy=sc.legacy_metrics,
+        lambda: usage_snapshot(state), lambda: client.requests, legacy=sc.legacy_metrics, device_uuids=sc.metrics_device_uuids,
         extra=lambda: {"hami_scheduler_events_dropped": float(events.dropped),
                        "hami_scheduler_events_superseded": float(events.superseded),
                        "hami_scheduler_labels_written": float(labeler.writes),

@@ -32,7 +32,7 @@ from hami.device.request import quantity_value
 from hami.device.vendorregister import decode_vendor_devices, registration_signature
 from hami.device.vendors import VendorTable
 from hami.kube.client import KubeClient
-from hami.kube.informer import ADDED, DELETED, Informer
+from hami.kube.informer import ADDED, DELETED, MODIFIED, Informer
 from hami.obs.log import get_logger
 from hami.scheduler.handshake import REGISTER_KEY, Handshaker
 from hami.scheduler.project import Shared, project_node, project_pod
@@ -82,6 +82,8 @@ class ClusterState:
         # Nodes whose `hami.io/mutex.lock` is set: mid-allocation, so /filter sends a pod elsewhere
         # when another node fits (no funnel into a locked node).
         self.locked: set[str] = set()
+        # node -> (namespace, pod) holding its hami.io/mutex.lock: an unbound pod under it is being placed.
+        self.lock_holders: dict[str, tuple[str, str]] = {}
         self.pod_keys: dict[str, str] = {}  # "ns/name" -> uid of counted pods
         self.uid_keys: dict[str, str] = {}  # uid -> "ns/name"
         self.on_handshake_write: Callable[[dict, object], None] | None = None
@@ -279,6 +281,7 @@ class ClusterState:
             self.locked.add(name)
         else:
             self.locked.discard(name)
+        self._note_lock_holder(name, annos.get(codec.NODE_LOCK_ANNOTATION))
         text = annos.get(REGISTER_KEY)
         extra = ""
         if self.vendors is not None and self.vendors.others:
@@ -432,7 +435,42 @@ class ClusterState:
                 self.pod_keys.pop(key, None)
                 self.uid_keys.pop(uid, None)
             return
+        if not self.placed_by_hami(uid, key, node, new):
+            if self.index.pod(uid) is not None:  # e.g. bound elsewhere than its placement names
+                self._release(uid, key, "not placed by hami")
+                self.pod_keys.pop(key, None)
+                self.uid_keys.pop(uid, None)
+            else:
+                log.v(4).info("Pod claims a placement hami did not make: not counted", pod=key, node=node)
+            return
         self.count_pod(uid, key, node, annos, new, etype == ADDED)
+
+    def _note_lock_holder(self, node: str, lock: str | None) -> None:
+        holder = None
+        if lock:
+            try:
+                parsed = codec.decode_node_lock(lock)
+                holder = None if parsed.legacy else (parsed.namespace, parsed.name)
+            except codec.CodecError:
+                holder = None
+        if self.lock_holders.get(node) == holder:
+            return
+        if holder is None:
+            self.lock_holders.pop(node, None)
+            return
+        self.lock_holders[node] = holder
+        pod = self.pods.store.get(f"{holder[0]}/{holder[1]}") if self.pods is not None else None
+        if pod is not None:  # its placement may have arrived before the lock did: count it now
+            self.on_pod(MODIFIED, None, pod)
+
+    def placed_by_hami(self, uid: str, key: str, node: str, pod: dict | None) -> bool:
+        """Count a pod's devices only if hami placed it (issue 27: squatting): bound to the node its
+        placement names, held by this replica's /filter decision, or holding that node's lock."""
+        if ((pod or {}).get("spec") or {}).get("nodeName") == node:
+            return True
+        if uid in self.held_placements():
+            return True
+        return self.lock_holders.get(node) == tuple(key.split("/", 1))
 
     def count_pod(self, uid: str, key: str, node: str, annos: dict, pod: dict | None, added: bool = False) -> None:
         text = annos.get(DEVICES_ALLOCATED, "")

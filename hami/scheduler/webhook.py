@@ -50,8 +50,10 @@ from hami.device.vendorrequest import vendor_request
 from hami.device.vendors import Vendor, VendorTable
 from hami.dra import claims as dra_claims
 
-from . import patchbuild, placementguard, quantitylimits
+from .patchbuild import build_patch, mutation_copy
+from .placementguard import DEFAULT_TRUSTED_WRITERS, check_review, placement_keys
 from .policy import PolicyError, weights_for
+from .quantitylimits import check_container, nvidia_limits, vendor_limits
 from .usage import QuotaView
 from .vendorrules import (
     METAX_APP_CLASS,
@@ -84,16 +86,16 @@ class WebhookSettings:
     vendors: VendorTable | None = None
     dra: bool = False  # --dra: GPU resources become DRA claims (hami.dra.claims), as HAMi-DRA's webhook
     # Principals (request.userInfo.username) that may write placement annotations (placementguard).
-    trusted_writers: tuple[str, ...] = placementguard.DEFAULT_TRUSTED_WRITERS
+    trusted_writers: tuple[str, ...] = DEFAULT_TRUSTED_WRITERS
     # Tenants may set CUDA_DISABLE_CONTROL (HAMi-core off in their container): the operator's opt-in.
     allow_disable_control: bool = False
     placement_keys: frozenset[str] = field(init=False, repr=False, compare=False)
     quantity_limits: tuple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "placement_keys", placementguard.placement_keys(self.vendors))
-        object.__setattr__(self, "quantity_limits", quantitylimits.nvidia_limits(self.nvidia)
-                           + quantitylimits.vendor_limits(self.vendors))
+        object.__setattr__(self, "placement_keys", placement_keys(self.vendors))
+        object.__setattr__(self, "quantity_limits", nvidia_limits(self.nvidia)
+                           + vendor_limits(self.vendors))
 
     @classmethod
     def from_config(cls, config: Any) -> WebhookSettings:
@@ -104,7 +106,7 @@ class WebhookSettings:
             nvidia=config.nvidia,
             vendors=getattr(config, "vendors", None),
             dra=getattr(sc, "dra", False),
-            trusted_writers=getattr(sc, "trusted_placement_writers", placementguard.DEFAULT_TRUSTED_WRITERS),
+            trusted_writers=getattr(sc, "trusted_placement_writers", DEFAULT_TRUSTED_WRITERS),
             allow_disable_control=getattr(sc, "allow_tenant_disable_control", False),
         )
 
@@ -528,7 +530,7 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
     """Apply HAMi's admission rules to a pod dict (not modified); see the module docstring."""
     if not isinstance(pod, Mapping):
         raise WebhookError("request.object", "expected a Pod object")
-    pod = patchbuild.mutation_copy(pod)  # what mutation writes is copied; the rest is shared
+    pod = mutation_copy(pod)  # what mutation writes is copied; the rest is shared
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         raise WebhookError("request.object.spec", "missing")
@@ -609,7 +611,7 @@ DISABLE_CONTROL_ENV = "CUDA_DISABLE_CONTROL"
 
 
 def _check_quantities(ctr: dict, settings: WebhookSettings) -> None:
-    problem = quantitylimits.check_container(ctr, settings.quantity_limits)
+    problem = check_container(ctr, settings.quantity_limits)
     if problem is not None:
         raise _Reject(400, problem)
 
@@ -708,7 +710,7 @@ def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None
     uid = request.get("uid") or ""
     obj = request.get("object")
     response: dict[str, Any] = {"uid": uid}
-    refusal = placementguard.check_review(request, settings.placement_keys, settings.trusted_writers)
+    refusal = check_review(request, settings.placement_keys, settings.trusted_writers)
     if refusal is not None:
         response.update(allowed=False, status={"code": 403, "reason": "Forbidden", "message": refusal.message})
     elif (request.get("operation") or "CREATE") != "CREATE":
@@ -721,7 +723,7 @@ def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None
             templates_out.extend(d.templates)
         response["allowed"] = d.allowed
         if d.allowed and d.pod is not None:
-            ops = patchbuild.build_patch(obj, d.pod)
+            ops = build_patch(obj, d.pod)
             if ops:
                 response["patchType"] = "JSONPatch"
                 response["patch"] = base64.b64encode(json.dumps(ops, separators=(",", ":")).encode()).decode()

@@ -1,10 +1,14 @@
 """Mutating admission for the embedded API server, as kube-apiserver calls HAMi's webhook.
 
-The Helm chart registers the scheduler's `/webhook` as `vgpu.hami.io` on pod CREATE with
-`failurePolicy: Ignore` and selectors excluding `hami.io/webhook=ignore`. In the embedded cluster the
-API server calls it the same way, so `kubectl apply` of a GPU pod gets `schedulerName:
-hami-scheduler` and HAMi's defaults exactly as on a real cluster: an AdmissionReview v1 request,
-the JSONPatch of the answer applied, a denial turned into the error kubectl prints.
+The Helm chart registers the scheduler's `/webhook` as `vgpu.hami.io` on pod CREATE and UPDATE with
+`failurePolicy: Ignore`, skipping namespaces labelled `hami.io/webhook=ignore` (a pod's own label no
+longer opts it out: issue 27) and, through matchConditions, UPDATEs from hami's own service
+accounts. In the embedded cluster the API server calls it the same way, so `kubectl apply` of a GPU
+pod gets `schedulerName: hami-scheduler` and HAMi's defaults exactly as on a real cluster: an
+AdmissionReview v1 request carrying the caller's userInfo (and the old object on UPDATE), the JSONPatch
+of the answer applied, a denial turned into the error kubectl prints. `operations` says which
+operations are sent (CREATE only unless asked), `skip_users` the matchConditions' principals (their
+UPDATEs skip the call; every CREATE is mutated, whoever makes it, e.g. the embedded Job controller).
 """
 
 from __future__ import annotations
@@ -25,31 +29,38 @@ IGNORE_LABEL = ("hami.io/webhook", "ignore")
 
 
 class WebhookAdmission:
-    def __init__(self, url: str, *, name: str = "vgpu.hami.io", timeout: float = 10.0):
+    def __init__(self, url: str, *, name: str = "vgpu.hami.io", timeout: float = 10.0,
+                 operations: tuple[str, ...] = ("CREATE",), skip_users: tuple[str, ...] = ()):
         self.url = url
         self.name = name
         self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self.operations = operations
+        self.skip_users = frozenset(skip_users)
         self.calls = 0
 
-    def _excluded(self, obj: dict, namespace_labels: dict) -> bool:
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        key, value = IGNORE_LABEL
-        return labels.get(key) == value or namespace_labels.get(key) == value
+    def _excluded(self, namespace_labels: dict) -> bool:
+        key, value = IGNORE_LABEL  # the operator's namespace label; a pod's own label is no opt-out
+        return namespace_labels.get(key) == value
 
-    async def __call__(self, resource: str, namespace: str, obj: dict, namespace_labels: dict) -> dict:
+    async def __call__(self, resource: str, namespace: str, obj: dict, namespace_labels: dict, *,
+                       user: dict | None = None, operation: str = "CREATE", old: dict | None = None) -> dict:
         """The object to store: mutated by the webhook, unchanged when it is unreachable (Ignore)."""
-        if resource != "pods" or self._excluded(obj, namespace_labels):
+        if resource != "pods" or operation not in self.operations or self._excluded(namespace_labels):
             return obj
-        review = {
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {
-                "uid": str(uuid.uuid4()), "operation": "CREATE", "namespace": namespace,
-                "name": (obj.get("metadata") or {}).get("name", ""),
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "object": obj, "dryRun": False,
-            },
+        if operation == "UPDATE" and user is not None and user.get("username") in self.skip_users:
+            return obj  # the chart's matchConditions: hami's own updates need no round trip
+        request = {
+            "uid": str(uuid.uuid4()), "operation": operation, "namespace": namespace,
+            "name": (obj.get("metadata") or {}).get("name", ""),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "object": obj, "dryRun": False,
         }
+        if user is not None:
+            request["userInfo"] = user
+        if old is not None:
+            request["oldObject"] = old
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
         self.calls += 1
         try:
             async with aiohttp.ClientSession(timeout=self.timeout) as http, \

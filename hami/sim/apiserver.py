@@ -32,8 +32,10 @@ from hami.config import ListenSettings
 from hami.httpguard import guarded_runner
 from hami.netaddr import url_host
 from hami.obs.log import get_logger
+from hami.sim.authn import Authenticator
 from hami.sim.authz import Attributes, Authorizer, review
 from hami.sim.eviction import evict
+from hami.sim.patch import PatchError, apply_patch
 from hami.sim.priority import admit_pod, validate_class
 from hami.sim.resources import (
     GROUPS,
@@ -133,9 +135,11 @@ class ApiServer:
         self.throttled = 0  # 429s answered by the max_inflight limit
         # Who may do what (allow-all unless a test denies rules) and the SelfSubjectAccessReview answer.
         self.authz = Authorizer()
+        # Who is calling (bearer tokens; everyone is system:admin until a token is issued): hami.sim.authn.
+        self.authn = Authenticator()
         self._static = self._discovery_docs()
-        # Mutating admission on CREATE (hami.sim.admission.WebhookAdmission in the embedded cluster).
-        self.admission: Callable[[str, str, dict, dict], Awaitable[dict]] | None = None
+        # Admission of pod CREATE (and UPDATE where it says so): hami.sim.admission.WebhookAdmission.
+        self.admission: Callable[..., Awaitable[dict]] | None = None
         # `pods/<name>/log`: (namespace, name) -> log lines, for pods the process itself plays.
         self.pod_logs: Callable[[str, str], list[str] | None] | None = None
 
@@ -198,15 +202,17 @@ class ApiServer:
             await asyncio.sleep(downtime)
         await self.start()
 
-    def write_kubeconfig(self, path: str) -> str:
-        """Write a kubeconfig for this server that kubectl and kubernetes-asyncio use as is."""
-        text = kubeconfig_text(self.url)
+    def write_kubeconfig(self, path: str, token: str = "hami-sim", *, primary: bool = True) -> str:
+        """Write a kubeconfig for this server that kubectl and kubernetes-asyncio use as is (`token`:
+        one `authn.issue` gave, where the server authenticates; `primary`: it becomes `self.kubeconfig`)."""
+        text = kubeconfig_text(self.url, token=token)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         tmp = f"{path}.tmp{os.getpid()}"
         with open(tmp, "w") as fh:
             fh.write(text)
         os.replace(tmp, path)
-        self.kubeconfig = path
+        if primary:
+            self.kubeconfig = path
         return path
 
     # ------------------------------------------------------------------ dispatch
@@ -284,6 +290,7 @@ class ApiServer:
                 return web.Response(body=static, content_type="text/plain")
             return _json(static)
         res, ns, name, sub, watch_path = self._route(path)
+        user = self.authn.user(request.headers.get("Authorization"))
         q = request.query
         if self.authz.denied:
             self.authz.check(Attributes(_verb(method, name, watch_path or q.get("watch", "").lower() in _TRUE),
@@ -328,13 +335,7 @@ class ApiServer:
             elif res.key == "priorityclasses.scheduling.k8s.io":
                 validate_class(obj)
             if self.admission is not None:
-                ns_labels = {}
-                if ns:
-                    try:
-                        ns_labels = (self.store.entry("namespaces", "", ns).obj.get("metadata") or {}).get("labels") or {}
-                    except ApiError:
-                        ns_labels = {}
-                obj = await self.admission(res.key, ns, obj, ns_labels)
+                obj = await self.admission(res.key, ns, obj, self._ns_labels(ns), user=user)
             return _json(self.store.create(res.key, ns, obj, owned=True, dry_run=dry).raw, 201)
         if not name:
             if method == "DELETE":
@@ -344,10 +345,20 @@ class ApiServer:
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {res.plural}/{sub}")
         if method == "PUT":
             obj = await self._read_json(request)
+            if self.admission is not None and not sub:
+                await self._admit_update(res.key, ns, name, obj, user)
             return _json(self.store.update(res.key, ns, name, obj, subresource=sub, owned=True, dry_run=dry).raw)
         if method == "PATCH":
             body = await self._read_body(request)
             ctype = request.headers.get("Content-Type", "")
+            if self.admission is not None and not sub:
+                old = self.store.entry(res.key, ns, name).obj
+                try:
+                    patched = apply_patch(old, body, ctype)
+                except PatchError:
+                    patched = None  # store.patch answers the error
+                if patched is not None:
+                    await self._admit_update(res.key, ns, name, patched, user, old)
             return _json(self.store.patch(res.key, ns, name, body, ctype, subresource=sub, dry_run=dry).raw)
         if method == "DELETE":
             opts = await self._read_body(request)
@@ -364,6 +375,20 @@ class ApiServer:
                 dry = dry or bool(doc.get("dryRun"))
             return _json(self.store.delete(res.key, ns, name, uid=uid, resource_version=rv, dry_run=dry).raw)
         raise ApiError(405, "MethodNotAllowed", f"method {method} is not supported")
+
+    async def _admit_update(self, key: str, ns: str, name: str, obj: dict, user: dict, old: dict | None = None) -> None:
+        """Validating admission of an UPDATE (the webhook never mutates one): raises its denial."""
+        if old is None:
+            old = self.store.entry(key, ns, name).obj
+        await self.admission(key, ns, obj, self._ns_labels(ns), user=user, operation="UPDATE", old=old)
+
+    def _ns_labels(self, ns: str) -> dict:
+        if not ns:
+            return {}
+        try:
+            return (self.store.entry("namespaces", "", ns).obj.get("metadata") or {}).get("labels") or {}
+        except ApiError:
+            return {}
 
     def _pod_log(self, ns: str, name: str, q) -> web.Response:
         self.store.entry("pods", ns, name)  # 404 for a pod that does not exist
@@ -563,13 +588,13 @@ class ApiServer:
             await resp.write(b"".join(chunk))
 
 
-def kubeconfig_text(url: str, name: str = "hami-sim") -> str:
+def kubeconfig_text(url: str, name: str = "hami-sim", token: str = "hami-sim") -> str:
     """A kubeconfig (YAML, written as JSON which YAML accepts) for an insecure loopback server."""
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": name, "cluster": {"server": url}}],
-        "users": [{"name": name, "user": {"token": "hami-sim"}}],
+        "users": [{"name": name, "user": {"token": token}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": "default"}}],
         "current-context": name,
         "preferences": {},

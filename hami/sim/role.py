@@ -15,7 +15,7 @@ import os
 import tempfile
 from typing import Any
 
-from hami.config import check_sim_listen
+from hami.config import check_sim_listen, embedded_paths
 from hami.netaddr import split_host_port
 from hami.obs.log import get_logger
 from hami.sim.apiserver import ApiServer, Faults
@@ -59,7 +59,21 @@ async def run(ctx: Any) -> None:
     except OSError as exc:
         raise RuntimeError(f"--sim-listen {cfg.listen}: cannot listen: {exc.strerror or exc}") from None
     try:
-        path = server.write_kubeconfig(cfg.kubeconfig or default_kubeconfig(cfg.state_dir))
+        path = cfg.kubeconfig or default_kubeconfig(cfg.state_dir)
+        node_kubeconfig = ""
+        if cfg.embedded:  # people get an ordinary user; hami's roles their own accounts (docs/security.md)
+            from hami.principals import EMBEDDED_NODE_USER, EMBEDDED_SCHEDULER_USER
+            from hami.sim.authn import demo_user_info, service_account_info
+
+            paths = embedded_paths(cfg.state_dir)
+            server.authn.anonymous = demo_user_info()  # kubectl sends no token to an http:// server
+            server.write_kubeconfig(path, server.authn.issue(demo_user_info()))
+            server.write_kubeconfig(paths["scheduler_kubeconfig"],
+                                    server.authn.issue(service_account_info(EMBEDDED_SCHEDULER_USER)), primary=False)
+            node_kubeconfig = server.write_kubeconfig(
+                paths["node_kubeconfig"], server.authn.issue(service_account_info(EMBEDDED_NODE_USER)), primary=False)
+        else:
+            server.write_kubeconfig(path)
         ctx.shared["kubeconfig"] = path
         ctx.shared["apiserver"] = server
         log.info("Embedded Kubernetes API ready", url=server.url, kubeconfig=path,
@@ -74,11 +88,14 @@ async def run(ctx: Any) -> None:
         from hami.sim.instance import publish_kubeconfig, withdraw_kubeconfig
 
         # As kube-apiserver with the chart's MutatingWebhookConfiguration: pods go through /webhook.
-        server.admission = WebhookAdmission(extender_url(ctx.config) + "/webhook")
+        # CREATE and UPDATE; UPDATEs of hami's own accounts skip it, as the chart's matchConditions say.
+        trusted = ctx.config.scheduler.trusted_placement_writers
+        server.admission = WebhookAdmission(extender_url(ctx.config) + "/webhook", operations=("CREATE", "UPDATE"),
+                                            skip_users=trusted)
         ring = ctx.shared.get("log_ring")
         if ring is not None:
             server.pod_logs = lambda ns, name: ring.tail() if (ns, name) == ("kube-system", SCHEDULER_POD) else None
-        cluster = EmbeddedCluster(ctx.config, path)
+        cluster = EmbeddedCluster(ctx.config, node_kubeconfig)
         cluster.write_fake_gpus()  # before ready: the monitor role reads it at start
         ctx.ready.set()
         pointer = publish_kubeconfig(path) if cfg.embedded else None

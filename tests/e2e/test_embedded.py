@@ -57,13 +57,13 @@ spec:
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory):
     state = tmp_path_factory.mktemp("emb")
-    ports = dict(zip(("api", "ext", "smetrics", "mmetrics", "ui"), free_ports(5), strict=True))
+    ports = dict(zip(("api", "ext", "smetrics", "mmetrics"), free_ports(4), strict=True))
     cmd = [
         sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded",
         "--sim-state-dir", str(state), "--sim-listen", f"127.0.0.1:{ports['api']}",
         "--http_bind", f"127.0.0.1:{ports['ext']}",
         "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
-        "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}", "--ui-bind-address", f"127.0.0.1:{ports['ui']}",
+        "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
         "--sim-nodes", "2", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960", "-v=2",
     ]
     log = open(state / "hami.log", "w")
@@ -189,6 +189,46 @@ def test_webhook_denial_reaches_kubectl(embedded):
     assert 'admission webhook "vgpu.hami.io" denied the request' in res.stderr
     assert "node assigned" in res.stderr
     assert "e2e-pinned" not in run("get", "pods", "-o", "name")
+
+
+FORGED = """
+apiVersion: v1
+kind: Pod
+metadata:
+  name: e2e-forged
+  namespace: default
+  annotations:
+    hami.io/bind-phase: allocating
+    hami.io/vgpu-node: gpu-node-2
+    hami.io/bind-time: "1790000000"
+    hami.io/vgpu-devices-to-allocate: "GPU-00000000-0000-0000-0000-000000000000,NVIDIA,40960,100:;"
+spec:
+  schedulerName: my-scheduler
+  nodeName: gpu-node-2
+  containers:
+  - name: cuda
+    image: nvidia/cuda:12.4.0-base-ubuntu22.04
+    resources:
+      limits: {nvidia.com/gpu: "1"}
+"""
+
+
+def test_forged_placement_applied_with_the_user_kubeconfig_is_refused(embedded):
+    """Issue 27 §1: the kubeconfig handed to people is an ordinary user, whose AdmissionReview carries its
+    userInfo; a pod with hand-written placement annotations (another scheduler, nodeName set) is refused
+    naming the key, and so is adding one to an existing pod (UPDATE)."""
+    run = embedded["kubectl"]
+    kubeconfig = json.loads(open(embedded["env"]["KUBECONFIG"]).read())
+    assert kubeconfig["users"][0]["user"]["token"]  # a bearer token, not hami's own accounts
+    res = subprocess.run([find_kubectl(), "apply", "--validate=false", "-f", "-"], env=embedded["env"],
+                         input=FORGED, capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0
+    assert "hami.io/bind-phase" in res.stderr and "hami-demo-user" in res.stderr
+    assert "e2e-forged" not in run("get", "pods", "-o", "name")
+    run("apply", "--validate=false", "-f", "-", stdin=POD.format(name="e2e-victim", mem=1000))
+    res = subprocess.run([find_kubectl(), "annotate", "pod", "e2e-victim", "hami.io/vgpu-node=gpu-node-9",
+                          "--overwrite"], env=embedded["env"], capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0 and "hami.io/vgpu-node" in res.stderr
 
 
 def test_stopping_leaves_no_processes_or_sockets(embedded):

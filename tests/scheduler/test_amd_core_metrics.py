@@ -26,7 +26,7 @@ SNAP = Snapshot(devices=(("node-1", AMD_CARD), ("node-2", NV_CARD)),
 
 def _scrape(legacy: bool) -> dict[str, float]:
     reg = CollectorRegistry()
-    reg.register(UsageCollector(lambda: SNAP, legacy=legacy))
+    reg.register(UsageCollector(lambda: SNAP, legacy=legacy, device_uuids=True))  # keyed by UUID below
     out = {}
     for line in generate_latest(reg).decode().splitlines():
         if line and not line.startswith("#"):

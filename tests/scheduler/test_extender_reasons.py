@@ -21,9 +21,11 @@ def node(name, gpus=1, **kw):
 
 def user(name: str, node_name: str, mem: int, cores: int, ns: str = "default") -> dict:
     devs = codec.encode_pod_devices(((ContainerDevice(gpu_uuid(node_name, 0), "NVIDIA", mem, cores),),))
-    return pod_obj(name, ns, annotations={"hami.io/vgpu-node": node_name,
-                                          "hami.io/vgpu-devices-allocated": devs,
-                                          "hami.io/vgpu-devices-to-allocate": devs})
+    p = pod_obj(name, ns, annotations={"hami.io/vgpu-node": node_name,
+                                       "hami.io/vgpu-devices-allocated": devs,
+                                       "hami.io/vgpu-devices-to-allocate": devs})
+    p["spec"]["nodeName"] = node_name  # bound: counted (an unbound claim is not, issue 27)
+    return p
 
 
 def sick_node() -> dict:

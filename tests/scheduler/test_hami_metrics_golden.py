@@ -74,7 +74,8 @@ def _families(text: str) -> dict[str, tuple[str, str, set]]:
 
 
 def _ours(legacy: bool) -> dict[str, tuple[str, str, set]]:
-    metrics = SchedulerMetrics(lambda: SNAPSHOT, lambda: {}, legacy=legacy)
+    # HAMi labels by UUID: hami does too with --metrics-device-uuids (off by default, issue 27).
+    metrics = SchedulerMetrics(lambda: SNAPSHOT, lambda: {}, legacy=legacy, device_uuids=True)
     return _families(metrics.exposition().decode())
 
 

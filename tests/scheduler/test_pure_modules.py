@@ -1,11 +1,11 @@
 """The pure scheduler modules (policy, usage, fit, score, webhook, podfilter, gosort, migplace,
 messages, vendorrules, vendorscore, nodeorder, extargs, changelog, nodescan, gpupreempt, preempt, pdb, busy,
-lockhistory, patchbuild, quantitylimits) stay pure, and so do the two modules outside the package the
+lockhistory, patchbuild, quantitylimits, placementguard) stay pure, and so do the two modules outside the package the
 webhook may use (hami.dra.claims, hami.principals).
 
 Covers: by reading their source, that they import nothing but the standard library, `jsonpatch`,
 `orjson` (a decoder, no I/O),
-`hami.device` and each other, never asyncio, logging, a kube client or another role, and that
+`hami.device`, `hami.principals` (constants) and each other, never asyncio, logging, a kube client or another role, and that
 they hold no module-level mutable state (no module-level dict/list/set assignments).
 """
 
@@ -20,11 +20,10 @@ import pytest
 
 PURE = ("policy", "usage", "fit", "score", "webhook", "podfilter", "gosort", "migplace", "messages", "vendorrules",
         "vendorscore", "nodeorder", "extargs", "changelog", "nodescan", "recheck", "gpupreempt", "preempt", "pdb",
-        "busy", "lockhistory", "patchbuild", "quantitylimits")
+        "busy", "lockhistory", "patchbuild", "quantitylimits", "placementguard")
 # Modules the webhook may use that this file does not hold to the rule above: the DRA claim translation
 # (hami.dra.claims, stdlib + hami.device, checked below), the table of hami's own writers
-# (hami.principals, constants, checked below) and placementguard, which reads the default vendor table
-# through hami.config when the caller passes none.
+# (hami.principals, constants, checked below; placementguard names them too) and placementguard.
 PURE_ELSEWHERE = {"hami.dra.claims", "hami.principals"}
 WEBHOOK_MAY_USE = PURE_ELSEWHERE | {"hami.scheduler.placementguard"}
 ROOT = pathlib.Path(__file__).resolve().parents[2] / "hami" / "scheduler"
@@ -64,7 +63,7 @@ def test_pure_module_imports(name):
         top = mod.split(".")[0]
         if mod.startswith("hami."):
             assert mod.startswith("hami.device") or mod in {f"hami.scheduler.{p}" for p in PURE} \
-                or (name == "webhook" and mod in WEBHOOK_MAY_USE), mod
+                or (name in ("webhook", "placementguard") and mod in WEBHOOK_MAY_USE), mod
         elif top in sys.stdlib_module_names:
             assert top not in FORBIDDEN_STDLIB, mod
         else:

@@ -17,13 +17,16 @@ from tests.kube.helpers import eventually, gpu_uuid, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env
 
 
-def placed(name: str, node: str, mem: int, cores: int = 0, *, gpu: int = 0, init: bool = False) -> dict:
+def placed(name: str, node: str, mem: int, cores: int = 0, *, gpu: int = 0, init: bool = False,
+           bound: bool = True) -> dict:
     dev = ContainerDevice(gpu_uuid(node, gpu), "NVIDIA", mem, cores)
     containers = ((dev,),) if not init else ((dev,), (ContainerDevice(dev.uuid, "NVIDIA", mem // 2, cores),))
     text = codec.encode_pod_devices(containers)
     p = pod_obj(name, annotations={"hami.io/vgpu-node": node, "hami.io/vgpu-devices-allocated": text,
                                    "hami.io/vgpu-devices-to-allocate": text},
                 init=[{"name": "init", "image": "x"}] if init else None)
+    if bound:
+        p["spec"]["nodeName"] = node  # bound where its placement says: hami placed it (issue 27)
     return p
 
 
@@ -125,7 +128,7 @@ def test_pod_updates_keep_the_mig_placements_of_its_annotation():
                    codec.MIG_ALLOCATIONS_ANNOTATION: codec.encode_mig_allocations(
                        [codec.MigAllocation(0, 0, "GPU-1", "1g.10gb", placement)])}
     pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u1", "annotations": annotations},
-           "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Running"}}
+           "spec": {"containers": [{"name": "c"}], "nodeName": "n0"}, "status": {"phase": "Running"}}
     state.on_pod("MODIFIED", pod, pod)
     assert state.index.pod("u1").mig == (("GPU-1", placement),)
     assert state.index.node("n0").by_id["GPU-1"].mig_in_use == [placement]

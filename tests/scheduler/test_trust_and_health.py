@@ -246,7 +246,7 @@ async def test_handler_failure_repairs_the_index_to_what_a_fresh_scheduler_compu
 async def test_filter_refuses_a_pod_that_is_already_bound(apiserver):
     env = await start_env(apiserver, hami_nodes(2))
     try:
-        pod = env.create_pod(placed("running", "n0", 3000, 30))
+        pod = env.create_pod(placed("running", "n0", 3000, 30, bound=False))
         env.store.bind("default", "running", {"target": {"name": "n0"}})
         await eventually(lambda: (env.sched.state.pod("default", "running") or {}).get("spec", {}).get("nodeName"))
         before = used(env, "n0")

@@ -175,6 +175,7 @@ async def test_vendor_allocations_on_pods_are_counted_from_their_keys(env):
     text = "asc-npu-0,Ascend910B3,32768,0:;"
     pod = vendor_pod("placed", {f"huawei.com/{ASC}": "1"},
                      annotations={"hami.io/vgpu-node": "asc", f"hami.io/{ASC}-devices-allocated": text})
+    pod["spec"]["nodeName"] = "asc"  # bound where its placement says (an unbound claim is not counted)
     env.create_pod(pod)
     state = env.sched.state
     await eventually(lambda: state.index.node("asc").by_id["asc-npu-0"].usedmem == 32768)

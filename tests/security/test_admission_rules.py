@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hami.config import default_vendor_table
 from hami.device import codec
 from hami.device.request import container_request
 from hami.principals import DEFAULT_TRUSTED_WRITERS
@@ -28,7 +29,7 @@ from hami.scheduler import placementguard
 from hami.scheduler.patchbuild import build_patch, mutation_copy
 from hami.scheduler.webhook import WebhookSettings, mutate, mutate_pod
 
-S = WebhookSettings()
+S = WebhookSettings(vendors=default_vendor_table())
 TENANT = {"username": "alice", "groups": ["system:authenticated"]}
 HAMI_SCHEDULER = {"username": "system:serviceaccount:kube-system:hami-scheduler"}
 FORGED = {

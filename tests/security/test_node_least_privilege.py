@@ -152,7 +152,7 @@ class Policy:
 @pytest.fixture(scope="module")
 def policy() -> Policy:
     docs = rendered("default")
-    binding = one(docs, "ValidatingAdmissionPolicyBinding")
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", "hami-device-plugin-node-agent-writes")
     assert binding["spec"]["validationActions"] == ["Deny"]
     doc = one(docs, "ValidatingAdmissionPolicy", binding["spec"]["policyName"])
     assert doc["spec"]["failurePolicy"] == "Fail"
@@ -243,4 +243,5 @@ def test_a_token_without_a_node_is_refused_and_other_users_are_not_matched(polic
 
 
 def test_policy_is_off_below_kubernetes_1_30_or_when_disabled():
-    assert not find(objects({"devicePlugin": {"nodePolicy": {"enabled": False}}}), "ValidatingAdmissionPolicy")
+    assert not find(objects({"devicePlugin": {"nodePolicy": {"enabled": False}}}), "ValidatingAdmissionPolicy",
+                    "hami-device-plugin-node-agent-writes")

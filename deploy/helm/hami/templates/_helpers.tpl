@@ -134,3 +134,14 @@ command-line items (use with `| trim | nindent N`); an empty value leaves the bi
 {{ end }}
 {{- end }}
 {{- end -}}
+
+{{/*
+Who may write pod placement annotations (docs/security.md): this release's scheduler and device-plugin
+service accounts, plus scheduler.admissionWebhook.trustedPlacementWriters (e.g. a HAMi v2.10 scheduler
+replica's account). A JSON list of usernames.
+*/}}
+{{- define "hami.trustedWriters" -}}
+{{- $ns := include "hami.namespace" . -}}
+{{- $own := list (printf "system:serviceaccount:%s:%s" $ns (include "hami.scheduler" .)) (printf "system:serviceaccount:%s:%s" $ns (include "hami.node" .)) -}}
+{{- toJson (concat $own (.Values.scheduler.admissionWebhook.trustedPlacementWriters | default list)) -}}
+{{- end -}}
