@@ -113,9 +113,15 @@ def test_two_embedded_instances_at_once(tmp_path):
         api2 = re.search(r"(?m)^ +API server +(\S+)", out2).group(1)
         assert api1 != api2
         for kube in (kube1, kube2):
-            res = subprocess.run([find_kubectl(), "--kubeconfig", kube, "get", "nodes", "-o", "name"],
-                                 capture_output=True, text=True, timeout=60)
-            assert res.returncode == 0 and "node/gpu-node-1" in res.stdout, res.stderr
+            def nodes(kube=kube):  # the banner comes before the simulated node registers
+                res = subprocess.run([find_kubectl(), "--kubeconfig", kube, "get", "nodes", "-o", "name"],
+                                     capture_output=True, text=True, timeout=60)
+                assert res.returncode == 0, res.stderr
+                return "node/gpu-node-1" in res.stdout
+            deadline = time.monotonic() + 60
+            while not nodes() and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert nodes(), f"no node on the API server of {kube}"
         assert open(tmp_path / ".hami" / "embedded.kubeconfig").read() == open(kube2).read()
         rest = _stop(second)
         assert "removed the embedded cluster's state folder" in rest
