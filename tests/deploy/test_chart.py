@@ -413,7 +413,8 @@ def test_topology_aware_policy_turns_on_the_agents_link_scores():
 
 def test_gpu_preemption_value_reaches_the_flags_and_its_rbac():
     """scheduler.gpuPreemption.enabled (off by default) turns on --gpu-preemption with its hold timeout,
-    and only then grants patch pods/status and list/watch PriorityClasses; the flags build a Config."""
+    and only then grants patch pods/status (the only write it adds; reading PriorityClasses is granted
+    always, see deploy/rbac-calls.yaml); the flags build a Config."""
     from hami.cli.main import _role_parser
 
     def rules(docs) -> list[dict]:
@@ -421,7 +422,8 @@ def test_gpu_preemption_value_reaches_the_flags_and_its_rbac():
                 for r in cr.get("rules") or []]
     off = rendered("default")
     assert not any(a.startswith("--gpu-preemption") for a in _args(container(off, "Deployment", "hami-scheduler")))
-    assert not any("priorityclasses" in r["resources"] for r in rules(off))
+    assert not any("pods/status" in r["resources"] and "patch" in r["verbs"] for r in rules(off))
+    assert all(r["verbs"] == ["list", "watch"] for r in rules(off) if "priorityclasses" in r["resources"])
     docs = objects({"scheduler": {"gpuPreemption": {"enabled": True, "holdTimeout": "90s"}}})
     argv = _args(container(docs, "Deployment", "hami-scheduler"))
     assert "--gpu-preemption=true" in argv and "--gpu-preemption-hold-timeout=90s" in argv

@@ -57,13 +57,13 @@ spec:
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory):
     state = tmp_path_factory.mktemp("emb")
-    ports = dict(zip(("api", "ext", "smetrics", "mmetrics"), free_ports(4), strict=True))
+    ports = dict(zip(("api", "ext", "smetrics", "mmetrics", "ui"), free_ports(5), strict=True))
     cmd = [
         sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded",
         "--sim-state-dir", str(state), "--sim-listen", f"127.0.0.1:{ports['api']}",
         "--http_bind", f"127.0.0.1:{ports['ext']}",
         "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
-        "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
+        "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}", "--ui-bind-address", f"127.0.0.1:{ports['ui']}",
         "--sim-nodes", "2", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960", "-v=2",
     ]
     log = open(state / "hami.log", "w")

@@ -85,13 +85,13 @@ spec:
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory):
     state = tmp_path_factory.mktemp("mixed")
-    ports = dict(zip(("api", "ext", "smetrics", "mmetrics"), free_ports(4), strict=True))
+    ports = dict(zip(("api", "ext", "smetrics", "mmetrics", "ui"), free_ports(5), strict=True))
     cmd = [
         sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded",
         "--sim-state-dir", str(state), "--sim-listen", f"127.0.0.1:{ports['api']}",
         "--http_bind", f"127.0.0.1:{ports['ext']}",
         "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
-        "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
+        "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}", "--ui-bind-address", f"127.0.0.1:{ports['ui']}",
         "--sim-nodes", "4", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960;2xAscend910B3:65536;2xMLU:24576;"
         "1xNVIDIA A100-SXM4-40GB:40960,1xAscend910B3:65536",
     ]

@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from hami.sim.instance import move_busy_defaults, port_is_free, publish_kubeconfig, withdraw_kubeconfig
 from tests.tools import find_kubectl
 
@@ -99,6 +101,7 @@ def _stop(proc) -> str:
     return out
 
 
+@pytest.mark.xdist_group("default-ports")  # both instances start on the defaults, as users do
 def test_two_embedded_instances_at_once(tmp_path):
     first = _start(tmp_path)
     second = None
