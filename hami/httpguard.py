@@ -201,3 +201,23 @@ def guarded_runner(app: web.Application, limits: ListenSettings | None = None,
     # client reads the answer instead of a reset, and a stalled client cannot hold the connection
     kwargs.setdefault("lingering_time", 1.0)
     return GuardedRunner(app, guard, **kwargs)
+
+
+async def serve_probes(component: str, readiness, address: str, limits: ListenSettings | None = None):
+    """`/healthz` and `/readyz` of a node role (agent, DRA plugin) on `address`, guarded as every listener.
+
+    `readiness()` returns why the role is not ready ("" when it is). Returns (runner, bound port).
+    """
+    from hami.netaddr import split_host_port
+    from hami.obs.health import Health
+
+    health = Health(component)
+    health.add(readiness)
+    app = web.Application()
+    health.add_routes(app)
+    runner = guarded_runner(app, limits, access_log=None)
+    await runner.setup()
+    host, port = split_host_port(address, flag="--health-bind-address", default_host="0.0.0.0")
+    await web.TCPSite(runner, host, port).start()
+    return runner, (runner.addresses[0][1] if runner.addresses else port)
+

@@ -349,21 +349,9 @@ async def run(ctx) -> None:
 
 
 async def serve_health(agent: Agent, address: str, limits=None):
-    from aiohttp import web
+    """/healthz and /readyz on `--health-bind-address` (hami.httpguard.serve_probes)."""
+    from hami.httpguard import serve_probes
 
-    from hami.httpguard import guarded_runner
-    from hami.netaddr import split_host_port
-    from hami.obs.health import Health
-
-    health = Health("node-agent")
-    health.add(agent.readiness)
-    app = web.Application()
-    health.add_routes(app)
-    runner = guarded_runner(app, limits, access_log=None)
-    await runner.setup()
-    host, port = split_host_port(address, flag="--health-bind-address", default_host="0.0.0.0")
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound = runner.addresses[0][1] if runner.addresses else port
+    runner, bound = await serve_probes("node-agent", agent.readiness, address, limits)
     log.info("Node agent health listening", address=address, port=bound)
     return runner, bound

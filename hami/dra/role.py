@@ -244,21 +244,9 @@ async def run(ctx) -> None:
 
 
 async def serve_health(node: DraNode, address: str, limits=None):
-    """/healthz and /readyz on `--health-bind-address`, guarded as the node agent's listener."""
-    from aiohttp import web
+    """/healthz and /readyz on `--health-bind-address` (hami.httpguard.serve_probes)."""
+    from hami.httpguard import serve_probes
 
-    from hami.httpguard import guarded_runner
-    from hami.netaddr import split_host_port
-    from hami.obs.health import Health
-
-    health = Health("dra")
-    health.add(node.readiness)
-    app = web.Application()
-    health.add_routes(app)
-    runner = guarded_runner(app, limits, access_log=None)
-    await runner.setup()
-    host, port = split_host_port(address, flag="--health-bind-address", default_host="0.0.0.0")
-    await web.TCPSite(runner, host, port).start()
-    bound = runner.addresses[0][1] if runner.addresses else port
+    runner, bound = await serve_probes("dra", node.readiness, address, limits)
     log.info("DRA plugin health listening", address=address, port=bound)
     return runner, bound
