@@ -15,28 +15,15 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 
+from tests.e2e.test_embedded import _wait
 from tests.ports import free_ports
 from tests.tools import chromium, find_kubectl, stop_process
 
 pytestmark = pytest.mark.slow
-
-
-def _wait(pred, timeout, what):
-    deadline, last = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        try:
-            last = pred()
-            if last:
-                return last
-        except Exception as exc:  # noqa: BLE001 - keep polling
-            last = exc
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}: {last!r}")
 
 
 def _browser(tmp_path, url: str, shot: str | None = None) -> str:
@@ -70,15 +57,15 @@ def test_every_page_in_headless_chromium(tmp_path):
                              timeout=60, check=True).stdout
         return json.loads(out)["items"]
     try:
-        _wait(lambda: urllib.request.urlopen(base + "/healthz", timeout=2).status == 200, 90, "the UI")
+        _wait(lambda: urllib.request.urlopen(base + "/healthz", timeout=2).status == 200, 90, what="the UI")
         pods = _wait(lambda: [p for p in kubectl_json("get", "pods") if p["metadata"]["name"].startswith("demo-huge")]
-                     and kubectl_json("get", "pods"), 90, "the demo's never-fitting pod")
+                     and kubectl_json("get", "pods"), 90, what="the demo's never-fitting pod")
         running = _wait(lambda: [p for p in kubectl_json("get", "pods") if p["status"].get("phase") == "Running"],
-                        60, "a running demo pod")
+                        60, what="a running demo pod")
         req = urllib.request.Request(base + "/whatif", method="POST")
         urllib.request.urlopen(req, timeout=10)
         _wait(lambda: "gained" in urllib.request.urlopen(base + "/whatif", timeout=5).read().decode(), 60,
-              "the what-if result")
+              what="the what-if result")
 
         pages = {"cluster": "/", "node": "/node/gpu-node-1",
                  "pod-running": f"/pod/default/{running[0]['metadata']['name']}",
