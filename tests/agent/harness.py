@@ -79,8 +79,12 @@ class NodeHarness:
                            socket_dir=self.sockets, hook_path=self.hook, tick=0.05, **self.agent_kwargs)
         self.agent.plugin.poll_interval = 0.05
         ready = asyncio.Event()
+        seen = len(self.kubelet.registrations)
         self.task = asyncio.create_task(self.agent.run(self.stop, ready))
         await asyncio.wait_for(ready.wait(), 20)
+        # `ready` comes before the plugin registers; until the kubelet has taken the new registration,
+        # its view (devices, channel) is the dead agent's, and the registration then cancels calls on it.
+        await self.kubelet.wait_for(lambda: len(self.kubelet.registrations) > seen, 10)
 
     async def __aexit__(self, *exc) -> None:
         self.stop.set()
