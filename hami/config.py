@@ -110,6 +110,8 @@ class SchedulerSettings:
     sync_timeout: float = 25.0  # how long /filter waits for the first sync
     # kube-scheduler calls /prioritize: /filter answers every fitting node, not only HAMi's best.
     extender_prioritize: bool = False
+    # plain POSTs to /filter and /bind answered without aiohttp's per-request layer (hami.httphead)
+    extender_fast_http: bool = True
     requeue_wakes_per_second: float = 20.0  # background wakes of parked pods when GPUs free up
     # Who may write pod placement annotations (request.userInfo.username, exact): hami.scheduler.placementguard.
     trusted_placement_writers: tuple[str, ...] = DEFAULT_TRUSTED_WRITERS
@@ -538,6 +540,7 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "dra": ("scheduler", "dra"),
     "leader_elect": ("scheduler", "leader_elect"),
     "extender_prioritize": ("scheduler", "extender_prioritize"),
+    "extender_fast_http": ("scheduler", "extender_fast_http"),
     "requeue_wakes_per_second": ("scheduler", "requeue_wakes_per_second"),
     "trusted_placement_writers": ("scheduler", "trusted_placement_writers"),
     "allow_tenant_disable_control": ("scheduler", "allow_tenant_disable_control"),

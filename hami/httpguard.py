@@ -17,6 +17,13 @@ clients stayed open 130 s against the extender in an audit. Here:
   a smaller body limit (`body_limits`, e.g. the webhook's 3 MiB) is refused 413 past it, before the
   rest is read.
 
+A listener given `fast` routes (path -> async handler of the body returning the answer's bytes: the
+extender's /filter and /bind, issue 30) answers the plainest requests to them itself
+(`hami.httphead.parse_head`: POST, HTTP/1.1, a Content-Length body within the limit) with the
+bytes aiohttp would write, under the same deadlines; anything else on that connection, and all that
+follows it, goes to aiohttp unread, so errors, limits and TLS stay aiohttp's. Requests pipelined
+behind a fast one are answered in order.
+
 The limits are `hami.config.ListenSettings` (flags --http-header-timeout, --http-body-timeout,
 --http-max-connections, --http-idle-timeout). `guarded_runner(app, limits, body_limits=None, **runner_kwargs)` is a drop-in for `web.AppRunner(app, ...)`; its
 `.guard` holds the counters. The protocol wrapper only watches bytes go by (for the end of the
@@ -26,12 +33,18 @@ header block) and forwards everything to aiohttp's own handler.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
+from hami import httphead
 from hami.config import ListenSettings
+from hami.obs.log import get_logger
+
+log = get_logger("hami.httpguard")
+FastRoutes = dict[bytes, Callable[[bytes], Awaitable[bytes]]]
 
 HEADER_END = b"\r\n\r\n"
 
@@ -40,8 +53,12 @@ class Guard:
     """Counters and live connections of one listener."""
 
     def __init__(self, limits: ListenSettings, body_limits: dict[str, int] | None = None,
-                 answer: Callable[[int, str], web.Response] | None = None):
+                 answer: Callable[[int, str], web.Response] | None = None, fast: FastRoutes | None = None,
+                 fast_max_body: int = 0):
         self.limits = limits
+        self.fast = fast or None  # path -> handler answered without aiohttp (module docstring)
+        self.fast_max_body = fast_max_body
+        self.fast_served = 0
         # how a refusal is said (the embedded API server answers a Kubernetes Status)
         self.answer = answer or (lambda status, text: web.Response(status=status, text=text + "\n"))
         self.body_limits = dict(body_limits or {})  # path -> most bytes its request body may have
@@ -89,16 +106,26 @@ class Guard:
 
 
 class _GuardedProtocol(asyncio.Protocol):
-    """aiohttp's RequestHandler with the connection cap and the header deadline in front of it."""
+    """aiohttp's RequestHandler with the connection cap and the header deadline in front of it, and
+    the fast routes answered here until the connection sends anything else (then aiohttp's handler
+    is made and gets every byte from there on)."""
 
-    def __init__(self, inner: asyncio.Protocol, guard: Guard):
-        self.inner = inner
+    def __init__(self, make_inner: Callable[[], Any], guard: Guard):
+        self.make_inner = make_inner
+        self.inner: Any = None
         self.guard = guard
         self.transport: Any = None
         self.refused = False
         self.awaiting_headers = True
         self.tail = b""
         self.timer: asyncio.TimerHandle | None = None
+        # the fast lane: bytes not yet answered, the parsed head waiting for its body, an answer in flight
+        self.fast = guard.fast
+        self.fbuf = bytearray()
+        self.head: httphead.Head | None = None
+        self.busy = False
+        self.eof = False
+        self.ftimer: asyncio.TimerHandle | None = None  # body deadline, then idle keep-alive
 
     # -- the deadline
     def _arm(self) -> None:
@@ -131,11 +158,21 @@ class _GuardedProtocol(asyncio.Protocol):
             return
         self.guard.open[transport] = self
         self._arm()
-        self.inner.connection_made(transport)
+        if self.fast is None:
+            self.inner = self.make_inner()
+            self.inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
         if self.refused:
             return
+        if self.fast is not None:
+            self.fbuf += data
+            if not self.busy:
+                self._fast_next()
+            return
+        self._forward(data)
+
+    def _forward(self, data: bytes) -> None:
         if self.awaiting_headers:
             self._arm()
             seen = self.tail + data
@@ -148,22 +185,122 @@ class _GuardedProtocol(asyncio.Protocol):
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
-        return None if self.refused else self.inner.eof_received()
+        if self.refused:
+            return None
+        if self.fast is not None:
+            self.eof = True
+            return True if self.busy else None  # answer the request in hand, then close
+        return self.inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._fast_disarm()
         if self.refused:
             return
         self.guard.open.pop(self.transport, None)
-        self.inner.connection_lost(exc)
+        if self.inner is not None:
+            self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
-        if not self.refused:
+        if self.inner is not None:
             self.inner.pause_writing()
 
     def resume_writing(self) -> None:
-        if not self.refused:
+        if self.inner is not None:
             self.inner.resume_writing()
+
+    # -- the fast lane
+    def _fast_disarm(self) -> None:
+        if self.ftimer is not None:
+            self.ftimer.cancel()
+            self.ftimer = None
+
+    def _fast_next(self) -> None:
+        """Answer the next buffered request if it is whole and ours; hand the connection to aiohttp
+        if it is not ours; else wait for more under the header or body deadline."""
+        if not self.fbuf:
+            return
+        self._fast_disarm()
+        head = self.head
+        if head is None:
+            self._arm()  # the header deadline, from this request's first byte
+            head = httphead.parse_head(self.fbuf, self.guard.fast, self.guard.fast_max_body)
+            if head is httphead.NEED_MORE:
+                return
+            if head is httphead.DELEGATE:
+                self._hand_over()
+                return
+            self.head = head
+            self.awaiting_headers = False
+            self._disarm()
+        end = head.body_at + head.length
+        if len(self.fbuf) < end:  # the body on its way: the body deadline
+            self.ftimer = asyncio.get_running_loop().call_later(self.guard.limits.body_timeout, self._body_expired)
+            return
+        body = bytes(self.fbuf[head.body_at:end])
+        del self.fbuf[:end]
+        self.head = None
+        self.busy = True
+        asyncio.get_running_loop().create_task(self._answer(head, body))
+
+    async def _answer(self, head: httphead.Head, body: bytes) -> None:
+        try:
+            out = httphead.response(200, await self.guard.fast[head.path](body), keep_alive=head.keep_alive)
+        except Exception as exc:  # aiohttp's answer to a handler that raised
+            log.exception("Error handling request", path=head.path.decode(), error=str(exc))
+            out = httphead.response(500, b"500 Internal Server Error\n\nServer got itself in trouble",
+                                    b"text/plain; charset=utf-8", keep_alive=False)
+            head = dataclasses.replace(head, keep_alive=False)  # aiohttp closes the connection after a 500
+        self.guard.fast_served += 1
+        self.busy = False
+        self.awaiting_headers = True
+        transport = self.transport
+        if transport.is_closing():
+            return
+        transport.write(out)
+        if not head.keep_alive or self.eof:
+            transport.close()
+            return
+        if self.fbuf:
+            self._fast_next()  # a request pipelined behind this one
+        if not self.busy and self.head is None and not self.fbuf and self.fast is not None:
+            self.ftimer = asyncio.get_running_loop().call_later(self.guard.limits.idle_timeout, self._idle)
+
+    def _body_expired(self) -> None:
+        self.ftimer = None
+        if self.transport.is_closing():
+            return
+        self.guard.body_timeouts += 1
+        text = f"request body not received within {self.guard.limits.body_timeout:g} s\n".encode()
+        self.transport.write(httphead.response(408, text, b"text/plain; charset=utf-8", keep_alive=False))
+        self.transport.close()
+
+    def _idle(self) -> None:
+        self.ftimer = None
+        if not self.busy and not self.fbuf and not self.transport.is_closing():
+            self.transport.close()
+
+    def _hand_over(self) -> None:
+        """From here on the connection is aiohttp's: its handler is made and gets the unread bytes."""
+        self._fast_disarm()
+        self.fast = None
+        self.head = None
+        data, self.fbuf = bytes(self.fbuf), bytearray()
+        self.awaiting_headers = True
+        self.tail = b""
+        self.inner = self.make_inner()
+        self.inner.connection_made(self.transport)
+        if data:
+            self._forward(data)
+        if self.eof:
+            self.inner.eof_received()
+
+    def shutdown(self) -> None:
+        """The listener is closing: an idle fast connection is closed now, a busy one after its answer."""
+        if self.fast is not None and not self.refused:
+            self.eof = True
+            if not self.busy and not self.transport.is_closing():
+                self.transport.close()
 
 
 class _GuardedFactory:
@@ -174,7 +311,7 @@ class _GuardedFactory:
         self._guard = guard
 
     def __call__(self) -> _GuardedProtocol:
-        return _GuardedProtocol(self._server(), self._guard)
+        return _GuardedProtocol(self._server, self._guard)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._server, name)
@@ -188,13 +325,21 @@ class GuardedRunner(web.AppRunner):
     async def _make_server(self) -> Any:
         return _GuardedFactory(await super()._make_server(), self.guard)
 
+    async def shutdown(self) -> None:
+        for proto in list(self.guard.open.values()):  # aiohttp's own shutdown knows only its handlers
+            proto.shutdown()
+        await super().shutdown()
+
 
 def guarded_runner(app: web.Application, limits: ListenSettings | None = None,
                    body_limits: dict[str, int] | None = None,
-                   answer: Callable[[int, str], web.Response] | None = None, **kwargs: Any) -> GuardedRunner:
-    """`web.AppRunner(app, **kwargs)` with `limits` applied to every connection of its sites and
-    `body_limits` (path -> bytes) to those paths' request bodies."""
-    guard = Guard(limits or ListenSettings(), body_limits, answer)
+                   answer: Callable[[int, str], web.Response] | None = None, fast: FastRoutes | None = None,
+                   **kwargs: Any) -> GuardedRunner:
+    """`web.AppRunner(app, **kwargs)` with `limits` applied to every connection of its sites,
+    `body_limits` (path -> bytes) to those paths' request bodies, and `fast` routes (path -> handler
+    of the body returning the answer's bytes) answered without aiohttp (module docstring)."""
+    fast_max = min([app._client_max_size] + [n for p, n in (body_limits or {}).items() if p.encode() in (fast or {})])
+    guard = Guard(limits or ListenSettings(), body_limits, answer, fast, fast_max)
     app.middlewares.append(guard.middleware)
     kwargs.setdefault("keepalive_timeout", guard.limits.idle_timeout)
     # after an early answer (408, 413) the unread rest of a body is drained this long at most, so the

@@ -105,6 +105,9 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
      "the webhook also takes pods asking for default-scheduler (default true)"),
     (("--extender-prioritize",), "extender_prioritize", "bool",
      "kube-scheduler calls /prioritize: /filter returns every fitting node (default: HAMi's one best node)"),
+    (("--extender-fast-http",), "extender_fast_http", "bool",
+     "answer plain POSTs to the extender verbs without aiohttp's request layer; the rest stays aiohttp's "
+     "(default true)"),
     (("--trusted-placement-writers",), "trusted_placement_writers", "str",
      "comma list of usernames (system:serviceaccount:<ns>:<name>) that may write pod placement annotations "
      "(default hami's and HAMi v2.10's scheduler and device-plugin accounts in kube-system and hami-system)"),

@@ -326,7 +326,8 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
         webhook_ssl = reloaders[-1].context
     own_webhook = bool(sc.webhook_bind_address)
     app = ext.make_app(webhook=not own_webhook, health=s.health)
-    runner = await serve(app, sc.http_bind, ext_ssl, config.listen)
+    runner = await serve(app, sc.http_bind, ext_ssl, config.listen,
+                         fast=ext.fast_routes() if sc.extender_fast_http else None)
     s.runners.append(runner)
     s.port = bound_port(runner)
     if own_webhook:

@@ -1,0 +1,118 @@
+"""The plainest HTTP/1.1 requests, recognised without a framework: the extender's hot verbs.
+
+kube-scheduler sends /filter and /bind as `POST <path> HTTP/1.1` with a Content-Length body on a
+kept-alive connection. aiohttp's per-request layer (request object, StreamReader, URL building,
+response headers) costs about as much as reading and answering the bytes (issue 30's profile), so
+hami.httpguard answers those requests itself and hands every other one, with every byte still
+unread, to aiohttp. This module only decides which is which (`parse_head`) and writes the answer's
+bytes (`response`); it does no I/O.
+
+`parse_head` accepts a strict subset and says DELEGATE for anything else, so whatever aiohttp would
+refuse or treat specially (chunked bodies, Expect, compressed bodies, a missing or doubled
+Content-Length, no or two Host headers, a header block over aiohttp's 8190 bytes, obs-fold, bare LF, HTTP/1.0, a query
+string, other methods and paths, a body over the size limit) still gets aiohttp's own answer.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from email.utils import formatdate
+
+NEED_MORE = None  # the header block is not complete yet
+DELEGATE = False  # not one of ours: aiohttp reads it
+
+MAX_HEAD = 8190  # aiohttp's max_line_size / max_field_size default; longer heads go to aiohttp
+_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?)?[ \t]*")
+_DIGITS = re.compile(rb"[0-9]{1,15}")
+_REFUSED = frozenset((b"transfer-encoding", b"expect", b"upgrade", b"trailer"))
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    path: bytes
+    body_at: int  # offset of the body's first byte
+    length: int  # Content-Length
+    keep_alive: bool
+
+
+def parse_head(buf: bytes | bytearray, paths, max_body: int) -> Head | None | bool:
+    """The head of the request at the start of `buf` when it is a plain POST to one of `paths`
+    with a Content-Length of at most `max_body`; NEED_MORE while the head is incomplete and could
+    still be one; DELEGATE otherwise."""
+    if len(buf) < 6:
+        return NEED_MORE if b"POST /".startswith(bytes(buf)) else DELEGATE
+    if not buf.startswith(b"POST /"):
+        return DELEGATE
+    end = buf.find(b"\r\n\r\n", 0, MAX_HEAD + 4)
+    if end < 0:
+        return NEED_MORE if len(buf) < MAX_HEAD + 4 else DELEGATE
+    lines = bytes(buf[:end]).split(b"\r\n")
+    method, _, rest = lines[0].partition(b" ")
+    path, _, version = rest.partition(b" ")
+    if version != b"HTTP/1.1" or path not in paths:
+        return DELEGATE
+    length = -1
+    hosts = 0
+    keep_alive = True
+    for line in lines[1:]:
+        m = _LINE.fullmatch(line)
+        if m is None:
+            return DELEGATE  # obs-fold, a bare LF or CR, a control byte, no colon: aiohttp's call
+        name = m.group(1).lower()
+        value = m.group(2) or b""
+        if name == b"content-length":
+            if length >= 0 or not _DIGITS.fullmatch(value):
+                return DELEGATE
+            length = int(value)
+        elif name == b"host":
+            hosts += 1
+        elif name in _REFUSED:
+            return DELEGATE
+        elif name == b"content-encoding":
+            if value.lower() != b"identity":
+                return DELEGATE
+        elif name == b"connection":
+            v = value.lower()
+            if v == b"close":
+                keep_alive = False
+            elif v != b"keep-alive":
+                return DELEGATE
+    if length < 0 or length > max_body or hosts != 1:  # aiohttp answers 400 to HTTP/1.1 without a Host
+        return DELEGATE
+    return Head(path, end + 4, length, keep_alive)
+
+
+_SERVER = b""
+_date_at = 0
+_date = b""
+
+
+def _server() -> bytes:
+    global _SERVER
+    if not _SERVER:
+        from aiohttp.http import SERVER_SOFTWARE  # the Server header aiohttp's own answers carry
+
+        _SERVER = SERVER_SOFTWARE.encode()
+    return _SERVER
+
+
+def http_date(now: float | None = None) -> bytes:
+    """The Date header's value, formatted once a second."""
+    global _date_at, _date
+    t = int(time.time() if now is None else now)
+    if t != _date_at:
+        _date_at, _date = t, formatdate(t, usegmt=True).encode()
+    return _date
+
+
+REASONS = {200: b"OK", 400: b"Bad Request", 408: b"Request Timeout", 500: b"Internal Server Error"}
+
+
+def response(status: int, body: bytes, content_type: bytes = b"application/json", keep_alive: bool = True) -> bytes:
+    """The bytes aiohttp writes for `web.Response(status=, body=, content_type=)`: the same headers
+    in the same order."""
+    close = b"" if keep_alive else b"Connection: close\r\n"
+    return (b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nDate: %s\r\nServer: %s\r\n%s\r\n%s"
+            % (status, REASONS.get(status, b"Unknown"), content_type, len(body), http_date(), _server(), close, body))

@@ -1,0 +1,242 @@
+"""The extender listener's fast lane (hami.httpguard `fast` routes, hami.httphead; issue 30 part 3)
+answers like aiohttp and keeps every limit of the guard (issue 27), with real sockets:
+- the same bytes (Date aside) with and without the fast lane, for: plain keep-alive POSTs, a
+  handler's JSON error, Connection: close, pipelined requests (fast ones, then one aiohttp must
+  read, then fast again on that connection), a chunked body, a body over the limit (413 before it is
+  read), a Content-Encoding (415), a wrong method (405), an unknown path (404), HTTP/1.0, no Host, a header
+  block past aiohttp's 8190 bytes, a bare-LF header, a doubled Content-Length, a handler that raises
+  (500, the connection closed, as aiohttp does);
+- hostile clients on the fast lane: a slowloris head and a stalled body are cut at the guard's
+  deadlines (408 for the body) while another connection is answered; a half-closed socket after a
+  whole request still gets its answer; a half-closed socket mid-request is closed; a huge
+  Content-Length goes to aiohttp's 413; the connection cap holds; the listener's cleanup closes
+  idle fast connections;
+- the running scheduler answers /filter through the fast lane, and with --extender-fast-http=false
+  through aiohttp, the same JSON;
+- parse_head (hypothesis): never raises on any bytes, takes a request only when its head is whole,
+  and a prefix of a plain request is NEED_MORE until the blank line.
+Deadlines are shortened through ListenSettings; no test measures time."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+
+import orjson
+import pytest
+from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hami import httphead
+from hami.config import ListenSettings
+from hami.httpguard import guarded_runner
+from hami.scheduler.role import start_scheduler
+from tests.kube.helpers import config_for, pod_obj
+from tests.kube.scheduler_env import Env, hami_nodes, stop_env
+
+pytestmark = pytest.mark.timeout(60)
+SHORT = ListenSettings(header_timeout=0.3, body_timeout=0.3, max_connections=5, idle_timeout=5.0)
+LIMIT = 1000
+
+
+async def answer(body: bytes) -> dict:
+    if body == b"boom":
+        raise RuntimeError("boom")
+    try:
+        return {"Echo": orjson.loads(body), "Error": ""}
+    except orjson.JSONDecodeError as exc:
+        return {"Error": str(exc)}
+
+
+async def h_filter(request: web.Request) -> web.Response:
+    return web.Response(body=orjson.dumps(await answer(await request.read())), content_type="application/json")
+
+
+async def fast_filter(body: bytes) -> bytes:
+    return orjson.dumps(await answer(body))
+
+
+async def ok(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def start(fast: bool):
+    app = web.Application(client_max_size=LIMIT)
+    app.router.add_post("/filter", h_filter)
+    app.router.add_get("/ok", ok)
+    runner = guarded_runner(app, SHORT, access_log=None, fast={b"/filter": fast_filter} if fast else None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, runner.addresses[0][1]
+
+
+@pytest.fixture
+async def both():
+    started = [await start(True), await start(False)]
+    yield started
+    for runner, _ in started:
+        await runner.cleanup()
+
+
+async def exchange(port: int, raw: bytes, half_close: bool = False) -> bytes:
+    """What the server sends for `raw` until it closes, or until it stays silent for a moment."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(raw)
+    if half_close:
+        writer.write_eof()
+    out = b""
+    while True:
+        try:
+            chunk = await asyncio.wait_for(reader.read(65536), 0.5 if out else 10)
+        except TimeoutError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    writer.close()
+    return out
+
+
+def undated(out: bytes) -> bytes:
+    return re.sub(rb"Date: [^\r]*\r\n", b"", out)
+
+
+def post(body: bytes, path: bytes = b"/filter", extra: bytes = b"") -> bytes:
+    return b"POST %s HTTP/1.1\r\nHost: x\r\n%sContent-Length: %d\r\n\r\n%s" % (path, extra, len(body), body)
+
+
+CASES = {
+    "plain, twice": post(b'{"a":1}') + b"",
+    "bad json": post(b"{nope"),
+    "connection close": post(b"[1]", extra=b"Connection: close\r\n"),
+    "pipelined with aiohttp's in the middle": post(b"1") + b"GET /ok HTTP/1.1\r\nHost: x\r\n\r\n" + post(b"2")
+    + post(b"3"),
+    "chunked": b"POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n[1]\r\n0\r\n\r\n",
+    "over the limit": post(b"1" * (LIMIT + 1)),
+    "gzip": post(b"[1]", extra=b"Content-Encoding: gzip\r\n"),
+    "wrong method": b"GET /filter HTTP/1.1\r\nHost: x\r\n\r\n",
+    "unknown path": post(b"[1]", path=b"/nope"),
+    "http/1.0": b"POST /filter HTTP/1.0\r\nContent-Length: 1\r\n\r\n1",
+    "head past 8190 bytes": b"POST /filter HTTP/1.1\r\nX-Long: " + b"a" * 9000 + b"\r\nContent-Length: 1\r\n\r\n1",
+    "bare LF": b"POST /filter HTTP/1.1\r\nHost: x\nContent-Length: 1\r\n\r\n1",
+    "doubled Content-Length": b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n1",
+    "no Host": b"POST /filter HTTP/1.1\r\nContent-Length: 1\r\n\r\n1",
+    "handler raises, connection closed": post(b"boom") + post(b"4"),
+    "no Content-Length": b"POST /filter HTTP/1.1\r\nHost: x\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+async def test_the_fast_lane_answers_the_same_bytes_as_aiohttp(both, case):
+    (fast_runner, fast_port), (_, slow_port) = both
+    raw = CASES[case]
+    got, want = await asyncio.gather(exchange(fast_port, raw), exchange(slow_port, raw))
+    assert want, case  # aiohttp answered something
+    assert undated(got) == undated(want)
+    assert b"\r\nDate: " in got or not got.startswith(b"HTTP/1.1 200")
+
+
+async def test_plain_requests_take_the_fast_lane_and_others_do_not(both):
+    (fast_runner, port), _ = both
+    await exchange(port, post(b"1") + post(b"2"))
+    assert fast_runner.guard.fast_served == 2
+    await exchange(port, b"GET /ok HTTP/1.1\r\nHost: x\r\n\r\n" + post(b"3"))  # sticky: aiohttp's from the GET on
+    assert fast_runner.guard.fast_served == 2
+
+
+async def test_slowloris_and_stalled_body_are_cut_while_others_are_answered(both):
+    (runner, port), _ = both
+    slow_r, slow_w = await asyncio.open_connection("127.0.0.1", port)
+    slow_w.write(b"POST /filter HTTP/1.1\r\nHost: x\r\n")  # the blank line never comes
+    body_r, body_w = await asyncio.open_connection("127.0.0.1", port)
+    body_w.write(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123")  # 96 bytes never come
+    assert (await exchange(port, post(b"[5]"))).endswith(b'{"Echo":[5],"Error":""}')
+    assert await asyncio.wait_for(slow_r.read(), 10) == b""
+    out = await asyncio.wait_for(body_r.read(), 10)
+    assert out.startswith(b"HTTP/1.1 408") and b"request body not received within 0.3 s" in out
+    assert runner.guard.header_timeouts == 1 and runner.guard.body_timeouts == 1
+    for w in (slow_w, body_w):
+        w.close()
+
+
+async def test_half_closed_sockets(both):
+    (runner, port), _ = both
+    out = await exchange(port, post(b"[6]"), half_close=True)  # the request whole, then EOF: answered
+    assert out.startswith(b"HTTP/1.1 200") and out.endswith(b'{"Echo":[6],"Error":""}')
+    out = await exchange(port, post(b"[7]")[:30], half_close=True)  # cut mid-head: closed, nothing answered
+    assert out == b""
+    assert (await exchange(port, post(b"[8]"))).endswith(b'{"Echo":[8],"Error":""}')  # the listener serves on
+
+
+async def test_huge_content_length_and_the_connection_cap(both):
+    (runner, port), _ = both
+    out = await exchange(port, b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 413")
+    held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(SHORT.max_connections)]
+    for r, w in held:  # each takes a fast answer and stays open (kept alive)
+        w.write(post(b"1"))
+        await asyncio.wait_for(r.readuntil(b'"Error":""}'), 10)
+    extra_r, extra_w = await asyncio.open_connection("127.0.0.1", port)
+    assert await asyncio.wait_for(extra_r.read(), 10) == b""
+    assert runner.guard.refused == 1
+    await runner.cleanup()  # the listener closes: idle fast connections are closed with it
+    for r, w in held:
+        assert await asyncio.wait_for(r.read(), 10) == b""
+        w.close()
+    extra_w.close()
+
+
+# ---------------------------------------------------------------------- the running scheduler
+
+@pytest.mark.parametrize("fast", [True, False])
+async def test_the_scheduler_answers_filter_the_same_on_either_lane(apiserver, fast):
+    for n in hami_nodes(1):
+        apiserver.store.create("nodes", "", n)
+    cfg = config_for(apiserver.kubeconfig)
+    cfg = dataclasses.replace(cfg, scheduler=dataclasses.replace(cfg.scheduler, extender_fast_http=fast))
+    s = await start_scheduler(cfg)
+    assert await s.state.wait_synced(10)
+    import aiohttp
+
+    env = Env(apiserver, s, aiohttp.ClientSession())
+    try:
+        p = env.create_pod(pod_obj("p", mem=1000))
+        assert (await env.filter(p, ["n0"]))["NodeNames"] == ["n0"]
+        assert (await env.filter({}, raw=b"{nope"))["Error"].startswith("unexpected character")
+        assert s.runners[0].guard.fast_served == (2 if fast else 0)
+    finally:
+        await stop_env(env)
+
+
+# ---------------------------------------------------------------------- parse_head
+
+PATHS = frozenset((b"/filter", b"/bind"))
+
+
+@given(st.binary(max_size=300))
+def test_parse_head_never_raises(buf):
+    got = httphead.parse_head(buf, PATHS, 1000)
+    assert got is httphead.NEED_MORE or got is httphead.DELEGATE or isinstance(got, httphead.Head)
+    if isinstance(got, httphead.Head):
+        assert buf[got.body_at - 4:got.body_at] == b"\r\n\r\n" and got.path in PATHS
+
+
+_name = st.from_regex(rb"\A[A-Za-z][A-Za-z0-9-]{0,15}\Z").filter(
+    lambda n: n.lower() not in (b"content-length", b"host", b"transfer-encoding", b"expect", b"upgrade", b"trailer",
+                                b"content-encoding", b"connection"))
+_value = st.from_regex(rb"\A[!-~]([ -~]{0,30}[!-~])?\Z")
+
+
+@given(st.sampled_from(sorted(PATHS)), st.lists(st.tuples(_name, _value), max_size=6),
+       st.integers(0, 1000), st.booleans(), st.data())
+def test_parse_head_takes_plain_requests_and_waits_for_their_whole_head(path, headers, length, close, data):
+    head = b"POST " + path + b" HTTP/1.1\r\nHost: x\r\n" + b"".join(n + b": " + v + b"\r\n" for n, v in headers)
+    head += b"Content-Length: %d\r\n" % length + (b"Connection: close\r\n" if close else b"") + b"\r\n"
+    raw = head + b"x" * length
+    got = httphead.parse_head(raw, PATHS, 1000)
+    assert got == httphead.Head(path, len(head), length, not close)
+    cut = data.draw(st.integers(0, len(head) - 1))
+    assert httphead.parse_head(raw[:cut], PATHS, 1000) is httphead.NEED_MORE
+    assert httphead.parse_head(raw, PATHS, length - 1) is httphead.DELEGATE if length else True
