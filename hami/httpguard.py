@@ -125,7 +125,9 @@ class _GuardedProtocol(asyncio.Protocol):
         self.head: httphead.Head | None = None
         self.busy = False
         self.eof = False
-        self.ftimer: asyncio.TimerHandle | None = None  # body deadline, then idle keep-alive
+        self.paused = False  # the client does not read its answers: no more are made until it does
+        self.reading = True
+        self.ftimer: asyncio.TimerHandle | None = None  # the body deadline while a head waits, else idle
 
     # -- the deadline
     def _arm(self) -> None:
@@ -167,8 +169,11 @@ class _GuardedProtocol(asyncio.Protocol):
             return
         if self.fast is not None:
             self.fbuf += data
-            if not self.busy:
+            if not self.busy and not self.paused:
                 self._fast_next()
+            if self.fast is not None and self.reading and len(self.fbuf) > self.guard.fast_max_body + httphead.MAX_HEAD:
+                self.reading = False  # more than one whole request waiting: read no further for now
+                self.transport.pause_reading()
             return
         self._forward(data)
 
@@ -202,12 +207,16 @@ class _GuardedProtocol(asyncio.Protocol):
             self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
+        self.paused = True
         if self.inner is not None:
             self.inner.pause_writing()
 
     def resume_writing(self) -> None:
+        self.paused = False
         if self.inner is not None:
             self.inner.resume_writing()
+        elif not self.busy:
+            self._fast_next()
 
     # -- the fast lane
     def _fast_disarm(self) -> None:
@@ -220,9 +229,9 @@ class _GuardedProtocol(asyncio.Protocol):
         if it is not ours; else wait for more under the header or body deadline."""
         if not self.fbuf:
             return
-        self._fast_disarm()
         head = self.head
         if head is None:
+            self._fast_disarm()  # the idle timer: a request has begun
             self._arm()  # the header deadline, from this request's first byte
             head = httphead.parse_head(self.fbuf, self.guard.fast, self.guard.fast_max_body)
             if head is httphead.NEED_MORE:
@@ -233,12 +242,17 @@ class _GuardedProtocol(asyncio.Protocol):
             self.head = head
             self.awaiting_headers = False
             self._disarm()
-        end = head.body_at + head.length
-        if len(self.fbuf) < end:  # the body on its way: the body deadline
+            # the body deadline, from the end of the headers (more bytes do not move it)
             self.ftimer = asyncio.get_running_loop().call_later(self.guard.limits.body_timeout, self._body_expired)
+        end = head.body_at + head.length
+        if len(self.fbuf) < end:
             return
+        self._fast_disarm()
         body = bytes(self.fbuf[head.body_at:end])
         del self.fbuf[:end]
+        if not self.reading and len(self.fbuf) <= self.guard.fast_max_body + httphead.MAX_HEAD:
+            self.reading = True
+            self.transport.resume_reading()
         self.head = None
         self.busy = True
         asyncio.get_running_loop().create_task(self._answer(head, body))
@@ -261,7 +275,7 @@ class _GuardedProtocol(asyncio.Protocol):
         if not head.keep_alive or self.eof:
             transport.close()
             return
-        if self.fbuf:
+        if self.fbuf and not self.paused:
             self._fast_next()  # a request pipelined behind this one
         if not self.busy and self.head is None and not self.fbuf and self.fast is not None:
             self.ftimer = asyncio.get_running_loop().call_later(self.guard.limits.idle_timeout, self._idle)
@@ -286,6 +300,9 @@ class _GuardedProtocol(asyncio.Protocol):
         self.fast = None
         self.head = None
         data, self.fbuf = bytes(self.fbuf), bytearray()
+        if not self.reading:  # aiohttp's handler keeps its own flow control from here
+            self.reading = True
+            self.transport.resume_reading()
         self.awaiting_headers = True
         self.tail = b""
         self.inner = self.make_inner()

@@ -12,7 +12,8 @@ answers like aiohttp and keeps every limit of the guard (issue 27), with real so
   Content-Length goes to aiohttp's 413; the connection cap holds; the listener's cleanup closes
   idle fast connections;
 - the running scheduler answers /filter through the fast lane, and with --extender-fast-http=false
-  through aiohttp, the same JSON;
+  through aiohttp, the same JSON; over TLS too (fast /filter and aiohttp's /healthz on one TLS
+  connection; an untrusting client gets nothing);
 - parse_head (hypothesis): never raises on any bytes, takes a request only when its head is whole,
   and a prefix of a plain request is NEED_MORE until the blank line.
 Deadlines are shortened through ListenSettings; no test measures time."""
@@ -44,6 +45,8 @@ LIMIT = 1000
 async def answer(body: bytes) -> dict:
     if body == b"boom":
         raise RuntimeError("boom")
+    if body == b'"big"':
+        return {"Echo": "x" * 65536, "Error": ""}
     try:
         return {"Echo": orjson.loads(body), "Error": ""}
     except orjson.JSONDecodeError as exc:
@@ -89,7 +92,7 @@ async def exchange(port: int, raw: bytes, half_close: bool = False) -> bytes:
     out = b""
     while True:
         try:
-            chunk = await asyncio.wait_for(reader.read(65536), 0.5 if out else 10)
+            chunk = await asyncio.wait_for(reader.read(65536), 0.3 if out else 10)
         except TimeoutError:
             break
         if not chunk:
@@ -240,3 +243,79 @@ def test_parse_head_takes_plain_requests_and_waits_for_their_whole_head(path, he
     cut = data.draw(st.integers(0, len(head) - 1))
     assert httphead.parse_head(raw[:cut], PATHS, 1000) is httphead.NEED_MORE
     assert httphead.parse_head(raw, PATHS, length - 1) is httphead.DELEGATE if length else True
+
+
+async def test_the_fast_lane_serves_tls_listeners(apiserver, tmp_path):
+    """Behind TLS the lane sees the decrypted bytes: /filter answered by it, /healthz by aiohttp,
+    on one kept-alive TLS connection; a client that does not trust the certificate gets nothing."""
+    import ssl
+
+    import aiohttp
+
+    from tests.kube.scheduler_env import start_env
+    from tests.scheduler.test_extender_tls_logs import make_cert
+
+    cert, key = make_cert(tmp_path, "fast")
+    e = await start_env(apiserver, hami_nodes(1), cert_file=cert, key_file=key)
+    try:
+        assert e.sched.url.startswith("https://")
+        ctx = ssl.create_default_context(cafile=cert)
+        p = e.create_pod(pod_obj("p", mem=1000))
+        connector = aiohttp.TCPConnector(limit=1)
+        async with aiohttp.ClientSession(connector=connector) as http:
+            async with http.post(e.sched.url + "/filter", ssl=ctx,
+                                 data=orjson.dumps({"Pod": p, "NodeNames": ["n0"]})) as r:
+                assert r.status == 200 and (orjson.loads(await r.read()))["NodeNames"] == ["n0"]
+            async with http.get(e.sched.url + "/healthz", ssl=ctx) as r:
+                assert r.status == 200
+        assert e.sched.runners[0].guard.fast_served == 1
+        with pytest.raises((aiohttp.ClientError, ssl.SSLError)):
+            async with aiohttp.ClientSession() as http, http.post(e.sched.url + "/filter", data=b"{}") as r:
+                await r.read()
+        assert e.sched.runners[0].guard.fast_served == 1
+    finally:
+        await stop_env(e)
+
+
+async def test_a_body_dripped_byte_by_byte_still_meets_its_deadline(both):
+    (runner, port), _ = both
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n")
+
+    async def drip():
+        for _ in range(400):  # one byte every 20 ms: 8 s in all, far past the 0.3 s body deadline
+            if writer.is_closing():
+                return
+            writer.write(b"1")
+            await asyncio.sleep(0.02)
+
+    dripping = asyncio.create_task(drip())
+    out = await asyncio.wait_for(reader.read(), 10)
+    dripping.cancel()
+    assert out.startswith(b"HTTP/1.1 408") and runner.guard.body_timeouts == 1
+    writer.close()
+
+
+async def test_a_client_that_never_reads_its_answers_is_not_buffered_without_bound(both):
+    """Pipelined requests whose answers are never read: the lane stops answering once the socket's
+    send buffer is full and stops reading beyond one request more; read, every answer comes in order."""
+    (runner, port), _ = both
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+    count = 400  # 25 MiB of answers, more than the loopback socket buffers hold
+    sender = asyncio.create_task(_send_all(writer, [post(b'"big"')] * count))
+    await asyncio.sleep(0.5)
+    stalled_at = runner.guard.fast_served
+    assert 0 < stalled_at < count  # paused: the answers are not all made and buffered
+    got = 0
+    while got < count:
+        await asyncio.wait_for(reader.readuntil(b'"Error":""}'), 10)
+        got += 1
+    await sender
+    assert runner.guard.fast_served == count
+    writer.close()
+
+
+async def _send_all(writer, requests) -> None:
+    for r in requests:
+        writer.write(r)
+        await writer.drain()
