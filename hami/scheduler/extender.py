@@ -394,6 +394,20 @@ class Extender:
                     self.state.index.remove_pod(uid)
                 self._forget(uid)
 
+    def share_failures(self, pod: dict, node_names) -> tuple[fitmod.PodRequest, dict[str, str]] | None:
+        """/filter's fit of `pod` on `node_names` without deciding anything (GPU preemption on the
+        leader, for a pod another replica's /filter refused): its request and the failed nodes' reasons."""
+        meta = pod.get("metadata") or {}
+        ns, name = meta.get("namespace") or "default", meta.get("name", "")
+        try:
+            requests, num_init = self.requests_fn(pod)
+        except ValueError:
+            return None
+        preq = self._pod_request(requests, num_init, meta.get("annotations") or {}, ns, name, self.state.index)
+        if isinstance(preq, str):
+            return None
+        return preq, scoremod.evaluate_nodes(self.state.index.nodes, list(node_names), preq)[1]
+
     def place_on(self, pod: dict, node: str) -> Assumed | None:
         """Fit `pod` on `node` now, from this replica's cache (a /bind without this replica's
         /filter decision, or one whose devices were taken meanwhile); None when it does not fit."""

@@ -22,9 +22,14 @@ controller does what DefaultPreemption would, with HAMi's fit. The decision is p
    (`hami.io/requeue-at`). The hold ends when the preemptor is placed (its own placement replaces
    the record), deleted, leadership is lost, the controller stops, or `hold_timeout` passes.
 
-Holds live only in this process's memory and index: a leader that dies leaves none behind, and
-its successor neither re-evicts (victims already terminating are never candidates, and a
-nominated preemptor waits for them) nor holds anything it did not decide.
+Several replicas (hami.scheduler.preempt_share): the leader publishes each hold on its Node and
+takes it back when the hold ends (a stopping or demoted leader takes back all of its holds); every
+replica counts the published holds in its own usage index (`HoldMirror`), so a /filter served by any
+replica leaves the room to the preemptor. The leader also learns of failures it did not serve from
+kube-scheduler's PodScheduled condition (`failed_on_shares`), refitting the pod itself
+(`share_failures`). Its successor neither re-evicts (victims already terminating are never
+candidates, and a nominated preemptor waits for them) nor holds anything it did not decide; a
+leader killed before taking its holds back leaves them counted for at most the hold timeout.
 """
 
 from __future__ import annotations
@@ -34,14 +39,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import orjson
+
 from hami.device import codec
 from hami.device.codec.keys import REQUEUE_AT_ANNOTATION
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.events import NORMAL, WARNING, EventRecorder
 from hami.kube.informer import Informer
 from hami.obs.log import get_logger
-from hami.scheduler import gpupreempt
+from hami.scheduler import gpupreempt, nodeaffinity
 from hami.scheduler.fit import PodRequest
+from hami.scheduler.preempt_share import (
+    HOLDS_ANNOTATION,
+    HoldMirror,
+    decode_holds,
+    encode_hold,
+    failed_on_shares,
+)
 from hami.scheduler.state import VGPU_NODE, ClusterState
 
 log = get_logger(__name__)
@@ -50,6 +64,7 @@ PREEMPTED = "Preempted"
 GPU_PREEMPTION = "GPUPreemption"
 GPU_PREEMPTION_FAILED = "GPUPreemptionFailed"
 TICK_S = 0.2
+RESCAN_S = 1.0  # how often the leader refits the pending pods another replica's /filter refused on shares
 
 
 @dataclass
@@ -83,7 +98,9 @@ class PreemptController:
     def __init__(self, client: KubeClient | None, state: ClusterState, events: EventRecorder, *,
                  pdbs: Informer | None = None, classes: Informer | None = None, hold_timeout: float = 120.0,
                  is_leader: Callable[[], bool] = lambda: True, assumed: Callable[[], object] = dict,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 share_failures: Callable[[dict, list], tuple | None] | None = None,
+                 scheduler_names: frozenset[str] = frozenset()):
         self.client = client
         self.state = state
         self.events = events
@@ -100,6 +117,15 @@ class PreemptController:
         self.failed_evictions = 0
         self.refusals: dict[str, str] = {}  # uid -> why no preemption (last decision), for logs and tests
         self._wake = asyncio.Event()
+        self.wall = wall
+        self.share_failures = share_failures    # the extender's fit without a decision (other replicas' failures)
+        self.scheduler_names = scheduler_names  # the schedulerNames this scheduler serves (empty: any)
+        # a pod this replica's /filter placed (assumed) is no longer held here, whatever the Node says
+        self.mirror = HoldMirror(state, lambda: self.holds.keys() | set(self.assumed()), wall)
+        self.watched: dict[str, tuple[str, str]] = {}  # uid -> (ns, name): pending, refused on shares somewhere
+        self._unpublish: set[str] = set()               # nodes whose published holds must be rewritten
+        self._retired: dict[str, float] = {}            # uids whose holds this leader ended (not to be rewritten)
+        self._rescanned = 0.0
 
     # ------------------------------------------------------------------ hot path (sync)
 
@@ -110,21 +136,37 @@ class PreemptController:
         if hold is not None:
             self._apply(uid, hold)  # /filter dropped the pod's own record (the hold) before fitting it
             return
+        if self.mirror.apply(uid):  # another replica's leader holds the room for it: keep counting it
+            return
         if not self.is_leader() or not any(gpupreempt.share_only(r) for r in (failed or {}).values()):
             return
         self.pending[uid] = Failure(pod, request, dict(failed))
         self._wake.set()
 
     def on_pod(self, etype: str, old: dict | None, new: dict | None) -> None:
-        """Pod informer handler: a victim gone may free a held room; look at once."""
+        """Pod informer handler: a victim gone may free a held room; look at once. A pending pod whose
+        PodScheduled condition names a GPU-share reason is watched (the leader refits it)."""
+        if new is not None:
+            meta, spec = new.get("metadata") or {}, new.get("spec") or {}
+            uid = meta.get("uid")
+            if uid and not spec.get("nodeName") and not meta.get("deletionTimestamp") and failed_on_shares(new) \
+                    and (not self.scheduler_names or spec.get("schedulerName") in self.scheduler_names):
+                if uid not in self.watched:
+                    self.watched[uid] = (meta.get("namespace") or "default", meta.get("name", ""))
+                    self._rescanned = 0.0  # a new refusal: look at it on the next tick
+                    self._wake.set()
+            else:
+                self.watched.pop(uid, None)
+            return
         if new is None:
             uid = ((old or {}).get("metadata") or {}).get("uid")
             self.refusals.pop(uid, None)
+            self.watched.pop(uid, None)
             if uid and any(uid in h.victims for h in self.holds.values()):
                 self._wake.set()
 
     def held(self) -> set[str]:
-        return set(self.holds)
+        return set(self.holds) | set(self.mirror.mirrored)
 
     def _apply(self, uid: str, hold: Hold) -> None:
         self.state.index.add_pod(uid, hold.node, hold.devices, namespace=hold.namespace, num_init=hold.num_init,
@@ -140,6 +182,7 @@ class PreemptController:
                     self.pending.clear()
                     self.release_all("leadership lost")
                 else:
+                    self._queue_watched()
                     for uid in list(self.pending):
                         failure = self.pending.pop(uid)
                         try:
@@ -149,12 +192,18 @@ class PreemptController:
                             log.warning("GPU preemption failed", pod=f"{_key(failure.pod)[0]}/{_key(failure.pod)[1]}",
                                         error=str(exc))
                 await self._tend_holds()
+                await self._publish_ended()
+                self.mirror.sync()
                 try:
                     await asyncio.wait_for(self._wake.wait(), TICK_S)
                 except TimeoutError:
                     pass
         finally:
             self.release_all("controller stopped")
+            try:  # take the published holds back while the client still works
+                await asyncio.wait_for(self._publish_ended(), 5)
+            except Exception as exc:  # noqa: BLE001 - they expire on their own
+                log.v(2).info("Could not take back the published GPU preemption holds", error=str(exc))
 
     def release_all(self, why: str) -> None:
         for uid in list(self.holds):
@@ -164,6 +213,8 @@ class PreemptController:
         hold = self.holds.pop(uid, None)
         if hold is None:
             return
+        self._retired[uid] = self.wall() + self.hold_timeout
+        self._unpublish.add(hold.node)
         rec = self.state.index.pod(uid)
         placed = uid in self.assumed() or self._placed(hold.namespace, hold.name)
         if rec is not None and not placed:
@@ -189,6 +240,66 @@ class PreemptController:
             elif not hold.woken and all(self.state.pod_by_uid(v) is None for v in hold.victims):
                 hold.woken = True
                 await self._wake_preemptor(hold)
+
+    # ------------------------------------------------------------------ holds shared with the other replicas
+
+    def _queue_watched(self) -> None:
+        """Pods another replica's /filter refused on shares: refit them here (at most every RESCAN_S)."""
+        now = self.clock()
+        if not self.watched or self.share_failures is None or now - self._rescanned < RESCAN_S:
+            return
+        self._rescanned = now
+        index, nodes = self.state.index, self.state.nodes
+        for uid, (ns, name) in list(self.watched.items()):
+            pod = self.state.pod(ns, name)
+            if pod is None or (pod.get("metadata") or {}).get("uid") != uid:
+                self.watched.pop(uid, None)
+                continue
+            if uid in self.pending or uid in self.holds or index.pod(uid) is not None:
+                continue  # queued, held (here or by a predecessor still counted), or placed
+            spec = pod.get("spec") or {}
+            terms = nodeaffinity.required_terms(pod)
+            names = [n for n in index.nodes if (o := nodes.store.get(n) if nodes is not None else None) is None
+                     or nodeaffinity.node_matches(spec.get("nodeSelector"), terms,
+                                                  (o.get("metadata") or {}).get("labels") or {}, n)]
+            got = self.share_failures(pod, names)
+            if got is None:
+                continue
+            preq, failed = got
+            if any(gpupreempt.share_only(r) for r in failed.values()) and len(failed) == len(names):
+                self.pending[uid] = Failure(pod, preq, failed)
+
+    def _node_holds(self, node: str) -> dict:
+        """What this leader publishes on `node`: its own holds, and others' (a predecessor's) still running."""
+        obj = self.state.nodes.store.get(node) if self.state.nodes is not None else None
+        text = ((obj or {}).get("metadata") or {}).get("annotations", {}).get(HOLDS_ANNOTATION) if obj else None
+        now = self.wall()
+        for u, t in list(self._retired.items()):
+            if t <= now:
+                del self._retired[u]
+        out = {u: encode_hold(h.namespace, h.name, h.devices, h.until, h.victims)
+               for u, h in decode_holds(node, text).items()
+               if u not in self.holds and u not in self._retired and h.until > now}
+        for u, h in self.holds.items():
+            if h.node == node:
+                out[u] = encode_hold(h.namespace, h.name, h.devices, now + (h.expires - self.clock()), h.victims)
+        return out
+
+    async def _publish(self, node: str) -> bool:
+        if self.client is None:
+            return True
+        holds = self._node_holds(node)
+        value = orjson.dumps(holds).decode() if holds else None
+        try:
+            await self.client.patch_node(node, {"metadata": {"annotations": {HOLDS_ANNOTATION: value}}})
+            return True
+        except ApiError as exc:
+            log.warning("Could not publish the GPU preemption hold", node=node, error=str(exc))
+            return False
+
+    async def _publish_ended(self) -> None:
+        while self._unpublish:
+            await self._publish(self._unpublish.pop())
 
     async def _wake_preemptor(self, hold: Hold) -> None:
         if self.client is None:
@@ -281,6 +392,9 @@ class PreemptController:
                 self._end(uid, "nomination failed")
                 log.warning("Could not nominate the preemptor", pod=f"{ns}/{name}", error=str(exc))
                 return
+        if not await self._publish(plan.node):  # the other replicas must see the hold before the room frees
+            self._end(uid, "hold not published")
+            return
         self.preemptions += 1
         evicted = []
         for vuid, vkey in victims.items():
@@ -317,17 +431,19 @@ def gpu_preemption_counters(c) -> dict[str, float]:
             "hami_scheduler_gpu_preemption_failed_evictions": float(c.failed_evictions if c else 0)}
 
 
-def attach_gpu_preemption(client, state, events, ext, waker, pdbs, leader, hold_timeout: float):
-    """Build the controller and hook it beside the waker: /filter's no-fit, resync's held set, pod deletions."""
+def attach_gpu_preemption(client, state, events, ext, waker, pdbs, leader, hold_timeout: float,
+                          scheduler_name: str = ""):
+    """Build the controller and hook it beside the waker: /filter's no-fit, resync's held set, pod events."""
     c = PreemptController(client, state, events, pdbs=pdbs, classes=Informer(client, "priorityclasses"),
                           hold_timeout=hold_timeout, is_leader=(lambda: leader.is_leader) if leader else (lambda: True),
-                          assumed=lambda: ext.assumed)
+                          assumed=lambda: ext.assumed, share_failures=ext.share_failures,
+                          scheduler_names=frozenset({scheduler_name}) if scheduler_name else frozenset())
 
     def on_no_fit(pod, preq, node_names, failed) -> None:
         waker.note_failure(pod, preq, node_names, failed)
         c.note_failure(pod, preq, node_names, failed)
     ext.on_no_fit = on_no_fit
-    state.held_placements = lambda: ext.assumed.keys() | c.holds.keys()
+    state.held_placements = lambda: ext.assumed.keys() | c.holds.keys() | c.mirror.mirrored.keys()
     assert state.pods is not None
     state.pods.add_handler(c.on_pod)
     return c

@@ -10,8 +10,11 @@ Pods keep
   metadata: name, namespace, uid, resourceVersion, labels (PDB selectors), annotations (HAMi's
             placement, bind phase, use/nouse filters, every vendor's keys), deletionTimestamp
   spec:     nodeName, schedulerName, priority (/preempt order), schedulingGroup (gang binds),
-            containers and initContainers as {name, resources} (the device requests)
-  status:   phase, startTime (/preempt order), initContainerStatuses as {name, state.terminated.exitCode}
+            containers and initContainers as {name, resources} (the device requests); of a pod
+            without nodeName also priorityClassName, preemptionPolicy, nodeSelector, affinity (GPU preemption)
+  status:   phase, startTime (/preempt order), initContainerStatuses as {name, state.terminated.exitCode};
+            of a pod without nodeName also nominatedNodeName and a PodScheduled=False condition
+            {type, status, message} (GPU preemption on every replica)
 Nodes keep
   metadata: name, uid, resourceVersion, labels, annotations (registrations, handshakes, locks,
             cordons, pair scores of every vendor)
@@ -33,6 +36,8 @@ from hami.device import codec
 
 _POD_META = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "deletionTimestamp")
 _POD_SPEC = ("nodeName", "schedulerName", "priority", "schedulingGroup")
+# Kept of pending pods only (few at a time): what GPU preemption reads on every replica (preempt_share).
+_PENDING_SPEC = ("priorityClassName", "preemptionPolicy", "nodeSelector", "affinity")
 _NODE_META = ("name", "uid", "resourceVersion", "labels", "annotations")
 _NODE_STATUS = ("capacity", "allocatable")
 # Annotation values shared by many pods: the node they are placed on, the bind phase.
@@ -115,6 +120,18 @@ def _init_statuses(items):
     return out
 
 
+def _pending_status(status: dict, st: dict) -> None:
+    """A pending pod's nomination and kube-scheduler's PodScheduled=False condition (GPU preemption)."""
+    if "nominatedNodeName" in status:
+        st["nominatedNodeName"] = status["nominatedNodeName"]
+    conds = status.get("conditions")
+    if isinstance(conds, list):
+        kept = [{k: c[k] for k in ("type", "status", "message") if k in c} for c in conds
+                if isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "False"]
+        if kept:
+            st["conditions"] = kept
+
+
 def project_pod(obj: dict, shared: Shared) -> dict:
     """The fields of a pod the scheduler reads (module docstring), sharing what repeats."""
     out: dict = {}
@@ -132,6 +149,8 @@ def project_pod(obj: dict, shared: Shared) -> dict:
     spec = obj.get("spec")
     if isinstance(spec, dict):
         ps = _pick(spec, _POD_SPEC)
+        if not spec.get("nodeName"):
+            ps.update(_pick(spec, _PENDING_SPEC))
         for key in ("nodeName", "schedulerName"):
             if key in ps:
                 ps[key] = _intern(ps[key])
@@ -150,6 +169,8 @@ def project_pod(obj: dict, shared: Shared) -> dict:
             st["startTime"] = status["startTime"]
         if "initContainerStatuses" in status:
             st["initContainerStatuses"] = _init_statuses(status["initContainerStatuses"])
+        if isinstance(spec, dict) and not spec.get("nodeName"):
+            _pending_status(status, st)
         out["status"] = shared.share(st) if len(st) <= 1 else st
     elif "status" in obj:
         out["status"] = status

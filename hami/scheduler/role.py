@@ -300,7 +300,8 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     ext.on_no_fit = waker.note_failure
     state.held_placements = lambda: ext.assumed  # a resync or rebuild keeps /filter's decisions
     if sc.gpu_preemption:  # hami.scheduler.preempt_controller: evictions for GPU-share-short pods
-        preempter = attach_gpu_preemption(client, state, events, ext, waker, pdbs, leader, sc.gpu_preemption_hold_timeout)
+        preempter = attach_gpu_preemption(client, state, events, ext, waker, pdbs, leader, sc.gpu_preemption_hold_timeout,
+                                          sc.scheduler_name)
     ext.verbs = ExtraVerbs(ext, pdbs)
     binder.place = ext.place_on  # a /bind without this replica's /filter decision fits the pod itself
     binder.recheck = ext.recheck  # /bind's re-check under the lock is /filter's own fit
