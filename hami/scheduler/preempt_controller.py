@@ -126,6 +126,7 @@ class PreemptController:
         self._unpublish: set[str] = set()               # nodes whose published holds must be rewritten
         self._retired: dict[str, float] = {}            # uids whose holds this leader ended (not to be rewritten)
         self._rescanned = 0.0
+        self._heard: dict[str, float] = {}              # uid -> when this replica's /filter last refused it
 
     # ------------------------------------------------------------------ hot path (sync)
 
@@ -138,6 +139,7 @@ class PreemptController:
             return
         if self.mirror.apply(uid):  # another replica's leader holds the room for it: keep counting it
             return
+        self._heard[uid] = self.clock()  # its failure came here: no refit from its condition needed
         if not self.is_leader() or not any(gpupreempt.share_only(r) for r in (failed or {}).values()):
             return
         self.pending[uid] = Failure(pod, request, dict(failed))
@@ -157,11 +159,13 @@ class PreemptController:
                     self._wake.set()
             else:
                 self.watched.pop(uid, None)
+                self._heard.pop(uid, None)
             return
         if new is None:
             uid = ((old or {}).get("metadata") or {}).get("uid")
             self.refusals.pop(uid, None)
             self.watched.pop(uid, None)
+            self._heard.pop(uid, None)
             if uid and any(uid in h.victims for h in self.holds.values()):
                 self._wake.set()
 
@@ -257,6 +261,8 @@ class PreemptController:
                 continue
             if uid in self.pending or uid in self.holds or index.pod(uid) is not None:
                 continue  # queued, held (here or by a predecessor still counted), or placed
+            if now - self._heard.get(uid, -1e9) < 3 * RESCAN_S:
+                continue  # this replica serves its /filter: note_failure queues it
             spec = pod.get("spec") or {}
             terms = nodeaffinity.required_terms(pod)
             names = [n for n in index.nodes if (o := nodes.store.get(n) if nodes is not None else None) is None

@@ -435,3 +435,16 @@ def test_gpu_preemption_value_reaches_the_flags_and_its_rbac():
     cfg = build_config({**{k: v for k, v in vars(args).items() if k != "role"}, "roles": ("scheduler",)},
                        env={}, warn=lambda m: pytest.fail(m))
     assert cfg.scheduler.gpu_preemption is True and cfg.scheduler.gpu_preemption_hold_timeout == 90.0
+
+
+def test_gpu_preemption_shortens_kube_schedulers_max_backoff_only_when_on():
+    """With scheduler.gpuPreemption.enabled the sidecar's KubeSchedulerConfiguration sets
+    podMaxBackoffSeconds (2, so a preemptor retries soon after its victims stop; empty keeps
+    kube-scheduler's 10 s); off, the field is absent (upstream's default)."""
+    def kube_config(docs) -> dict:
+        cm = next(c for c in find(docs, "ConfigMap") if c["metadata"]["name"].endswith("scheduler-config"))
+        return yaml.safe_load(cm["data"]["config.yaml"])
+    assert "podMaxBackoffSeconds" not in kube_config(rendered("default"))
+    assert kube_config(objects({"scheduler": {"gpuPreemption": {"enabled": True}}}))["podMaxBackoffSeconds"] == 2
+    assert "podMaxBackoffSeconds" not in kube_config(
+        objects({"scheduler": {"gpuPreemption": {"enabled": True, "podMaxBackoffSeconds": ""}}}))
