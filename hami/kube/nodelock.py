@@ -37,7 +37,10 @@ BIND_PHASE = codec.BIND_PHASE_ANNOTATION
 
 
 class NodeLockError(Exception):
-    """The lock could not be taken or released (contention, unknown node, API failure)."""
+    """The lock could not be taken or released (contention, unknown node, API failure).
+    `lost_race`: this call's compare-and-swap got a 409 before the contention was seen."""
+
+    lost_race = False
 
 
 class _Write:
@@ -134,9 +137,14 @@ class NodeLocker:
         `attempts` times at most. A node deleted under the write gives `node_gone()`; any other API
         error a NodeLockError `"{failed}: {error}"`.
         """
+        lost = False
         for _attempt in range(self.attempts):
             node = self._node(node_name)
-            decision = await decide(node)
+            try:
+                decision = await decide(node)
+            except NodeLockError as exc:
+                exc.lost_race = lost
+                raise
             if not isinstance(decision, _Write):
                 return decision
             rv = _rv(node)
@@ -146,6 +154,7 @@ class NodeLocker:
             except ApiError as exc:
                 if exc.conflict:
                     self.conflicts += 1
+                    lost = True
                     await self._await_change(node_name, rv)
                     continue
                 if exc.not_found:

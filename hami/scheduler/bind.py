@@ -60,6 +60,18 @@ def _lock_value(node: dict | None) -> str:
     return _annos(node).get(codec.NODE_LOCK_ANNOTATION, "")
 
 
+def _lock_holder(node: dict | None) -> str:
+    """"ns/name" of the pod holding the node lock ("" if none, legacy or unreadable)."""
+    value = _lock_value(node)
+    if not value:
+        return ""
+    try:
+        held = codec.decode_node_lock(value)
+    except codec.CodecError:
+        return ""
+    return "" if held.legacy else f"{held.namespace}/{held.name}"
+
+
 def _in_pod_group(pod: dict | None) -> bool:
     if pod is None:
         return False
@@ -71,6 +83,9 @@ def _in_pod_group(pod: dict | None) -> bool:
 # How long a /bind waits for another pod's node lock before failing (pod groups: retry_timeout).
 # Well inside kube-scheduler's extender HTTP timeout; one Allocate holds a lock ~0.2-1 s.
 LOCK_QUEUE_SECONDS = 10.0
+# A lock another replica's pod held, once released, is left that long to that replica's next
+# bind there (its lock write and the watch event) before ours writes (bind.Binder._lock).
+HANDOVER_GRACE_S = 0.05
 
 
 class Binder:
@@ -251,15 +266,22 @@ class Binder:
         return ""
 
     async def _lock(self, node: str, ns: str, name: str, pod: dict | None) -> str:
-        """Take the node lock, queueing behind another pod's lock (watching the node, no write)."""
+        """Take the node lock, queueing behind another pod's lock (watching the node, no write).
+
+        Two replicas can each have a bind queued on one node; both wake at its release and both
+        write, and the loser's 409 is a wasted critical write. So the replica whose pod held the
+        lock goes first, the other leaves the node to it for `HANDOVER_GRACE_S` after each release
+        (no write while anyone takes it), and a bind that lost such a race once always does."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(self.lock_queue, self.retry_timeout if _in_pod_group(pod) else 0.0)
         nodes = self.locker.nodes
+        polite = False
         while True:
             try:
                 await self.locker.lock(node, ns, name)
                 return ""
             except NodeLockError as exc:
+                polite = polite or exc.lost_race
                 left = deadline - loop.time()
                 if left <= 0:
                     return str(exc)
@@ -267,10 +289,16 @@ class Binder:
                     return str(exc)  # not contention (the API refused the write, no node): fail at once
                 # Wake when the node watch shows the lock released; our own lock write may be
                 # newer than the watch, so never spin faster than every 20 ms.
+                holder = _lock_holder(nodes.store.get(node))
                 woke = loop.time()
-                await nodes.wait_for(lambda: not _lock_value(nodes.store.get(node)), min(left, 1.0))
+                released = await nodes.wait_for(lambda: not _lock_value(nodes.store.get(node)), min(left, 1.0))
                 if loop.time() - woke < 0.02:
                     await asyncio.sleep(0.02)
+                if released and (polite or (holder and holder != self._own_holder.get(node))):
+                    # Another replica's pod held it: its next bind here, woken by the same release,
+                    # takes it first (its lock write and the watch event); if none does, we do.
+                    await nodes.wait_for(lambda: bool(_lock_value(nodes.store.get(node))),
+                                         max(0.0, min(deadline - loop.time(), HANDOVER_GRACE_S)))
 
     async def _own_lock(self, node: str, key: str) -> str:
         """A vendor's own node lock (Cambricon `cambricon.com/dsmlu.lock`: RFC3339 of the lock

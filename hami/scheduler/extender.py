@@ -53,6 +53,7 @@ from hami.scheduler import messages
 from hami.scheduler import policy as policymod
 from hami.scheduler import recheck as recheckmod
 from hami.scheduler import score as scoremod
+from hami.scheduler import spread as spreadmod
 from hami.scheduler.busy import Busy, Held
 from hami.scheduler.extargs import ArgsDecoder, BadArgs, lower_keys
 from hami.scheduler.fit import try_pod
@@ -193,6 +194,8 @@ class Extender:
         self.write_at_filter = False
         # Send pods away from nodes mid-allocation (locked) when another node fits.
         self.avoid_locked = True
+        # This replica's rank of nodes for spreading a burst away from another replica's choices.
+        self.replica_salt = spreadmod.new_salt()
         self._swept = 0.0
         self._decoded: dict[str, tuple] = {}  # register text -> devices (full-Nodes mode)
         self.filters = 0
@@ -335,14 +338,18 @@ class Extender:
                 and not preq.scored):  # (a vendor score term needs every node fitted: select_node)
             sel = self._first_fit(names, preq, index)
             return sel, [(sel.node, sel.score)] if sel.node else []
+        spread = False  # a burst pending: take the fit this replica's salt ranks highest (spread.py)
         if self.avoid_locked and not prioritize:
             busy = self._busy_nodes(node_names)
             if busy:
+                spread = True
                 free = [n for n in node_names if n not in busy]
                 if free and len(free) < len(node_names):
-                    sel = scoremod.select_node(index.nodes, free, preq)
-                    if sel.node is not None:  # another node fits: leave the locked ones to their pods
-                        return sel, [(sel.node, sel.score)]
+                    fits, failed = scoremod.evaluate_nodes(index.nodes, free, preq)
+                    if fits:  # another node fits: leave the locked ones to their pods
+                        best = spreadmod.pick(fits, self.replica_salt)
+                        return (scoremod.Selection(best.node, best.devices, best.score, best.mig, failed, len(free)),
+                                [(best.node, best.score)])
         if verbose or prioritize or len(node_names) <= FULL_EVALUATION_MAX_NODES:
             # HAMi fits every node; its FilteringSucceed text counts them all. Small candidate lists
             # cost little, so they get HAMi's exact message; big ones stop at the first fit.
@@ -350,7 +357,7 @@ class Extender:
             if verbose:
                 self._log_decisions(ns, name, preq, node_names, fits, failed, index)
             if fits:
-                best = fits[0]
+                best = spreadmod.pick(fits, self.replica_salt) if spread else fits[0]
                 sel = scoremod.Selection(best.node, best.devices, best.score, best.mig, failed, len(fits))
             else:
                 sel = scoremod.Selection(None, (), 0.0, (), failed, 0)

@@ -222,3 +222,44 @@ async def test_bind_refuses_a_placement_that_collides_with_a_bound_pod(env):
     assert "hami.io/bind-phase" not in stored["metadata"]["annotations"]
     assert LOCK not in env.store.get("nodes", "", node)["metadata"].get("annotations", {})
     assert env.sched.binder.overcommit_refusals == 2
+
+
+async def test_a_lock_another_replica_held_is_left_to_it_at_release(env, monkeypatch):
+    """Two replicas' binds queued on one node both wake at its release; the one whose replica did
+    not hold the lock leaves the node to the other's write (HANDOVER_GRACE_S) instead of racing
+    its compare-and-swap, so no 409 (a wasted write) is made, then takes its own turn."""
+    from hami.scheduler import bind as bindmod
+
+    monkeypatch.setattr(bindmod, "HANDOVER_GRACE_S", 30.0)  # the other replica's write is the test's
+    state, locker = env.sched.state, env.sched.locker
+
+    def lock_for(pod_name: str) -> None:  # the other replica's compare-and-swap
+        node = env.store.get("nodes", "", "n0")
+        env.store.patch("nodes", "", "n0", orjson.dumps({"metadata": {
+            "resourceVersion": node["metadata"]["resourceVersion"],
+            "annotations": {LOCK: codec.encode_node_lock(locker.clock(), "default", pod_name)}}}),
+            "application/merge-patch+json")
+
+    def holder() -> str:
+        return (state.node("n0")["metadata"].get("annotations") or {}).get(LOCK, "")
+
+    for other in ("held1", "held2"):
+        env.create_pod(pod_obj(other, annotations={"hami.io/bind-phase": "allocating"}))
+    lock_for("held1")
+    pod = env.create_pod(pod_obj("p", mem=1000))
+    assert (await env.filter(pod, ["n0"]))["NodeNames"] == ["n0"]
+    await eventually(lambda: state.pod("default", "held2") and "held1" in holder())
+    bind = asyncio.create_task(env.bind(pod, "n0"))
+    await eventually(lambda: env.sched.extender.binder.in_flight.get("n0"))
+    plugin_allocate(env.store, "held1", "n0")  # released: our bind wakes and waits for the other replica
+    await eventually(lambda: not holder())
+    await asyncio.sleep(0.05)  # a bind that raced would have written its lock by now
+    assert LOCK not in env.store.get("nodes", "", "n0")["metadata"].get("annotations", {})
+    lock_for("held2")  # the other replica's next bind takes it: its write is not beaten
+    await eventually(lambda: "held2" in holder())
+    assert not bind.done()
+    monkeypatch.setattr(bindmod, "HANDOVER_GRACE_S", 0.05)
+    plugin_allocate(env.store, "held2", "n0")  # nobody else wants it now: ours after the grace
+    assert (await bind)["Error"] == ""
+    assert env.pod("default", "p")["spec"]["nodeName"] == "n0"
+    assert locker.conflicts == 0 and not env.sched.client.requests.get(("patch", "nodes", "409"))

@@ -2,8 +2,8 @@
 through every way in and out of `Held` (hypothesis: the counts always equal a recount); `avoid`
 picks the nodes with more pending than the least busy candidate; over HTTP, a node holding an
 assumed placement (filter answered, bind not in) is avoided while another fits, like a locked node,
-and is forgotten once that placement binds or expires, after which binpack packs the fullest node
-again."""
+every node equally busy leaves the choice to the replica's salt (spread.py), and the placement is
+forgotten once it binds or expires, after which binpack packs the fullest node again."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hami.scheduler import extender as extmod
+from hami.scheduler import spread
 from hami.scheduler.busy import Busy, Held
 from tests.kube.helpers import eventually, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env
@@ -84,8 +85,12 @@ async def test_an_assumed_placement_makes_its_node_busy_until_it_binds(env):
     [empty] = {"n0", "n1", "n2"} - {full, other}
     # Every node busy but `empty`: the next pod takes it.
     assert (await env.filter(env.create_pod(pod_obj("a2", mem=1000)), ["n0", "n1", "n2"]))["NodeNames"] == [empty]
-    # Each node now has one pending: none is avoided, binpack picks the fullest again.
-    assert (await env.filter(env.create_pod(pod_obj("a3", mem=1000)), ["n0", "n1", "n2"]))["NodeNames"] == [full]
+    # Each node now has one pending: none is avoided, and while the burst is pending this
+    # replica's salt picks among the fits (spread.py), not binpack's fullest: a salt that ranks
+    # `empty` first sends the pod there.
+    ext.replica_salt = next(s for s in (bytes([i]) for i in range(256))
+                            if max(("n0", "n1", "n2"), key=lambda n: spread.rank(s, n)) == empty)
+    assert (await env.filter(env.create_pod(pod_obj("a3", mem=1000)), ["n0", "n1", "n2"]))["NodeNames"] == [empty]
     # The burst drains: every decision binds and its allocation releases the lock.
     for name in ("a0", "a1", "a2", "a3"):
         uid = env.pod("default", name)["metadata"]["uid"]

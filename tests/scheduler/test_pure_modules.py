@@ -1,6 +1,6 @@
 """The pure scheduler modules (policy, usage, fit, score, webhook, podfilter, gosort, migplace,
 messages, vendorrules, vendorscore, nodeorder, extargs, changelog, nodescan, gpupreempt, preempt, pdb, busy,
-lockhistory, patchbuild, quantitylimits, placementguard) stay pure, and so do the two modules outside the package the
+spread, lockhistory, patchbuild, quantitylimits, placementguard) stay pure, and so do the two modules outside the package the
 webhook may use (hami.dra.claims, hami.principals).
 
 Covers: by reading their source, that they import nothing but the standard library, `jsonpatch`,
@@ -20,7 +20,7 @@ import pytest
 
 PURE = ("policy", "usage", "fit", "score", "webhook", "podfilter", "gosort", "migplace", "messages", "vendorrules",
         "vendorscore", "nodeorder", "extargs", "changelog", "nodescan", "recheck", "gpupreempt", "preempt", "pdb",
-        "busy", "lockhistory", "patchbuild", "quantitylimits", "placementguard")
+        "busy", "spread", "lockhistory", "patchbuild", "quantitylimits", "placementguard")
 # Modules the webhook may use that this file does not hold to the rule above: the DRA claim translation
 # (hami.dra.claims, stdlib + hami.device, checked below), the table of hami's own writers
 # (hami.principals, constants, checked below; placementguard names them too) and placementguard.
