@@ -47,7 +47,7 @@ from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.events import NORMAL, WARNING, EventRecorder
 from hami.kube.informer import Informer
 from hami.obs.log import get_logger
-from hami.scheduler import gpupreempt, nodeaffinity
+from hami.scheduler import gpupreempt, nodeaffinity, taints
 from hami.scheduler.fit import PodRequest
 from hami.scheduler.preempt_share import (
     HOLDS_ANNOTATION,
@@ -266,8 +266,9 @@ class PreemptController:
             spec = pod.get("spec") or {}
             terms = nodeaffinity.required_terms(pod)
             names = [n for n in index.nodes if (o := nodes.store.get(n) if nodes is not None else None) is None
-                     or nodeaffinity.node_matches(spec.get("nodeSelector"), terms,
-                                                  (o.get("metadata") or {}).get("labels") or {}, n)]
+                     or (nodeaffinity.node_matches(spec.get("nodeSelector"), terms,
+                                                   (o.get("metadata") or {}).get("labels") or {}, n)
+                         and taints.tolerates_node(pod, o))]
             got = self.share_failures(pod, names)
             if got is None:
                 continue

@@ -11,13 +11,15 @@ Pods keep
             placement, bind phase, use/nouse filters, every vendor's keys), deletionTimestamp
   spec:     nodeName, schedulerName, priority (/preempt order), schedulingGroup (gang binds),
             containers and initContainers as {name, resources} (the device requests); of a pod
-            without nodeName also priorityClassName, preemptionPolicy, nodeSelector, affinity (GPU preemption)
+            without nodeName also priorityClassName, preemptionPolicy, nodeSelector, affinity, tolerations
+            (GPU preemption)
   status:   phase, startTime (/preempt order), initContainerStatuses as {name, state.terminated.exitCode};
             of a pod without nodeName also nominatedNodeName and a PodScheduled=False condition
             {type, status, message} (GPU preemption on every replica)
 Nodes keep
   metadata: name, uid, resourceVersion, labels, annotations (registrations, handshakes, locks,
             cordons, pair scores of every vendor)
+  spec:     taints, unschedulable (GPU preemption's refit)
   status:   capacity, allocatable (handshake counts, vendors registered by capacity)
 
 Identical parts (the containers of one ReplicaSet, equal label sets, a status that is only a
@@ -37,9 +39,10 @@ from hami.device import codec
 _POD_META = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "deletionTimestamp")
 _POD_SPEC = ("nodeName", "schedulerName", "priority", "schedulingGroup")
 # Kept of pending pods only (few at a time): what GPU preemption reads on every replica (preempt_share).
-_PENDING_SPEC = ("priorityClassName", "preemptionPolicy", "nodeSelector", "affinity")
+_PENDING_SPEC = ("priorityClassName", "preemptionPolicy", "nodeSelector", "affinity", "tolerations")
 _NODE_META = ("name", "uid", "resourceVersion", "labels", "annotations")
 _NODE_STATUS = ("capacity", "allocatable")
+_NODE_SPEC = ("taints", "unschedulable")  # GPU preemption's refit on the leader (hami.scheduler.taints)
 # Annotation values shared by many pods: the node they are placed on, the bind phase.
 _INTERNED_ANNOTATIONS = (codec.VGPU_NODE_ANNOTATION, codec.BIND_PHASE_ANNOTATION)
 
@@ -183,6 +186,9 @@ def project_node(obj: dict, shared: Shared) -> dict:
     if "name" in meta:
         meta["name"] = _intern(meta["name"])
     out: dict = {"metadata": meta}
+    spec = _pick(obj.get("spec"), _NODE_SPEC)
+    if spec:
+        out["spec"] = spec
     status = obj.get("status")
     if isinstance(status, dict):
         st = _pick(status, _NODE_STATUS)

@@ -337,23 +337,6 @@ def _taints(value: Any, source: str, path: str) -> tuple[tuple[str, str, str], .
     return tuple(out)
 
 
-def tolerates(tolerations: Any, taint: tuple[str, str, str]) -> bool:
-    """Kubernetes' ToleratesTaint: one toleration of the pod matches the taint."""
-    key, value, effect = taint
-    for tol in tolerations if isinstance(tolerations, list) else ():
-        if not isinstance(tol, dict):
-            continue
-        if tol.get("effect") and tol.get("effect") != effect:
-            continue
-        op = tol.get("operator") or "Equal"
-        tkey = tol.get("key") or ""
-        if op == "Exists" and (not tkey or tkey == key):
-            return True
-        if op == "Equal" and tkey == key and (tol.get("value") or "") == value:
-            return True
-    return False
-
-
 def node_affinity_ok(spec: Mapping, name: str, labels: Mapping[str, str]) -> bool:
     """NodeAffinity's Filter for the pod's required node affinity (the scheduler's one matcher,
     which checks every shape: a snapshot's pod spec is read as it is). No required affinity: every node."""

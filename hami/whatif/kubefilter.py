@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from hami.scheduler.taints import tolerates
 from hami.sim import intree
 
-from .cluster import TERMINAL, NodeInfo, PodInfo, node_affinity_ok, tolerates
+from .cluster import TERMINAL, NodeInfo, PodInfo, node_affinity_ok
 
 
 def pod_rules(spec: Mapping) -> bool:

@@ -8,7 +8,8 @@ non-leader replica counts it: a lower-priority pod created during the terminatio
 held shares by the replica the loop calls and by the leader's /filter too; the preemptor runs and
 every hold ends. A leader that dies mid-preemption (one of two victims evicted) takes its
 published hold back; the other replica takes the Lease over and finishes, each victim evicted once.
-A malformed hold annotation is no hold and never breaks a replica.
+A malformed hold annotation is no hold and never breaks a replica; the leader's refit leaves out
+nodes whose taints the pod does not tolerate.
 """
 
 from __future__ import annotations
@@ -122,3 +123,19 @@ def test_a_malformed_hold_annotation_is_no_hold():
     import orjson
     got = preempt_share.decode_holds("n0", orjson.dumps({"u": good}).decode())
     assert got["u"].namespace == "a" and got["u"].until == 5.0 and got["u"].victims == {"v": "a/v"}
+
+
+def test_the_leaders_refit_leaves_out_nodes_whose_taints_the_pod_does_not_tolerate():
+    """TaintToleration as kube-scheduler filters (hami.scheduler.taints, shared with hami whatif)."""
+    from hami.scheduler.taints import tolerates_node
+    tainted = {"spec": {"taints": [{"key": "gpu", "value": "a100", "effect": "NoSchedule"},
+                                   {"key": "soft", "effect": "PreferNoSchedule"}]}}
+    pod = {"spec": {}}
+    assert tolerates_node(pod, {"spec": {}}) and not tolerates_node(pod, tainted)
+    assert tolerates_node({"spec": {"tolerations": [{"key": "gpu", "value": "a100"}]}}, tainted)
+    assert tolerates_node({"spec": {"tolerations": [{"operator": "Exists"}]}}, tainted)
+    assert not tolerates_node({"spec": {"tolerations": [{"key": "gpu", "value": "h100"}]}}, tainted)
+    assert not tolerates_node({"spec": {"tolerations": ["bad", {"key": "gpu", "effect": "NoExecute",
+                                                                "operator": "Exists"}]}}, tainted)
+    assert not tolerates_node(pod, {"spec": {"unschedulable": True}})
+    assert tolerates_node(pod, {"spec": {"taints": "bad"}})
