@@ -63,6 +63,20 @@ class EvictionLog:
         monkeypatch.setattr(apiserver_mod, "evict", counting)
 
 
+def die_after_first_eviction(monkeypatch, client) -> asyncio.Event:
+    """The leader dies after its first eviction: every later one never returns (the process is gone)."""
+    died = asyncio.Event()
+    real_evict = client.evict_pod
+
+    async def evict_then_die(ns, name, uid=""):
+        if died.is_set():
+            await asyncio.Event().wait()
+        await real_evict(ns, name, uid)
+        died.set()
+    monkeypatch.setattr(client, "evict_pod", evict_then_die)
+    return died
+
+
 async def fill(c, plan) -> None:
     for name, mem, node, value in plan:
         c.create(on_card(name, mem, node, value))
@@ -153,16 +167,7 @@ async def test_a_leader_dying_mid_preemption_leaves_no_hold_and_no_double_evicti
             store.create("pods", "default", on_card(f"f{i}", 10240, "n0", i))
         await eventually(lambda: all(store.get("pods", "default", f"f{i}")["spec"].get("nodeName")
                                      for i in range(4)), 10)
-        # the first leader dies after its first eviction: its client fails every later request
-        died = asyncio.Event()
-        real_evict = first.sched.client.evict_pod
-
-        async def evict_then_die(ns, name, uid=""):
-            if died.is_set():
-                await asyncio.Event().wait()  # never returns: the process is gone
-            await real_evict(ns, name, uid)
-            died.set()
-        monkeypatch.setattr(first.sched.client, "evict_pod", evict_then_die)
+        died = die_after_first_eviction(monkeypatch, first.sched.client)
         store.create("pods", "default", prio(pod_obj("urgent", mem=20480), 1000))
         await eventually(died.is_set, 10)
         uid = store.get("pods", "default", "urgent")["metadata"]["uid"]

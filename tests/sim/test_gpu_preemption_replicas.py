@@ -17,13 +17,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import orjson
+
 from hami.scheduler import preempt_share
 from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
 from hami.sim.termination import PodTerminator
 from tests.kube.helpers import client_for, eventually, pod_obj
 from tests.kube.scheduler_env import start_env, stop_env
 from tests.sim._kubesched import FAST, device_plugin, gpu_node
-from tests.sim.test_gpu_preemption import EvictionLog, names, on_card, prio
+from tests.sim.test_gpu_preemption import EvictionLog, die_after_first_eviction, names, on_card, prio
 
 LEASE = {"leader_elect": True, "leader_elect_resource_namespace": "default", "gpu_preemption": True}
 
@@ -94,15 +96,7 @@ async def test_a_leader_change_mid_preemption_evicts_each_victim_once(apiserver,
         for i in range(4):
             store.create("pods", "default", on_card(f"f{i}", 10240, "n0", i))
         await eventually(lambda: all(node_of(store, f"f{i}") for i in range(4)), 10)
-        died = asyncio.Event()
-        real_evict = a.sched.client.evict_pod
-
-        async def evict_then_die(ns, name, uid=""):
-            if died.is_set():
-                await asyncio.Event().wait()  # never returns: the process is gone
-            await real_evict(ns, name, uid)
-            died.set()
-        monkeypatch.setattr(a.sched.client, "evict_pod", evict_then_die)
+        died = die_after_first_eviction(monkeypatch, a.sched.client)
         store.create("pods", "default", prio(pod_obj("urgent", mem=20480), 1000))
         await eventually(died.is_set, 10)
         assert len(log.calls) == 1 and log.calls[0] in ("f0", "f1")  # one of its two victims, then it died
@@ -120,7 +114,6 @@ def test_a_malformed_hold_annotation_is_no_hold():
                  '{"u": {"pod": "a/b", "devices": "", "until": true}}'):
         assert preempt_share.decode_holds("n0", text) == {}, text
     good = preempt_share.encode_hold("a", "b", (), 5.0, {"v": "a/v"})
-    import orjson
     got = preempt_share.decode_holds("n0", orjson.dumps({"u": good}).decode())
     assert got["u"].namespace == "a" and got["u"].until == 5.0 and got["u"].victims == {"v": "a/v"}
 
