@@ -86,6 +86,7 @@ class Hold:
     expires: float
     woken: bool = False
     at: float = field(default=0.0)
+    until: float = 0.0                 # `expires` in wall-clock seconds, as published (3 decimals)
 
 
 def _key(pod: dict) -> tuple[str, str, str]:
@@ -121,10 +122,11 @@ class PreemptController:
         self.share_failures = share_failures    # the extender's fit without a decision (other replicas' failures)
         self.scheduler_names = scheduler_names  # the schedulerNames this scheduler serves (empty: any)
         # a pod this replica's /filter placed (assumed) is no longer held here, whatever the Node says
-        self.mirror = HoldMirror(state, lambda: self.holds.keys() | set(self.assumed()), wall)
+        self.mirror = HoldMirror(state, lambda: self.holds.keys() | set(self.assumed()), wall,
+                                 retired=lambda: self._retired)
         self.watched: dict[str, tuple[str, str]] = {}  # uid -> (ns, name): pending, refused on shares somewhere
         self._unpublish: set[str] = set()               # nodes whose published holds must be rewritten
-        self._retired: dict[str, float] = {}            # uids whose holds this leader ended (not to be rewritten)
+        self._retired: dict[str, float] = {}            # uid -> `until` of a hold this leader ended (not to rewrite)
         self._rescanned = 0.0
         self._heard: dict[str, float] = {}              # uid -> when this replica's /filter last refused it
 
@@ -217,7 +219,7 @@ class PreemptController:
         hold = self.holds.pop(uid, None)
         if hold is None:
             return
-        self._retired[uid] = self.wall() + self.hold_timeout
+        self._retired[uid] = hold.until
         self._unpublish.add(hold.node)
         rec = self.state.index.pod(uid)
         placed = uid in self.assumed() or self._placed(hold.namespace, hold.name)
@@ -279,17 +281,17 @@ class PreemptController:
     def _node_holds(self, node: str) -> dict:
         """What this leader publishes on `node`: its own holds, and others' (a predecessor's) still running."""
         obj = self.state.nodes.store.get(node) if self.state.nodes is not None else None
-        text = ((obj or {}).get("metadata") or {}).get("annotations", {}).get(HOLDS_ANNOTATION) if obj else None
+        text = ((((obj or {}).get("metadata") or {}).get("annotations")) or {}).get(HOLDS_ANNOTATION)
         now = self.wall()
         for u, t in list(self._retired.items()):
             if t <= now:
                 del self._retired[u]
         out = {u: encode_hold(h.namespace, h.name, h.devices, h.until, h.victims)
                for u, h in decode_holds(node, text).items()
-               if u not in self.holds and u not in self._retired and h.until > now}
+               if u not in self.holds and self._retired.get(u) != h.until and h.until > now}
         for u, h in self.holds.items():
             if h.node == node:
-                out[u] = encode_hold(h.namespace, h.name, h.devices, now + (h.expires - self.clock()), h.victims)
+                out[u] = encode_hold(h.namespace, h.name, h.devices, h.until, h.victims)
         return out
 
     async def _publish(self, node: str) -> bool:
@@ -383,7 +385,7 @@ class PreemptController:
         victims = {u: f"{facts.pods[u]['metadata'].get('namespace')}/{facts.pods[u]['metadata'].get('name')}"
                    for u in plan.victims}
         hold = Hold(plan.node, ns, name, plan.devices, plan.mig, failure.request.num_init, victims,
-                    now + self.hold_timeout, at=now)
+                    now + self.hold_timeout, at=now, until=round(self.wall() + self.hold_timeout, 3))
         self.holds[uid] = hold
         self._apply(uid, hold)
         if not victims:  # the room freed meanwhile: nothing to evict, wake it

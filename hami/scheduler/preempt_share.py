@@ -107,10 +107,12 @@ def failed_on_shares(pod: Mapping) -> bool:
 class HoldMirror:
     """Counts the holds published on Nodes in this replica's usage index (every replica, leader or not)."""
 
-    def __init__(self, state, own: Callable[[], Mapping[str, object]], wall: Callable[[], float] = time.time):
+    def __init__(self, state, own: Callable[[], Mapping[str, object]], wall: Callable[[], float] = time.time,
+                 retired: Callable[[], Mapping[str, object]] = dict):
         self.state = state
         self.own = own              # the controller's own holds and /filter's placements (counted already)
         self.wall = wall
+        self.retired = retired      # uid -> until of holds this replica ended (its Node may show them a moment)
         self.mirrored: dict[str, SharedHold] = {}
 
     def published(self) -> dict[str, SharedHold]:
@@ -135,8 +137,9 @@ class HoldMirror:
             and not (meta.get("annotations") or {}).get(codec.VGPU_NODE_ANNOTATION)
 
     def sync(self) -> None:
-        own = self.own()
-        wanted = {u: h for u, h in self.published().items() if u not in own and self._valid(h)}
+        own, retired = self.own(), self.retired()
+        wanted = {u: h for u, h in self.published().items()
+                  if u not in own and retired.get(u) != h.until and self._valid(h)}
         index = self.state.index
         for uid, hold in list(self.mirrored.items()):
             if uid not in wanted:
