@@ -124,6 +124,7 @@ class _GuardedProtocol(asyncio.Protocol):
         self.fbuf = bytearray()
         self.head: httphead.Head | None = None
         self.busy = False
+        self.task: asyncio.Task | None = None  # the answer in flight
         self.eof = False
         self.paused = False  # the client does not read its answers: no more are made until it does
         self.reading = True
@@ -255,11 +256,19 @@ class _GuardedProtocol(asyncio.Protocol):
             self.transport.resume_reading()
         self.head = None
         self.busy = True
-        asyncio.get_running_loop().create_task(self._answer(head, body))
+        self.task = asyncio.get_running_loop().create_task(self._answer(head, body))  # held: not collected mid-way
 
     async def _answer(self, head: httphead.Head, body: bytes) -> None:
         try:
             out = httphead.response(200, await self.guard.fast[head.path](body), keep_alive=head.keep_alive)
+        except asyncio.CancelledError:
+            # the handler was cancelled (the process stopping): as with aiohttp, no answer, and the
+            # connection is closed so the client sees its request fail instead of waiting for ever
+            self.busy = False
+            self.task = None
+            if not self.transport.is_closing():
+                self.transport.close()
+            raise
         except Exception as exc:  # aiohttp's answer to a handler that raised
             log.exception("Error handling request", path=head.path.decode(), error=str(exc))
             out = httphead.response(500, b"500 Internal Server Error\n\nServer got itself in trouble",
@@ -267,6 +276,7 @@ class _GuardedProtocol(asyncio.Protocol):
             head = dataclasses.replace(head, keep_alive=False)  # aiohttp closes the connection after a 500
         self.guard.fast_served += 1
         self.busy = False
+        self.task = None
         self.awaiting_headers = True
         transport = self.transport
         if transport.is_closing():

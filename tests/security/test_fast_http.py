@@ -5,7 +5,8 @@ answers like aiohttp and keeps every limit of the guard (issue 27), with real so
   read, then fast again on that connection), a chunked body, a body over the limit (413 before it is
   read), a Content-Encoding (415), a wrong method (405), an unknown path (404), HTTP/1.0, no Host, a header
   block past aiohttp's 8190 bytes, a bare-LF header, a doubled Content-Length, a handler that raises
-  (500, the connection closed, as aiohttp does);
+  (500, the connection closed, as aiohttp does); a handler cancelled mid-way (the connection closed
+  with no answer on both lanes, never left hanging);
 - hostile clients on the fast lane: a slowloris head and a stalled body are cut at the guard's
   deadlines (408 for the body) while another connection is answered; a half-closed socket after a
   whole request still gets its answer; a half-closed socket mid-request is closed; a huge
@@ -45,6 +46,9 @@ LIMIT = 1000
 async def answer(body: bytes) -> dict:
     if body == b"boom":
         raise RuntimeError("boom")
+    if body == b"cancel":  # the process stopping under the handler
+        await asyncio.sleep(0)
+        raise asyncio.CancelledError
     if body == b'"big"':
         return {"Echo": "x" * 65536, "Error": ""}
     try:
@@ -319,3 +323,12 @@ async def _send_all(writer, requests) -> None:
     for r in requests:
         writer.write(r)
         await writer.drain()
+
+
+async def test_a_cancelled_handler_closes_the_connection_on_both_lanes(both):
+    """A replica dying inside /bind: kube-scheduler's request must fail, not wait for ever."""
+    for _runner, port in both:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(post(b"cancel"))
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed, nothing answered
+        writer.close()
