@@ -338,16 +338,18 @@ class Extender:
                 and not preq.scored):  # (a vendor score term needs every node fitted: select_node)
             sel = self._first_fit(names, preq, index)
             return sel, [(sel.node, sel.score)] if sel.node else []
-        spread = False  # a burst pending: take the fit this replica's salt ranks highest (spread.py)
+        spread = False  # a burst pending here: take the fit this replica's salt ranks highest (spread.py)
         if self.avoid_locked and not prioritize:
             busy = self._busy_nodes(node_names)
             if busy:
-                spread = True
+                # only this replica's own decisions and binds make a burst: a lock seen on some node
+                # (another scheduler's, an Allocate in progress) leaves binpack's best fit first
+                spread = bool(self.assumed.per_node or getattr(self.binder, "in_flight", None))
                 free = [n for n in node_names if n not in busy]
                 if free and len(free) < len(node_names):
                     fits, failed = scoremod.evaluate_nodes(index.nodes, free, preq)
                     if fits:  # another node fits: leave the locked ones to their pods
-                        best = spreadmod.pick(fits, self.replica_salt)
+                        best = spreadmod.pick(fits, self.replica_salt) if spread else fits[0]
                         return (scoremod.Selection(best.node, best.devices, best.score, best.mig, failed, len(free)),
                                 [(best.node, best.score)])
         if verbose or prioritize or len(node_names) <= FULL_EVALUATION_MAX_NODES:

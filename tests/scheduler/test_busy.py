@@ -2,7 +2,9 @@
 through every way in and out of `Held` (hypothesis: the counts always equal a recount); `avoid`
 picks the nodes with more pending than the least busy candidate; over HTTP, a node holding an
 assumed placement (filter answered, bind not in) is avoided while another fits, like a locked node,
-every node equally busy leaves the choice to the replica's salt (spread.py), and the placement is
+every node equally busy leaves the choice to the replica's salt (spread.py) while this replica has a
+burst pending, but a lock seen on some node with nothing pending here leaves binpack's best fit
+first (another scheduler's lock or an Allocate in progress is not a burst), and the placement is
 forgotten once it binds or expires, after which binpack packs the fullest node again."""
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hami.device import codec
 from hami.scheduler import extender as extmod
 from hami.scheduler import spread
 from hami.scheduler.busy import Busy, Held
@@ -119,3 +122,22 @@ async def test_an_expired_assumed_placement_no_longer_makes_its_node_busy(env):
     ext._sweep_assumed(now[0])
     assert ext.assumed.per_node == {} and ext._busy_nodes([other, full]).nodes() == frozenset()
     assert (await env.filter(env.create_pod(pod_obj("e1", mem=1000)), [other, full]))["NodeNames"] == [full]
+
+
+async def test_a_lock_seen_with_nothing_pending_here_leaves_binpacks_best_fit_first(env):
+    ext = env.sched.extender
+    base = env.create_pod(pod_obj("l0", mem=8000))
+    full = (await env.filter(base, ["n0", "n1", "n2"]))["NodeNames"][0]
+    assert (await env.bind(base, full))["Error"] == ""
+    plugin_allocate(env.store, "l0", full)
+    await eventually(lambda: not env.sched.state.locked and env.sched.state.pod_keys.get("default/l0"))
+    locked, free = sorted({"n0", "n1", "n2"} - {full})
+    node = env.store.get("nodes", "", locked)
+    node["metadata"]["annotations"][codec.NODE_LOCK_ANNOTATION] = codec.encode_node_lock(ext.clock(), "x", "other")
+    env.store.update("nodes", "", locked, node)
+    await eventually(lambda: locked in env.sched.state.locked)
+    assert ext.assumed.per_node == {}  # nothing pending on this replica
+    # a salt that would rank the emptier free node first if spreading applied
+    ext.replica_salt = next(s for s in (bytes([i]) for i in range(256))
+                            if max((full, free), key=lambda n: spread.rank(s, n)) == free)
+    assert (await env.filter(env.create_pod(pod_obj("l1", mem=1000)), ["n0", "n1", "n2"]))["NodeNames"] == [full]
