@@ -105,13 +105,19 @@ async def test_an_assumed_placement_makes_its_node_busy_until_it_binds(env):
     assert (await env.filter(env.create_pod(pod_obj("a4", mem=1000)), [empty, full]))["NodeNames"] == [full]
 
 
-async def test_an_expired_assumed_placement_no_longer_makes_its_node_busy(env):
-    ext = env.sched.extender
-    base = env.create_pod(pod_obj("b0", mem=8000))
+async def bound_and_allocated(env, name: str) -> str:
+    """An 8,000 MiB pod filtered, bound and allocated (its lock released): the node binpack fills first."""
+    base = env.create_pod(pod_obj(name, mem=8000))
     full = (await env.filter(base, ["n0", "n1", "n2"]))["NodeNames"][0]
     assert (await env.bind(base, full))["Error"] == ""
-    plugin_allocate(env.store, "b0", full)
-    await eventually(lambda: not env.sched.state.locked and env.sched.state.pod_keys.get("default/b0"))
+    plugin_allocate(env.store, name, full)
+    await eventually(lambda: not env.sched.state.locked and env.sched.state.pod_keys.get(f"default/{name}"))
+    return full
+
+
+async def test_an_expired_assumed_placement_no_longer_makes_its_node_busy(env):
+    ext = env.sched.extender
+    full = await bound_and_allocated(env, "b0")
     now = [ext.clock()]
     ext.clock = lambda: now[0]
     assert (await env.filter(env.create_pod(pod_obj("e0", mem=1000)), ["n0", "n1", "n2"]))["NodeNames"] == [full]
@@ -126,11 +132,7 @@ async def test_an_expired_assumed_placement_no_longer_makes_its_node_busy(env):
 
 async def test_a_lock_seen_with_nothing_pending_here_leaves_binpacks_best_fit_first(env):
     ext = env.sched.extender
-    base = env.create_pod(pod_obj("l0", mem=8000))
-    full = (await env.filter(base, ["n0", "n1", "n2"]))["NodeNames"][0]
-    assert (await env.bind(base, full))["Error"] == ""
-    plugin_allocate(env.store, "l0", full)
-    await eventually(lambda: not env.sched.state.locked and env.sched.state.pod_keys.get("default/l0"))
+    full = await bound_and_allocated(env, "l0")
     locked, free = sorted({"n0", "n1", "n2"} - {full})
     node = env.store.get("nodes", "", locked)
     node["metadata"]["annotations"][codec.NODE_LOCK_ANNOTATION] = codec.encode_node_lock(ext.clock(), "x", "other")
