@@ -19,6 +19,7 @@ from hami.agent._pb import api_pb2 as pb
 from hami.device.model import NodeDeviceConfig, NvidiaConfig
 from hami.device.nodeconfig import effective_device_settings
 from tests.agent.harness import LOCK, NODE, U1, U2, NodeHarness, gpu_doc
+from tests.kube.helpers import eventually
 
 REGISTER = "hami.io/node-nvidia-register"
 EXPECTED_JSON = (
@@ -233,7 +234,8 @@ async def test_kubelet_restart_leads_to_re_registration(remove_plugin_sockets):
         await h.kubelet.restart(remove_plugin_sockets=remove_plugin_sockets)
         assert h.kubelet.devices() == []
         assert await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 20)
-        assert h.agent.plugin.registrations == 2
+        # the kubelet serves the new registration before the agent's Register call returns and counts it
+        await eventually(lambda: h.agent.plugin.registrations == 2, timeout=10)
         pod = await h.create_pod("after", {"main": 1}, f"{U1},NVIDIA,1000,10:;")
         (c,) = (await h.kubelet.allocate_pod(pod)).values()
         assert c.envs["NVIDIA_VISIBLE_DEVICES"] == U1
