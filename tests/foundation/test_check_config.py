@@ -43,7 +43,15 @@ def no_io(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("--check-config opened a socket or ran the event loop")
 
-    monkeypatch.setattr(socket, "socket", refuse)
+    real_socket = socket.socket
+
+    def network_socket(*a, **k):  # a network socket is refused; the AF_UNIX pair of an event loop
+        family = a[0] if a else k.get("family", -1)  # (pytest-asyncio's, made per test) is not I/O
+        if family in (-1, socket.AF_INET, socket.AF_INET6):
+            refuse()
+        return real_socket(*a, **k)
+
+    monkeypatch.setattr(socket, "socket", network_socket)
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setattr(cli.asyncio, "run", refuse)
 
