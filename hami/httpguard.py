@@ -393,3 +393,20 @@ async def serve_probes(component: str, readiness, address: str, limits: ListenSe
     await web.TCPSite(runner, host, port).start()
     return runner, (runner.addresses[0][1] if runner.addresses else port)
 
+
+async def run_with_probes(role, component: str, address: str, limits: ListenSettings | None,
+                          stop: asyncio.Event, ready: asyncio.Event | None = None,
+                          on_port: Callable[[int], None] | None = None) -> None:
+    """`role.run(stop, ready)` with its `/healthz` and `/readyz` (`role.readiness`) served on `address`
+    while it runs (kubelet's probes; "" serves none); `on_port(bound port)` once they listen."""
+    runner = None
+    if address:
+        runner, port = await serve_probes(component, role.readiness, address, limits)
+        log.info("Health probes listening", component=component, address=address, port=port)
+        if on_port is not None:
+            on_port(port)
+    try:
+        await role.run(stop, ready)
+    finally:
+        if runner is not None:
+            await runner.cleanup()

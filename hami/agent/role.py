@@ -333,16 +333,12 @@ async def run(ctx) -> None:
                       vgpu_lib=cfg.agent.vgpu_lib, vgpu_lib_version=cfg.agent.vgpu_lib_version,
                       device_list_strategy=cfg.agent.device_list_strategy,
                       device_id_strategy=cfg.agent.device_id_strategy)
-        runner = None
-        if cfg.agent.health_bind_address:  # kubelet's probes: /healthz alive, /readyz serving
-            runner, port = await serve_health(agent, cfg.agent.health_bind_address, cfg.listen)
-            ctx.shared.setdefault("node-agent-health", {})[node_name] = port
         ctx.shared.setdefault("node-agent", {})[node_name] = agent
-        try:
-            await agent.run(ctx.stop, ctx.ready)
-        finally:
-            if runner is not None:
-                await runner.cleanup()
+        # kubelet's probes: /healthz alive, /readyz serving
+        from hami.httpguard import run_with_probes
+
+        await run_with_probes(agent, "node-agent", cfg.agent.health_bind_address, cfg.listen, ctx.stop, ctx.ready,
+                              on_port=lambda port: ctx.shared.setdefault("node-agent-health", {}).update({node_name: port}))
     finally:
         backend.close()
         await client.close()

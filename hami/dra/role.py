@@ -229,24 +229,12 @@ async def run(ctx) -> None:
     try:
         node = DraNode(client, node_name, backend, settings, hook_path=cfg.agent.hook_path, **_settings_dirs(cfg))
         ctx.shared.setdefault("dra", {})[node_name] = node
-        runner = None
-        if cfg.agent.health_bind_address:  # kubelet's probes: /healthz alive, /readyz registered and syncing
-            runner, port = await serve_health(node, cfg.agent.health_bind_address, cfg.listen)
-            ctx.shared.setdefault("dra-health", {})[node_name] = port
-        try:
-            await node.run(ctx.stop, ctx.ready)
-        finally:
-            if runner is not None:
-                await runner.cleanup()
+        # kubelet's probes: /healthz alive, /readyz registered and syncing
+        from hami.httpguard import run_with_probes
+
+        await run_with_probes(node, "dra", cfg.agent.health_bind_address, cfg.listen, ctx.stop, ctx.ready,
+                              on_port=lambda port: ctx.shared.setdefault("dra-health", {}).update({node_name: port}))
     finally:
         backend.close()
         await client.close()
 
-
-async def serve_health(node: DraNode, address: str, limits=None):
-    """/healthz and /readyz on `--health-bind-address` (hami.httpguard.serve_probes)."""
-    from hami.httpguard import serve_probes
-
-    runner, bound = await serve_probes("dra", node.readiness, address, limits)
-    log.info("DRA plugin health listening", address=address, port=bound)
-    return runner, bound
