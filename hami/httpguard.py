@@ -17,12 +17,14 @@ clients stayed open 130 s against the extender in an audit. Here:
   a smaller body limit (`body_limits`, e.g. the webhook's 3 MiB) is refused 413 past it, before the
   rest is read.
 
-A listener given `fast` routes (path -> async handler of the body returning the answer's bytes: the
-extender's /filter and /bind, issue 30) answers the plainest requests to them itself
+A listener given `fast` routes (path -> handler of the body returning the answer's bytes, or an
+awaitable of them when it must wait: the extender's /filter and /bind, issue 30) answers the plainest requests to them itself
 (`hami.httphead.parse_head`: POST, HTTP/1.1, a Content-Length body within the limit) with the
 bytes aiohttp would write, under the same deadlines; anything else on that connection, and all that
 follows it, goes to aiohttp unread, so errors, limits and TLS stay aiohttp's. Requests pipelined
-behind a fast one are answered in order.
+behind a fast one are answered in order. An answer given at once is written from the protocol's
+own callback (no task, no extra turn of the loop), and each connection checks its deadlines with
+one lazy timer instead of making and cancelling three per request (`_Deadline`).
 
 The limits are `hami.config.ListenSettings` (flags --http-header-timeout, --http-body-timeout,
 --http-max-connections, --http-idle-timeout). `guarded_runner(app, limits, body_limits=None, **runner_kwargs)` is a drop-in for `web.AppRunner(app, ...)`; its
@@ -33,7 +35,6 @@ header block) and forwards everything to aiohttp's own handler.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -44,7 +45,8 @@ from hami.config import ListenSettings
 from hami.obs.log import get_logger
 
 log = get_logger("hami.httpguard")
-FastRoutes = dict[bytes, Callable[[bytes], Awaitable[bytes]]]
+# path -> handler of the request body: the answer's bytes now, or an awaitable of them
+FastRoutes = dict[bytes, Callable[[bytes], "bytes | Awaitable[bytes]"]]
 
 HEADER_END = b"\r\n\r\n"
 
@@ -118,33 +120,45 @@ class _GuardedProtocol(asyncio.Protocol):
         self.refused = False
         self.awaiting_headers = True
         self.tail = b""
-        self.timer: asyncio.TimerHandle | None = None
+        # One deadline at a time (HEADERS, BODY or IDLE, or None) behind one lazy timer: a request
+        # answered within its deadlines moves the deadline and makes no timer (_Deadline).
+        limits = guard.limits
+        self.deadline = _Deadline(self._expired, min(limits.header_timeout, limits.body_timeout, limits.idle_timeout))
         # the fast lane: bytes not yet answered, the parsed head waiting for its body, an answer in flight
         self.fast = guard.fast
         self.fbuf = bytearray()
         self.head: httphead.Head | None = None
         self.busy = False
-        self.task: asyncio.Task | None = None  # the answer in flight
+        self.task: asyncio.Task | None = None  # the answer in flight, when its handler had to wait
         self.eof = False
         self.paused = False  # the client does not read its answers: no more are made until it does
         self.reading = True
-        self.ftimer: asyncio.TimerHandle | None = None  # the body deadline while a head waits, else idle
 
-    # -- the deadline
+    # -- the deadlines
     def _arm(self) -> None:
-        if self.timer is None:
-            self.timer = asyncio.get_running_loop().call_later(self.guard.limits.header_timeout, self._expire)
+        """The header deadline, unless one is already running (it counts from the request's first byte)."""
+        if self.deadline.phase is not HEADERS:
+            self.deadline.set(HEADERS, self.guard.limits.header_timeout)
 
     def _disarm(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        if self.deadline.phase is HEADERS:
+            self.deadline.clear()
 
-    def _expire(self) -> None:
-        self.timer = None
-        if self.awaiting_headers and self.transport is not None and not self.transport.is_closing():
-            self.guard.header_timeouts += 1
-            self.transport.close()
+    def _expired(self, phase: str) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if phase is HEADERS:
+            if self.awaiting_headers:
+                self.guard.header_timeouts += 1
+                transport.close()
+        elif phase is BODY:
+            self.guard.body_timeouts += 1
+            text = f"request body not received within {self.guard.limits.body_timeout:g} s\n".encode()
+            transport.write(httphead.response(408, text, b"text/plain; charset=utf-8", keep_alive=False))
+            transport.close()
+        elif not self.busy and not self.fbuf:  # IDLE
+            transport.close()
 
     def request_done(self) -> None:
         """The handler finished: the next bytes start the next request's header deadline."""
@@ -199,8 +213,7 @@ class _GuardedProtocol(asyncio.Protocol):
         return self.inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        self._fast_disarm()
+        self.deadline.stop()
         if self.refused:
             return
         self.guard.open.pop(self.transport, None)
@@ -220,47 +233,54 @@ class _GuardedProtocol(asyncio.Protocol):
             self._fast_next()
 
     # -- the fast lane
-    def _fast_disarm(self) -> None:
-        if self.ftimer is not None:
-            self.ftimer.cancel()
-            self.ftimer = None
-
     def _fast_next(self) -> None:
-        """Answer the next buffered request if it is whole and ours; hand the connection to aiohttp
-        if it is not ours; else wait for more under the header or body deadline."""
-        if not self.fbuf:
-            return
-        head = self.head
-        if head is None:
-            self._fast_disarm()  # the idle timer: a request has begun
-            self._arm()  # the header deadline, from this request's first byte
-            head = httphead.parse_head(self.fbuf, self.guard.fast, self.guard.fast_max_body)
-            if head is httphead.NEED_MORE:
-                return
-            if head is httphead.DELEGATE:
-                self._hand_over()
-                return
-            self.head = head
-            self.awaiting_headers = False
-            self._disarm()
-            # the body deadline, from the end of the headers (more bytes do not move it)
-            self.ftimer = asyncio.get_running_loop().call_later(self.guard.limits.body_timeout, self._body_expired)
-        end = head.body_at + head.length
-        if len(self.fbuf) < end:
-            return
-        self._fast_disarm()
-        body = bytes(self.fbuf[head.body_at:end])
-        del self.fbuf[:end]
-        if not self.reading and len(self.fbuf) <= self.guard.fast_max_body + httphead.MAX_HEAD:
-            self.reading = True
-            self.transport.resume_reading()
-        self.head = None
-        self.busy = True
-        self.task = asyncio.get_running_loop().create_task(self._answer(head, body))  # held: not collected mid-way
+        """Answer the buffered requests that are whole and ours, in order; hand the connection to
+        aiohttp at the first that is not ours; else wait for more under the header or body deadline.
 
-    async def _answer(self, head: httphead.Head, body: bytes) -> None:
+        A fast route's handler is called here, in this callback: when it answers at once (bytes: a
+        /filter decision needs no I/O) the answer is written without a task or another turn of the
+        loop; when it returns an awaitable, that goes on in a task (_finish) and the next request
+        waits for its answer."""
+        while self.fbuf and not self.busy and not self.paused and self.fast is not None \
+                and not self.transport.is_closing():
+            head = self.head
+            if head is None:
+                self._arm()  # the header deadline, from this request's first byte
+                head = httphead.parse_head(self.fbuf, self.guard.fast, self.guard.fast_max_body)
+                if head is httphead.NEED_MORE:
+                    return
+                if head is httphead.DELEGATE:
+                    self._hand_over()
+                    return
+                self.head = head
+                self.awaiting_headers = False
+                # the body deadline, from the end of the headers (more bytes do not move it)
+                self.deadline.set(BODY, self.guard.limits.body_timeout)
+            end = head.body_at + head.length
+            if len(self.fbuf) < end:
+                return
+            self.deadline.clear()
+            body = bytes(self.fbuf[head.body_at:end])
+            del self.fbuf[:end]
+            if not self.reading and len(self.fbuf) <= self.guard.fast_max_body + httphead.MAX_HEAD:
+                self.reading = True
+                self.transport.resume_reading()
+            self.head = None
+            self.busy = True
+            try:
+                out = self.guard.fast[head.path](body)
+            except Exception as exc:
+                self._answered(head, None, exc)
+                continue
+            if out.__class__ is bytes:
+                self._answered(head, out)
+                continue
+            self.task = asyncio.get_running_loop().create_task(self._finish(head, out))
+
+    async def _finish(self, head: httphead.Head, answer: Awaitable[bytes]) -> None:
+        """A handler's answer that has to wait (I/O), then the requests pipelined behind it."""
         try:
-            out = httphead.response(200, await self.guard.fast[head.path](body), keep_alive=head.keep_alive)
+            out = await answer
         except asyncio.CancelledError:
             # the handler was cancelled (the process stopping): as with aiohttp, no answer, and the
             # connection is closed so the client sees its request fail instead of waiting for ever
@@ -269,44 +289,40 @@ class _GuardedProtocol(asyncio.Protocol):
             if not self.transport.is_closing():
                 self.transport.close()
             raise
-        except Exception as exc:  # aiohttp's answer to a handler that raised
-            log.exception("Error handling request", path=head.path.decode(), error=str(exc))
+        except Exception as exc:
+            self.task = None
+            self._answered(head, None, exc)
+        else:
+            self.task = None
+            self._answered(head, out)
+        self._fast_next()
+
+    def _answered(self, head: httphead.Head, answer: bytes | None, error: Exception | None = None) -> None:
+        """Write a handler's answer (or aiohttp's 500 for one that raised) and get ready for the next request."""
+        if error is not None:
+            log.exception("Error handling request", path=head.path.decode(), error=str(error))  # in its except
             out = httphead.response(500, b"500 Internal Server Error\n\nServer got itself in trouble",
                                     b"text/plain; charset=utf-8", keep_alive=False)
-            head = dataclasses.replace(head, keep_alive=False)  # aiohttp closes the connection after a 500
+            keep_alive = False  # aiohttp closes the connection after a 500
+        else:
+            out = httphead.response(200, answer, keep_alive=head.keep_alive)
+            keep_alive = head.keep_alive
         self.guard.fast_served += 1
         self.busy = False
-        self.task = None
         self.awaiting_headers = True
         transport = self.transport
         if transport.is_closing():
             return
         transport.write(out)
-        if not head.keep_alive or self.eof:
+        if not keep_alive or self.eof:
             transport.close()
             return
-        if self.fbuf and not self.paused:
-            self._fast_next()  # a request pipelined behind this one
-        if not self.busy and self.head is None and not self.fbuf and self.fast is not None:
-            self.ftimer = asyncio.get_running_loop().call_later(self.guard.limits.idle_timeout, self._idle)
-
-    def _body_expired(self) -> None:
-        self.ftimer = None
-        if self.transport.is_closing():
-            return
-        self.guard.body_timeouts += 1
-        text = f"request body not received within {self.guard.limits.body_timeout:g} s\n".encode()
-        self.transport.write(httphead.response(408, text, b"text/plain; charset=utf-8", keep_alive=False))
-        self.transport.close()
-
-    def _idle(self) -> None:
-        self.ftimer = None
-        if not self.busy and not self.fbuf and not self.transport.is_closing():
-            self.transport.close()
+        if not self.fbuf:
+            self.deadline.set(IDLE, self.guard.limits.idle_timeout)
 
     def _hand_over(self) -> None:
         """From here on the connection is aiohttp's: its handler is made and gets the unread bytes."""
-        self._fast_disarm()
+        self._disarm_fast()
         self.fast = None
         self.head = None
         data, self.fbuf = bytes(self.fbuf), bytearray()
@@ -322,12 +338,68 @@ class _GuardedProtocol(asyncio.Protocol):
         if self.eof:
             self.inner.eof_received()
 
+    def _disarm_fast(self) -> None:
+        """Drop the fast lane's body or idle deadline (a running header deadline stays: it is aiohttp's too)."""
+        if self.deadline.phase is not HEADERS:
+            self.deadline.clear()
+
     def shutdown(self) -> None:
         """The listener is closing: an idle fast connection is closed now, a busy one after its answer."""
         if self.fast is not None and not self.refused:
             self.eof = True
             if not self.busy and not self.transport.is_closing():
                 self.transport.close()
+
+
+HEADERS, BODY, IDLE = "headers", "body", "idle"
+
+
+class _Deadline:
+    """One connection's current deadline, checked by a lazy timer. `set` and `clear` only write
+    two fields: the timer, once made, fires every `tick` seconds at most (the shortest of the
+    listener's timeouts) and either calls `on_expiry(phase)` or comes back for the deadline that
+    replaced its own. Every deadline lies at least `tick` after it is set, so a pending timer always
+    fires before a new one is due and is never moved. A kept-alive connection answering request
+    after request needs one timer per `tick` instead of three made and cancelled for each request."""
+
+    __slots__ = ("phase", "at", "on_expiry", "tick", "timer")
+
+    def __init__(self, on_expiry: Callable[[str], None], tick: float):
+        self.phase: str | None = None
+        self.at = 0.0
+        self.on_expiry = on_expiry
+        self.tick = tick
+        self.timer: asyncio.TimerHandle | None = None
+
+    def set(self, phase: str, seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self.phase = phase
+        self.at = now + seconds
+        if self.timer is None:
+            self.timer = loop.call_at(now + min(seconds, self.tick), self._fire)
+
+    def clear(self) -> None:
+        self.phase = None
+
+    def stop(self) -> None:
+        self.phase = None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _fire(self) -> None:
+        self.timer = None
+        phase = self.phase
+        if phase is None:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if now < self.at:  # a later deadline replaced the one this timer was made for
+            self.timer = loop.call_at(min(self.at, now + self.tick), self._fire)
+            return
+        self.phase = None
+        self.on_expiry(phase)
 
 
 class _GuardedFactory:

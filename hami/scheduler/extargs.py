@@ -12,9 +12,12 @@ names (17 KiB) is most of what a /filter body costs, so the list's exact bytes a
 How a cached list is recognised without parsing it: its bytes (as Go and orjson encode a list of
 plain names) are searched in the body and replaced by an integer the body does not contain; the
 rest is parsed and the list is taken from the cache only when the top-level `nodenames` holds
-exactly that integer. An integer has one spelling in JSON, so it can only be the replaced span
-(whichever occurrence was replaced, and however duplicate keys resolve, as the full parse would);
-replacing one valid value by another keeps the body valid. Any other body takes the full parse.
+exactly that integer. An integer has one spelling in JSON, and the bytes around the replaced span
+are checked not to hold it, so it can only be the replaced span (whichever occurrence was replaced,
+and however duplicate keys resolve, as the full parse would); replacing one valid value by another
+keeps the body valid. Any other body takes the full parse. The list is looked for first where Go's
+encoding puts it, just before the body's last byte (a compare in place instead of a search through
+17 KiB: 6.7 us of a 12 us decode), then anywhere.
 """
 
 from __future__ import annotations
@@ -58,13 +61,21 @@ class ArgsDecoder:
         self.misses = 0
 
     def decode(self, body: bytes) -> tuple[dict, NameList | None]:
-        if self._lists and _MARK_BYTES not in body:
+        if self._lists:
+            last = len(body) - 1
             for raw, names in reversed(self._lists.items()):
-                i = body.rfind(raw)
-                if i < 0:
-                    continue
+                # Go writes ExtenderArgs' fields in order, NodeNames last: the list ends one byte
+                # before the body does. Compared there in place; searched for anywhere else.
+                i = last - len(raw)
+                if i <= 0 or not body.startswith(raw, i):
+                    i = body.rfind(raw)
+                    if i < 0:
+                        continue
+                head, tail = body[:i], body[i + len(raw):]
+                if _MARK_BYTES in head or _MARK_BYTES in tail:
+                    break  # the body holds the mark itself: parse it as it is
                 try:
-                    args = lower_keys(orjson.loads(body[:i] + _MARK_BYTES + body[i + len(raw):]))
+                    args = lower_keys(orjson.loads(head + _MARK_BYTES + tail))
                 except (orjson.JSONDecodeError, BadArgs):
                     break  # the full parse below words the error for the body as sent
                 value = args.get("nodenames")

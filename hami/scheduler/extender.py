@@ -30,7 +30,7 @@ import inspect
 import os
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +60,7 @@ from hami.scheduler.fit import try_pod
 from hami.scheduler.metrics import SchedulerMetrics, split_bind
 from hami.scheduler.nodeorder import first_fit
 from hami.scheduler.nodescan import NodeScanner
+from hami.scheduler.podshape import ShapeMemo
 from hami.scheduler.policy import PolicyError
 from hami.scheduler.state import VGPU_NODE, ClusterState
 from hami.scheduler.usage import NodeUsage, UsageIndex
@@ -204,24 +205,56 @@ class Extender:
         self.verbs: Any = None  # hami.scheduler.verbs.ExtraVerbs: /prioritize, /preempt
         self._warned: set[str] = set()
         self.args = ArgsDecoder()  # /filter bodies, the node name list cached (extargs.py)
+        self._pod_requests = ShapeMemo()  # a burst's pods share a template: one PodRequest each (podshape.py)
         self.nodescan = NodeScanner()  # full-Nodes bodies, each Node decoded once per change (nodescan.py)
 
     # ------------------------------------------------------------------ /filter
 
     async def filter(self, body: bytes) -> dict:
+        out = self.filter_now(body)
+        return out if out.__class__ is dict else await out
+
+    def filter_now(self, body: bytes) -> dict | Coroutine[Any, Any, dict]:
+        """/filter's answer, decided without waiting when it can be: the answer itself, or, when the
+        request needs I/O first (the cache not synced yet, a stale placement to clear, HAMi's
+        placement patch at /filter), a coroutine that gives it. kube-scheduler's /filter for a pod
+        that fits is decided from the cache alone, so the fast lane answers it from its read
+        callback (hami.httpguard)."""
         started = time.perf_counter()
+        if not self.state.synced:
+            return self._timed(self._filter_once_synced(body), started)
+        try:
+            out = self._filter(body)
+        except BaseException:
+            self._observe(started, "error")
+            raise
+        if out.__class__ is dict:
+            self._observe(started, _result(out))
+            return out
+        return self._timed(out, started)
+
+    async def _filter_once_synced(self, body: bytes) -> dict:
+        if not await self.state.wait_synced(self.cfg.sync_timeout):
+            return {"Error": "context cancelled"}
+        out = self._filter(body)
+        return out if out.__class__ is dict else await out
+
+    async def _timed(self, answer: Coroutine[Any, Any, dict], started: float) -> dict:
         result = "error"
         try:
-            out = await self._filter(body)
-            result = "error" if out.get("Error") else ("fit" if out.get("NodeNames") or out.get("Nodes") else
-                                                       "nofit")
+            out = await answer
+            result = _result(out)
             return out
         finally:
-            self.filters += 1
-            if self.metrics is not None:
-                self.metrics.filter_seconds.labels(result).observe(time.perf_counter() - started)
+            self._observe(started, result)
 
-    async def _filter(self, body: bytes) -> dict:
+    def _observe(self, started: float, result: str) -> None:
+        self.filters += 1
+        if self.metrics is not None:
+            self.metrics.filter_seconds.labels(result).observe(time.perf_counter() - started)
+
+    def _filter(self, body: bytes) -> dict | Coroutine[Any, Any, dict]:
+        """The decision; a coroutine where it must wait on the API server (filter_now)."""
         scanned = self.nodescan.scan(body) if len(body) >= SCAN_MIN_BYTES else None
         if scanned is not None:
             args, scanned = scanned
@@ -245,9 +278,6 @@ class Extender:
         name = meta.get("name", "")
         uid = meta.get("uid") or f"{ns}/{name}"
         annos = meta.get("annotations") or {}
-        if not self.state.synced:
-            if not await self.state.wait_synced(self.cfg.sync_timeout):
-                return {"Error": "context cancelled"}
         cached = self.state.pod(ns, name) or {}
         same = ((cached.get("metadata") or {}).get("uid") or f"{ns}/{name}") == uid
         bound = _bound_node(pod) or (_bound_node(cached) if same else "")
@@ -283,10 +313,12 @@ class Extender:
             self._record_no_fit(pod, node_names, sel.failed_nodes)
             if self.on_no_fit is not None:
                 self.on_no_fit(pod, preq, node_names, sel.failed_nodes)
-            await self._clear_stale_placement(pod, ns, name)
+            answer = {"NodeNames": None, "FailedNodes": sel.failed_nodes, "Error": ""}
+            if self._stale_placement(pod, ns, name):
+                return self._no_fit_after_clearing(pod, ns, name, held, answer)
             if held is not None:  # its devices are free now: wake pods parked behind them
                 self.state.placement_dropped(held.node, held.namespace)
-            return {"NodeNames": None, "FailedNodes": sel.failed_nodes, "Error": ""}
+            return answer
         node = sel.node
         now = self.clock()
         annotations = {
@@ -311,16 +343,26 @@ class Extender:
                                     None if self.write_at_filter else annotations)
 
         if self.client is not None and self.write_at_filter:
-            patch = {"metadata": {"annotations": annotations, "labels": {VGPU_NODE: node}}}
-            try:
-                await self.client.patch_pod(ns, name, patch)
-            except ApiError as exc:
-                index.remove_pod(uid)
-                self._forget(uid)
-                self.patch_failures += 1
-                log.warning("Pod annotation patch failed", pod=f"{ns}/{name}", node=node, error=str(exc))
-                self.events.record(pod, WARNING, messages.FILTERING_FAILED, str(exc))
-                return {"Error": str(exc)}
+            return self._patch_then_answer(pod, ns, name, uid, node, annotations, fit_scores, node_names, sel,
+                                           devices_text)
+        return self._filter_succeeded(pod, ns, name, node, fit_scores, node_names, sel, devices_text)
+
+    async def _patch_then_answer(self, pod, ns, name, uid, node, annotations, fit_scores, node_names, sel,
+                                 devices_text) -> dict:
+        """HAMi's flow (write_at_filter): the placement is patched on the pod before the answer."""
+        patch = {"metadata": {"annotations": annotations, "labels": {VGPU_NODE: node}}}
+        try:
+            await self.client.patch_pod(ns, name, patch)
+        except ApiError as exc:
+            self.state.index.remove_pod(uid)
+            self._forget(uid)
+            self.patch_failures += 1
+            log.warning("Pod annotation patch failed", pod=f"{ns}/{name}", node=node, error=str(exc))
+            self.events.record(pod, WARNING, messages.FILTERING_FAILED, str(exc))
+            return {"Error": str(exc)}
+        return self._filter_succeeded(pod, ns, name, node, fit_scores, node_names, sel, devices_text)
+
+    def _filter_succeeded(self, pod, ns, name, node, fit_scores, node_names, sel, devices_text) -> dict:
         self.events.record(pod, NORMAL, messages.FILTERING_SUCCEED,
                            messages.filtering_succeed_message(node, fit_scores, len(node_names)))
         log.v(4).info("Pod filtered", pod=f"{ns}/{name}", node=node, devices=devices_text,
@@ -476,17 +518,30 @@ class Extender:
     def _pod_request(self, requests, num_init, annos, ns: str, name: str,
                      index: UsageIndex) -> fitmod.PodRequest | str:
         """What the fit needs of the pod, for both /filter modes; bad scoring weights give HAMi's error text."""
-        for warning in policymod.ignored_policies(annos, ns, name, self.cfg.node_scheduler_policy,
-                                                  self.cfg.gpu_scheduler_policy):
+        gpu_policy, node_policy = self.cfg.gpu_scheduler_policy, self.cfg.node_scheduler_policy
+        for warning in policymod.ignored_policies(annos, ns, name, node_policy, gpu_policy):
             self._warn_once(warning)
+        quota = index.quota_view(ns)
+        key = None
+        if quota is None:  # a quota's usage changes with every placement: such a request is not kept
+            try:
+                key = (tuple(requests), num_init, orjson.dumps(annos), ns, gpu_policy, node_policy)
+            except (orjson.JSONEncodeError, TypeError):
+                key = None
+            else:
+                preq = self._pod_requests.get(key)
+                if preq is not None:
+                    return preq
         try:
-            return fitmod.pod_request(
-                requests, num_init, annos, gpu_policy=self.cfg.gpu_scheduler_policy,
-                node_policy=self.cfg.node_scheduler_policy, namespace=ns, quota=index.quota_view(ns),
-                vendors=self.config.vendors,
+            preq = fitmod.pod_request(
+                requests, num_init, annos, gpu_policy=gpu_policy, node_policy=node_policy, namespace=ns,
+                quota=quota, vendors=self.config.vendors,
             )
         except PolicyError as exc:
             return f"calcScore failed {exc} for pod {name}"
+        if key is not None:
+            self._pod_requests.put(key, preq)
+        return preq
 
     def _warn_once(self, text: str) -> None:
         """HAMi's klog warning for an ignored annotation, once per distinct text (kube-scheduler retries)."""
@@ -497,17 +552,19 @@ class Extender:
         self._warned.add(text)
         log.warning(text)
 
-    async def _clear_stale_placement(self, pod: dict, ns: str, name: str) -> None:
-        """A pending pod that no longer fits anywhere drops the placement an earlier filter wrote.
+    def _stale_placement(self, pod: dict, ns: str, name: str) -> bool:
+        """A pending pod that no longer fits anywhere has a placement an earlier filter wrote.
 
         HAMi leaves it, and every scheduler replica keeps counting those devices as used; two
         such pods can then block each other forever. Bound pods are never touched.
         """
         cached = self.state.pod(ns, name) or pod
         if (cached.get("spec") or {}).get("nodeName") or self.client is None:
-            return
-        if VGPU_NODE not in ((cached.get("metadata") or {}).get("annotations") or {}):
-            return
+            return False
+        return VGPU_NODE in ((cached.get("metadata") or {}).get("annotations") or {})
+
+    async def _no_fit_after_clearing(self, pod: dict, ns: str, name: str, held, answer: dict) -> dict:
+        """Drop the stale placement (_stale_placement), then answer that no node fits."""
         keys = (VGPU_NODE, codec.VGPU_TIME_ANNOTATION, codec.TO_ALLOCATE_ANNOTATION,
                 codec.ALLOCATED_ANNOTATION, codec.MIG_ALLOCATIONS_ANNOTATION)
         patch = {"metadata": {"annotations": dict.fromkeys(keys), "labels": {VGPU_NODE: None}}}
@@ -515,6 +572,9 @@ class Extender:
             await self.client.patch_pod(ns, name, patch)
         except ApiError as exc:
             log.v(2).info("Could not clear stale placement", pod=f"{ns}/{name}", error=str(exc))
+        if held is not None:  # its devices are free now: wake pods parked behind them
+            self.state.placement_dropped(held.node, held.namespace)
+        return answer
 
     def _record_no_fit(self, pod: dict, node_names: list, failed: dict) -> None:
         for msg in messages.filtering_failed_messages(failed):
@@ -695,8 +755,9 @@ class Extender:
     def fast_routes(self) -> dict:
         """The extender verbs as hami.httpguard's fast routes: path -> body -> the answer's bytes,
         the same bytes as the aiohttp routes answer with status 200."""
-        async def filter_(body: bytes) -> bytes:
-            return _encode(await self.filter(body))
+        def filter_(body: bytes) -> bytes | Coroutine[Any, Any, bytes]:
+            out = self.filter_now(body)
+            return _encode(out) if out.__class__ is dict else _encoded(out)
 
         async def bind(body: bytes) -> bytes:
             return _encode(await self.bind(body))
@@ -749,6 +810,15 @@ class Extender:
         if self.binder is None or self.client is None:
             reasons.append("no API client: /bind cannot write bindings")
         return reasons
+
+
+def _result(out: dict) -> str:
+    """The filter_seconds label of an answer."""
+    return "error" if out.get("Error") else ("fit" if out.get("NodeNames") or out.get("Nodes") else "nofit")
+
+
+async def _encoded(answer: Coroutine[Any, Any, dict]) -> bytes:
+    return _encode(await answer)
 
 
 def _bound_node(pod: dict) -> str:

@@ -545,7 +545,18 @@ def _sorted(devices: Sequence[DeviceState], request: ContainerDeviceRequest, opt
     """Compute every device's score for this container and sort as Go's sort.Sort would."""
     reqs = (request,)
     weights = opts.weights
-    items = [(device_score(d, reqs, weights), d) for d in devices]
+    rtype = request.type
+    items = []
+    for d in devices:
+        if d.type == rtype:  # the request counts in this device's score (§6.2)
+            items.append((device_score(d, reqs, weights), d))
+            continue
+        # Otherwise the score is the device's own utilisation: a burst re-sorts a node after each
+        # pod placed on it, and only the device that pod took has a new score.
+        m = d.score_memo
+        if m is None or m[0] is not weights or m[1] != d.used or m[2] != d.usedcores or m[3] != d.usedmem:
+            m = d.score_memo = (weights, d.used, d.usedcores, d.usedmem, device_score(d, reqs, weights))
+        items.append((m[4], d))
     sort_devices(items, opts.policy, opts.numa_bind)
     return [d for _, d in items]
 

@@ -45,6 +45,7 @@ from hami.scheduler.labeler import PodLabeler
 from hami.scheduler.lockhistory import LockHistory
 from hami.scheduler.metrics import MigInstance, PodAlloc, QuotaUse, SchedulerMetrics, Snapshot, serve_metrics
 from hami.scheduler.missed import MissedPods
+from hami.scheduler.podshape import RequestMemo
 from hami.scheduler.preempt_controller import attach_gpu_preemption, gpu_preemption_counters
 from hami.scheduler.state import ClusterState
 from hami.scheduler.verbs import ExtraVerbs
@@ -62,9 +63,11 @@ def node_selector_text(pairs: tuple[tuple[str, str], ...]) -> str | None:
 def make_requests_fn(config: Config):
     nvidia = config.nvidia
     vendors = config.vendors
+    # a burst's pods share a template: their requests are read once (podshape.py)
+    memo = RequestMemo(lambda pod: pod_vendor_requests(pod, vendors, nvidia))
 
     def requests_fn(pod: dict):
-        reqs = pod_vendor_requests(pod, vendors, nvidia)
+        reqs = memo(pod)
         n_init = len((pod.get("spec") or {}).get("initContainers") or [])
         return list(reqs), n_init
 

@@ -64,7 +64,7 @@ class DeviceState:
 
     __slots__ = (
         "id", "index", "count", "totalmem", "totalcore", "type", "numa", "mode", "health",
-        "vendor", "mig_profiles", "used", "usedmem", "usedcores", "mig_in_use", "is_nvidia",
+        "vendor", "mig_profiles", "used", "usedmem", "usedcores", "mig_in_use", "is_nvidia", "score_memo",
     )
 
     def __init__(
@@ -101,6 +101,9 @@ class DeviceState:
         self.usedcores = usedcores
         self.mig_in_use = mig_in_use if mig_in_use is not None else []
         self.is_nvidia = "nvidia" in type.lower()
+        # fit._sorted's last device score: (weights, used, usedcores, usedmem, score); valid while
+        # those match (the score of a device whose type is not the request's depends on nothing else)
+        self.score_memo: tuple | None = None
 
     @classmethod
     def from_info(cls, d: DeviceInfo) -> DeviceState:
@@ -129,6 +132,7 @@ class DeviceState:
         c.usedcores = self.usedcores
         c.mig_in_use = list(self.mig_in_use)
         c.is_nvidia = self.is_nvidia
+        c.score_memo = self.score_memo
         return c
 
     def __repr__(self) -> str:

@@ -7,6 +7,11 @@ answers like aiohttp and keeps every limit of the guard (issue 27), with real so
   block past aiohttp's 8190 bytes, a bare-LF header, a doubled Content-Length, a handler that raises
   (500, the connection closed, as aiohttp does); a handler cancelled mid-way (the connection closed
   with no answer on both lanes, never left hanging);
+- every case above and below with a fast handler that is a coroutine (answered from a task) and
+  with one that answers at once (bytes, written from the read callback; a request that must wait
+  still gets a task);
+- one lazy timer per connection: 60 keep-alive requests schedule at most two timers, and the idle
+  deadline still counts from the last answer, not from when its timer was made;
 - hostile clients on the fast lane: a slowloris head and a stalled body are cut at the guard's
   deadlines (408 for the body) while another connection is answered; a half-closed socket after a
   whole request still gets its answer; a half-closed socket mid-request is closed; a huge
@@ -43,18 +48,22 @@ SHORT = ListenSettings(header_timeout=0.3, body_timeout=0.3, max_connections=5, 
 LIMIT = 1000
 
 
-async def answer(body: bytes) -> dict:
+def answer_now(body: bytes) -> dict:
     if body == b"boom":
         raise RuntimeError("boom")
-    if body == b"cancel":  # the process stopping under the handler
-        await asyncio.sleep(0)
-        raise asyncio.CancelledError
     if body == b'"big"':
         return {"Echo": "x" * 65536, "Error": ""}
     try:
         return {"Echo": orjson.loads(body), "Error": ""}
     except orjson.JSONDecodeError as exc:
         return {"Error": str(exc)}
+
+
+async def answer(body: bytes) -> dict:
+    if body == b"cancel":  # the process stopping under the handler
+        await asyncio.sleep(0)
+        raise asyncio.CancelledError
+    return answer_now(body)
 
 
 async def h_filter(request: web.Request) -> web.Response:
@@ -65,23 +74,31 @@ async def fast_filter(body: bytes) -> bytes:
     return orjson.dumps(await answer(body))
 
 
+def sync_filter(body: bytes):
+    """A fast route that answers at once (bytes, from the read callback) unless it must wait."""
+    if body == b"cancel":
+        return fast_filter(body)
+    return orjson.dumps(answer_now(body))
+
+
 async def ok(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-async def start(fast: bool):
+async def start(fast, limits: ListenSettings = SHORT):
+    """A listener with /filter on the fast lane (`fast`: its handler) or on aiohttp only (None)."""
     app = web.Application(client_max_size=LIMIT)
     app.router.add_post("/filter", h_filter)
     app.router.add_get("/ok", ok)
-    runner = guarded_runner(app, SHORT, access_log=None, fast={b"/filter": fast_filter} if fast else None)
+    runner = guarded_runner(app, limits, access_log=None, fast={b"/filter": fast} if fast else None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     return runner, runner.addresses[0][1]
 
 
-@pytest.fixture
-async def both():
-    started = [await start(True), await start(False)]
+@pytest.fixture(params=["async handler", "handler answering at once"])
+async def both(request):
+    started = [await start(fast_filter if request.param == "async handler" else sync_filter), await start(None)]
     yield started
     for runner, _ in started:
         await runner.cleanup()
@@ -332,3 +349,46 @@ async def test_a_cancelled_handler_closes_the_connection_on_both_lanes(both):
         writer.write(post(b"cancel"))
         assert await asyncio.wait_for(reader.read(), 5) == b""  # closed, nothing answered
         writer.close()
+
+
+@pytest.mark.parametrize("handler", [fast_filter, sync_filter], ids=["async handler", "handler answering at once"])
+async def test_keep_alive_requests_do_not_make_a_timer_each(handler):
+    runner, port = await start(handler, dataclasses.replace(SHORT, header_timeout=5.0, body_timeout=5.0))
+    loop = asyncio.get_running_loop()
+    made = []
+    real = loop.call_at
+
+    def counting(when, callback, *args, **kwargs):
+        made.append(callback)
+        return real(when, callback, *args, **kwargs)
+
+    loop.call_at = counting
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for i in range(60):
+            writer.write(post(b"[%d]" % i))
+            got = await asyncio.wait_for(reader.readuntil(b'"Error":""}'), 10)
+            assert got.endswith(b"[%d]," % i + b'"Error":""}')
+        writer.close()
+    finally:
+        del loop.call_at
+        await runner.cleanup()
+    assert runner.guard.fast_served == 60
+    # three deadlines a request; one timer, from the accept, fires every 5 s at most (two: a slow run)
+    assert len([c for c in made if getattr(c, "__name__", "") == "_fire"]) <= 2, made
+
+
+async def test_the_idle_deadline_counts_from_the_last_answer():
+    runner, port = await start(sync_filter, dataclasses.replace(SHORT, idle_timeout=1.5))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for i in range(5):  # 0.5 s apart: 2.5 s in all, past the 1.5 s idle timeout, never idle that long
+            writer.write(post(b"[%d]" % i))
+            await asyncio.wait_for(reader.readuntil(b'"Error":""}'), 10)
+            await asyncio.sleep(0.5)
+        writer.write(post(b"[9]"))
+        await asyncio.wait_for(reader.readuntil(b'"Error":""}'), 10)  # still open
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # then closed once idle
+        writer.close()
+    finally:
+        await runner.cleanup()
