@@ -53,7 +53,7 @@ from hami.device.model import (
 )
 
 from .changelog import ChangeLog
-from .policy import f32
+from .policy import _EXACT, _PACK, _UNPACK, f32
 from .vendorrules import jittery_qos
 
 _TEN = f32(10.0)
@@ -162,6 +162,14 @@ def node_score(devices: Iterable[DeviceState]) -> float:
 def score_from_sums(used: int, cores: int, mem: int, total: int, tcore: int, tmem: int) -> float:
     if total == 0 or tcore == 0 or tmem == 0:
         return 0.0
+    if 0 <= used <= _EXACT and 0 <= cores <= _EXACT and 0 <= mem <= _EXACT \
+            and 0 < total <= _EXACT and 0 < tcore <= _EXACT and 0 < tmem <= _EXACT:
+        # float32(x) == x for these, and int / int is the correctly rounded quotient: one rounding
+        # to float32 per ratio, as Go's float32 division of the exact operands (policy.device_score)
+        a = _UNPACK(_PACK(used / total))[0]
+        b = _UNPACK(_PACK(cores / tcore))[0]
+        c = _UNPACK(_PACK(mem / tmem))[0]
+        return _UNPACK(_PACK(_TEN * _UNPACK(_PACK(_UNPACK(_PACK(a + b))[0] + c))[0]))[0]
     a = f32(f32(used) / f32(total))
     b = f32(f32(cores) / f32(tcore))
     c = f32(f32(mem) / f32(tmem))
@@ -276,6 +284,9 @@ def collapse_usage(containers: Sequence[ContainerDevices], num_init: int) -> dic
     slots = max(1 if any init use, number of app-container occurrences, 1).
     Containers with index < num_init are init containers.
     """
+    if num_init == 0 and len(containers) == 1 and len(containers[0]) == 1:  # one card, one container
+        dev = containers[0][0]
+        return {dev.uuid: (max(dev.usedmem, 0), max(dev.usedcores, 0), 1)}
     init: dict[str, list[int]] = {}
     app: dict[str, list[int]] = {}
     for cidx, ctr in enumerate(containers):
@@ -512,7 +523,10 @@ class UsageIndex:
         usage = tuple((u, m, c, s) for u, (m, c, s) in collapsed.items())
         rec = PodRecord(node, namespace, usage, devices, num_init, init_released, mig, app_class)
         self._pods[pod_key] = rec
-        self._pods_by_node.setdefault(node, set()).add(pod_key)
+        keys = self._pods_by_node.get(node)
+        if keys is None:
+            keys = self._pods_by_node[node] = set()
+        keys.add(pod_key)
         n = self.nodes.get(node)
         if n is not None:
             self._apply(n, usage, +1, mig)

@@ -5,7 +5,8 @@ counts once, replaced data replaces usage), terminal pods releasing, pods seen b
 registers, re-registration re-applying usage, CollapseInitContainerUsage (§7.3, HAMi
 `pkg/device/initContainer.go`) and the app-only usage once init containers exited, the cached
 node score invalidated on change, cordon parsing (`TestCordonedDevices`), ResourceQuota usage
-and FitQuota (`pkg/device/quota.go`, `TestFitQuota` of device_test.go), MIG placements, and (hypothesis) incremental usage equal to HAMi's full recomputation.
+and FitQuota (`pkg/device/quota.go`, `TestFitQuota` of device_test.go), MIG placements, and (hypothesis) incremental usage equal to HAMi's full recomputation,
+the node score's exact-integer shortcut equal to Go's float32 steps bit for bit.
 """
 
 from __future__ import annotations
@@ -202,3 +203,21 @@ def test_metax_app_classes_are_counted_per_card_and_follow_the_pods():
     assert idx.node("n1").app_classes == {"GPU-1": [1, 0]}
     idx.remove_pod("off")
     assert idx.node("n1").app_classes == {}
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.integers(0, 1 << 25), st.integers(0, 1 << 25), st.integers(0, 1 << 25),
+       st.integers(0, 1 << 25), st.integers(0, 1 << 25), st.integers(0, 1 << 25))
+def test_the_node_score_is_gos_float32_steps_whatever_the_sums(used, cores, mem, total, tcore, tmem):
+    """score_from_sums takes a shortcut for sums float32 holds exactly; it must give Go's
+    float32(used)/float32(total) ... steps bit for bit, inside and outside that range."""
+    from hami.scheduler.policy import f32
+    from hami.scheduler.usage import score_from_sums
+
+    ten = f32(10.0)
+    if total == 0 or tcore == 0 or tmem == 0:
+        want = 0.0
+    else:
+        a, b, c = f32(f32(used) / f32(total)), f32(f32(cores) / f32(tcore)), f32(f32(mem) / f32(tmem))
+        want = f32(ten * f32(f32(a + b) + c))
+    assert score_from_sums(used, cores, mem, total, tcore, tmem) == want
