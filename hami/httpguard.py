@@ -240,7 +240,9 @@ class _GuardedProtocol(asyncio.Protocol):
         A fast route's handler is called here, in this callback: when it answers at once (bytes: a
         /filter decision needs no I/O) the answer is written without a task or another turn of the
         loop; when it returns an awaitable, that goes on in a task (_finish) and the next request
-        waits for its answer."""
+        waits for its answer. After ANSWERS_PER_TURN answers from one callback the rest of a
+        pipeline waits a loop turn, so one connection cannot hold the loop."""
+        answered = 0
         while self.fbuf and not self.busy and not self.paused and self.fast is not None \
                 and not self.transport.is_closing():
             head = self.head
@@ -274,6 +276,11 @@ class _GuardedProtocol(asyncio.Protocol):
                 continue
             if out.__class__ is bytes:
                 self._answered(head, out)
+                answered += 1
+                if answered >= ANSWERS_PER_TURN and self.fbuf:
+                    # a long pipeline: let the loop serve others before the rest
+                    asyncio.get_running_loop().call_soon(self._fast_next)
+                    return
                 continue
             self.task = asyncio.get_running_loop().create_task(self._finish(head, out))
 
@@ -352,6 +359,8 @@ class _GuardedProtocol(asyncio.Protocol):
 
 
 HEADERS, BODY, IDLE = "headers", "body", "idle"
+# Answers given at once from one read callback before the rest of a pipeline waits a loop turn.
+ANSWERS_PER_TURN = 16
 
 
 class _Deadline:

@@ -10,6 +10,8 @@ answers like aiohttp and keeps every limit of the guard (issue 27), with real so
 - every case above and below with a fast handler that is a coroutine (answered from a task) and
   with one that answers at once (bytes, written from the read callback; a request that must wait
   still gets a task);
+- a pipeline of 200 requests answered in order, a handler answering at once giving the loop back
+  every few answers;
 - one lazy timer per connection: 60 keep-alive requests schedule at most two timers, and the idle
   deadline still counts from the last answer, not from when its timer was made;
 - hostile clients on the fast lane: a slowloris head and a stalled body are cut at the guard's
@@ -392,3 +394,32 @@ async def test_the_idle_deadline_counts_from_the_last_answer():
         writer.close()
     finally:
         await runner.cleanup()
+
+
+async def test_a_long_pipeline_is_answered_in_order_a_few_at_a_time(both):
+    """200 requests in one write: answered in order; a handler answering at once gives the loop back
+    every httpguard.ANSWERS_PER_TURN answers instead of serving the whole pipeline in one callback."""
+
+    (runner, port), _ = both
+    loop = asyncio.get_running_loop()
+    turns = []
+    real = loop.call_soon
+
+    def counting(callback, *args, **kwargs):
+        if getattr(callback, "__name__", "") == "_fast_next":
+            turns.append(1)
+        return real(callback, *args, **kwargs)
+
+    loop.call_soon = counting
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"".join(post(b"[%d]" % i) for i in range(200)))
+        for i in range(200):
+            got = await asyncio.wait_for(reader.readuntil(b'"Error":""}'), 10)
+            assert got.endswith(b"[%d]," % i + b'"Error":""}')
+        writer.close()
+    finally:
+        del loop.call_soon
+    assert runner.guard.fast_served == 200
+    if runner.guard.fast[b"/filter"] is sync_filter:
+        assert len(turns) >= 5, len(turns)  # 200 answers, the loop given back every few
