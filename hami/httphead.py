@@ -11,6 +11,7 @@ bytes (`response`); it does no I/O.
 refuse or treat specially (chunked bodies, Expect, compressed bodies, a missing or doubled
 Content-Length, no or two Host headers, a header block over aiohttp's 8190 bytes, obs-fold, bare LF, HTTP/1.0, a query
 string, other methods and paths, a body over the size limit) still gets aiohttp's own answer.
+Header lines that matched once are kept (at most 256) and looked up instead of matched again.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ MAX_HEAD = 8190  # aiohttp's max_line_size / max_field_size default; longer head
 _LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?)?[ \t]*")
 _DIGITS = re.compile(rb"[0-9]{1,15}")
 _REFUSED = frozenset((b"transfer-encoding", b"expect", b"upgrade", b"trailer"))
+# Header lines already matched by _LINE, as (lower-cased name, value): kube-scheduler sends the same
+# Host, User-Agent, Content-Type and Accept-Encoding lines request after request. Bounded; a client
+# sending ever new lines only empties it.
+_SEEN: dict[bytes, tuple[bytes, bytes]] = {}
+_SEEN_MAX = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +62,19 @@ def parse_head(buf: bytes | bytearray, paths, max_body: int) -> Head | None | bo
     length = -1
     hosts = 0
     keep_alive = True
+    seen = _SEEN
     for line in lines[1:]:
-        m = _LINE.fullmatch(line)
-        if m is None:
-            return DELEGATE  # obs-fold, a bare LF or CR, a control byte, no colon: aiohttp's call
-        name = m.group(1).lower()
-        value = m.group(2) or b""
+        got = seen.get(line)
+        if got is None:
+            m = _LINE.fullmatch(line)
+            if m is None:
+                return DELEGATE  # obs-fold, a bare LF or CR, a control byte, no colon: aiohttp's call
+            got = (m.group(1).lower(), m.group(2) or b"")
+            if got[0] != b"content-length":  # a new length nearly every request: not worth keeping
+                if len(seen) >= _SEEN_MAX:
+                    seen.clear()
+                seen[line] = got
+        name, value = got
         if name == b"content-length":
             if length >= 0 or not _DIGITS.fullmatch(value):
                 return DELEGATE

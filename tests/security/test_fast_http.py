@@ -23,7 +23,8 @@ answers like aiohttp and keeps every limit of the guard (issue 27), with real so
   through aiohttp, the same JSON; over TLS too (fast /filter and aiohttp's /healthz on one TLS
   connection; an untrusting client gets nothing);
 - parse_head (hypothesis): never raises on any bytes, takes a request only when its head is whole,
-  and a prefix of a plain request is NEED_MORE until the blank line.
+  a prefix of a plain request is NEED_MORE until the blank line, and its cache of header lines
+  already matched never changes an answer.
 Deadlines are shortened through ListenSettings; no test measures time."""
 
 from __future__ import annotations
@@ -247,6 +248,24 @@ def test_parse_head_never_raises(buf):
     assert got is httphead.NEED_MORE or got is httphead.DELEGATE or isinstance(got, httphead.Head)
     if isinstance(got, httphead.Head):
         assert buf[got.body_at - 4:got.body_at] == b"\r\n\r\n" and got.path in PATHS
+
+
+_lines = st.lists(st.one_of(st.binary(max_size=40), st.sampled_from(
+    [b"Host: x", b"Host: y", b"User-Agent: kube-scheduler/v1.34", b"Accept-Encoding: gzip", b"X: a\tb",
+     b"X:", b"Bad Name: v", b" folded", b"Connection: close", b"Content-Length: 3", b"content-length: 03"])),
+    max_size=6)
+
+
+@given(st.lists(_lines, min_size=1, max_size=4))
+def test_parse_head_answers_the_same_with_its_line_cache_warm_or_cold(heads):
+    """Header lines already matched are looked up, not matched again: the answer never depends on
+    what earlier requests left in that cache."""
+    for lines in heads:
+        buf = b"POST /filter HTTP/1.1\r\n" + b"".join(line + b"\r\n" for line in lines) + b"\r\nabc"
+        warm = httphead.parse_head(buf, PATHS, 1000)
+        httphead._SEEN.clear()
+        cold = httphead.parse_head(buf, PATHS, 1000)
+        assert warm == cold, lines
 
 
 _name = st.from_regex(rb"\A[A-Za-z][A-Za-z0-9-]{0,15}\Z").filter(
