@@ -526,12 +526,11 @@ class Extender:
         if quota is None:  # a quota's usage changes with every placement: such a request is not kept
             try:
                 key = (tuple(requests), num_init, orjson.dumps(annos), ns, gpu_policy, node_policy)
-            except (orjson.JSONEncodeError, TypeError):
-                key = None
-            else:
                 preq = self._pod_requests.get(key)
-                if preq is not None:
-                    return preq
+            except (orjson.JSONEncodeError, TypeError):  # not encodable or not hashable: worked out each time
+                key = preq = None
+            if preq is not None:
+                return preq
         try:
             preq = fitmod.pod_request(
                 requests, num_init, annos, gpu_policy=gpu_policy, node_policy=node_policy, namespace=ns,
