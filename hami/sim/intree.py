@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from hami.device.codec import CodecError
 from hami.device.request import parse_quantity
+from hami.scheduler.taints import tolerates
 
 MAX_NODE_SCORE = 100
 DEFAULT_MILLI_CPU = 100  # schedutil.DefaultMilliCPURequest
@@ -385,16 +386,9 @@ def topology_spread_scores(pod: Mapping, feasible: Sequence[Mapping], eligible: 
 # ---------------------------------------------------------------------------- TaintToleration (score)
 
 def _tolerated(pod: Mapping, taint: Mapping) -> bool:
-    """v1helper.TolerationsTolerateTaint for one taint (effect, Exists/Equal, key, value)."""
-    for t in (pod.get("spec") or {}).get("tolerations") or []:
-        if t.get("effect") and t.get("effect") != taint.get("effect"):
-            continue
-        if t.get("operator") == "Exists":
-            if not t.get("key") or t.get("key") == taint.get("key"):
-                return True
-        elif t.get("key") == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
+    """v1helper.TolerationsTolerateTaint for one taint (hami.scheduler.taints)."""
+    return tolerates((pod.get("spec") or {}).get("tolerations"),
+                     (taint.get("key") or "", taint.get("value") or "", taint.get("effect") or ""))
 
 
 def taint_toleration_scores(pod: Mapping, feasible: Sequence[Mapping]) -> dict[str, int]:

@@ -60,7 +60,7 @@ import orjson
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
 from hami.obs.log import get_logger
-from hami.scheduler import nodeaffinity
+from hami.scheduler import nodeaffinity, taints
 from hami.scheduler.pdb import victims_violating
 from hami.sim import intree, preemption
 from hami.sim import schedqueue as sq
@@ -155,14 +155,8 @@ def _ready(node: dict) -> bool:
 
 
 def _tolerates(pod: dict, taint: Mapping) -> bool:
-    for t in (pod.get("spec") or {}).get("tolerations") or []:
-        if t.get("effect") and t.get("effect") != taint.get("effect"):
-            continue
-        if t.get("operator") == "Exists" and (not t.get("key") or t.get("key") == taint.get("key")):
-            return True
-        if t.get("key") == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
+    return taints.tolerates((pod.get("spec") or {}).get("tolerations"),
+                            (taint.get("key") or "", taint.get("value") or "", taint.get("effect") or ""))
 
 
 def _term_matches(term: Mapping, node: dict) -> bool:
