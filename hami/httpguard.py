@@ -129,7 +129,8 @@ class _GuardedProtocol(asyncio.Protocol):
         self.fbuf = bytearray()
         self.head: httphead.Head | None = None
         self.busy = False
-        self.task: asyncio.Task | None = None  # the answer in flight, when its handler had to wait
+        # the answer in flight when its handler had to wait, held here: the loop keeps only a weak reference
+        self.task: asyncio.Task | None = None
         self.eof = False
         self.paused = False  # the client does not read its answers: no more are made until it does
         self.reading = True
