@@ -96,7 +96,7 @@ class SchedulerSettings:
     # unready once it has failed this long.
     api_probe_after: float = 10.0
     api_unready_after: float = 5.0
-    # Pods created while the webhook was down (hami.scheduler.missed): how long one waits before it is
+    # Pods created while the webhook was down (hami.scheduler.admission.missed): how long one waits before it is
     # recreated through its controller (or a Warning Event, for a bare pod); deletion can be turned off.
     missed_webhook_grace: float = 30.0
     recreate_missed_pods: bool = True
@@ -113,7 +113,7 @@ class SchedulerSettings:
     # plain POSTs to /filter and /bind answered without aiohttp's per-request layer (hami.httphead)
     extender_fast_http: bool = True
     requeue_wakes_per_second: float = 20.0  # background wakes of parked pods when GPUs free up
-    # Who may write pod placement annotations (request.userInfo.username, exact): hami.scheduler.placementguard.
+    # Who may write pod placement annotations (request.userInfo.username, exact): hami.scheduler.admission.placementguard.
     trusted_placement_writers: tuple[str, ...] = DEFAULT_TRUSTED_WRITERS
     # Tenants may set CUDA_DISABLE_CONTROL in GPU pods (the webhook refuses it otherwise).
     allow_tenant_disable_control: bool = False

@@ -1,6 +1,6 @@
 """Who hami's components are to the API server (pure constants).
 
-Placement annotations are written only by hami's own service accounts (hami.scheduler.placementguard);
+Placement annotations are written only by hami's own service accounts (hami.scheduler.admission.placementguard);
 the default list holds hami's and HAMi v2.10's chart accounts in the namespaces they install to
 (both charts name them `<fullname>-scheduler` and `<fullname>-device-plugin`, fullname `hami`). The
 chart replaces it with its release's exact accounts. Matched exactly: a tenant can create a service

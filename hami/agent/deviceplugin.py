@@ -510,7 +510,7 @@ class PodAllocator:
             meta = pod["metadata"]
             try:
                 # The label HAMi's vGPU monitor lists running pods by: the scheduler's Binding
-                # cannot carry it, and this patch is made anyway (hami.scheduler.labeler).
+                # cannot carry it, and this patch is made anyway (hami.scheduler.extender.labeler).
                 patched = await self.client.patch_pod(meta["namespace"], meta["name"], {"metadata": {
                     "annotations": anns, "labels": {alloc.ANN_VGPU_NODE: self.node_name}}})
             except asyncio.CancelledError:

@@ -5,7 +5,7 @@ resource names, annotation keys, the word that marks their devices. Here those n
 one table (`config/vendors.yaml`, shipped inside the package as `hami/device/vendors.yaml`), and
 code exists only where HAMi's rules really differ, as a small named hook:
 
-* `nvidia`    the NVIDIA fit of `hami.scheduler.fit` (MIG, topology, quota, numa-bind, ...);
+* `nvidia`    the NVIDIA fit of `hami.scheduler.placement.fit` (MIG, topology, quota, numa-bind, ...);
 * `generic`   HAMi's common vendor Fit (Hygon, Iluvatar, Mthreads, ...): count, memory, cores;
 * `ascend`    generic fit, memory rounded up to the chip's vNPU templates (`templates`);
 * `cambricon` generic fit, memory in 256 MiB units paired with cores in the DSMLU profile;

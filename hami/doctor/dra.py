@@ -2,7 +2,7 @@
 
 For a pod with `spec.resourceClaims` (the `--dra` webhook's, or written by hand): a templated claim
 the resourceclaim controller has not made, a claim that does not exist, no node publishing
-devices, or, per node, the allocator's answer (`hami.dra.allocator`, the one the embedded
+devices, or, per node, the allocator's answer (`hami.kubesched.allocator`, the one the embedded
 kube-scheduler runs) with every device's reason: which claim, which selector or which capacity
 failed on which device. When the claims would fit somewhere now, the pod only waits for
 kube-scheduler's next attempt.
@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 
 from hami.doctor.tree import Diagnosis
 from hami.dra import podclaims
-from hami.dra.allocator import Allocator, Usage, allocated_node, inventory
 from hami.dra.claims import DRIVER
+from hami.kubesched.allocator import Allocator, Usage, allocated_node, inventory
 
 MAX_EVIDENCE = 40
 

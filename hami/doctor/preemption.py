@@ -3,7 +3,7 @@
 The reads (`preemption_facts`): the scheduler's pods (label app.kubernetes.io/component=hami-scheduler,
 as the chart and the embedded cluster run them) for the `--gpu-preemption` flag, the nodes, the pods,
 PodDisruptionBudgets and PriorityClasses. The decision is the controller's own pure code
-(hami.scheduler.gpupreempt.plan) over a usage index rebuilt from the placement annotations, with
+(hami.scheduler.preemption.plan.plan) over a usage index rebuilt from the placement annotations, with
 HAMi's fit deciding which nodes refuse the pod now. `preemption_line` (pure) words the answer:
 which victims it would take on which node, or why none (preemptionPolicy Never, no lower-priority
 pods, no set frees enough, a PodDisruptionBudget the eviction would refuse), and that the controller
@@ -18,8 +18,9 @@ from hami.device import codec
 from hami.device.model import NvidiaConfig
 from hami.device.vendorrequest import pod_vendor_requests
 from hami.kube.client import ApiError, KubeClient
-from hami.scheduler import fit, gpupreempt
-from hami.scheduler.usage import UsageIndex
+from hami.scheduler.placement import fit
+from hami.scheduler.placement.usage import UsageIndex
+from hami.scheduler.preemption import plan as gpupreempt
 
 SCHEDULER_PODS = "app.kubernetes.io/component=hami-scheduler"
 

@@ -42,7 +42,7 @@ from hami.device.vendors import Vendor, VendorTable
 from hami.doctor.neverfit import never_fits
 
 HAMI_EVENT_REASONS = ("FilteringFailed", "FilteringSucceed", "BindingFailed", "BindingSucceed")
-HANDSHAKE_WINDOW_S = 60.0  # hami.scheduler.handshake.WINDOW_S: a Requesting older than this needs devices
+HANDSHAKE_WINDOW_S = 60.0  # hami.scheduler.cache.handshake.WINDOW_S: a Requesting older than this needs devices
 _FAILED_KEY = re.compile(r"^(\d+) nodes ([A-Za-z][A-Za-z0-9_]*)\(([^)]*)\)$")
 _BARE_KEYS = ("NodeInsufficientDevice", "ResourceQuotaNotFit", "NodeUnfitPod", "AllocatedCardsInsufficientRequest",
               # MetaX sGPU's own reason keys (pkg/device/metax sdevice.go)

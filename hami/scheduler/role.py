@@ -36,20 +36,20 @@ from hami.kube.liveness import ApiLiveness
 from hami.kube.nodelock import NodeLocker
 from hami.obs.health import Health
 from hami.obs.log import get_logger
-from hami.scheduler import messages
-from hami.scheduler import webhook as webhookmod
-from hami.scheduler.bind import Binder
-from hami.scheduler.extender import CertReloader, Extender, bound_port, serve
-from hami.scheduler.handshake import Handshaker, Verdict
-from hami.scheduler.labeler import PodLabeler
-from hami.scheduler.lockhistory import LockHistory
+from hami.scheduler.admission import webhook as webhookmod
+from hami.scheduler.admission.missed import MissedPods
+from hami.scheduler.cache.handshake import Handshaker, Verdict
+from hami.scheduler.cache.lockhistory import LockHistory
+from hami.scheduler.cache.state import ClusterState
+from hami.scheduler.cache.waker import Waker
+from hami.scheduler.extender.bind import Binder
+from hami.scheduler.extender.labeler import PodLabeler
+from hami.scheduler.extender.server import CertReloader, Extender, bound_port, serve
+from hami.scheduler.extender.verbs import ExtraVerbs
 from hami.scheduler.metrics import MigInstance, PodAlloc, QuotaUse, SchedulerMetrics, Snapshot, serve_metrics
-from hami.scheduler.missed import MissedPods
-from hami.scheduler.podshape import RequestMemo
-from hami.scheduler.preempt_controller import attach_gpu_preemption, gpu_preemption_counters
-from hami.scheduler.state import ClusterState
-from hami.scheduler.verbs import ExtraVerbs
-from hami.scheduler.waker import Waker
+from hami.scheduler.placement import messages
+from hami.scheduler.placement.podshape import RequestMemo
+from hami.scheduler.preemption.controller import attach_gpu_preemption, gpu_preemption_counters
 
 log = get_logger(__name__)
 
@@ -132,7 +132,7 @@ class Scheduler:
     waker: Waker | None = None
     pdbs: Informer | None = None
     access: AccessProbe | None = None  # RBAC for the writes /bind needs (SelfSubjectAccessReviews)
-    preempter: Any = None  # hami.scheduler.preempt_controller.PreemptController with --gpu-preemption
+    preempter: Any = None  # hami.scheduler.preemption.controller.PreemptController with --gpu-preemption
     labeler: PodLabeler | None = None  # hami.io/vgpu-node after the binding (labeler.py)
     runners: list = field(default_factory=list)
     tasks: list = field(default_factory=list)
@@ -257,7 +257,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     binder.history = LockHistory()  # who held each node's lock last: when /bind's re-check trusts the cache
     state.nodes.add_handler(binder.history.on_node)
     binder.on_bound = (labeler := PodLabeler(client, state.pod)).bound  # hami.io/vgpu-node, off the critical path
-    # Wakes of parked pods when GPU capacity frees (background, rate-limited): hami.scheduler.waker.
+    # Wakes of parked pods when GPU capacity frees (background, rate-limited): hami.scheduler.cache.waker.
     waker = Waker(client, lambda: state.index, rate=sc.requeue_wakes_per_second,
                   burst=max(1, int(sc.requeue_wakes_per_second)), labels_of=lambda n: _node_labels(state, n))
     state.on_capacity = waker.capacity_changed
@@ -283,7 +283,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
 
     templates = TemplateMaker(client) if wh_settings.dra else None
 
-    answered = [0.0]  # unix time of the last admission answered (hami.scheduler.missed waits for one)
+    answered = [0.0]  # unix time of the last admission answered (hami.scheduler.admission.missed waits for one)
 
     def webhook(body: bytes) -> Any:
         try:
@@ -302,7 +302,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
                    binder=binder, webhook=webhook, clock=clock)
     ext.on_no_fit = waker.note_failure
     state.held_placements = lambda: ext.assumed  # a resync or rebuild keeps /filter's decisions
-    if sc.gpu_preemption:  # hami.scheduler.preempt_controller: evictions for GPU-share-short pods
+    if sc.gpu_preemption:  # hami.scheduler.preemption.controller: evictions for GPU-share-short pods
         preempter = attach_gpu_preemption(client, state, events, ext, waker, pdbs, leader, sc.gpu_preemption_hold_timeout,
                                           sc.scheduler_name)
     ext.verbs = ExtraVerbs(ext, pdbs)
@@ -353,7 +353,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     spawn(s.access.run(s.stop), "access-review")
     spawn(waker.run(s.stop), "requeue-waker")
     spawn(s.liveness.run(s.stop), "api-liveness")
-    # Pods created while the webhook was down (hami.scheduler.missed): recreated through their controller.
+    # Pods created while the webhook was down (hami.scheduler.admission.missed): recreated through their controller.
     requests_fn = ext.requests_fn
 
     def asks_for_devices(pod: dict) -> bool:

@@ -6,7 +6,7 @@ kubeconfig authenticates as the ordinary user `hami-demo-user` (group `system:au
 scheduler and node roles as their service accounts (hami.principals). kubectl sends no bearer token to an
 `http://` server, so a request without credentials is that ordinary user too (`anonymous`); an unknown
 token is 401, as kube-apiserver answers it. The userInfo goes into every AdmissionReview the server sends, so the
-webhook judges who wrote what (hami.scheduler.placementguard; docs/security.md).
+webhook judges who wrote what (hami.scheduler.admission.placementguard; docs/security.md).
 """
 
 from __future__ import annotations

@@ -3,14 +3,14 @@
 PreEnqueue keeps a pod out of the queue until every claim it names exists (no backoff meanwhile).
 PreFilter reads the pod's claims (`hami.dra.podclaims`): a templated claim the controller has not
 made yet, or a claim that does not exist, keeps the pod Pending with that reason. Filter runs the
-pure allocator (`hami.dra.allocator`) per node against the node's ResourceSlices, the DeviceClasses
+pure allocator (`hami.kubesched.allocator`) per node against the node's ResourceSlices, the DeviceClasses
 and what every allocated claim holds. Reserve (in the scheduling cycle) assumes each claim's new
 status (`status.allocation` when it had none, the pod added to `status.reservedFor`) so the next
 cycle never hands the same capacity out twice; PreBind (in the binding cycle, as upstream) writes
 it through the status subresource with the claim's resourceVersion as precondition before the pod
 is bound. What it wrote stays assumed until the claim informer shows it.
 
-Claim, slice and class changes are the plugin's queue events (`hami.sim.schedqueue`).
+Claim, slice and class changes are the plugin's queue events (`hami.kubesched.schedqueue`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hami.dra import podclaims
-from hami.dra.allocator import Allocator, Outcome, Usage, inventory
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
+from hami.kubesched import schedqueue as sq
+from hami.kubesched.allocator import Allocator, Outcome, Usage, inventory
 from hami.obs.log import get_logger
-from hami.sim import schedqueue as sq
 
 log = get_logger(__name__)
 

@@ -11,7 +11,7 @@ terminationGracePeriodSeconds). The simulated kubelet ends it (hami.sim.terminat
 The allowance is the PDB's `status.disruptionsAllowed` when someone wrote one (then decremented and
 the pod recorded in `status.disruptedPods`, as the registry does); the embedded cluster runs no
 disruption controller, so otherwise it is derived from the spec and the healthy pods
-(hami.scheduler.pdb.disruptions_allowed: Running and not terminating), which already counts the
+(hami.kubesched.pdb.disruptions_allowed: Running and not terminating), which already counts the
 evicted pod as gone once its deletion started.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 
 from hami.apierror import ApiError
-from hami.scheduler.pdb import disruptions_allowed, selects
+from hami.kubesched.pdb import disruptions_allowed, selects
 from hami.sim.store import Store
 
 PDB_KEY = "poddisruptionbudgets.policy"

@@ -1,6 +1,6 @@
 """A scheduling loop that plays kube-scheduler (1.31) for the embedded cluster and the tests.
 
-Queue: `hami.sim.schedqueue.SchedulingQueue` (activeQ, backoffQ 1 s doubling to 10 s, the
+Queue: `hami.kubesched.schedqueue.SchedulingQueue` (activeQ, backoffQ 1 s doubling to 10 s, the
 unschedulable pool with its 5-minute flush; see that module for what is modelled and where from).
 Informer events feed it as kube-scheduler's `eventhandlers.go` does: a new pending pod is added; an
 update of a pending pod goes to `Update` (a parked pod moves when the update is more than status); a
@@ -12,7 +12,7 @@ allocatable, annotations) are move requests.
 One scheduling cycle (`schedule_one.go`): the in-tree filters, in the default profile's order
 (NodeUnschedulable, TaintToleration for NoSchedule taints and the not-ready condition, NodeAffinity
 for nodeSelector and required node affinity, NodeResourcesFit, PodTopologySpread, InterPodAffinity:
-the last three in `hami.sim.intree`, which says what of them is modelled), each node checked with
+the last three in `hami.kubesched.intree`, which says what of them is modelled), each node checked with
 the pods nominated to it (priority at least the pod's) and without them, as
 `RunFilterPluginsWithNominatedPods` does; then the extender's `filterVerb` with NodeNames
 (`nodeCacheCapable: true`). One feasible node is taken as is; several are scored: NodeAffinity's
@@ -25,7 +25,7 @@ a required affinity term it matches). With queueing hints on, each of these plug
 hint (`isSchedulableAfterPodChange` / `isSchedulableAfterNodeChange`): see `HINTED_EVENTS`.
 
 When nothing fits, PostFilter runs DefaultPreemption through the extender's `preemptVerb` (when
-configured), as `hami.sim.preemption` describes: on every node that failed for a resolvable reason,
+configured), as `hami.kubesched.preemption` describes: on every node that failed for a resolvable reason,
 the lower-priority pods come off, the in-tree filters must then pass, and the pods are put back most
 important first (PDB-violating ones first), the ones that cannot go back being the victims. The
 extender answers the victims it needs (any pod on the node, as `convertToVictims` reads them); the
@@ -39,8 +39,8 @@ off unless a test asks for it and says why: `ExtenderConfig.gpu_only_preemption`
 of GPU shares has no in-tree victims and kube-scheduler drops it, "expected at least one victim pod
 on node", so the extender is never asked; the switch hands the extender every lower-priority pod on
 such a node instead, counted in `stats.gpu_only_preemptions`) and `extender_parks` (see
-hami.sim.schedqueue). On a real cluster GPU-only preemption comes from the scheduler's own
-controller (`--gpu-preemption`, hami.scheduler.preempt_controller; docs/kube-scheduler.md), and the
+hami.kubesched.schedqueue). On a real cluster GPU-only preemption comes from the scheduler's own
+controller (`--gpu-preemption`, hami.scheduler.preemption.controller; docs/kube-scheduler.md), and the
 tests prove it on this faithful loop. Not modelled: ImageLocality, volume plugins.
 """
 
@@ -59,11 +59,10 @@ import orjson
 
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
+from hami.kubesched import intree, nodeaffinity, preemption, taints
+from hami.kubesched import schedqueue as sq
+from hami.kubesched.pdb import victims_violating
 from hami.obs.log import get_logger
-from hami.scheduler import nodeaffinity, taints
-from hami.scheduler.pdb import victims_violating
-from hami.sim import intree, preemption
-from hami.sim import schedqueue as sq
 from hami.sim.dynamicresources import PLUGIN as DRA_PLUGIN
 from hami.sim.dynamicresources import DynamicResources, uses_claims
 

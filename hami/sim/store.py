@@ -236,7 +236,7 @@ class Store:
         self._pods_by_node: dict[str, dict[tuple[str, str], None]] = {}
         self._key_cache: dict[str, dict[str, list[tuple[str, str]]]] = {k: {} for k in BY_KEY}  # for paging
         self._node_watchers: dict[str, set[Watcher]] = {}
-        self._cel: Any = None  # hami.dra.cel.SelectorCompiler, made on the first DRA write
+        self._cel: Any = None  # hami.kubesched.cel.SelectorCompiler, made on the first DRA write
         for ns in SEED_NAMESPACES:
             self.create("namespaces", "", {"metadata": {"name": ns}})
 
@@ -570,7 +570,9 @@ class Store:
         if res.key not in dravalidate.DRA_KEYS:
             return
         if self._cel is None:
-            from hami.dra.cel import SelectorCompiler  # celpy is loaded only where DRA objects are written
+            from hami.kubesched.cel import (
+                SelectorCompiler,  # celpy is loaded only where DRA objects are written
+            )
 
             self._cel = SelectorCompiler()
         try:

@@ -4,7 +4,7 @@ Input is what `kubectl get nodes,pods,resourcequotas -A -o json` prints (a `List
 the same with ConfigMaps added (what `hami whatif snapshot` saves): a ConfigMap with a
 `device-config.yaml` key is HAMi's device config, one with `config.json` its per-node config.
 Objects are decoded with the scheduler's own codec (hami.device.codec), the same way the
-scheduler's watch cache reads them (hami.scheduler.state): a node counts when its register
+scheduler's watch cache reads them (hami.scheduler.cache.state): a node counts when its register
 annotation decodes to at least one device; a pod holds devices when it carries
 `hami.io/vgpu-node` and is not Succeeded/Failed.
 
@@ -24,9 +24,9 @@ from hami.device.codec import keys
 from hami.device.model import DeviceInfo, NodeDeviceConfig, NvidiaConfig
 from hami.device.nodeconfig import DeviceSettings, settings_for_node
 from hami.device.request import quantity_value
-from hami.scheduler.nodeaffinity import node_matches, spec_required_terms
-from hami.scheduler.usage import init_released
-from hami.sim import intree
+from hami.kubesched import intree
+from hami.kubesched.nodeaffinity import node_matches, spec_required_terms
+from hami.scheduler.placement.usage import init_released
 
 TERMINAL = ("Succeeded", "Failed")
 

@@ -1,14 +1,14 @@
 """Replay a snapshot through the scheduler's own pure code, one scenario at a time (pure, no I/O).
 
 For each pod, in arrival order, exactly what the running scheduler does with it, in process:
-the admission webhook (`hami.scheduler.webhook.mutate_pod`: defaulting and the ResourceQuota
+the admission webhook (`hami.scheduler.admission.webhook.mutate_pod`: defaulting and the ResourceQuota
 check), the device requests (`hami.device.request.pod_requests`), the pod's fit options and
-policies (`hami.scheduler.fit.pod_request`, quota view from the `UsageIndex`), the node choice
-(`hami.scheduler.score.select_node`: HAMi's fit and node order), and the bookkeeping of a placed
+policies (`hami.scheduler.placement.fit.pod_request`, quota view from the `UsageIndex`), the node choice
+(`hami.scheduler.placement.score.select_node`: HAMi's fit and node order), and the bookkeeping of a placed
 pod (`UsageIndex.add_pod`). What kube-scheduler does before the extender is reduced to what
 decides GPU placement: unschedulable (cordoned) nodes, `nodeSelector` labels, required node affinity
 and NoSchedule/NoExecute taints the pod does not tolerate are filtered out, then required pod
-(anti-)affinity, DoNotSchedule topology spread (`hami.sim.intree`, the embedded loop's plugins) and
+(anti-)affinity, DoNotSchedule topology spread (`hami.kubesched.intree`, the embedded loop's plugins) and
 NodeResourcesFit where nodes report allocatable (checked on each node the walk reaches);
 candidates are passed in name order, so ties go to the first name, as in the extender.
 
@@ -37,12 +37,12 @@ from hami.device import codec
 from hami.device import request as devrequest
 from hami.device.model import PERCENTAGE_UNSET, DeviceInfo
 from hami.device.nodeconfig import DeviceSettings, resolve_node_config, settings_for_node
-from hami.scheduler import fit as fitmod
-from hami.scheduler import messages
-from hami.scheduler import score as scoremod
-from hami.scheduler import webhook as webhookmod
-from hami.scheduler.policy import PolicyError
-from hami.scheduler.usage import NodeUsage, UsageIndex
+from hami.scheduler.admission import webhook as webhookmod
+from hami.scheduler.placement import fit as fitmod
+from hami.scheduler.placement import messages
+from hami.scheduler.placement import score as scoremod
+from hami.scheduler.placement.policy import PolicyError
+from hami.scheduler.placement.usage import NodeUsage, UsageIndex
 
 from .cluster import TERMINAL, Cluster, NodeInfo, PodInfo, epoch, holds_devices
 from .kubefilter import KubeFilter

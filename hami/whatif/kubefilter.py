@@ -7,7 +7,7 @@ ones that decide GPU placement, on the replay's nodes and the pods bound to them
   NodeAffinity (`nodeSelector`, required `nodeSelectorTerms`): `candidates(pod)`, computed once per
   distinct selector, affinity and tolerations;
 - InterPodAffinity (required affinity and anti-affinity, the pod's and the placed pods') and
-  PodTopologySpread (DoNotSchedule), through `hami.sim.intree`, the embedded loop's own plugins:
+  PodTopologySpread (DoNotSchedule), through `hami.kubesched.intree`, the embedded loop's own plugins:
   `pod_filter(pod, names)`, asked only when some pod uses them;
 - NodeResourcesFit (cpu, memory, ephemeral-storage, pod count) where nodes report allocatable:
   `refuse(name, want)` on sums kept as pods are placed (`placed`) and leave (`left`), asked of
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from hami.scheduler.taints import tolerates
-from hami.sim import intree
+from hami.kubesched import intree
+from hami.kubesched.taints import tolerates
 
 from .cluster import TERMINAL, NodeInfo, PodInfo, node_affinity_ok
 
@@ -112,7 +112,7 @@ class KubeFilter:
         return intree.pod_requests(pod) if self.fit_resources else None
 
     def refuse(self, node: str, want: Mapping[str, int]) -> str | None:
-        """NodeResourcesFit's Filter (as hami.sim.intree.fit_resources) on the kept sums."""
+        """NodeResourcesFit's Filter (as hami.kubesched.intree.fit_resources) on the kept sums."""
         alloc = self.nodes[node].allocatable
         if not alloc:
             return None

@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hami.scheduler.policy import PolicyError, parse_scoring_weights
+from hami.scheduler.placement.policy import PolicyError, parse_scoring_weights
 
 from .cluster import spec_shape_error
 

@@ -37,7 +37,7 @@ from hami.device import codec
 from hami.device.codec.pairscore import DevicePairScore, encode_pair_scores
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.informer import Informer
-from hami.sim import schedqueue as sq
+from hami.kubesched import schedqueue as sq
 from hami.sim.admission import WebhookAdmission
 from hami.sim.apiserver import ApiServer
 from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop

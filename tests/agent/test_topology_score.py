@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from hami.scheduler.state import _pair_scores
+from hami.scheduler.cache.state import _pair_scores
 from tests.agent.harness import NODE, NodeHarness
 
 SCORE = "hami.io/node-nvidia-score"

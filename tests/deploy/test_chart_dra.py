@@ -17,8 +17,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from hami.dra.cel import SelectorCompiler
 from hami.dra.claims import class_selector
+from hami.kubesched.cel import SelectorCompiler
 
 from .chart import find, objects, one, rendered
 

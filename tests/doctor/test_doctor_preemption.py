@@ -15,7 +15,7 @@ from hami.device import codec
 from hami.device.model import ContainerDevice
 from hami.doctor.pod import main, preemption
 from hami.doctor.preemption import flag_state, preemption_line
-from hami.scheduler import gpupreempt
+from hami.scheduler.preemption import plan as gpupreempt
 
 from .conftest import doctor_args, register_value
 

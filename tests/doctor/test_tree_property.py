@@ -24,8 +24,8 @@ from hami.doctor.tree import (
     failed_reasons,
     node_health,
 )
-from hami.scheduler.fit import gen_reason
-from hami.scheduler.messages import filtering_failed_messages
+from hami.scheduler.placement.fit import gen_reason
+from hami.scheduler.placement.messages import filtering_failed_messages
 
 node_names = st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True)
 keys = st.sampled_from(["CardInsufficientMemory", "CardInsufficientCore", "NodeUnfitPod", "CardTypeMismatch",

@@ -1,4 +1,4 @@
-"""hami.dra.allocator and hami.dra.cel: DRA structured allocation for one node, pure.
+"""hami.kubesched.allocator and hami.kubesched.cel: DRA structured allocation for one node, pure.
 
 Covers: the DeviceClass and request CEL selectors (driver, attributes by domain, capacity as a
 quantity, semver, errors); exactly.count; consumable capacity (two claims share a GPU up to its
@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami.dra.allocator import Allocator, Usage, inventory
-from hami.dra.cel import CelError, SelectorCompiler, device_activation
+from hami.kubesched.allocator import Allocator, Usage, inventory
+from hami.kubesched.cel import CelError, SelectorCompiler, device_activation
 from tests.dra._objects import DEVICE_CLASS, DRIVER, MIB, claim, gpu_device, slice_for
 
 CLASSES = {DRIVER: DEVICE_CLASS}

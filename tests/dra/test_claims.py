@@ -21,9 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami.device.model import NvidiaConfig
-from hami.dra.cel import SelectorCompiler, device_activation
 from hami.dra.claims import ClaimError, annotation_selectors, translate_pod
-from hami.scheduler.webhook import WebhookSettings, mutate
+from hami.kubesched.cel import SelectorCompiler, device_activation
+from hami.scheduler.admission.webhook import WebhookSettings, mutate
 from tests.dra._objects import DRIVER, MIB, gpu_device
 
 CFG = NvidiaConfig()

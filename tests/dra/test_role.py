@@ -136,7 +136,6 @@ async def test_role_publishes_follows_health_and_a_restart_does_not_churn(client
 
 async def test_role_from_config_prepares_what_it_publishes(apiserver, client, root):
     from hami.dra import role
-
     gpus = os.path.join(root, "gpus.yaml")
     write(gpus, GPUS % "true")
     cfg = Config(roles=("dra",), agent=AgentSettings(

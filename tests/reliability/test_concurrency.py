@@ -121,7 +121,7 @@ async def test_two_replicas_1000_pods_50_nodes_no_overcommit_no_lock_left(apiser
                 assert name in failed_events, f"pending pod {name} has no FilteringFailed event"
                 continue
             assert annos["hami.io/vgpu-node"] == node  # came in the Binding, with nodeName
-            # the label comes later, off the critical path (hami.scheduler.labeler): queued
+            # the label comes later, off the critical path (hami.scheduler.extender.labeler): queued
             assert (obj["metadata"].get("labels") or {}).get("hami.io/vgpu-node") in (None, node)
             assert annos["hami.io/bind-phase"] == "success"
             devices = codec.decode_pod_devices(annos[codec.ALLOCATED_ANNOTATION])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from hami.scheduler import verbs
+from hami.scheduler.extender import verbs
 from tests.kube.helpers import pod_obj
 from tests.kube.scheduler_env import running_env
 from tests.reliability._record import record

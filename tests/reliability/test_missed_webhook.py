@@ -16,7 +16,7 @@ import asyncio
 import orjson
 import pytest
 
-from hami.scheduler.missed import missed
+from hami.scheduler.admission.missed import missed
 from tests.kube.helpers import eventually, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env
 from tests.reliability._record import record

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hami.device.model import ContainerDeviceRequest, DeviceInfo
-from hami.scheduler.usage import DeviceState, NodeUsage
+from hami.scheduler.placement.usage import DeviceState, NodeUsage
 
 
 def dev(id, *, index=0, used=0, count=100, usedmem=0, totalmem=128, totalcore=100, usedcores=0,

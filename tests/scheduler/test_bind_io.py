@@ -228,8 +228,7 @@ async def test_a_lock_another_replica_held_is_left_to_it_at_release(env, monkeyp
     """Two replicas' binds queued on one node both wake at its release; the one whose replica did
     not hold the lock leaves the node to the other's write (HANDOVER_GRACE_S) instead of racing
     its compare-and-swap, so no 409 (a wasted write) is made, then takes its own turn."""
-    from hami.scheduler import bind as bindmod
-
+    from hami.scheduler.extender import bind as bindmod
     monkeypatch.setattr(bindmod, "HANDOVER_GRACE_S", 30.0)  # the other replica's write is the test's
     state, locker = env.sched.state, env.sched.locker
 

@@ -1,4 +1,4 @@
-"""Funnel avoidance in a burst (hami.scheduler.busy, issue 30): held decisions counted per node
+"""Funnel avoidance in a burst (hami.scheduler.placement.busy, issue 30): held decisions counted per node
 through every way in and out of `Held` (hypothesis: the counts always equal a recount); `avoid`
 picks the nodes with more pending than the least busy candidate; over HTTP, a node holding an
 assumed placement (filter answered, bind not in) is avoided while another fits, like a locked node,
@@ -17,9 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hami.device import codec
-from hami.scheduler import extender as extmod
-from hami.scheduler import spread
-from hami.scheduler.busy import Busy, Held
+from hami.scheduler.extender import server as extmod
+from hami.scheduler.placement import spread
+from hami.scheduler.placement.busy import Busy, Held
 from tests.kube.helpers import eventually, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env
 from tests.scheduler.test_bind_io import plugin_allocate

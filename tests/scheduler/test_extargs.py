@@ -1,4 +1,4 @@
-"""ExtenderArgs decoding with the node name list cached (hami.scheduler.extargs).
+"""ExtenderArgs decoding with the node name list cached (hami.scheduler.extender.extargs).
 
 Covers (hypothesis over bodies, the decoder reused across them so the cache is hit): the decoded
 arguments always equal a full parse with lower-cased keys; a repeated name list is taken from the
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami.scheduler.extargs import ArgsDecoder, BadArgs, lower_keys
+from hami.scheduler.extender.extargs import ArgsDecoder, BadArgs, lower_keys
 
 NAMES = [f"node-{i}" for i in range(120)]
 

@@ -18,9 +18,9 @@ import pytest
 
 from hami.device import codec
 from hami.device.model import ContainerDevice
-from hami.scheduler.extender import FULL_EVALUATION_MAX_NODES
-from hami.scheduler.fit import pod_request
-from hami.scheduler.score import select_node
+from hami.scheduler.extender.server import FULL_EVALUATION_MAX_NODES
+from hami.scheduler.placement.fit import pod_request
+from hami.scheduler.placement.score import select_node
 from tests.kube.helpers import gpu_uuid, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env
 
@@ -95,7 +95,7 @@ async def test_a_locked_node_is_avoided_while_another_fits_and_the_pod_binds(env
 
 
 async def test_full_nodes_scanned_answers_equal_the_full_decode(env, monkeypatch):
-    import hami.scheduler.extender as extmod
+    import hami.scheduler.extender.server as extmod
 
     ext = env.sched.extender
     items = [env.sched.state.nodes.store[f"n{i}"] for i in range(N)]

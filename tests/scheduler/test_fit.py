@@ -1,4 +1,4 @@
-"""HAMi's NVIDIA Fit (hami.scheduler.fit.fit_devices) and reason strings.
+"""HAMi's NVIDIA Fit (hami.scheduler.placement.fit.fit_devices) and reason strings.
 
 Covers: the TestDevices_Fit table and TestFit_DeviceCordon of HAMi
 `pkg/device/nvidia/device_test.go` and Test_fitInCertainDevice of `pkg/scheduler/score_test.go`
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from hami.scheduler import fit
-from hami.scheduler.fit import fit_devices, fit_options, gen_reason, parse_reason
-from hami.scheduler.usage import Quota, QuotaView
+from hami.scheduler.placement import fit
+from hami.scheduler.placement.fit import fit_devices, fit_options, gen_reason, parse_reason
+from hami.scheduler.placement.usage import Quota, QuotaView
 
 from ._helpers import dev, req
 
@@ -287,7 +287,7 @@ def test_hami_fit_in_certain_device_cases(name, devices, request_, want_fit, wan
 )
 def test_use_gpuuuid_members_are_trimmed_like_go_strings_trimspace(annotation, fits):
     """devices.go trims members with strings.TrimSpace: Unicode spaces yes, \\x1c-\\x1f (which str.strip drops) no."""
-    from hami.scheduler.fit import _split_uuids
+    from hami.scheduler.placement.fit import _split_uuids
 
     allowed = _split_uuids(annotation)
     assert ("GPU-a" in allowed) is fits

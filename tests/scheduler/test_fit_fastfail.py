@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hami.device.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, MigPlacement, MigProfile
-from hami.scheduler import fit, messages
-from hami.scheduler.usage import DeviceState, NodeUsage, Quota, QuotaView, UsageIndex
+from hami.scheduler.placement import fit, messages
+from hami.scheduler.placement.usage import DeviceState, NodeUsage, Quota, QuotaView, UsageIndex
 
 MIG_PROFILES = (MigProfile("1g.10gb", 10000, 15, 1, (MigPlacement(0, 1), MigPlacement(1, 1))),)
 

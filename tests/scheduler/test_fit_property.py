@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hami.device.model import ContainerDeviceRequest, DeviceInfo
-from hami.scheduler.fit import pod_request
-from hami.scheduler.score import evaluate_nodes, select_node
-from hami.scheduler.usage import UsageIndex
+from hami.scheduler.placement.fit import pod_request
+from hami.scheduler.placement.score import evaluate_nodes, select_node
+from hami.scheduler.placement.usage import UsageIndex
 
 gpu = st.builds(
     lambda count, mem, core, numa: (count, mem, core, numa),

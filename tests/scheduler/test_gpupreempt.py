@@ -1,4 +1,4 @@
-"""The GPU preemption controller's decision (hami.scheduler.gpupreempt), pure.
+"""The GPU preemption controller's decision (hami.scheduler.preemption.plan), pure.
 
 Covers, by hypothesis over random nodes (1-3, one or two cards), running pods (sizes, priorities,
 terminating ones, ones another preemptor already took) and preemptors: a plan's victims are all of
@@ -17,8 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami.device.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, NvidiaConfig
-from hami.scheduler import fit, gpupreempt
-from hami.scheduler.usage import UsageIndex
+from hami.scheduler.placement import fit
+from hami.scheduler.placement.usage import UsageIndex
+from hami.scheduler.preemption import plan as gpupreempt
 
 NV = NvidiaConfig()
 MEM = 40000

@@ -1,7 +1,7 @@
 """HAMi v2.10 `pkg/device/nvidia/device_test.go`, the cases not already ported in test_fit.py,
 tests/device/test_request.py and test_webhook.py.
 
-Pure (hami.scheduler.fit, hami.scheduler.handshake, hami.device.codec/request): Test_checkType,
+Pure (hami.scheduler.placement.fit, hami.scheduler.cache.handshake, hami.device.codec/request): Test_checkType,
 TestCheckGPUtype_NoUse / _EmptyAnnotation / _InUseMismatch, TestCheckType_AllocateMode, TestAssertNuma,
 TestFit_NumaSwitching, TestFit_MutexPolicy, TestFit_TopologyExactMatch / WorstSingleCard /
 BestCombination / BestCombinationZeroScores / NegativeScores, TestZeroMemoryPercentageIsAccountedAsWholeCard,
@@ -23,10 +23,10 @@ from hami.device import codec
 from hami.device.model import ContainerDevice, NvidiaConfig
 from hami.device.request import container_request
 from hami.kube.nodelock import LOCK_KEY
-from hami.scheduler import fit
-from hami.scheduler.fit import fit_devices, fit_options
-from hami.scheduler.handshake import Handshaker, Seen, judge
-from hami.scheduler.usage import UsageIndex
+from hami.scheduler.cache.handshake import Handshaker, Seen, judge
+from hami.scheduler.placement import fit
+from hami.scheduler.placement.fit import fit_devices, fit_options
+from hami.scheduler.placement.usage import UsageIndex
 from tests.kube.helpers import node_obj, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env
 

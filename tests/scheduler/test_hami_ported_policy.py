@@ -1,5 +1,5 @@
 """HAMi v2.10 `pkg/scheduler/policy/node_policy_test.go` (and what of gpu_policy_test.go is not in
-test_policy.py), ported to hami.scheduler.score / usage / policy.
+test_policy.py), ported to hami.scheduler.placement.score / usage / policy.
 
 Covers TestLess (node order: binpack chooses the higher score, spread the lower; HAMi sorts with
 Less and takes the last element, we order by preference and take the first), TestComputeDefaultScore
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from hami.scheduler.policy import node_order_descending
-from hami.scheduler.score import order_nodes
-from hami.scheduler.usage import node_score
+from hami.scheduler.placement.policy import node_order_descending
+from hami.scheduler.placement.score import order_nodes
+from hami.scheduler.placement.usage import node_score
 
 from ._helpers import dev, node
 

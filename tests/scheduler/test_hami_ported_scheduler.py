@@ -21,9 +21,9 @@ import pytest
 from hami.config import Config, KubeSettings, SchedulerSettings
 from hami.device import codec
 from hami.device.model import ContainerDevice, DeviceInfo, NvidiaConfig
-from hami.scheduler import fit
+from hami.scheduler.placement import fit
+from hami.scheduler.placement.usage import UsageIndex
 from hami.scheduler.role import start_scheduler
-from hami.scheduler.usage import UsageIndex
 from tests.kube.helpers import eventually
 from tests.kube.scheduler_env import Env, requesting_now, stop_env
 

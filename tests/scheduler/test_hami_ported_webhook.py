@@ -1,4 +1,4 @@
-"""HAMi v2.10 `pkg/scheduler/webhook_test.go`, ported to hami.scheduler.webhook.mutate.
+"""HAMi v2.10 `pkg/scheduler/webhook_test.go`, ported to hami.scheduler.admission.webhook.mutate.
 
 Covers TestHandle, TestPodHasNodeName, TestPodHasDifferentScheduler, TestFitResourceQuota (the NVIDIA
 cases, plus a vendor resource we do not handle passing), TestNonGPUPodAllowedAdmission,
@@ -15,8 +15,8 @@ import json
 import pytest
 
 from hami.device.model import NvidiaConfig
-from hami.scheduler.usage import Quota, QuotaView
-from hami.scheduler.webhook import WebhookSettings, mutate
+from hami.scheduler.admission.webhook import WebhookSettings, mutate
+from hami.scheduler.placement.usage import Quota, QuotaView
 
 HAMI_IO = NvidiaConfig(resource_count_name="hami.io/gpu", resource_memory_name="hami.io/gpumem",
                        resource_memory_percentage_name="hami.io/gpumem-percentage",

@@ -14,9 +14,9 @@ from __future__ import annotations
 import pytest
 
 from hami.device.model import ScoringWeights
-from hami.scheduler import policy
-from hami.scheduler.policy import PolicyError, parse_scoring_weights
-from hami.scheduler.webhook import WebhookSettings, mutate_pod
+from hami.scheduler.admission.webhook import WebhookSettings, mutate_pod
+from hami.scheduler.placement import policy
+from hami.scheduler.placement.policy import PolicyError, parse_scoring_weights
 from tests.kube.helpers import eventually, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env
 

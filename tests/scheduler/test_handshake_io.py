@@ -12,7 +12,7 @@ import time
 import pytest
 
 from hami.device import codec
-from hami.scheduler.handshake import HANDSHAKE_KEY, Handshaker, Seen, judge
+from hami.scheduler.cache.handshake import HANDSHAKE_KEY, Handshaker, Seen, judge
 from tests.kube.helpers import eventually, node_obj
 from tests.kube.scheduler_env import running_env, start_env, stop_env
 
@@ -112,7 +112,7 @@ async def test_stale_resource_version_conflict_is_harmless(env):
     hs = Handshaker(env.client)
     stale = env.store.get("nodes", "", "plain")
     stale = {**stale, "metadata": {**stale["metadata"], "resourceVersion": "1"}}
-    from hami.scheduler.handshake import Verdict
+    from hami.scheduler.cache.handshake import Verdict
 
     await hs.apply(stale, Verdict(True, "request"))
     assert hs.conflicts == 1 and hs.writes == 0

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami.scheduler.nodeaffinity import (
+from hami.kubesched.nodeaffinity import (
     REQUIRED,
     node_matches,
     required_terms,

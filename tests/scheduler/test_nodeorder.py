@@ -1,4 +1,4 @@
-"""The candidate order /filter keeps between requests (hami.scheduler.nodeorder).
+"""The candidate order /filter keeps between requests (hami.scheduler.extender.nodeorder).
 
 Covers: `first_fit` gives `select_node`'s node, devices and score on every request of a sequence
 in which placements and removals change usage between requests (the order patched from the
@@ -19,12 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hami.device.model import ContainerDevice
-from hami.scheduler.changelog import ChangeLog
-from hami.scheduler.fit import memory_need, pod_request, try_pod
-from hami.scheduler.nodeorder import NameList, first_fit
-from hami.scheduler.policy import node_order_descending
-from hami.scheduler.score import select_node
-from hami.scheduler.usage import UsageIndex
+from hami.scheduler.cache.changelog import ChangeLog
+from hami.scheduler.extender.nodeorder import NameList, first_fit
+from hami.scheduler.placement.fit import memory_need, pod_request, try_pod
+from hami.scheduler.placement.policy import node_order_descending
+from hami.scheduler.placement.score import select_node
+from hami.scheduler.placement.usage import UsageIndex
 
 from ._helpers import info, req
 

@@ -1,4 +1,4 @@
-"""Full-Nodes bodies read node by node (hami.scheduler.nodescan).
+"""Full-Nodes bodies read node by node (hami.scheduler.extender.nodescan).
 
 Covers (hypothesis over bodies, one scanner reused across them so its caches are hit): a scan
 either declines (None) or gives exactly the full decode: the other arguments with lower-cased
@@ -16,8 +16,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami.scheduler.extargs import lower_keys
-from hami.scheduler.nodescan import NodeScanner
+from hami.scheduler.extender.extargs import lower_keys
+from hami.scheduler.extender.nodescan import NodeScanner
 
 REG = "hami.io/node-nvidia-register"
 CORDON = "hami.io/device-cordon"

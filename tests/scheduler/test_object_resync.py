@@ -10,7 +10,7 @@ and so does another replica's rollback seen on the watch (annotations removed: d
 
 from __future__ import annotations
 
-from hami.scheduler.waker import REQUEUE_ANNOTATION
+from hami.scheduler.cache.waker import REQUEUE_ANNOTATION
 from tests.kube.helpers import eventually, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env
 from tests.scheduler.test_state_io import placed, used

@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 from hami.config import Config
 from hami.device import codec
 from hami.kube.events import EventRecorder
-from hami.scheduler.extender import Extender
-from hami.scheduler.policy import gpu_sort_chain, policy_contains
+from hami.scheduler.cache.state import ClusterState
+from hami.scheduler.extender.server import Extender
+from hami.scheduler.placement.policy import gpu_sort_chain, policy_contains
 from hami.scheduler.role import make_requests_fn
-from hami.scheduler.state import ClusterState
 from tests.kube.helpers import gpu_uuid, node_obj, pod_obj
 from tests.kube.scheduler_env import requesting_now
 

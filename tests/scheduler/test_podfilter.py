@@ -1,5 +1,5 @@
 """HAMi's own pod filter tables against the fit's one reading of them: `fit.fit_options` (the
-lists split by hami.scheduler.podfilter) and `FitOptions.uuid_ok` / `type_ok` / `numa_bind`, the
+lists split by hami.scheduler.placement.podfilter) and `FitOptions.uuid_ok` / `type_ok` / `numa_bind`, the
 checks /filter and /bind run (moved from tests/device/test_codec_golden.py; the per-annotation
 predicates that only tests called are gone, issue 33).
 
@@ -14,8 +14,8 @@ import pytest
 
 from hami.device import codec
 from hami.device.model import DeviceInfo
-from hami.scheduler.fit import fit_options
-from hami.scheduler.usage import DeviceState
+from hami.scheduler.placement.fit import fit_options
+from hami.scheduler.placement.usage import DeviceState
 
 
 def _options(**annos):

@@ -1,5 +1,5 @@
 """A burst's pods share a template: /filter works out their requests and PodRequest once per
-distinct input (hami.scheduler.podshape, issue 30's hot path).
+distinct input (hami.scheduler.placement.podshape, issue 30's hot path).
 
 Covers:
 - the requests memo (hypothesis over containers' resources, valid or not, repeated across pods):
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from hami.config import Config
 from hami.device.vendorrequest import pod_vendor_requests
-from hami.scheduler.podshape import RequestMemo, ShapeMemo, resources_key
+from hami.scheduler.placement.podshape import RequestMemo, ShapeMemo, resources_key
 from tests.kube.helpers import gpu_uuid, node_obj, pod_obj
 from tests.kube.scheduler_env import requesting_now, running_env
 

@@ -1,4 +1,4 @@
-"""GPU and node policies (hami.scheduler.policy).
+"""GPU and node policies (hami.scheduler.placement.policy).
 
 Covers: device ordering for binpack, spread, mutex, numa-bind and comma chains as in HAMi
 `pkg/scheduler/policy/gpu_policy.go` and its tests (`gpu_policy_test.go`: score primary with
@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hami.device.model import ScoringWeights
-from hami.scheduler import policy
-from hami.scheduler.policy import (
+from hami.scheduler.placement import policy
+from hami.scheduler.placement.policy import (
     PolicyError,
     device_score,
     f32,
@@ -187,7 +187,7 @@ def test_scores_match_go_float32_arithmetic_bit_for_bit():
     import struct
     from types import SimpleNamespace
 
-    from hami.scheduler.usage import score_from_sums
+    from hami.scheduler.placement.usage import score_from_sums
 
     data = json.loads((pathlib.Path(__file__).parent / "data" / "float32_scores_golden.json").read_text())
 

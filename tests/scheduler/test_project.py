@@ -1,4 +1,4 @@
-"""The scheduler's cache projections (hami.scheduler.project): every field a reader of the cached
+"""The scheduler's cache projections (hami.scheduler.cache.project): every field a reader of the cached
 pods and nodes uses survives (device requests, init-container release, PDB selection, /preempt
 order, bind phase, placement, lock and handshake fields), what no reader uses is dropped
 (managedFields, env, images, volumes, container statuses, node images and conditions), equal
@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 from hami.config import Config
 from hami.device import codec
-from hami.scheduler import pdb
-from hami.scheduler.handshake import gpu_allocatable
-from hami.scheduler.project import Shared, project_node, project_pod
+from hami.kubesched import pdb
+from hami.scheduler.cache.handshake import gpu_allocatable
+from hami.scheduler.cache.project import Shared, project_node, project_pod
+from hami.scheduler.extender.verbs import _priority, _start_time
+from hami.scheduler.placement.usage import init_released
 from hami.scheduler.role import make_requests_fn
-from hami.scheduler.usage import init_released
-from hami.scheduler.verbs import _priority, _start_time
 from tests.kube.helpers import eventually, node_obj, pod_obj
 from tests.kube.scheduler_env import running_env
 

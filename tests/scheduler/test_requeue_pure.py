@@ -17,10 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami.device.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo, NvidiaConfig
-from hami.scheduler import fit, pdb, requeue
-from hami.scheduler.preempt import select_victims
-from hami.scheduler.prioritize import scale_scores
-from hami.scheduler.usage import UsageIndex
+from hami.kubesched import pdb
+from hami.scheduler.cache import requeue
+from hami.scheduler.placement import fit
+from hami.scheduler.placement.prioritize import scale_scores
+from hami.scheduler.placement.usage import UsageIndex
+from hami.scheduler.preemption.victims import select_victims
 
 NV = NvidiaConfig()
 GPU = DeviceInfo(id="GPU-a", count=10, devmem=40000, devcore=100, type="NVIDIA A100", index=0, numa=0,

@@ -1,4 +1,4 @@
-"""Node choice and per-pod fitting (hami.scheduler.score, hami.scheduler.fit.fit_pod).
+"""Node choice and per-pod fitting (hami.scheduler.placement.score, hami.scheduler.placement.fit.fit_pod).
 
 Covers: golden cases of HAMi `pkg/scheduler/score_test.go` (Test_calcScore: chosen device and
 node score 0 / 15 / 7.5), node score (§6.1) and order under binpack/spread with the pod
@@ -10,10 +10,10 @@ node left untouched by a fit, evaluate_nodes, and the event texts of §5.4.
 
 from __future__ import annotations
 
-from hami.scheduler import messages, score
-from hami.scheduler.fit import pod_request
-from hami.scheduler.score import evaluate_nodes, select_node
-from hami.scheduler.usage import UsageIndex, node_score
+from hami.scheduler.placement import messages, score
+from hami.scheduler.placement.fit import pod_request
+from hami.scheduler.placement.score import evaluate_nodes, select_node
+from hami.scheduler.placement.usage import UsageIndex, node_score
 
 from ._helpers import dev, info, node, req
 
@@ -146,7 +146,7 @@ def test_containers_without_gpu_get_empty_entries():
 def test_score_weights_annotation_error_surfaces_at_request_build():
     import pytest
 
-    from hami.scheduler.policy import PolicyError
+    from hami.scheduler.placement.policy import PolicyError
     with pytest.raises(PolicyError):
         pod_request([req()], 0, {"hami.io/device-scoring-weights": "slot=a"})
 

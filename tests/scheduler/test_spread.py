@@ -1,4 +1,4 @@
-"""A replica's pick among the best fits while a burst is pending (hami.scheduler.spread, issue 30):
+"""A replica's pick among the best fits while a burst is pending (hami.scheduler.placement.spread, issue 30):
 always one of the first SPREAD_TOP fits, the same for one salt (a replica keeps its preferred
 nodes), and two replicas' salts agree on about one candidate set in SPREAD_TOP, so their binds
 rarely race for one node's lock (hypothesis over candidate lists; a fixed sample for the rate)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami.scheduler import spread
+from hami.scheduler.placement import spread
 
 names = st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=20, unique=True)
 

@@ -116,7 +116,7 @@ def test_pod_updates_keep_the_mig_placements_of_its_annotation():
     """The informer's recount passes hami.io/vgpu-mig-allocations on, so a status update does not
     free the MIG placement the extender took (a later pod would be handed the same one)."""
     from hami.device.model import DeviceInfo, MigPlacement
-    from hami.scheduler.state import ClusterState
+    from hami.scheduler.cache.state import ClusterState
 
     state = ClusterState(None)
     state.index.set_node("n0", (DeviceInfo(id="GPU-1", count=7, devmem=40960, devcore=100, type="NVIDIA A100",

@@ -1,4 +1,4 @@
-"""The incremental usage index (hami.scheduler.usage).
+"""The incremental usage index (hami.scheduler.placement.usage).
 
 Covers: building node usage from decoded register devices, add_pod/remove_pod idempotence (a pod
 counts once, replaced data replaces usage), terminal pods releasing, pods seen before their node
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami.device.model import ContainerDevice, MigPlacement, NvidiaConfig
-from hami.scheduler.usage import UsageIndex, collapse_usage, node_score
+from hami.scheduler.placement.usage import UsageIndex, collapse_usage, node_score
 
 from ._helpers import info
 
@@ -211,8 +211,8 @@ def test_metax_app_classes_are_counted_per_card_and_follow_the_pods():
 def test_the_node_score_is_gos_float32_steps_whatever_the_sums(used, cores, mem, total, tcore, tmem):
     """score_from_sums takes a shortcut for sums float32 holds exactly; it must give Go's
     float32(used)/float32(total) ... steps bit for bit, inside and outside that range."""
-    from hami.scheduler.policy import f32
-    from hami.scheduler.usage import score_from_sums
+    from hami.scheduler.placement.policy import f32
+    from hami.scheduler.placement.usage import score_from_sums
 
     ten = f32(10.0)
     if total == 0 or tcore == 0 or tmem == 0:

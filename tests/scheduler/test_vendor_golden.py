@@ -43,10 +43,10 @@ from hami.device.codec.vastai import die_cards
 from hami.device.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo
 from hami.device.vendorregister import decode_one
 from hami.device.vendorrequest import vendor_request
-from hami.scheduler.fit import fit_vendor_devices
-from hami.scheduler.usage import DeviceState, NodeUsage
-from hami.scheduler.vendorscore import vendor_score
-from hami.scheduler.webhook import WebhookSettings, mutate_pod
+from hami.scheduler.admission.webhook import WebhookSettings, mutate_pod
+from hami.scheduler.placement.fit import fit_vendor_devices
+from hami.scheduler.placement.usage import DeviceState, NodeUsage
+from hami.scheduler.placement.vendorscore import vendor_score
 
 DATA = Path(__file__).parent / "data" / "vendors"
 FILES = sorted(DATA.glob("*.json"))

@@ -16,11 +16,11 @@ from hami.device.codec.cards import topology_value
 from hami.device.codec.golang import go_json_value
 from hami.device.model import ContainerDevice, ContainerDeviceRequest, DeviceInfo
 from hami.device.vendorregister import decode_one, registration_signature
-from hami.scheduler.fit import pod_request
-from hami.scheduler.policy import f32
-from hami.scheduler.score import evaluate_nodes, select_node
-from hami.scheduler.usage import UsageIndex
-from hami.scheduler.vendorrules import jittery_qos
+from hami.scheduler.placement.fit import pod_request
+from hami.scheduler.placement.policy import f32
+from hami.scheduler.placement.score import evaluate_nodes, select_node
+from hami.scheduler.placement.usage import UsageIndex
+from hami.scheduler.placement.vendorrules import jittery_qos
 
 TABLE = default_vendor_table()
 ASC = "Ascend910B3"

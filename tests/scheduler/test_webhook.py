@@ -1,4 +1,4 @@
-"""The mutating webhook as a pure function (hami.scheduler.webhook).
+"""The mutating webhook as a pure function (hami.scheduler.admission.webhook).
 
 Covers (spec §3.4, HAMi `pkg/scheduler/webhook.go` and the MutateAdmission tests of
 `pkg/device/nvidia/device_test.go`): AdmissionReview v1 and v1beta1 echoing, base64 JSONPatch
@@ -18,8 +18,7 @@ import jsonpatch
 import pytest
 
 from hami.device.model import NvidiaConfig
-from hami.scheduler.usage import Quota, QuotaView
-from hami.scheduler.webhook import (
+from hami.scheduler.admission.webhook import (
     WebhookError,
     WebhookSettings,
     mutate,
@@ -27,6 +26,7 @@ from hami.scheduler.webhook import (
     quantity_int,
     quantity_value,
 )
+from hami.scheduler.placement.usage import Quota, QuotaView
 
 S = WebhookSettings()
 

@@ -1,4 +1,4 @@
-"""The webhook's tenant-safety rules on AdmissionReviews (hami.scheduler.webhook, issue 27):
+"""The webhook's tenant-safety rules on AdmissionReviews (hami.scheduler.admission.webhook, issue 27):
 - only hami writes placements: every placement or bind annotation (NVIDIA's and the vendors' keys)
   set by an untrusted principal is refused naming the key, on CREATE and on UPDATE, whatever the
   pod's schedulerName; removing one is allowed; hami's own service accounts and HAMi v2.10's chart
@@ -25,9 +25,9 @@ from hami.config import default_vendor_table
 from hami.device import codec
 from hami.device.request import container_request
 from hami.principals import DEFAULT_TRUSTED_WRITERS
-from hami.scheduler import placementguard
-from hami.scheduler.patchbuild import build_patch, mutation_copy
-from hami.scheduler.webhook import WebhookSettings, mutate, mutate_pod
+from hami.scheduler.admission import placementguard
+from hami.scheduler.admission.patchbuild import build_patch, mutation_copy
+from hami.scheduler.admission.webhook import WebhookSettings, mutate, mutate_pod
 
 S = WebhookSettings(vendors=default_vendor_table())
 TENANT = {"username": "alice", "groups": ["system:authenticated"]}

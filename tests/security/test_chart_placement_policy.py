@@ -16,7 +16,7 @@ import celpy
 from celpy import json_to_cel
 
 from hami.config import default_vendor_table
-from hami.scheduler.placementguard import placement_keys
+from hami.scheduler.admission.placementguard import placement_keys
 from tests.deploy.chart import CHART, NAMESPACE, objects
 
 SCHED_SA = f"system:serviceaccount:{NAMESPACE}:hami-scheduler"

@@ -23,9 +23,9 @@ from aiohttp import web
 from hami.device import codec
 from hami.device.model import ContainerDevice
 from hami.principals import EMBEDDED_SCHEDULER_USER
+from hami.scheduler.admission.webhook import WebhookSettings, mutate
 from hami.scheduler.metrics import SchedulerMetrics
 from hami.scheduler.role import usage_snapshot
-from hami.scheduler.webhook import WebhookSettings, mutate
 from hami.sim.admission import WebhookAdmission
 from hami.sim.authn import demo_user_info, service_account_info
 from tests.agent.harness import LOCK, U1, NodeHarness

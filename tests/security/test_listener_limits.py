@@ -25,7 +25,7 @@ from aiohttp import web
 
 from hami.config import ListenSettings
 from hami.httpguard import GuardedRunner, guarded_runner
-from hami.scheduler.extender import WEBHOOK_MAX_BODY
+from hami.scheduler.extender.server import WEBHOOK_MAX_BODY
 from hami.scheduler.role import start_scheduler
 from tests.kube.helpers import config_for, eventually, pod_obj
 from tests.kube.scheduler_env import Env, hami_nodes, stop_env

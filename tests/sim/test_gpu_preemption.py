@@ -20,7 +20,7 @@ import contextlib
 
 import aiohttp
 
-from hami.scheduler import gpupreempt
+from hami.scheduler.preemption import plan as gpupreempt
 from hami.sim import apiserver as apiserver_mod
 from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
 from hami.sim.termination import PodTerminator

@@ -19,7 +19,7 @@ import contextlib
 
 import orjson
 
-from hami.scheduler import preempt_share
+from hami.scheduler.preemption import share as preempt_share
 from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
 from hami.sim.termination import PodTerminator
 from tests.kube.helpers import client_for, eventually, pod_obj
@@ -119,8 +119,8 @@ def test_a_malformed_hold_annotation_is_no_hold():
 
 
 def test_the_leaders_refit_leaves_out_nodes_whose_taints_the_pod_does_not_tolerate():
-    """TaintToleration as kube-scheduler filters (hami.scheduler.taints, shared with hami whatif)."""
-    from hami.scheduler.taints import tolerates_node
+    """TaintToleration as kube-scheduler filters (hami.kubesched.taints, shared with hami whatif)."""
+    from hami.kubesched.taints import tolerates_node
     tainted = {"spec": {"taints": [{"key": "gpu", "value": "a100", "effect": "NoSchedule"},
                                    {"key": "soft", "effect": "PreferNoSchedule"}]}}
     pod = {"spec": {}}

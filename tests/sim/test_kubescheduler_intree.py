@@ -1,4 +1,4 @@
-"""kube-scheduler's in-tree plugins in the embedded loop (hami.sim.intree), pure and against the real extender.
+"""kube-scheduler's in-tree plugins in the embedded loop (hami.kubesched.intree), pure and against the real extender.
 
 Covers: computePodResourceRequest (sum of containers, at least each init container, overhead, limits
 standing for missing requests; property test); NodeResourcesFit's texts (Too many pods, Insufficient
@@ -16,9 +16,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami.sim import intree
+from hami.kubesched import intree
+from hami.kubesched.schedqueue import UNSCHEDULABLE
 from hami.sim.kubescheduler import KubeSchedulerLoop
-from hami.sim.schedqueue import UNSCHEDULABLE
 from tests.kube.helpers import eventually, pod_obj
 from tests.sim._kubesched import gpu_node, merge, running_cluster
 

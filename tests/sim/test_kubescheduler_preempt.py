@@ -74,7 +74,7 @@ def alive(c, names) -> set[str]:
 @pytest.mark.parametrize("pdb", [False, True])
 async def test_high_priority_pod_evicts_the_minimal_set_and_runs(apiserver, pdb):
     # The shortage is GPU shares only: kube-scheduler (the faithful loop) finds no victims, so the
-    # scheduler's --gpu-preemption controller preempts (hami.scheduler.preempt_controller).
+    # scheduler's --gpu-preemption controller preempts (hami.scheduler.preemption.controller).
     async with running_cluster(apiserver, [gpu_node("n0"), gpu_node("n1")],
                                ext={"preempt_verb": "preempt"}, gpu_preemption=True) as c:
         seen: list = []
@@ -256,7 +256,7 @@ async def test_preempt_adds_only_lower_priority_pods_beside_kube_schedulers(apis
 
 
 def test_extra_victims_are_only_bound_lower_priority_pods_not_terminating():
-    from hami.scheduler.verbs import _may_go
+    from hami.scheduler.extender.verbs import _may_go
     bound = {"spec": {"priority": 1, "nodeName": "n0"}, "metadata": {}}
     assert _may_go(bound, 2, "n0") is True
     assert _may_go(bound, 1, "n0") is False                                   # not lower priority

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from hami.scheduler.waker import REQUEUE_ANNOTATION
-from hami.sim.schedqueue import UNSCHEDULABLE
+from hami.kubesched.schedqueue import UNSCHEDULABLE
+from hami.scheduler.cache.waker import REQUEUE_ANNOTATION
 from tests.kube.helpers import eventually, pod_obj
 from tests.kube.scheduler_env import running_env
 from tests.sim._kubesched import Cluster, gpu_node, merge, running_cluster

@@ -1,8 +1,8 @@
-"""kube-scheduler's SelectVictimsOnNode (hami.sim.preemption), on explicit fit rules."""
+"""kube-scheduler's SelectVictimsOnNode (hami.kubesched.preemption), on explicit fit rules."""
 
 from __future__ import annotations
 
-from hami.sim.preemption import more_important_first, select_victims_on_node
+from hami.kubesched.preemption import more_important_first, select_victims_on_node
 
 
 def pod(name: str, priority: int, start: str = "2026-11-25T10:00:00Z", **labels) -> dict:

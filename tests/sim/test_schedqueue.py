@@ -1,4 +1,4 @@
-"""kube-scheduler's scheduling queue model (hami.sim.schedqueue), driven with explicit clocks.
+"""kube-scheduler's scheduling queue model (hami.kubesched.schedqueue), driven with explicit clocks.
 
 Covers: PrioritySort order of activeQ; backoff 1 s doubling to the 10 s cap; an extender rejection
 parks the pod (with the `extender_parks` switch, which these tests set and say why); parked pods come back on their own update (isPodUpdated: status-only updates do
@@ -14,9 +14,10 @@ or a node whose allocatable fits it).
 
 from __future__ import annotations
 
-from hami.sim import schedqueue as sq
+from hami.kubesched import (
+    schedqueue as sq,  # The divergence these tests model on purpose: an extender rejection parks the pod (HAMi's reports,
+)
 
-# The divergence these tests model on purpose: an extender rejection parks the pod (HAMi's reports,
 # Project-HAMi/HAMi#1368, #1875), so the parked pool's moves can be driven with an extender-only
 # rejection. Upstream 1.31 backs such a pod off instead (the loop's default; tested below).
 PARKS = {"extender_parks": True}

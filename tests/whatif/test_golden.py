@@ -5,7 +5,7 @@ more pods; a ResourceQuota blocks pods (at admission and in the fit) and raising
 memory scaling re-registers cards from their physical memory; added, removed and cordoned
 nodes/GPUs; finished pods replayed for as long as they ran (waiting pods take their cards when they
 leave); nodeSelector; required node affinity (In, NotIn, Exists, Gt, matchFields); required pod (anti-)affinity and
-DoNotSchedule topology spread (kube-scheduler's in-tree plugins, hami.sim.intree); NodeResourcesFit on
+DoNotSchedule topology spread (kube-scheduler's in-tree plugins, hami.kubesched.intree); NodeResourcesFit on
 cpu, memory and pod count where nodes report allocatable; the snapshot's pending pods are queued; arrival orders and seeds are
 deterministic; the diff against the baseline.
 """

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from hami.cli.main import main
 from hami.device import codec
-from hami.scheduler.nodeaffinity import REQUIRED, term_matches
+from hami.kubesched.nodeaffinity import REQUIRED, term_matches
 from hami.whatif.cluster import SnapshotError, node_affinity_ok, parse_snapshot
 from hami.whatif.scenario import ScenarioError, parse_plan, parse_plan_text
 from tests.whatif import snap

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from hami.device import codec
 from hami.device.model import ContainerDeviceRequest, DeviceInfo
-from hami.scheduler import fit as fitmod
-from hami.scheduler import score as scoremod
-from hami.scheduler.usage import UsageIndex
+from hami.scheduler.placement import fit as fitmod
+from hami.scheduler.placement import score as scoremod
+from hami.scheduler.placement.usage import UsageIndex
 from hami.whatif.cluster import parse_snapshot
 from hami.whatif.engine import run_scenario
 from hami.whatif.picker import Picker

@@ -29,7 +29,7 @@ Layout: one module per wire format, this package re-exports what callers use, so
 * `timestamps`: handshake, node lock and unix-seconds values.  `mig`: MIG profiles and allocations.
 
 A vendor whose wire format differs from NVIDIA's gets its own module here; pod filter predicates
-(use/nouse lists, numa-bind, vgpu-mode) are the scheduler's (`hami.scheduler.podfilter`).
+(use/nouse lists, numa-bind, vgpu-mode) are the scheduler's (`hami.scheduler.placement.podfilter`).
 """
 
 from hami.device.codec.cordon import (

@@ -24,7 +24,7 @@ VGPU_MODE_ANNOTATION = "nvidia.com/vgpu-mode"
 
 # hami's own informational keys (not HAMi wire formats): what readers of snapshots must know as ours.
 HAMI_CORE_ANNOTATION = "hami.io/hami-core"  # node: HAMi-core version the agent installed (hami.agent.hamicore)
-REQUEUE_AT_ANNOTATION = "hami.io/requeue-at"  # pod: the waker's nudge (hami.scheduler.waker)
+REQUEUE_AT_ANNOTATION = "hami.io/requeue-at"  # pod: the waker's nudge (hami.scheduler.cache.waker)
 EMBEDDED_ANNOTATION = "hami.io/embedded"  # the embedded cluster's own objects (hami.sim.cluster)
 # node label: which path hands out the node's GPUs, `device-plugin` or `dra`, never both (hami.kube.nodemode)
 GPU_MODE_LABEL = "hami.io/gpu-mode"
