@@ -49,11 +49,11 @@ RUN git init -q . && git remote add origin "${HAMI_CORE_REPO}" \
 
 # ---------------------------------------------------------------------------- HAMi-core, a stand-in
 # Where nvcr.io and GitHub are out of reach: a well-formed ELF shared object that is NOT HAMi-core
-# (hami.sim.libstub, the embedded cluster's), so the agent's install path runs; VERSION says so and
+# (hami.sim.kubelet.libstub, the embedded cluster's), so the agent's install path runs; VERSION says so and
 # the node agent records it on the Node (hami.io/hami-core). Never deploy it to GPU nodes.
 FROM wheel AS hamicore-standin
 WORKDIR /src/HAMi-core
-RUN /opt/hami/bin/python -c "from hami.sim.libstub import write_stub_library as w; w('build/libvgpu.so', 'stand-in')" \
+RUN /opt/hami/bin/python -c "from hami.sim.kubelet.libstub import write_stub_library as w; w('build/libvgpu.so', 'stand-in')" \
     && echo "stand-in-not-hami-core" > build/VERSION \
     && echo "Stand-in for HAMi-core's libvgpu.so (no HAMi-core code): build with HAMICORE_STAGE=hamicore-source." > LICENSE
 

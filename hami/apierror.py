@@ -1,5 +1,5 @@
 """The one error of the Kubernetes API, shared by the client (`hami.kube.client`) and the embedded
-server (`hami.sim.store`, `hami.sim.apiserver`); both modules re-export it. Pure: no imports.
+server (`hami.sim.apiserver.store`, `hami.sim.apiserver.server`); both modules re-export it. Pure: no imports.
 
 `ApiError(status, reason, message, details)` is a Kubernetes Status: the HTTP `status` (0 when no
 answer came, e.g. a timeout), `reason` (`NotFound`, `Conflict`, ...), `message` and `details`.

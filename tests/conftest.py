@@ -1,7 +1,7 @@
 """Shared fixtures: the embedded Kubernetes API server that every test stands on.
 
-`apiserver` (function scope, async): an `hami.sim.apiserver.ApiServer` serving a fresh
-`hami.sim.store.Store` over HTTP on 127.0.0.1 with a free port. Use it through
+`apiserver` (function scope, async): an `hami.sim.apiserver.server.ApiServer` serving a fresh
+`hami.sim.apiserver.store.Store` over HTTP on 127.0.0.1 with a free port. Use it through
 - `apiserver.url`, `apiserver.kubeconfig` (path of a kubeconfig file for kubectl / kubernetes-asyncio);
 - `apiserver.store`: the objects; `store.create/get/update/patch/delete/bind/list` act directly
   (no HTTP), `store.rv` is the global resourceVersion;
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import pytest
 
-from hami.sim.apiserver import ApiServer
-from hami.sim.store import Store
+from hami.sim.apiserver.server import ApiServer
+from hami.sim.apiserver.store import Store
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 Started by the sim role when `--embedded` is given. For each of `--sim-nodes` nodes it creates the
 Node object (as a kubelet would), runs a real node agent (`hami.agent.role.Agent`) on the fake GPU
-backend with its own socket dir, and a simulated kubelet (`hami.sim.kubelet.Kubelet`) that registers
+backend with its own socket dir, and a simulated kubelet (`hami.sim.kubelet.devicemanager.Kubelet`) that registers
 the agent's device plugin over gRPC. When a pod binds to a node, that node's `PodRunner` calls the
 agent's real Allocate, marks the pod Running with the returned env recorded, and writes a
 HAMi-core-format shared region into the container's cache dir with simulated usage within the pod's
@@ -33,7 +33,7 @@ from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
 from hami.netaddr import dial_url
 from hami.obs.log import get_logger
-from hami.sim.queuewait import STOPPED, next_or_stop
+from hami.sim.kubelet.queuewait import STOPPED, next_or_stop
 
 log = get_logger(__name__)
 
@@ -226,7 +226,7 @@ class PodRunner:
                  hostpid_bug: bool, proc_root: str, gpu_file: FakeGpuFile | None = None, seed: int = 0,
                  vendor_runner=None, dra=None):
         self.client = client
-        # DRA mode: (hami.sim.drakubelet.DraKubelet, CDI root) of this node's DRA plugin.
+        # DRA mode: (hami.sim.kubelet.drakubelet.DraKubelet, CDI root) of this node's DRA plugin.
         self.dra = dra
         self.dra_prepared: dict[str, list] = {}  # pod uid -> claims prepared for it
         self._unprepares: set[asyncio.Task] = set()
@@ -309,7 +309,7 @@ class PodRunner:
             await self._set_status(pod, {"phase": "Failed", "reason": "UnexpectedAdmissionError",
                                          "message": f"Allocate failed due to {detail}"})
             return
-        from hami.sim.kubelet import KubeletError, received, visible_gpus
+        from hami.sim.kubelet.devicemanager import KubeletError, received, visible_gpus
 
         envs: dict[str, dict[str, str]] = {}
         devices: dict[str, dict] = {}
@@ -337,7 +337,7 @@ class PodRunner:
 
     async def _start_dra_pod(self, pod: dict, regions: list) -> None:
         """DRA mode: prepare the pod's claims over the plugin's socket, apply the CDI edits."""
-        from hami.sim.drapods import prepare_pod
+        from hami.sim.kubelet.drapods import prepare_pod
 
         meta = pod["metadata"]
         key, uid = f"{meta.get('namespace')}/{meta['name']}", meta.get("uid", "")
@@ -501,7 +501,7 @@ class EmbeddedCluster:
 
     def node_shapes(self) -> list[tuple[list[GpuShape], list[tuple]]]:
         """Per node: (NVIDIA shapes, [(vendor row, cards, memory)]) from `--sim-gpus`."""
-        from hami.sim.vendornodes import vendor_for_model
+        from hami.sim.kubelet.vendornodes import vendor_for_model
 
         groups = parse_sim_gpu_groups(self.cfg.sim.gpus)
         out = []
@@ -530,15 +530,15 @@ class EmbeddedCluster:
         from hami.config import replace
         from hami.device.nodeconfig import settings_for_node
         from hami.gpu import make_backend
-        from hami.sim.kubelet import Kubelet
+        from hami.sim.kubelet.devicemanager import Kubelet
+        from hami.sim.kubelet.libstub import write_stub_library
+        from hami.sim.kubelet.vendornodes import VendorPodRunner, vendor_registration
         from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
-        from hami.sim.libstub import write_stub_library
-        from hami.sim.vendornodes import VendorPodRunner, vendor_registration
 
         if self.cfg.scheduler.dra:
             from hami.dra.claims import device_class
             from hami.dra.role import DraNode
-            from hami.sim.drakubelet import DraKubelet
+            from hami.sim.kubelet.drakubelet import DraKubelet
 
         cfg = self.cfg
         gpu_file = self.write_fake_gpus()
@@ -619,8 +619,8 @@ class EmbeddedCluster:
             extender = extender_url(cfg)
             if cfg.scheduler.dra:
                 # DRA mode: claims are kube-scheduler's (DynamicResources), pods keep default-scheduler.
+                from hami.sim.controllers.resourceclaims import ResourceClaimController
                 from hami.sim.dynamicresources import DynamicResources
-                from hami.sim.resourceclaims import ResourceClaimController
 
                 loop = KubeSchedulerLoop(client, ExtenderConfig(""), DEFAULT_SCHEDULER, dra=DynamicResources(client))
                 tasks.append(asyncio.create_task(ResourceClaimController(client).run(stop),
@@ -632,11 +632,13 @@ class EmbeddedCluster:
                     prioritize_verb="prioritize" if cfg.scheduler.extender_prioritize else ""),
                     cfg.scheduler.scheduler_name)
             tasks.append(asyncio.create_task(loop.run(stop), name="kube-scheduler"))
-            from hami.sim.jobs import JobController  # batch/v1 Jobs: the shipped examples hold some
+            from hami.sim.controllers.jobs import (
+                JobController,  # batch/v1 Jobs: the shipped examples hold some
+            )
 
             tasks.append(asyncio.create_task(JobController(client).run(stop), name="job-controller"))
             # Every simulated kubelet's stop half: graceful deletions (evictions) end after --sim-pod-stop-seconds.
-            from hami.sim.termination import PodTerminator
+            from hami.sim.kubelet.termination import PodTerminator
 
             terminator = PodTerminator(client, stop_seconds=cfg.sim.pod_stop_seconds)
             tasks.append(asyncio.create_task(terminator.run(stop), name="kubelet-stop"))

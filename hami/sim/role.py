@@ -18,8 +18,8 @@ from typing import Any
 from hami.config import check_sim_listen, embedded_paths
 from hami.netaddr import split_host_port
 from hami.obs.log import get_logger
-from hami.sim.apiserver import ApiServer, Faults
-from hami.sim.store import Store
+from hami.sim.apiserver.server import ApiServer, Faults
+from hami.sim.apiserver.store import Store
 
 log = get_logger(__name__)
 
@@ -63,7 +63,7 @@ async def run(ctx: Any) -> None:
         node_kubeconfig = ""
         if cfg.embedded:  # people get an ordinary user; hami's roles their own accounts (docs/security.md)
             from hami.principals import EMBEDDED_NODE_USER, EMBEDDED_SCHEDULER_USER
-            from hami.sim.authn import demo_user_info, service_account_info
+            from hami.sim.apiserver.authn import demo_user_info, service_account_info
 
             paths = embedded_paths(cfg.state_dir)
             server.authn.anonymous = demo_user_info()  # kubectl sends no token to an http:// server
@@ -83,7 +83,7 @@ async def run(ctx: Any) -> None:
             await ctx.stop.wait()
             return
         # --embedded: simulated GPU nodes, their agents and kubelets, and a kube-scheduler loop.
-        from hami.sim.admission import WebhookAdmission
+        from hami.sim.apiserver.admission import WebhookAdmission
         from hami.sim.cluster import SCHEDULER_POD, EmbeddedCluster, banner, extender_url
         from hami.sim.instance import publish_kubeconfig, withdraw_kubeconfig
 

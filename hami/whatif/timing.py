@@ -38,10 +38,10 @@ from hami.device.codec.pairscore import DevicePairScore, encode_pair_scores
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.informer import Informer
 from hami.kubesched import schedqueue as sq
-from hami.sim.admission import WebhookAdmission
-from hami.sim.apiserver import ApiServer
+from hami.sim.apiserver.admission import WebhookAdmission
+from hami.sim.apiserver.server import ApiServer
+from hami.sim.apiserver.store import Store
 from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
-from hami.sim.store import Store
 
 from .cluster import TERMINAL, Cluster, NodeInfo, holds_devices
 from .engine import Result, SchedulerDefaults, apply_changes, build_queue

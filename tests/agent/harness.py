@@ -15,9 +15,9 @@ from hami.device.model import NvidiaConfig
 from hami.device.nodeconfig import DeviceSettings, effective_device_settings
 from hami.gpu.fake import FakeBackend
 from hami.kube.client import KubeClient
-from hami.sim.apiserver import ApiServer
-from hami.sim.kubelet import Kubelet
-from hami.sim.libstub import write_stub_library
+from hami.sim.apiserver.server import ApiServer
+from hami.sim.kubelet.devicemanager import Kubelet
+from hami.sim.kubelet.libstub import write_stub_library
 
 NODE = "n1"
 U1 = "GPU-8f1c2a77-0d3b-4a51-9a0e-111111111111"

@@ -22,7 +22,7 @@ from hami.agent._pb import api_pb2 as pb
 from hami.agent.allocate import AllocationError, ContainerAllocation
 from hami.agent.cdi import annotation_key, apply_strategy, names_from_annotations
 from hami.device.model import ContainerDevice
-from hami.sim.kubelet import KubeletError, visible_gpus
+from hami.sim.kubelet.devicemanager import KubeletError, visible_gpus
 from tests.agent.harness import NODE, U1, U2, NodeHarness
 
 pytestmark = pytest.mark.timeout(60)

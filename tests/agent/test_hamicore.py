@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from hami.agent import hamicore
 from hami.agent.hamicore import HookPathError, LibraryError, check_elf, install, installed_state
-from hami.sim.libstub import stub_library, write_stub_library
+from hami.sim.kubelet.libstub import stub_library, write_stub_library
 from tests.agent.harness import NODE, U1, NodeHarness
 
 pytestmark = pytest.mark.timeout(90)

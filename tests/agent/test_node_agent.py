@@ -301,7 +301,7 @@ async def test_plugin_waits_for_kubelet_and_registers_when_it_appears():
 
     from hami.agent.deviceplugin import DevicePluginServer
     from hami.agent.register import PluginDevice
-    from hami.sim.kubelet import Kubelet
+    from hami.sim.kubelet.devicemanager import Kubelet
 
     d = tempfile.mkdtemp(prefix="hami-", dir="/tmp")
     plugin = DevicePluginServer(d, handler=None, poll_interval=0.02)

@@ -18,9 +18,9 @@ from hami.config import AgentSettings, Config
 from hami.device.model import NodeDeviceConfig, NvidiaConfig
 from hami.gpu import GpuBackendError
 from hami.kube.client import KubeClient
-from hami.sim.apiserver import ApiServer
-from hami.sim.kubelet import Kubelet
-from hami.sim.libstub import write_stub_library
+from hami.sim.apiserver.server import ApiServer
+from hami.sim.kubelet.devicemanager import Kubelet
+from hami.sim.kubelet.libstub import write_stub_library
 
 pytestmark = pytest.mark.timeout(60)
 

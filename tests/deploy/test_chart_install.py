@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from hami.cli import main as cli
-from hami.sim.libstub import write_stub_library
+from hami.sim.kubelet.libstub import write_stub_library
 from tests.deploy.chart import ROOT, container, find, objects, one, rendered
 
 EXAMPLES = ROOT / "deploy" / "examples"

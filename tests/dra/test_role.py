@@ -198,7 +198,7 @@ async def test_dra_role_refuses_a_device_plugin_node(client, root):
 
 async def test_node_agent_refuses_a_dra_node_and_marks_its_own(apiserver, client, root):
     from hami.agent import role as agent_role
-    from hami.sim.libstub import write_stub_library
+    from hami.sim.kubelet.libstub import write_stub_library
 
     gpus = os.path.join(root, "gpus.yaml")
     write(gpus, GPUS % "true")

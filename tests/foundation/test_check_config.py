@@ -20,7 +20,7 @@ import pytest
 
 from hami import __version__
 from hami.cli import main as cli
-from hami.sim.libstub import write_stub_library
+from hami.sim.kubelet.libstub import write_stub_library
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

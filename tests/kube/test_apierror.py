@@ -1,6 +1,6 @@
 """One ApiError shape for the client and the embedded server (hami.apierror).
 
-Covers: `hami.kube.client.ApiError` and `hami.sim.store.ApiError` are the same class with one
+Covers: `hami.kube.client.ApiError` and `hami.sim.apiserver.store.ApiError` are the same class with one
 constructor; `code` is `status`; `status_object()` builds the Status from the fields, or returns
 the one received; the error the store raises for a missing pod reaches a KubeClient over real
 HTTP with the same status, reason, message and details.
@@ -12,7 +12,7 @@ import pytest
 
 from hami import apierror
 from hami.kube import client as kube_client
-from hami.sim import store as sim_store
+from hami.sim.apiserver import store as sim_store
 
 
 def test_client_and_server_share_one_class():

@@ -232,7 +232,7 @@ async def test_embedded_server_in_flight_limit_answers_429_and_clients_get_throu
 
 
 async def test_embedded_server_read_and_write_latency_knobs(apiserver, monkeypatch):
-    from hami.sim import apiserver as apimod
+    from hami.sim.apiserver import server as apimod
     slept: list[float] = []
     real_sleep = asyncio.sleep
 

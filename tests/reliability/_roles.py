@@ -24,9 +24,9 @@ from hami.device.nodeconfig import effective_device_settings
 from hami.gpu.fake import FakeBackend
 from hami.kube.informer import Informer
 from hami.monitor import role as monitor_role
-from hami.sim.kubelet import Kubelet
+from hami.sim.kubelet.devicemanager import Kubelet
+from hami.sim.kubelet.libstub import write_stub_library
 from hami.sim.kubescheduler import KubeSchedulerLoop
-from hami.sim.libstub import write_stub_library
 from tests.kube.helpers import client_for, node_obj
 from tests.kube.scheduler_env import requesting_now, start_env, stop_env
 

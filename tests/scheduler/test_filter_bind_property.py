@@ -2,7 +2,7 @@
 extender over HTTP against the embedded API server.
 
 Hypothesis generates, per row of config/vendors.yaml, a node registered the way that vendor's
-device plugin registers it (hami.sim.vendornodes.vendor_registration; NVIDIA's register annotation
+device plugin registers it (hami.sim.kubelet.vendornodes.vendor_registration; NVIDIA's register annotation
 and handshake for the NVIDIA row; Ascend nodes with or without `hami-vnpu-core`; Vastai nodes of
 dies naming their card in custominfo, or of plain cards) and a pod asking for that vendor (count,
 memory, cores, Ascend's `huawei.com/vnpu-mode: hami-core`). A pod /filter
@@ -29,9 +29,9 @@ from hypothesis import strategies as st
 from hami.config import default_vendor_table
 from hami.device import codec
 from hami.device.vendors import Vendor
-from hami.sim.apiserver import ApiServer
-from hami.sim.store import Store
-from hami.sim.vendornodes import vendor_registration
+from hami.sim.apiserver.server import ApiServer
+from hami.sim.apiserver.store import Store
+from hami.sim.kubelet.vendornodes import vendor_registration
 from tests.kube.helpers import node_obj, pod_obj
 from tests.kube.scheduler_env import requesting_now, start_env, stop_env
 

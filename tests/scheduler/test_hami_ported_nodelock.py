@@ -24,7 +24,7 @@ import pytest
 
 from hami.device import codec
 from hami.kube.nodelock import LOCK_KEY, NodeLockError
-from hami.sim.store import ApiError
+from hami.sim.apiserver.store import ApiError
 from tests.kube.helpers import eventually, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env
 

@@ -26,8 +26,8 @@ from hami.principals import EMBEDDED_SCHEDULER_USER
 from hami.scheduler.admission.webhook import WebhookSettings, mutate
 from hami.scheduler.metrics import SchedulerMetrics
 from hami.scheduler.role import usage_snapshot
-from hami.sim.admission import WebhookAdmission
-from hami.sim.authn import demo_user_info, service_account_info
+from hami.sim.apiserver.admission import WebhookAdmission
+from hami.sim.apiserver.authn import demo_user_info, service_account_info
 from tests.agent.harness import LOCK, U1, NodeHarness
 from tests.kube.helpers import eventually, gpu_uuid, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env

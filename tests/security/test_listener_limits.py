@@ -228,7 +228,7 @@ class _Ready:
 async def test_agent_health_debug_and_embedded_api_listeners_close_slow_connections(tmp_path):
     from hami.agent.role import serve_health
     from hami.obs.profiling.routes import start_debug_server
-    from hami.sim.apiserver import ApiServer
+    from hami.sim.apiserver.server import ApiServer
 
     api = ApiServer(listen=SHORT)
     await api.start()

@@ -9,8 +9,8 @@ import orjson
 
 from hami.device import codec
 from hami.kubesched.schedqueue import QueueTimings
+from hami.sim.kubelet.termination import PodTerminator
 from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
-from hami.sim.termination import PodTerminator
 from tests.kube.helpers import client_for, node_obj
 from tests.kube.scheduler_env import requesting_now, running_env
 

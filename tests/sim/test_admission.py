@@ -10,7 +10,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from hami.sim.admission import WebhookAdmission
+from hami.sim.apiserver.admission import WebhookAdmission
 from tests.ports import serve_app
 
 

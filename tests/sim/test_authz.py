@@ -17,7 +17,7 @@ import pytest
 
 from hami.kube.access import SSAR_PATH, AccessProbe
 from hami.kube.client import ApiError
-from hami.sim.authz import Attributes, forbidden
+from hami.sim.apiserver.authz import Attributes, forbidden
 from tests.kube.helpers import client_for, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env
 from tests.tools import find_kubectl

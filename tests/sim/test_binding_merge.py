@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hami.apierror import ApiError
 from hami.config import KubeSettings
 from hami.kube.client import KubeClient, resource_path
-from hami.sim.store import Store
+from hami.sim.apiserver.store import Store
 
 
 def _pod(name: str = "p", annotations: dict | None = None, **spec) -> dict:

@@ -22,7 +22,7 @@ import pytest
 from kubernetes_asyncio import client as k8s
 
 from hami.apierror import ApiError
-from hami.sim.termination import PodTerminator, stop_delay
+from hami.sim.kubelet.termination import PodTerminator, stop_delay
 from tests.kube.helpers import client_for, eventually
 
 

@@ -21,9 +21,9 @@ import contextlib
 import aiohttp
 
 from hami.scheduler.preemption import plan as gpupreempt
-from hami.sim import apiserver as apiserver_mod
+from hami.sim.apiserver import server as apiserver_mod
+from hami.sim.kubelet.termination import PodTerminator
 from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
-from hami.sim.termination import PodTerminator
 from tests.kube.helpers import client_for, eventually, gpu_uuid, pod_obj
 from tests.kube.scheduler_env import start_env, stop_env
 from tests.sim._kubesched import FAST, device_plugin, gpu_node, running_cluster

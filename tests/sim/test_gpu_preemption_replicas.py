@@ -20,8 +20,8 @@ import contextlib
 import orjson
 
 from hami.scheduler.preemption import share as preempt_share
+from hami.sim.kubelet.termination import PodTerminator
 from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
-from hami.sim.termination import PodTerminator
 from tests.kube.helpers import client_for, eventually, pod_obj
 from tests.kube.scheduler_env import start_env, stop_env
 from tests.sim._kubesched import FAST, device_plugin, gpu_node

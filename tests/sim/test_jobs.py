@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from hami.sim.jobspec import JOB_NAME_LABEL, FieldInvalid, job_plan, validate
+from hami.sim.controllers.jobspec import JOB_NAME_LABEL, FieldInvalid, job_plan, validate
 from tests.e2e.test_embedded import _wait, embedded  # noqa: F401  (the module-scoped embedded system)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

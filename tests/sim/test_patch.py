@@ -1,4 +1,4 @@
-"""The three PATCH types of the embedded API server (hami.sim.patch), pure.
+"""The three PATCH types of the embedded API server (hami.sim.apiserver.patch), pure.
 
 Covers: merge patch (null deletes, nested maps merge, lists replace, RFC 7386 examples); strategic
 merge (containers/env by name, conditions by type, volumeMounts by mountPath, finalizers as a set,
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami.sim.patch import JSON_PATCH, MERGE, STRATEGIC, PatchError, apply_patch, merge_patch
+from hami.sim.apiserver.patch import JSON_PATCH, MERGE, STRATEGIC, PatchError, apply_patch, merge_patch
 
 
 def ap(obj, patch, ctype):

@@ -1,4 +1,4 @@
-"""Label and field selectors of the embedded API server (hami.sim.selectors), pure.
+"""Label and field selectors of the embedded API server (hami.sim.apiserver.selectors), pure.
 
 Covers: every label-selector form (=, ==, !=, in, notin, exists, !exists, >, <) against a table of
 label sets; parse errors raise SelectorError naming the selector and text; field selectors with
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami.sim.selectors import (
+from hami.sim.apiserver.selectors import (
     SelectorError,
     field_value,
     fields_match,

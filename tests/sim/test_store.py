@@ -1,4 +1,4 @@
-"""The object store behind the embedded API server (hami.sim.store), without HTTP.
+"""The object store behind the embedded API server (hami.sim.apiserver.store), without HTTP.
 
 Covers: seed namespaces; generateName; no-op updates keep the resourceVersion; delete
 preconditions (uid, resourceVersion) and the deleted object's final version; namespace deletion
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami.sim.selectors import matches, parse_field_selector
-from hami.sim.store import ApiError, Store
+from hami.sim.apiserver.selectors import matches, parse_field_selector
+from hami.sim.apiserver.store import ApiError, Store
 
 MERGE = "application/merge-patch+json"
 

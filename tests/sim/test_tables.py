@@ -1,4 +1,4 @@
-"""Server-side Table rendering for kubectl (hami.sim.tables), pure.
+"""Server-side Table rendering for kubectl (hami.sim.apiserver.tables), pure.
 
 Covers: Kubernetes' HumanDuration steps; node rows (Ready/NotReady/SchedulingDisabled, roles,
 version); pod rows (ready count, waiting reason over phase, Terminating, restarts, node);
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from hami.sim.tables import human_duration, table, wants_table
+from hami.sim.apiserver.tables import human_duration, table, wants_table
 
 NOW = calendar.timegm(time.strptime("2026-11-22T12:00:00", "%Y-%m-%dT%H:%M:%S"))
 

@@ -12,7 +12,7 @@ from hami.device import codec
 from hami.device.codec import ascend as ascend_codec
 from hami.device.vendorregister import decode_one
 from hami.sim.cluster import GpuShape, fake_gpu_document, parse_sim_gpu_groups
-from hami.sim.vendornodes import VendorPodRunner, vendor_for_model, vendor_registration
+from hami.sim.kubelet.vendornodes import VendorPodRunner, vendor_for_model, vendor_registration
 from tests.kube.helpers import client_for, eventually, node_obj, pod_obj
 
 TABLE = default_vendor_table()

@@ -4,9 +4,9 @@ Serves the real REST paths (`/api/v1/...`, `/apis/<group>/<version>/...`, legacy
 discovery (`/version`, `/api`, `/api/v1`, `/apis`, `/apis/<group>[/<version>]`), LIST with label and
 field selectors, WATCH (chunked JSON lines, bookmarks, timeoutSeconds, 410 Gone as an ERROR event),
 create / get / update / patch / delete, `/status` and `pods/<name>/binding`, `pods/<name>/eviction`
-(hami.sim.eviction: PDB-checked graceful deletion), kube-apiserver's Priority admission on pod
-CREATE from scheduling.k8s.io/v1 PriorityClasses (hami.sim.priority), and
-SelfSubjectAccessReviews answered by `authz` (hami.sim.authz: allow-all unless a test denies rules,
+(hami.sim.apiserver.eviction: PDB-checked graceful deletion), kube-apiserver's Priority admission on pod
+CREATE from scheduling.k8s.io/v1 PriorityClasses (hami.sim.apiserver.priority), and
+SelfSubjectAccessReviews answered by `authz` (hami.sim.apiserver.authz: allow-all unless a test denies rules,
 which then also answer those requests 403). Every error is a Kubernetes `Status`. Plain HTTP, meant
 for loopback.
 
@@ -32,12 +32,12 @@ from hami.config import ListenSettings
 from hami.httpguard import guarded_runner
 from hami.netaddr import url_host
 from hami.obs.log import get_logger
-from hami.sim.authn import Authenticator
-from hami.sim.authz import Attributes, Authorizer, review
-from hami.sim.eviction import evict
-from hami.sim.patch import PatchError, apply_patch
-from hami.sim.priority import admit_pod, validate_class
-from hami.sim.resources import (
+from hami.sim.apiserver.authn import Authenticator
+from hami.sim.apiserver.authz import Attributes, Authorizer, review
+from hami.sim.apiserver.eviction import evict
+from hami.sim.apiserver.patch import PatchError, apply_patch
+from hami.sim.apiserver.priority import admit_pod, validate_class
+from hami.sim.apiserver.resources import (
     GROUPS,
     RESOURCES,
     Resource,
@@ -46,9 +46,9 @@ from hami.sim.resources import (
     openapi_v3_index,
     resource_list,
 )
-from hami.sim.selectors import SelectorError, parse_field_selector, parse_label_selector
-from hami.sim.store import ApiError, Store, bookmark_line, event_line
-from hami.sim.tables import table, wants_table
+from hami.sim.apiserver.selectors import SelectorError, parse_field_selector, parse_label_selector
+from hami.sim.apiserver.store import ApiError, Store, bookmark_line, event_line
+from hami.sim.apiserver.tables import table, wants_table
 
 log = get_logger(__name__)
 
@@ -135,10 +135,10 @@ class ApiServer:
         self.throttled = 0  # 429s answered by the max_inflight limit
         # Who may do what (allow-all unless a test denies rules) and the SelfSubjectAccessReview answer.
         self.authz = Authorizer()
-        # Who is calling (bearer tokens; everyone is system:admin until a token is issued): hami.sim.authn.
+        # Who is calling (bearer tokens; everyone is system:admin until a token is issued): hami.sim.apiserver.authn.
         self.authn = Authenticator()
         self._static = self._discovery_docs()
-        # Admission of pod CREATE (and UPDATE where it says so): hami.sim.admission.WebhookAdmission.
+        # Admission of pod CREATE (and UPDATE where it says so): hami.sim.apiserver.admission.WebhookAdmission.
         self.admission: Callable[..., Awaitable[dict]] | None = None
         # `pods/<name>/log`: (namespace, name) -> log lines, for pods the process itself plays.
         self.pod_logs: Callable[[str, str], list[str] | None] | None = None

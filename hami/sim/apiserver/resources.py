@@ -90,16 +90,16 @@ _ALL = (
     Resource("batch", "v1", "jobs", "job", "Job", True, (), ("status",)),
     Resource("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", True,
              ("pdb",), ("status",)),
-    # Dynamic Resource Allocation (validated by hami.sim.dravalidate)
+    # Dynamic Resource Allocation (validated by hami.sim.apiserver.dravalidate)
     Resource("resource.k8s.io", "v1", "deviceclasses", "deviceclass", "DeviceClass", False),
     Resource("resource.k8s.io", "v1", "resourceclaims", "resourceclaim", "ResourceClaim", True, (), ("status",)),
     Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "resourceclaimtemplate", "ResourceClaimTemplate",
              True),
     Resource("resource.k8s.io", "v1", "resourceslices", "resourceslice", "ResourceSlice", False, (), (),
              _META_FIELDS | {"spec.nodeName", "spec.driver", "spec.pool.name"}),
-    # the Priority admission reads them (hami.sim.priority)
+    # the Priority admission reads them (hami.sim.apiserver.priority)
     Resource("scheduling.k8s.io", "v1", "priorityclasses", "priorityclass", "PriorityClass", False, ("pc",)),
-    # answered, never stored (hami.sim.authz)
+    # answered, never stored (hami.sim.apiserver.authz)
     Resource("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "", "SelfSubjectAccessReview", False,
              verbs=("create",)),
 )

@@ -1,7 +1,7 @@
 """Starting a pod's containers through DRA on a simulated node (the kubelet's DRA half).
 
 Before the containers start: read each of the pod's claims (it must be reserved for this pod),
-`NodePrepareResources` them over the plugin's gRPC socket (`hami.sim.drakubelet`), then give
+`NodePrepareResources` them over the plugin's gRPC socket (`hami.sim.kubelet.drakubelet`), then give
 every container the CDI edits of the devices of the claims it references in
 `resources.claims` (`hami.dra.cdi.resolve`: env and mounts, as a CDI runtime applies them).
 On the pod's deletion the runner unprepares the same claims (`NodeUnprepareResources`).
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from hami.dra import cdi, podclaims
 from hami.kube.client import ApiError, KubeClient
-from hami.sim.drakubelet import ClaimRef, DraKubelet
+from hami.sim.kubelet.drakubelet import ClaimRef, DraKubelet
 
 
 class DraStartError(RuntimeError):

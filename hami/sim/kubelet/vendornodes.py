@@ -34,7 +34,7 @@ from hami.device.vendors import Vendor, VendorTable
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
 from hami.obs.log import get_logger
-from hami.sim.queuewait import STOPPED, next_or_stop
+from hami.sim.kubelet.queuewait import STOPPED, next_or_stop
 
 log = get_logger(__name__)
 

@@ -4,7 +4,7 @@ So the shipped examples (deploy/examples/*.yaml hold Pods and Jobs) apply to the
 they do to a cluster. `job_plan(job, pods)` is pure: the pods to create and the status to write, as
 kube-controller-manager's Job controller decides them for the simple cases the examples use
 (`parallelism`, `completions`, `backoffLimit`; no indexed jobs, no pod failure policy, no TTL).
-`hami.sim.jobs.JobController` runs it on every change of a Job or of its pods.
+`hami.sim.controllers.jobs.JobController` runs it on every change of a Job or of its pods.
 """
 
 from __future__ import annotations

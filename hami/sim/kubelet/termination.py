@@ -1,7 +1,7 @@
 """The simulated kubelet's stop half: finish graceful pod deletions as kubelet does.
 
 A pod the API server marked for deletion (`metadata.deletionTimestamp`, `deletionGracePeriodSeconds`,
-as an eviction leaves it: hami.sim.store.Store.delete_gracefully) keeps running, and holding its
+as an eviction leaves it: hami.sim.apiserver.store.Store.delete_gracefully) keeps running, and holding its
 GPUs, while its containers stop. Kubelet sends SIGTERM, waits until they exit or the grace period
 ends (then SIGKILL), and deletes the pod object with grace 0. Here the containers take
 `stop_seconds` to exit after SIGTERM (`--sim-pod-stop-seconds`: 0 = at once), never longer than the

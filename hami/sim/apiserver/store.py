@@ -28,9 +28,9 @@ from typing import Any
 import orjson
 
 from hami.apierror import ApiError as ApiError  # the one API error shape (hami.apierror)
-from hami.sim import dravalidate, jobspec
-from hami.sim import patch as patchmod
-from hami.sim.resources import (
+from hami.sim.apiserver import dravalidate
+from hami.sim.apiserver import patch as patchmod
+from hami.sim.apiserver.resources import (
     BY_KEY,
     STATUS_ONLY_ON_SUBRESOURCE,
     Resource,
@@ -38,7 +38,8 @@ from hami.sim.resources import (
     event_from_view,
     event_to_view,
 )
-from hami.sim.selectors import FieldRequirement, Requirement, matches
+from hami.sim.apiserver.selectors import FieldRequirement, Requirement, matches
+from hami.sim.controllers import jobspec
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 _NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
@@ -559,8 +560,8 @@ class Store:
 
     def _validate_kind(self, res: Resource, name: str, obj: dict, subresource: str = "",
                        old: dict | None = None) -> None:
-        """resource.k8s.io objects: the API server's validation (hami.sim.dravalidate), 422 naming the field;
-        Jobs: hami.sim.jobspec.validate."""
+        """resource.k8s.io objects: the API server's validation (hami.sim.apiserver.dravalidate), 422 naming the field;
+        Jobs: hami.sim.controllers.jobspec.validate."""
         if res.key == jobspec.JOBS_KEY and subresource != "status":
             try:
                 jobspec.validate(obj)
@@ -639,7 +640,7 @@ class Store:
     def delete_gracefully(self, ns: str, name: str, grace: int, *, uid: str | None = None,
                           dry_run: bool = False) -> Entry:
         """A pod's graceful DELETE: set deletionTimestamp (now + grace) and deletionGracePeriodSeconds
-        and leave the pod for its kubelet to stop (hami.sim.termination); a pod on no node, a finished
+        and leave the pod for its kubelet to stop (hami.sim.kubelet.termination); a pod on no node, a finished
         one or grace 0 goes at once. A second call may only shorten the grace, as the registry's."""
         old = self.entry("pods", ns, name)
         meta, spec = old.obj["metadata"], old.obj.get("spec") or {}

@@ -21,7 +21,7 @@ import jsonpatch
 import orjson
 
 from hami.obs.log import get_logger
-from hami.sim.store import ApiError
+from hami.sim.apiserver.store import ApiError
 
 log = get_logger(__name__)
 

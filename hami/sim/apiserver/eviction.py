@@ -6,7 +6,7 @@ is finished, not yet running (Pending) or already terminating is deleted without
 read: more than one is a 500 (the subresource does not support it); one whose allowance is spent
 refuses with 429 TooManyRequests and a `DisruptionBudget` cause; else one disruption is taken and
 the pod's graceful deletion starts (grace from deleteOptions.gracePeriodSeconds, else the pod's
-terminationGracePeriodSeconds). The simulated kubelet ends it (hami.sim.termination).
+terminationGracePeriodSeconds). The simulated kubelet ends it (hami.sim.kubelet.termination).
 
 The allowance is the PDB's `status.disruptionsAllowed` when someone wrote one (then decremented and
 the pod recorded in `status.disruptedPods`, as the registry does); the embedded cluster runs no
@@ -21,7 +21,7 @@ import time
 
 from hami.apierror import ApiError
 from hami.kubesched.pdb import disruptions_allowed, selects
-from hami.sim.store import Store
+from hami.sim.apiserver.store import Store
 
 PDB_KEY = "poddisruptionbudgets.policy"
 VIOLATION = "Cannot evict pod as it would violate the pod's disruption budget."

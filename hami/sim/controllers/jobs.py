@@ -1,4 +1,4 @@
-"""The embedded cluster's Job controller: `hami.sim.jobspec.job_plan` run on every change of a Job or its pods.
+"""The embedded cluster's Job controller: `hami.sim.controllers.jobspec.job_plan` run on every change of a Job or its pods.
 
 Pods carry the Job's labels (`batch.kubernetes.io/job-name`, `controller-uid`) and an ownerReference,
 and go when the Job goes (the garbage collector's part on a cluster).
@@ -11,7 +11,7 @@ import asyncio
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.informer import Informer
 from hami.obs.log import get_logger
-from hami.sim.jobspec import JOB_NAME_LABEL, UID_LABEL, job_plan, pod_for
+from hami.sim.controllers.jobspec import JOB_NAME_LABEL, UID_LABEL, job_plan, pod_for
 
 log = get_logger(__name__)
 

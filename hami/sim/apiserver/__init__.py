@@ -1,0 +1,1 @@
+"""The embedded API server: store, resources, selectors, patch, authn, authz, admission, eviction, validation."""
