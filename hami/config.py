@@ -138,6 +138,8 @@ class AgentSettings:
     device_list_strategy: tuple[str, ...] = ("envvar",)  # envvar, cdi-annotations, cdi-cri
     device_id_strategy: str = "uuid"  # CDI names: nvidia.com/gpu=<uuid> or =<index>
     health_bind_address: str = ""  # /healthz and /readyz for kubelet's probes; "" = off (the chart sets it)
+    # HAMi #2839: the healthy GPUs' gpumem/gpucores in the Node's capacity and allocatable (docs/autoscaling.md)
+    report_node_capacity: bool = False
     # --role dra (hami.dra.role); "" = the kubelet's defaults (hami.dra.plugin)
     dra_plugin_dir: str = ""  # /var/lib/kubelet/plugins/hami-core-gpu.project-hami.io
     dra_registration_dir: str = ""  # /var/lib/kubelet/plugins_registry
@@ -180,6 +182,9 @@ class SimSettings:
     listen_insecure: bool = False  # operator's opt-in to serve the unauthenticated API beyond loopback
     # How long a simulated pod's containers take to stop after SIGTERM (never past its grace period).
     pod_stop_seconds: float = 5.0
+    # Node groups a Cluster Autoscaler stand-in grows and shrinks (hami.sim.autoscaler): NAME:MIN:MAX:GPUS each.
+    node_groups: tuple[str, ...] = ()
+    scale_down_unneeded: float = 30.0  # how long a group's node stays empty before it is removed
 
 
 @dataclass(frozen=True, slots=True)
@@ -558,6 +563,7 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "vgpu_lib_version": ("agent", "vgpu_lib_version"),
     "device_list_strategy": ("agent", "device_list_strategy"),
     "device_id_strategy": ("agent", "device_id_strategy"),
+    "report_node_capacity": ("agent", "report_node_capacity"),
     "plugin_dir": ("agent", "dra_plugin_dir"),
     "plugin_registration_dir": ("agent", "dra_registration_dir"),
     "cdi_root": ("agent", "cdi_root"),
@@ -584,6 +590,8 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "http_max_connections": ("listen", "max_connections"),
     "http_idle_timeout": ("listen", "idle_timeout"),
     "sim_pod_stop_seconds": ("sim", "pod_stop_seconds"),
+    "sim_node_group": ("sim", "node_groups"),
+    "sim_scale_down_unneeded": ("sim", "scale_down_unneeded"),
 }
 # Flags that feed more than one group.
 SHARED_FLAGS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -593,7 +601,12 @@ SHARED_FLAGS: dict[str, tuple[tuple[str, str], ...]] = {
     "legacy_metrics": (("scheduler", "legacy_metrics"), ("monitor", "legacy_metrics")),
 }
 _DURATION_FLAGS = {"kube_timeout", "sim_read_latency", "sim_write_latency", "node_lock_timeout", "node_lock_retry_timeout", "node_lock_orphan_timeout", "api_probe_after", "api_unready_after", "missed_webhook_grace", "http_header_timeout", "http_body_timeout", "http_idle_timeout", "cache_grace", "register_interval", "ui_whatif_interval"}
-_DURATION_FLAGS |= {"gpu_preemption_hold_timeout", "sim_pod_stop_seconds"}  # GPU preemption, its simulated kubelet
+_DURATION_FLAGS |= {"gpu_preemption_hold_timeout", "sim_pod_stop_seconds", "sim_scale_down_unneeded"}  # GPU preemption, its simulated kubelet
+
+
+# Go's strconv.ParseBool spellings (HAMi reads its environment with it).
+_GO_BOOLS = {**dict.fromkeys(("1", "t", "T", "true", "TRUE", "True"), True),
+             **dict.fromkeys(("0", "f", "F", "false", "FALSE", "False"), False)}
 
 
 def parse_label_selector(text: str, source: str = "--node-label-selector") -> tuple[tuple[str, str], ...]:
@@ -802,6 +815,11 @@ def build_config(
         groups["agent"]["vgpu_lib"] = env["HAMI_VGPU_LIB"]
     if env.get("HAMI_VGPU_LIB_VERSION"):
         groups["agent"]["vgpu_lib_version"] = env["HAMI_VGPU_LIB_VERSION"]
+    if env.get("REPORT_NODE_CAPACITY"):  # HAMi #2839's variable
+        text = env["REPORT_NODE_CAPACITY"].strip()
+        if text not in _GO_BOOLS:
+            raise ConfigError("REPORT_NODE_CAPACITY", "environment", text, "true or false")
+        groups["agent"]["report_node_capacity"] = _GO_BOOLS[text]
     if env.get("DEVICE_LIST_STRATEGY"):  # NVIDIA's device plugin reads the same variable
         groups["agent"]["device_list_strategy"] = env["DEVICE_LIST_STRATEGY"]
 
@@ -838,6 +856,8 @@ def build_config(
     if "log" in groups and groups["log"].get("format", "text") not in ("text", "json"):
         raise ConfigError("--log-format", "command line", groups["log"]["format"], "text or json")
     _check_listeners(groups)
+    if "node_groups" in groups["sim"]:
+        groups["sim"]["node_groups"] = tuple(groups["sim"]["node_groups"])
     writers = groups["scheduler"].get("trusted_placement_writers")
     if isinstance(writers, str):  # a comma list on the command line
         groups["scheduler"]["trusted_placement_writers"] = tuple(w.strip() for w in writers.split(",") if w.strip())

@@ -7,7 +7,10 @@ Pieces, all started here and stopped on `ctx.stop`:
 * `DevicePluginServer` on `<kubelet-socket-dir>/nvidia-gpu.sock`, registered with kubelet;
 * the device loop: poll the GPU backend (fake file edits, NVML XID health), push the kubelet
   device list when it changes, and patch `hami.io/node-nvidia-register` only when the decoded
-  registration differs from what the Node carries (checked every tick against the node cache).
+  registration differs from what the Node carries (checked every tick against the node cache);
+* with `--report-node-capacity`, the healthy GPUs' memory and cores in the Node's `status.capacity`
+  and `status.allocatable` (hami.agent.capacity), kept current on every tick; without it, the first
+  tick removes what an earlier run with the flag left there.
 The agent never writes `hami.io/node-handshake` (HAMi v2.10's plugin does not either).
 """
 
@@ -19,6 +22,7 @@ import os
 from collections.abc import Sequence
 
 from hami.agent import hamicore
+from hami.agent.capacity import node_capacity, status_patch
 from hami.agent.deviceplugin import DevicePluginServer, PodAllocator
 from hami.agent.mig import with_mig_profiles
 from hami.agent.migmgr import MigManager
@@ -60,7 +64,9 @@ class Agent:
                  tick: float = 0.5, lib_version: str = "", topology_score: bool = False,
                  mig_allowlist: Sequence[MigProfileAllow] = (),
                  vgpu_lib: str = "", vgpu_lib_version: str = "",
-                 device_list_strategy: tuple[str, ...] = ("envvar",), device_id_strategy: str = "uuid"):
+                 device_list_strategy: tuple[str, ...] = ("envvar",), device_id_strategy: str = "uuid",
+                 report_node_capacity: bool = False,
+                 capacity_resources: tuple[str, str] = ("nvidia.com/gpumem", "nvidia.com/gpucores")):
         from hami.kube.informer import Informer
         from hami.kube.nodelock import NodeLocker
 
@@ -107,6 +113,13 @@ class Agent:
         self._asymmetric_reported: frozenset[tuple[str, str]] = frozenset()
         self._seen_annotation: str | None = None
         self._seen_devices: tuple[DeviceInfo, ...] | None = None
+        self.report_node_capacity = report_node_capacity
+        self.capacity_resources = capacity_resources  # (memory, cores): the names pods ask for
+        self.capacity_patches = 0
+        # What the last status patch sent and the Node's resourceVersion then: the same values are not
+        # sent again until the watch shows the Node changed (another writer may have removed them).
+        self._capacity_sent: tuple[dict | None, str] | None = None
+        self._capacity_cleared = False
 
     # ------------------------------------------------------------------ registration
 
@@ -210,6 +223,7 @@ class Agent:
         scores = await self._pair_scores(devices)
         if scores is not None and not _same_scores(self._node_annotation(PAIR_SCORE_ANNOTATION), scores):
             annotations[PAIR_SCORE_ANNOTATION] = scores
+        await self._sync_capacity(devices)
         core = self._hamicore_now().annotation
         if self._node_annotation(hamicore.ANNOTATION) != core:
             annotations[hamicore.ANNOTATION] = core
@@ -225,6 +239,26 @@ class Agent:
         log.info("Registered devices on node", node=self.node_name, devices=len(devices),
                  healthy=sum(d.health for d in devices), pair_scores=PAIR_SCORE_ANNOTATION in annotations)
         return True
+
+    async def _sync_capacity(self, devices: tuple[DeviceInfo, ...]) -> None:
+        """`--report-node-capacity`: patch `nodes/status` where capacity/allocatable differ from the
+        healthy registered GPUs; without it, remove what a run with the flag left (once per start)."""
+        node = self.nodes.store.get(self.node_name)
+        if node is None or (not self.report_node_capacity and self._capacity_cleared):
+            return
+        want = node_capacity(devices, *self.capacity_resources) if self.report_node_capacity else None
+        patch = status_patch(node, want, self.capacity_resources)
+        rv = (node.get("metadata") or {}).get("resourceVersion", "")
+        if patch is None or self._capacity_sent == (want, rv):
+            self._capacity_cleared = not self.report_node_capacity
+            return
+        with background():
+            await self.client.patch_node_status(self.node_name, patch)
+        self._capacity_sent = (want, rv)
+        self._capacity_cleared = not self.report_node_capacity
+        self.capacity_patches += 1
+        log.info("Reported GPU capacity on node" if want else "Removed reported GPU capacity from node",
+                 node=self.node_name, **({k.rsplit("/", 1)[-1]: v for k, v in want.items()} if want else {}))
 
     async def _static_mig(self, gpus) -> StaticMig:
         instances = {}
@@ -332,7 +366,9 @@ async def run(ctx) -> None:
                       mig_allowlist=cfg.nvidia.mig_profile_allowlist,
                       vgpu_lib=cfg.agent.vgpu_lib, vgpu_lib_version=cfg.agent.vgpu_lib_version,
                       device_list_strategy=cfg.agent.device_list_strategy,
-                      device_id_strategy=cfg.agent.device_id_strategy)
+                      device_id_strategy=cfg.agent.device_id_strategy,
+                      report_node_capacity=cfg.agent.report_node_capacity,
+                      capacity_resources=(cfg.nvidia.resource_memory_name, cfg.nvidia.resource_core_name))
         ctx.shared.setdefault("node-agent", {})[node_name] = agent
         # kubelet's probes: /healthz alive, /readyz serving
         from hami.httpguard import run_with_probes

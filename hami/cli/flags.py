@@ -141,6 +141,9 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
     (("--device-list-strategy",), "device_list_strategy", "str",
      "how Allocate names GPUs: envvar, cdi-annotations, cdi-cri, or a comma list (default envvar)"),
     (("--device-id-strategy",), "device_id_strategy", "str", "CDI device names by uuid or index (default uuid)"),
+    (("--report-node-capacity",), "report_node_capacity", "bool",
+     "put the healthy GPUs' nvidia.com/gpumem and gpucores in the Node's capacity and allocatable, so Cluster "
+     "Autoscaler can see them (else $REPORT_NODE_CAPACITY; default off, and off removes them; docs/autoscaling.md)"),
     # dra (kubelet DRA plugin)
     (("--plugin-dir",), "plugin_dir", "str",
      "--role dra: dir of the DRA socket dra.sock and the checkpoint (default /var/lib/kubelet/plugins/<driver>)"),
@@ -193,6 +196,11 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
      "concurrent requests the embedded server serves; more get 429 + Retry-After, as APF (default 0 = no limit)"),
     (("--sim-pod-stop-seconds",), "sim_pod_stop_seconds", "duration",
      "how long a simulated pod takes to stop after SIGTERM, at most its grace period (default 5s)"),
+    (("--sim-node-group",), "sim_node_group", "list",
+     'a node group a Cluster Autoscaler stand-in grows and shrinks, NAME:MIN:MAX:GPUS with GPUS as in --sim-gpus, '
+     'e.g. "pool:0:2:1xNVIDIA A100-SXM4-40GB:40960" (repeatable)'),
+    (("--sim-scale-down-unneeded",), "sim_scale_down_unneeded", "duration",
+     "how long a node group's node stays empty before the stand-in removes it (default 30s)"),
     (("--demo-workload",), "demo_workload", "bool", "submit a stream of sample GPU pods"),
 ]
 
@@ -224,7 +232,10 @@ def add_role_flags(parser: argparse.ArgumentParser, roles: tuple[str, ...] | Non
             groups[dest_roles] = parser.add_argument_group(group_title(dest_roles))
         group = groups[dest_roles]
         opts = _spellings(names)
-        if kind == "bool":
+        if kind == "list":
+            group.add_argument(*opts, dest=dest, action="append", type=str, default=argparse.SUPPRESS,
+                               help=help_text)
+        elif kind == "bool":
             group.add_argument(*opts, dest=dest, nargs="?", const=True, type=parse_bool,
                                default=argparse.SUPPRESS, metavar="BOOL", help=help_text)
         else:

@@ -301,6 +301,12 @@ class KubeClient:
     async def patch_node(self, name: str, patch: Any, content_type: str = MERGE_PATCH) -> dict:
         return await self.patch("nodes", name, patch, content_type=content_type)
 
+    async def patch_node_status(self, name: str, patch: Any, content_type: str = STRATEGIC_PATCH) -> dict:
+        """`nodes/<name>/status`: the only way to change a Node's capacity and allocatable (a patch of
+        the Node itself leaves its status as it was)."""
+        return await self.request("patch", "nodes/status", "PATCH", resource_path("nodes", None, name, "status"),
+                                  body=patch, content_type=content_type)
+
     async def get_pod(self, namespace: str, name: str) -> dict:
         return await self.get("pods", name, namespace)
 

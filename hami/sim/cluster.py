@@ -607,7 +607,9 @@ class EmbeddedCluster:
                               socket_dir=socket_dir, hook_path=self.paths["hook_path"], register_interval=30.0,
                               vgpu_lib=vgpu_lib, vgpu_lib_version="simulated",
                               device_list_strategy=cfg.agent.device_list_strategy,
-                              device_id_strategy=cfg.agent.device_id_strategy)
+                              device_id_strategy=cfg.agent.device_id_strategy,
+                              report_node_capacity=cfg.agent.report_node_capacity,
+                              capacity_resources=(cfg.nvidia.resource_memory_name, cfg.nvidia.resource_core_name))
                 mixed = shapes[ni - 1][1]
                 own = tuple(sorted({v.node_lock_key for v, _, _ in mixed
                                     if v.node_lock_key and v.node_lock_key != "hami.io/mutex.lock"}))

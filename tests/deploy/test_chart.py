@@ -448,3 +448,27 @@ def test_gpu_preemption_shortens_kube_schedulers_max_backoff_only_when_on():
     assert kube_config(objects({"scheduler": {"gpuPreemption": {"enabled": True}}}))["podMaxBackoffSeconds"] == 2
     assert "podMaxBackoffSeconds" not in kube_config(
         objects({"scheduler": {"gpuPreemption": {"enabled": True, "podMaxBackoffSeconds": ""}}}))
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_report_node_capacity_value_reaches_the_node_agent(value):
+    """devicePlugin.reportNodeCapacity -> `--report-node-capacity`, which the agent's config reads (off
+    must be said out loud too: the agent removes what an earlier run reported only when told it is off)."""
+    from hami.cli.main import _role_parser
+
+    agent = container(objects({"devicePlugin": {"reportNodeCapacity": value}}), "DaemonSet", "device-plugin")
+    argv = _args(agent)
+    assert f"--report-node-capacity={str(value).lower()}" in argv
+    args = _role_parser().parse_args([a for a in argv[1:] if not a.startswith(("--device-config-file",
+                                                                                "--node-config-file"))])
+    cfg = build_config({k: v for k, v in vars(args).items() if k != "role"} | {"roles": (args.role,)},
+                       env={"NODE_NAME": "n1"})
+    assert cfg.agent.report_node_capacity is value
+    assert "--report-node-capacity=false" in _args(container(objects(), "DaemonSet", "device-plugin"))
+
+
+def test_report_node_capacity_must_be_a_boolean():
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError, match="reportNodeCapacity"):
+        objects({"devicePlugin": {"reportNodeCapacity": "yes"}})

@@ -214,3 +214,26 @@ def test_embedded_defaults_point_roles_at_the_embedded_cluster_on_loopback(tmp_p
     mine = build_config(_flags(["--embedded", "--metrics-bind-address", ":9000"]) | {"sim_state_dir": str(tmp_path)},
                         env={})
     assert mine.scheduler.metrics_bind_address == ":9000"  # what the user set wins
+
+
+def test_report_node_capacity_from_flag_or_hamis_environment_variable():
+    from hami.config import ConfigError, build_config
+
+    assert build_config({}, env={}).agent.report_node_capacity is False
+    assert build_config({}, env={"REPORT_NODE_CAPACITY": "true"}).agent.report_node_capacity is True
+    # the flag wins over the environment, as every flag does
+    assert build_config({"report_node_capacity": False}, env={"REPORT_NODE_CAPACITY": "1"}).agent.report_node_capacity \
+        is False
+    with pytest.raises(ConfigError, match="REPORT_NODE_CAPACITY"):
+        build_config({}, env={"REPORT_NODE_CAPACITY": "yes please"})
+
+
+def test_sim_node_groups_are_repeatable_flags():
+    from hami.cli.main import _role_parser
+    from hami.config import build_config
+
+    args = _role_parser().parse_args(["--role", "sim", "--sim-node-group", "a:0:2:1xT4:15360",
+                                      "--sim-node-group=b:1:1:2xT4:15360", "--sim-scale-down-unneeded", "5s"])
+    cfg = build_config({k: v for k, v in vars(args).items() if k != "role"}, env={})
+    assert cfg.sim.node_groups == ("a:0:2:1xT4:15360", "b:1:1:2xT4:15360")
+    assert cfg.sim.scale_down_unneeded == 5.0

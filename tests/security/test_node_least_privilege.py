@@ -131,8 +131,9 @@ class Policy:
         act = {"request": celpy.json_to_cel(request), "object": celpy.json_to_cel(obj),
                "oldObject": celpy.json_to_cel(old)}
         rules = self.spec["matchConstraints"]["resourceRules"]
-        if not any(request["operation"] in r["operations"] and request["resource"]["resource"] in r["resources"]
-                   for r in rules):
+        # "nodes" matches the Node itself, "nodes/status" its status subresource (as the API server matches)
+        target = request["resource"]["resource"] + ("/" + request["subResource"] if request.get("subResource") else "")
+        if not any(request["operation"] in r["operations"] and target in r["resources"] for r in rules):
             return None
         if not all(bool(self._eval(m["expression"], act)) for m in self.spec["matchConditions"]):
             return None
@@ -232,6 +233,16 @@ def test_agent_writes_to_its_own_node_and_pods_hami_keys_are_allowed(policy):
 def test_agent_writes_beyond_its_node_and_keys_are_refused(policy, case, resource, new, old, message):
     got = policy(req(resource), new, old)
     assert got is not None and message in got, (case, got)
+
+
+def test_status_writes_are_limited_to_the_agents_own_node(policy):
+    """--report-node-capacity patches nodes/status: the same own-node rule holds there."""
+    status = {**req("nodes"), "subResource": "status"}
+    reported = changed(NODE, status__capacity={"nvidia.com/gpumem": "81920"})
+    assert policy(status, reported, NODE) is None
+    other = changed(NODE, metadata__name="gpu-2")
+    got = policy(status, changed(other, status__capacity={"nvidia.com/gpumem": "1"}), other)
+    assert got is not None and "not nodes on gpu-2" in got
 
 
 def test_a_token_without_a_node_is_refused_and_other_users_are_not_matched(policy):

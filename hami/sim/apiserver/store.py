@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from hami.apierror import ApiError as ApiError  # the one API error shape (hami.apierror)
-from hami.sim.apiserver import dravalidate
+from hami.sim.apiserver import dravalidate, nodestatus
 from hami.sim.apiserver import patch as patchmod
 from hami.sim.apiserver.resources import (
     BY_KEY,
@@ -561,7 +561,12 @@ class Store:
     def _validate_kind(self, res: Resource, name: str, obj: dict, subresource: str = "",
                        old: dict | None = None) -> None:
         """resource.k8s.io objects: the API server's validation (hami.sim.apiserver.dravalidate), 422 naming the field;
-        Jobs: hami.sim.controllers.jobspec.validate."""
+        Jobs: hami.sim.controllers.jobspec.validate; Nodes: their capacity and allocatable quantities."""
+        if res.key == "nodes":
+            errors = nodestatus.resource_errors(obj)
+            if errors:
+                raise _invalid(res, name, *errors[0])
+            return
         if res.key == jobspec.JOBS_KEY and subresource != "status":
             try:
                 jobspec.validate(obj)
