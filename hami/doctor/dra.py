@@ -62,8 +62,8 @@ def diagnose_dra_pod(pod: Mapping, claims: Mapping[str, Mapping], slices: Iterab
             evidence.append(f"claim {podclaims.pod_key(c)} is allocated on node {allocated_node(alloc)}")
     fits, reasons = [], {}
     allocator = Allocator()
-    for node in sorted(set(nodes) | set(devices)):
-        out = allocator.allocate(mine, node, devices.get(node, []), usage, classes)
+    for node in sorted(set(nodes) | devices.nodes):
+        out = allocator.allocate(mine, node, devices, usage, classes)
         if out.ok:
             fits.append(node)
             continue

@@ -1,23 +1,44 @@
-"""DRA structured allocation (pure): kube-scheduler's DynamicResources plugin, for one node.
+"""DRA structured allocation (pure): kube-scheduler 1.36's allocator, for one node.
 
-Inputs are plain API objects: ResourceSlices (`inventory`), the claims already allocated
-(`Usage.of`), DeviceClasses by name, and the pod's claims. `allocate(...)` answers, for one node,
-either the `status.allocation` of every claim that still needs one (written as the real scheduler
-writes it) or the first failure, with a reason naming the claim, the request and what failed, and
-per-device details for `hami doctor pod`.
+Inputs are plain API objects: the ResourceSlices (`inventory`, whose pools per node are
+`hami.kubesched.drapools`), what allocated claims hold (`Usage.of`), DeviceClasses by name, and a
+pod's claims. `Allocator.allocate(...)` answers, for one node, the `status.allocation` of every
+claim that still needs one (written as the real scheduler writes it) or the failure, with a
+reason naming the claim, the request and what failed, and per-device details for `hami doctor pod`.
 
-Modelled (resource.k8s.io/v1): `exactly` requests with `deviceClassName`, `selectors[].cel`
-(the class's first), `allocationMode` ExactCount (`count`, default 1) or All; consumable capacity
-(KEP-5075): a device with `allowMultipleAllocations` serves several allocations while each of its
-capacities lasts, a request's `capacity.requests` rounded up by the capacity's `requestPolicy`
-(`default`, `validValues`, `validRange` min/max/step), a capacity not requested taking the
-policy's default or else all of it; a device without it is exclusive; `constraints[].matchAttribute`
-over the listed requests (all when none are listed). Results carry `consumedCapacity` and `shareID`
-for shared devices. Not modelled: `firstAvailable`, `distinctAttribute`, `adminAccess`, slices
-with `allNodes`/`nodeSelector`, device taints, partitionable devices (counters).
+The search is upstream's (`k8s.io/dynamic-resource-allocation/structured`, the incubating
+allocator 1.36 runs with its beta features on): one depth-first search over every claim of the pod,
+request by request, device by device, in pool/slice/device order, taking the first complete
+solution; within one request devices are taken in order (combinations, not permutations).
 
-Bounded work: a claim has at most 32 requests and 32 results (the API's limits), and the
-backtracking search stops after `MAX_STEPS` device tries with a clear reason.
+Modelled (resource.k8s.io/v1):
+- `exactly` requests: `deviceClassName`, the class's and the request's CEL `selectors`,
+  `allocationMode` ExactCount (`count`) or All (every matching device of complete, valid pools);
+- `firstAvailable` (prioritized lists): the first subrequest that leads to a solution; results
+  are named `<request>/<subrequest>`;
+- device taints (KEP-5055): a NoSchedule or NoExecute taint must be tolerated by the request's
+  `tolerations`; results carry the tolerations;
+- `adminAccess`: the device may be in use (by other claims or this search), the result says
+  `adminAccess: true` and allocated claims' admin results hold nothing (`Usage`); whether a
+  namespace may ask is the API server's check (`hami.sim.apiserver.dravalidate`);
+- constraints `matchAttribute` and `distinctAttribute` (upstream's bookkeeping, per request name);
+- slices for a node by `nodeName`, `allNodes`, `nodeSelector` or per device; the result's
+  `nodeSelector` is the node's name when a device is node-local, else the devices' selectors merged,
+  else none;
+- binding conditions: results carry `bindingConditions` / `bindingFailureConditions`; pools with
+  them are tried last;
+- counters and partitionable devices (KEP-4815): a device's `consumesCounters` must fit what its
+  pool's counter sets have left after allocated devices and this search;
+- consumable capacity (KEP-5075, `hami.kubesched.draconsumable`): a device with
+  `allowMultipleAllocations` serves several allocations while each capacity lasts, each result
+  with a `shareID` and `consumedCapacity`; a device without it is exclusive.
+
+Upstream quirks kept so answers match: a device rejected for a taint or a constraint after its
+counters were checked keeps them counted until the call ends, and a shared device's counters are
+only counted once.
+
+Bounded work: a claim has at most 32 requests and 32 results (the API's limits), and the search
+stops after `MAX_STEPS` device tries with a clear reason.
 """
 
 from __future__ import annotations
@@ -28,105 +49,40 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from hami.kubesched.cel import (
-    CelError,
-    SelectorCompiler,
-    device_activation,
-    format_quantity,
-    qualify,
-    to_quantity,
-)
+from hami.kubesched import draconsumable, drapools, taints
+from hami.kubesched.cel import CelError, SelectorCompiler, format_quantity, to_quantity
+from hami.kubesched.draconsumable import readable
+from hami.kubesched.drapools import Device, Inventory, NodeView, Pool
+
+__all__ = ["MAX_RESULTS", "AllocationError", "Allocator", "Device", "Inventory", "Outcome", "Usage",
+           "allocated_node", "inventory", "readable"]
 
 MAX_REQUESTS = 32  # DeviceRequestsMaxSize
+MAX_SUBREQUESTS = 8  # FirstAvailableDeviceRequestMaxSize
 MAX_RESULTS = 32  # AllocationResultsMaxSize
-MAX_STEPS = 20_000
-MIB = 1 << 20
-_ACTIVATION = object()  # Device.memo's key of the CEL activation (never an expression)
+MAX_STEPS = 50_000
+TAINT_EFFECTS = ("NoSchedule", "NoExecute")  # other effects (None) never prevent allocation
 
 
 class AllocationError(ValueError):
-    """A claim that cannot be read at all (names the field); the pod cannot be scheduled."""
+    """A claim that cannot be allocated at all on this node (names the field or the cause)."""
 
 
-@dataclass(frozen=True)
-class Device:
-    driver: str
-    pool: str
-    name: str
-    node: str
-    raw: Mapping = field(repr=False, compare=False)
-    capacity: Mapping[str, Fraction] = field(default_factory=dict)  # "domain/name" -> value
-    policies: Mapping[str, Mapping] = field(default_factory=dict, repr=False, compare=False)
-    multi: bool = False
-    # Selector verdicts (expression -> bool or the CelError text) and the CEL activation: a device's
-    # attributes only change with its slice, which makes new Device objects.
-    memo: dict = field(default_factory=dict, compare=False, repr=False)
-
-    def selector(self, cel: SelectorCompiler, expression: str) -> bool:
-        got = self.memo.get(expression)
-        if got is None:
-            act = self.memo.get(_ACTIVATION)
-            if act is None:
-                act = self.memo[_ACTIVATION] = device_activation(self.driver, self.raw, multi=self.multi)
-            try:
-                got = cel.matches(expression, act)
-            except CelError as exc:
-                got = str(exc)
-            self.memo[expression] = got
-        if isinstance(got, str):
-            raise CelError(got)
-        return got
-
-    @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.driver, self.pool, self.name)
-
-    @property
-    def label(self) -> str:
-        return f"{self.pool}/{self.name}"
+def inventory(slices: Iterable[Mapping]) -> Inventory:
+    return Inventory(slices)
 
 
-def inventory(slices: Iterable[Mapping]) -> dict[str, list[Device]]:
-    """Devices per node from ResourceSlices: the newest generation of each pool only, in slice
-    and device order (the order the allocator tries them)."""
-    newest: dict[tuple[str, str], int] = {}
-    usable = []
-    for s in slices:
-        spec = s.get("spec") or {}
-        pool = spec.get("pool") or {}
-        node = spec.get("nodeName")
-        if not node:
-            continue  # allNodes / nodeSelector slices are not modelled
-        k = (str(spec.get("driver", "")), str(pool.get("name", "")))
-        gen = int(pool.get("generation") or 0)
-        usable.append((k, gen, str(node), spec))
-        newest[k] = max(newest.get(k, gen), gen)
-    out: dict[str, list[Device]] = {}
-    for (driver, pool), gen, node, spec in sorted(usable, key=lambda u: (u[2], u[0])):
-        if gen != newest[(driver, pool)]:
-            continue
-        for d in spec.get("devices") or []:
-            caps, policies = {}, {}
-            try:
-                for cname, craw in (d.get("capacity") or {}).items():
-                    q = "/".join(qualify(str(cname), driver))
-                    craw = craw if isinstance(craw, Mapping) else {"value": craw}
-                    caps[q] = to_quantity(craw.get("value"), field=f"device {d.get('name')} capacity {cname}")
-                    if isinstance(craw.get("requestPolicy"), Mapping):
-                        policies[q] = craw["requestPolicy"]
-            except CelError:
-                continue  # a device the API server should have refused is left out, never a crash
-            out.setdefault(node, []).append(Device(driver, pool, str(d.get("name", "")), node, d, caps, policies,
-                                                   bool(d.get("allowMultipleAllocations"))))
-    return out
-
+# --------------------------------------------------------------------------- usage
 
 @dataclass
 class Usage:
-    """What allocated claims hold: consumed capacity per shared device, and exclusive devices."""
+    """What allocated claims hold, as the DynamicResources plugin tracks it: devices allocated
+    exclusively, devices with shares, and the capacity those shares consume. Admin-access results
+    hold nothing."""
 
     consumed: dict[tuple[str, str, str], dict[str, Fraction]] = field(default_factory=dict)
     exclusive: set[tuple[str, str, str]] = field(default_factory=set)
+    shared: set[tuple[str, str, str]] = field(default_factory=set)
 
     @classmethod
     def of(cls, claims: Iterable[Mapping]) -> Usage:
@@ -137,99 +93,78 @@ class Usage:
 
     def add_allocation(self, allocation: Mapping | None) -> None:
         for r in ((allocation or {}).get("devices") or {}).get("results") or []:
+            if not isinstance(r, Mapping) or r.get("adminAccess") is True:
+                continue
             key = (str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", "")))
+            if not r.get("shareID"):
+                self.exclusive.add(key)
+                continue
+            self.shared.add(key)
             consumed = r.get("consumedCapacity")
-            if r.get("shareID") or consumed:
+            if isinstance(consumed, Mapping):
                 slot = self.consumed.setdefault(key, {})
-                for name, v in (consumed or {}).items():
-                    q = "/".join(qualify(str(name), key[0]))
+                for name, v in consumed.items():
                     try:
-                        slot[q] = slot.get(q, Fraction(0)) + to_quantity(v)
+                        slot[str(name)] = slot.get(str(name), Fraction(0)) + to_quantity(v)
                     except CelError:
                         continue  # a corrupt result counts as nothing, never as a crash
-            else:
-                self.exclusive.add(key)
 
     def copy(self) -> Usage:
-        return Usage({k: dict(v) for k, v in self.consumed.items()}, set(self.exclusive))
+        return Usage({k: dict(v) for k, v in self.consumed.items()}, set(self.exclusive), set(self.shared))
+
+    def allocated(self, key: tuple[str, str, str]) -> bool:
+        return key in self.exclusive or key in self.shared or key in self.consumed
 
     def free(self, dev: Device, cap: str) -> Fraction:
         return dev.capacity.get(cap, Fraction(0)) - self.consumed.get(dev.key, {}).get(cap, Fraction(0))
-
-
-# --------------------------------------------------------------------------- capacity
-
-def readable(value: Fraction) -> str:
-    """A capacity for people: whole MiB as `4000Mi`, anything else as its quantity."""
-    if value.denominator == 1 and value >= MIB and value.numerator % MIB == 0:
-        return f"{value.numerator // MIB}Mi"
-    return format_quantity(value)
-
-
-def for_device(requests: Mapping[str, Fraction], dev: Device) -> dict[str, Fraction]:
-    """A request's capacity names qualified by the device's driver (`memory` -> `<driver>/memory`)."""
-    return {"/".join(qualify(n, dev.driver)): v for n, v in requests.items()}
-
-
-def consumption(dev: Device, requests: Mapping[str, Fraction]) -> tuple[dict[str, Fraction] | None, str]:
-    """What one allocation takes of a shared device: (capacity -> amount, "") or (None, why not).
-    Each capacity of the device is taken: the request rounded up by its policy, else the policy's
-    default, else all of it (KEP-5075's rules). Unqualified request names are the device driver's."""
-    requests = for_device(requests, dev)
-    for name in requests:
-        if name not in dev.capacity:
-            return None, f"has no capacity {name.rpartition('/')[2]}"
-    out = {}
-    for name, total in dev.capacity.items():
-        policy = dev.policies.get(name) or {}
-        want = requests.get(name)
-        if want is None:
-            want = to_quantity(policy["default"]) if policy.get("default") is not None else total
-        amount, why = _apply_policy(want, policy)
-        if amount is None:
-            return None, f"{name.rpartition('/')[2]}: {why}"
-        out[name] = amount
-    return out, ""
-
-
-def _apply_policy(want: Fraction, policy: Mapping) -> tuple[Fraction | None, str]:
-    if want < 0:
-        return None, "a negative request"
-    valid = policy.get("validValues")
-    if valid:
-        options = sorted(to_quantity(v) for v in valid)
-        fit = next((v for v in options if v >= want), None)
-        if fit is None:
-            return None, f"{format_quantity(want)} is above every valid value"
-        return fit, ""
-    rng = policy.get("validRange")
-    if isinstance(rng, Mapping):
-        lo = to_quantity(rng["min"]) if rng.get("min") is not None else Fraction(0)
-        amount = max(want, lo)
-        step = to_quantity(rng["step"]) if rng.get("step") is not None else None
-        if step:
-            k = -((-(amount - lo)) // step)  # ceil
-            amount = lo + k * step
-        if rng.get("max") is not None and amount > to_quantity(rng["max"]):
-            return None, f"{format_quantity(amount)} is above the maximum {rng['max']}"
-        return amount, ""
-    return want, ""
 
 
 # --------------------------------------------------------------------------- requests
 
 @dataclass(frozen=True)
 class Request:
+    """An `exactly` request or one subrequest of a `firstAvailable` list."""
+
     name: str
     device_class: str
     selectors: tuple[str, ...]
     mode: str  # ExactCount | All
     count: int
-    capacity: Mapping[str, Fraction]
+    admin: bool = False
+    tolerations: tuple[Mapping, ...] = ()
+    capacity: Mapping[str, Fraction] | None = None
+    parent: str = ""
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.parent}/{self.name}" if self.parent else self.name
 
 
-def read_requests(claim: Mapping) -> list[Request]:
-    """A claim's requests, checked (AllocationError names the field)."""
+def _read_one(raw: Mapping, at: str, name: str, parent: str) -> Request:
+    mode = raw.get("allocationMode") or "ExactCount"
+    count = raw.get("count", 1) if mode == "ExactCount" else 0
+    if mode not in ("ExactCount", "All"):
+        raise AllocationError(f"{at}: unsupported count mode {mode}")
+    if mode == "ExactCount" and (not isinstance(count, int) or isinstance(count, bool)
+                                 or not 1 <= count <= MAX_RESULTS):
+        raise AllocationError(f"{at}: allocationMode {mode!r} with count {count!r} (1..{MAX_RESULTS})")
+    caps = None
+    if isinstance(raw.get("capacity"), Mapping):
+        caps = {str(k): to_quantity(v, field=f"{at}.capacity.requests[{k}]")
+                for k, v in (raw["capacity"].get("requests") or {}).items()}
+    sels = []
+    for i, s in enumerate(raw.get("selectors") or []):
+        expr = (s.get("cel") or {}).get("expression") if isinstance(s, Mapping) else None
+        if not isinstance(expr, str) or not expr:
+            raise AllocationError(f"{at}.selectors[{i}]: CEL expression empty (unsupported selector type?)")
+        sels.append(expr)
+    tols = tuple(t for t in raw.get("tolerations") or [] if isinstance(t, Mapping))
+    return Request(name, str(raw.get("deviceClassName") or ""), tuple(sels), mode, count,
+                   raw.get("adminAccess") is True, tols, caps, parent)
+
+
+def read_requests(claim: Mapping) -> list[list[Request]]:
+    """A claim's requests, each as its alternatives: [the request] or its subrequests in order."""
     spec = claim.get("spec") or {}
     reqs = ((spec.get("devices") or {}).get("requests")) or []
     if not isinstance(reqs, list) or not reqs:
@@ -241,52 +176,124 @@ def read_requests(claim: Mapping) -> list[Request]:
         at = f"spec.devices.requests[{i}]"
         if not isinstance(r, Mapping):
             raise AllocationError(f"{at}: not an object")
-        if r.get("firstAvailable"):
-            raise AllocationError(f"{at}.firstAvailable: prioritized lists are not supported by this allocator")
+        name = str(r.get("name", ""))
+        subs = r.get("firstAvailable")
+        if subs:
+            if not isinstance(subs, list) or len(subs) > MAX_SUBREQUESTS:
+                raise AllocationError(f"{at}.firstAvailable: a list of at most {MAX_SUBREQUESTS} subrequests")
+            alts = []
+            for j, s in enumerate(subs):
+                if not isinstance(s, Mapping) or not s.get("name"):
+                    raise AllocationError(f"{at}.firstAvailable[{j}]: a subrequest needs a name")
+                alts.append(_read_one(s, f"{at}.firstAvailable[{j}]", str(s["name"]), name))
+            out.append(alts)
+            continue
         ex = r.get("exactly")
         if not isinstance(ex, Mapping):
             raise AllocationError(f"{at}.exactly: required")
-        mode = ex.get("allocationMode") or "ExactCount"
-        count = ex.get("count", 1) if mode == "ExactCount" else 0
-        if mode not in ("ExactCount", "All") or not isinstance(count, int) or isinstance(count, bool) or \
-                (mode == "ExactCount" and not 1 <= count <= MAX_RESULTS):
-            raise AllocationError(f"{at}.exactly: allocationMode {mode!r} with count {count!r} (1..{MAX_RESULTS})")
-        caps = {}
-        for k, v in ((ex.get("capacity") or {}).get("requests") or {}).items():
-            caps[str(k)] = to_quantity(v, field=f"{at}.exactly.capacity.requests[{k}]")
-        sels = tuple(str((s.get("cel") or {}).get("expression", "")) for s in ex.get("selectors") or []
-                     if isinstance(s, Mapping))
-        out.append(Request(str(r.get("name", "")), str(ex.get("deviceClassName", "")), sels, mode, count, caps))
+        out.append([_read_one(ex, f"{at}.exactly", name, "")])
     return out
 
 
-def _constraints(claim: Mapping, names: Sequence[str]) -> list[tuple[str, frozenset[str]]]:
-    out = []
+# --------------------------------------------------------------------------- constraints
+
+def attribute(dev: Device, qualified: str) -> tuple[str, Any] | None:
+    """`lookupAttribute`: the fully qualified name, or its short name when the domain is the driver's."""
+    attrs = dev.raw.get("attributes") or {}
+    raw = attrs.get(qualified)
+    if raw is None:
+        domain, slash, short = qualified.partition("/")
+        if not slash or domain != dev.driver:
+            return None
+        raw = attrs.get(short)
+    if not isinstance(raw, Mapping):
+        return None
+    for kind in ("string", "int", "bool", "version"):
+        if kind in raw:
+            return (kind, raw[kind])
+    return ("unknown", None)
+
+
+class _Constraint:
+    def __init__(self, attr: str, requests: Sequence[str]):
+        self.attr = attr
+        self.requests = set(requests)
+
+    def applies(self, request: str, sub: str) -> bool:
+        if not self.requests:
+            return True
+        return request in self.requests or (bool(sub) and f"{request}/{sub}" in self.requests)
+
+
+class _Match(_Constraint):
+    kind = "matchAttribute"
+
+    def __init__(self, attr: str, requests: Sequence[str]):
+        super().__init__(attr, requests)
+        self.value: tuple[str, Any] | None = None
+        self.n = 0
+
+    def add(self, request: str, sub: str, dev: Device) -> bool:
+        if not self.applies(request, sub):
+            return True
+        got = attribute(dev, self.attr)
+        if got is None:
+            return False
+        if self.n == 0:
+            self.value, self.n = got, 1
+            return True
+        if got[0] == "unknown" or got != self.value:
+            return False
+        self.n += 1
+        return True
+
+    def remove(self, request: str, sub: str, dev: Device) -> None:
+        if self.applies(request, sub):
+            self.n -= 1
+
+
+class _Distinct(_Constraint):
+    kind = "distinctAttribute"
+
+    def __init__(self, attr: str, requests: Sequence[str]):
+        super().__init__(attr, requests)
+        self.values: dict[str, tuple[str, Any]] = {}  # by request name, as upstream keeps them
+        self.n = 0
+
+    def add(self, request: str, sub: str, dev: Device) -> bool:
+        if not self.applies(request, sub):
+            return True
+        got = attribute(dev, self.attr)
+        if got is None:
+            return False
+        if self.n and (got[0] == "unknown" or any(v == got for v in self.values.values())):
+            return False
+        self.values[request] = got
+        self.n += 1
+        return True
+
+    def remove(self, request: str, sub: str, dev: Device) -> None:
+        if self.applies(request, sub):
+            self.values.pop(request, None)
+            self.n -= 1
+
+
+def _constraints(claim: Mapping) -> list[_Constraint]:
+    out: list[_Constraint] = []
     for i, c in enumerate(((claim.get("spec") or {}).get("devices") or {}).get("constraints") or []):
         if not isinstance(c, Mapping):
             raise AllocationError(f"spec.devices.constraints[{i}]: not an object")
-        if c.get("distinctAttribute"):
-            raise AllocationError(f"spec.devices.constraints[{i}].distinctAttribute: not supported by this allocator")
-        attr = c.get("matchAttribute")
-        if not isinstance(attr, str) or not attr:
-            raise AllocationError(f"spec.devices.constraints[{i}].matchAttribute: required")
-        reqs = frozenset(c.get("requests") or names)
-        out.append((attr, reqs))
+        reqs = [str(r) for r in c.get("requests") or []]
+        if isinstance(c.get("matchAttribute"), str) and c["matchAttribute"]:
+            out.append(_Match(c["matchAttribute"], reqs))
+        elif isinstance(c.get("distinctAttribute"), str) and c["distinctAttribute"]:
+            out.append(_Distinct(c["distinctAttribute"], reqs))
+        else:
+            raise AllocationError(f"constraint #{i}: empty constraint (unsupported constraint type?)")
     return out
 
 
-def _attribute(dev: Device, qualified: str) -> Any:
-    domain, _, short = qualified.rpartition("/")
-    for name, raw in (dev.raw.get("attributes") or {}).items():
-        d, s = qualify(str(name), dev.driver)
-        if s == short and d == (domain or dev.driver) and isinstance(raw, Mapping):
-            for kind in ("int", "bool", "string", "version"):
-                if kind in raw:
-                    return (kind, raw[kind])
-    return None
-
-
-# --------------------------------------------------------------------------- allocation
+# --------------------------------------------------------------------------- outcome
 
 @dataclass
 class Outcome:
@@ -294,12 +301,6 @@ class Outcome:
     allocations: dict[str, dict] = field(default_factory=dict)  # "ns/name" -> status.allocation
     reason: str = ""  # one line: the claim, the request, what failed (node-independent)
     details: list[str] = field(default_factory=list)  # per device, for the doctor
-
-
-@dataclass
-class _Candidate:
-    dev: Device
-    consumed: dict[str, Fraction] | None  # None: exclusive
 
 
 def _claim_key(claim: Mapping) -> str:
@@ -316,6 +317,41 @@ def allocated_node(allocation: Mapping) -> str | None:
     return None
 
 
+def taint_prevents(dev: Device, req: Request) -> Mapping | None:
+    """The first NoSchedule/NoExecute taint of the device the request does not tolerate."""
+    for t in dev.taints:
+        if t.get("effect") in TAINT_EFFECTS and not any(
+                taints.toleration_matches(tol, (str(t.get("key") or ""), str(t.get("value") or ""),
+                                                str(t.get("effect"))))
+                for tol in req.tolerations):
+            return t
+    return None
+
+
+class _Stop(Exception):
+    """The search ran out of steps."""
+
+
+class _TooMany(Exception):
+    """errAllocationResultMaxSizeExceeded: more than 32 results for a claim down this path."""
+
+
+@dataclass
+class _Data:
+    req: Request
+    cls: Mapping
+    num: int
+    all_devices: list[tuple[Device, Pool]] = field(default_factory=list)
+
+
+@dataclass
+class _Result:
+    req: Request
+    dev: Device
+    share_id: str | None = None
+    consumed: dict[str, Fraction] | None = None
+
+
 class Allocator:
     """Allocates a pod's claims on one node at a time; holds the compiled-selector cache."""
 
@@ -323,87 +359,444 @@ class Allocator:
         self.cel = cel or SelectorCompiler()
         self.new_share_id = new_share_id or (lambda: str(uuid.uuid4()))
 
-    def allocate(self, claims: Sequence[Mapping], node: str, devices: Sequence[Device], usage: Usage,
-                 classes: Mapping[str, Mapping]) -> Outcome:
-        usage = usage.copy()
-        allocations: dict[str, dict] = {}
+    def allocate(self, claims: Sequence[Mapping], node: Mapping | str, inv: Inventory | Sequence[Pool],
+                 usage: Usage, classes: Mapping[str, Mapping]) -> Outcome:
+        """`node`: the Node object (labels matter for nodeSelector slices) or its name."""
+        view = NodeView.of(node)
+        todo = []
         for claim in claims:
             key = _claim_key(claim)
             done = (claim.get("status") or {}).get("allocation")
             if done:
                 where = allocated_node(done)
-                if where is not None and where != node:
+                if where is not None and where != view.name:
                     return Outcome(False, reason=f"claim {key} is allocated to node {where}")
+                sel = done.get("nodeSelector")
+                if where is None and sel is not None and not drapools.selector_matches(sel, view):
+                    return Outcome(False, reason=f"claim {key} is allocated to devices this node cannot reach")
                 continue
+            todo.append(claim)
+        if not todo:
+            return Outcome(True)
+        pools = inv.pools_for(view) if isinstance(inv, Inventory) else list(inv)
+        search = _Search(self, todo, view, pools, usage, classes)
+        try:
+            return search.run()
+        except (AllocationError, CelError) as exc:
+            return Outcome(False, reason=f"claim {search.current}: {exc}")
+
+
+class _Search:
+    """One Allocate call: upstream's allocateOne recursion and its bookkeeping."""
+
+    def __init__(self, owner: Allocator, claims: Sequence[Mapping], node: NodeView, pools: list[Pool],
+                 usage: Usage, classes: Mapping[str, Mapping]):
+        self.owner, self.claims, self.node, self.pools = owner, claims, node, pools
+        self.usage, self.classes = usage, classes
+        self.current = _claim_key(claims[0])
+        self.requests: list[list[list[Request]]] = []
+        self.data: dict[tuple[int, int, int], _Data] = {}
+        self.selected: dict[tuple[int, int], int] = {}
+        self.constraints: list[list[_Constraint]] = []
+        self.matches: dict[tuple, bool] = {}
+        self.allocating: dict[tuple[str, str, str], set[int]] = {}
+        self.allocating_cap: dict[tuple[str, str, str], dict[str, Fraction]] = {}
+        self.available: dict[str, dict[str, dict[str, Fraction]]] = {}
+        self.counting: dict[str, dict[str, dict[str, Fraction]]] = {}
+        self.results: list[list[_Result]] = [[] for _ in claims]
+        self.steps = 0
+
+    # ------------------------------------------------------------------ preparation
+
+    def prepare(self) -> None:
+        for ci, claim in enumerate(self.claims):
+            self.current = _claim_key(claim)
+            alts = read_requests(claim)
+            self.requests.append(alts)
+            least = 0
+            for ri, subs in enumerate(alts):
+                fewest = None
+                for si, req in enumerate(subs):
+                    d = self._request_data(ci, ri, si, req)
+                    self.data[(ci, ri, si)] = d
+                    fewest = d.num if fewest is None else min(fewest, d.num)
+                least += fewest or 0
+            if least > MAX_RESULTS:
+                raise AllocationError(f"number of requested devices {least} exceeds the claim limit of {MAX_RESULTS}")
+            self.constraints.append(_constraints(claim))
+
+    def _request_data(self, ci: int, ri: int, si: int, req: Request) -> _Data:
+        if not req.device_class:
+            raise AllocationError(f"request {req.full_name}: missing device class name (unsupported request type?)")
+        cls = self.classes.get(req.device_class)
+        if cls is None:
+            raise AllocationError(f"request {req.full_name}: device class {req.device_class} not found")
+        d = _Data(req, cls, req.count)
+        if req.mode == "All":
+            for pool in self.pools:
+                if pool.incomplete:
+                    raise AllocationError(f"request {req.full_name}: asks for all devices, but resource pool "
+                                          f"{pool.id} is currently being updated")
+                if pool.invalid:
+                    raise AllocationError(f"request {req.full_name}: asks for all devices, but resource pool "
+                                          f"{pool.id} is currently invalid")
+                for dev in pool.devices:
+                    if self.selectable(ci, ri, si, d, dev) and self.capacity_fits(req, dev)[0]:
+                        d.all_devices.append((dev, pool))
+            d.num = len(d.all_devices)
+        return d
+
+    # ------------------------------------------------------------------ checks
+
+    def selectable(self, ci: int, ri: int, si: int, d: _Data, dev: Device) -> bool:
+        key = (dev.key, ci, ri, si)
+        got = self.matches.get(key)
+        if got is not None:
+            return got
+        got = True
+        for which, sels in (("class " + d.req.device_class, self._class_selectors(d.cls)),
+                            ("claim " + self.current, d.req.selectors)):
+            for i, expr in enumerate(sels):
+                try:
+                    ok = dev.selector(self.owner.cel, expr)
+                except CelError as exc:
+                    raise CelError(f"{which}: selector #{i}: CEL {exc}") from None
+                if not ok:
+                    got = False
+                    break
+            if not got:
+                break
+        if got and dev.per_device:
+            got = drapools.node_matches(self.node, dev.node_name, dev.all_nodes, dev.node_selector)
+        self.matches[key] = got
+        return got
+
+    @staticmethod
+    def _class_selectors(cls: Mapping) -> list[str]:
+        return [str((s.get("cel") or {}).get("expression", ""))
+                for s in (cls.get("spec") or {}).get("selectors") or [] if isinstance(s, Mapping)]
+
+    def capacity_fits(self, req: Request, dev: Device) -> tuple[bool, str]:
+        return draconsumable.fits(req.capacity, dev.capacity, dev.policies, self.usage.consumed.get(dev.key, {}),
+                                  self.allocating_cap.get(dev.key, {}))
+
+    def in_use(self, key: tuple[str, str, str]) -> bool:
+        return key in self.usage.exclusive or bool(self.allocating.get(key))
+
+    def _counters_fit(self, dev: Device, pool: Pool) -> bool:
+        avail = self.available.get(pool.name)
+        if avail is None:
+            avail = {name: dict(cs) for name, cs in pool.counter_sets.items()}
+            for other in pool.devices + pool.elsewhere:
+                if self.usage.allocated(other.key):
+                    for set_name, counters in other.counters:
+                        have = avail.get(set_name, {})
+                        for c, v in counters.items():
+                            if c in have:
+                                have[c] -= v
+            self.available[pool.name] = avail
+        self._count(dev, pool, +1)
+        taken = self.counting.get(pool.name, {})
+        for set_name, counters in avail.items():
+            for c, v in counters.items():
+                if v < taken.get(set_name, {}).get(c, Fraction(0)):
+                    self._count(dev, pool, -1)
+                    return False
+        return True
+
+    def _count(self, dev: Device, pool: Pool, sign: int) -> None:
+        taken = self.counting.setdefault(pool.name, {})
+        for set_name, counters in dev.counters:
+            slot = taken.setdefault(set_name, {})
+            for c, v in counters.items():
+                slot[c] = slot.get(c, Fraction(0)) + sign * v
+
+    # ------------------------------------------------------------------ one device
+
+    def allocate_device(self, ci: int, ri: int, si: int, dev: Device, pool: Pool,
+                        must: bool) -> Callable[[], None] | None:
+        """`allocateDevice`: the undo when the device is taken for this slot, else None."""
+        d = self.data[(ci, ri, si)]
+        req = d.req
+        if not dev.multi and req.admin and ci in self.allocating.get(dev.key, ()):
+            return None
+        if not req.admin and self.in_use(dev.key):
+            return None
+        skip_counters = dev.multi and (dev.key in self.usage.consumed or dev.key in self.allocating_cap)
+        if not skip_counters and dev.counters and not self._counters_fit(dev, pool):
+            return None
+        base, sub = (req.parent, req.name) if req.parent else (req.name, "")
+        if taint_prevents(dev, req) is not None:
+            return None
+        constraints = self.constraints[ci]
+        for i, c in enumerate(constraints):
+            if not c.add(base, sub, dev):
+                if must:
+                    raise AllocationError(f"request {req.name}: cannot add device {dev.driver}/{dev.label} because "
+                                          "a claim constraint would not be satisfied")
+                for prev in constraints[:i]:
+                    prev.remove(base, sub, dev)
+                return None
+        self.allocating.setdefault(dev.key, set())
+        if not dev.multi:
+            self.allocating[dev.key].add(ci)
+        fits, _ = self.capacity_fits(req, dev)
+        if not fits:
+            return None
+        result = _Result(req, dev)
+        if dev.multi:
+            result.consumed = {n: a for n, (a, _) in draconsumable.consumption(req.capacity, dev.capacity,
+                                                                                dev.policies).items()}
+            result.share_id = self.owner.new_share_id()
+            slot = self.allocating_cap.setdefault(dev.key, {})
+            for n, a in result.consumed.items():
+                slot[n] = slot.get(n, Fraction(0)) + a
+        self.results[ci].append(result)
+        mark = len(self.results[ci]) - 1
+
+        def undo() -> None:
+            for c in constraints:
+                c.remove(base, sub, dev)
+            self.allocating[dev.key].discard(ci)
+            if dev.multi:
+                slot = self.allocating_cap[dev.key]
+                for n, a in (result.consumed or {}).items():
+                    slot[n] -= a
+            elif dev.counters:
+                self._count(dev, pool, -1)
+            del self.results[ci][mark:]
+        return undo
+
+    # ------------------------------------------------------------------ the search
+
+    def run(self) -> Outcome:
+        self.prepare()
+        try:
+            done = self.one(0, 0, 0, 0, False, (0, 0, 0))
+        except _TooMany:
+            done = False
+        except _Stop:
+            return Outcome(False, reason=f"claim {self.current}: the allocation search gave up after "
+                                         f"{MAX_STEPS} tries")
+        if not done:
+            return self.explain()
+        return Outcome(True, {_claim_key(c): self.allocation(ci, c) for ci, c in enumerate(self.claims)})
+
+    def one(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: tuple[int, int, int]) -> bool:
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise _Stop
+        if ci >= len(self.claims):
+            return True
+        self.current = _claim_key(self.claims[ci])
+        if ri >= len(self.requests[ci]):
             try:
-                out = self._one(claim, key, node, devices, usage, classes)
-            except (AllocationError, CelError) as exc:
-                return Outcome(False, reason=f"claim {key}: {exc}")
-            if not out.ok:
-                return out
-            allocations.update(out.allocations)
-            usage.add_allocation(out.allocations[key])
-        return Outcome(True, allocations)
+                return self.one(ci + 1, 0, 0, 0, False, (0, 0, 0))
+            except _TooMany:
+                return False
+        d = self.data[(ci, ri, si)]
+        if not in_sub and d.req.parent:
+            all_too_many = True
+            for s in range(len(self.requests[ci][ri])):
+                try:
+                    ok = self.one(ci, ri, s, 0, True, (0, 0, 0))
+                except _TooMany:
+                    continue
+                all_too_many = False
+                if ok:
+                    self.selected[(ci, ri)] = s
+                    return True
+            if all_too_many:
+                raise _TooMany
+            return False
+        req = d.req
+        if req.mode == "All" and not d.all_devices:
+            return False
+        if di >= d.num:
+            return self.one(ci, ri + 1, 0, 0, False, (0, 0, 0))
+        if len(self.results[ci]) + d.num - di > MAX_RESULTS:
+            raise _TooMany
+        if req.mode == "All":
+            dev, pool = d.all_devices[di]
+            undo = self.allocate_device(ci, ri, si, dev, pool, True)
+            if undo is None:
+                return False
+            return self._descend(undo, ci, ri, si, di + 1, in_sub, (0, 0, 0))
+        for pi in range(start[0], len(self.pools)):
+            pool = self.pools[pi]
+            if pool.incomplete or pool.invalid:
+                continue
+            for sl in range(start[1] if pi == start[0] else 0, len(pool.slices)):
+                devices = pool.slices[sl]
+                first = start[2] if (pi, sl) == start[:2] else 0
+                for dv in range(first, len(devices)):
+                    dev = devices[dv]
+                    if req.admin and ci in self.allocating.get(dev.key, ()):
+                        continue
+                    if not req.admin and self.in_use(dev.key):
+                        continue
+                    if not self.selectable(ci, ri, si, d, dev) or not self.capacity_fits(req, dev)[0]:
+                        continue
+                    undo = self.allocate_device(ci, ri, si, dev, pool, False)
+                    if undo is None:
+                        continue
+                    if self._descend(undo, ci, ri, si, di + 1, in_sub, (pi, sl, dv + 1)):
+                        return True
+        return False
 
-    # ------------------------------------------------------------------ one claim
+    def _descend(self, undo: Callable[[], None], ci: int, ri: int, si: int, di: int, in_sub: bool,
+                 start: tuple[int, int, int]) -> bool:
+        try:
+            done = self.one(ci, ri, si, di, in_sub, start)
+        except BaseException:
+            undo()
+            raise
+        if not done:
+            undo()
+        return done
 
-    def _one(self, claim: Mapping, key: str, node: str, devices: Sequence[Device], usage: Usage,
-             classes: Mapping[str, Mapping]) -> Outcome:
-        requests = read_requests(claim)
-        constraints = _constraints(claim, [r.name for r in requests])
-        candidates: list[list[_Candidate]] = []
-        for req in requests:
-            cls = classes.get(req.device_class)
-            if cls is None:
-                return Outcome(False, reason=f"claim {key}: request {req.name}: device class {req.device_class} "
-                                             "not found")
-            cands, why, details = self._candidates(req, cls, devices, usage)
-            if not cands or (req.mode == "ExactCount" and len(cands) < req.count):
-                need = f" ({len(cands)} of {req.count} devices)" if cands else ""
-                return Outcome(False, reason=f"claim {key}: request {req.name}: {why}{need}", details=details)
-            candidates.append(cands)
-        picked = self._search(requests, candidates, constraints, usage)
-        if isinstance(picked, str):
-            return Outcome(False, reason=f"claim {key}: {picked}")
+    # ------------------------------------------------------------------ the answer
+
+    def allocation(self, ci: int, claim: Mapping) -> dict:
         results = []
-        for req, chosen in zip(requests, picked, strict=True):
-            for c in chosen:
-                r: dict[str, Any] = {"request": req.name, "driver": c.dev.driver, "pool": c.dev.pool,
-                                     "device": c.dev.name}
-                if c.consumed is not None:
-                    r["shareID"] = self.new_share_id()
-                    r["consumedCapacity"] = {n.rpartition("/")[2] if n.startswith(c.dev.driver + "/") else n:
-                                             format_quantity(v) for n, v in c.consumed.items()}
-                results.append(r)
-        if len(results) > MAX_RESULTS:
-            return Outcome(False, reason=f"claim {key}: {len(results)} devices, over the limit of {MAX_RESULTS}")
-        config = []
-        for req in requests:
-            for cfg in (classes[req.device_class].get("spec") or {}).get("config") or []:
-                config.append({"source": "FromClass", "requests": [req.name], **{k: v for k, v in cfg.items()
-                                                                                  if k != "requests"}})
-        for cfg in ((claim.get("spec") or {}).get("devices") or {}).get("config") or []:
-            config.append({"source": "FromClaim", **cfg})
-        allocation = {"devices": {"results": results, **({"config": config} if config else {})},
-                      "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                          {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}
-        return Outcome(True, {key: allocation})
+        for r in self.results[ci]:
+            out: dict[str, Any] = {"request": r.req.full_name, "driver": r.dev.driver, "pool": r.dev.pool,
+                                   "device": r.dev.name}
+            if r.req.admin:
+                out["adminAccess"] = True
+            if r.req.tolerations:
+                out["tolerations"] = [dict(t) for t in r.req.tolerations]
+            if r.dev.binding_conditions:
+                out["bindingConditions"] = list(r.dev.binding_conditions)
+            if r.dev.binding_failure_conditions:
+                out["bindingFailureConditions"] = list(r.dev.binding_failure_conditions)
+            if r.share_id is not None:
+                out["shareID"] = r.share_id
+            if r.consumed:
+                out["consumedCapacity"] = {n: format_quantity(v) for n, v in r.consumed.items()}
+            results.append(out)
+        config = self._config(ci, claim)
+        allocation: dict[str, Any] = {"devices": {"results": results, **({"config": config} if config else {})}}
+        selector = self.node_selector(self.results[ci])
+        if selector is not None:
+            allocation["nodeSelector"] = selector
+        return allocation
 
-    def _candidates(self, req: Request, cls: Mapping, devices: Sequence[Device],
-                    usage: Usage) -> tuple[list[_Candidate], str, list[str]]:
-        """Devices that could serve one slot of `req`, and (when none) the furthest failure."""
+    def _config(self, ci: int, claim: Mapping) -> list[dict]:
+        config: list[dict] = []
+        by_class: dict[str, tuple[int, int]] = {}
+        chosen = []
+        for ri, subs in enumerate(self.requests[ci]):
+            req = subs[self.selected.get((ci, ri), 0)] if subs[0].parent else subs[0]
+            chosen.append(req)
+            span = by_class.get(req.device_class)
+            if span is not None:
+                for i in range(*span):
+                    config[i]["requests"].append(req.full_name)
+                continue
+            first = len(config)
+            for cfg in (self.classes[req.device_class].get("spec") or {}).get("config") or []:
+                if isinstance(cfg, Mapping):
+                    config.append({"source": "FromClass", "requests": [req.full_name],
+                                   **{k: v for k, v in cfg.items() if k != "requests"}})
+            by_class[req.device_class] = (first, len(config))
+        for cfg in ((claim.get("spec") or {}).get("devices") or {}).get("config") or []:
+            if not isinstance(cfg, Mapping):
+                continue
+            wanted = list(cfg.get("requests") or [])
+            body = {k: v for k, v in cfg.items() if k != "requests"}
+            if not wanted:
+                config.append({"source": "FromClaim", **body})
+                continue
+            for req in chosen:
+                base = req.parent or req.name
+                if base in wanted or (req.parent and req.full_name in wanted):
+                    config.append({"source": "FromClaim", "requests": wanted, **body})
+        return config
+
+    def node_selector(self, results: Sequence[_Result]) -> dict | None:
+        fields: list[dict] = []
+        exprs: list[dict] = []
+        for r in results:
+            if r.dev.node_name or r.dev.binds_to_node:
+                return {"nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": [self.node.name]}]}]}
+            terms = (r.dev.node_selector or {}).get("nodeSelectorTerms") if isinstance(r.dev.node_selector,
+                                                                                       Mapping) else None
+            if not terms:
+                continue
+            if len(terms) > 1:
+                raise AllocationError(f"unsupported ResourceSlice.NodeSelector with {len(terms)} terms")
+            for src, dst in ((terms[0].get("matchFields") or [], fields),
+                             (terms[0].get("matchExpressions") or [], exprs)):
+                for req in src:
+                    if req not in dst:
+                        dst.append(dict(req))
+        if not fields and not exprs:
+            return None
+        term = {}
+        if exprs:
+            term["matchExpressions"] = exprs
+        if fields:
+            term["matchFields"] = fields
+        return {"nodeSelectorTerms": [term]}
+
+    # ------------------------------------------------------------------ why not
+
+    def explain(self) -> Outcome:
+        """No solution: the first claim that fails even after the ones before it (allocated alone,
+        one after the other), and in it the first request too few devices can serve, with every
+        device's reason."""
+        if len(self.claims) > 1:
+            usage = self.usage.copy()
+            for claim in self.claims:
+                alone = _Search(self.owner, [claim], self.node, self.pools, usage, self.classes)
+                out = alone.run()
+                if not out.ok:
+                    return out
+                usage.add_allocation(out.allocations[_claim_key(claim)])
+        invalid = [p for p in self.pools if p.invalid]
+        for ci, claim in enumerate(self.claims):
+            key = _claim_key(claim)
+            self.current = key
+            for ri, subs in enumerate(self.requests[ci]):
+                seen: list[tuple[str, list[str], int]] = []
+                for si, req in enumerate(subs):
+                    d = self.data[(ci, ri, si)]
+                    found, why, details = self._candidates(ci, ri, si, d)
+                    need = d.num if req.mode == "ExactCount" else 1
+                    if found >= need:
+                        break
+                    count = f" ({found} of {need} devices)" if found else ""
+                    seen.append((f"request {req.full_name}: {why}{count}", details, si))
+                else:
+                    reason, details, _ = seen[0]
+                    if len(seen) > 1:
+                        reason = "; ".join(s[0] for s in seen)
+                    if invalid:
+                        reason += f" (invalid resource pools were encountered: {invalid[0].id}: {invalid[0].invalid})"
+                    return Outcome(False, reason=f"claim {key}: {reason}", details=details)
+        key = _claim_key(self.claims[-1])
+        kinds = sorted({f"{c.kind} {c.attr}" for cs in self.constraints for c in cs})
+        if kinds:
+            return Outcome(False, reason=f"claim {key}: no set of devices satisfies the constraints "
+                                         f"({', '.join(kinds)}) with enough free capacity")
+        return Outcome(False, reason=f"claim {key}: not enough devices with free capacity for every request together")
+
+    def _candidates(self, ci: int, ri: int, si: int, d: _Data) -> tuple[int, str, list[str]]:
+        """How many devices could serve one slot of the request alone, and the furthest failure."""
+        devices = [dev for p in self.pools if not p.incomplete and not p.invalid for dev in p.devices]
         if not devices:
-            return [], "no devices published for this node", []
-        class_sels = [str((s.get("cel") or {}).get("expression", ""))
-                      for s in (cls.get("spec") or {}).get("selectors") or [] if isinstance(s, Mapping)]
-        stage, why, details, out = 0, "", [], []
+            return 0, "no devices published for this node", []
+        stage, why, details, found = 0, "", [], 0
+        req = d.req
         for dev in devices:
             failed = None
-            for which, sels, level in (("device class " + req.device_class, class_sels, 1),
+            for which, sels, level in (("device class " + req.device_class, self._class_selectors(d.cls), 1),
                                        ("request", req.selectors, 2)):
                 for expr in sels:
                     try:
-                        ok = dev.selector(self.cel, expr)
+                        ok = dev.selector(self.owner.cel, expr)
                     except CelError as exc:
                         failed = (level, f"{which} selector {expr!r}: {exc}")
                         break
@@ -412,12 +805,14 @@ class Allocator:
                         break
                 if failed:
                     break
+            if failed is None and dev.per_device and not drapools.node_matches(
+                    self.node, dev.node_name, dev.all_nodes, dev.node_selector):
+                failed = (1, "not reachable from this node")
             if failed is None:
-                failed = self._capacity(req, dev, usage)
-                if failed is None:
-                    cons, _ = consumption(dev, req.capacity) if dev.multi else (None, "")
-                    out.append(_Candidate(dev, cons))
-                    continue
+                failed = self._availability(req, dev)
+            if failed is None:
+                found += 1
+                continue
             details.append(f"{dev.label}: {failed[1]}")
             if failed[0] >= stage:
                 stage, why = failed[0], failed[1]
@@ -429,116 +824,20 @@ class Allocator:
             summary = (f"no matching device has capacity {why.rpartition(' ')[2]}" if why.startswith("has no")
                        else f"not enough free {why.split()[0].rstrip(':')} on any matching device")
         elif stage == 4:
-            summary = f"every matching device is in use ({why})"
-        return out, summary, details
+            summary = f"every matching device is {why}"
+        return found, summary, details
 
-    @staticmethod
-    def _capacity(req: Request, dev: Device, usage: Usage) -> tuple[int, str] | None:
-        if dev.key in usage.exclusive:
-            return 4, "allocated exclusively to another claim"
-        if not dev.multi:
-            if dev.key in usage.consumed:
-                return 4, "shared by another claim, cannot be allocated exclusively"
-            for name, want in for_device(req.capacity, dev).items():
-                if name not in dev.capacity:
-                    return 3, f"has no capacity {name.rpartition('/')[2]}"
-                if want > dev.capacity[name]:
-                    return 3, (f"{name.rpartition('/')[2]} {readable(want)} requested, the device has "
-                               f"{readable(dev.capacity[name])}")
-            return None
-        cons, why = consumption(dev, req.capacity)
-        if cons is None:
+    def _availability(self, req: Request, dev: Device) -> tuple[int, str] | None:
+        taint = taint_prevents(dev, req)
+        if taint is not None:
+            return 4, (f"tainted {taint.get('key')}={taint.get('value', '')}:{taint.get('effect')} "
+                       "and the request does not tolerate it")
+        if not req.admin and dev.key in self.usage.exclusive:
+            return 4, "in use (allocated exclusively to another claim)"
+        if not req.admin and not dev.multi and dev.key in self.usage.shared:
+            return 4, "in use (shared by another claim, cannot be allocated exclusively)"
+        fits, why = draconsumable.fits(req.capacity, dev.capacity, dev.policies, self.usage.consumed.get(dev.key, {}),
+                                       {})
+        if not fits:
             return 3, why
-        for name, amount in cons.items():
-            free = usage.free(dev, name)
-            if amount > free:
-                return 3, (f"{name.rpartition('/')[2]} {readable(amount)} requested, "
-                           f"{readable(free)} of {readable(dev.capacity[name])} free")
         return None
-
-    def _search(self, requests: Sequence[Request], candidates: Sequence[Sequence[_Candidate]],
-                constraints: Sequence[tuple[str, frozenset[str]]], usage: Usage) -> list[list[_Candidate]] | str:
-        """Backtracking over the requests' slots: distinct devices within a request, shared devices
-        reused across requests while capacity lasts, every matchAttribute constraint kept."""
-        slots = []  # (request index) per slot
-        for i, req in enumerate(requests):
-            n = len(candidates[i]) if req.mode == "All" else req.count
-            slots += [i] * n
-        if len(slots) > MAX_RESULTS:
-            return f"{len(slots)} devices requested, over the limit of {MAX_RESULTS}"
-        chosen: list[list[_Candidate]] = [[] for _ in requests]
-        values: dict[int, Any] = {}  # constraint index -> the attribute value fixed so far
-        steps = 0
-        local = usage.copy()
-
-        def ok_constraints(i: int, dev: Device) -> list[int] | None:
-            fixed = []
-            for ci, (attr, reqs) in enumerate(constraints):
-                if requests[i].name not in reqs:
-                    continue
-                v = _attribute(dev, attr)
-                if v is None:
-                    return None
-                if ci in values:
-                    if values[ci] != v:
-                        return None
-                else:
-                    fixed.append(ci)
-            for ci in fixed:
-                values[ci] = _attribute(dev, constraints[ci][0])
-            return fixed
-
-        def fits(c: _Candidate) -> bool:
-            if c.consumed is None:
-                return c.dev.key not in local.exclusive and c.dev.key not in local.consumed
-            if c.dev.key in local.exclusive:
-                return False
-            return all(amount <= local.free(c.dev, n) for n, amount in c.consumed.items())
-
-        def place(s: int) -> bool:
-            nonlocal steps
-            if s == len(slots):
-                return True
-            i = slots[s]
-            start = 0
-            if s > 0 and slots[s - 1] == i:  # slots of one request take devices in order: no permutations
-                prev = chosen[i][-1]
-                start = candidates[i].index(prev) + 1
-            for c in candidates[i][start:]:
-                steps += 1
-                if steps > MAX_STEPS:
-                    return False
-                if not fits(c):
-                    continue
-                fixed = ok_constraints(i, c.dev)
-                if fixed is None:
-                    continue
-                chosen[i].append(c)
-                if c.consumed is None:
-                    local.exclusive.add(c.dev.key)
-                else:
-                    slot = local.consumed.setdefault(c.dev.key, {})
-                    for n, amount in c.consumed.items():
-                        slot[n] = slot.get(n, Fraction(0)) + amount
-                if place(s + 1):
-                    return True
-                chosen[i].pop()
-                if c.consumed is None:
-                    local.exclusive.discard(c.dev.key)
-                else:
-                    for n, amount in c.consumed.items():
-                        local.consumed[c.dev.key][n] -= amount
-                    if not any(local.consumed[c.dev.key].values()):
-                        del local.consumed[c.dev.key]
-                for ci in fixed:
-                    values.pop(ci, None)
-            return False
-
-        if place(0):
-            return chosen
-        if steps > MAX_STEPS:
-            return f"the allocation search gave up after {MAX_STEPS} tries"
-        if constraints:
-            attrs = ", ".join(sorted({a for a, _ in constraints}))
-            return f"no set of devices satisfies the constraints (matchAttribute {attrs}) with enough free capacity"
-        return "not enough devices with free capacity for every request together"

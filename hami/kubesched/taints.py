@@ -5,6 +5,11 @@ NoSchedule or NoExecute must be tolerated by one of the pod's tolerations; a nod
 `spec.unschedulable` counts as the `node.kubernetes.io/unschedulable:NoSchedule` taint (the
 NodeUnschedulable plugin). Every shape is checked: a malformed toleration tolerates nothing, a
 malformed taint list is none. Used by `hami whatif` and by GPU preemption's refit on the leader.
+
+`toleration_matches` is core/v1's `Toleration.ToleratesTaint` and, with the same rules, DRA's
+`resourceclaim.ToleratesTaint` for device taints (KEP-5055): an effect, when set, must be the
+taint's; a key, when set, must be the taint's; operator Exists tolerates any value, Equal (or none)
+needs the same value; any other operator tolerates nothing.
 """
 
 from __future__ import annotations
@@ -15,21 +20,24 @@ from typing import Any
 UNSCHEDULABLE = ("node.kubernetes.io/unschedulable", "", "NoSchedule")
 
 
-def tolerates(tolerations: Any, taint: tuple[str, str, str]) -> bool:
-    """Kubernetes' ToleratesTaint: one toleration of the pod matches the taint."""
+def toleration_matches(tol: Any, taint: tuple[str, str, str]) -> bool:
+    """One toleration against one taint (key, value, effect)."""
+    if not isinstance(tol, Mapping):
+        return False
     key, value, effect = taint
-    for tol in tolerations if isinstance(tolerations, list) else ():
-        if not isinstance(tol, dict):
-            continue
-        if tol.get("effect") and tol.get("effect") != effect:
-            continue
-        op = tol.get("operator") or "Equal"
-        tkey = tol.get("key") or ""
-        if op == "Exists" and (not tkey or tkey == key):
-            return True
-        if op == "Equal" and tkey == key and (tol.get("value") or "") == value:
-            return True
-    return False
+    if tol.get("effect") and tol.get("effect") != effect:
+        return False
+    if tol.get("key") and tol.get("key") != key:
+        return False
+    op = tol.get("operator") or "Equal"
+    if op == "Exists":
+        return True
+    return op == "Equal" and (tol.get("value") or "") == value
+
+
+def tolerates(tolerations: Any, taint: tuple[str, str, str]) -> bool:
+    """Kubernetes' TolerationsTolerateTaint: one toleration of the pod matches the taint."""
+    return any(toleration_matches(t, taint) for t in (tolerations if isinstance(tolerations, list) else ()))
 
 
 def node_taints(node: Mapping) -> list[tuple[str, str, str]]:

@@ -21,7 +21,7 @@ from hami.dra import podclaims
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
 from hami.kubesched import schedqueue as sq
-from hami.kubesched.allocator import Allocator, Outcome, Usage, inventory
+from hami.kubesched.allocator import Allocator, Inventory, Outcome, Usage, inventory
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
@@ -49,7 +49,7 @@ class DynamicResources:
         self.claims = Informer(client, "resourceclaims", handler=self._claim_event)
         self.classes = Informer(client, "deviceclasses", handler=self._class_event)
         self._assumed: dict[str, dict] = {}  # claim key -> the claim as we wrote it
-        self._inventory: dict | None = None
+        self._inventory: Inventory | None = None
         self.reserved = 0
 
     @property
@@ -88,7 +88,7 @@ class DynamicResources:
         current.update(self._assumed)
         return Usage.of(current.values())
 
-    def devices(self) -> dict:
+    def devices(self) -> Inventory:
         if self._inventory is None:
             self._inventory = inventory(self.slices.store.values())
         return self._inventory
@@ -120,9 +120,10 @@ class DynamicResources:
             claims.append(claim)
         return claims, ""
 
-    def filter(self, claims: list[dict], node: str, usage: Usage) -> Outcome:
+    def filter(self, claims: list[dict], node: dict | str, usage: Usage) -> Outcome:
+        """Filter on one node (the Node object: nodeSelector slices match its labels)."""
         classes = {name: c for name, c in self.classes.store.items()}
-        return self.allocator.allocate(claims, node, self.devices().get(node, []), usage, classes)
+        return self.allocator.allocate(claims, node, self.devices(), usage, classes)
 
     def reserve(self, pod: dict, claims: list[dict], outcome: Outcome) -> list[dict]:
         """Reserve: the claims' new status (allocation, the pod in reservedFor), assumed at once so the

@@ -566,7 +566,7 @@ class KubeSchedulerLoop:
             name = node["metadata"]["name"]
             verdict = self.filter_in_tree(pod, node, view)
             if verdict is None and claims is not None:  # DynamicResources Filter
-                outcome = self.dra.filter(claims, name, usage)
+                outcome = self.dra.filter(claims, node, usage)
                 if outcome.ok:
                     outcomes[name] = outcome
                 else:

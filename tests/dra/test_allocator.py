@@ -26,8 +26,7 @@ CLASSES = {DRIVER: DEVICE_CLASS}
 
 def _alloc(claims, devices, usage=None, node="n1"):
     inv = inventory([slice_for(node, devices)])
-    return Allocator(new_share_id=lambda: "share").allocate(claims, node, inv.get(node, []), usage or Usage(),
-                                                              CLASSES)
+    return Allocator(new_share_id=lambda: "share").allocate(claims, node, inv, usage or Usage(), CLASSES)
 
 
 def test_a_gpumem_claim_gets_one_shared_gpu_with_consumed_capacity():
@@ -43,7 +42,7 @@ def test_a_gpumem_claim_gets_one_shared_gpu_with_consumed_capacity():
 
 def test_two_claims_share_a_gpu_up_to_its_memory_and_a_third_is_refused():
     devices = [gpu_device(0, memory_mib=8000)]
-    inv = inventory([slice_for("n1", devices)])["n1"]
+    inv = inventory([slice_for("n1", devices)])
     a = Allocator()
     usage = Usage()
     for name in ("c1", "c2"):
@@ -187,7 +186,7 @@ _claim = st.tuples(st.integers(0, 5000), st.one_of(st.none(), st.integers(0, 120
 @given(st.lists(_device, min_size=1, max_size=4), st.lists(_claim, min_size=1, max_size=12))
 def test_the_allocator_never_over_commits_memory_or_cores(devs, claims):
     devices = [gpu_device(i, memory_mib=m, cores=c, multi=multi) for i, (m, c, multi) in enumerate(devs)]
-    inv = inventory([slice_for("n1", devices)])["n1"]
+    inv = inventory([slice_for("n1", devices)])
     a = Allocator()
     usage = Usage()
     holders: dict[str, int] = {}
@@ -202,7 +201,7 @@ def test_the_allocator_never_over_commits_memory_or_cores(devs, claims):
         usage.add_allocation(alloc)
         for r in results:
             holders[r["device"]] = holders.get(r["device"], 0) + 1
-    for dev in inv:
+    for dev in inv.pools_for("n1")[0].devices:
         used = usage.consumed.get(dev.key, {})
         for cap, total in dev.capacity.items():
             assert used.get(cap, Fraction(0)) <= total, (dev.name, cap)
@@ -220,17 +219,18 @@ def test_match_attribute_on_the_numa_and_nvlink_attributes_hami_publishes():
 
     gpus = [GpuInfo(f"GPU-{i}", i, "NVIDIA A100-SXM4-40GB", 40960, numa=i // 2) for i in range(4)]
     extras = {f"GPU-{i}": GpuExtras(nvlink_domain=0 if i in (0, 3) else 1) for i in range(4)}
-    inv = inventory([build_slice("n1", devices_for(gpus, extras=extras), 1)])["n1"]
+    inv = inventory([build_slice("n1", devices_for(gpus, extras=extras), 1)])
+    devs = inv.pools_for("n1")[0].devices
     pair = [{"name": n, "exactly": {"deviceClassName": DRIVER, "capacity": {"requests": {"memory": str(30000 * MIB)}}}}
             for n in ("a", "b")]
     usage = Usage()  # GPU 0 mostly taken: NUMA 0 cannot hold the pair, NVLink group 0 (0, 3) cannot either
-    usage.add_allocation({"devices": {"results": [{"driver": DRIVER, "pool": "n1", "device": inv[0].name,
+    usage.add_allocation({"devices": {"results": [{"driver": DRIVER, "pool": "n1", "device": devs[0].name,
                                                    "shareID": "x", "consumedCapacity": {"memory": str(30000 * MIB)}}]}})
     a = Allocator()
     for attr, want in (("numa", {2, 3}), ("nvlinkDomain", {1, 2})):
         c = claim("c1", requests=pair, constraints=[{"matchAttribute": f"{DRIVER}/{attr}"}])
         out = a.allocate([c], "n1", inv, usage, CLASSES)
         assert out.ok, out.reason
-        picked = {next(d for d in inv if d.name == r["device"]).raw["attributes"]["index"]["int"]
+        picked = {next(d for d in devs if d.name == r["device"]).raw["attributes"]["index"]["int"]
                   for r in out.allocations["default/c1"]["devices"]["results"]}
         assert picked == want, (attr, picked)
