@@ -71,8 +71,13 @@ class ListenSettings:
     """What every HTTP listener of the process allows a connection (hami.httpguard)."""
     header_timeout: float = 10.0  # accept (or a request's first byte) -> end of its headers
     body_timeout: float = 30.0  # end of headers -> whole body (a 64 MiB /filter body on loopback: < 1 s)
-    max_connections: int = 256  # open connections per listener; more are closed on accept
+    max_connections: int = 256  # open untrusted connections per listener; more are closed on accept
     idle_timeout: float = 30.0  # keep-alive between requests
+    # The trusted class's own budget (loopback, trusted_sources, an mTLS-verified client: kube-scheduler,
+    # which dials a connection per bind in flight); at max_connections + this, accept pauses and the
+    # kernel's queue holds the rest (hami.httpaccept).
+    trusted_connections: int = 2048
+    trusted_sources: tuple[str, ...] = ("127.0.0.0/8", "::1/128")  # CIDRs of trusted clients: loopback
 
 
 @dataclass(frozen=True, slots=True)
@@ -588,6 +593,8 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "http_header_timeout": ("listen", "header_timeout"),
     "http_body_timeout": ("listen", "body_timeout"),
     "http_max_connections": ("listen", "max_connections"),
+    "http_max_trusted_connections": ("listen", "trusted_connections"),
+    "http_trusted_sources": ("listen", "trusted_sources"),
     "http_idle_timeout": ("listen", "idle_timeout"),
     "sim_pod_stop_seconds": ("sim", "pod_stop_seconds"),
     "sim_node_group": ("sim", "node_groups"),
@@ -617,6 +624,21 @@ def parse_label_selector(text: str, source: str = "--node-label-selector") -> tu
             raise ConfigError("node-label-selector", source, text, "k=v[,k2=v2]")
         pairs.append((k.strip(), v.strip()))
     return tuple(pairs)
+
+
+def _check_trusted_sources(listen: dict[str, Any]) -> None:
+    """--http-trusted-sources: a comma list of CIDRs, each checked here so a typo stops the start."""
+    import ipaddress
+
+    sources = listen.get("trusted_sources")
+    if isinstance(sources, str):
+        sources = tuple(s.strip() for s in sources.split(",") if s.strip())
+        listen["trusted_sources"] = sources
+    for text in sources or ():
+        try:
+            ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            raise ConfigError("--http-trusted-sources", "command line", text, "CIDR networks, e.g. 10.0.0.0/8") from None
 
 
 def embedded_paths(state_dir: str) -> dict[str, str]:
@@ -858,6 +880,7 @@ def build_config(
     _check_listeners(groups)
     if "node_groups" in groups["sim"]:
         groups["sim"]["node_groups"] = tuple(groups["sim"]["node_groups"])
+    _check_trusted_sources(groups["listen"])
     writers = groups["scheduler"].get("trusted_placement_writers")
     if isinstance(writers, str):  # a comma list on the command line
         groups["scheduler"]["trusted_placement_writers"] = tuple(w.strip() for w in writers.split(",") if w.strip())

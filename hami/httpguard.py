@@ -5,8 +5,11 @@ aiohttp's server has none of the first three: a client that opens a connection a
 sends its headers a byte at a time, holds a connection (and a task) for as long as it likes; 200 such
 clients stayed open 130 s against the extender in an audit. Here:
 
-- a connection beyond `max_connections` is closed as soon as it is accepted (counted in `refused`),
-  so a flood cannot grow the process without bound; the ones already served are untouched;
+- connections are counted by trust class (kube-scheduler's loopback or mTLS identity, or anyone else):
+  an untrusted one beyond `max_connections` is closed as soon as it is accepted (counted in
+  `refused`); at the listener's total the listener stops accepting and the kernel's queue holds the
+  rest, so kube-scheduler's connections are never reset (hami.httpaccept, whose `GuardedSite` every
+  listener is started with);
 - from its first byte (or from accepting it), a request's headers must be complete within
   `header_timeout`, else the connection is closed (`header_timeouts`);
 - a request's body must be read within `body_timeout` after its headers, else 408 and the connection
@@ -42,6 +45,7 @@ from aiohttp import web
 
 from hami import httphead
 from hami.config import ListenSettings
+from hami.httpaccept import Budget, GuardedSite, Slot, peer_is_trusted
 from hami.obs.log import get_logger
 
 log = get_logger("hami.httpguard")
@@ -65,11 +69,16 @@ class Guard:
         self.answer = answer or (lambda status, text: web.Response(status=status, text=text + "\n"))
         self.body_limits = dict(body_limits or {})  # path -> most bytes its request body may have
         self.open: dict[Any, _GuardedProtocol] = {}  # transport -> its protocol
-        self.refused = 0
+        self.budget = Budget(self.limits)  # open connections by trust class (hami.httpaccept)
         self.header_timeouts = 0
         self.body_timeouts = 0
         self.too_large = 0
         self.encoded = 0
+
+    @property
+    def refused(self) -> int:
+        """Connections closed at accept: untrusted ones over their cap (hami.httpaccept)."""
+        return self.budget.refused
 
     @web.middleware
     async def middleware(self, request: web.Request, handler):
@@ -112,11 +121,13 @@ class _GuardedProtocol(asyncio.Protocol):
     the fast routes answered here until the connection sends anything else (then aiohttp's handler
     is made and gets every byte from there on)."""
 
-    def __init__(self, make_inner: Callable[[], Any], guard: Guard):
+    def __init__(self, make_inner: Callable[[], Any], guard: Guard, slot: Slot | None = None):
         self.make_inner = make_inner
         self.inner: Any = None
         self.guard = guard
         self.transport: Any = None
+        # its place in the listener's budget: given by hami.httpaccept's acceptor, else taken at connection_made
+        self.slot = slot
         self.refused = False
         self.awaiting_headers = True
         self.tail = b""
@@ -169,11 +180,15 @@ class _GuardedProtocol(asyncio.Protocol):
     # -- asyncio.Protocol
     def connection_made(self, transport) -> None:
         self.transport = transport
-        if len(self.guard.open) >= self.guard.limits.max_connections:
-            self.refused = True
-            self.guard.refused += 1
-            transport.close()
-            return
+        budget = self.guard.budget
+        if self.slot is None:  # a site that does not pause its accept (aiohttp's TCPSite): closed over the cap
+            self.slot = budget.admit(peer_is_trusted(transport.get_extra_info("peername"), budget.nets))
+            if self.slot is None:
+                self.refused = True
+                transport.close()
+                return
+        if transport.get_extra_info("peercert"):  # an mTLS handshake verified the client's certificate
+            self.slot.trust()
         self.guard.open[transport] = self
         self._arm()
         if self.fast is None:
@@ -217,6 +232,7 @@ class _GuardedProtocol(asyncio.Protocol):
         self.deadline.stop()
         if self.refused:
             return
+        self.slot.release()
         self.guard.open.pop(self.transport, None)
         if self.inner is not None:
             self.inner.connection_lost(exc)
@@ -422,6 +438,10 @@ class _GuardedFactory:
     def __call__(self) -> _GuardedProtocol:
         return _GuardedProtocol(self._server, self._guard)
 
+    def with_slot(self, slot: Slot) -> _GuardedProtocol:
+        """The protocol of a connection hami.httpaccept already admitted."""
+        return _GuardedProtocol(self._server, self._guard, slot)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._server, name)
 
@@ -472,7 +492,7 @@ async def serve_probes(component: str, readiness, address: str, limits: ListenSe
     runner = guarded_runner(app, limits, access_log=None)
     await runner.setup()
     host, port = split_host_port(address, flag="--health-bind-address", default_host="0.0.0.0")
-    await web.TCPSite(runner, host, port).start()
+    await GuardedSite(runner, host, port).start()
     return runner, (runner.addresses[0][1] if runner.addresses else port)
 
 

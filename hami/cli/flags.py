@@ -176,7 +176,13 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
     (("--http-body-timeout",), "http_body_timeout", "duration",
      "a request's body must arrive within this of its headers, else 408 (default 30s)"),
     (("--http-max-connections",), "http_max_connections", "int",
-     "open connections per listener; more are closed on accept (default 256)"),
+     "open connections per listener from untrusted sources; more are closed on accept (default 256)"),
+    (("--http-max-trusted-connections",), "http_max_trusted_connections", "int",
+     "the trusted sources' own open connections per listener (loopback, --http-trusted-sources, an mTLS "
+     "client); past both caps accept pauses and the kernel queues the rest (default 2048)"),
+    (("--http-trusted-sources",), "http_trusted_sources", "str",
+     "comma list of CIDRs whose connections count as trusted (default loopback: 127.0.0.0/8,::1/128; "
+     "list it too when kube-scheduler also calls over loopback)"),
     (("--http-idle-timeout",), "http_idle_timeout", "duration", "keep-alive between requests (default 30s)"),
     (("--sim-listen",), "sim_listen", "str", "embedded API server listener (default 127.0.0.1:6443)"),
     (("--sim-listen-insecure",), "sim_listen_insecure", "bool",

@@ -23,6 +23,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
+from hami.httpaccept import GuardedSite
 from hami.httpguard import guarded_runner
 from hami.monitor import feedback
 from hami.monitor.claimdirs import ClaimReaper, claims_by_uid, list_claim_dirs
@@ -233,7 +234,7 @@ async def run(ctx: Any) -> None:
     await runner.setup()
     tasks: list[asyncio.Task] = []
     try:
-        site = web.TCPSite(runner, host, port)
+        site = GuardedSite(runner, host, port)
         await site.start()
         bound = runner.addresses[0] if runner.addresses else (host, port)
         ctx.shared.setdefault("monitor", {})[node or "*"] = {"address": f"{bound[0]}:{bound[1]}", "monitor": mon,

@@ -21,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from hami.device.model import DeviceUsage
+from hami.httpaccept import GuardedSite
 from hami.httpguard import guarded_runner
 from hami.netaddr import split_host_port
 
@@ -314,5 +315,5 @@ async def serve_metrics(metrics: SchedulerMetrics, address: str, health=None, li
     runner = guarded_runner(app, limits, access_log=None)  # kubelet's probes and scrapes only: small, quick
     await runner.setup()
     host, port = split_bind(address, flag="--metrics-bind-address (scheduler)")
-    await web.TCPSite(runner, host, port).start()
+    await GuardedSite(runner, host, port).start()
     return runner

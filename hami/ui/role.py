@@ -24,6 +24,7 @@ from aiohttp import web
 from hami.config import Config
 from hami.doctor.gather import node_facts
 from hami.doctor.tree import node_health, requested_hami_resources
+from hami.httpaccept import GuardedSite
 from hami.httpguard import guarded_runner
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.informer import Informer
@@ -331,7 +332,7 @@ async def run(ctx: Any) -> None:
     tasks = [asyncio.create_task(i.run(ctx.stop), name=f"ui:{i.kind}-informer") for i in ui.informers()]
     tasks.append(asyncio.create_task(ui.refresh_figures(ctx.stop), name="ui:figures"))
     try:
-        site = web.TCPSite(runner, host, port)
+        site = GuardedSite(runner, host, port)
         await site.start()
         bound = runner.addresses[0] if runner.addresses else (host, port)
         ctx.shared["ui"] = {"address": f"{bound[0]}:{bound[1]}", "ui": ui}

@@ -237,3 +237,13 @@ def test_sim_node_groups_are_repeatable_flags():
     cfg = build_config({k: v for k, v in vars(args).items() if k != "role"}, env={})
     assert cfg.sim.node_groups == ("a:0:2:1xT4:15360", "b:1:1:2xT4:15360")
     assert cfg.sim.scale_down_unneeded == 5.0
+
+
+def test_listener_trust_flags():
+    cfg = build_config(_flags(["--http-trusted-sources", "127.0.0.0/8, 10.2.0.0/16",
+                               "--http-max-trusted-connections", "4096"]), env={})
+    assert cfg.listen.trusted_sources == ("127.0.0.0/8", "10.2.0.0/16")
+    assert cfg.listen.trusted_connections == 4096
+    assert build_config({}, env={}).listen.trusted_sources == ("127.0.0.0/8", "::1/128")  # loopback
+    with pytest.raises(ConfigError, match=r"--http-trusted-sources.*'10\.2\.0\.0/33'"):
+        build_config(_flags(["--http-trusted-sources", "10.2.0.0/33"]), env={})

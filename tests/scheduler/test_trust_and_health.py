@@ -5,6 +5,9 @@
   --profiling, and the debug listener is loopback too.
 * With --client-ca-file (mTLS) a client without a certificate, or with one from another CA, fails
   the TLS handshake; kube-scheduler's certificate from that CA is served.
+* With mTLS, hanging TLS handshakes from an untrusted source fill that class's cap, yet kube-scheduler
+  (its certificate verified) still gets in: the oldest hanging handshake is dropped for it, and once
+  verified its connection counts in the trusted class.
 * /readyz is 503 naming the reason before the caches sync and once a watch is broken past its
   bound, 200 again after recovery; /healthz stays 200 (alive).
 * A failing informer handler is counted, that object is resynced from the cache and the index
@@ -141,6 +144,36 @@ async def test_mtls_extender_serves_kube_schedulers_certificate_only(apiserver, 
         assert await _handshake_refused(url, _client_ctx(pki, "stranger"))
     finally:
         await stop_env(env)
+
+
+async def test_hanging_handshakes_cannot_crowd_out_kube_schedulers_mtls_connection(apiserver, pki):
+    import asyncio
+
+    from hami.config import ListenSettings
+
+    for n in hami_nodes(1):
+        apiserver.store.create("nodes", "", n)
+    server_key = pki["server"][: -len(".crt")] + ".key"
+    cfg = config_for(apiserver.kubeconfig, http_bind="0.0.0.0:0", cert_file=pki["server"], key_file=server_key,
+                     client_ca_file=pki["ca"])
+    # no source is trusted by address: only the verified certificate makes a connection trusted
+    cfg = replace(cfg, listen=ListenSettings(max_connections=4, trusted_sources=("192.0.2.0/24",)))
+    sched = await start_scheduler(cfg)
+    try:
+        assert await sched.state.wait_synced(10)
+        budget = sched.runners[0].guard.budget
+        hanging = [await asyncio.open_connection("127.0.0.1", sched.port) for _ in range(4)]  # never a ClientHello
+        await eventually(lambda: budget.untrusted == 4, 5)
+        url = f"https://127.0.0.1:{sched.port}/readyz"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(url, ssl=_client_ctx(pki, "kube-scheduler")) as r:
+                assert (r.status, await r.text()) == (200, "ok\n")
+                assert budget.trusted == 1 and budget.evicted == 1  # verified: the trusted class
+        assert await asyncio.wait_for(hanging[0][0].read(), 10) == b""  # the oldest handshake was dropped
+        for _, w in hanging:
+            w.close()
+    finally:
+        await sched.close()
 
 
 async def test_webhook_gets_its_own_listener_without_the_extender_verbs(apiserver):

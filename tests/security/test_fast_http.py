@@ -17,7 +17,7 @@ answers like aiohttp and keeps every limit of the guard (issue 27), with real so
 - hostile clients on the fast lane: a slowloris head and a stalled body are cut at the guard's
   deadlines (408 for the body) while another connection is answered; a half-closed socket after a
   whole request still gets its answer; a half-closed socket mid-request is closed; a huge
-  Content-Length goes to aiohttp's 413; the connection cap holds; the listener's cleanup closes
+  Content-Length goes to aiohttp's 413; the untrusted connection cap holds; the listener's cleanup closes
   idle fast connections;
 - the running scheduler answers /filter through the fast lane, and with --extender-fast-http=false
   through aiohttp, the same JSON; over TLS too (fast /filter and aiohttp's /healthz on one TLS
@@ -41,13 +41,16 @@ from hypothesis import strategies as st
 
 from hami import httphead
 from hami.config import ListenSettings
+from hami.httpaccept import GuardedSite
 from hami.httpguard import guarded_runner
 from hami.scheduler.role import start_scheduler
 from tests.kube.helpers import config_for, pod_obj
 from tests.kube.scheduler_env import Env, hami_nodes, stop_env
 
 pytestmark = pytest.mark.timeout(60)
-SHORT = ListenSettings(header_timeout=0.3, body_timeout=0.3, max_connections=5, idle_timeout=5.0)
+# 127.0.0.1 is the trusted client; the cap's test connects from 127.0.0.2, an untrusted one
+SHORT = ListenSettings(header_timeout=0.3, body_timeout=0.3, max_connections=5, idle_timeout=5.0,
+                       trusted_sources=("127.0.0.1/32",))
 LIMIT = 1000
 
 
@@ -95,7 +98,7 @@ async def start(fast, limits: ListenSettings = SHORT):
     app.router.add_get("/ok", ok)
     runner = guarded_runner(app, limits, access_log=None, fast={b"/filter": fast} if fast else None)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    await GuardedSite(runner, "127.0.0.1", 0).start()
     return runner, runner.addresses[0][1]
 
 
@@ -201,11 +204,12 @@ async def test_huge_content_length_and_the_connection_cap(both):
     (runner, port), _ = both
     out = await exchange(port, b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999\r\n\r\n")
     assert out.startswith(b"HTTP/1.1 413")
-    held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(SHORT.max_connections)]
+    held = [await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
+            for _ in range(SHORT.max_connections)]
     for r, w in held:  # each takes a fast answer and stays open (kept alive)
         w.write(post(b"1"))
         await asyncio.wait_for(r.readuntil(b'"Error":""}'), 10)
-    extra_r, extra_w = await asyncio.open_connection("127.0.0.1", port)
+    extra_r, extra_w = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
     assert await asyncio.wait_for(extra_r.read(), 10) == b""
     assert runner.guard.refused == 1
     await runner.cleanup()  # the listener closes: idle fast connections are closed with it

@@ -1,8 +1,9 @@
 """Every hami HTTP listener bounds what a connection may hold (issue 27 §2), with real slow sockets:
 - a connection that sends nothing, or its headers a byte at a time (slowloris), is closed at the
   header deadline; a body that stalls gets 408 and the connection closed at the body deadline;
-- connections beyond the cap are closed on accept while the ones inside it keep working, and the
-  listener serves again once they go;
+- untrusted connections beyond their cap are closed on accept while the ones inside it, and the trusted
+  class's own budget, keep working; at the listener's total accept pauses and the queued connections
+  are answered once slots free, none reset;
 - keep-alive still works: each request on a connection gets its own header deadline;
 - a body with a Content-Encoding is refused 415 (aiohttp would inflate a gzip bomb first);
 - the webhook takes at most 3 MiB: a larger Content-Length is refused 413 before the body is read, a
@@ -24,6 +25,7 @@ import pytest
 from aiohttp import web
 
 from hami.config import ListenSettings
+from hami.httpaccept import GuardedSite
 from hami.httpguard import GuardedRunner, guarded_runner
 from hami.scheduler.extender.server import WEBHOOK_MAX_BODY
 from hami.scheduler.role import start_scheduler
@@ -107,22 +109,70 @@ async def test_a_stalled_body_gets_408_and_the_connection_closes(server):
     writer.close()
 
 
-async def test_connections_over_the_cap_are_closed_and_the_rest_keep_working(server):
-    guard, port = server
-    held = [await connect(port) for _ in range(5)]
-    await eventually(lambda: len(guard.open) == 5, 5)
-    extra_r, extra_w = await connect(port)
-    assert await closed(extra_r) == b""
+# Two trust classes on loopback: 127.0.0.1 is trusted (kube-scheduler's side), 127.0.0.2 is not.
+CAPPED = ListenSettings(header_timeout=30.0, body_timeout=30.0, idle_timeout=30.0, max_connections=3,
+                        trusted_connections=4, trusted_sources=("127.0.0.1/32",))
+
+
+@pytest.fixture
+async def capped():
+    app = web.Application()
+    app.router.add_get("/ok", ok)
+    runner = guarded_runner(app, CAPPED, access_log=None)
+    await runner.setup()
+    await GuardedSite(runner, "127.0.0.1", 0).start()
+    yield runner.guard, runner.addresses[0][1]
+    await runner.cleanup()
+
+
+async def connect_from(source: str, port: int):
+    return await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+
+
+async def get_ok(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, close: bool = False) -> bytes:
+    writer.write(b"GET /ok HTTP/1.1\r\nHost: x\r\n" + (b"Connection: close\r\n" if close else b"") + b"\r\n")
+    return await asyncio.wait_for(reader.read() if close else reader.readuntil(b"ok"), 10)
+
+
+async def test_untrusted_connections_over_their_cap_are_closed_and_trusted_ones_still_get_in(capped):
+    guard, port = capped
+    flood = [await connect_from("127.0.0.2", port) for _ in range(3)]
+    await eventually(lambda: guard.budget.untrusted == 3, 5)
+    extra_r, extra_w = await connect_from("127.0.0.2", port)
+    assert await closed(extra_r) == b""  # over the untrusted cap: closed at accept, counted
     assert guard.refused == 1
-    r, w = held[0]
-    w.write(b"GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")  # a connection inside the cap is served
-    assert (await asyncio.wait_for(r.readuntil(b"ok"), 10)).startswith(b"HTTP/1.1 200")
-    for _, w in held:
+    trusted = [await connect_from("127.0.0.1", port) for _ in range(4)]  # the trusted class's own budget
+    for r, w in trusted:
+        assert (await get_ok(r, w)).startswith(b"HTTP/1.1 200")
+    assert guard.budget.trusted == 4 and guard.refused == 1
+    r, w = flood[0]  # a connection inside the untrusted cap is served too
+    assert (await get_ok(r, w)).startswith(b"HTTP/1.1 200")
+    for _, w in flood + trusted:
         w.close()
-    await eventually(lambda: len(guard.open) == 0, 5)
+    extra_w.close()
+    await eventually(lambda: len(guard.open) == 0 and guard.budget.trusted + guard.budget.untrusted == 0, 5)
     out = await request(port, b"GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert out.startswith(b"HTTP/1.1 200")
-    extra_w.close()
+
+
+async def test_at_the_total_accept_pauses_and_the_queued_connections_are_served_not_reset(capped):
+    guard, port = capped
+    untrusted = [await connect_from("127.0.0.2", port) for _ in range(3)]
+    trusted = [await connect_from("127.0.0.1", port) for _ in range(4)]
+    await eventually(lambda: guard.budget.full, 5)  # 3 + 4: accepting pauses
+    # 20 more trusted clients connect (the kernel's accept queue takes them) and send their request
+    queued = [await connect_from("127.0.0.1", port) for _ in range(20)]
+    for _, w in queued:
+        w.write(b"GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    await eventually(lambda: guard.budget.pauses >= 1, 5)
+    assert guard.budget.trusted == 4 and guard.refused == 0  # none accepted past the total, none closed
+    for _, w in trusted:  # slots free: accept resumes, and every queued client gets its answer
+        w.close()
+    outs = await asyncio.gather(*(closed(r) for r, _ in queued))
+    assert all(o.startswith(b"HTTP/1.1 200") and o.endswith(b"ok") for o in outs), outs
+    assert guard.refused == 0
+    for _, w in untrusted + queued:
+        w.close()
 
 
 async def test_keep_alive_requests_each_get_their_own_header_deadline(server):

@@ -150,6 +150,7 @@ def parse_bind_address(address: str) -> tuple[str, int]:
 
 async def start_debug_server(address: str, limits=None) -> tuple[web.AppRunner, int]:
     """Serve only /debug/pprof on `address`; returns the runner (cleanup() it) and the bound port."""
+    from hami.httpaccept import GuardedSite
     from hami.httpguard import guarded_runner
 
     host, port = parse_bind_address(address)
@@ -157,7 +158,7 @@ async def start_debug_server(address: str, limits=None) -> tuple[web.AppRunner, 
     mount_pprof(app)
     runner = guarded_runner(app, limits, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = GuardedSite(runner, host, port)
     await site.start()
     bound = port
     server = getattr(site, "_server", None)

@@ -44,6 +44,7 @@ from hami.device.allocation import allocation_annotations
 from hami.device.model import ContainerDeviceRequest
 from hami.device.vendorregister import registration_signature
 from hami.device.vendorrequest import flat_requests
+from hami.httpaccept import GuardedSite
 from hami.httpguard import guarded_runner
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.events import NORMAL, WARNING, EventRecorder
@@ -903,7 +904,7 @@ async def serve(app: web.Application, address: str, ssl_context: ssl.SSLContext 
     runner = guarded_runner(app, limits, body_limits={"/webhook": WEBHOOK_MAX_BODY}, access_log=None, fast=fast)
     await runner.setup()
     host, port = split_bind(address, default_host="0.0.0.0")
-    await web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=1024).start()
+    await GuardedSite(runner, host, port, ssl_context=ssl_context).start()
     return runner
 
 

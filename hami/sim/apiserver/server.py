@@ -29,6 +29,7 @@ import orjson
 from aiohttp import web
 
 from hami.config import ListenSettings
+from hami.httpaccept import BACKLOG, GuardedSite
 from hami.httpguard import guarded_runner
 from hami.netaddr import url_host
 from hami.obs.log import get_logger
@@ -161,7 +162,7 @@ class ApiServer:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((self.host, self.port))
-                sock.listen(512)
+                sock.listen(BACKLOG)
             except OSError:
                 sock.close()
                 raise
@@ -174,7 +175,7 @@ class ApiServer:
         await runner.setup()
         # The site gets a duplicate: closing it leaves our socket listening, so connections made
         # during a restart wait in the backlog instead of being refused.
-        site = web.SockSite(runner, self._sock.dup(), backlog=512)
+        site = GuardedSite(runner, sock=self._sock.dup())
         await site.start()
         self._runner = runner
         log.info("Embedded API server listening", url=self.url, rv=self.store.rv)
