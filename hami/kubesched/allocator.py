@@ -789,6 +789,7 @@ class _Search:
         if not devices:
             return 0, "no devices published for this node", []
         stage, why, details, found = 0, "", [], 0
+        unavailable = {3: 0, 4: 0}  # matching devices short of capacity / in use or tainted
         req = d.req
         for dev in devices:
             failed = None
@@ -814,6 +815,8 @@ class _Search:
                 found += 1
                 continue
             details.append(f"{dev.label}: {failed[1]}")
+            if failed[0] in unavailable:
+                unavailable[failed[0]] += 1
             if failed[0] >= stage:
                 stage, why = failed[0], failed[1]
         summary = {1: f"no device matches the selectors of device class {req.device_class}",
@@ -823,6 +826,9 @@ class _Search:
         if stage == 3:  # node-independent, so one line counts every node it failed on
             summary = (f"no matching device has capacity {why.rpartition(' ')[2]}" if why.startswith("has no")
                        else f"not enough free {why.split()[0].rstrip(':')} on any matching device")
+        elif stage == 4 and unavailable[3]:
+            summary = (f"no matching device is free ({unavailable[3]} short of capacity, {unavailable[4]} in use "
+                       f"or tainted: {why})")
         elif stage == 4:
             summary = f"every matching device is {why}"
         return found, summary, details

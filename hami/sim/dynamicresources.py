@@ -10,11 +10,20 @@ cycle never hands the same capacity out twice; PreBind (in the binding cycle, as
 it through the status subresource with the claim's resourceVersion as precondition before the pod
 is bound. What it wrote stays assumed until the claim informer shows it.
 
+Binding conditions (DRADeviceBindingConditions): when an allocated device carries
+`bindingConditions`, PreBind stamps `allocation.allocationTimestamp` and then waits, as upstream's
+PreBind does, until the claim's `status.devices[]` entry for that device has every binding
+condition True; a `bindingFailureConditions` condition True, or `binding_timeout` (upstream's 600 s
+default) passing, fails the binding: the claim's allocation and reservation are cleared so the pod
+is scheduled again.
+
 Claim, slice and class changes are the plugin's queue events (`hami.kubesched.schedqueue`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 
 from hami.dra import podclaims
@@ -41,8 +50,11 @@ def _rv(obj: dict) -> int:
 
 
 class DynamicResources:
-    def __init__(self, client: KubeClient, allocator: Allocator | None = None):
+    def __init__(self, client: KubeClient, allocator: Allocator | None = None, *, binding_timeout: float = 600.0,
+                 binding_poll: float = 0.05):
         self.client = client
+        self.binding_timeout = binding_timeout
+        self.binding_poll = binding_poll
         self.allocator = allocator or Allocator()
         self.on_event: Callable[[tuple[str, str], dict | None, dict | None], None] | None = None
         self.slices = Informer(client, "resourceslices", handler=self._slice_event)
@@ -136,6 +148,8 @@ class DynamicResources:
             status = dict(claim.get("status") or {})
             alloc = outcome.allocations.get(key)
             if alloc is not None:
+                if waits_for_binding(alloc):
+                    alloc = {**alloc, "allocationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
                 status["allocation"] = alloc
             held = podclaims.reserved_for(claim)
             if any(r.get("uid") == ref["uid"] for r in held) and alloc is None:
@@ -152,9 +166,10 @@ class DynamicResources:
             if self._assumed.get(key) is body:
                 del self._assumed[key]
 
-    async def prebind(self, bodies: list[dict]) -> str:
+    async def prebind(self, bodies: list[dict], claim_keys: list[str] = ()) -> str:
         """PreBind: write each reserved claim's status through /status, its resourceVersion as
-        precondition; "" or the error (then every reservation of the pod is dropped)."""
+        precondition, then wait for the binding conditions of every claim of the pod (`claim_keys`,
+        allocated now or before); "" or the error (then every reservation of the pod is dropped)."""
         for body in bodies:
             key = podclaims.pod_key(body)
             cmeta = body["metadata"]
@@ -169,4 +184,65 @@ class DynamicResources:
             if self._assumed.get(key) is body:
                 self._assumed[key] = written
             self.reserved += 1
+        for key in dict.fromkeys([*(podclaims.pod_key(b) for b in bodies), *claim_keys]):
+            if waits_for_binding(((self.claim(key) or {}).get("status") or {}).get("allocation")):
+                error = await self._wait_bound(key)
+                if error:
+                    await self._release(bodies, key)
+                    return error
         return ""
+
+    async def _wait_bound(self, key: str) -> str:
+        """Until every binding condition of the claim's devices is True: "" or why binding failed."""
+        deadline = time.monotonic() + self.binding_timeout
+        while True:
+            verdict = binding_verdict(self.claim(key) or {})
+            if verdict is not None:
+                return verdict
+            if time.monotonic() >= deadline:
+                return f"resourceclaim {key}: binding conditions not met within {self.binding_timeout:g}s"
+            await asyncio.sleep(self.binding_poll)
+
+    async def _release(self, bodies: list[dict], failed: str) -> None:
+        """A failed binding: the claim's allocation and reservation go (read fresh, written with its
+        resourceVersion, retried on a conflict), so the pod is placed anew."""
+        self.unreserve(bodies)
+        ns, _, name = failed.partition("/")
+        for _ in range(5):
+            try:
+                current = await self.client.get("resourceclaims", name, ns)
+                await self.client.request(
+                    "replace", "resourceclaims/status", "PUT", resource_path("resourceclaims", ns, name, "status"),
+                    body={**current, "status": {}}, content_type="application/json")
+                return
+            except ApiError as exc:
+                if exc.status != 409:
+                    log.warning("Could not release claim after failed binding", claim=failed, error=exc.message)
+                    return
+        log.warning("Could not release claim after failed binding: conflicts", claim=failed)
+
+
+def waits_for_binding(allocation: dict | None) -> bool:
+    return any(r.get("bindingConditions") for r in ((allocation or {}).get("devices") or {}).get("results") or [])
+
+
+def binding_verdict(claim: dict) -> str | None:
+    """None while waiting; "" when every device's binding conditions are True; else why it failed."""
+    status = claim.get("status") or {}
+    devices = {(d.get("driver"), d.get("pool"), d.get("device")): {
+        c.get("type"): c.get("status") for c in d.get("conditions") or [] if isinstance(c, dict)}
+        for d in status.get("devices") or [] if isinstance(d, dict)}
+    key = podclaims.pod_key(claim)
+    waiting = False
+    for r in ((status.get("allocation") or {}).get("devices") or {}).get("results") or []:
+        if not r.get("bindingConditions"):
+            continue
+        conds = devices.get((r.get("driver"), r.get("pool"), r.get("device")), {})
+        for failure in r.get("bindingFailureConditions") or []:
+            if conds.get(failure) == "True":
+                return f"resourceclaim {key}: binding failed for device {r.get('device')}: {failure} is True"
+        if any(conds.get(c) != "True" for c in r["bindingConditions"]):
+            waiting = True
+    if not (status.get("allocation") or {}):
+        return f"resourceclaim {key}: allocation removed while waiting for binding conditions"
+    return None if waiting else ""

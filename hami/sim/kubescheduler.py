@@ -365,7 +365,8 @@ class KubeSchedulerLoop:
         # The DynamicResources plugin (structured parameters); None: claims are not looked at.
         self.dra = dra
         self._gated: dict[str, dict] = {}  # DynamicResources PreEnqueue: pods whose claims do not exist yet
-        self._prebind: dict[str, list[dict]] = {}  # pod key -> claims Reserve assumed, PreBind writes
+        # pod key -> (claims Reserve assumed, PreBind writes; every claim of the pod, for binding conditions)
+        self._prebind: dict[str, tuple[list[dict], list[str]]] = {}
         if dra is not None:
             dra.on_event = self._dra_event
 
@@ -515,7 +516,7 @@ class KubeSchedulerLoop:
         self.stats.binds += 1
         reserved = self._prebind.pop(key, None)
         if reserved:  # DynamicResources PreBind: the claims' status before the binding
-            error = await self.dra.prebind(reserved)
+            error = await self.dra.prebind(*reserved)
             if error:
                 log.v(2).info("Claim reservation failed", pod=key, node=node, error=error)
                 return False
@@ -602,7 +603,8 @@ class KubeSchedulerLoop:
             return {plugin for plugin, _, _ in statuses.values()}
         node = chosen[0] if len(chosen) == 1 else await self._prioritize(http, pod, chosen)
         if claims is not None:  # DynamicResources Reserve; PreBind writes them in the binding cycle
-            self._prebind[key] = self.dra.reserve(pod, claims, outcomes[node])
+            self._prebind[key] = (self.dra.reserve(pod, claims, outcomes[node]),
+                                  [f"{c['metadata'].get('namespace', '')}/{c['metadata']['name']}" for c in claims])
         if on_assumed is not None:
             on_assumed(node)
             return None

@@ -132,3 +132,48 @@ async def test_kubectl_gets_slices_claims_and_classes(apiserver, client):
     assert f"resourceslice.resource.k8s.io/n1-{DRIVER}" in text and "n1" in text
     assert "resourceclaim.resource.k8s.io/c1" in text and "allocated" in text
     assert f"deviceclass.resource.k8s.io/{DRIVER}" in text
+
+
+async def test_the_1_36_fields_are_accepted_and_checked(client):
+    """firstAvailable, tolerations, distinctAttribute, shared counters, taints, binding conditions
+    and request policies are stored as v1 stores them; a malformed one is refused naming its field."""
+    dev = {**gpu_device(0), "taints": [{"key": f"{DRIVER}/xid", "value": "79", "effect": "NoSchedule"}],
+           "bindingConditions": ["Attached"], "bindingFailureConditions": ["AttachFailed"],
+           "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": "8Gi"}}}]}
+    s = slice_for("n1", [dev])
+    s["spec"]["sharedCounters"] = [{"name": "gpu-0", "counters": {"memory": {"value": "8Gi"}}}]
+    await client.create("resourceslices", s)
+    c = claim("fa")
+    c["spec"]["devices"]["requests"] = [{"name": "gpu", "firstAvailable": [
+        {"name": "big", "deviceClassName": DRIVER, "tolerations": [{"key": f"{DRIVER}/xid", "operator": "Exists"}]},
+        {"name": "small", "deviceClassName": DRIVER, "count": 2}]}]
+    c["spec"]["devices"]["constraints"] = [{"distinctAttribute": f"{DRIVER}/uuid", "requests": ["gpu/small"]}]
+    await client.create("resourceclaims", c, "default")
+    got = await client.get("resourceclaims", "fa", "default")
+    assert got["spec"]["devices"]["requests"][0]["firstAvailable"][1]["name"] == "small"
+
+    bad_taint = slice_for("n2", [{**gpu_device(0), "taints": [{"key": "k", "effect": "Sometimes"}]}])
+    bad_taint["metadata"]["name"] = "n2"
+    with pytest.raises(ApiError) as err:
+        await client.create("resourceslices", bad_taint)
+    assert err.value.status == 422 and "spec.devices[0].taints[0].effect: Unsupported value" in err.value.message
+    bad_tol = claim("tol")
+    bad_tol["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [{"operator": "Equal", "value": "x"}]
+    with pytest.raises(ApiError) as err:
+        await client.create("resourceclaims", bad_tol, "default")
+    assert "exactly.tolerations[0].operator: Invalid value: operator must be Exists" in err.value.message
+    unnamed = claim("sub")
+    unnamed["spec"]["devices"]["requests"] = [{"name": "gpu", "firstAvailable": [{"deviceClassName": DRIVER}]}]
+    with pytest.raises(ApiError) as err:
+        await client.create("resourceclaims", unnamed, "default")
+    assert "spec.devices.requests[0].firstAvailable[0].name: Invalid value: None" in err.value.message
+    both = claim("both")
+    both["spec"]["devices"]["constraints"] = [{"matchAttribute": f"{DRIVER}/numa", "distinctAttribute": f"{DRIVER}/a"}]
+    with pytest.raises(ApiError) as err:
+        await client.create("resourceclaims", both, "default")
+    assert "exactly one of matchAttribute or distinctAttribute" in err.value.message
+    admin = claim("admin")
+    admin["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"] = True
+    with pytest.raises(ApiError) as err:
+        await client.create("resourceclaims", admin, "default")
+    assert "adminAccess: Forbidden" in err.value.message

@@ -2,7 +2,12 @@
 
 The API server's checks that matter for what tenants and drivers write: shapes, the API's size
 limits (requests, selectors, results, reservedFor, devices, attributes), quantities, CEL that
-compiles, and a claim's spec being immutable. Each failure is `FieldInvalid(field, message)`;
+compiles, and a claim's spec being immutable. The 1.36 fields are accepted as v1 does:
+`firstAvailable` subrequests (named, at most 8), request `tolerations` (KEP-5055), `adminAccess`
+(only in a namespace labelled `resource.kubernetes.io/admin-access: "true"`, the DRAAdminAccess
+admission rule), `distinctAttribute`, slices' `sharedCounters` and devices' `consumesCounters`
+(KEP-4815), device `taints`, `bindingConditions` / `bindingFailureConditions`, capacity
+`requestPolicy` (KEP-5075). Each failure is `FieldInvalid(field, message)`;
 the store answers it 422 naming the field, as kube-apiserver does.
 """
 
@@ -23,6 +28,14 @@ MAX_COUNT = 32
 MAX_RESERVED_FOR = 256
 MAX_DEVICES_PER_SLICE = 128
 MAX_ATTRIBUTES_AND_CAPACITY = 32
+MAX_SUBREQUESTS = 8
+MAX_TOLERATIONS = 16
+MAX_TAINTS = 16
+MAX_BINDING_CONDITIONS = 4
+MAX_COUNTER_SETS = 8
+MAX_COUNTERS = 32
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+TAINT_EFFECTS = ("NoSchedule", "NoExecute", "None")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _QUALIFIED = re.compile(r"(?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
@@ -79,7 +92,21 @@ def _selectors(v: Any, field: str, cel: CelCheck) -> None:
             raise FieldInvalid(at, f"Invalid value: {str(exc)[:300]}") from None
 
 
-def _claim_spec(spec: Any, field: str, cel: CelCheck) -> None:
+def _tolerations(v: Any, field: str) -> None:
+    for i, t in enumerate(_list(v, field, MAX_TOLERATIONS)):
+        t = _obj(t, f"{field}[{i}]", True)
+        op = t.get("operator", "Equal")
+        if op not in ("Equal", "Exists"):
+            raise FieldInvalid(f"{field}[{i}].operator", f'Unsupported value: {op!r}: supported values: "Equal", "Exists"')
+        if op == "Exists" and t.get("value"):
+            raise FieldInvalid(f"{field}[{i}].value", "Invalid value: must be empty when `operator` is 'Exists'")
+        if not t.get("key") and op != "Exists":
+            raise FieldInvalid(f"{field}[{i}].operator", "Invalid value: operator must be Exists when `key` is empty")
+        if t.get("effect") and t["effect"] not in TAINT_EFFECTS:
+            raise FieldInvalid(f"{field}[{i}].effect", f"Unsupported value: {t['effect']!r}")
+
+
+def _claim_spec(spec: Any, field: str, cel: CelCheck, admin_access_allowed: bool = False) -> None:
     devices = _obj(_obj(spec, field).get("devices"), f"{field}.devices")
     names = set()
     for i, r in enumerate(_list(devices.get("requests"), f"{field}.devices.requests", MAX_REQUESTS)):
@@ -95,9 +122,27 @@ def _claim_spec(spec: Any, field: str, cel: CelCheck) -> None:
             raise FieldInvalid(at, "Invalid value: exactly one of exactly or firstAvailable is required")
         subs = [(f"{at}.exactly", r["exactly"])] if "exactly" in r else [
             (f"{at}.firstAvailable[{j}]", s) for j, s in enumerate(_list(r["firstAvailable"],
-                                                                         f"{at}.firstAvailable", 8))]
+                                                                         f"{at}.firstAvailable", MAX_SUBREQUESTS))]
+        if "firstAvailable" in r and not subs:
+            raise FieldInvalid(f"{at}.firstAvailable", "Required value: at least one subrequest")
+        sub_names: set[str] = set()
         for sat, ex in subs:
             ex = _obj(ex, sat, True)
+            if "firstAvailable" in r:
+                sub = ex.get("name")
+                if not isinstance(sub, str) or not _DNS_LABEL.fullmatch(sub) or len(sub) > 63:
+                    raise FieldInvalid(f"{sat}.name", f"Invalid value: {sub!r}: must be a DNS label")
+                if sub in sub_names:
+                    raise FieldInvalid(f"{sat}.name", f"Duplicate value: {sub!r}")
+                sub_names.add(sub)
+                names.add(f"{name}/{sub}")
+            admin = ex.get("adminAccess")
+            if admin is not None and not isinstance(admin, bool):
+                raise FieldInvalid(f"{sat}.adminAccess", f"Invalid value: {admin!r}: must be a boolean")
+            if admin and not admin_access_allowed:
+                raise FieldInvalid(f"{sat}.adminAccess", f"Forbidden: admin access to devices requires the "
+                                                         f"`{ADMIN_ACCESS_LABEL}: true` label on this namespace")
+            _tolerations(ex.get("tolerations"), f"{sat}.tolerations")
             cls = ex.get("deviceClassName")
             if not isinstance(cls, str) or not cls:
                 raise FieldInvalid(f"{sat}.deviceClassName", "Required value")
@@ -118,12 +163,15 @@ def _claim_spec(spec: Any, field: str, cel: CelCheck) -> None:
     for i, c in enumerate(_list(devices.get("constraints"), f"{field}.devices.constraints", MAX_CONSTRAINTS)):
         at = f"{field}.devices.constraints[{i}]"
         c = _obj(c, at, True)
-        attr = c.get("matchAttribute", c.get("distinctAttribute"))
+        kinds = [k for k in ("matchAttribute", "distinctAttribute") if c.get(k) is not None]
+        if len(kinds) != 1:
+            raise FieldInvalid(at, "Invalid value: exactly one of matchAttribute or distinctAttribute is required")
+        attr = c[kinds[0]]
         if not isinstance(attr, str) or not _QUALIFIED.fullmatch(attr) or "/" not in attr:
-            raise FieldInvalid(f"{at}.matchAttribute", f"Invalid value: {attr!r}: a fully qualified attribute "
-                                                       "name (domain/name) is required")
+            raise FieldInvalid(f"{at}.{kinds[0]}", f"Invalid value: {attr!r}: a fully qualified attribute "
+                                                   "name (domain/name) is required")
         for r in _list(c.get("requests"), f"{at}.requests", MAX_REQUESTS):
-            if str(r).split("/")[0] not in names:
+            if str(r) not in names and str(r).split("/")[0] not in names:
                 raise FieldInvalid(f"{at}.requests", f"Invalid value: {r!r}: must be the name of a request")
     _list(devices.get("config"), f"{field}.devices.config", MAX_REQUESTS)
 
@@ -163,6 +211,21 @@ def _slice_spec(spec: Any) -> None:
     if len(where) != 1:
         raise FieldInvalid("spec", "Invalid value: exactly one of nodeName, nodeSelector, allNodes, "
                                    f"perDeviceNodeSelection is required (got {len(where)})")
+    sets: dict[str, set[str]] = {}
+    for i, cs in enumerate(_list(spec.get("sharedCounters"), "spec.sharedCounters", MAX_COUNTER_SETS)):
+        cs = _obj(cs, f"spec.sharedCounters[{i}]", True)
+        name = cs.get("name")
+        if not isinstance(name, str) or not _DNS_LABEL.fullmatch(name):
+            raise FieldInvalid(f"spec.sharedCounters[{i}].name", f"Invalid value: {name!r}: must be a DNS label")
+        if name in sets:
+            raise FieldInvalid(f"spec.sharedCounters[{i}].name", f"Duplicate value: {name!r}")
+        counters = _obj(cs.get("counters"), f"spec.sharedCounters[{i}].counters", True)
+        if not counters or len(counters) > MAX_COUNTERS:
+            raise FieldInvalid(f"spec.sharedCounters[{i}].counters", f"Invalid value: 1 to {MAX_COUNTERS} counters")
+        for k, v in counters.items():
+            _quantity(_obj(v, f"spec.sharedCounters[{i}].counters[{k}]", True).get("value"),
+                      f"spec.sharedCounters[{i}].counters[{k}].value")
+        sets[name] = set(counters)
     names = set()
     for i, d in enumerate(_list(spec.get("devices"), "spec.devices", MAX_DEVICES_PER_SLICE)):
         at = f"spec.devices[{i}]"
@@ -187,10 +250,47 @@ def _slice_spec(spec: Any) -> None:
         for k, v in caps.items():
             v = _obj(v, f"{at}.capacity[{k}]", True)
             _quantity(v.get("value"), f"{at}.capacity[{k}].value")
+            policy = _obj(v.get("requestPolicy"), f"{at}.capacity[{k}].requestPolicy")
+            if policy.get("default") is not None:
+                _quantity(policy["default"], f"{at}.capacity[{k}].requestPolicy.default")
+            if policy.get("validValues") is not None and policy.get("validRange") is not None:
+                raise FieldInvalid(f"{at}.capacity[{k}].requestPolicy", "Invalid value: validValues and validRange "
+                                                                         "are mutually exclusive")
+            for j, q in enumerate(_list(policy.get("validValues"), f"{at}.capacity[{k}].requestPolicy.validValues",
+                                        10)):
+                _quantity(q, f"{at}.capacity[{k}].requestPolicy.validValues[{j}]")
+            rng = _obj(policy.get("validRange"), f"{at}.capacity[{k}].requestPolicy.validRange")
+            for part in ("min", "max", "step"):
+                if rng.get(part) is not None:
+                    _quantity(rng[part], f"{at}.capacity[{k}].requestPolicy.validRange.{part}")
+            if rng and rng.get("min") is None:
+                raise FieldInvalid(f"{at}.capacity[{k}].requestPolicy.validRange.min", "Required value")
+        for j, t in enumerate(_list(d.get("taints"), f"{at}.taints", MAX_TAINTS)):
+            t = _obj(t, f"{at}.taints[{j}]", True)
+            if not isinstance(t.get("key"), str) or not _QUALIFIED.fullmatch(t["key"]):
+                raise FieldInvalid(f"{at}.taints[{j}].key", f"Invalid value: {t.get('key')!r}: a qualified name")
+            if t.get("effect") not in TAINT_EFFECTS:
+                raise FieldInvalid(f"{at}.taints[{j}].effect", f"Unsupported value: {t.get('effect')!r}: supported "
+                                                               'values: "NoExecute", "NoSchedule", "None"')
+        for key in ("bindingConditions", "bindingFailureConditions"):
+            for j, c in enumerate(_list(d.get(key), f"{at}.{key}", MAX_BINDING_CONDITIONS)):
+                if not isinstance(c, str) or not c:
+                    raise FieldInvalid(f"{at}.{key}[{j}]", "Invalid value: a condition type is required")
+        if d.get("bindingFailureConditions") and not d.get("bindingConditions"):
+            raise FieldInvalid(f"{at}.bindingConditions", "Required value: when bindingFailureConditions are set")
+        for j, cc in enumerate(_list(d.get("consumesCounters"), f"{at}.consumesCounters", MAX_COUNTER_SETS)):
+            cc = _obj(cc, f"{at}.consumesCounters[{j}]", True)
+            if not isinstance(cc.get("counterSet"), str) or not cc["counterSet"]:
+                raise FieldInvalid(f"{at}.consumesCounters[{j}].counterSet", "Required value")
+            for k, v in _obj(cc.get("counters"), f"{at}.consumesCounters[{j}].counters", True).items():
+                _quantity(_obj(v, f"{at}.consumesCounters[{j}].counters[{k}]", True).get("value"),
+                          f"{at}.consumesCounters[{j}].counters[{k}].value")
 
 
-def validate(key: str, obj: Mapping, cel: CelCheck, *, subresource: str = "", old: Mapping | None = None) -> None:
-    """Raise FieldInvalid when `obj` (of store key `key`) is not a valid object of its kind."""
+def validate(key: str, obj: Mapping, cel: CelCheck, *, subresource: str = "", old: Mapping | None = None,
+             admin_access_allowed: bool = False) -> None:
+    """Raise FieldInvalid when `obj` (of store key `key`) is not a valid object of its kind.
+    `admin_access_allowed`: the object's namespace carries the admin-access label."""
     if key == "deviceclasses.resource.k8s.io":
         spec = _obj(obj.get("spec"), "spec")
         _selectors(spec.get("selectors"), "spec.selectors", cel)
@@ -201,9 +301,9 @@ def validate(key: str, obj: Mapping, cel: CelCheck, *, subresource: str = "", ol
             return
         if old is not None and obj.get("spec") != old.get("spec"):
             raise FieldInvalid("spec", "Invalid value: field is immutable")
-        _claim_spec(obj.get("spec"), "spec", cel)
+        _claim_spec(obj.get("spec"), "spec", cel, admin_access_allowed)
     elif key == "resourceclaimtemplates.resource.k8s.io":
         spec = _obj(obj.get("spec"), "spec", True)
-        _claim_spec(spec.get("spec"), "spec.spec", cel)
+        _claim_spec(spec.get("spec"), "spec.spec", cel, admin_access_allowed)
     elif key == "resourceslices.resource.k8s.io":
         _slice_spec(obj.get("spec"))

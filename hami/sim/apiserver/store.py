@@ -581,8 +581,12 @@ class Store:
             )
 
             self._cel = SelectorCompiler()
+        ns = (obj.get("metadata") or {}).get("namespace") or ""
+        ns_entry = self._objs["namespaces"].get("", {}).get(ns)
+        ns_labels = (orjson.loads(ns_entry.raw).get("metadata") or {}).get("labels") or {} if ns_entry else {}
         try:
-            dravalidate.validate(res.key, obj, self._cel.check, subresource=subresource, old=old)
+            dravalidate.validate(res.key, obj, self._cel.check, subresource=subresource, old=old,
+                                 admin_access_allowed=ns_labels.get(dravalidate.ADMIN_ACCESS_LABEL) == "true")
         except dravalidate.FieldInvalid as exc:
             raise _invalid(res, name, exc.field, exc.message) from None
 
