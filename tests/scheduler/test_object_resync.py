@@ -5,11 +5,13 @@ rebuild): its usage is what a fresh scheduler computes and a placement /filter h
 (not yet on the watch) stays counted; when the per-object resync fails too, the full re-list and
 rebuild still keep that held placement; a node handler failure is repaired per node; /filter's own
 rollback of a placement it counted (the pod now fits nowhere) wakes the parked pod those devices fit,
-and so does another replica's rollback seen on the watch (annotations removed: devices released).
+and so does another replica's rollback of a pod not yet bound, seen on the watch (annotations removed:
+devices released). A bound pod is never rolled back: it stays counted (tests/security/test_tenant_placement.py).
 """
 
 from __future__ import annotations
 
+from hami.device import codec
 from hami.scheduler.cache.waker import REQUEUE_ANNOTATION
 from tests.kube.helpers import eventually, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env
@@ -111,9 +113,12 @@ async def test_filters_own_rollback_of_a_placement_wakes_the_pod_parked_behind_i
 
 
 async def test_another_replicas_rollback_seen_on_the_watch_releases_and_wakes(apiserver):
-    apiserver.store.create("pods", "default", placed("other", "n0", 40000, 0))
+    # Another replica's /bind in progress: the pod is not bound yet and holds the node's lock.
+    apiserver.store.create("pods", "default", placed("other", "n0", 40000, 0, bound=False))
     async with running_env(apiserver, hami_nodes(1, gpus=1), requeue_wakes_per_second=50.0) as env:
-        assert used(env, "n0") == (1, 40000, 0)
+        merge(env.store, "nodes", "", "n0", {"metadata": {"annotations": {
+            codec.NODE_LOCK_ANNOTATION: codec.encode_node_lock(1_790_000_000, "default", "other")}}})
+        await eventually(lambda: used(env, "n0") == (1, 40000, 0), 5)
         waiting = env.create_pod(pod_obj("waiting", mem=30000))
         assert (await env.filter(waiting, ["n0"]))["NodeNames"] is None
         keys = ("hami.io/vgpu-node", "hami.io/vgpu-devices-allocated", "hami.io/vgpu-devices-to-allocate")

@@ -47,8 +47,10 @@ def gpu_pod(annotations=None, scheduler="my-scheduler", node="gpu-node-2", **lim
             "metadata": {"name": "p", "namespace": "t", "annotations": dict(annotations or {})}, "spec": spec}
 
 
-def review(obj, user=TENANT, op="CREATE", old=None):
+def review(obj, user=TENANT, op="CREATE", old=None, sub=None):
     req = {"uid": "u1", "operation": op, "namespace": "t", "object": obj, "userInfo": user}
+    if sub:
+        req.update(subResource=sub, kind={"group": "", "version": "v1", "kind": "Binding"})
     if old is not None:
         req["oldObject"] = old
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
@@ -96,18 +98,41 @@ def test_hami_and_hami_v2_10_chart_accounts_may_write_placements(user):
     assert r["allowed"] is True and "patch" not in r
 
 
-def test_update_setting_or_changing_a_key_is_refused_removing_one_is_allowed():
+def test_update_setting_changing_or_removing_a_key_is_refused():
     old = gpu_pod(FORGED, scheduler="hami-scheduler")
     changed = copy.deepcopy(old)
     changed["metadata"]["annotations"][codec.BIND_PHASE_ANNOTATION] = "success"
     r = answer(changed, op="UPDATE", old=old)
     assert r["allowed"] is False and codec.BIND_PHASE_ANNOTATION in r["status"]["message"]
+    assert "may not change it" in r["status"]["message"]
     removed = copy.deepcopy(old)
     del removed["metadata"]["annotations"][codec.BIND_PHASE_ANNOTATION]
-    assert answer(removed, op="UPDATE", old=old)["allowed"] is True
+    r = answer(removed, op="UPDATE", old=old)
+    assert r["allowed"] is False and codec.BIND_PHASE_ANNOTATION in r["status"]["message"]
+    assert "may not remove it" in r["status"]["message"]
+    removed["metadata"].pop("annotations")  # every key at once
+    r = answer(removed, op="UPDATE", old=old)
+    assert r["allowed"] is False and codec.VGPU_NODE_ANNOTATION in r["status"]["message"]
+    assert answer(removed, op="UPDATE", old=old, user=HAMI_SCHEDULER)["allowed"] is True  # hami rolls back
     untouched = copy.deepcopy(old)
     untouched["metadata"]["labels"] = {"app": "x"}
     assert answer(untouched, op="UPDATE", old=old)["allowed"] is True
+
+
+def binding(annotations=None):
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p", "namespace": "t", **(
+        {"annotations": annotations} if annotations is not None else {})}, "target": {"kind": "Node", "name": "n1"}}
+
+
+def test_a_binding_carrying_a_placement_key_is_refused_a_plain_one_passes_unchanged():
+    r = answer(binding(FORGED), sub="binding")
+    assert r["allowed"] is False and r["status"]["code"] == 403
+    assert codec.BIND_PHASE_ANNOTATION in r["status"]["message"] and "through a Binding" in r["status"]["message"]
+    for plain in (binding(), binding({"note": "x"})):
+        r = answer(plain, sub="binding")
+        assert r["allowed"] is True and "patch" not in r  # a Binding is judged, never mutated
+    r = answer(binding(FORGED), sub="binding", user=HAMI_SCHEDULER)
+    assert r["allowed"] is True and "patch" not in r
 
 
 def test_a_similar_name_in_another_namespace_is_not_trusted():

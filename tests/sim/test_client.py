@@ -127,11 +127,16 @@ async def test_strategic_merge_patch_merges_containers_env_and_conditions_by_key
     v1 = client.CoreV1Api(kube_api)
     await v1.create_namespaced_pod("default", pod("p1"))
     p = await v1.patch_namespaced_pod("p1", "default", {"spec": {"containers": [
-        {"name": "main", "env": [{"name": "B", "value": "20"}, {"name": "C", "value": "3"}]}]}},
-        _content_type=STRATEGIC)
-    c = p.spec.containers[0]
-    assert c.image == "busybox"
-    assert [(e.name, e.value) for e in c.env] == [("A", "1"), ("B", "20"), ("C", "3")]
+        {"name": "main", "image": "busybox:2"}]}}, _content_type=STRATEGIC)
+    c = p.spec.containers[0]  # merged by name: the image changed, the rest of the container stayed
+    assert c.image == "busybox:2"
+    assert [(e.name, e.value) for e in c.env] == [("A", "1"), ("B", "2")]
+    # The env merge is computed by key too, but a pod's env is immutable (kube-apiserver's update rule).
+    with pytest.raises(ApiException) as exc:
+        await v1.patch_namespaced_pod("p1", "default", {"spec": {"containers": [
+            {"name": "main", "env": [{"name": "B", "value": "20"}, {"name": "C", "value": "3"}]}]}},
+            _content_type=STRATEGIC)
+    assert exc.value.status == 422 and "pod updates may not change fields" in exc.value.body
 
     await v1.patch_namespaced_pod_status("p1", "default", {"status": {"conditions": [
         {"type": "Ready", "status": "False"}, {"type": "PodScheduled", "status": "True"}]}}, _content_type=STRATEGIC)

@@ -1,12 +1,17 @@
 """Only hami writes placements: which pod annotations decide a GPU placement, and who may set them.
 
 Pure (no I/O). The webhook (hami.scheduler.admission.webhook) calls `check_review` on every pod CREATE and
-UPDATE, whatever the pod's scheduler, with the AdmissionReview's `request.userInfo`:
+UPDATE and every pods/binding CREATE, whatever the pod's scheduler, with the AdmissionReview's
+`request.userInfo`:
 
 * A placement or bind key (`placement_keys`: hami.io/vgpu-node, bind-phase, devices-to-allocate,
-  ... and every vendor's allocation keys the codebase writes) set or changed by a principal that is
-  not in the trusted list is refused, naming the key and the principal. Removing one is allowed: it
-  only gives a claim up.
+  ... and every vendor's allocation keys the codebase writes) set, changed or removed by a principal
+  that is not in the trusted list is refused, naming the key and the principal. Removal too: a
+  running pod's container keeps its GPU whatever its annotations say, so stripping them would only
+  hide the placement from whoever reads it (the scheduler keeps counting a bound pod anyway:
+  hami.scheduler.cache.state).
+* A Binding (pods/binding) counts as written by its creator: kube-apiserver copies its annotations
+  onto the pod, so any placement key it carries is refused the same way.
 
 The trusted principals are usernames (`system:serviceaccount:<ns>:<name>`), matched exactly
 (hami.principals: a tenant can create a service account of any name in its own namespace).
@@ -67,9 +72,10 @@ def _annotations(obj: Mapping | None) -> Mapping:
 
 
 def written_placement_keys(obj: Mapping | None, old: Mapping | None, keys: Iterable[str]) -> list[str]:
-    """The placement keys `obj` sets to a value `old` did not have (all present ones on CREATE)."""
+    """The placement keys `obj` sets, changes or removes against `old` (all present ones on CREATE)."""
     new_a, old_a = _annotations(obj), _annotations(old)
-    return sorted(k for k in keys if k in new_a and (old is None or old_a.get(k) != new_a[k]))
+    return sorted(k for k in keys if (k in new_a or k in old_a) and (k not in new_a or k not in old_a
+                                                                   or old_a[k] != new_a[k]))
 
 
 def check_review(request: Mapping, keys: frozenset[str], trusted: Iterable[str]) -> Refusal | None:
@@ -78,11 +84,13 @@ def check_review(request: Mapping, keys: frozenset[str], trusted: Iterable[str])
     if user in set(trusted):
         return None
     op = request.get("operation") or "CREATE"
-    obj = request.get("object")
+    obj = request.get("object")  # a Pod, or a Binding on pods/binding (its annotations go onto the pod)
     old = request.get("oldObject") if op == "UPDATE" else None
     written = written_placement_keys(obj, old, keys)
     if not written:
         return None
     who = user or "an unauthenticated caller"
+    what = "set it" if old is None else ("remove it" if written[0] not in _annotations(obj) else "change it")
+    via = " through a Binding" if request.get("subResource") == "binding" else ""
     return Refusal(f"annotation {written[0]} is a placement written only by hami's scheduler and node agent; "
-                   f"{who} may not set it" + (f" (also: {', '.join(written[1:])})" if written[1:] else ""))
+                   f"{who} may not {what}{via}" + (f" (also: {', '.join(written[1:])})" if written[1:] else ""))

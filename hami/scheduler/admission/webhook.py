@@ -15,9 +15,10 @@ API
   is the mutated copy.
 - `WebhookError`: the review itself is malformed (names the field).
 
-Before HAMi's rules, for every pod CREATE and UPDATE whatever its scheduler: a placement or bind
-annotation set by a principal (`request.userInfo`) not in `trusted_writers` -> denied naming the key
-(hami.scheduler.admission.placementguard). An UPDATE is only checked, never mutated.
+Before HAMi's rules, for every pod CREATE and UPDATE and every pods/binding CREATE, whatever the pod's
+scheduler: a placement or bind annotation set, changed or removed by a principal (`request.userInfo`)
+not in `trusted_writers` -> denied naming the key (hami.scheduler.admission.placementguard). An UPDATE
+and a Binding are only checked, never mutated.
 
 Handling, in HAMi's order: no containers -> denied `pod has no containers`; a foreign
 schedulerName -> allowed unchanged; per init container then container: gpumem-percentage
@@ -712,8 +713,8 @@ def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None
     refusal = check_review(request, settings.placement_keys, settings.trusted_writers)
     if refusal is not None:
         response.update(allowed=False, status={"code": 403, "reason": "Forbidden", "message": refusal.message})
-    elif (request.get("operation") or "CREATE") != "CREATE":
-        response.update(allowed=True, status={"code": 200})  # UPDATE: checked above, never mutated
+    elif (request.get("operation") or "CREATE") != "CREATE" or request.get("subResource"):
+        response.update(allowed=True, status={"code": 200})  # UPDATE, pods/binding: checked above, never mutated
     elif not isinstance(obj, Mapping) or not isinstance(obj.get("spec"), Mapping):
         response.update(allowed=False, status={"code": 400, "message": "request.object: expected a Pod object"})
     else:

@@ -15,8 +15,15 @@
   re-lists and `rebuild()` recomputes everything from the three caches, as a fresh scheduler
   would, keeping the placements /filter holds (`held_placements`); `health()` stays non-empty
   (unready) until then.
-* A pod whose placement annotations are removed (another replica's /filter rolled it back)
-  releases its devices, and the requeue waker hears of it.
+* A pod whose placement annotations are removed before it is bound (another replica's /filter
+  rolled it back) releases its devices, and the requeue waker hears of it.
+* A placement outlives its annotations: a pod counted while bound to the node its placement names
+  (`pinned`, by UID) stays counted with the devices it was counted with, in its node's usage and
+  its namespace's quota, until it ends (Succeeded/Failed, or deleted), whatever its annotations
+  say later. Its container keeps the GPU whatever a tenant strips or rewrites on the pod object (the
+  webhook and the chart's policy refuse that too, but not while the webhook is down). Only the
+  init-container release still shrinks it, which the pod's status decides, not its annotations.
+  A resync or a rebuild keeps pinned records of live bound pods too.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from hami.kube.informer import ADDED, DELETED, MODIFIED, Informer
 from hami.obs.log import get_logger
 from hami.scheduler.cache.handshake import REGISTER_KEY, Handshaker
 from hami.scheduler.cache.project import Shared, project_node, project_pod
-from hami.scheduler.placement.usage import UsageIndex, init_released
+from hami.scheduler.placement.usage import PodRecord, UsageIndex, init_released
 from hami.scheduler.placement.vendorrules import METAX_APP_CLASS
 
 log = get_logger(__name__)
@@ -85,6 +92,8 @@ class ClusterState:
         # node -> (namespace, pod) holding its hami.io/mutex.lock: an unbound pod under it is being placed.
         self.lock_holders: dict[str, tuple[str, str]] = {}
         self.pod_keys: dict[str, str] = {}  # "ns/name" -> uid of counted pods
+        # uids counted while bound where their placement says: kept until the pod ends (module docstring).
+        self.pinned: set[str] = set()
         self.uid_keys: dict[str, str] = {}  # uid -> "ns/name"
         self.on_handshake_write: Callable[[dict, object], None] | None = None
         # (node or None, kind, namespace) after capacity may have grown: the requeue waker listens.
@@ -154,6 +163,7 @@ class ClusterState:
         self.usable.clear()
         self.pod_keys.clear()
         self.uid_keys.clear()
+        pinned, self.pinned = self.pinned, set()
         if self.quotas is not None:
             for obj in list(self.quotas.store.values()):
                 self.on_quota(ADDED, None, obj)
@@ -168,6 +178,11 @@ class ClusterState:
             if rec is not None and self.index.pod(uid) is None:
                 self.index.add_pod(uid, rec.node, rec.devices, namespace=rec.namespace, num_init=rec.num_init,
                                    init_released=rec.init_released, mig=rec.mig, app_class=rec.app_class)
+        lost = [uid for uid in pinned if self.index.pod(uid) is None]  # bound placements annotations no longer show
+        if lost and self.pods is not None:
+            by_uid = {(p.get("metadata") or {}).get("uid"): p for p in self.pods.store.values()}
+            for uid in lost:
+                self._repin(uid, old.pod(uid), by_uid.get(uid))
         log.info("Usage index rebuilt from the caches", nodes=len(self.index.nodes), pods=len(self.uid_keys))
 
     # ------------------------------------------------------------------ per-object resync
@@ -190,13 +205,19 @@ class ClusterState:
         uids = {self.pod_keys.pop(key, None), ((pod or {}).get("metadata") or {}).get("uid") or key}
         held = self.held_placements()
         before = {}
+        pinned = set()
         for uid in uids - {None}:
             self.uid_keys.pop(uid, None)
+            if uid in self.pinned:
+                pinned.add(uid)
+                self.pinned.discard(uid)
             if annotated or uid not in held:
                 before[uid] = self.index.pod(uid)
                 self.index.remove_pod(uid)
         if pod is not None:
             self.on_pod(ADDED, None, pod)
+        for uid in pinned:
+            self._repin(uid, before.get(uid), pod)
         for uid, rec in before.items():
             if rec is not None and self.index.pod(uid) != rec:
                 self._capacity(rec.node, "freed", rec.namespace)
@@ -402,6 +423,7 @@ class ClusterState:
 
     def _release(self, uid: str, key: str, reason: str) -> None:
         rec = self.index.pod(uid)
+        self.pinned.discard(uid)
         if self.index.remove_pod(uid):
             log.v(4).info("Pod released devices", pod=key, reason=reason)
             if rec is not None:
@@ -428,6 +450,8 @@ class ClusterState:
             return
         annos = meta.get("annotations") or {}
         node = annos.get(VGPU_NODE)
+        if uid in self.pinned and self._hold_pinned(uid, key, new):
+            return
         if not node:
             was = (((old or {}).get("metadata") or {}).get("annotations") or {}).get(VGPU_NODE)
             if was and uid not in self.held_placements():  # the placement was rolled back
@@ -444,6 +468,45 @@ class ClusterState:
                 log.v(4).info("Pod claims a placement hami did not make: not counted", pod=key, node=node)
             return
         self.count_pod(uid, key, node, annos, new, etype == ADDED)
+        if (new.get("spec") or {}).get("nodeName") == node and self.index.pod(uid) is not None:
+            self.pinned.add(uid)
+
+    def _hold_pinned(self, uid: str, key: str, pod: dict) -> bool:
+        """Keep a pinned pod counted as it was (its annotations are not read again); True when it is
+        still bound where it was counted. Only the init-container release, read from status, moves it."""
+        rec = self.index.pod(uid)
+        if rec is None or (pod.get("spec") or {}).get("nodeName") != rec.node:
+            self.pinned.discard(uid)
+            return False
+        released = init_released(pod)
+        if released != rec.init_released:
+            self.index.add_pod(uid, rec.node, rec.devices, namespace=rec.namespace, num_init=rec.num_init,
+                               init_released=released, mig=rec.mig, app_class=rec.app_class)
+            if released:
+                self._capacity(rec.node, "freed", rec.namespace)
+        annos = (pod.get("metadata") or {}).get("annotations") or {}
+        if annos.get(VGPU_NODE) != rec.node:
+            log.v(2).info("Bound pod no longer shows its placement; still counted where it was placed",
+                          pod=key, node=rec.node)
+        self.pod_keys[key] = uid
+        self.uid_keys[uid] = key
+        return True
+
+    def _repin(self, uid: str, rec: PodRecord | None, pod: dict | None) -> None:
+        """After a resync or rebuild: a pinned record whose pod is still cached, live and bound to its
+        node is counted again as it was (its annotations may no longer show it)."""
+        if rec is None or pod is None or (pod.get("metadata") or {}).get("uid", uid) != uid:
+            return
+        if (pod.get("status") or {}).get("phase") in TERMINAL or (pod.get("spec") or {}).get("nodeName") != rec.node:
+            return
+        if self.index.pod(uid) is None:
+            self.index.add_pod(uid, rec.node, rec.devices, namespace=rec.namespace, num_init=rec.num_init,
+                               init_released=init_released(pod), mig=rec.mig, app_class=rec.app_class)
+        meta = pod.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        self.pod_keys[key] = uid
+        self.uid_keys[uid] = key
+        self.pinned.add(uid)
 
     def _note_lock_holder(self, node: str, lock: str | None) -> None:
         holder = None

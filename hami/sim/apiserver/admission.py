@@ -1,14 +1,17 @@
 """Mutating admission for the embedded API server, as kube-apiserver calls HAMi's webhook.
 
-The Helm chart registers the scheduler's `/webhook` as `vgpu.hami.io` on pod CREATE and UPDATE with
-`failurePolicy: Ignore`, skipping namespaces labelled `hami.io/webhook=ignore` (a pod's own label no
+The Helm chart registers the scheduler's `/webhook` as `vgpu.hami.io` on pod CREATE and UPDATE and on
+pods/binding CREATE with `failurePolicy: Ignore`, skipping namespaces labelled `hami.io/webhook=ignore` (a pod's own label no
 longer opts it out: issue 27) and, through matchConditions, UPDATEs from hami's own service
 accounts. In the embedded cluster the API server calls it the same way, so `kubectl apply` of a GPU
 pod gets `schedulerName: hami-scheduler` and HAMi's defaults exactly as on a real cluster: an
 AdmissionReview v1 request carrying the caller's userInfo (and the old object on UPDATE), the JSONPatch
 of the answer applied, a denial turned into the error kubectl prints. `operations` says which
 operations are sent (CREATE only unless asked), `skip_users` the matchConditions' principals (their
-UPDATEs skip the call; every CREATE is mutated, whoever makes it, e.g. the embedded Job controller).
+UPDATEs and Bindings skip the call; every pod CREATE is mutated, whoever makes it, e.g. the embedded Job
+controller). A Binding (`subresource="binding"`) is sent as kube-apiserver sends it, kind Binding on
+resource pods, subResource binding, only when it carries annotations (the chart's matchConditions:
+the plain Bindings of every scheduler need no round trip; its annotations are what lands on the pod).
 """
 
 from __future__ import annotations
@@ -43,19 +46,27 @@ class WebhookAdmission:
         return namespace_labels.get(key) == value
 
     async def __call__(self, resource: str, namespace: str, obj: dict, namespace_labels: dict, *,
-                       user: dict | None = None, operation: str = "CREATE", old: dict | None = None) -> dict:
+                       user: dict | None = None, operation: str = "CREATE", old: dict | None = None,
+                       subresource: str = "") -> dict:
         """The object to store: mutated by the webhook, unchanged when it is unreachable (Ignore)."""
         if resource != "pods" or operation not in self.operations or self._excluded(namespace_labels):
             return obj
-        if operation == "UPDATE" and user is not None and user.get("username") in self.skip_users:
-            return obj  # the chart's matchConditions: hami's own updates need no round trip
+        if subresource not in ("", "binding"):
+            return obj
+        trusted = user is not None and user.get("username") in self.skip_users
+        if (operation == "UPDATE" or subresource) and trusted:
+            return obj  # the chart's matchConditions: hami's own updates and bindings need no round trip
+        if subresource and not (obj.get("metadata") or {}).get("annotations"):
+            return obj  # a Binding without annotations writes only spec.nodeName: nothing for the webhook
         request = {
             "uid": str(uuid.uuid4()), "operation": operation, "namespace": namespace,
             "name": (obj.get("metadata") or {}).get("name", ""),
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "kind": {"group": "", "version": "v1", "kind": "Binding" if subresource else "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
             "object": obj, "dryRun": False,
         }
+        if subresource:
+            request["subResource"] = subresource
         if user is not None:
             request["userInfo"] = user
         if old is not None:

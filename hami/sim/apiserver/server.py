@@ -5,7 +5,9 @@ discovery (`/version`, `/api`, `/api/v1`, `/apis`, `/apis/<group>[/<version>]`),
 field selectors, WATCH (chunked JSON lines, bookmarks, timeoutSeconds, 410 Gone as an ERROR event),
 create / get / update / patch / delete, `/status` and `pods/<name>/binding`, `pods/<name>/eviction`
 (hami.sim.apiserver.eviction: PDB-checked graceful deletion), kube-apiserver's Priority admission on pod
-CREATE from scheduling.k8s.io/v1 PriorityClasses (hami.sim.apiserver.priority), and
+CREATE from scheduling.k8s.io/v1 PriorityClasses (hami.sim.apiserver.priority), its pod update
+validation (hami.sim.apiserver.podupdate, in the store: immutable spec fields), the mutating webhook on
+pod CREATE, UPDATE and pods/binding (hami.sim.apiserver.admission), and
 SelfSubjectAccessReviews answered by `authz` (hami.sim.apiserver.authz: allow-all unless a test denies rules,
 which then also answer those requests 403). Every error is a Kubernetes `Status`. Plain HTTP, meant
 for loopback.
@@ -322,6 +324,9 @@ class ApiServer:
         if method == "POST":
             if name and sub == "binding" and res.key == "pods":
                 binding = await self._read_json(request)
+                if self.admission is not None:  # a Binding's annotations land on the pod: admitted as such
+                    binding = await self.admission(res.key, ns, binding, self._ns_labels(ns), user=user,
+                                                   subresource="binding")
                 self.store.bind(ns, name, binding, dry_run=dry)
                 return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
             if name and sub == "eviction" and res.key == "pods":
