@@ -7,8 +7,12 @@ Modelled (kubernetes/pkg/scheduler/framework/plugins/...):
   sum over containers, at least each init container's, plus `spec.overhead`; a resource with only a
   limit counts the limit (the API server defaults requests to limits). Filter: `Too many pods`,
   `Insufficient cpu|memory|ephemeral-storage` against `status.allocatable` minus the pods on the
-  node. Extended resources are not checked: HAMi's chart lists its device resources as the
-  extender's managedResources with `ignoredByScheduler: true`. A node that reports no allocatable
+  node. Extended resources are not checked by the embedded loop: HAMi's chart lists its device
+  resources as the extender's managedResources with `ignoredByScheduler: true`. Cluster Autoscaler's
+  simulation (and a default-scheduler profile) checks them: `fit_resources(..., extended=True)` sums
+  each extended resource over the containers (requests, else limits; at least each init container's;
+  plus overhead) and answers `Insufficient <name>` when the node's allocatable (0 when it reports
+  none) less the pods on it is short. A node that reports no allocatable
   value for a resource is not checked for it (kubelet always reports cpu, memory and pods; the
   test nodes do not always). Score (weight 1 each): LeastAllocated over cpu and memory with
   `NonZeroRequested` (100m / 200Mi for a container without a request), and
@@ -110,6 +114,45 @@ def pod_requests(pod: Mapping, *, non_zero: bool = False) -> dict[str, int]:
     return total
 
 
+def is_extended(name: str) -> bool:
+    """v1helper.IsExtendedResourceName: a qualified name outside kubernetes.io (`nvidia.com/gpumem`)."""
+    if "/" not in name or name.startswith("requests."):
+        return False
+    domain = name.split("/", 1)[0]
+    return domain != "kubernetes.io" and not domain.endswith(".kubernetes.io")
+
+
+def _container_extended(c: Mapping) -> dict[str, int]:
+    res = c.get("resources") or {}
+    req, lim = res.get("requests") or {}, res.get("limits") or {}
+    out = {}
+    for r in {*req, *lim}:
+        if isinstance(r, str) and is_extended(r):
+            out[r] = _amount(r, req.get(r, lim.get(r)))
+    return out
+
+
+def extended_requests(pod: Mapping) -> dict[str, int]:
+    """computePodResourceRequest's scalar resources: the extended ones, summed as cpu is."""
+    spec = pod.get("spec") or {}
+    total: dict[str, int] = {}
+    for c in spec.get("containers") or []:
+        for r, v in _container_extended(c).items():
+            total[r] = total.get(r, 0) + v
+    for c in spec.get("initContainers") or []:
+        for r, v in _container_extended(c).items():
+            total[r] = max(total.get(r, 0), v)
+    for r, v in (spec.get("overhead") or {}).items():
+        if r in total:
+            total[r] += _amount(r, v)
+    return total
+
+
+def extended_allocatable(node: Mapping) -> dict[str, int]:
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    return {r: _amount(r, v) for r, v in alloc.items() if isinstance(r, str) and is_extended(r)}
+
+
 def allocatable(node: Mapping) -> dict[str, int]:
     alloc = (node.get("status") or {}).get("allocatable") or {}
     out = {r: _amount(r, alloc[r]) for r in RESOURCES if r in alloc}
@@ -125,19 +168,26 @@ class Requests:
         self._cache: dict[tuple[str, str, bool], dict[str, int]] = {}
 
     def of(self, pod: Mapping, non_zero: bool = False) -> dict[str, int]:
+        return self._cached(pod, non_zero, lambda: pod_requests(pod, non_zero=non_zero))
+
+    def extended(self, pod: Mapping) -> dict[str, int]:
+        return self._cached(pod, "extended", lambda: extended_requests(pod))
+
+    def _cached(self, pod: Mapping, kind, compute) -> dict[str, int]:
         meta = pod.get("metadata") or {}
         key = (meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}", meta.get("resourceVersion", ""),
-               non_zero)
+               kind)
         got = self._cache.get(key)
         if got is None:
             if len(self._cache) > 50_000:
                 self._cache.clear()
-            got = self._cache[key] = pod_requests(pod, non_zero=non_zero)
+            got = self._cache[key] = compute()
         return got
 
 
-def fit_resources(pod: Mapping, node: Mapping, on_node: Sequence[Mapping], req: Requests) -> Verdict | None:
-    """NodeResourcesFit Filter."""
+def fit_resources(pod: Mapping, node: Mapping, on_node: Sequence[Mapping], req: Requests, *,
+                  extended: bool = False, ignored: frozenset[str] = frozenset()) -> Verdict | None:
+    """NodeResourcesFit Filter; `extended` checks extended resources too, except those `ignored`."""
     alloc = allocatable(node)
     reasons = []
     if "pods" in alloc and len(on_node) + 1 > alloc["pods"]:
@@ -151,7 +201,23 @@ def fit_resources(pod: Mapping, node: Mapping, on_node: Sequence[Mapping], req: 
         for r in RESOURCES:
             if want[r] and r in alloc and want[r] > alloc[r] - used[r]:
                 reasons.append(f"Insufficient {r}")
+    if extended:
+        reasons.extend(_short_extended(pod, node, on_node, req, ignored))
     return Verdict("NodeResourcesFit", tuple(reasons)) if reasons else None
+
+
+def _short_extended(pod: Mapping, node: Mapping, on_node: Sequence[Mapping], req: Requests,
+                    ignored: frozenset[str]) -> list[str]:
+    want = {r: v for r, v in req.extended(pod).items() if v and r not in ignored}
+    if not want:
+        return []
+    alloc = extended_allocatable(node)
+    used = dict.fromkeys(want, 0)
+    for p in on_node:
+        for r, v in req.extended(p).items():
+            if r in used:
+                used[r] += v
+    return [f"Insufficient {r}" for r in sorted(want) if want[r] > alloc.get(r, 0) - used[r]]
 
 
 def resource_scores(pod: Mapping, nodes: Sequence[Mapping], pods_on: Mapping[str, Sequence[Mapping]],

@@ -93,17 +93,19 @@ def fake_gpu_document(names: list[str], shapes: list[GpuShape] | list[list[GpuSh
     """The fake-GPU file of the whole cluster: `nodes: {name: {gpus: [...]}}` (pure). `shapes` is
     one list for every node, or per-node groups (node i gets group i mod len)."""
     groups = shapes if shapes and isinstance(shapes[0], list) else [shapes]
-    nodes = {}
-    for ni, name in enumerate(names, start=1):
-        shapes = groups[(ni - 1) % len(groups)]
-        gpus, numa_split = [], sum(s.count for s in shapes)
-        for shape in shapes:
-            for _ in range(shape.count):
-                gi = len(gpus)
-                gpus.append({"uuid": gpu_uuid(ni, gi), "model": shape.model, "memory_mib": shape.memory_mib,
-                             "numa": 0 if gi < max(1, numa_split // 2) else 1, "healthy": True})
-        nodes[name] = {"gpus": gpus}
-    return {"nodes": nodes}
+    return {"nodes": {name: node_gpus(ni, groups[(ni - 1) % len(groups)])
+                      for ni, name in enumerate(names, start=1)}}
+
+
+def node_gpus(ni: int, shapes: list[GpuShape]) -> dict:
+    """One node's entry of the fake-GPU file; `ni` makes its GPU UUIDs unique in the cluster (pure)."""
+    gpus, numa_split = [], sum(s.count for s in shapes)
+    for shape in shapes:
+        for _ in range(shape.count):
+            gi = len(gpus)
+            gpus.append({"uuid": gpu_uuid(ni, gi), "model": shape.model, "memory_mib": shape.memory_mib,
+                         "numa": 0 if gi < max(1, numa_split // 2) else 1, "healthy": True})
+    return {"gpus": gpus}
 
 
 def node_object(name: str, gpu_count: int) -> dict:
@@ -484,6 +486,20 @@ class EmbeddedCluster:
         self.names = node_names(cfg.sim.nodes)
         self.client: KubeClient | None = None
         self.gpu_file: FakeGpuFile | None = None
+        # What every agent node shares, set by run(): the fake-GPU file, the image's HAMi-core, /proc.
+        self._gpu_path = self._vgpu_lib = self._proc_root = ""
+        self._kubelets: list = []
+        self._backends: list = []
+        # Nodes a node group added (hami.sim.autoscaler): name -> (their stop, their tasks, kubelet)
+        self._added: dict[str, tuple[asyncio.Event, list[asyncio.Task], object]] = {}
+        self._next_index = 1000  # node indexes (GPU UUIDs, socket dirs) of added nodes
+        self.autoscaler = None
+        from hami.sim.autoscaler import parse_node_groups  # it builds on this module
+
+        self.node_groups = parse_node_groups(cfg.sim.node_groups)  # a bad --sim-node-group fails the start
+        if self.node_groups and (cfg.scheduler.dra or cfg.sim.fake_gpus):
+            raise SimSpecError("--sim-node-group: node groups run the device-plugin node agent on the embedded "
+                               "cluster's own fake GPUs (not with --dra, not with --fake-gpus)")
 
     async def _create_scheduler_objects(self, client: KubeClient) -> None:
         for resource, ns, body in scheduler_objects(self.cfg):
@@ -526,11 +542,9 @@ class EmbeddedCluster:
         return self.paths["all_gpus"]
 
     async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
-        from hami.agent.role import Agent
         from hami.config import replace
         from hami.device.nodeconfig import settings_for_node
         from hami.gpu import make_backend
-        from hami.sim.kubelet.devicemanager import Kubelet
         from hami.sim.kubelet.libstub import write_stub_library
         from hami.sim.kubelet.vendornodes import VendorPodRunner, vendor_registration
         from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
@@ -553,7 +567,8 @@ class EmbeddedCluster:
         # budget in a real cluster, so this one is not limited ("sim" in hami.kube.lanes).
         self.client = client = await KubeClient.from_settings(kube, role="sim")
         tasks: list[asyncio.Task] = []
-        kubelets, backends, dra_kubelets = [], [], []
+        kubelets, backends, dra_kubelets = self._kubelets, self._backends, []
+        self._gpu_path, self._vgpu_lib, self._proc_root = gpu_file, vgpu_lib, proc_root
         try:
             shapes = self.node_shapes() if not cfg.sim.fake_gpus else [(None, [])] * len(self.names)
             for ni, name in enumerate(self.names, start=1):
@@ -598,26 +613,8 @@ class EmbeddedCluster:
                                        proc_root=proc_root, gpu_file=self.gpu_file, dra=(dra_kubelet, cdi_root))
                     tasks.append(asyncio.create_task(runner.run(stop), name=f"kubelet-{name}"))
                     continue
-                kubelet = Kubelet(socket_dir, client=client, node_name=name)
-                await kubelet.start()
-                kubelets.append(kubelet)
-                backend = make_backend("fake", gpu_file, name)
-                backends.append(backend)
-                agent = Agent(client, name, backend, settings_for_node(cfg.nvidia, cfg.node_configs, name),
-                              socket_dir=socket_dir, hook_path=self.paths["hook_path"], register_interval=30.0,
-                              vgpu_lib=vgpu_lib, vgpu_lib_version="simulated",
-                              device_list_strategy=cfg.agent.device_list_strategy,
-                              device_id_strategy=cfg.agent.device_id_strategy,
-                              report_node_capacity=cfg.agent.report_node_capacity,
-                              capacity_resources=(cfg.nvidia.resource_memory_name, cfg.nvidia.resource_core_name))
-                mixed = shapes[ni - 1][1]
-                own = tuple(sorted({v.node_lock_key for v, _, _ in mixed
-                                    if v.node_lock_key and v.node_lock_key != "hami.io/mutex.lock"}))
-                runner = PodRunner(client, name, kubelet, cfg, node_index=ni, hostpid_bug=cfg.sim.hostpid_bug,
-                                   proc_root=proc_root, gpu_file=self.gpu_file,
-                                   vendor_runner=VendorPodRunner(client, name, own_locks=own) if mixed else None)
-                tasks.append(asyncio.create_task(agent.run(stop), name=f"agent-{name}"))
-                tasks.append(asyncio.create_task(runner.run(stop), name=f"kubelet-{name}"))
+                started, _ = await self._start_agent_node(ni, name, stop, shapes[ni - 1][1])
+                tasks.extend(started)
             extender = extender_url(cfg)
             if cfg.scheduler.dra:
                 # DRA mode: claims are kube-scheduler's (DynamicResources), pods keep default-scheduler.
@@ -644,6 +641,17 @@ class EmbeddedCluster:
 
             terminator = PodTerminator(client, stop_seconds=cfg.sim.pod_stop_seconds)
             tasks.append(asyncio.create_task(terminator.run(stop), name="kubelet-stop"))
+            if self.node_groups:
+                from hami.sim.autoscaler import ClusterAutoscaler, declared_template
+
+                autoscaler = ClusterAutoscaler(client, self.node_groups, self,
+                                               declared=lambda group: declared_template(group, cfg),
+                                               unneeded_seconds=cfg.sim.scale_down_unneeded,
+                                               # a node just added is not yet a scale-down candidate
+                                               delay_after_add=max(10.0, cfg.sim.scale_down_unneeded))
+                self.autoscaler = autoscaler
+                await autoscaler.start_min_nodes()
+                tasks.append(asyncio.create_task(autoscaler.run(stop), name="cluster-autoscaler"))
             if cfg.sim.demo_workload:
                 from hami.sim.workload import run_workload
 
@@ -664,6 +672,9 @@ class EmbeddedCluster:
             for t in pending:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            for node_stop, node_tasks, _ in list(self._added.values()):
+                node_stop.set()
+                await asyncio.gather(*node_tasks, return_exceptions=True)
             for dk in dra_kubelets:
                 with contextlib.suppress(Exception):
                     await dk.close()
@@ -674,6 +685,73 @@ class EmbeddedCluster:
                 with contextlib.suppress(Exception):
                     b.close()
             await client.close()
+
+
+    async def _start_agent_node(self, ni: int, name: str, stop: asyncio.Event, mixed=()) -> tuple[list, object]:
+        """A node's simulated kubelet, its real node agent and its pod runner, until `stop`."""
+        from hami.agent.role import Agent
+        from hami.device.nodeconfig import settings_for_node
+        from hami.gpu import make_backend
+        from hami.sim.kubelet.devicemanager import Kubelet
+        from hami.sim.kubelet.vendornodes import VendorPodRunner
+
+        cfg, client = self.cfg, self.client
+        socket_dir = os.path.join(self.paths["nodes_dir"], str(ni))  # short: unix paths <= 107 bytes
+        os.makedirs(socket_dir, exist_ok=True)
+        kubelet = Kubelet(socket_dir, client=client, node_name=name)
+        await kubelet.start()
+        self._kubelets.append(kubelet)
+        backend = make_backend("fake", self._gpu_path, name)
+        self._backends.append(backend)
+        agent = Agent(client, name, backend, settings_for_node(cfg.nvidia, cfg.node_configs, name),
+                      socket_dir=socket_dir, hook_path=self.paths["hook_path"], register_interval=30.0,
+                      vgpu_lib=self._vgpu_lib, vgpu_lib_version="simulated",
+                      device_list_strategy=cfg.agent.device_list_strategy,
+                      device_id_strategy=cfg.agent.device_id_strategy,
+                      report_node_capacity=cfg.agent.report_node_capacity,
+                      capacity_resources=(cfg.nvidia.resource_memory_name, cfg.nvidia.resource_core_name))
+        own = tuple(sorted({v.node_lock_key for v, _, _ in mixed
+                            if v.node_lock_key and v.node_lock_key != "hami.io/mutex.lock"}))
+        runner = PodRunner(client, name, kubelet, cfg, node_index=ni, hostpid_bug=cfg.sim.hostpid_bug,
+                           proc_root=self._proc_root, gpu_file=self.gpu_file,
+                           vendor_runner=VendorPodRunner(client, name, own_locks=own) if mixed else None)
+        return [asyncio.create_task(agent.run(stop), name=f"agent-{name}"),
+                asyncio.create_task(runner.run(stop), name=f"kubelet-{name}")], kubelet
+
+    # ------------------------------------------------------------------ node groups (hami.sim.autoscaler)
+
+    async def add_node(self, name: str, shapes: list[GpuShape], labels: Mapping[str, str]) -> None:
+        """A new NVIDIA node, as a cloud would boot one for a node group: its Node (as its kubelet
+        registers it), its GPUs in the fake-GPU file, and its node agent like every other node's."""
+        if self.client is None or self.gpu_file is None:
+            raise SimSpecError("--sim-node-group needs the embedded cluster's own fake-GPU file (no --fake-gpus)")
+        self._next_index += 1
+        ni = self._next_index
+        self.gpu_file.doc.setdefault("nodes", {})[name] = node_gpus(ni, shapes)
+        self.gpu_file.save()
+        obj = node_object(name, 0)
+        obj["metadata"]["labels"].update(labels)
+        await self.client.create("nodes", obj)
+        stop = asyncio.Event()
+        tasks, kubelet = await self._start_agent_node(ni, name, stop)
+        self._added[name] = (stop, tasks, kubelet)
+
+    async def remove_node(self, name: str) -> None:
+        """The cloud deletes the instance: its agent and kubelet stop, then the Node goes."""
+        stop, tasks, kubelet = self._added.pop(name, (None, [], None))
+        if stop is not None:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await kubelet.stop()
+            if kubelet in self._kubelets:
+                self._kubelets.remove(kubelet)
+        if self.gpu_file is not None and name in (self.gpu_file.doc.get("nodes") or {}):
+            del self.gpu_file.doc["nodes"][name]
+            self.gpu_file.save()
+        if self.client is not None:
+            with contextlib.suppress(ApiError):
+                await self.client.delete("nodes", name)
 
 
 def extender_url(cfg: Config) -> str:
@@ -691,6 +769,7 @@ def banner(cfg: Config, kubeconfig: str, api_url: str, pointer: str | None = Non
         f"  metrics        {dial_url(cfg.scheduler.metrics_bind_address, '/metrics')}  (scheduler)",
         f"                 {dial_url(cfg.monitor.metrics_bind_address, '/metrics')}  (monitor)",
         f"  nodes          {cfg.sim.nodes} x {cfg.sim.gpus}",
+        *[f"  node group     {g}  (NAME:MIN:MAX:GPUS, Cluster Autoscaler stand-in)" for g in cfg.sim.node_groups],
         *([f"  web UI         {dial_url(cfg.ui.bind_address, '/')}"] if "ui" in cfg.roles else []),
         "Try:",
         f"  export KUBECONFIG={kubeconfig}",
