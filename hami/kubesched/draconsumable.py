@@ -10,8 +10,9 @@ published, as upstream does):
   minimum becomes the minimum, else with a `step` it is rounded up to `min + n * step` in whole
   units (Quantity.Value(), which rounds a fraction up); under `validValues` the smallest valid value
   at least the amount (an amount above them all stays as asked, and then violates the policy);
-- the rounded amount must keep the policy (`violatesPolicy`): unless it is the default, not above
-  `validRange.max`, on a step, or one of `validValues`;
+- the rounded amount must keep the policy (`violatesPolicy`): unless it equals the default, not
+  above `validRange.max`, on a step, or one of `validValues` (upstream compares with the default as
+  Go structs; the value is what a driver means, and the two agree for every policy upstream tests);
 - the device fits when, for every capacity, what allocated claims hold plus what this search is
   allocating plus this amount stays within the capacity.
 """
@@ -66,8 +67,10 @@ def consumed_amount(requested: Fraction | None, value: Fraction, policy: Mapping
     return requested
 
 
-def violates_policy(amount: Fraction, policy: Mapping | None, *, is_default: bool) -> bool:
-    if not policy or is_default:
+def violates_policy(amount: Fraction, policy: Mapping | None) -> bool:
+    if not policy:
+        return False
+    if policy.get("default") is not None and amount == to_quantity(policy["default"]):
         return False
     rng = policy.get("validRange")
     if isinstance(rng, Mapping):
@@ -92,8 +95,7 @@ def consumption(requests: Mapping[str, Fraction] | None, capacity: Mapping[str, 
         want = (requests or {}).get(name)
         policy = policies.get(name)
         amount = consumed_amount(want, value, policy)
-        is_default = want is None and bool(policy) and policy.get("default") is not None
-        out[name] = (amount, violates_policy(amount, policy, is_default=is_default))
+        out[name] = (amount, violates_policy(amount, policy))
     return out
 
 

@@ -175,14 +175,8 @@ def filter_node(pod: dict, node: dict) -> tuple[str, str] | None:
     for taint in taints:
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(pod, taint):
             return "TaintToleration", f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value', '')}}}"
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    for k, v in (spec.get("nodeSelector") or {}).items():
-        if labels.get(k) != v:
-            return "NodeAffinity", "node(s) didn't match Pod's node affinity/selector"
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = required.get("nodeSelectorTerms") or []
-    if terms and not any(_term_matches(t, node) for t in terms):
+    meta = node.get("metadata") or {}
+    if not nodeaffinity.pod_matches(spec, meta.get("labels") or {}, meta.get("name", "")):
         return "NodeAffinity", "node(s) didn't match Pod's node affinity/selector"
     return None
 

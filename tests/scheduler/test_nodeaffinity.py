@@ -77,6 +77,21 @@ _term_st = st.fixed_dictionaries({}, optional={"matchExpressions": st.lists(_exp
                                                "matchFields": st.lists(_expr_st, max_size=2)})
 
 
+def _valid(expr, field):
+    """Whether upstream can build the requirement (labels.NewRequirement / the field selector):
+    an invalid one makes its term match nothing."""
+    key, op, values = expr["key"], expr["operator"], expr["values"]
+    if field:
+        return key == "metadata.name" and op in ("In", "NotIn") and len(values) == 1
+    if op in ("In", "NotIn"):
+        return bool(values) and all(re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", v) for v in values)
+    if op in ("Exists", "DoesNotExist"):
+        return not values
+    if op in ("Gt", "Lt"):
+        return len(values) == 1 and re.fullmatch(r"[+-]?[0-9]+", values[0]) is not None
+    return False
+
+
 def _reference(expr, labels):
     """The operators as kube's docs define them, written out independently."""
     key, op, values = expr["key"], expr["operator"], expr["values"]
@@ -96,6 +111,8 @@ def _reference(expr, labels):
 def test_well_formed_terms_agree_with_the_reference(terms, labels, name):
     want = not terms or any(
         bool(t.get("matchExpressions") or t.get("matchFields"))
+        and all(_valid(e, False) for e in t.get("matchExpressions", []))
+        and all(_valid(f, True) for f in t.get("matchFields", []))
         and all(_reference(e, labels) for e in t.get("matchExpressions", []))
         and all(_reference(f, {"metadata.name": name}) for f in t.get("matchFields", []))
         for t in terms)
