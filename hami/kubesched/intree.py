@@ -122,18 +122,30 @@ def is_extended(name: str) -> bool:
     return domain != "kubernetes.io" and not domain.endswith(".kubernetes.io")
 
 
+def is_scalar(name: str) -> bool:
+    """schedutil.IsScalarResourceName: extended, hugepages-*, attachable-volumes-* or a
+    kubernetes.io-prefixed native resource."""
+    if not isinstance(name, str):
+        return False
+    if is_extended(name) or name.startswith(("hugepages-", "attachable-volumes-")):
+        return True
+    domain = name.split("/", 1)[0] if "/" in name else ""
+    return domain == "kubernetes.io" or domain.endswith(".kubernetes.io")
+
+
 def _container_extended(c: Mapping) -> dict[str, int]:
     res = c.get("resources") or {}
     req, lim = res.get("requests") or {}, res.get("limits") or {}
     out = {}
     for r in {*req, *lim}:
-        if isinstance(r, str) and is_extended(r):
+        if is_scalar(r):
             out[r] = _amount(r, req.get(r, lim.get(r)))
     return out
 
 
 def extended_requests(pod: Mapping) -> dict[str, int]:
-    """computePodResourceRequest's scalar resources: the extended ones, summed as cpu is."""
+    """computePodResourceRequest's scalar resources (extended, hugepages, kubernetes.io-prefixed),
+    summed as cpu is."""
     spec = pod.get("spec") or {}
     total: dict[str, int] = {}
     for c in spec.get("containers") or []:
@@ -186,8 +198,10 @@ class Requests:
 
 
 def fit_resources(pod: Mapping, node: Mapping, on_node: Sequence[Mapping], req: Requests, *,
-                  extended: bool = False, ignored: frozenset[str] = frozenset()) -> Verdict | None:
-    """NodeResourcesFit Filter; `extended` checks extended resources too, except those `ignored`."""
+                  extended: bool = False, ignored: frozenset[str] = frozenset(),
+                  ignored_groups: frozenset[str] = frozenset()) -> Verdict | None:
+    """NodeResourcesFit Filter; `extended` checks scalar resources too, except the extended ones
+    `ignored` by name or by domain (`ignored_groups`), as NodeResourcesFitArgs ignore them."""
     alloc = allocatable(node)
     reasons = []
     if "pods" in alloc and len(on_node) + 1 > alloc["pods"]:
@@ -202,16 +216,18 @@ def fit_resources(pod: Mapping, node: Mapping, on_node: Sequence[Mapping], req: 
             if want[r] and r in alloc and want[r] > alloc[r] - used[r]:
                 reasons.append(f"Insufficient {r}")
     if extended:
-        reasons.extend(_short_extended(pod, node, on_node, req, ignored))
+        reasons.extend(_short_extended(pod, node, on_node, req, ignored, ignored_groups))
     return Verdict("NodeResourcesFit", tuple(reasons)) if reasons else None
 
 
 def _short_extended(pod: Mapping, node: Mapping, on_node: Sequence[Mapping], req: Requests,
-                    ignored: frozenset[str]) -> list[str]:
-    want = {r: v for r, v in req.extended(pod).items() if v and r not in ignored}
+                    ignored: frozenset[str], ignored_groups: frozenset[str]) -> list[str]:
+    want = {r: v for r, v in req.extended(pod).items()
+            if v and not (is_extended(r) and (r in ignored or r.split("/", 1)[0] in ignored_groups))}
     if not want:
         return []
-    alloc = extended_allocatable(node)
+    raw = (node.get("status") or {}).get("allocatable") or {}
+    alloc = {r: _amount(r, v) for r, v in raw.items() if is_scalar(r)}
     used = dict.fromkeys(want, 0)
     for p in on_node:
         for r, v in req.extended(p).items():

@@ -6,7 +6,8 @@ What is modelled, from kubernetes/pkg/scheduler/internal/queue/scheduling_queue.
 * Three places a pending pod lives: `activeQ` (a heap, PrioritySort: higher `spec.priority` first,
   then the earlier queue timestamp), `backoffQ` (ordered by backoff expiry) and `unschedulablePods`.
 * Backoff (`calculateBackoffDuration`): `initial * 2^(attempts-1)`, capped at `max_backoff`, counted
-  from the time the pod last failed (`pInfo.Timestamp`, refreshed by AddUnschedulableIfNotPresent).
+  from the time the pod last failed (`pInfo.Timestamp`, refreshed by AddUnschedulableIfNotPresent);
+  none for a pod never attempted (1.33+). Tested against upstream's cases (tests/data/kubesched/).
   Defaults `podInitialBackoffSeconds=1`, `podMaxBackoffSeconds=10`.
 * `flushBackoffQCompleted` (every 1 s) moves expired backoff entries to activeQ;
   `flushUnschedulablePodsLeftover` (every 30 s) moves pods parked longer than
@@ -252,14 +253,20 @@ class SchedulingQueue:
 
     # ------------------------------------------------------------------ timers
 
-    def backoff_expiry(self, qp: QueuedPod) -> float:
+    def backoff_duration(self, attempts: int) -> float:
+        """calculateBackoffDuration: none before any attempt (1.33+), then doubling from the
+        initial backoff, capped at the maximum (checked before doubling, so it never overflows)."""
+        if attempts == 0:
+            return 0
         d = self.t.initial_backoff
-        for _ in range(1, qp.attempts):
-            d *= 2
-            if d > self.t.max_backoff:
-                d = self.t.max_backoff
-                break
-        return qp.timestamp + min(d, self.t.max_backoff)
+        for _ in range(1, attempts):
+            if d > self.t.max_backoff - d:
+                return self.t.max_backoff
+            d += d
+        return d
+
+    def backoff_expiry(self, qp: QueuedPod) -> float:
+        return qp.timestamp + self.backoff_duration(qp.attempts)
 
     def flush_backoff(self, now: float) -> int:
         """flushBackoffQCompleted."""
