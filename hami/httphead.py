@@ -8,10 +8,15 @@ unread, to aiohttp. This module only decides which is which (`parse_head`) and w
 bytes (`response`); it does no I/O.
 
 `parse_head` accepts a strict subset and says DELEGATE for anything else, so whatever aiohttp would
-refuse or treat specially (chunked bodies, Expect, compressed bodies, a missing or doubled
-Content-Length, no or two Host headers, a header block over aiohttp's 8190 bytes, obs-fold, bare LF, HTTP/1.0, a query
-string, other methods and paths, a body over the size limit) still gets aiohttp's own answer.
-Header lines that matched once are kept (at most 256) and looked up instead of matched again.
+refuse or treat specially (chunked bodies, Expect, compressed bodies, a missing Content-Length, any
+of aiohttp's singleton headers twice (Content-Length, Host, Transfer-Encoding, User-Agent, ...), no
+Host, more headers than aiohttp's parsers take, a header block over aiohttp's 8190 bytes, obs-fold,
+a bare LF or CR, HTTP/1.0, a query string, other methods and paths, a body over the size limit)
+still gets aiohttp's own answer. A head that is not whole yet is delegated as soon as a line of it
+already could not be ours (a bare LF, a bad header line), so aiohttp answers its 400 at once instead
+of the client waiting for the header deadline. tests/security/test_fast_http_differential.py holds
+it to aiohttp's own parsers over generated requests. Header lines that matched once are kept (at
+most 256) and looked up instead of matched again.
 """
 
 from __future__ import annotations
@@ -21,13 +26,21 @@ import time
 from dataclasses import dataclass
 from email.utils import formatdate
 
+from aiohttp.http_parser import SINGLETON_HEADERS
+
 NEED_MORE = None  # the header block is not complete yet
 DELEGATE = False  # not one of ours: aiohttp reads it
 
 MAX_HEAD = 8190  # aiohttp's max_line_size / max_field_size default; longer heads go to aiohttp
 _LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?)?[ \t]*")
+_PARTIAL_LINE = re.compile(rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+(?::[ \t]*(?:[\x21-\x7e][\x20-\x7e\t]*)?)?)?")
 _DIGITS = re.compile(rb"[0-9]{1,15}")
 _REFUSED = frozenset((b"transfer-encoding", b"expect", b"upgrade", b"trailer"))
+# headers aiohttp refuses to see twice in a request (400 "Duplicate ... header found")
+_SINGLETONS = frozenset(name.lower().encode() for name in SINGLETON_HEADERS)
+# aiohttp's servers take 128 header lines; its Python parser counts the request line and the blank
+# line among them, so 126 headers is the most both of its parsers accept
+MAX_HEADERS = 126
 # Header lines already matched by _LINE, as (lower-cased name, value): kube-scheduler sends the same
 # Host, User-Agent, Content-Type and Accept-Encoding lines request after request. Bounded; a client
 # sending ever new lines only empties it.
@@ -53,16 +66,35 @@ def parse_head(buf: bytes | bytearray, paths, max_body: int) -> Head | None | bo
         return DELEGATE
     end = buf.find(b"\r\n\r\n", 0, MAX_HEAD + 4)
     if end < 0:
-        return NEED_MORE if len(buf) < MAX_HEAD + 4 else DELEGATE
+        return NEED_MORE if len(buf) < MAX_HEAD + 4 and _could_be_ours(bytes(buf), paths) else DELEGATE
     lines = bytes(buf[:end]).split(b"\r\n")
-    method, _, rest = lines[0].partition(b" ")
-    path, _, version = rest.partition(b" ")
-    if version != b"HTTP/1.1" or path not in paths:
+    path = _our_path(lines[0], paths)
+    if len(lines) > MAX_HEADERS + 1 or path is None:
         return DELEGATE
+    got = _headers(lines)
+    if got is DELEGATE:
+        return DELEGATE
+    length, hosts, keep_alive = got
+    if length < 0 or length > max_body or hosts != 1:  # aiohttp answers 400 to HTTP/1.1 without a Host
+        return DELEGATE
+    return Head(path, end + 4, length, keep_alive)
+
+
+def _our_path(line: bytes, paths) -> bytes | None:
+    """The path of a request line `POST <one of paths> HTTP/1.1`; None for any other line."""
+    method, _, rest = line.partition(b" ")
+    path, _, version = rest.partition(b" ")
+    return path if method == b"POST" and version == b"HTTP/1.1" and path in paths else None
+
+
+def _headers(lines: list[bytes]) -> tuple[int, int, bool] | bool:
+    """(Content-Length or -1, Host headers, keep-alive) of the header lines after the request line;
+    DELEGATE at the first line that is not plainly ours."""
     length = -1
     hosts = 0
     keep_alive = True
     seen = _SEEN
+    singles: set[bytes] = set()
     for line in lines[1:]:
         got = seen.get(line)
         if got is None:
@@ -75,8 +107,12 @@ def parse_head(buf: bytes | bytearray, paths, max_body: int) -> Head | None | bo
                     seen.clear()
                 seen[line] = got
         name, value = got
+        if name in _SINGLETONS:
+            if name in singles:
+                return DELEGATE  # aiohttp's 400 "Duplicate header"
+            singles.add(name)
         if name == b"content-length":
-            if length >= 0 or not _DIGITS.fullmatch(value):
+            if not _DIGITS.fullmatch(value):
                 return DELEGATE
             length = int(value)
         elif name == b"host":
@@ -92,9 +128,22 @@ def parse_head(buf: bytes | bytearray, paths, max_body: int) -> Head | None | bo
                 keep_alive = False
             elif v != b"keep-alive":
                 return DELEGATE
-    if length < 0 or length > max_body or hosts != 1:  # aiohttp answers 400 to HTTP/1.1 without a Host
-        return DELEGATE
-    return Head(path, end + 4, length, keep_alive)
+    return length, hosts, keep_alive
+
+
+def _could_be_ours(head: bytes, paths) -> bool:
+    """Whether an incomplete head may still become one of ours: no bare LF or CR so far, and every
+    line, the one not yet ended included, is (the start of) one `parse_head` would take; aiohttp
+    refuses the others at once."""
+    crlf = head.count(b"\r\n")
+    if head.count(b"\n") != crlf or head.count(b"\r") - crlf > head.endswith(b"\r"):
+        return False
+    lines = head.split(b"\r\n")
+    last = lines.pop().removesuffix(b"\r")  # the line not yet ended
+    if not lines:
+        return any((b"POST %s HTTP/1.1" % p).startswith(last) for p in paths)
+    return (len(lines) <= MAX_HEADERS and _our_path(lines[0], paths) is not None
+            and _headers(lines) is not DELEGATE and _PARTIAL_LINE.fullmatch(last) is not None)
 
 
 _SERVER = b""
