@@ -83,6 +83,15 @@ def allocation_annotations(devices: PodDevices, table: VendorTable | None, now: 
     return out
 
 
+def allocation_keys(table: VendorTable | None) -> frozenset[str]:
+    """Every annotation key `allocation_annotations` writes a device string or vNPU template
+    under, for every vendor of the table (not the vendors' timestamps and hints)."""
+    keys = {codec.TO_ALLOCATE_ANNOTATION, codec.ALLOCATED_ANNOTATION, codec.MIG_ALLOCATIONS_ANNOTATION}
+    for v in (table.vendors if table is not None else ()):
+        keys.update(k for k in (v.to_allocate_key, v.allocated_key, v.allocation_key) if k)
+    return frozenset(keys)
+
+
 def _with_card_type(cd: ContainerDevice, node_usage) -> ContainerDevice:
     card = node_usage.by_id.get(cd.uuid)
     if card is None or not card.type or card.type == cd.type:

@@ -88,6 +88,11 @@ class NodeLocker:
         self.conflicts = 0
         self.takeovers = 0
 
+    def own_write_rv(self, name: str) -> str:
+        """The resourceVersion of node `name` as our last lock write returned it ("" when the
+        informer has caught up with it, or we wrote none): how far the node watch must get."""
+        return ((self._fresh.get(name) or {}).get("metadata") or {}).get("resourceVersion", "")
+
     # ------------------------------------------------------------------ helpers
 
     def _node(self, name: str) -> dict | None:

@@ -49,7 +49,9 @@ from hami.scheduler.extender.verbs import ExtraVerbs
 from hami.scheduler.metrics import MigInstance, PodAlloc, QuotaUse, SchedulerMetrics, Snapshot, serve_metrics
 from hami.scheduler.placement import messages
 from hami.scheduler.placement.podshape import RequestMemo
-from hami.scheduler.preemption.controller import attach_gpu_preemption, gpu_preemption_counters
+from hami.scheduler.placer import Placer
+from hami.scheduler.preemption.controller import PreemptController, gpu_preemption_counters
+from hami.scheduler.relay import Relay
 
 log = get_logger(__name__)
 
@@ -124,6 +126,7 @@ class Scheduler:
     state: ClusterState
     events: EventRecorder
     extender: Extender
+    placer: Placer
     binder: Binder
     locker: NodeLocker
     handshaker: Handshaker
@@ -242,29 +245,46 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     identity = identity or config.kube.pod_name or f"{socket.gethostname()}-{os.getpid()}"
     events = EventRecorder(client, sc.scheduler_name, instance=identity, clock=clock,  # bound pods' events first
                            supersedes={messages.BINDING_SUCCEED: (messages.FILTERING_SUCCEED,)})
+    # Calls made before who answers them exists (relay.py): leadership -> the cache's re-judge,
+    # handshake verdicts -> the writer, capacity -> the requeue waker, /filter's no-fit -> the waker
+    # and the GPU preemption controller.
+    leadership, handshake_writes, capacity, no_fit = Relay(), Relay(), Relay(), Relay()
     leader: LeaderElector | None = None
     if sc.leader_elect:
         leader = LeaderElector(client, sc.leader_elect_resource_namespace or config.kube.pod_namespace,
-                               sc.leader_elect_resource_name or "hami-scheduler", identity)
+                               sc.leader_elect_resource_name or "hami-scheduler", identity, on_change=leadership)
     handshaker = Handshaker(client, resource=config.nvidia.resource_count_name, clock=clock,
                             is_leader=(lambda: leader.is_leader) if leader else (lambda: True))
     state = ClusterState(client, config.nvidia, node_label_selector=node_selector_text(sc.node_label_selector),
-                         handshaker=handshaker, vendors=config.vendors)
+                         handshaker=handshaker, vendors=config.vendors, on_handshake_write=handshake_writes,
+                         on_capacity=capacity)
+    leadership.connect(lambda is_leader: state.recheck(everything=True) if is_leader else None)
     assert state.nodes is not None
     locker = NodeLocker(client, state.nodes, state.pod, timeout=sc.node_lock_timeout, clock=clock,
                         orphan_timeout=sc.node_lock_orphan_timeout)
-    binder = Binder(client, state, locker, events, retry_timeout=sc.node_lock_retry_timeout, clock=clock)
-    binder.history = LockHistory()  # who held each node's lock last: when /bind's re-check trusts the cache
-    state.nodes.add_handler(binder.history.on_node)
-    binder.on_bound = (labeler := PodLabeler(client, state.pod)).bound  # hami.io/vgpu-node, off the critical path
+    placer = Placer(config, state, requests_fn=make_requests_fn(config), no_fit=no_fit, clock=clock)
+    history = LockHistory()  # who held each node's lock last: when /bind's re-check trusts the cache
+    state.nodes.add_handler(history.on_node)
+    labeler = PodLabeler(client, state.pod)  # hami.io/vgpu-node, off the critical path
+    binder = Binder(client, state, locker, events, placer, history=history, on_bound=labeler.bound,
+                    retry_timeout=sc.node_lock_retry_timeout, clock=clock)
     # Wakes of parked pods when GPU capacity frees (background, rate-limited): hami.scheduler.cache.waker.
     waker = Waker(client, lambda: state.index, rate=sc.requeue_wakes_per_second,
                   burst=max(1, int(sc.requeue_wakes_per_second)), labels_of=lambda n: _node_labels(state, n))
-    state.on_capacity = waker.capacity_changed
+    capacity.connect(waker.capacity_changed)
+    no_fit.connect(waker.note_failure)
     assert state.pods is not None
     state.pods.add_handler(waker.on_pod)
     pdbs = Informer(client, "poddisruptionbudgets")  # /preempt counts victims' PDBs
-    preempter = None  # the GPU preemption controller, built below (the metrics read it when scraped)
+    preempter = None
+    if sc.gpu_preemption:  # hami.scheduler.preemption.controller: evictions for GPU-share-short pods
+        preempter = PreemptController(
+            client, state, events, placer, pdbs=pdbs, classes=Informer(client, "priorityclasses"),
+            hold_timeout=sc.gpu_preemption_hold_timeout,
+            is_leader=(lambda: leader.is_leader) if leader else (lambda: True),
+            scheduler_names=frozenset({sc.scheduler_name}) if sc.scheduler_name else frozenset())
+        no_fit.connect(preempter.note_failure)
+        state.pods.add_handler(preempter.on_pod)
     metrics = SchedulerMetrics(
         lambda: usage_snapshot(state), lambda: client.requests, legacy=sc.legacy_metrics, device_uuids=sc.metrics_device_uuids,
         extra=lambda: {"hami_scheduler_events_dropped": float(events.dropped),
@@ -298,21 +318,11 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
             return _with_templates(templates, str((review.get("request") or {}).get("namespace") or ""), made, out)
         return out
 
-    ext = Extender(config, state, client, events, requests_fn=make_requests_fn(config), metrics=metrics,
-                   binder=binder, webhook=webhook, clock=clock)
-    ext.on_no_fit = waker.note_failure
-    state.held_placements = lambda: ext.assumed  # a resync or rebuild keeps /filter's decisions
-    if sc.gpu_preemption:  # hami.scheduler.preemption.controller: evictions for GPU-share-short pods
-        preempter = attach_gpu_preemption(client, state, events, ext, waker, pdbs, leader, sc.gpu_preemption_hold_timeout,
-                                          sc.scheduler_name)
-    ext.verbs = ExtraVerbs(ext, pdbs)
-    binder.place = ext.place_on  # a /bind without this replica's /filter decision fits the pod itself
-    binder.recheck = ext.recheck  # /bind's re-check under the lock is /filter's own fit
-    s = Scheduler(config, client, state, events, ext, binder, locker, handshaker, metrics, leader, waker, pdbs,
-                  AccessProbe(client), labeler=labeler, preempter=preempter)
-    state.on_handshake_write = s.queue_handshake
-    if leader is not None:
-        leader.on_change = lambda is_leader: state.recheck(everything=True) if is_leader else None
+    ext = Extender(config, state, placer, client, events, metrics=metrics, binder=binder,
+                   verbs=ExtraVerbs(placer, pdbs), webhook=webhook)
+    s = Scheduler(config, client, state, events, ext, placer, binder, locker, handshaker, metrics, leader, waker,
+                  pdbs, AccessProbe(client), labeler=labeler, preempter=preempter)
+    handshake_writes.connect(s.queue_handshake)
 
     s.health.add(s.readiness)
     # A frozen or failing API server makes /readyz 503 within ~20 s, and 200 again a tick after it answers.
@@ -354,7 +364,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     spawn(waker.run(s.stop), "requeue-waker")
     spawn(s.liveness.run(s.stop), "api-liveness")
     # Pods created while the webhook was down (hami.scheduler.admission.missed): recreated through their controller.
-    requests_fn = ext.requests_fn
+    requests_fn = placer.requests_fn
 
     def asks_for_devices(pod: dict) -> bool:
         return any(r is not None and r.nums > 0 for r in requests_fn(pod)[0])

@@ -2,7 +2,7 @@
 
 `select_node` sorts the candidates by node score (binpack: highest first, spread: lowest first;
 ties to the earlier name) and fits them in that order with `fit.try_pod` until one fits. /filter
-keeps that order between requests (`hami.scheduler.extender.nodeorder`: a `NameList` per candidate list,
+keeps that order between requests (`hami.scheduler.placement.nodeorder`: a `NameList` per candidate list,
 patched from the `UsageIndex`'s change log, passing by nodes whose cards lack the memory asked);
 the replay walks it with the same `first_fit`.
 
@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from hami.device.model import NVIDIA
-from hami.scheduler.extender.nodeorder import NameList, first_fit
 from hami.scheduler.placement.fit import PodRequest, memory_need, try_pod
+from hami.scheduler.placement.nodeorder import NameList, first_fit
 from hami.scheduler.placement.policy import node_order_descending
 from hami.scheduler.placement.score import Selection
 from hami.scheduler.placement.usage import UsageIndex

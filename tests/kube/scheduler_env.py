@@ -48,10 +48,15 @@ class Env:
         """The pod's annotations with what /filter decided and holds until /bind writes it."""
         stored = self.store.get("pods", ns, name)
         annos = dict(stored["metadata"].get("annotations") or {})
-        held = self.sched.extender.assumed.get(stored["metadata"].get("uid", ""))
+        held = self.sched.placer.held.get(stored["metadata"].get("uid", ""))
         if held is not None and held.annotations:
             annos.update(held.annotations)
         return annos
+
+    def forget_held(self) -> None:
+        """Forget every decision this replica's /filter holds (as a restarted or another replica sees it)."""
+        for uid in list(self.sched.placer.held):
+            self.sched.placer.forget(uid)
 
     def api_reads(self) -> int:
         return self.client.total_requests(verb="get") + self.client.total_requests(verb="list")

@@ -91,8 +91,8 @@ async def test_damaged_annotations_on_live_objects_are_refused_and_scheduling_go
         stranger = env.create_pod(pod_obj("stranger", gpus=1, mem=100))
         errors = []
         for name in locked:
-            env.sched.extender.assumed[stranger["metadata"]["uid"]] = type(
-                "A", (), {"node": name, "devices": ((codec.decode_pod_devices(valid)[0][0],),)})()
+            env.sched.placer.commit(stranger, stranger["metadata"]["uid"], name,
+                                    ((codec.decode_pod_devices(valid)[0][0],),), ())
             err = (await env.bind(stranger, name))["Error"]
             errors.append(err)
         assert all(errors), errors  # a garbage lock (or registration) is an error, not a crash

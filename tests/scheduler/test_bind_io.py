@@ -249,7 +249,7 @@ async def test_a_lock_another_replica_held_is_left_to_it_at_release(env, monkeyp
     assert (await env.filter(pod, ["n0"]))["NodeNames"] == ["n0"]
     await eventually(lambda: state.pod("default", "held2") and "held1" in holder())
     bind = asyncio.create_task(env.bind(pod, "n0"))
-    await eventually(lambda: env.sched.extender.binder.in_flight.get("n0"))
+    await eventually(lambda: env.sched.placer.binds_in_flight.get("n0"))
     plugin_allocate(env.store, "held1", "n0")  # released: our bind wakes and waits for the other replica
     await eventually(lambda: not holder())
     await asyncio.sleep(0.05)  # a bind that raced would have written its lock by now

@@ -55,10 +55,9 @@ async def test_the_device_plugin_finds_the_placement_that_came_only_in_the_bindi
     lock = codec.decode_node_lock(apiserver.store.get("nodes", "", node)["metadata"]["annotations"][
         codec.NODE_LOCK_ANNOTATION])
     assert (lock.namespace, lock.name) == ("default", "b1")  # GetAllocatePodByNode's way in
-    chosen = env.sched.extender  # the decision /filter held is what the Binding carried
     [[dev]] = [c for c in codec.decode_pod_devices(annos[codec.TO_ALLOCATE_ANNOTATION]) if c]
     assert (dev.usedmem, dev.usedcores) == (3000, 30)
-    assert chosen.assumed.get(pod["metadata"]["uid"]) is None  # forgotten once bound
+    assert env.sched.placer.held.get(pod["metadata"]["uid"]) is None  # forgotten once bound
 
     # The node agent's real Allocate, from its own informer caches.
     agent = await KubeClient.from_settings(KubeSettings(kubeconfig=apiserver.kubeconfig), role="node-agent")

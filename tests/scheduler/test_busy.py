@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hami.device import codec
-from hami.scheduler.extender import server as extmod
+from hami.scheduler import placer as placermod
 from hami.scheduler.placement import spread
 from hami.scheduler.placement.busy import Busy, Held
 from tests.kube.helpers import eventually, pod_obj
@@ -78,10 +78,10 @@ async def env(apiserver):
 
 
 async def test_an_assumed_placement_makes_its_node_busy_until_it_binds(env):
-    ext = env.sched.extender
+    ext = env.sched.placer
     first = env.create_pod(pod_obj("a0", mem=8000))
     full = (await env.filter(first, ["n0", "n1", "n2"]))["NodeNames"][0]
-    assert ext.assumed.per_node == {full: 1}  # filter answered, bind not yet in
+    assert ext.held.per_node == {full: 1}  # filter answered, bind not yet in
     second = env.create_pod(pod_obj("a1", mem=1000))
     other = (await env.filter(second, ["n0", "n1", "n2"]))["NodeNames"][0]
     assert other != full  # binpack alone would stack it on `full` (the fullest node)
@@ -97,10 +97,10 @@ async def test_an_assumed_placement_makes_its_node_busy_until_it_binds(env):
     # The burst drains: every decision binds and its allocation releases the lock.
     for name in ("a0", "a1", "a2", "a3"):
         uid = env.pod("default", name)["metadata"]["uid"]
-        node = ext.assumed[uid].node
+        node = ext.held[uid].node
         assert (await env.bind(env.pod("default", name), node))["Error"] == ""
         plugin_allocate(env.store, name, node)
-    assert ext.assumed.per_node == {}
+    assert ext.held.per_node == {}
     await eventually(lambda: not env.sched.state.locked)
     assert (await env.filter(env.create_pod(pod_obj("a4", mem=1000)), [empty, full]))["NodeNames"] == [full]
 
@@ -116,29 +116,29 @@ async def bound_and_allocated(env, name: str) -> str:
 
 
 async def test_an_expired_assumed_placement_no_longer_makes_its_node_busy(env):
-    ext = env.sched.extender
+    ext = env.sched.placer
     full = await bound_and_allocated(env, "b0")
     now = [ext.clock()]
     ext.clock = lambda: now[0]
     assert (await env.filter(env.create_pod(pod_obj("e0", mem=1000)), ["n0", "n1", "n2"]))["NodeNames"] == [full]
     other = sorted({"n0", "n1", "n2"} - {full})[0]
-    assert ext._busy_nodes([other, full]).nodes() == {full}  # held: the next pod would go to `other`
+    assert ext.busy_nodes([other, full]).nodes() == {full}  # held: the next pod would go to `other`
     # Never bound (kube-scheduler bound it elsewhere, or the pod went away): it expires.
-    now[0] += extmod.ASSUME_TTL + 10
-    ext._sweep_assumed(now[0])
-    assert ext.assumed.per_node == {} and ext._busy_nodes([other, full]).nodes() == frozenset()
+    now[0] += placermod.ASSUME_TTL + 10
+    ext.sweep(now[0])
+    assert ext.held.per_node == {} and ext.busy_nodes([other, full]).nodes() == frozenset()
     assert (await env.filter(env.create_pod(pod_obj("e1", mem=1000)), [other, full]))["NodeNames"] == [full]
 
 
 async def test_a_lock_seen_with_nothing_pending_here_leaves_binpacks_best_fit_first(env):
-    ext = env.sched.extender
+    ext = env.sched.placer
     full = await bound_and_allocated(env, "l0")
     locked, free = sorted({"n0", "n1", "n2"} - {full})
     node = env.store.get("nodes", "", locked)
     node["metadata"]["annotations"][codec.NODE_LOCK_ANNOTATION] = codec.encode_node_lock(ext.clock(), "x", "other")
     env.store.update("nodes", "", locked, node)
     await eventually(lambda: locked in env.sched.state.locked)
-    assert ext.assumed.per_node == {}  # nothing pending on this replica
+    assert ext.held.per_node == {}  # nothing pending on this replica
     # a salt that would rank the emptier free node first if spreading applied
     ext.replica_salt = next(s for s in (bytes([i]) for i in range(256))
                             if max((full, free), key=lambda n: spread.rank(s, n)) == free)

@@ -415,7 +415,7 @@ async def test_bind_without_this_replicas_decision_fits_the_pod_on_the_node_itse
     fits the pod on kube-scheduler's node from its own cache and writes it in the one patch."""
     pod = env.create_pod(pod_obj("elsewhere", mem=1000, cores=10))
     chosen = (await env.filter(pod, ["n0", "n1", "n2"]))["NodeNames"][0]
-    env.sched.extender.assumed.clear()  # as a restarted (or other) replica sees it
+    env.forget_held()  # as a restarted (or other) replica sees it
     other = next(n for n in ("n0", "n1", "n2") if n != chosen)
     assert (await env.bind(pod, other))["Error"] == ""
     stored = env.pod("default", "elsewhere")

@@ -18,9 +18,9 @@ import pytest
 
 from hami.device import codec
 from hami.device.model import ContainerDevice
-from hami.scheduler.extender.server import FULL_EVALUATION_MAX_NODES
 from hami.scheduler.placement.fit import pod_request
 from hami.scheduler.placement.score import select_node
+from hami.scheduler.placer import FULL_EVALUATION_MAX_NODES
 from tests.kube.helpers import gpu_uuid, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env
 
@@ -44,7 +44,7 @@ async def env(apiserver):
 
 
 def _expected(env, pod: dict, names: list[str]) -> tuple[str | None, dict]:
-    ext = env.sched.extender
+    ext = env.sched.placer
     requests, num_init = ext.requests_fn(pod)
     annos = pod["metadata"].get("annotations") or {}
     preq = pod_request(requests, num_init, annos, gpu_policy=ext.cfg.gpu_scheduler_policy,
@@ -65,7 +65,7 @@ async def test_answers_equal_select_node_request_after_request(env, policy):
         out = await env.filter(pod, ask)
         assert out["NodeNames"] == [want] and not out["Error"], (i, out)
         # its bind comes before the next filter: no held decision steers that one (test_busy.py)
-        env.sched.extender.assumed.clear()
+        env.forget_held()
     assert env.sched.extender.args.hits >= 12
 
 

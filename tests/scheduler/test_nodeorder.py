@@ -1,4 +1,4 @@
-"""The candidate order /filter keeps between requests (hami.scheduler.extender.nodeorder).
+"""The candidate order /filter keeps between requests (hami.scheduler.placement.nodeorder).
 
 Covers: `first_fit` gives `select_node`'s node, devices and score on every request of a sequence
 in which placements and removals change usage between requests (the order patched from the
@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from hami.device.model import ContainerDevice
 from hami.scheduler.cache.changelog import ChangeLog
-from hami.scheduler.extender.nodeorder import NameList, first_fit
 from hami.scheduler.placement.fit import memory_need, pod_request, try_pod
+from hami.scheduler.placement.nodeorder import NameList, first_fit
 from hami.scheduler.placement.policy import node_order_descending
 from hami.scheduler.placement.score import select_node
 from hami.scheduler.placement.usage import UsageIndex

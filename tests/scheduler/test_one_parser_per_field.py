@@ -23,6 +23,7 @@ from hami.kube.events import EventRecorder
 from hami.scheduler.cache.state import ClusterState
 from hami.scheduler.extender.server import Extender
 from hami.scheduler.placement.policy import gpu_sort_chain, policy_contains
+from hami.scheduler.placer import Placer
 from hami.scheduler.role import make_requests_fn
 from tests.kube.helpers import gpu_uuid, node_obj, pod_obj
 from tests.kube.scheduler_env import requesting_now
@@ -55,8 +56,8 @@ def _filter_both_modes(node: dict) -> tuple[bool, bool, frozenset, frozenset]:
 
     def extender() -> tuple[Extender, ClusterState]:
         state = ClusterState(None, config.nvidia)
-        ext = Extender(config, state, None, EventRecorder(None, "hami-scheduler"),
-                       requests_fn=make_requests_fn(config))
+        placer = Placer(config, state, requests_fn=make_requests_fn(config))
+        ext = Extender(config, state, placer, None, EventRecorder(None, "hami-scheduler"))
         return ext, state
 
     pod = pod_obj("p", mem=1000)
@@ -69,7 +70,7 @@ def _filter_both_modes(node: dict) -> tuple[bool, bool, frozenset, frozenset]:
     # full-Nodes mode: the node comes in the request; this scheduler has never seen it.
     fresh, fresh_state = extender()
     by_nodes = asyncio.run(fresh.filter(orjson.dumps({"Pod": pod, "Nodes": {"items": [node]}})))
-    request_cordon = fresh._node_usage(node, fresh_state.index).cordoned
+    request_cordon = fresh.placer.node_usage(node, fresh_state.index).cordoned
     assert by_names["Error"] == "" and by_nodes["Error"] == "", (by_names, by_nodes)
     return bool(by_names["NodeNames"]), bool(by_nodes["Nodes"]), index_cordon, request_cordon
 

@@ -136,11 +136,11 @@ async def test_one_template_with_different_policies_is_placed_as_each_says(apise
             pod = e.create_pod(pod_obj(name, mem=1000, annotations={"hami.io/gpu-scheduler-policy": policy}))
             assert (await e.filter(pod, ["n0"]))["NodeNames"] == ["n0"]
             placed[name] = e.placement("default", name)["hami.io/vgpu-devices-allocated"]
-            e.sched.extender.assumed.clear()
+            e.forget_held()
             e.sched.state.index.remove_pod(pod["metadata"]["uid"])  # each pod meets the same usage
         for name, text in placed.items():
             assert (busy in text) == name.startswith("binpack"), (name, text, busy)
-        memo = e.sched.extender._pod_requests
+        memo = e.sched.placer.requests
         assert memo.hits >= 2  # the repeated (template, policy) pairs
 
 
@@ -154,7 +154,7 @@ async def test_in_a_namespace_with_a_quota_nothing_is_kept(apiserver):
         a = e.create_pod(pod_obj("a", "q", mem=1000))
         b = e.create_pod(pod_obj("b", "q", mem=1000))
         assert (await e.filter(a, ["n0"]))["NodeNames"] == ["n0"]  # no quota yet: its PodRequest is kept
-        assert len(e.sched.extender._pod_requests) == 1
+        assert len(e.sched.placer.requests) == 1
         store.create("resourcequotas", "q", {"metadata": {"name": "gpu", "namespace": "q"},
                                              "spec": {"hard": {"limits.nvidia.com/gpumem": "1500"}}})
         for _ in range(200):  # the informer brings the quota in

@@ -97,7 +97,7 @@ async def test_bind_re_places_on_another_node_even_after_a_restart_forgot_the_fi
         first = out["NodeNames"][0]
         other = "n1" if first == "n0" else "n0"
         await eventually(lambda: env.pod("default", "moved")["metadata"]["annotations"].get("hami.io/vgpu-node"), 5)
-        env.sched.extender.assumed.clear()  # as a restarted (or other) replica would see it
+        env.forget_held()  # as a restarted (or other) replica would see it
         await eventually(lambda: (env.sched.state.pod("default", "moved") or {}).get("metadata", {}).get(
             "annotations", {}).get("hami.io/vgpu-node") == first, 5)
         assert (await env.bind(env.pod("default", "moved"), other))["Error"] == ""

@@ -67,10 +67,34 @@ class NodeDevices:
     groups: tuple[tuple[str, tuple[DeviceInfo, ...]], ...] = ()
 
 
+class HeldPlacements:
+    """The uids whose placement is held in memory but no pod annotation shows yet: decisions of
+    this replica's /filter (the Placer) and the room the GPU preemption controller holds. Each
+    holder adds its source in its own constructor; a resync or rebuild keeps these counted."""
+
+    __slots__ = ("_sources",)
+
+    def __init__(self) -> None:
+        self._sources: list[Callable[[], Collection[str]]] = []
+
+    def add(self, source: Callable[[], Collection[str]]) -> None:
+        self._sources.append(source)
+
+    def __call__(self) -> Collection[str]:
+        if len(self._sources) == 1:
+            return self._sources[0]()
+        out: set[str] = set()
+        for source in self._sources:
+            out.update(source())
+        return out
+
+
 class ClusterState:
     def __init__(self, client: KubeClient | None, nvidia: NvidiaConfig | None = None, *,
                  node_label_selector: str | None = None, handshaker: Handshaker | None = None,
-                 silent_timeout: float = 120.0, vendors: VendorTable | None = None):
+                 silent_timeout: float = 120.0, vendors: VendorTable | None = None,
+                 on_handshake_write: Callable[[dict, object], None] | None = None,
+                 on_capacity: Callable[[str | None, str, str], None] | None = None):
         self.client = client
         self.nvidia = nvidia or NvidiaConfig()
         self.index = UsageIndex(self.nvidia, vendors)
@@ -95,12 +119,11 @@ class ClusterState:
         # uids counted while bound where their placement says: kept until the pod ends (module docstring).
         self.pinned: set[str] = set()
         self.uid_keys: dict[str, str] = {}  # uid -> "ns/name"
-        self.on_handshake_write: Callable[[dict, object], None] | None = None
+        self.on_handshake_write = on_handshake_write
         # (node or None, kind, namespace) after capacity may have grown: the requeue waker listens.
-        self.on_capacity: Callable[[str | None, str, str], None] | None = None
-        # uids whose placement /filter holds but no pod annotation shows yet (the extender's
-        # assumed decisions): a resync or rebuild keeps them counted.
-        self.held_placements: Callable[[], Collection[str]] = tuple
+        self.on_capacity = on_capacity
+        # uids whose placement is held in memory (HeldPlacements): a resync or rebuild keeps them counted.
+        self.held_placements = HeldPlacements()
         self.nodes: Informer | None = None
         self.pods: Informer | None = None
         self.quotas: Informer | None = None

@@ -17,7 +17,7 @@ No API reads: the pod and node come from the informers (or from what /filter dec
 Two replicas stay correct: after taking the node lock (a compare-and-swap), the binder waits
 (bounded) until its pod cache holds every placement committed on the node before the lock
 (lockhistory.py: the last holder's pod seen placed there, or the pod watch past the lock's
-release), then re-checks the pod's devices with the fit /filter runs (`Extender.recheck`,
+release), then re-checks the pod's devices with the fit /filter runs (`Placer.recheck`,
 recheck.py): a pod placed on the same GPU by another replica's concurrent /filter is re-fitted on
 the node's other devices (the Binding carries that placement instead: no extra write), or fails
 here (the lock is released and kube-scheduler re-filters it), and no GPU is ever over-committed.
@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 
 from hami.device import codec
-from hami.device.allocation import allocated_devices, own_node_locks, takes_node_lock
+from hami.device.allocation import allocated_devices, allocation_keys, own_node_locks, takes_node_lock
 from hami.device.request import pod_requests_devices
 from hami.device.vendorrequest import flat_requests, pod_vendor_requests
 from hami.kube.client import ApiError, KubeClient
@@ -43,6 +43,7 @@ from hami.scheduler.cache.lockhistory import LockHistory
 from hami.scheduler.cache.state import VGPU_NODE, ClusterState
 from hami.scheduler.placement import messages
 from hami.scheduler.placement.recheck import taken_message
+from hami.scheduler.placer import Placer
 
 log = get_logger(__name__)
 
@@ -89,13 +90,23 @@ HANDOVER_GRACE_S = 0.05
 
 
 class Binder:
-    def __init__(self, client: KubeClient, state: ClusterState, locker: NodeLocker, events: EventRecorder, *,
+    """`placer`: the decisions /filter holds, the re-check under the lock and a placement on a node
+    /filter did not choose (hami.scheduler.placer); `history`: who held each node's lock last (the
+    node watch), when the re-check may trust the pod cache; `on_bound(ns, name, node)`: called after
+    a binding that carried a placement (the label writer)."""
+
+    def __init__(self, client: KubeClient, state: ClusterState, locker: NodeLocker, events: EventRecorder,
+                 placer: Placer, *, history: LockHistory | None = None,
+                 on_bound: Callable[[str, str, str], None] | None = None,
                  retry_timeout: float = 28.0, catch_up: float = 1.0, clock: Callable[[], float] = time.time,
                  lock_queue: float = LOCK_QUEUE_SECONDS):
         self.client = client
         self.state = state
         self.locker = locker
         self.events = events
+        self.placer = placer
+        self.history = history
+        self.on_bound = on_bound
         self.retry_timeout = retry_timeout
         self.catch_up = catch_up
         self.clock = clock
@@ -103,29 +114,32 @@ class Binder:
         self.overcommit_refusals = 0
         self.refits = 0
         self.already_bound = 0  # retried binds of a pod bound meanwhile (answered without a write)
-        # node -> binds of ours in flight there (the filter avoids these nodes like locked ones)
-        self.in_flight: dict[str, int] = {}
         # node -> FIFO of our binds waiting for its lock: only the head swaps, so a release wakes
         # one bind, not a herd of compare-and-swaps that all but one lose (409, a wasted write).
         self._node_queues: dict[str, asyncio.Lock] = {}
-        # Fit a pod on a node from the cache (Extender.place_on); None = no placement at bind.
-        self.place: Callable[[dict, str], object | None] | None = None
-        # The re-check under the lock (Extender.recheck: /filter's own fit); None = no re-check.
-        self.recheck: Callable[[dict, str, tuple], tuple[bool, object | None, str]] | None = None
-        # Who held each node's lock last (the node watch): when the re-check may trust the pod cache.
-        self.history: LockHistory | None = None
         # node -> "ns/name" of the last pod this binder locked it for (its placement is in our index).
         self._own_holder: dict[str, str] = {}
-        # Called with (ns, name, node) after a binding that carried a placement (the label writer).
-        self.on_bound: Callable[[str, str, str], None] | None = None
 
     def _fail(self, ref, msg: str) -> str:
         self.events.record(ref, WARNING, messages.BINDING_FAILED, msg)
         log.warning("Binding failed", pod=f"{ref[0]}/{ref[1]}", error=clip_message(msg))
         return msg
 
-    async def bind(self, ns: str, name: str, uid: str, node: str, assumed=None) -> str:
-        """Returns "" on success, else the error text for ExtenderBindingResult.Error."""
+    async def bind(self, ns: str, name: str, uid: str, node: str) -> str:
+        """Returns "" on success, else the error text for ExtenderBindingResult.Error. The decision
+        this replica's /filter holds for the pod is written when it is for `node`; for another node
+        (kube-scheduler chose among the fitting ones, --extender-prioritize) the pod is placed on
+        `node` as a bind without a decision is."""
+        key = uid or f"{ns}/{name}"
+        assumed = self.placer.held.get(key)
+        if assumed is not None and assumed.node != node:
+            assumed = None
+        err = await self._bind_pod(ns, name, uid, node, assumed)
+        if not err:
+            self.placer.forget(key)
+        return err
+
+    async def _bind_pod(self, ns: str, name: str, uid: str, node: str, assumed) -> str:
         pod = self.state.pod(ns, name)
         if pod is None and assumed is None and self.state.pods is not None:
             # Just created: give the watch a moment rather than reading the API.
@@ -139,15 +153,11 @@ class Binder:
             return settled
         if self.state.node(node) is None:
             return self._fail(ref, f'nodes "{node}" not found')
-        self.in_flight[node] = self.in_flight.get(node, 0) + 1
+        self.placer.bind_started(node)
         try:
             return await self._bind(ns, name, node, ref, pod, assumed)
         finally:
-            left = self.in_flight.get(node, 1) - 1
-            if left > 0:
-                self.in_flight[node] = left
-            else:
-                self.in_flight.pop(node, None)
+            self.placer.bind_ended(node)
 
     def _already_bound(self, ns: str, name: str, uid: str, node: str) -> str | None:
         """A bind for a pod the cache shows bound writes nothing. kube-scheduler retries a bind its
@@ -179,11 +189,21 @@ class Binder:
                 return allocated_devices(annos, self.state.vendors), {}  # every vendor's devices
             except codec.CodecError:
                 return (), {}
-        if pod is not None and self.place is not None:
-            placed = self.place(pod, node)
+        if pod is not None:
+            placed = self.placer.place_on(pod, node)
             if placed is not None:
                 return placed.devices, dict(placed.annotations or {})
         return (), {}
+
+    def _stale_keys(self, ns: str, name: str, pod: dict | None, placement: dict) -> list[str]:
+        """The allocation keys the pod carries from a placement on another node (written at /filter,
+        HAMi's flow) that the placement this Binding writes does not set."""
+        if not placement:
+            return []
+        annos = _annos(self.state.pod(ns, name) or pod)
+        if not annos.get(VGPU_NODE) or annos.get(VGPU_NODE) == placement.get(VGPU_NODE):
+            return []
+        return sorted(k for k in allocation_keys(self.state.vendors) if k in annos and k not in placement)
 
     def _asks_for_devices(self, pod: dict | None) -> bool:
         if pod is None:
@@ -206,7 +226,8 @@ class Binder:
             queue = self._node_queues.setdefault(node, asyncio.Lock())
             async with queue:
                 err = await self._lock(node, ns, name, pod)
-            if not queue.locked() and self._node_queues.get(node) is queue and not self.in_flight.get(node, 0) > 1:
+            if not queue.locked() and self._node_queues.get(node) is queue \
+                    and not self.placer.binds_in_flight.get(node, 0) > 1:
                 self._node_queues.pop(node, None)
             if err:
                 return self._fail(ref, err)
@@ -249,6 +270,9 @@ class Binder:
                 if err:
                     await self._release(node, ns, name)
                     return self._fail(ref, err)
+            stale = self._stale_keys(ns, name, pod, placement)
+            if stale:  # a placement elsewhere left keys the new one lacks: a Binding cannot remove them
+                await self.client.patch_pod(ns, name, {"metadata": {"annotations": dict.fromkeys(stale)}})
             marks = {**placement, codec.BIND_PHASE_ANNOTATION: "allocating",
                      codec.BIND_TIME_ANNOTATION: codec.encode_unix_seconds(self.clock())}
             log.v(5).info("Binding with the placement", pod=f"{ns}/{name}", node=node, checked=locked)
@@ -336,20 +360,18 @@ class Binder:
     async def _recheck(self, node: str, ns: str, name: str, devices,
                        pod: dict | None) -> tuple[str, object | None]:
         """Under the node lock: do the devices /filter chose still fit? The same fit /filter ran
-        (`Extender.recheck`, hami/scheduler/placement/recheck.py), never a second rendering of it.
+        (`Placer.recheck`, hami/scheduler/placement/recheck.py), never a second rendering of it.
         ("", None): they do; ("", placement): they were taken but the pod fits the node on others
         (bind with that instead); (error, None): the pod no longer fits the node.
         """
         await self._caught_up(node, f"{ns}/{name}")
-        if self.recheck is None:
-            return "", None
         pods = self.state.pods
         if self.state.pod(ns, name) is None and pod is None and pods is not None:
             await pods.wait_for(lambda: self.state.pod(ns, name) is not None, self.catch_up)
         pod = self.state.pod(ns, name) or pod
         if pod is None:
             return f'pods "{name}" not found', None
-        kept, placed, reason = self.recheck(pod, node, devices)
+        kept, placed, reason = self.placer.recheck(pod, node, devices)
         if kept:
             return "", None
         self.overcommit_refusals += 1
@@ -367,8 +389,7 @@ class Binder:
             return
         basis = self.history.basis(node) if self.history is not None else None
         if basis is None:  # no history kept: the watch must reach our own lock write
-            fresh = self.locker._fresh.get(node)
-            rv = ((fresh or {}).get("metadata") or {}).get("resourceVersion", "")
+            rv = self.locker.own_write_rv(node)
             holder = ""
         else:
             rv, holder = basis.rv, basis.holder

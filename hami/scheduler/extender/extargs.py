@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from hami.scheduler.extender.nodeorder import NameList
+from hami.scheduler.placement.nodeorder import NameList
 
 # Substituted for a cached name list; a body containing these bytes takes the full parse.
 _MARK = 7355608001337

@@ -8,17 +8,16 @@
 * JSON of k8s.io/kube-scheduler/extender/v1: PascalCase keys, read case-insensitively; every
   answer is HTTP 200 with the error in `Error`, as HAMi answers. Bodies above
   `max_request_bytes` are refused by aiohttp (413).
+* Every decision is the Placer's (hami.scheduler.placer): this module decodes and checks the
+  bodies, asks it, records the events and encodes the answers.
 * NodeNames mode (nodeCacheCapable): the node usage comes from the watch-fed cache; on success
-  the decision (node, devices, the annotations vgpu-node, vgpu-time, devices-to-allocate,
-  devices-allocated, MIG allocations) is counted in the usage cache and held in this replica
-  (`assumed`); nothing is written and no API round trip delays the answer. /bind writes it with
-  bind-phase in the Binding after taking the node lock (bind.py). Nodes with more pending (decisions
-  held, binds in flight, a lock) than the least busy candidate are skipped while another node fits
-  (busy.py). `write_at_filter` keeps
-  HAMi's flow (patch at /filter) for the benchmark's model of it.
+  the Placer commits the decision (node, devices, every vendor's annotations) to the usage cache
+  and holds it in this replica; nothing is written and no API round trip delays the answer. /bind
+  writes it with bind-phase in the Binding after taking the node lock (bind.py). `write_at_filter`
+  keeps HAMi's flow (patch at /filter) for the benchmark's model of it.
 * Full-Nodes mode: the nodes come in the request; their registrations (NVIDIA's and every other
-  vendor's, as the node watch reads them) are decoded through the
-  same text-keyed cache, usage from the pod cache; nothing is patched (as in HAMi).
+  vendor's, as the node watch reads them) are decoded by the Placer through the same text-keyed
+  cache, usage from the pod cache; nothing is patched or held (as in HAMi).
 * No API reads, ever. Events go to the EventRecorder queue and are written later.
 * TLS with --cert_file/--key_file, the certificate re-read when either file changes.
 """
@@ -32,7 +31,6 @@ import ssl
 import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -40,10 +38,6 @@ from aiohttp import web
 
 from hami.config import Config, ListenSettings
 from hami.device import codec
-from hami.device.allocation import allocation_annotations
-from hami.device.model import ContainerDeviceRequest
-from hami.device.vendorregister import registration_signature
-from hami.device.vendorrequest import flat_requests
 from hami.httpaccept import GuardedSite
 from hami.httpguard import guarded_runner
 from hami.kube.client import ApiError, KubeClient
@@ -51,27 +45,12 @@ from hami.kube.events import NORMAL, WARNING, EventRecorder
 from hami.obs.log import get_logger
 from hami.scheduler.cache.state import VGPU_NODE, ClusterState
 from hami.scheduler.extender.extargs import ArgsDecoder, BadArgs, lower_keys
-from hami.scheduler.extender.nodeorder import first_fit
 from hami.scheduler.extender.nodescan import NodeScanner
 from hami.scheduler.metrics import SchedulerMetrics, split_bind
-from hami.scheduler.placement import fit as fitmod
 from hami.scheduler.placement import messages
-from hami.scheduler.placement import policy as policymod
-from hami.scheduler.placement import recheck as recheckmod
-from hami.scheduler.placement import score as scoremod
-from hami.scheduler.placement import spread as spreadmod
-from hami.scheduler.placement.busy import Busy, Held
-from hami.scheduler.placement.fit import try_pod
-from hami.scheduler.placement.podshape import ShapeMemo
-from hami.scheduler.placement.policy import PolicyError
-from hami.scheduler.placement.usage import NodeUsage, UsageIndex
-from hami.scheduler.placement.vendorrules import METAX_APP_CLASS, METAX_QOS
+from hami.scheduler.placer import Choice, Placer
 
 log = get_logger(__name__)
-
-# Up to this many candidate nodes /filter evaluates them all, as HAMi does, so the FilteringSucceed
-# event counts every fitting node; beyond it, it stops at the first fit in score order (same choice).
-FULL_EVALUATION_MAX_NODES = 64
 
 JSON = "application/json"
 
@@ -83,24 +62,6 @@ SCAN_MIN_BYTES = 16384
 
 
 BadRequest = BadArgs
-
-
-# A decision /filter holds in memory and /bind has not written after this long is dropped (the
-# pod was deleted, or kube-scheduler bound it elsewhere); it never reached the API server.
-ASSUME_TTL = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class Assumed:
-    """What /filter decided for a pod, for /bind (node, devices, the annotations to write) without
-    reading the API. Held only in this replica until /bind writes it in one patch."""
-
-    node: str
-    namespace: str
-    name: str
-    devices: tuple
-    at: float
-    annotations: dict | None = None  # placement annotations (vgpu-node, devices, MIG); None = written at filter
 
 
 def _shape_error(pod: dict, node_names: Any, nodes: Any) -> str:
@@ -165,48 +126,31 @@ def _json(data: Any) -> web.Response:
     return web.Response(body=_encode(data), content_type=JSON)
 
 
-RequestsFn = Callable[[dict], "tuple[list[ContainerDeviceRequest | None], int]"]
-
-
 class Extender:
-    def __init__(self, config: Config, state: ClusterState, client: KubeClient | None,
-                 events: EventRecorder, *, requests_fn: RequestsFn, metrics: SchedulerMetrics | None = None,
-                 binder: Any = None, webhook: Callable[[bytes], Any] | None = None,
-                 clock: Callable[[], float] = time.time):
+    """The extender's HTTP: /filter and /bind bodies decoded and checked, the Placer asked,
+    events recorded, the answers encoded; the writes HAMi's flow makes at /filter."""
+
+    def __init__(self, config: Config, state: ClusterState, placer: Placer, client: KubeClient | None,
+                 events: EventRecorder, *, metrics: SchedulerMetrics | None = None, binder: Any = None,
+                 verbs: Any = None, webhook: Callable[[bytes], Any] | None = None):
         self.config = config
         self.cfg = config.scheduler
-        # MetaX sGPU rows: a placement on them remembers the QoS policy its cards switch to.
-        self._sgpu_types = frozenset(v.name for v in (config.vendors.others if config.vendors else ())
-                                     if v.hook == "metax")
         self.state = state
+        self.placer = placer
         self.client = client
         self.events = events
         self.metrics = metrics
         self.binder = binder
+        self.verbs = verbs  # hami.scheduler.extender.verbs.ExtraVerbs: /prioritize, /preempt
         self.webhook = webhook
         self._webhook_pool: ThreadPoolExecutor | None = None  # big admissions, one at a time, off the loop
-        self.requests_fn = requests_fn
-        self.clock = clock
-        # uid -> decision held until its /bind; counted per node (a node with decisions pending
-        # is busy for the funnel avoidance, busy.py)
-        self.assumed: Held = Held()
         # HAMi's flow patches the placement at /filter (one more write per pod, a round trip before
         # answering, and annotations left behind by a replica that dies before /bind). Ours holds
-        # it here and /bind writes it with bind-phase in one patch, re-checking the fit under the lock.
+        # it in the Placer and /bind writes it with bind-phase in one patch, re-checking the fit under the lock.
         self.write_at_filter = False
-        # Send pods away from nodes mid-allocation (locked) when another node fits.
-        self.avoid_locked = True
-        # This replica's rank of nodes for spreading a burst away from another replica's choices.
-        self.replica_salt = spreadmod.new_salt()
-        self._swept = 0.0
-        self._decoded: dict[str, tuple] = {}  # register text -> devices (full-Nodes mode)
         self.filters = 0
         self.patch_failures = 0
-        self.on_no_fit: Callable[[dict, Any, list, dict], None] | None = None  # the requeue waker
-        self.verbs: Any = None  # hami.scheduler.extender.verbs.ExtraVerbs: /prioritize, /preempt
-        self._warned: set[str] = set()
         self.args = ArgsDecoder()  # /filter bodies, the node name list cached (extargs.py)
-        self._pod_requests = ShapeMemo()  # a burst's pods share a template: one PodRequest each (podshape.py)
         self.nodescan = NodeScanner()  # full-Nodes bodies, each Node decoded once per change (nodescan.py)
 
     # ------------------------------------------------------------------ /filter
@@ -285,13 +229,12 @@ class Extender:
         if bound:
             return {"Error": f"pod {ns}/{name} is already bound to node {bound}; its devices are not re-placed"}
         try:
-            requests, num_init = self.requests_fn(pod)
+            requests, num_init = self.placer.requests_fn(pod)
         except ValueError as exc:
             return {"Error": str(exc)}
         if not any(r is not None and (r.__class__ is tuple or r.nums > 0) for r in requests):
             log.v(5).info("Pod asks for no HAMi device, passing through", pod=f"{ns}/{name}")
             return {"NodeNames": node_names if names is None else list(names.names), "FailedNodes": None, "Error": ""}
-        index = self.state.index
         if log.enabled(5):
             full = nodes is not None and node_names is None
             count = (len(scanned) if scanned is not None else len((nodes or {}).get("items") or [])) \
@@ -301,256 +244,48 @@ class Extender:
         if nodes is not None and node_names is None:
             return self._filter_nodes_mode(pod, ns, name, annos, requests, num_init, nodes, scanned)
         node_names = names.names if names is not None else list(node_names or [])
-        # HAMi drops any cached allocation of this pod first (a retried filter re-places it).
-        held = index.pod(uid)
-        index.remove_pod(uid)
-        self._forget(uid)
-        preq = self._pod_request(requests, num_init, annos, ns, name, index)
-        if isinstance(preq, str):  # HAMi records the calcScore error as a FilteringFailed event too
-            self.events.record(pod, WARNING, messages.FILTERING_FAILED, preq)
-            return {"Error": preq}
-        sel, fit_scores = self._choose(names, node_names, preq, index, ns, name)
-        if sel.node is None:
+        write = self.client is not None and self.write_at_filter
+        choice = self.placer.place(pod, uid, ns, name, annos, requests, num_init, names, node_names, written=write)
+        if isinstance(choice, str):  # HAMi records the calcScore error as a FilteringFailed event too
+            self.events.record(pod, WARNING, messages.FILTERING_FAILED, choice)
+            return {"Error": choice}
+        sel = choice.selection
+        if choice.decision is None:
             self._record_no_fit(pod, node_names, sel.failed_nodes)
-            if self.on_no_fit is not None:
-                self.on_no_fit(pod, preq, node_names, sel.failed_nodes)
             answer = {"NodeNames": None, "FailedNodes": sel.failed_nodes, "Error": ""}
             if self._stale_placement(pod, ns, name):
-                return self._no_fit_after_clearing(pod, ns, name, held, answer)
-            if held is not None:  # its devices are free now: wake pods parked behind them
-                self.state.placement_dropped(held.node, held.namespace)
+                return self._no_fit_after_clearing(pod, ns, name, choice.dropped, answer)
+            if choice.dropped is not None:  # its devices are free now: wake pods parked behind them
+                self.state.placement_dropped(choice.dropped.node, choice.dropped.namespace)
             return answer
-        node = sel.node
-        now = self.clock()
-        annotations = {
-            VGPU_NODE: node,
-            codec.VGPU_TIME_ANNOTATION: codec.encode_unix_seconds(now),
-            **allocation_annotations(sel.devices, self.config.vendors, now, node, pod,
-                                     drs=getattr(index.nodes.get(node), "drs", None),
-                                     node_usage=index.nodes.get(node)),
-        }
-        devices_text = annotations.get(codec.ALLOCATED_ANNOTATION, "")
-        if sel.mig:
-            annotations[codec.MIG_ALLOCATIONS_ANNOTATION] = codec.encode_mig_allocations(
-                codec.MigAllocation(c, d, u, p, pl) for c, d, u, p, pl in sel.mig)
-        # Count the pod before answering, so a concurrent filter sees these devices as taken.
-        index.add_pod(uid, node, sel.devices, namespace=ns, num_init=num_init,
-                      mig=tuple((u, pl) for _, _, u, _, pl in sel.mig), app_class=annos.get(METAX_APP_CLASS, ""))
-        sgpu = self._sgpu_types
-        if sgpu and any(cd.type in sgpu for ctr in sel.devices for cd in ctr):
-            index.expect_qos(node, sel.devices, annos.get(METAX_QOS, ""), sgpu)
-        self._sweep_assumed(now)
-        self.assumed[uid] = Assumed(node, ns, name, sel.devices, now,
-                                    None if self.write_at_filter else annotations)
+        if write:
+            return self._patch_then_answer(pod, ns, name, uid, choice, node_names)
+        return self._filter_succeeded(pod, ns, name, choice, node_names)
 
-        if self.client is not None and self.write_at_filter:
-            return self._patch_then_answer(pod, ns, name, uid, node, annotations, fit_scores, node_names, sel,
-                                           devices_text)
-        return self._filter_succeeded(pod, ns, name, node, fit_scores, node_names, sel, devices_text)
-
-    async def _patch_then_answer(self, pod, ns, name, uid, node, annotations, fit_scores, node_names, sel,
-                                 devices_text) -> dict:
+    async def _patch_then_answer(self, pod, ns, name, uid, choice: Choice, node_names) -> dict:
         """HAMi's flow (write_at_filter): the placement is patched on the pod before the answer."""
-        patch = {"metadata": {"annotations": annotations, "labels": {VGPU_NODE: node}}}
+        node = choice.decision.node
+        patch = {"metadata": {"annotations": choice.decision.annotations, "labels": {VGPU_NODE: node}}}
         try:
             await self.client.patch_pod(ns, name, patch)
         except ApiError as exc:
-            self.state.index.remove_pod(uid)
-            self._forget(uid)
+            self.placer.drop(uid)
             self.patch_failures += 1
             log.warning("Pod annotation patch failed", pod=f"{ns}/{name}", node=node, error=str(exc))
             self.events.record(pod, WARNING, messages.FILTERING_FAILED, str(exc))
             return {"Error": str(exc)}
-        return self._filter_succeeded(pod, ns, name, node, fit_scores, node_names, sel, devices_text)
+        return self._filter_succeeded(pod, ns, name, choice, node_names)
 
-    def _filter_succeeded(self, pod, ns, name, node, fit_scores, node_names, sel, devices_text) -> dict:
+    def _filter_succeeded(self, pod, ns, name, choice: Choice, node_names) -> dict:
+        sel, fit_scores, node = choice.selection, choice.fit_scores, choice.decision.node
         self.events.record(pod, NORMAL, messages.FILTERING_SUCCEED,
                            messages.filtering_succeed_message(node, fit_scores, len(node_names)))
-        log.v(4).info("Pod filtered", pod=f"{ns}/{name}", node=node, devices=devices_text,
+        log.v(4).info("Pod filtered", pod=f"{ns}/{name}", node=node,
+                      devices=choice.decision.annotations.get(codec.ALLOCATED_ANNOTATION, ""),
                       score=round(sel.score, 2), tried=sel.tried)
         if self.cfg.extender_prioritize:  # every fitting node, best first: kube-scheduler's scoring picks
             return {"NodeNames": [n for n, _ in fit_scores], "FailedNodes": sel.failed_nodes or None, "Error": ""}
         return {"NodeNames": [node], "FailedNodes": None, "Error": ""}
-
-    def _choose(self, names, node_names, preq: fitmod.PodRequest, index: UsageIndex,
-                ns: str, name: str) -> tuple[scoremod.Selection, list[tuple[str, float]]]:
-        """The node for the pod and the (node, score) pairs the FilteringSucceed text lists."""
-        verbose = log.enabled(2)
-        prioritize = self.cfg.extender_prioritize  # every fitting node: kube-scheduler's scoring picks
-        if (names is not None and len(node_names) > FULL_EVALUATION_MAX_NODES and not verbose and not prioritize
-                and not preq.scored):  # (a vendor score term needs every node fitted: select_node)
-            sel = self._first_fit(names, preq, index)
-            return sel, [(sel.node, sel.score)] if sel.node else []
-        spread = False  # a burst pending here: take the fit this replica's salt ranks highest (spread.py)
-        if self.avoid_locked and not prioritize:
-            busy = self._busy_nodes(node_names)
-            if busy:
-                # only this replica's own decisions and binds make a burst: a lock seen on some node
-                # (another scheduler's, an Allocate in progress) leaves binpack's best fit first
-                spread = bool(self.assumed.per_node or getattr(self.binder, "in_flight", None))
-                free = [n for n in node_names if n not in busy]
-                if free and len(free) < len(node_names):
-                    fits, failed = scoremod.evaluate_nodes(index.nodes, free, preq)
-                    if fits:  # another node fits: leave the locked ones to their pods
-                        best = spreadmod.pick(fits, self.replica_salt) if spread else fits[0]
-                        return (scoremod.Selection(best.node, best.devices, best.score, best.mig, failed, len(free)),
-                                [(best.node, best.score)])
-        if verbose or prioritize or len(node_names) <= FULL_EVALUATION_MAX_NODES:
-            # HAMi fits every node; its FilteringSucceed text counts them all. Small candidate lists
-            # cost little, so they get HAMi's exact message; big ones stop at the first fit.
-            fits, failed = scoremod.evaluate_nodes(index.nodes, node_names, preq)
-            if verbose:
-                self._log_decisions(ns, name, preq, node_names, fits, failed, index)
-            if fits:
-                best = spreadmod.pick(fits, self.replica_salt) if spread else fits[0]
-                sel = scoremod.Selection(best.node, best.devices, best.score, best.mig, failed, len(fits))
-            else:
-                sel = scoremod.Selection(None, (), 0.0, (), failed, 0)
-            return sel, [(r.node, r.score) for r in fits]
-        sel = scoremod.select_node(index.nodes, node_names, preq)
-        return sel, [(sel.node, sel.score)] if sel.node else []
-
-    def _first_fit(self, names, preq: fitmod.PodRequest, index: UsageIndex) -> scoremod.Selection:
-        """select_node's answer from the candidate order kept between requests (nodeorder.py),
-        with the avoid-locked rule: a busy node only when no other node fits."""
-        inflight = getattr(self.binder, "in_flight", None) or {}
-        busy = self.avoid_locked and (self.assumed.per_node or inflight or self.state.locked)
-        # The walk passes by nodes with anything pending and fits them, least pending first, only
-        # when no idle node fits (busy.py; no table of every node is built).
-        pending = Busy(self.assumed.per_node, inflight, self.state.locked, ()).pending if busy else None
-        walk = first_fit(names, index.nodes, index.changes, policymod.node_order_descending(preq.node_policy),
-                         lambda n: try_pod(n, preq), need=fitmod.memory_need(preq), pending=pending)
-        if walk.node is None:
-            return scoremod.Selection(None, (), 0.0, (), walk.failed, walk.tried)
-        devices, mig = walk.fit
-        return scoremod.Selection(walk.node, devices, walk.usage.score_value, mig, walk.failed, walk.tried)
-
-    def _forget(self, uid: str) -> None:
-        self.assumed.pop(uid, None)
-
-    def _busy_nodes(self, candidates) -> Busy:
-        """Nodes to try last (busy.py): more pending on them than on the least busy candidate, in
-        held decisions, our binds in flight and a lock seen by the node watch."""
-        return Busy(self.assumed.per_node, getattr(self.binder, "in_flight", None) or {}, self.state.locked,
-                    candidates)
-
-    def _sweep_assumed(self, now: float) -> None:
-        """Forget decisions /bind never wrote (at most every few seconds; O(held decisions))."""
-        if now - self._swept < 5.0:
-            return
-        self._swept = now
-        for uid, a in list(self.assumed.items()):
-            if now - a.at > ASSUME_TTL and a.annotations is not None:
-                cached = self.state.pod(a.namespace, a.name)
-                if VGPU_NODE not in (((cached or {}).get("metadata") or {}).get("annotations") or {}):
-                    self.state.index.remove_pod(uid)
-                self._forget(uid)
-
-    def share_failures(self, pod: dict, node_names) -> tuple[fitmod.PodRequest, dict[str, str]] | None:
-        """/filter's fit of `pod` on `node_names` without deciding anything (GPU preemption on the
-        leader, for a pod another replica's /filter refused): its request and the failed nodes' reasons."""
-        meta = pod.get("metadata") or {}
-        ns, name = meta.get("namespace") or "default", meta.get("name", "")
-        try:
-            requests, num_init = self.requests_fn(pod)
-        except ValueError:
-            return None
-        preq = self._pod_request(requests, num_init, meta.get("annotations") or {}, ns, name, self.state.index)
-        if isinstance(preq, str):
-            return None
-        return preq, scoremod.evaluate_nodes(self.state.index.nodes, list(node_names), preq)[1]
-
-    def place_on(self, pod: dict, node: str) -> Assumed | None:
-        """Fit `pod` on `node` now, from this replica's cache (a /bind without this replica's
-        /filter decision, or one whose devices were taken meanwhile); None when it does not fit."""
-        return self._place(pod, node, None, ())[1]
-
-    def recheck(self, pod: dict, node: str, devices) -> tuple[bool, Assumed | None, str]:
-        """/bind's re-check under the node lock: the fit /filter runs (`try_pod`, the same
-        PodRequest, this index without the pod), first on the devices /filter chose alone
-        (recheck.py). (True, None, "") when it gives them back; else the pod fitted on the whole
-        node again: (False, placement to write, ""), or (False, None, the fit's reason)."""
-        return self._place(pod, node, recheckmod.chosen_ids(devices), devices)
-
-    def _place(self, pod: dict, node: str, keep_ids: frozenset[str] | None,
-               keep) -> tuple[bool, Assumed | None, str]:
-        """(the kept devices still fit, else a new placement on `node` or None, the fit's reason)."""
-        meta = pod.get("metadata") or {}
-        ns, name = meta.get("namespace") or "default", meta.get("name", "")
-        uid = meta.get("uid") or f"{ns}/{name}"
-        try:
-            requests, num_init = self.requests_fn(pod)
-        except ValueError as exc:
-            return False, None, str(exc)
-        index = self.state.index
-        held = index.pod(uid)
-        index.remove_pod(uid)
-        try:
-            preq = self._pod_request(requests, num_init, meta.get("annotations") or {}, ns, name, index)
-            if isinstance(preq, str):
-                return False, None, preq
-            usage = index.node(node)
-            if keep_ids is not None and usage is not None:
-                got = try_pod(recheckmod.only_devices(usage, keep_ids), preq)
-                if got.__class__ is not str and recheckmod.same_placement(got[0], keep):
-                    return True, None, ""
-            fits, failed = scoremod.evaluate_nodes(index.nodes, [node], preq)
-        finally:
-            if held is not None:
-                index.add_pod(uid, held.node, held.devices, namespace=held.namespace, num_init=held.num_init,
-                              init_released=held.init_released, mig=held.mig, app_class=held.app_class)
-        if not fits:
-            return False, None, failed.get(node, "")
-        best = fits[0]
-        now = self.clock()
-        annotations = {VGPU_NODE: node, codec.VGPU_TIME_ANNOTATION: codec.encode_unix_seconds(now),
-                       **allocation_annotations(best.devices, self.config.vendors, now, node, pod,
-                                                drs=getattr(index.node(node), "drs", None),
-                                                node_usage=index.node(node))}
-        if best.mig:
-            annotations[codec.MIG_ALLOCATIONS_ANNOTATION] = codec.encode_mig_allocations(
-                codec.MigAllocation(c, d, u, p, pl) for c, d, u, p, pl in best.mig)
-        index.remove_pod(uid)
-        index.add_pod(uid, node, best.devices, namespace=ns, num_init=num_init,
-                      mig=tuple((u, pl) for _, _, u, _, pl in best.mig),
-                      app_class=(meta.get("annotations") or {}).get(METAX_APP_CLASS, ""))
-        return False, Assumed(node, ns, name, best.devices, now, annotations), ""
-
-    def _pod_request(self, requests, num_init, annos, ns: str, name: str,
-                     index: UsageIndex) -> fitmod.PodRequest | str:
-        """What the fit needs of the pod, for both /filter modes; bad scoring weights give HAMi's error text."""
-        gpu_policy, node_policy = self.cfg.gpu_scheduler_policy, self.cfg.node_scheduler_policy
-        for warning in policymod.ignored_policies(annos, ns, name, node_policy, gpu_policy):
-            self._warn_once(warning)
-        quota = index.quota_view(ns)
-        key = None
-        if quota is None:  # a quota's usage changes with every placement: such a request is not kept
-            try:
-                key = (tuple(requests), num_init, orjson.dumps(annos), ns, gpu_policy, node_policy)
-                preq = self._pod_requests.get(key)
-            except (orjson.JSONEncodeError, TypeError):  # not encodable or not hashable: worked out each time
-                key = preq = None
-            if preq is not None:
-                return preq
-        try:
-            preq = fitmod.pod_request(
-                requests, num_init, annos, gpu_policy=gpu_policy, node_policy=node_policy, namespace=ns,
-                quota=quota, vendors=self.config.vendors,
-            )
-        except PolicyError as exc:
-            return f"calcScore failed {exc} for pod {name}"
-        if key is not None:
-            self._pod_requests.put(key, preq)
-        return preq
-
-    def _warn_once(self, text: str) -> None:
-        """HAMi's klog warning for an ignored annotation, once per distinct text (kube-scheduler retries)."""
-        if text in self._warned:
-            return
-        if len(self._warned) > 4096:
-            self._warned.clear()
-        self._warned.add(text)
-        log.warning(text)
 
     def _stale_placement(self, pod: dict, ns: str, name: str) -> bool:
         """A pending pod that no longer fits anywhere has a placement an earlier filter wrote.
@@ -584,121 +319,17 @@ class Extender:
         log.v(2).info("No node fits pod", pod=f"{meta.get('namespace')}/{meta.get('name')}",
                       nodes=len(node_names), failed=len(failed))
 
-    def _log_decisions(self, ns, name, preq, node_names, fits, failed, index: UsageIndex) -> None:
-        pod = f"{ns}/{name}"
-        for r in fits:
-            log.v(2).info("Node score", pod=pod, node=r.node, score=round(r.score, 2))
-        if not log.enabled(4):
-            return
-        wanted = [
-            f"{r.nums}x(mem={r.memreq or (str(r.mempercentagereq) + '%')},cores={r.coresreq})"
-            for r in (x for e in preq.requests for x in flat_requests(e))
-        ]
-        for r in fits:
-            log.v(4).info("Node fits", pod=pod, node=r.node, requested=wanted,
-                          available=_available(index.node(r.node)))
-        for node, reason in failed.items():
-            log.v(4).info("Node filtered out", pod=pod, node=node, reason=reason, requested=wanted,
-                          available=_available(index.node(node)))
-
     # ------------------------------------------------------------------ full-Nodes mode
-
-    def _node_usage(self, node: dict, index: UsageIndex) -> NodeUsage | None:
-        meta = node.get("metadata") or {}
-        name = meta.get("name", "")
-        annos = meta.get("annotations") or {}
-        text = annos.get(codec.REGISTER_ANNOTATION)
-        reg = self.state.registered.get(name)
-        if text is not None and reg is not None and reg.register == text:  # NVIDIA only, known to the cache
-            cached = index.node(name)
-            if cached is not None:
-                return cached
-            devices = reg.devices
-        else:
-            vendors = self.config.vendors
-            extra = ""
-            if vendors is not None and vendors.others:
-                extra = registration_signature(annos, (node.get("status") or {}).get("capacity") or {}, vendors,
-                                               meta.get("labels"))
-            if not extra and text is None:
-                return None
-            # NVIDIA only: keyed by the register text; with other vendors (annotations, capacity,
-            # labels) by the same signature the node watch uses, decoded as it does.
-            sig = text if not extra else f"{text or ''}\x00{extra}"
-            if extra and reg is not None and reg.register == sig:
-                cached = index.node(name)
-                if cached is not None:
-                    return cached
-            cache_key = sig if not extra else f"{name}\x00{sig}"  # capacity cards are named after the node
-            devices = self._decoded.get(cache_key)
-            if devices is None:
-                if extra:
-                    _sig, dec = self.state.registration_of(node)
-                    devices = dec.devices if dec is not None and not dec.error else ()
-                else:
-                    try:
-                        devices = tuple(codec.decode_node_devices(text))
-                    except codec.CodecError:
-                        devices = ()
-                if len(self._decoded) > 16384:
-                    self._decoded.clear()
-                self._decoded[cache_key] = devices
-        if not devices:
-            return None
-        # A node the cache does not know as usable: build its usage from the pod cache.
-        tmp = UsageIndex(self.config.nvidia, self.config.vendors)
-        usage = tmp.set_node(name, devices, codec.decode_device_cordon(
-            (meta.get("annotations") or {}).get(codec.CORDON_ANNOTATION)))
-        for key in index.pods_on(name):
-            rec = index.pod(key)
-            if rec is not None:
-                tmp.add_pod(key, name, rec.devices, namespace=rec.namespace, num_init=rec.num_init,
-                            init_released=rec.init_released, mig=rec.mig, app_class=rec.app_class)
-        return usage
 
     def _filter_nodes_mode(self, pod, ns, name, annos, requests, num_init, nodes, scanned=None) -> dict:
         """`scanned`: the Nodes as nodescan.NodeScanner read them (then `nodes` has no items)."""
         if not isinstance(nodes, dict):
             return {"Error": "json: cannot unmarshal Nodes into Go value of type v1.NodeList"}
-        index = self.state.index
-        items = nodes.get("items") or []
-        preq = self._pod_request(requests, num_init, annos, ns, name, index)
+        preq = self.placer.pod_request(requests, num_init, annos, ns, name)
         if isinstance(preq, str):  # HAMi records the calcScore error as a FilteringFailed event too
             self.events.record(pod, WARNING, messages.FILTERING_FAILED, preq)
             return {"Error": preq}
-        usages: dict[str, NodeUsage] = {}
-        by_name: dict[str, Any] = {}
-        names = []
-        if scanned is not None:
-            registered, known = self.state.registered, index.nodes
-            for sn in scanned:
-                nname = sn.name
-                names.append(nname)
-                by_name[nname] = sn
-                reg = registered.get(nname)
-                # The common case inline: the watch already knows this registration and its usage
-                # (sn.known: the registration this same Node text was last found equal to).
-                if reg is not None and nname in known:
-                    if sn.known is reg:
-                        usages[nname] = known[nname]
-                        continue
-                    text = sn.register
-                    if text is not None and reg.register == text:
-                        sn.known = reg
-                        usages[nname] = known[nname]
-                        continue
-                u = self._node_usage(sn.node(), index)  # decoded here only for nodes the cache lacks
-                if u is not None:
-                    usages[nname] = u
-        else:
-            for node in items:
-                nname = (node.get("metadata") or {}).get("name", "")
-                names.append(nname)
-                by_name[nname] = node
-                u = self._node_usage(node, index)
-                if u is not None:
-                    usages[nname] = u
-        sel = scoremod.select_node(usages, names, preq)
+        sel, names, by_name = self.placer.select_in_nodes(preq, scanned, nodes.get("items") or [])
         if sel.node is None:
             self._record_no_fit(pod, names, sel.failed_nodes)
             return {"Nodes": None, "FailedNodes": sel.failed_nodes, "Error": ""}
@@ -732,13 +363,7 @@ class Extender:
             if self.binder is None:
                 err = "binding is not available"
                 return {"Error": err}
-            if self.verbs is not None and self.cfg.extender_prioritize:
-                err = await self.verbs.place_on(ns, name, uid, node)
-                if err:
-                    return {"Error": err}
-            err = await self.binder.bind(ns, name, uid, node, self.assumed.get(uid))
-            if not err:
-                self._forget(uid)
+            err = await self.binder.bind(ns, name, uid, node)
             return {"Error": err}
         finally:
             if self.metrics is not None:
@@ -836,16 +461,6 @@ def _decode_error(exc: Exception) -> str:
         if text.startswith("unexpected end of data"):
             return "unexpected EOF"
     return text
-
-
-def _available(node: NodeUsage | None) -> list[str]:
-    if node is None:
-        return []
-    return [
-        f"{d.id}:slots={d.count - d.used}/{d.count},mem={d.totalmem - d.usedmem}/{d.totalmem},"
-        f"cores={d.totalcore - d.usedcores}/{d.totalcore}"
-        for d in node.devices
-    ]
 
 
 # ---------------------------------------------------------------------- serving

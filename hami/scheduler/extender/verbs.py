@@ -1,5 +1,5 @@
-"""The extender's /prioritize and /preempt verbs, and the re-placement /bind needs when kube-scheduler
-picks a node other than HAMi's best (only with --extender-prioritize).
+"""The extender's /prioritize and /preempt verbs (kube-scheduler's node other than HAMi's best, under
+--extender-prioritize, is placed by /bind through the Placer).
 
 Wire format: k8s.io/kube-scheduler/extender/v1 (spec protocols.md): `ExtenderArgs` in, a
 `HostPriorityList` out for /prioritize; `ExtenderPreemptionArgs` in, `ExtenderPreemptionResult`
@@ -16,17 +16,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from hami.device import codec
-from hami.kube.client import ApiError
 from hami.kube.informer import Informer
 from hami.kubesched import pdb as pdbmod
 from hami.obs.log import get_logger
-from hami.scheduler.cache.state import VGPU_NODE
-from hami.scheduler.extender.server import Assumed
 from hami.scheduler.placement import fit as fitmod
-from hami.scheduler.placement import score as scoremod
 from hami.scheduler.placement.prioritize import scale_scores
-from hami.scheduler.placement.vendorrules import METAX_APP_CLASS
+from hami.scheduler.placer import Placer
 from hami.scheduler.preemption.victims import select_victims
 
 log = get_logger(__name__)
@@ -133,8 +128,11 @@ def _start_time(pod: dict | None) -> str:
 
 
 class ExtraVerbs:
-    def __init__(self, ext, pdbs: Informer | None = None):
-        self.ext = ext
+    """/prioritize and /preempt over HTTP; the pod's request and the usage come from the Placer."""
+
+    def __init__(self, placer: Placer, pdbs: Informer | None = None):
+        self.placer = placer
+        self.state = placer.state
         self.pdbs = pdbs
 
     def mount(self, app: web.Application) -> None:
@@ -151,16 +149,7 @@ class ExtraVerbs:
 
     def _request(self, pod: dict) -> fitmod.PodRequest | None | str:
         """The pod's PodRequest, None when it asks for no HAMi device, or an error text."""
-        try:
-            requests, num_init = self.ext.requests_fn(pod)
-        except ValueError as exc:
-            return str(exc)
-        if not any(r is not None and r.nums > 0 for r in requests):
-            return None
-        meta = pod.get("metadata") or {}
-        ns = meta.get("namespace") or "default"
-        return self.ext._pod_request(requests, num_init, meta.get("annotations") or {}, ns,
-                                     meta.get("name", ""), self.ext.state.index)
+        return self.placer.request_of(pod)
 
     # ------------------------------------------------------------------ /prioritize
 
@@ -180,18 +169,9 @@ class ExtraVerbs:
             return {"Error": preq}
         if preq is None:
             return [{"Host": n, "Score": 0} for n in names]
-        index = self.ext.state.index
         meta = pod.get("metadata") or {}
         uid = meta.get("uid") or f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
-        own = index.pod(uid)
-        if own is not None:  # score the nodes as they are without this pod's own assumed placement
-            index.remove_pod(uid)
-        try:
-            fits, _ = scoremod.evaluate_nodes(index.nodes, names, preq)
-        finally:
-            if own is not None:
-                index.add_pod(uid, own.node, own.devices, namespace=own.namespace, num_init=own.num_init,
-                              init_released=own.init_released, mig=own.mig, app_class=own.app_class)
+        fits = self.placer.fits_without(uid, names, preq)
         return scale_scores({r.node: r.score for r in fits}, names, preq.node_policy)
 
     # ------------------------------------------------------------------ /preempt
@@ -206,7 +186,7 @@ class ExtraVerbs:
         preq = self._request(pod)
         if isinstance(preq, str):
             return {"Error": preq}
-        state = self.ext.state
+        state = self.state
         index = state.index
         pdbs = list(self.pdbs.store.values()) if self.pdbs is not None else []
         all_pods = list(state.pods.store.values()) if state.pods is not None else []
@@ -250,57 +230,6 @@ class ExtraVerbs:
         log.v(3).info("Preemption answered", pod=f"{meta.get('namespace')}/{meta.get('name')}",
                       candidates=len(candidates), nodes=len(out))
         return {"NodeNameToMetaVictims": out}
-
-    # ------------------------------------------------------------------ /bind on another node
-
-    async def place_on(self, ns: str, name: str, uid: str, node: str) -> str:
-        """kube-scheduler chose `node` among the fitting ones; re-place the pod there when /filter
-        assumed another. Returns "" or the error for ExtenderBindingResult."""
-        ext = self.ext
-        assumed = ext.assumed.get(uid)
-        pod = ext.state.pod(ns, name)
-        # what /filter placed: this replica's memory, else the annotation (another replica, a restart)
-        placed = assumed.node if assumed is not None else (
-            ((pod or {}).get("metadata") or {}).get("annotations") or {}).get(VGPU_NODE)
-        if not placed or placed == node:
-            return ""
-        if pod is None:
-            return f'pods "{name}" not found'
-        preq = self._request(pod)
-        if not isinstance(preq, fitmod.PodRequest):
-            return preq or ""
-        index = ext.state.index
-        old = index.pod(uid)
-        index.remove_pod(uid)
-        usage = index.node(node)
-        r = fitmod.try_pod(usage, preq) if usage is not None else "node unregistered"
-        if r.__class__ is str:
-            if old is not None:
-                index.add_pod(uid, old.node, old.devices, namespace=old.namespace, num_init=old.num_init,
-                              init_released=old.init_released, mig=old.mig, app_class=old.app_class)
-            return f"pod {ns}/{name} no longer fits node {node}: {r}"
-        devices, mig = r
-        now = ext.clock()
-        text = codec.encode_pod_devices(devices)
-        annotations = {VGPU_NODE: node, codec.VGPU_TIME_ANNOTATION: codec.encode_unix_seconds(now),
-                       codec.TO_ALLOCATE_ANNOTATION: text, codec.ALLOCATED_ANNOTATION: text,
-                       codec.MIG_ALLOCATIONS_ANNOTATION: codec.encode_mig_allocations(
-                           codec.MigAllocation(c, d, u, p, pl) for c, d, u, p, pl in mig) if mig else None}
-        num_init = len((pod.get("spec") or {}).get("initContainers") or [])
-        index.add_pod(uid, node, devices, namespace=ns, num_init=num_init, mig=tuple((u, pl) for _, _, u, _, pl in mig),
-                      app_class=((pod.get("metadata") or {}).get("annotations") or {}).get(METAX_APP_CLASS, ""))
-        ext.assumed[uid] = Assumed(node, ns, name, devices, now)
-        if ext.client is not None:
-            try:
-                await ext.client.patch_pod(ns, name, {"metadata": {"annotations": annotations,
-                                                                   "labels": {VGPU_NODE: node}}})
-            except ApiError as exc:
-                index.remove_pod(uid)
-                ext.assumed.pop(uid, None)
-                return str(exc)
-        log.v(3).info("Pod re-placed on kube-scheduler's choice", pod=f"{ns}/{name}", node=node,
-                      hami_choice=placed, devices=text)
-        return ""
 
 
 def _priority(pod: dict | None) -> int:

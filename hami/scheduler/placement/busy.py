@@ -13,6 +13,7 @@ binpack packs as soon as the burst drains and a pod never fails for being steere
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from types import MappingProxyType
 
 
 class Held(dict):
@@ -83,3 +84,32 @@ class Busy:
 
     def nodes(self) -> frozenset[str]:
         return frozenset(n for n in (*self.held, *self.in_flight, *self.locked) if n in self)
+
+
+class HeldView(Mapping):
+    """A read-only view of a `Held` (uid -> decision, and `per_node`): what the readers of the
+    held decisions get; only their owner (the Placer) changes them."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self, held: Held):
+        self._held = held
+
+    def __getitem__(self, uid):
+        return self._held[uid]
+
+    def __iter__(self):
+        return iter(self._held)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._held
+
+    def get(self, uid, default=None):
+        return self._held.get(uid, default)
+
+    @property
+    def per_node(self) -> Mapping[str, int]:
+        return MappingProxyType(self._held.per_node)

@@ -50,6 +50,7 @@ from hami.kubesched import nodeaffinity, taints
 from hami.obs.log import get_logger
 from hami.scheduler.cache.state import VGPU_NODE, ClusterState
 from hami.scheduler.placement.fit import PodRequest
+from hami.scheduler.placer import Placer
 from hami.scheduler.preemption import plan as gpupreempt
 from hami.scheduler.preemption.share import (
     HOLDS_ANNOTATION,
@@ -97,11 +98,15 @@ def _key(pod: dict) -> tuple[str, str, str]:
 
 
 class PreemptController:
-    def __init__(self, client: KubeClient | None, state: ClusterState, events: EventRecorder, *,
+    """`placer`: the decisions this replica's /filter holds (`held`) and the fit without a decision
+    (`share_failures`). /filter's no-fit notices reach `note_failure` (role.py connects it to the
+    Placer's Relay); the room held here stays counted through a cache resync or rebuild
+    (`state.held_placements`, added in the constructor)."""
+
+    def __init__(self, client: KubeClient | None, state: ClusterState, events: EventRecorder, placer: Placer, *,
                  pdbs: Informer | None = None, classes: Informer | None = None, hold_timeout: float = 120.0,
-                 is_leader: Callable[[], bool] = lambda: True, assumed: Callable[[], object] = dict,
+                 is_leader: Callable[[], bool] = lambda: True,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
-                 share_failures: Callable[[dict, list], tuple | None] | None = None,
                  scheduler_names: frozenset[str] = frozenset()):
         self.client = client
         self.state = state
@@ -110,7 +115,7 @@ class PreemptController:
         self.classes = classes
         self.hold_timeout = hold_timeout
         self.is_leader = is_leader
-        self.assumed = assumed  # the extender's /filter decisions (uid -> Assumed)
+        self.held_decisions = placer.held  # this replica's /filter decisions (uid -> Assumed), read only
         self.clock = clock
         self.pending: dict[str, Failure] = {}
         self.holds: dict[str, Hold] = {}
@@ -120,16 +125,17 @@ class PreemptController:
         self.refusals: dict[str, str] = {}  # uid -> why no preemption (last decision), for logs and tests
         self._wake = asyncio.Event()
         self.wall = wall
-        self.share_failures = share_failures    # the extender's fit without a decision (other replicas' failures)
+        self.share_failures = placer.share_failures  # the fit without a decision (other replicas' failures)
         self.scheduler_names = scheduler_names  # the schedulerNames this scheduler serves (empty: any)
         # a pod this replica's /filter placed (assumed) is no longer held here, whatever the Node says
-        self.mirror = HoldMirror(state, lambda: self.holds.keys() | set(self.assumed()), wall,
+        self.mirror = HoldMirror(state, lambda: self.holds.keys() | self.held_decisions.keys(), wall,
                                  retired=lambda: self._retired)
         self.watched: dict[str, tuple[str, str]] = {}  # uid -> (ns, name): pending, refused on shares somewhere
         self._unpublish: set[str] = set()               # nodes whose published holds must be rewritten
         self._retired: dict[str, float] = {}            # uid -> `until` of a hold this leader ended (not to rewrite)
         self._rescanned = 0.0
         self._heard: dict[str, float] = {}              # uid -> when this replica's /filter last refused it
+        state.held_placements.add(lambda: self.holds.keys() | self.mirror.mirrored.keys())
 
     # ------------------------------------------------------------------ hot path (sync)
 
@@ -223,7 +229,7 @@ class PreemptController:
         self._retired[uid] = hold.until
         self._unpublish.add(hold.node)
         rec = self.state.index.pod(uid)
-        placed = uid in self.assumed() or self._placed(hold.namespace, hold.name)
+        placed = uid in self.held_decisions or self._placed(hold.namespace, hold.name)
         if rec is not None and not placed:
             self.state.index.remove_pod(uid)
             self.state.placement_dropped(hold.node, hold.namespace)  # the shares are free for others now
@@ -240,7 +246,7 @@ class PreemptController:
             pod = self.state.pod(hold.namespace, hold.name)
             if pod is None or ((pod.get("metadata") or {}).get("uid") not in (None, uid)):
                 self._end(uid, "preemptor deleted")
-            elif uid in self.assumed() or self._placed(hold.namespace, hold.name):
+            elif uid in self.held_decisions or self._placed(hold.namespace, hold.name):
                 self._end(uid, "preemptor placed")
             elif now >= hold.expires:
                 self._end(uid, "timeout")
@@ -351,7 +357,7 @@ class PreemptController:
         cached = self.state.pod(ns, name)
         if cached is None or (cached.get("metadata") or {}).get("uid") not in (None, uid) or uid in self.holds:
             return
-        if self._placed(ns, name) or uid in self.assumed() or (cached.get("metadata") or {}).get("deletionTimestamp"):
+        if self._placed(ns, name) or uid in self.held_decisions or (cached.get("metadata") or {}).get("deletionTimestamp"):
             return
         classes = self.class_map()
         priority = gpupreempt.priority_of(failure.pod, classes)
@@ -439,21 +445,3 @@ def gpu_preemption_counters(c) -> dict[str, float]:
     return {"hami_scheduler_gpu_preemptions": float(c.preemptions if c else 0),
             "hami_scheduler_gpu_preemption_victims": float(c.victims if c else 0),
             "hami_scheduler_gpu_preemption_failed_evictions": float(c.failed_evictions if c else 0)}
-
-
-def attach_gpu_preemption(client, state, events, ext, waker, pdbs, leader, hold_timeout: float,
-                          scheduler_name: str = ""):
-    """Build the controller and hook it beside the waker: /filter's no-fit, resync's held set, pod events."""
-    c = PreemptController(client, state, events, pdbs=pdbs, classes=Informer(client, "priorityclasses"),
-                          hold_timeout=hold_timeout, is_leader=(lambda: leader.is_leader) if leader else (lambda: True),
-                          assumed=lambda: ext.assumed, share_failures=ext.share_failures,
-                          scheduler_names=frozenset({scheduler_name}) if scheduler_name else frozenset())
-
-    def on_no_fit(pod, preq, node_names, failed) -> None:
-        waker.note_failure(pod, preq, node_names, failed)
-        c.note_failure(pod, preq, node_names, failed)
-    ext.on_no_fit = on_no_fit
-    state.held_placements = lambda: ext.assumed.keys() | c.holds.keys() | c.mirror.mirrored.keys()
-    assert state.pods is not None
-    state.pods.add_handler(c.on_pod)
-    return c

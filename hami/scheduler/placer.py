@@ -1,0 +1,515 @@
+"""The one owner of a placement decision (no HTTP, no API writes): which node and devices a pod gets.
+
+The extender (hami.scheduler.extender.server) decodes /filter, asks the Placer and encodes the
+answer; the binder (hami.scheduler.extender.bind) receives the Placer in its constructor and asks it
+for the re-check under the node lock and for a placement on kube-scheduler's node; /prioritize and
+/preempt (verbs.py), the GPU preemption controller and the cache read `held`. What a decision needs
+lives here and nowhere else:
+
+* the PodRequest memo (a burst's pods share a template: one PodRequest each, podshape.py);
+* the held decisions (`held`, uid -> `Assumed`: decided by /filter, not yet written by /bind),
+  counted per node, and the binds in flight per node (`bind_started` / `bind_ended`): the pending
+  work busy.py steers a burst around;
+* the choice of node and devices in both /filter modes (NodeNames from the watch-fed usage index,
+  full Nodes from the request's registrations);
+* the re-check before binding (`recheck`, recheck.py: the fit /filter ran, under the lock) and the
+  placement on a node kube-scheduler chose (`place_on`);
+* the share-failure refit the preemption controller asks for (`share_failures`: the fit without a
+  decision) and the no-fit notices (`no_fit`, the requeue waker and the controller listen);
+* `commit`: the only function that makes a placement. It writes the annotations of every vendor
+  row through the vendor table (`allocation_annotations`: each vendor's own keys), counts the
+  devices in the usage index, remembers the QoS policy MetaX sGPU cards switch to, and holds the
+  decision. /filter, the re-check's re-fit and kube-scheduler's node under --extender-prioritize all
+  commit through it, so each vendor keeps its keys on every path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import orjson
+
+from hami.config import Config
+from hami.device import codec
+from hami.device.allocation import allocation_annotations
+from hami.device.model import ContainerDeviceRequest
+from hami.device.vendorregister import registration_signature
+from hami.device.vendorrequest import flat_requests
+from hami.obs.log import get_logger
+from hami.scheduler.cache.state import VGPU_NODE, ClusterState
+from hami.scheduler.placement import fit as fitmod
+from hami.scheduler.placement import policy as policymod
+from hami.scheduler.placement import recheck as recheckmod
+from hami.scheduler.placement import score as scoremod
+from hami.scheduler.placement import spread as spreadmod
+from hami.scheduler.placement.busy import Busy, Held, HeldView
+from hami.scheduler.placement.fit import try_pod
+from hami.scheduler.placement.nodeorder import first_fit
+from hami.scheduler.placement.podshape import ShapeMemo
+from hami.scheduler.placement.policy import PolicyError
+from hami.scheduler.placement.usage import NodeUsage, UsageIndex
+from hami.scheduler.placement.vendorrules import METAX_APP_CLASS, METAX_QOS
+from hami.scheduler.relay import Relay
+
+log = get_logger(__name__)
+
+# Up to this many candidate nodes /filter evaluates them all, as HAMi does, so the FilteringSucceed
+# event counts every fitting node; beyond it, it stops at the first fit in score order (same choice).
+FULL_EVALUATION_MAX_NODES = 64
+
+# A decision /filter holds in memory and /bind has not written after this long is dropped (the
+# pod was deleted, or kube-scheduler bound it elsewhere); it never reached the API server.
+ASSUME_TTL = 60.0
+
+RequestsFn = Callable[[dict], "tuple[list[ContainerDeviceRequest | None], int]"]
+
+
+@dataclass(frozen=True, slots=True)
+class Assumed:
+    """A placement decision held in this replica until /bind writes it: node, devices and the
+    annotations to write (None: already written on the pod, HAMi's flow of a patch at /filter)."""
+
+    node: str
+    namespace: str
+    name: str
+    devices: tuple
+    at: float
+    annotations: dict | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """/filter's decision in NodeNames mode: the selection (node None: no fit), the (node, score)
+    pairs its FilteringSucceed text lists, the committed decision, the PodRequest, and the usage
+    record of an earlier decision for the pod that this one dropped (None: there was none)."""
+
+    selection: scoremod.Selection
+    fit_scores: list
+    decision: Assumed | None
+    request: fitmod.PodRequest
+    dropped: Any = None
+
+
+class Placer:
+    def __init__(self, config: Config, state: ClusterState, *, requests_fn: RequestsFn,
+                 no_fit: Relay | None = None, clock: Callable[[], float] = time.time):
+        self.config = config
+        self.cfg = config.scheduler
+        self.state = state
+        self.requests_fn = requests_fn
+        self.clock = clock
+        self._no_fit = no_fit if no_fit is not None else Relay()  # (pod, PodRequest, candidates, failed)
+        # MetaX sGPU rows: a placement on them remembers the QoS policy its cards switch to.
+        self._sgpu_types = frozenset(v.name for v in (config.vendors.others if config.vendors else ())
+                                     if v.hook == "metax")
+        # uid -> decision held until its /bind; counted per node (a node with decisions pending
+        # is busy for the funnel avoidance, busy.py)
+        self._held = Held()
+        self.held = HeldView(self._held)
+        # node -> binds in flight there (the binder reports them; /filter avoids these nodes like locked ones)
+        self._binds: dict[str, int] = {}
+        self.binds_in_flight: Mapping[str, int] = MappingProxyType(self._binds)
+        # Send pods away from nodes mid-allocation (locked) when another node fits.
+        self.avoid_locked = True
+        # This replica's rank of nodes for spreading a burst away from another replica's choices.
+        self.replica_salt = spreadmod.new_salt()
+        self._swept = 0.0
+        self._decoded: dict[str, tuple] = {}  # register text -> devices (full-Nodes mode)
+        self._warned: set[str] = set()
+        self.requests = ShapeMemo()  # a burst's pods share a template: one PodRequest each (podshape.py)
+        state.held_placements.add(self._held.keys)  # a resync or rebuild keeps /filter's decisions
+
+    # ------------------------------------------------------------------ what the pod asks
+
+    def pod_request(self, requests, num_init: int, annos, ns: str, name: str) -> fitmod.PodRequest | str:
+        """What the fit needs of the pod; bad scoring weights give HAMi's error text."""
+        gpu_policy, node_policy = self.cfg.gpu_scheduler_policy, self.cfg.node_scheduler_policy
+        for warning in policymod.ignored_policies(annos, ns, name, node_policy, gpu_policy):
+            self._warn_once(warning)
+        quota = self.state.index.quota_view(ns)
+        key = None
+        if quota is None:  # a quota's usage changes with every placement: such a request is not kept
+            try:
+                key = (tuple(requests), num_init, orjson.dumps(annos), ns, gpu_policy, node_policy)
+                preq = self.requests.get(key)
+            except (orjson.JSONEncodeError, TypeError):  # not encodable or not hashable: worked out each time
+                key = preq = None
+            if preq is not None:
+                return preq
+        try:
+            preq = fitmod.pod_request(
+                requests, num_init, annos, gpu_policy=gpu_policy, node_policy=node_policy, namespace=ns,
+                quota=quota, vendors=self.config.vendors,
+            )
+        except PolicyError as exc:
+            return f"calcScore failed {exc} for pod {name}"
+        if key is not None:
+            self.requests.put(key, preq)
+        return preq
+
+    def request_of(self, pod: dict) -> fitmod.PodRequest | None | str:
+        """The pod's PodRequest, None when it asks for no HAMi device, or an error text."""
+        try:
+            requests, num_init = self.requests_fn(pod)
+        except ValueError as exc:
+            return str(exc)
+        if not any(r is not None and (r.__class__ is tuple or r.nums > 0) for r in requests):
+            return None
+        meta = pod.get("metadata") or {}
+        return self.pod_request(requests, num_init, meta.get("annotations") or {},
+                                meta.get("namespace") or "default", meta.get("name", ""))
+
+    def _warn_once(self, text: str) -> None:
+        """HAMi's klog warning for an ignored annotation, once per distinct text (kube-scheduler retries)."""
+        if text in self._warned:
+            return
+        if len(self._warned) > 4096:
+            self._warned.clear()
+        self._warned.add(text)
+        log.warning(text)
+
+    # ------------------------------------------------------------------ /filter, NodeNames mode
+
+    def place(self, pod: dict, uid: str, ns: str, name: str, annos: dict, requests, num_init: int,
+              names, node_names: list, *, written: bool = False) -> Choice | str:
+        """/filter's decision from the watch-fed usage index: the pod's earlier decision is dropped
+        (HAMi re-places a retried filter), the node chosen, the placement committed (`written`:
+        the caller patches it on the pod at once, HAMi's flow). An error text when the pod's
+        scoring annotations are bad. `names`: the candidates' NameList (nodeorder.py) or None."""
+        index = self.state.index
+        dropped = index.pod(uid)
+        index.remove_pod(uid)
+        self._held.pop(uid, None)
+        preq = self.pod_request(requests, num_init, annos, ns, name)
+        if isinstance(preq, str):
+            return preq
+        sel, fit_scores = self._choose(names, node_names, preq, index, ns, name)
+        if sel.node is None:
+            self._no_fit(pod, preq, node_names, sel.failed_nodes)
+            return Choice(sel, fit_scores, None, preq, dropped)
+        decision = self.commit(pod, uid, sel.node, sel.devices, sel.mig, written=written)
+        return Choice(sel, fit_scores, decision, preq, dropped)
+
+    def _choose(self, names, node_names, preq: fitmod.PodRequest, index: UsageIndex,
+                ns: str, name: str) -> tuple[scoremod.Selection, list[tuple[str, float]]]:
+        """The node for the pod and the (node, score) pairs the FilteringSucceed text lists."""
+        verbose = log.enabled(2)
+        prioritize = self.cfg.extender_prioritize  # every fitting node: kube-scheduler's scoring picks
+        if (names is not None and len(node_names) > FULL_EVALUATION_MAX_NODES and not verbose and not prioritize
+                and not preq.scored):  # (a vendor score term needs every node fitted: select_node)
+            sel = self._first_fit(names, preq, index)
+            return sel, [(sel.node, sel.score)] if sel.node else []
+        spread = False  # a burst pending here: take the fit this replica's salt ranks highest (spread.py)
+        if self.avoid_locked and not prioritize:
+            busy = self.busy_nodes(node_names)
+            if busy:
+                # only this replica's own decisions and binds make a burst: a lock seen on some node
+                # (another scheduler's, an Allocate in progress) leaves binpack's best fit first
+                spread = bool(self._held.per_node or self._binds)
+                free = [n for n in node_names if n not in busy]
+                if free and len(free) < len(node_names):
+                    fits, failed = scoremod.evaluate_nodes(index.nodes, free, preq)
+                    if fits:  # another node fits: leave the locked ones to their pods
+                        best = spreadmod.pick(fits, self.replica_salt) if spread else fits[0]
+                        return (scoremod.Selection(best.node, best.devices, best.score, best.mig, failed, len(free)),
+                                [(best.node, best.score)])
+        if verbose or prioritize or len(node_names) <= FULL_EVALUATION_MAX_NODES:
+            # HAMi fits every node; its FilteringSucceed text counts them all. Small candidate lists
+            # cost little, so they get HAMi's exact message; big ones stop at the first fit.
+            fits, failed = scoremod.evaluate_nodes(index.nodes, node_names, preq)
+            if verbose:
+                self._log_decisions(ns, name, preq, node_names, fits, failed, index)
+            if fits:
+                best = spreadmod.pick(fits, self.replica_salt) if spread else fits[0]
+                sel = scoremod.Selection(best.node, best.devices, best.score, best.mig, failed, len(fits))
+            else:
+                sel = scoremod.Selection(None, (), 0.0, (), failed, 0)
+            return sel, [(r.node, r.score) for r in fits]
+        sel = scoremod.select_node(index.nodes, node_names, preq)
+        return sel, [(sel.node, sel.score)] if sel.node else []
+
+    def _first_fit(self, names, preq: fitmod.PodRequest, index: UsageIndex) -> scoremod.Selection:
+        """select_node's answer from the candidate order kept between requests (nodeorder.py),
+        with the avoid-locked rule: a busy node only when no other node fits."""
+        busy = self.avoid_locked and (self._held.per_node or self._binds or self.state.locked)
+        # The walk passes by nodes with anything pending and fits them, least pending first, only
+        # when no idle node fits (busy.py; no table of every node is built).
+        pending = Busy(self._held.per_node, self._binds, self.state.locked, ()).pending if busy else None
+        walk = first_fit(names, index.nodes, index.changes, policymod.node_order_descending(preq.node_policy),
+                         lambda n: try_pod(n, preq), need=fitmod.memory_need(preq), pending=pending)
+        if walk.node is None:
+            return scoremod.Selection(None, (), 0.0, (), walk.failed, walk.tried)
+        devices, mig = walk.fit
+        return scoremod.Selection(walk.node, devices, walk.usage.score_value, mig, walk.failed, walk.tried)
+
+    def busy_nodes(self, candidates) -> Busy:
+        """Nodes to try last (busy.py): more pending on them than on the least busy candidate, in
+        held decisions, our binds in flight and a lock seen by the node watch."""
+        return Busy(self._held.per_node, self._binds, self.state.locked, candidates)
+
+    def _log_decisions(self, ns, name, preq, node_names, fits, failed, index: UsageIndex) -> None:
+        pod = f"{ns}/{name}"
+        for r in fits:
+            log.v(2).info("Node score", pod=pod, node=r.node, score=round(r.score, 2))
+        if not log.enabled(4):
+            return
+        wanted = [
+            f"{r.nums}x(mem={r.memreq or (str(r.mempercentagereq) + '%')},cores={r.coresreq})"
+            for r in (x for e in preq.requests for x in flat_requests(e))
+        ]
+        for r in fits:
+            log.v(4).info("Node fits", pod=pod, node=r.node, requested=wanted,
+                          available=available(index.node(r.node)))
+        for node, reason in failed.items():
+            log.v(4).info("Node filtered out", pod=pod, node=node, reason=reason, requested=wanted,
+                          available=available(index.node(node)))
+
+    # ------------------------------------------------------------------ /filter, full-Nodes mode
+
+    def select_in_nodes(self, preq: fitmod.PodRequest, scanned, items: list) -> tuple[scoremod.Selection,
+                                                                                    list[str], dict[str, Any]]:
+        """HAMi's choice among the Nodes a full-Nodes /filter carries (nothing is held or written,
+        as in HAMi): the selection, the candidates' names and name -> the Node (a nodescan.py
+        ScannedNode when `scanned`, the body's Node objects `items` otherwise)."""
+        index = self.state.index
+        usages: dict[str, NodeUsage] = {}
+        by_name: dict[str, Any] = {}
+        names = []
+        if scanned is not None:
+            registered, known = self.state.registered, index.nodes
+            for sn in scanned:
+                nname = sn.name
+                names.append(nname)
+                by_name[nname] = sn
+                reg = registered.get(nname)
+                # The common case inline: the watch already knows this registration and its usage
+                # (sn.known: the registration this same Node text was last found equal to).
+                if reg is not None and nname in known:
+                    if sn.known is reg:
+                        usages[nname] = known[nname]
+                        continue
+                    text = sn.register
+                    if text is not None and reg.register == text:
+                        sn.known = reg
+                        usages[nname] = known[nname]
+                        continue
+                u = self.node_usage(sn.node(), index)  # decoded here only for nodes the cache lacks
+                if u is not None:
+                    usages[nname] = u
+        else:
+            for node in items:
+                nname = (node.get("metadata") or {}).get("name", "")
+                names.append(nname)
+                by_name[nname] = node
+                u = self.node_usage(node, index)
+                if u is not None:
+                    usages[nname] = u
+        return scoremod.select_node(usages, names, preq), names, by_name
+
+    def node_usage(self, node: dict, index: UsageIndex) -> NodeUsage | None:
+        """The usage of a Node object a full-Nodes request carries: the cache's when it knows the
+        same registration, else decoded here (once per registration text) with the pod cache's usage."""
+        meta = node.get("metadata") or {}
+        name = meta.get("name", "")
+        annos = meta.get("annotations") or {}
+        text = annos.get(codec.REGISTER_ANNOTATION)
+        reg = self.state.registered.get(name)
+        if text is not None and reg is not None and reg.register == text:  # NVIDIA only, known to the cache
+            cached = index.node(name)
+            if cached is not None:
+                return cached
+            devices = reg.devices
+        else:
+            vendors = self.config.vendors
+            extra = ""
+            if vendors is not None and vendors.others:
+                extra = registration_signature(annos, (node.get("status") or {}).get("capacity") or {}, vendors,
+                                               meta.get("labels"))
+            if not extra and text is None:
+                return None
+            # NVIDIA only: keyed by the register text; with other vendors (annotations, capacity,
+            # labels) by the same signature the node watch uses, decoded as it does.
+            sig = text if not extra else f"{text or ''}\x00{extra}"
+            if extra and reg is not None and reg.register == sig:
+                cached = index.node(name)
+                if cached is not None:
+                    return cached
+            cache_key = sig if not extra else f"{name}\x00{sig}"  # capacity cards are named after the node
+            devices = self._decoded.get(cache_key)
+            if devices is None:
+                if extra:
+                    _sig, dec = self.state.registration_of(node)
+                    devices = dec.devices if dec is not None and not dec.error else ()
+                else:
+                    try:
+                        devices = tuple(codec.decode_node_devices(text))
+                    except codec.CodecError:
+                        devices = ()
+                if len(self._decoded) > 16384:
+                    self._decoded.clear()
+                self._decoded[cache_key] = devices
+        if not devices:
+            return None
+        # A node the cache does not know as usable: build its usage from the pod cache.
+        tmp = UsageIndex(self.config.nvidia, self.config.vendors)
+        usage = tmp.set_node(name, devices, codec.decode_device_cordon(
+            (meta.get("annotations") or {}).get(codec.CORDON_ANNOTATION)))
+        for key in index.pods_on(name):
+            rec = index.pod(key)
+            if rec is not None:
+                tmp.add_pod(key, name, rec.devices, namespace=rec.namespace, num_init=rec.num_init,
+                            init_released=rec.init_released, mig=rec.mig, app_class=rec.app_class)
+        return usage
+
+    # ------------------------------------------------------------------ the commit
+
+    def commit(self, pod: dict, uid: str, node: str, devices, mig, *, written: bool = False) -> Assumed:
+        """Make a placement: its annotations (every vendor's own keys, vgpu-node, vgpu-time, MIG),
+        the devices counted in the usage index (a concurrent /filter sees them taken), the QoS
+        policy MetaX sGPU cards switch to, the decision held for /bind. `written`: the caller
+        writes the annotations on the pod itself now (HAMi's flow), so /bind does not carry them."""
+        meta = pod.get("metadata") or {}
+        ns, name = meta.get("namespace") or "default", meta.get("name", "")
+        annos = meta.get("annotations") or {}
+        index = self.state.index
+        now = self.clock()
+        usage = index.node(node)
+        annotations = {
+            VGPU_NODE: node,
+            codec.VGPU_TIME_ANNOTATION: codec.encode_unix_seconds(now),
+            **allocation_annotations(devices, self.config.vendors, now, node, pod,
+                                     drs=getattr(usage, "drs", None), node_usage=usage),
+        }
+        if mig:
+            annotations[codec.MIG_ALLOCATIONS_ANNOTATION] = codec.encode_mig_allocations(
+                codec.MigAllocation(c, d, u, p, pl) for c, d, u, p, pl in mig)
+        index.remove_pod(uid)
+        index.add_pod(uid, node, devices, namespace=ns, num_init=len((pod.get("spec") or {}).get("initContainers") or []),
+                      mig=tuple((u, pl) for _, _, u, _, pl in mig), app_class=annos.get(METAX_APP_CLASS, ""))
+        sgpu = self._sgpu_types
+        if sgpu and any(cd.type in sgpu for ctr in devices for cd in ctr):
+            index.expect_qos(node, devices, annos.get(METAX_QOS, ""), sgpu)
+        self.sweep(now)
+        decision = Assumed(node, ns, name, devices, now, None if written else annotations)
+        self._held[uid] = decision
+        if written:
+            return Assumed(node, ns, name, devices, now, annotations)  # the caller's copy to patch
+        return decision
+
+    def drop(self, uid: str) -> None:
+        """Undo a commit whose write failed: the devices are free, nothing is held."""
+        self.state.index.remove_pod(uid)
+        self._held.pop(uid, None)
+
+    def forget(self, uid: str) -> None:
+        """/bind wrote the decision (or the pod is gone): it is no longer held here."""
+        self._held.pop(uid, None)
+
+    def sweep(self, now: float) -> None:
+        """Forget decisions /bind never wrote (at most every few seconds; O(held decisions))."""
+        if now - self._swept < 5.0:
+            return
+        self._swept = now
+        for uid, a in list(self._held.items()):
+            if now - a.at > ASSUME_TTL and a.annotations is not None:
+                cached = self.state.pod(a.namespace, a.name)
+                if VGPU_NODE not in (((cached or {}).get("metadata") or {}).get("annotations") or {}):
+                    self.state.index.remove_pod(uid)
+                self._held.pop(uid, None)
+
+    # ------------------------------------------------------------------ /bind
+
+    def bind_started(self, node: str) -> None:
+        self._binds[node] = self._binds.get(node, 0) + 1
+
+    def bind_ended(self, node: str) -> None:
+        left = self._binds.get(node, 1) - 1
+        if left > 0:
+            self._binds[node] = left
+        else:
+            self._binds.pop(node, None)
+
+    def place_on(self, pod: dict, node: str) -> Assumed | None:
+        """Fit `pod` on `node` now and commit it (a /bind without this replica's /filter decision
+        for that node: another replica filtered, or kube-scheduler chose another of the fitting
+        nodes under --extender-prioritize); None when it does not fit."""
+        return self._place(pod, node, None, ())[1]
+
+    def recheck(self, pod: dict, node: str, devices) -> tuple[bool, Assumed | None, str]:
+        """/bind's re-check under the node lock: the fit /filter runs (`try_pod`, the same
+        PodRequest, this index without the pod), first on the devices /filter chose alone
+        (recheck.py). (True, None, "") when it gives them back; else the pod fitted on the whole
+        node again and committed: (False, placement to write, ""), or (False, None, the fit's reason)."""
+        return self._place(pod, node, recheckmod.chosen_ids(devices), devices)
+
+    def _place(self, pod: dict, node: str, keep_ids: frozenset[str] | None,
+               keep) -> tuple[bool, Assumed | None, str]:
+        """(the kept devices still fit, else a new placement on `node` or None, the fit's reason)."""
+        meta = pod.get("metadata") or {}
+        ns, name = meta.get("namespace") or "default", meta.get("name", "")
+        uid = meta.get("uid") or f"{ns}/{name}"
+        try:
+            requests, num_init = self.requests_fn(pod)
+        except ValueError as exc:
+            return False, None, str(exc)
+        index = self.state.index
+        held = index.pod(uid)
+        index.remove_pod(uid)
+        try:
+            preq = self.pod_request(requests, num_init, meta.get("annotations") or {}, ns, name)
+            if isinstance(preq, str):
+                return False, None, preq
+            usage = index.node(node)
+            if keep_ids is not None and usage is not None:
+                got = try_pod(recheckmod.only_devices(usage, keep_ids), preq)
+                if got.__class__ is not str and recheckmod.same_placement(got[0], keep):
+                    return True, None, ""
+            fits, failed = scoremod.evaluate_nodes(index.nodes, [node], preq)
+        finally:
+            if held is not None:
+                index.add_pod(uid, held.node, held.devices, namespace=held.namespace, num_init=held.num_init,
+                              init_released=held.init_released, mig=held.mig, app_class=held.app_class)
+        if not fits:
+            return False, None, failed.get(node, "")
+        best = fits[0]
+        return False, self.commit(pod, uid, node, best.devices, best.mig), ""
+
+    # ------------------------------------------------------------------ /prioritize, GPU preemption
+
+    def fits_without(self, uid: str, names, preq: fitmod.PodRequest) -> list:
+        """The nodes of `names` the pod fits, best first, scored as they are without the pod's own
+        held placement (/prioritize: kube-scheduler weighs HAMi's score of every candidate)."""
+        index = self.state.index
+        own = index.pod(uid)
+        if own is not None:
+            index.remove_pod(uid)
+        try:
+            return scoremod.evaluate_nodes(index.nodes, names, preq)[0]
+        finally:
+            if own is not None:
+                index.add_pod(uid, own.node, own.devices, namespace=own.namespace, num_init=own.num_init,
+                              init_released=own.init_released, mig=own.mig, app_class=own.app_class)
+
+
+    def share_failures(self, pod: dict, node_names) -> tuple[fitmod.PodRequest, dict[str, str]] | None:
+        """/filter's fit of `pod` on `node_names` without deciding anything (GPU preemption on the
+        leader, for a pod another replica's /filter refused): its request and the failed nodes' reasons."""
+        preq = self.request_of(pod)
+        if not isinstance(preq, fitmod.PodRequest):
+            return None
+        return preq, scoremod.evaluate_nodes(self.state.index.nodes, list(node_names), preq)[1]
+
+
+def available(node: NodeUsage | None) -> list[str]:
+    """A node's free share of each device, for the verbose decision logs."""
+    if node is None:
+        return []
+    return [
+        f"{d.id}:slots={d.count - d.used}/{d.count},mem={d.totalmem - d.usedmem}/{d.totalmem},"
+        f"cores={d.totalcore - d.usedcores}/{d.totalcore}"
+        for d in node.devices
+    ]
