@@ -20,7 +20,7 @@ import pytest
 
 PURE = ("placement.policy", "placement.usage", "placement.fit", "placement.score", "admission.webhook",
         "placement.podfilter", "placement.gosort", "placement.migplace", "placement.messages",
-        "placement.vendorrules", "placement.vendorscore", "extender.nodeorder", "extender.extargs",
+        "placement.vendorrules", "placement.vendorscore", "placement.nodeorder", "extender.extargs",
         "cache.changelog", "extender.nodescan", "placement.recheck", "preemption.plan", "preemption.victims",
         "placement.busy", "placement.spread", "cache.lockhistory", "admission.patchbuild",
         "admission.quantitylimits", "admission.placementguard")
