@@ -1,0 +1,106 @@
+"""Every vendor row keeps its own annotation keys when /bind places a pod on the node kube-scheduler
+chose under --extender-prioritize, through the real extender over HTTP against the embedded API
+server.
+
+With --extender-prioritize /filter answers every fitting node and holds its own best; kube-scheduler
+may weigh in other scores and bind the pod to another of them. For each row of config/vendors.yaml:
+two idle nodes registered the way that vendor's device plugin registers them, a pod asking one of
+its devices, /filter over both, then /bind to the node /filter did NOT hold. The pod must come out
+bound there with that vendor's own allocation keys (NVIDIA's `hami.io/vgpu-devices-*` only for the
+NVIDIA row), devices registered on that node, byte for byte what the Placer's one commit writes for
+them, and for MetaX sGPU the QoS policy its card switches to expected in the usage index. Before the
+Placer, this path wrote every vendor's devices under NVIDIA's keys and expected no QoS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+
+from hami.config import default_vendor_table
+from hami.device import codec
+from hami.device.allocation import allocation_annotations
+from hami.device.model import NVIDIA
+from hami.device.vendors import Vendor
+from hami.scheduler.placement.vendorrules import METAX_QOS
+from hami.sim.kubelet.vendornodes import vendor_registration
+from tests.kube.helpers import node_obj, pod_obj
+from tests.kube.scheduler_env import requesting_now, running_env
+
+TABLE = default_vendor_table()
+ROWS = [v.name for v in TABLE.vendors]
+_serial = itertools.count(1)
+
+
+def _node(v: Vendor, name: str) -> dict:
+    if v.hook == "nvidia":
+        return node_obj(name, 2, handshake=requesting_now())
+    cards = 4 if v.hook == "kunlunxin" else 2  # Kunlunxin boards come in groups of 4 (NUMA)
+    annos, capacity = vendor_registration(name, next(_serial), [(v, cards, v.memory_allocatable or 32768)])
+    obj = node_obj(name, 0, registered=False, annotations=annos)
+    obj["status"]["capacity"].update(capacity)
+    obj["status"]["allocatable"].update(capacity)
+    return obj
+
+
+def _pod(v: Vendor, name: str) -> dict:
+    annotations = {METAX_QOS: "fixed-share"} if v.hook == "metax" else {}
+    pod = pod_obj(name, gpus=0, annotations=annotations)
+    limits = {v.count_resource: "1"}
+    if v.core_resource and v.hook == "metax":
+        limits[v.core_resource] = "50"  # a share: the card then switches to the pod's QoS
+    pod["spec"]["containers"][0]["resources"]["limits"] = limits
+    return pod
+
+
+def _own_keys(v: Vendor) -> set[str]:
+    if v.hook == "nvidia":
+        return {codec.TO_ALLOCATE_ANNOTATION, codec.ALLOCATED_ANNOTATION}
+    return {k for k in (v.to_allocate_key, v.allocated_key) if k}
+
+
+@pytest.mark.parametrize("row", ROWS)
+async def test_bind_on_kube_schedulers_other_node_keeps_the_vendors_own_keys(apiserver, row):
+    v = TABLE.get(row)
+    a, b = _node(v, "pa"), _node(v, "pb")
+    async with running_env(apiserver, [a, b], extender_prioritize=True) as env:
+        state = env.sched.state
+        for _ in range(500):  # the node watch brings both registrations in
+            if {"pa", "pb"} <= state.index.nodes.keys():
+                break
+            await asyncio.sleep(0.01)
+        assert {"pa", "pb"} <= state.index.nodes.keys(), (row, sorted(state.index.nodes))
+        pod = env.create_pod(_pod(v, "moved"))
+        out = await env.filter(pod, ["pa", "pb"])
+        assert out["Error"] == "" and sorted(out["NodeNames"] or []) == ["pa", "pb"], (row, out)
+        uid = pod["metadata"]["uid"]
+        held = env.sched.placer.held[uid].node
+        other = "pb" if held == "pa" else "pa"
+
+        res = await env.bind(pod, other)
+
+        assert res["Error"] == "", (row, res)
+        stored = env.pod("default", "moved")
+        annos = stored["metadata"]["annotations"]
+        assert stored["spec"]["nodeName"] == other
+        assert annos[codec.VGPU_NODE_ANNOTATION] == other
+        own = _own_keys(v)
+        assert own <= annos.keys(), (row, sorted(annos))
+        if v.name != NVIDIA and v.hook != "nvidia":
+            assert codec.ALLOCATED_ANNOTATION not in annos and codec.TO_ALLOCATE_ANNOTATION not in annos, row
+        devices = codec.decode_pod_devices(annos[v.allocated_key or codec.ALLOCATED_ANNOTATION])
+        placed = [cd for ctr in devices for cd in ctr]
+        on_other = {d.id for d in state.index.node(other).devices}
+        assert placed and all(cd.uuid in on_other for cd in placed), (row, placed, on_other)
+        assert all(cd.type == v.name for cd in placed), (row, placed)
+        # byte for byte the commit's annotations for those devices (the time stamps aside)
+        containers = len(stored["spec"]["containers"]) + len(stored["spec"].get("initContainers") or [])
+        expected = allocation_annotations(tuple(devices[:containers]), TABLE, 0.0, other, stored,
+                                          node_usage=state.index.node(other))
+        for key in own:
+            assert annos[key] == expected[key], (row, key)
+        if v.hook == "metax":  # HAMi's addJitteryQos: the card switches to the pod's policy
+            assert {state.index.qos_expected.get(cd.uuid) for cd in placed} == {"fixed-share"}, row
+        assert env.sched.placer.held.get(uid) is None  # written, no longer held
