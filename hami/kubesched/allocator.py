@@ -145,9 +145,10 @@ def _read_one(raw: Mapping, at: str, name: str, parent: str) -> Request:
     count = raw.get("count", 1) if mode == "ExactCount" else 0
     if mode not in ("ExactCount", "All"):
         raise AllocationError(f"{at}: unsupported count mode {mode}")
-    if mode == "ExactCount" and (not isinstance(count, int) or isinstance(count, bool)
-                                 or not 1 <= count <= MAX_RESULTS):
-        raise AllocationError(f"{at}: allocationMode {mode!r} with count {count!r} (1..{MAX_RESULTS})")
+    # No upper bound here: a subrequest asking for more than a claim may hold is passed over for
+    # the next one, and a claim that needs more is refused as a whole (`prepare`), as upstream.
+    if mode == "ExactCount" and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
+        raise AllocationError(f"{at}: allocationMode {mode!r} with count {count!r} (at least 1)")
     caps = None
     if isinstance(raw.get("capacity"), Mapping):
         caps = {str(k): to_quantity(v, field=f"{at}.capacity.requests[{k}]")
@@ -301,6 +302,7 @@ class Outcome:
     allocations: dict[str, dict] = field(default_factory=dict)  # "ns/name" -> status.allocation
     reason: str = ""  # one line: the claim, the request, what failed (node-independent)
     details: list[str] = field(default_factory=list)  # per device, for the doctor
+    steps: int = 0  # search steps taken (upstream's allocateOne invocations)
 
 
 def _claim_key(claim: Mapping) -> str:
@@ -579,8 +581,11 @@ class _Search:
             return Outcome(False, reason=f"claim {self.current}: the allocation search gave up after "
                                          f"{MAX_STEPS} tries")
         if not done:
-            return self.explain()
-        return Outcome(True, {_claim_key(c): self.allocation(ci, c) for ci, c in enumerate(self.claims)})
+            out = self.explain()
+            out.steps = self.steps
+            return out
+        return Outcome(True, {_claim_key(c): self.allocation(ci, c) for ci, c in enumerate(self.claims)},
+                       steps=self.steps)
 
     def one(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: tuple[int, int, int]) -> bool:
         self.steps += 1

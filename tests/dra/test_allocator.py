@@ -147,7 +147,8 @@ def test_a_claim_allocated_to_another_node_fails_here_and_an_unknown_class_is_na
 
 @pytest.mark.parametrize("mutate,field", [
     (lambda c: c["spec"]["devices"].update(requests=[]), "spec.devices.requests"),
-    (lambda c: c["spec"]["devices"]["requests"][0]["exactly"].update(count=33), "spec.devices.requests[0].exactly"),
+    (lambda c: c["spec"]["devices"]["requests"][0]["exactly"].update(count=33),
+     "number of requested devices 33 exceeds the claim limit of 32"),
     (lambda c: c["spec"]["devices"]["requests"][0]["exactly"].update(count="2"), "spec.devices.requests[0].exactly"),
     (lambda c: c["spec"]["devices"]["requests"][0]["exactly"].update(capacity={"requests": {"memory": "x"}}),
      "spec.devices.requests[0].exactly.capacity.requests[memory]"),

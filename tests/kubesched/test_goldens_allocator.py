@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from hami.kubesched.allocator import Allocator, Usage, inventory
+from hami.kubesched.cel import to_quantity
 
 CASES = yaml.safe_load((Path(__file__).parents[1] / "data" / "kubesched" / "allocator.yaml").read_text())["cases"]
 SHARE = "aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa"  # upstream's fixedShareID
@@ -57,7 +58,9 @@ def _device(d) -> dict:
 def _slice(s) -> dict:
     spec = {"driver": s["driver"], "pool": {"name": s["pool"], "generation": s.get("generation", 1),
                                             "resourceSliceCount": s.get("count", 1)}}
-    if "node" in s:
+    if s.get("perDevice"):
+        spec["perDeviceNodeSelection"] = True
+    elif "node" in s:
         spec["nodeName"] = s["node"]
     elif s.get("allNodes"):
         spec["allNodes"] = True
@@ -80,7 +83,7 @@ def _slice(s) -> dict:
 
 def _class(name, v) -> dict:
     v = {"driver": v} if isinstance(v, str) else v
-    expr = f'device.driver == "{v["driver"]}"'
+    expr = v.get("expression") or f'device.driver == "{v["driver"]}"'
     if "multi" in v:
         expr += f" && device.allowMultipleAllocations == {str(v['multi']).lower()}"
     spec = {"selectors": [{"cel": {"expression": expr}}]}
@@ -100,6 +103,8 @@ def _one(r) -> dict:
             out[k] = r[k]
     if r.get("selectors"):
         out["selectors"] = [{"cel": {"expression": e}} for e in r["selectors"]]
+    if "rawSelectors" in r:  # a selector of a kind this allocator does not know
+        out["selectors"] = r["rawSelectors"]
     if "capacity" in r:
         out["capacity"] = {"requests": {c: _q(v) for c, v in r["capacity"].items()}}
     return out
@@ -151,9 +156,15 @@ def _local(node: str) -> dict:
     return {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}
 
 
+def _by_value(results: list[dict]) -> list[dict]:
+    """consumedCapacity compared as quantities ("4Gi" and "4294967296" are one amount)."""
+    return [{**r, "consumedCapacity": {k: to_quantity(v) for k, v in r["consumedCapacity"].items()}}
+            if "consumedCapacity" in r else r for r in results]
+
+
 def _matches(got: dict, want: dict) -> bool:
-    results = sorted(got["devices"]["results"], key=repr)
-    if results != sorted(want["devices"], key=repr):
+    results = sorted(_by_value(got["devices"]["results"]), key=repr)
+    if results != sorted(_by_value(want["devices"]), key=repr):
         return False
     sel = want["nodeSelector"]
     if sel != "any":
@@ -180,6 +191,8 @@ def test_upstream_allocator_case(case):
     inv = inventory([_slice(s) for s in case.get("slices") or []])
     out = Allocator(new_share_id=lambda: SHARE).allocate(claims, node, inv, usage, classes)
     expect = case["expect"]
+    if "steps" in expect:  # upstream's count of allocateOne invocations: the same search, step for step
+        assert out.steps == expect["steps"]
     if "results" not in expect:
         assert not out.ok, f"upstream: {expect}; hami allocated {out.allocations}"
         return
