@@ -149,6 +149,7 @@ class AgentSettings:
     dra_plugin_dir: str = ""  # /var/lib/kubelet/plugins/hami-core-gpu.project-hami.io
     dra_registration_dir: str = ""  # /var/lib/kubelet/plugins_registry
     cdi_root: str = ""  # /var/run/cdi
+    dra_withdraw_unhealthy: bool = False  # withdraw an unhealthy GPU instead of a device taint (before 1.36)
 
 
 DEVICE_LIST_STRATEGIES = ("envvar", "cdi-annotations", "cdi-cri")
@@ -572,6 +573,7 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "plugin_dir": ("agent", "dra_plugin_dir"),
     "plugin_registration_dir": ("agent", "dra_registration_dir"),
     "cdi_root": ("agent", "cdi_root"),
+    "dra_withdraw_unhealthy": ("agent", "dra_withdraw_unhealthy"),
     "cache_dir": ("monitor", "cache_dir"),
     "cache_grace": ("monitor", "cache_grace"),
     "proc_root": ("monitor", "proc_root"),

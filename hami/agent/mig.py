@@ -22,11 +22,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from hami.device import codec
 from hami.device.model import DeviceInfo, MigPlacement, MigProfile, MigProfileAllow
-from hami.gpu.mig import MigInstance, MigProfileInfo, profile_core
+from hami.gpu.mig import (  # noqa: F401 - SliceKey, instance_key, allowed_profiles: the node agent's names too
+    MigInstance,
+    MigProfileInfo,
+    SliceKey,
+    allowed_profiles,
+    instance_key,
+    profile_core,
+    short_model,
+)
 
 MIG_ANNOTATION = codec.MIG_ALLOCATIONS_ANNOTATION
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -37,40 +45,11 @@ class MigRequestError(ValueError):
     """A pod's MIG request cannot be served; the message names the annotation and what is wrong."""
 
 
-@dataclass(frozen=True, slots=True)
-class SliceKey:
-    """A scheduler-reserved slice: the parent GPU, the profile and its placement."""
-
-    gpu_uuid: str
-    profile: str
-    start: int
-    size: int
-
-
 def key_of(a: codec.MigAllocation) -> SliceKey:
     return SliceKey(a.gpu_uuid, a.profile, a.placement.start, a.placement.size)
 
 
-def instance_key(m: MigInstance) -> SliceKey:
-    return SliceKey(m.gpu_uuid, m.profile, m.start, m.size)
-
-
 # --------------------------------------------------------------------------- registration
-
-
-def short_model(nvml_name: str) -> str:
-    return nvml_name.removeprefix("NVIDIA ").removeprefix("NVIDIA-").strip()
-
-
-def allowed_profiles(model: str, profiles: Sequence[MigProfileInfo],
-                     allowlist: Sequence[MigProfileAllow]) -> tuple[MigProfileInfo, ...]:
-    """Profiles of a card after `migProfileAllowlist`: the entries naming this model (NVML name
-    without `NVIDIA `) decide; a model no entry names keeps every profile NVML offers."""
-    entries = [a for a in allowlist if short_model(model) in a.models or model in a.models]
-    if not entries:
-        return tuple(profiles)
-    names = {p for a in entries for p in a.profiles}
-    return tuple(p for p in profiles if p.name in names)
 
 
 def register_profiles(profiles: Sequence[MigProfileInfo]) -> tuple[MigProfile, ...]:

@@ -1,14 +1,13 @@
 """Dynamic MIG on the node, the I/O half: realize the scheduler's slices on the card, free the
 ones no pod holds, keep the card in MIG mode only while it has instances.
 
-One manager per agent. Backend calls run in a thread for NVML (they block) and inline for the
-fake; one lock serialises every MIG change on the node (NVML MIG calls are not concurrent-safe
-per card, and Allocate and the reconcile tick must not interleave).
+One manager per agent, a `MigSlicer` (hami.gpu.migslicer: the card calls, their lock, making and
+freeing slices) with the pods' side: one lock serialises every MIG change on the node, so
+Allocate and the reconcile tick never interleave.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
@@ -16,41 +15,20 @@ from hami.agent import mig as plan
 from hami.device import codec
 from hami.device.model import MigProfile, MigProfileAllow
 from hami.gpu import GpuBackend, GpuInfo
-from hami.gpu.mig import MigControl, MigError, MigInstance, MigProfileInfo
+from hami.gpu.mig import MigError, MigInstance
+from hami.gpu.migslicer import MigSlicer
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
 
 
-class MigManager:
+class MigManager(MigSlicer):
     def __init__(self, backend: GpuBackend, allowlist: Sequence[MigProfileAllow] = ()):
-        if not isinstance(backend, MigControl):
-            raise MigError(f"GPU backend {backend.name!r} cannot manage MIG")
         plan.validate_allowlist(allowlist)
-        self.backend = backend
-        self.allowlist = tuple(allowlist)
-        self._lock = asyncio.Lock()
-        self._profiles: dict[str, tuple[MigProfileInfo, ...]] = {}
+        super().__init__(backend, allowlist)
         self._warned: set[str] = set()
-        self.created = 0
-        self.destroyed = 0
-
-    async def _call(self, fn, *args):
-        if self.backend.name == "nvml":
-            return await asyncio.to_thread(fn, *args)
-        return fn(*args)
 
     # ------------------------------------------------------------------ registration
-
-    async def profiles(self, gpu: GpuInfo) -> tuple[MigProfileInfo, ...]:
-        """Allowed profiles of a MIG-capable card (cached: the geometry does not change)."""
-        if gpu.uuid not in self._profiles:
-            if not await self._call(self.backend.mig_capable, gpu.uuid):
-                self._profiles[gpu.uuid] = ()
-            else:
-                offered = await self._call(self.backend.mig_profiles, gpu.uuid)
-                self._profiles[gpu.uuid] = plan.allowed_profiles(gpu.name, offered, self.allowlist)
-        return self._profiles[gpu.uuid]
 
     async def register_profiles(self, gpus: Iterable[GpuInfo]) -> dict[str, tuple[MigProfile, ...]]:
         return {g.uuid: plan.register_profiles(await self.profiles(g)) for g in gpus}
@@ -70,44 +48,14 @@ class MigManager:
             if gpu is None:
                 raise plan.MigRequestError(f"{where}: {plan.MIG_ANNOTATION} names GPU {a.gpu_uuid}, not on this node")
             plan.check_request(a, await self.profiles(gpu), where)
-        out: list[MigInstance] = []
-        made: list[MigInstance] = []
-        enabled_here: list[str] = []
-        async with self._lock:
-            try:
-                for a in wanted:
-                    key = plan.key_of(a)
-                    live = await self._call(self.backend.mig_instances, a.gpu_uuid)
-                    found = next((m for m in live if plan.instance_key(m) == key and m.mig_uuid), None)
-                    if found is None:
-                        if not await self._call(self.backend.mig_enabled, a.gpu_uuid):
-                            await self._call(self.backend.set_mig_mode, a.gpu_uuid, True)
-                            enabled_here.append(a.gpu_uuid)
-                        found = await self._call(self.backend.create_mig, a.gpu_uuid, a.profile, a.placement.start)
-                        made.append(found)
-                        self.created += 1
-                        log.info("Created MIG instance", pod=where, gpu=a.gpu_uuid, profile=a.profile,
-                                 start=a.placement.start, mig_uuid=found.mig_uuid, gi=found.gpu_instance_id)
-                    out.append(found)
-            except MigError as exc:
-                for m in made:
-                    try:
-                        await self._call(self.backend.destroy_mig, m.gpu_uuid, m.gpu_instance_id)
-                    except MigError as exc:
-                        log.warning("Rolling back a MIG instance failed", gpu=m.gpu_uuid, error=str(exc))
-                for uuid in enabled_here:
-                    if not await self._call(self.backend.mig_instances, uuid):
-                        await self._call(self.backend.set_mig_mode, uuid, False)
-                raise MigError(f"{where}: cannot realize the MIG slice {a.profile} at slice {a.placement.start} "
-                               f"on GPU {a.gpu_uuid}: {exc}") from None
-        return out
+        return await self.realize_slices([plan.key_of(a) for a in wanted], where)
 
     async def forget(self, created: Iterable[MigInstance]) -> None:
         """Destroy instances an Allocate created but could not record (its patch failed)."""
-        async with self._lock:
+        async with self.lock:
             for m in created:
                 try:
-                    await self._call(self.backend.destroy_mig, m.gpu_uuid, m.gpu_instance_id)
+                    await self.call(self.backend.destroy_mig, m.gpu_uuid, m.gpu_instance_id)
                 except MigError as exc:
                     log.warning("Destroying an unrecorded MIG instance failed", gpu=m.gpu_uuid, error=str(exc))
 
@@ -124,15 +72,15 @@ class MigManager:
                     log.warning("MIG reconcile paused: a pod's MIG annotation does not decode", error=e)
             return []
         gone: list[MigInstance] = []
-        async with self._lock:
+        async with self.lock:
             for g in gpus:
                 if not await self.profiles(g):
                     continue
-                if not await self._call(self.backend.mig_enabled, g.uuid):
+                if not await self.call(self.backend.mig_enabled, g.uuid):
                     continue
-                live = await self._call(self.backend.mig_instances, g.uuid)
+                live = await self.call(self.backend.mig_instances, g.uuid)
                 for m in plan.reconcile_plan(live, held):
-                    if await self._busy(m):
+                    if await self.busy(m):
                         key = f"busy {m.mig_uuid}"
                         if key not in self._warned:
                             self._warned.add(key)
@@ -140,7 +88,7 @@ class MigManager:
                                         profile=m.profile, start=m.start, mig_uuid=m.mig_uuid)
                         continue
                     try:
-                        await self._call(self.backend.destroy_mig, g.uuid, m.gpu_instance_id)
+                        await self.call(self.backend.destroy_mig, g.uuid, m.gpu_instance_id)
                     except MigError as exc:
                         log.warning("Destroying a MIG instance failed", gpu=g.uuid, error=str(exc))
                         continue
@@ -148,19 +96,14 @@ class MigManager:
                     self.destroyed += 1
                     log.info("Destroyed MIG instance no pod holds", gpu=g.uuid, profile=m.profile, start=m.start,
                              mig_uuid=m.mig_uuid)
-                if not await self._call(self.backend.mig_instances, g.uuid):
+                if not await self.call(self.backend.mig_instances, g.uuid):
                     try:
-                        await self._call(self.backend.set_mig_mode, g.uuid, False)
+                        await self.call(self.backend.set_mig_mode, g.uuid, False)
                         log.info("MIG mode off: no slice held on the card", gpu=g.uuid)
                     except MigError as exc:
                         log.warning("Leaving MIG mode failed", gpu=g.uuid, error=str(exc))
         return gone
 
-
-    async def _busy(self, m: MigInstance) -> bool:
-        """HAMi's nvmlBusyGPUs guard: an instance with running processes is never destroyed."""
-        busy = getattr(self.backend, "mig_busy", None)
-        return bool(busy is not None and await self._call(busy, m.gpu_uuid, m.gpu_instance_id))
 
     async def apply(self, pod: Mapping, containers: Sequence, gpus: Sequence[GpuInfo]) -> tuple[list, str | None]:
         """Allocate's MIG step: realize each container's slices and point its envs at the MIG

@@ -150,6 +150,8 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
     (("--plugin-registration-dir",), "plugin_registration_dir", "str",
      "--role dra: kubelet's plugin registration dir (default /var/lib/kubelet/plugins_registry)"),
     (("--cdi-root",), "cdi_root", "str", "--role dra: where the per-claim CDI specs go (default /var/run/cdi)"),
+    (("--dra-withdraw-unhealthy",), "dra_withdraw_unhealthy", "bool",
+     "--role dra: leave an unhealthy GPU out of the slice instead of tainting it (clusters before 1.36)"),
     # monitor
     (("--cache-dir",), "cache_dir", "str", "HAMi-core cache dirs (default /usr/local/vgpu/containers)"),
     (("--cache-grace",), "cache_grace", "duration", "keep dirs of unknown pods this long (default 5m)"),

@@ -9,10 +9,13 @@ checkpoint (which it creates when absent, so a kill during the very first prepar
 * a spec of this driver that no record names (killed between the spec and the record), and every
   temporary (killed while writing the spec), is removed: kubelet's retry prepares the claim afresh
   and nothing leaks;
-* a record not `prepared` (written by an older version that recorded `preparing` first) is dropped
+* a record not `prepared` (a kill while a MIG partition was being made for it) is dropped
   with its spec;
 * a `prepared` record whose spec is gone (a reboot empties /var/run/cdi) is dropped: it holds no
   capacity until kubelet prepares it again;
+* the records dropped here are kept in `dropped` (uid -> Entry) until the plugin has destroyed the
+  MIG instances they name (hami.dra.plugin: a kill between creating a partition and recording
+  the claim prepared leaves an instance only the `preparing` record knows);
 * a checkpoint that does not parse is moved aside (`checkpoint.json.corrupt`) and no spec is
   removed at that start, since what they belong to is unknown; the same holds for specs found when
   there was no checkpoint at all (a wiped plugin dir). Such specs are removed at the next start
@@ -42,7 +45,7 @@ class Entry:
     state: str
     namespace: str
     name: str
-    devices: list[dict] = field(default_factory=list)  # {requests, pool, device, cdi}
+    devices: list[dict] = field(default_factory=list)  # {requests, pool, device, cdi, uuid, room, MIG instance}
 
     def as_dict(self) -> dict:
         return {"state": self.state, "namespace": self.namespace, "name": self.name, "devices": self.devices}
@@ -54,6 +57,7 @@ class Checkpoint:
         self.cdi_root = cdi_root
         self.driver = driver
         self.claims: dict[str, Entry] = {}
+        self.dropped: dict[str, Entry] = {}
 
     def load(self) -> bool:
         """Read the file; False when it was absent or unreadable (then nothing is known)."""
@@ -102,7 +106,7 @@ class Checkpoint:
             # half-prepared, or prepared but its spec is gone (a reboot emptied /var/run/cdi): kubelet
             # prepares it again; until then it holds no capacity
             cdi.remove_spec(self.cdi_root, self.driver, uid)
-            del self.claims[uid]
+            self.dropped[uid] = self.claims.pop(uid)
             removed.append(uid)
         for uid, name in files:
             if cdi.is_temporary(name) or (known and uid not in self.claims):

@@ -1,4 +1,5 @@
-"""The kubelet DRA plugin: registration and NodePrepare/UnprepareResources over unix sockets.
+"""The kubelet DRA plugin's work: NodePrepare/UnprepareResources, independent of the gRPC version
+(the sockets kubelet talks to are hami.dra.server).
 
 Start it in-process (the simulated kubelet, tests, `hami --role dra`):
 
@@ -15,10 +16,19 @@ Start it in-process (the simulated kubelet, tests, `hami --role dra`):
 `driver.prepare(claims)` / `driver.unprepare(claims)` answer without gRPC (claims: `ClaimRef`s).
 Prepare GETs each ResourceClaim, checks its allocation (hami.dra.shares), writes its CDI spec
 (hami.dra.cdi) with HAMi-core's contract from `hami.device.sharecontract.share_contract` (the
-values Allocate hands a device-plugin container), then records it in the checkpoint as `prepared`. A claim already prepared is answered from the checkpoint (idempotent); a claim
-that cannot be prepared gets an error in its own entry of the response; no claim's failure fails
-another or the call. Unprepare removes the spec, the claim's shared-region cache dir and the entry;
-an unknown claim is already unprepared.
+values Allocate hands a device-plugin container), then records it in the checkpoint as `prepared`.
+A claim already prepared is answered from the checkpoint (idempotent); a claim that cannot be
+prepared gets an error in its own entry of the response; no claim's failure fails another or the
+call. Unprepare removes the spec, the claim's shared-region cache dir and the entry; an unknown
+claim is already unprepared.
+
+A MIG partition (hami.dra.slices: KEP-4815) is made real at prepare: the claim is recorded
+`preparing` with the slices it wants, the MIG slicer the node agent's dynamic MIG uses too (hami.gpu.migslicer) creates the
+GPU and compute instances, and the spec hands the container the instance alone; unprepare destroys
+them (MIG mode goes off with the card's last instance). A restart answers from the checkpoint, and
+destroys the instances of claims a kill left `preparing`. An adminAccess claim gets its GPUs'
+UUIDs and nothing else: no capacity is counted, no HAMi-core library or limit is mounted.
+
 """
 
 from __future__ import annotations
@@ -31,25 +41,22 @@ import shutil
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import grpc
-
 from hami.device.model import MODE_MIG, NVIDIA, ContainerDevice
 from hami.device.nodeconfig import DeviceSettings
 from hami.device.sharecontract import VGPU_LOCK_DIR, share_contract
 from hami.dra import cdi
-from hami.dra._pb import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
-from hami.dra._pb import pluginregistration_pb2 as reg_pb
-from hami.dra._pb import pluginregistration_pb2_grpc as reg_grpc
-from hami.dra.checkpoint import PREPARED, Checkpoint, Entry
-from hami.dra.shares import ClaimError, PublishedGpu, Share, shares
-from hami.dra.slices import DRIVER, MAX_CORES
+from hami.dra.checkpoint import PREPARED, PREPARING, Checkpoint, Entry
+from hami.dra.shares import PARTITION, WHOLE, ClaimError, PublishedGpu, Share, shares
+from hami.dra.slices import DRIVER
+from hami.gpu.mig import MigError, SliceKey
+from hami.gpu.migslicer import MigSlicer
 from hami.kube.client import ApiError
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
 
 PLUGIN_TYPE = "DRAPlugin"
-SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # and HEALTH_SERVICES with a HealthBoard
 DRA_SOCKET = "dra.sock"
 DEFAULT_REGISTRATION_DIR = "/var/lib/kubelet/plugins_registry"
 DEFAULT_CDI_ROOT = "/var/run/cdi"
@@ -96,7 +103,7 @@ class DraDriver:
                  settings: Callable[[], DeviceSettings] = DeviceSettings, driver: str = DRIVER,
                  lib_path: Callable[[], str] = lambda: "",
                  withdrawn: Callable[[], Mapping[str, str]] = dict,
-                 crash_hook: Callable[[str, str], None] | None = None):
+                 crash_hook: Callable[[str, str], None] | None = None, mig: MigSlicer | None = None):
         self.node = node
         self.driver = driver
         self.cdi_root = cdi_root
@@ -108,6 +115,7 @@ class DraDriver:
         self.lib_path = lib_path
         self.withdrawn = withdrawn  # device name -> why the slice no longer has it (error text)
         self.crash_hook = crash_hook  # tests: called with (step, claim uid); may raise to simulate a kill
+        self.mig = mig  # creates and destroys MIG partitions; None: the backend cannot
         os.makedirs(plugin_dir, exist_ok=True)
         os.makedirs(cdi_root, exist_ok=True)
         self.checkpoint = Checkpoint(plugin_dir, cdi_root, driver)
@@ -137,8 +145,8 @@ class DraDriver:
             claim = await self._read(ref)
             if self._already_prepared(ref.uid):  # a concurrent call for the same claim won the race
                 return PrepareResult(_devices(self.checkpoint.claims[ref.uid].devices))
-            return self._prepare_claim(ref, claim)
-        except (ClaimError, cdi.CdiError) as exc:
+            return await self._prepare_claim(ref, claim)
+        except (ClaimError, cdi.CdiError, MigError) as exc:
             return self._failed(ref, str(exc))
         except OSError as exc:
             return self._failed(ref, f"writing the claim's CDI spec under {self.cdi_root}: {exc}")
@@ -163,23 +171,55 @@ class DraDriver:
                              f"{ref.uid!r} (deleted and re-created?)")
         return claim
 
-    def _prepare_claim(self, ref: ClaimRef, claim: Mapping) -> PrepareResult:
-        """Everything after the read, with no await: one claim's checkpoint and spec writes are
-        never interleaved with another's."""
+    async def _prepare_claim(self, ref: ClaimRef, claim: Mapping) -> PrepareResult:
+        """Everything after the read. Until the claim is recorded (its room checked) nothing awaits,
+        so two prepares never both take the same room; MIG partitions are then created under the
+        `preparing` record, which holds their room while the card works."""
         published = self.published()
         parts = shares(claim, driver=self.driver, pool=self.node, published=published, withdrawn=self.withdrawn())
         self._check_room(ref.uid, parts, published)
-        devices = tuple(ContainerDevice(s.uuid, NVIDIA, s.memory_mib, s.cores) for s in parts)
+        wanted = [SliceKey(s.uuid, s.profile, s.start, s.size) for s in parts if s.kind == PARTITION and not s.admin]
+        made: dict[str, str] = {}  # device -> MIG UUID of the instance made for it
+        gi: dict[str, tuple[int, int]] = {}  # device -> (GPU instance, compute instance)
+        if wanted:
+            if self.mig is None:
+                raise ClaimError("this node's GPU backend cannot create MIG instances")
+            self.checkpoint.put(ref.uid, Entry(PREPARING, ref.namespace, ref.name, _records(self.node, ref.uid,
+                                                                                          self.driver, parts, {})))
+            try:
+                self._crash("before-mig", ref.uid)
+                instances = await self.mig.realize_slices(wanted, f"claim {ref.namespace}/{ref.name}")
+                self._crash("after-mig", ref.uid)
+            except MigError:
+                self.checkpoint.drop(ref.uid)
+                raise
+            partitions = [s for s in parts if s.kind == PARTITION]
+            made = {s.device: m.mig_uuid for s, m in zip(partitions, instances, strict=True)}
+            gi = {s.device: (m.gpu_instance_id, m.compute_instance_id) for s, m in zip(partitions, instances,
+                                                                                       strict=True)}
+        try:
+            return self._write_prepared(ref, parts, made, gi)
+        except Exception:
+            if wanted:  # the spec was not written: the instances are not handed out either
+                await self._release(ref, self.checkpoint.claims.get(ref.uid))
+            raise
+
+    def _write_prepared(self, ref: ClaimRef, parts: Sequence[Share], made: Mapping[str, str],
+                        gi: Mapping[str, tuple[int, int]]) -> PrepareResult:
+        visible = [(s.device, made.get(s.device, s.uuid)) for s in parts]
+        devices = tuple(ContainerDevice(uuid, NVIDIA, s.memory_mib, s.cores) for s, (_, uuid) in zip(parts, visible,
+                                                                                                    strict=True))
         cache_dir = self.cache_dir(ref.uid)
-        settings = self.settings()
-        if parts[0].mig:  # MIG instances: only NVIDIA_VISIBLE_DEVICES, as Allocate answers in MIG mode
-            settings = dataclasses.replace(settings, mode=MODE_MIG)
-        envs, mounts = share_contract(devices, settings, self.hook_path, cache_file=f"{ref.uid}.cache",
-                                      cache_dir=cache_dir, lib_path=self.lib_path())
-        spec = cdi.build_spec(self.driver, ref.uid, [(s.device, s.uuid) for s in parts], envs, mounts)
-        prepared = [{"requests": list(s.requests), "pool": self.node, "device": s.device,
-                     "cdi": [cdi.device_id(self.driver, ref.uid, s.device)],
-                     "uuid": s.uuid, "memory_mib": s.memory_mib, "cores": s.cores} for s in parts]
+        if parts[0].admin:  # monitoring: the GPUs, no HAMi-core, no limits
+            envs, mounts = {"NVIDIA_VISIBLE_DEVICES": ",".join(u for _, u in visible)}, []
+        else:
+            settings = self.settings()
+            if parts[0].mig:  # MIG instances: only NVIDIA_VISIBLE_DEVICES, as Allocate answers in MIG mode
+                settings = dataclasses.replace(settings, mode=MODE_MIG)
+            envs, mounts = share_contract(devices, settings, self.hook_path, cache_file=f"{ref.uid}.cache",
+                                          cache_dir=cache_dir, lib_path=self.lib_path())
+        spec = cdi.build_spec(self.driver, ref.uid, visible, envs, mounts)
+        prepared = _records(self.node, ref.uid, self.driver, parts, made, gi)
         # The spec first, the record second: a kill before the record leaves a spec the checkpoint
         # does not know (or a temporary), which `recover` removes; one checkpoint write per prepare
         # (a rename over a file on disk costs as much as an fsync on ext4).
@@ -191,23 +231,47 @@ class DraDriver:
         self.checkpoint.put(ref.uid, Entry(PREPARED, ref.namespace, ref.name, prepared))
         self.prepared_total += 1
         log.v(2).info("Prepared claim", claim=f"{ref.namespace}/{ref.name}", uid=ref.uid,
-                      devices=",".join(f"{s.device}:{s.memory_mib}MiB/{s.cores}%" for s in parts))
+                      devices=",".join(f"{s.device}:{'admin' if s.admin else f'{s.memory_mib}MiB/{s.cores}%'}"
+                                       for s in parts))
         return PrepareResult(_devices(prepared))
 
     def _check_room(self, uid: str, parts: Sequence[Share], published: Mapping[str, PublishedGpu]) -> None:
-        """Refuse a share that, with the claims already prepared here, over-commits its GPU: the
-        allocator should never allow it, but claim status is API data and the GPU is real."""
+        """Refuse a share that, with the claims already prepared (or being prepared) here,
+        over-commits its GPU, takes a MIG device another claim holds, or cuts a GPU into MIG
+        instances while it is shared whole (or the other way round): the allocator should never
+        allow it, but claim status is API data and the GPU is real. adminAccess takes no room."""
+        held = [d for u, e in self.checkpoint.claims.items() if u != uid for d in e.devices if not d.get("admin")]
         for s in parts:
-            held = [(u, d) for u, e in self.checkpoint.claims.items() if u != uid
-                    for d in e.devices if d.get("device") == s.device]
-            mem = sum(int(d.get("memory_mib", 0)) for _, d in held)
-            cores = sum(int(d.get("cores", 0)) for _, d in held)
-            total = published[s.device].memory_mib
-            if mem + s.memory_mib > total or cores + s.cores > MAX_CORES:
+            if s.admin:
+                continue
+            same = [d for d in held if d.get("device") == s.device]
+            if s.mig and same:
+                raise ClaimError(f"device {s.device} is a MIG device another prepared claim holds")
+            if s.kind == PARTITION:
+                for d in held:
+                    if d.get("uuid") != s.uuid:
+                        continue
+                    if d.get("kind", WHOLE) == WHOLE:
+                        raise ClaimError(f"device {s.device}: GPU {s.uuid} is shared whole by a prepared claim "
+                                         f"({d.get('device')}); it cannot be cut into MIG instances")
+                    if d.get("kind") == PARTITION and _overlap(d, s):
+                        raise ClaimError(f"device {s.device}: memory slices {s.start}..{s.start + s.size - 1} "
+                                         f"overlap {d.get('device')}, which a prepared claim holds")
+                continue
+            if s.kind == WHOLE and any(d.get("kind") == PARTITION and d.get("uuid") == s.uuid for d in held):
+                raise ClaimError(f"device {s.device}: GPU {s.uuid} is cut into MIG instances for prepared claims")
+            if s.mig:
+                continue
+            gpu = published[s.device]
+            mem = sum(int(d.get("memory_mib", 0)) for d in same)
+            cores = sum(int(d.get("cores", 0)) for d in same)
+            count = sum(int(d.get("shares", 0)) for d in same)
+            if mem + s.memory_mib > gpu.memory_mib or cores + s.cores > gpu.cores or \
+                    (gpu.shares and count + s.shares > gpu.shares):
                 raise ClaimError(
-                    f"device {s.device} would be over-committed: {len(held)} prepared claim(s) hold "
-                    f"{mem} MiB and {cores}% of its {total} MiB and {MAX_CORES}%, this claim asks "
-                    f"{s.memory_mib} MiB and {s.cores}%")
+                    f"device {s.device} would be over-committed: {len(same)} prepared claim(s) hold "
+                    f"{mem} MiB, {cores}% and {count} shares of its {gpu.memory_mib} MiB, {gpu.cores}% and "
+                    f"{gpu.shares} shares, this claim asks {s.memory_mib} MiB, {s.cores}% and {s.shares}")
 
     def _crash(self, step: str, uid: str) -> None:
         if self.crash_hook is not None:
@@ -240,6 +304,12 @@ class DraDriver:
             except cdi.CdiError as exc:
                 out[ref.uid] = str(exc)
                 continue
+            entry = self.checkpoint.claims.get(ref.uid)
+            try:  # MIG instances first: one that cannot go (processes still on it) keeps the claim prepared
+                await self._release(ref, entry)
+            except MigError as exc:
+                out[ref.uid] = str(exc)
+                continue
             try:  # no await: one claim's removal is never interleaved with a prepare's writes
                 cdi.remove_spec(self.cdi_root, self.driver, ref.uid)
                 shutil.rmtree(self.cache_dir(ref.uid), ignore_errors=True)
@@ -249,6 +319,55 @@ class DraDriver:
             except OSError as exc:
                 out[ref.uid] = f"removing the claim's CDI spec under {self.cdi_root}: {exc}"
         return out
+
+    async def _release(self, ref: ClaimRef, entry: Entry | None) -> None:
+        keys = mig_keys(entry)
+        if keys and self.mig is not None:
+            await self.mig.release_slices(keys, f"claim {ref.namespace}/{ref.name}")
+
+    async def recover_mig(self) -> list[str]:
+        """Destroy the MIG instances of claims the checkpoint dropped at start (a kill while
+        `preparing`, or a spec gone); returns the claim UIDs whose instances were released."""
+        done = []
+        for uid, entry in list(self.checkpoint.dropped.items()):
+            try:
+                await self._release(ClaimRef(entry.namespace, uid, entry.name), entry)
+            except MigError as exc:
+                log.warning("Cannot release a dropped claim's MIG instances yet", uid=uid, error=str(exc)[:300])
+                continue
+            del self.checkpoint.dropped[uid]
+            done.append(uid)
+        return done
+
+
+def mig_keys(entry: Entry | None) -> list[SliceKey]:
+    return [SliceKey(d["uuid"], d["profile"], int(d["start"]), int(d["size"])) for d in (entry.devices if entry else ())
+            if d.get("kind") == PARTITION and not d.get("admin")]
+
+
+def _overlap(d: Mapping, s: Share) -> bool:
+    a, z = int(d.get("start", 0)), int(d.get("size", 0))
+    return a < s.start + s.size and s.start < a + z
+
+
+def _records(node: str, uid: str, driver: str, parts: Sequence[Share], made: Mapping[str, str],
+             gi: Mapping[str, tuple[int, int]] | None = None) -> list[dict]:
+    """The checkpoint's record of each device: what kubelet is answered, what room it takes, and for
+    a MIG partition the instance made for it."""
+    out = []
+    for s in parts:
+        d = {"requests": list(s.requests), "pool": node, "device": s.device,
+             "cdi": [cdi.device_id(driver, uid, s.device)], "uuid": s.uuid, "memory_mib": s.memory_mib,
+             "cores": s.cores, "shares": s.shares, "kind": s.kind}
+        if s.admin:
+            d["admin"] = True
+        if s.kind == PARTITION:
+            d.update({"profile": s.profile, "start": s.start, "size": s.size})
+            if s.device in made:
+                d["mig_uuid"] = made[s.device]
+                d["gpu_instance"], d["compute_instance"] = (gi or {}).get(s.device, (0, 0))
+        out.append(d)
+    return out
 
 
 def _make_dirs(cache_dir: str) -> None:
@@ -260,112 +379,3 @@ def _make_dirs(cache_dir: str) -> None:
 
 def _devices(prepared: Sequence[Mapping]) -> tuple[PreparedDevice, ...]:
     return tuple(PreparedDevice(tuple(d["requests"]), d["pool"], d["device"], tuple(d["cdi"])) for d in prepared)
-
-
-# --------------------------------------------------------------------------- gRPC
-
-
-def _refs(request) -> list[ClaimRef]:
-    return [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
-
-
-def _servicer(pb, pb_grpc, driver: DraDriver):
-    """The DRAPlugin servicer of one API version (v1 and v1beta1 have the same messages)."""
-
-    class Servicer(pb_grpc.DRAPluginServicer):
-        async def NodePrepareResources(self, request, context):
-            resp = pb.NodePrepareResourcesResponse()
-            for uid, r in (await driver.prepare(_refs(request))).items():
-                entry = resp.claims[uid]
-                if r.error:
-                    entry.error = r.error
-                    continue
-                for d in r.devices:
-                    entry.devices.add(request_names=d.requests, pool_name=d.pool, device_name=d.device,
-                                      cdi_device_ids=d.cdi_ids)
-            return resp
-
-        async def NodeUnprepareResources(self, request, context):
-            resp = pb.NodeUnprepareResourcesResponse()
-            for uid, err in (await driver.unprepare(_refs(request))).items():
-                resp.claims[uid].error = err
-            return resp
-
-    return Servicer()
-
-
-class _Registration(reg_grpc.RegistrationServicer):
-    def __init__(self, server: DraServer):
-        self.server = server
-
-    async def GetInfo(self, request, context):
-        return reg_pb.PluginInfo(type=PLUGIN_TYPE, name=self.server.driver.driver, endpoint=self.server.endpoint,
-                                 supported_versions=list(SUPPORTED_VERSIONS))
-
-    async def NotifyRegistrationStatus(self, request, context):
-        self.server.registration_status = (request.plugin_registered, request.error)
-        if request.plugin_registered:
-            self.server.registered.set()
-            log.info("Registered with kubelet", driver=self.server.driver.driver, endpoint=self.server.endpoint)
-        else:
-            self.server.registered.clear()
-            log.error("kubelet refused the DRA plugin registration", driver=self.server.driver.driver,
-                      error=request.error[:300])
-        return reg_pb.RegistrationStatusResponse()
-
-
-class DraServer:
-    """The two sockets kubelet talks to: registration and the DRA service (v1 and v1beta1)."""
-
-    def __init__(self, driver: DraDriver, *, plugin_dir: str, registration_dir: str = DEFAULT_REGISTRATION_DIR):
-        self.driver = driver
-        self.endpoint = os.path.join(plugin_dir, DRA_SOCKET)
-        self.registration_socket = registration_socket(registration_dir, driver.driver)
-        self.registered = asyncio.Event()
-        self.registration_status: tuple[bool, str] | None = None
-        self._servers: list[grpc.aio.Server] = []
-
-    async def start(self) -> None:
-        dra = grpc.aio.server()
-        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_servicer(dra_v1_pb2, dra_v1_pb2_grpc, self.driver), dra)
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
-            _servicer(dra_v1beta1_pb2, dra_v1beta1_pb2_grpc, self.driver), dra)
-        reg = grpc.aio.server()
-        reg_grpc.add_RegistrationServicer_to_server(_Registration(self), reg)
-        # The DRA service first: kubelet dials the endpoint as soon as it sees the registration socket.
-        for server, path in ((dra, self.endpoint), (reg, self.registration_socket)):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            server.add_insecure_port(f"unix://{path}")
-            await server.start()
-            self._servers.append(server)
-        log.info("DRA plugin serving", driver=self.driver.driver, endpoint=self.endpoint,
-                 registration=self.registration_socket)
-
-    def sockets_present(self) -> bool:
-        return all(os.path.exists(p) for p in (self.registration_socket, self.endpoint))
-
-    async def stop(self, grace: float = 1.0) -> None:
-        """Registration socket first (kubelet sees the plugin go), then the service."""
-        servers, self._servers = self._servers, []
-        for server, path in zip(reversed(servers), (self.registration_socket, self.endpoint), strict=False):
-            await server.stop(grace)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        self.registered.clear()
-
-
-def claim_reader(client) -> ClaimReader:
-    """GET the ResourceClaim through a hami.kube.client.KubeClient (critical lane: a pod waits);
-    None when it does not exist."""
-
-    async def read(namespace: str, name: str) -> Mapping | None:
-        try:
-            return await client.get("resourceclaims", name, namespace)
-        except ApiError as exc:
-            if exc.not_found:
-                return None
-            raise
-
-    return read

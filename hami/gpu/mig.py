@@ -9,10 +9,12 @@ instance and the MIG device UUID CUDA sees (`MIG-...`). Placements are in memory
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Protocol, runtime_checkable
 
+from hami.device.model import MigProfileAllow
 from hami.gpu.backend import GpuBackendError
 
 
@@ -47,6 +49,35 @@ class MigInstance:
     @property
     def placement(self) -> tuple[int, int]:
         return (self.start, self.size)
+
+
+@dataclass(frozen=True, slots=True)
+class SliceKey:
+    """A MIG slice: the parent GPU, the profile and its placement (memory slices)."""
+
+    gpu_uuid: str
+    profile: str
+    start: int
+    size: int
+
+
+def instance_key(m: MigInstance) -> SliceKey:
+    return SliceKey(m.gpu_uuid, m.profile, m.start, m.size)
+
+
+def short_model(nvml_name: str) -> str:
+    return nvml_name.removeprefix("NVIDIA ").removeprefix("NVIDIA-").strip()
+
+
+def allowed_profiles(model: str, profiles: Sequence[MigProfileInfo],
+                     allowlist: Sequence[MigProfileAllow]) -> tuple[MigProfileInfo, ...]:
+    """Profiles of a card after `migProfileAllowlist`: the entries naming this model (NVML name
+    without `NVIDIA `) decide; a model no entry names keeps every profile NVML offers."""
+    entries = [a for a in allowlist if short_model(model) in a.models or model in a.models]
+    if not entries:
+        return tuple(profiles)
+    names = {p for a in entries for p in a.profiles}
+    return tuple(p for p in profiles if p.name in names)
 
 
 def profile_core(profile: MigProfileInfo, profiles: tuple[MigProfileInfo, ...]) -> int:

@@ -29,7 +29,8 @@ from hami.config import KubeSettings
 from hami.device.model import NVIDIA, ContainerDevice
 from hami.device.nodeconfig import DeviceSettings
 from hami.dra import cdi
-from hami.dra.plugin import ClaimRef, DraDriver, DraServer, claim_reader
+from hami.dra.plugin import ClaimRef, DraDriver
+from hami.dra.server import DraServer, claim_reader
 from hami.dra.shares import published_gpus
 from hami.dra.slices import DRIVER, devices_for
 from hami.gpu.backend import GpuInfo
@@ -150,7 +151,7 @@ async def test_registration_answers_kubelet_with_driver_endpoint_and_both_versio
     assert info.type == "DRAPlugin"
     assert info.name == "hami-core-gpu.project-hami.io"
     assert info.endpoint == os.path.join(node.plugin_dir, "dra.sock")
-    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]  # no health board here
     assert os.path.basename(node.server.registration_socket) == "hami-core-gpu.project-hami.io-reg.sock"
     assert node.server.registered.is_set()
     assert node.server.registration_status == (True, "")
@@ -296,7 +297,7 @@ BAD = {
     "cores-beyond": ([result("hami-gpu-0", "1Gi", "101")], "101 cores, the device has 100"),
     "bad-quantity": ([result("hami-gpu-0", "lots")], "consumedCapacity.memory"),
     "negative": ([result("hami-gpu-0", "-1Gi")], "negative quantity"),
-    "fraction-cores": ([result("hami-gpu-0", "1Gi", "0.5")], "not a whole percent"),
+    "fraction-cores": ([result("hami-gpu-0", "1Gi", "0.5")], "not a whole number"),
     "unknown-capacity": ([{**result("hami-gpu-0"), "consumedCapacity": {"memory": "1Gi", "gpus": "1"}}],
                          "unknown capacity 'gpus'"),
     "results-not-list": ({"oops": 1}, "results is missing"),

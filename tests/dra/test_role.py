@@ -2,8 +2,8 @@
 
 Covers: the role publishes its node's ResourceSlice (one pool named after the node, NVLink groups as
 `nvlinkDomain`, the backend's versions and bus id, valid against the 1.34 schema), follows GPU
-health (an unhealthy GPU is withdrawn, the generation goes up by one, a claim allocated on it before
-is refused naming the GPU as unhealthy); a restarted role with the
+health (an unhealthy GPU is tainted NoSchedule, the generation goes up by one, a claim allocated on it
+before still prepares); a restarted role with the
 same GPUs writes nothing (same generation and resourceVersion); an idle node reads its slice once per
 resync and re-creates one deleted behind its back; a removed registration socket is served again; the role run from a Config prepares
 a claim a test kubelet sends over its sockets and is ready (/readyz) once kubelet registered it; a MIG GPU is published as its instances, and a claim
@@ -30,7 +30,7 @@ from hami.device.nodeconfig import DeviceSettings
 from hami.dra import cdi
 from hami.dra.plugin import ClaimRef
 from hami.dra.role import DraNode
-from hami.dra.slices import DRIVER, slice_name
+from hami.dra.slices import DRIVER, TAINT_UNHEALTHY, slice_name
 from hami.gpu import make_backend
 from hami.kube.client import KubeClient
 from hami.kube.nodemode import LABEL, NodeModeConflict, conflict
@@ -70,10 +70,10 @@ async def client(apiserver):
     await c.close()
 
 
-def dra_node(client, root: str, gpus: str) -> DraNode:
-    return DraNode(client, NODE, make_backend("fake", gpus, NODE), DeviceSettings(), tick=0.05,
-                   plugin_dir=os.path.join(root, "p"), registration_dir=os.path.join(root, "r"),
-                   cdi_root=os.path.join(root, "cdi"), hook_path=os.path.join(root, "hook"))
+def dra_node(client, root: str, gpus: str, backend=None, **kw) -> DraNode:
+    return DraNode(client, NODE, backend or make_backend("fake", gpus, NODE), kw.pop("settings", DeviceSettings()),
+                   tick=0.05, plugin_dir=os.path.join(root, "p"), registration_dir=os.path.join(root, "r"),
+                   cdi_root=os.path.join(root, "cdi"), hook_path=os.path.join(root, "hook"), **kw)
 
 
 async def wait_for(pred, timeout: float = 10.0) -> None:
@@ -106,18 +106,20 @@ async def test_role_publishes_follows_health_and_a_restart_does_not_churn(client
     kubernetes_validate.validate(s, "1.34", strict=True)  # what the role wrote is a valid v1 ResourceSlice
     assert (await client.get_node(NODE))["metadata"]["labels"][LABEL] == "dra"
 
-    write(gpus, GPUS % "false")  # GPU 0 turns unhealthy: withdrawn
+    late = await make_claim(client, "late", [result("hami-gpu-0", "1Gi", "10", pool=NODE)])  # allocated before
+    write(gpus, GPUS % "false")  # GPU 0 turns unhealthy: tainted NoSchedule, still published
 
-    async def withdrawn():
+    async def tainted():
         s = await client.get("resourceslices", slice_name(NODE))
-        return [d["name"] for d in s["spec"]["devices"]] == ["hami-gpu-1", "hami-gpu-2"]
+        return [d.get("taints") for d in s["spec"]["devices"]] == [
+            [{"key": TAINT_UNHEALTHY, "value": "true", "effect": "NoSchedule"}], None, None]
 
-    await wait_for(withdrawn)
+    await wait_for(tainted)
     s = await client.get("resourceslices", slice_name(NODE))
     assert s["spec"]["pool"]["generation"] == 2
-    late = await make_claim(client, "late", [result("hami-gpu-0", "1Gi", "10", pool=NODE)])  # allocated before
+    kubernetes_validate.validate(s, "1.36", strict=True)
     [r] = (await node.driver.prepare([ClaimRef("default", late, "late")])).values()
-    assert "was withdrawn from this node's slice: GPU GPU-a0 is unhealthy" in r.error
+    assert r.error == ""  # allocated before the taint: it keeps running (NoSchedule only keeps new claims off)
     stop.set()
     await task
 
@@ -255,7 +257,7 @@ async def test_a_mig_gpu_is_published_as_its_instances_and_a_claim_on_one_gets_o
         assert not any(k.startswith("CUDA_DEVICE_") for k in env) and mounts == []  # no HAMi-core inside MIG
         other = await make_claim(client, "mig2", [{"request": "gpu", "driver": DRIVER, "pool": NODE,
                                                    "device": "hami-gpu-0-mig-0-1"}])
-        assert "would be over-committed" in (await kubelet.prepare(("default", "mig2", other)))[other].error
+        assert "MIG device another prepared claim holds" in (await kubelet.prepare(("default", "mig2", other)))[other].error
     finally:
         stop.set()
         await task
@@ -267,7 +269,7 @@ async def test_an_idle_node_reads_its_slice_once_per_resync_and_repairs_a_delete
     node = dra_node(client, root, gpus)
     for _ in range(5):  # five ticks, GPUs unchanged
         await node.sync_once()
-    assert client.total_requests("get", "resourceslices") == 1 and node.slice_writes == 1
+    assert client.total_requests("list", "resourceslices") == 1 and node.slice_writes == 1
     await client.delete("resourceslices", slice_name(NODE))  # someone removed it
     assert not await node.sync_once()  # not seen before the next resync
     node._read_at -= node.resync  # the resync period has passed

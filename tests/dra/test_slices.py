@@ -20,22 +20,30 @@ from hypothesis import strategies as st
 
 from hami.device.nodeconfig import DeviceSettings, FilterDevices
 from hami.device.request import parse_quantity
+from hami.dra.pool import next_pool, pool_slices
 from hami.dra.shares import ClaimError, published_gpus, shares
 from hami.dra.slices import (
     DRIVER,
     MAX_ATTRIBUTES_AND_CAPACITY,
+    TAINT_GPU_LOST,
+    TAINT_UNHEALTHY,
+    TAINT_XID,
     GpuExtras,
+    GpuState,
     MigSlice,
     binary_quantity,
     build_slice,
     devices_for,
-    next_slice,
+    health_taints,
+    layout_for,
     nvlink_domains,
     semver,
 )
 from hami.gpu.backend import GpuInfo
+from hami.gpu.mig import geometries
 
 MIB = 1 << 20
+PROFILES = geometries()["A100-40GB"]
 
 
 def gpu(i: int, mem: int = 40960, healthy: bool = True, minor: int = -1) -> GpuInfo:
@@ -87,34 +95,62 @@ def test_unknown_facts_are_left_out_not_guessed():
     assert "nvlinkDomain" not in d["attributes"] and d["name"] == "hami-gpu-0"  # minor unknown: the index
 
 
-@given(gpus_st, st.sets(st.integers(0, 7)))
-def test_withdrawn_gpus_are_the_unhealthy_and_the_filtered(gpus, filtered_idx):
+@given(gpus_st, st.sets(st.integers(0, 7)), st.booleans())
+def test_filtered_gpus_are_left_out_and_unhealthy_ones_tainted_or_withdrawn(gpus, filtered_idx, withdraw):
     settings = DeviceSettings(filter=FilterDevices(index=tuple(sorted(filtered_idx))))
-    devs = devices_for(gpus, settings)
-    want = [g for g in gpus if g.healthy and g.index not in filtered_idx]
+    states = {g.uuid: GpuState(taints=tuple(health_taints(g.healthy))) for g in gpus}
+    devs = layout_for(gpus, settings, states, withdraw_unhealthy=withdraw).devices()
+    want = [g for g in gpus if g.index not in filtered_idx and (g.healthy or not withdraw)]
     assert [d["attributes"]["uuid"]["string"] for d in devs] == [g.uuid for g in want]
     assert len({d["name"] for d in devs}) == len(devs)
     for d, g in zip(devs, want, strict=True):
         assert len(d["attributes"]) + len(d["capacity"]) <= MAX_ATTRIBUTES_AND_CAPACITY
         assert parse_quantity(d["capacity"]["memory"]["value"]) == g.memory_total_mib * MIB
+        assert d.get("taints", []) == ([] if g.healthy else [{"key": TAINT_UNHEALTHY, "value": "true",
+                                                              "effect": "NoSchedule"}])
     assert {p.name: p.memory_mib for p in published_gpus(devs).values()} == \
         {d["name"]: g.memory_total_mib for d, g in zip(devs, want, strict=True)}
 
 
 @given(st.lists(gpus_st, min_size=1, max_size=6))
 def test_generation_moves_only_on_change_and_a_restart_does_not_churn(states):
-    current, gen = None, 0
+    stored, gen = {}, 0
     for gpus in states:
-        devs = devices_for(gpus)
-        out = next_slice(current, "n1", devs)
-        if current is not None and current["spec"]["devices"] == devs:
+        layout = layout_for(gpus, states={g.uuid: GpuState(taints=tuple(health_taints(g.healthy))) for g in gpus})
+        out = next_pool(stored, "n1", layout)
+        if stored and [d for s in stored.values() for d in s["spec"].get("devices", [])] == layout.devices():
             assert out is None
             continue
         gen += 1
-        assert out["spec"]["pool"]["generation"] == gen
-        current = {**out, "metadata": {**out["metadata"], "resourceVersion": str(gen)}}
-        assert next_slice(current, "n1", devs) is None  # the restarted plugin sees what it wrote
-    assert next_slice(current, "n2", current["spec"]["devices"])["spec"]["pool"]["name"] == "n2"
+        assert out.generation == gen and {s["spec"]["pool"]["generation"] for s in out.put} == {gen}
+        stored = {s["metadata"]["name"]: {**s, "metadata": {**s["metadata"], "resourceVersion": str(gen)}}
+                  for s in out.put}
+        assert next_pool(stored, "n1", layout) is None  # the restarted plugin sees what it wrote
+
+
+def test_a_stamped_taint_is_not_a_change_and_a_gone_partitioned_gpu_deletes_its_slices():
+    sick = gpu(0, healthy=False)
+    layout = layout_for([sick], states={sick.uuid: GpuState(taints=tuple(health_taints(False, xids={48: 2})))})
+    [body] = next_pool({}, "n1", layout).put
+    assert body["spec"]["devices"][0]["taints"] == [{"key": TAINT_XID, "value": "48", "effect": "NoSchedule"}]
+    body["spec"]["devices"][0]["taints"][0]["timeAdded"] = "2026-11-29T07:00:00Z"  # the API server's stamp
+    assert next_pool({body["metadata"]["name"]: body}, "n1", layout) is None
+    mig = gpu(1, 40960)
+    stored = {s["metadata"]["name"]: s for s in next_pool({}, "n1", layout_for(
+        [mig], states={mig.uuid: GpuState(profiles=PROFILES)})).put}
+    assert len(stored) == 3
+    out = next_pool(stored, "n1", layout_for([gpu(2)]))
+    assert sorted(out.delete) == sorted(n for n in stored if n != "n1-" + DRIVER) and out.generation == 2
+
+
+def test_health_taints_name_the_fault_with_no_schedule_only():
+    assert health_taints(True) == []
+    assert health_taints(True, xids={79: 1}) == [{"key": TAINT_GPU_LOST, "value": "true", "effect": "NoSchedule"}]
+    assert health_taints(False, lost=True)[0]["key"] == TAINT_GPU_LOST
+    assert health_taints(False, xids={48: 1, 63: 3, 94: 3}) == [{"key": TAINT_XID, "value": "63",
+                                                               "effect": "NoSchedule"}]
+    assert health_taints(False) == [{"key": TAINT_UNHEALTHY, "value": "true", "effect": "NoSchedule"}]
+    assert all(t["key"].startswith(DRIVER + "/") for t in health_taints(False) + health_taints(False, lost=True))
 
 
 @given(st.integers(0, 1 << 62))
@@ -227,3 +263,100 @@ def test_a_mig_instance_is_taken_whole_and_never_mixed_with_whole_gpus():
     with pytest.raises(ClaimError, match="mixes MIG instances and whole GPUs"):
         shares(claim(("hami-gpu-0-mig-0-1", None), ("hami-gpu-1", {"memory": "1Gi", "cores": "5"})),
                driver=DRIVER, pool="n1", published=pub)
+
+
+# --------------------------------------------------------------------------- split count, scaling, admin
+
+
+def _claim(*results):
+    return {"status": {"allocation": {"devices": {"results": [
+        {"driver": DRIVER, "pool": "n1", "request": "g", **r} for r in results]}}}}
+
+
+@pytest.mark.parametrize("version", ["1.36", "1.37"])
+def test_split_count_is_a_shares_capacity_and_scaling_scales_memory_and_cores(version):
+    settings = DeviceSettings(split_count=4, memory_scaling=1.5, core_scaling=2.0)
+    [d] = layout_for([gpu(0, 40960)], settings).devices()
+    assert d["capacity"]["shares"] == {"value": "4", "requestPolicy": {
+        "default": "1", "validRange": {"min": "1", "max": "4", "step": "1"}}}
+    assert d["capacity"]["memory"]["value"] == "60Gi"  # 40 GiB x 1.5: over-commit, as device-plugin mode
+    assert d["capacity"]["cores"] == {"value": "200", "requestPolicy": {
+        "default": "0", "validRange": {"min": "0", "max": "100", "step": "1"}}}
+    kubernetes_validate.validate(build_slice("n1", [d], 1), version, strict=True)
+    pub = published_gpus([d])["hami-gpu-0"]
+    assert (pub.memory_mib, pub.cores, pub.shares) == (61440, 200, 4)
+    [s] = shares(_claim({"device": "hami-gpu-0", "consumedCapacity": {"memory": "1Gi", "cores": "10"}}),
+                 driver=DRIVER, pool="n1", published={"hami-gpu-0": pub})
+    assert s.shares == 1  # not consumed: the policy's default
+    [s] = shares(_claim({"device": "hami-gpu-0"}), driver=DRIVER, pool="n1", published={"hami-gpu-0": pub})
+    assert (s.shares, s.cores) == (4, 100)  # no consumable capacity: the whole device
+    with pytest.raises(ClaimError, match="5 shares, the device has 4"):
+        shares(_claim({"device": "hami-gpu-0", "consumedCapacity": {"memory": "1Gi", "shares": "5"}}),
+               driver=DRIVER, pool="n1", published={"hami-gpu-0": pub})
+    with pytest.raises(ClaimError, match="one claim takes at most 100"):
+        shares(_claim({"device": "hami-gpu-0", "consumedCapacity": {"memory": "1Gi", "cores": "150"}}),
+               driver=DRIVER, pool="n1", published={"hami-gpu-0": pub})
+    with pytest.raises(ClaimError, match="unknown capacity 'shares'"):  # a device without the capacity
+        shares(_claim({"device": "hami-gpu-0", "consumedCapacity": {"shares": "1"}}),
+               driver=DRIVER, pool="n1", published=published_gpus(layout_for([gpu(0)], DeviceSettings(
+                   split_count=0)).devices()))
+
+
+def test_admin_access_consumes_nothing_and_is_never_mixed_with_ordinary_use():
+    pub = published_gpus(devices_for([gpu(0), gpu(1)]))
+    [s] = shares(_claim({"device": "hami-gpu-1", "adminAccess": True}), driver=DRIVER, pool="n1", published=pub)
+    assert (s.admin, s.cores, s.shares, s.uuid) == (True, 0, 0, gpu(1).uuid)
+    with pytest.raises(ClaimError, match="mixes adminAccess and ordinary devices"):
+        shares(_claim({"device": "hami-gpu-1", "adminAccess": True}, {"device": "hami-gpu-0"}),
+               driver=DRIVER, pool="n1", published=pub)
+    with pytest.raises(ClaimError, match="adminAccess: expected bool"):
+        shares(_claim({"device": "hami-gpu-1", "adminAccess": "yes"}), driver=DRIVER, pool="n1", published=pub)
+
+
+# --------------------------------------------------------------------------- MIG partitions (KEP-4815)
+
+
+@pytest.mark.parametrize("version", ["1.36", "1.37"])
+def test_a_mig_capable_gpu_publishes_counters_in_their_own_slice_and_partitions_consuming_them(version):
+    g, plain = gpu(0, 40960, minor=0), gpu(1, 40960, minor=1)
+    layout = layout_for([g, plain], states={g.uuid: GpuState(profiles=PROFILES)})
+    slices = pool_slices("n1", layout, 3, node_uid="u1")
+    for s in slices:
+        kubernetes_validate.validate(s, version, strict=True)
+        assert s["spec"]["pool"] == {"name": "n1", "generation": 3, "resourceSliceCount": 3}
+        assert ("devices" in s["spec"]) != ("sharedCounters" in s["spec"])  # the API keeps them apart
+    main, part, counters = slices
+    assert [d["name"] for d in main["spec"]["devices"]] == ["hami-gpu-1"]
+    [cs] = counters["spec"]["sharedCounters"]
+    assert cs["name"] == "hami-gpu-0-counters"
+    assert cs["counters"]["multiprocessors"] == {"value": "98"} and cs["counters"]["memory-slice-7"] == {"value": "1"}
+    devs = {d["name"]: d for d in part["spec"]["devices"]}
+    n_placements = sum(len(p.placements) for p in PROFILES)
+    assert len(devs) == 1 + n_placements
+    whole = devs["hami-gpu-0"]
+    assert whole["allowMultipleAllocations"] and whole["consumesCounters"][0]["counters"] == cs["counters"]
+    p = devs["hami-gpu-0-mig-3g-20gb-4"]
+    assert p["attributes"]["type"] == {"string": "mig"} and "uuid" not in p["attributes"]
+    assert p["attributes"]["profile"] == {"string": "3g.20gb"} and p["attributes"]["migSize"] == {"int": 4}
+    assert p["consumesCounters"] == [{"counterSet": "hami-gpu-0-counters", "counters": {
+        "multiprocessors": {"value": "42"}, "memory": {"value": "19968Mi"},
+        **{f"memory-slice-{i}": {"value": "1"} for i in range(4, 8)}}}]
+    order = [d["name"] for d in part["spec"]["devices"]][1:]
+    assert order[0].startswith("hami-gpu-0-mig-1g-5gb-") and order[-1] == "hami-gpu-0-mig-7g-40gb-0"
+    # every set of partitions whose counters fit is a layout NVML allows: no memory slice twice
+    pub = published_gpus(layout.devices())
+    pp = pub["hami-gpu-0-mig-3g-20gb-4"]
+    assert (pp.kind, pp.uuid, pp.profile, pp.start, pp.size, pp.mig) == ("partition", g.uuid, "3g.20gb", 4, 4, True)
+    [s] = shares(_claim({"device": "hami-gpu-0-mig-3g-20gb-4"}), driver=DRIVER, pool="n1", published=pub)
+    assert (s.kind, s.uuid, s.profile, s.start, s.size, s.memory_mib) == ("partition", g.uuid, "3g.20gb", 4, 4,
+                                                                          19968)
+
+
+def test_nine_partitionable_gpus_spread_their_counter_sets_over_two_slices():
+    gpus = [gpu(i, 40960, minor=i) for i in range(9)]
+    slices = pool_slices("n1", layout_for(gpus, states={g.uuid: GpuState(profiles=PROFILES) for g in gpus}), 1)
+    counter_slices = [s for s in slices if "sharedCounters" in s["spec"]]
+    assert [len(s["spec"]["sharedCounters"]) for s in counter_slices] == [8, 1]
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in slices} == {len(slices)} == {1 + 9 + 2}
+    for s in slices:
+        kubernetes_validate.validate(s, "1.37", strict=True)
