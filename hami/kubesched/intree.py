@@ -279,11 +279,11 @@ def selector_matches(selector: Mapping | None, labels: Mapping[str, str]) -> boo
     return True
 
 
-def _labels(obj: Mapping) -> Mapping[str, str]:
+def labels_of(obj: Mapping) -> Mapping[str, str]:
     return (obj.get("metadata") or {}).get("labels") or {}
 
 
-def _ns(obj: Mapping) -> str:
+def namespace_of(obj: Mapping) -> str:
     return (obj.get("metadata") or {}).get("namespace") or "default"
 
 
@@ -295,14 +295,14 @@ def term_matches(term: Mapping, owner: Mapping, other: Mapping,
     nss = term.get("namespaces") or []
     ns_sel = term.get("namespaceSelector")
     if not nss and ns_sel is None:
-        nss = [_ns(owner)]
-    if _ns(other) not in nss and not (
-            ns_sel is not None and selector_matches(ns_sel, (ns_labels or {}).get(_ns(other)) or {})):
+        nss = [namespace_of(owner)]
+    if namespace_of(other) not in nss and not (
+            ns_sel is not None and selector_matches(ns_sel, (ns_labels or {}).get(namespace_of(other)) or {})):
         return False
-    return selector_matches(term.get("labelSelector"), _labels(other))
+    return selector_matches(term.get("labelSelector"), labels_of(other))
 
 
-def _affinity(pod: Mapping, kind: str, mode: str) -> list:
+def affinity_terms(pod: Mapping, kind: str, mode: str) -> list:
     return (((pod.get("spec") or {}).get("affinity") or {}).get(kind) or {}).get(mode) or []
 
 
@@ -313,7 +313,7 @@ REQUIRED, PREFERRED = "requiredDuringSchedulingIgnoredDuringExecution", "preferr
 
 def anti_affinity_holders(pods_on: Mapping[str, Sequence[Mapping]]) -> list[tuple[Mapping, str]]:
     """(pod, node) of the placed pods with required anti-affinity (computed once per cycle)."""
-    return [(p, n) for n, ps in pods_on.items() for p in ps if _affinity(p, "podAntiAffinity", REQUIRED)]
+    return [(p, n) for n, ps in pods_on.items() for p in ps if affinity_terms(p, "podAntiAffinity", REQUIRED)]
 
 
 def inter_pod_affinity(pod: Mapping, node: Mapping, nodes: Mapping[str, Mapping],
@@ -322,12 +322,12 @@ def inter_pod_affinity(pod: Mapping, node: Mapping, nodes: Mapping[str, Mapping]
                        ns_labels: Mapping[str, Mapping[str, str]] | None = None) -> Verdict | None:
     """InterPodAffinity Filter (satisfyPodAffinity, satisfyPodAntiAffinity, satisfyExistingPodsAntiAffinity).
     `holders`: anti_affinity_holders(pods_on), when the caller has it."""
-    labels = _labels(node)
-    affinity = _affinity(pod, "podAffinity", REQUIRED)
-    anti = _affinity(pod, "podAntiAffinity", REQUIRED)
+    labels = labels_of(node)
+    affinity = affinity_terms(pod, "podAffinity", REQUIRED)
+    anti = affinity_terms(pod, "podAntiAffinity", REQUIRED)
     if holders is None:
         holders = anti_affinity_holders(pods_on)
-    placed = [(p, _labels(nodes[n])) for n, ps in pods_on.items() if n in nodes for p in ps] if (
+    placed = [(p, labels_of(nodes[n])) for n, ps in pods_on.items() if n in nodes for p in ps] if (
         affinity or anti) else []
     if affinity:
         if any(t.get("topologyKey") not in labels for t in affinity):
@@ -343,8 +343,8 @@ def inter_pod_affinity(pod: Mapping, node: Mapping, nodes: Mapping[str, Mapping]
         if key in labels and any(nl.get(key) == labels[key] and term_matches(t, pod, p, ns_labels) for p, nl in placed):
             return Verdict("InterPodAffinity", (ERR_ANTI_AFFINITY,))
     for p, n in holders:
-        nl = _labels(nodes[n]) if n in nodes else {}
-        for t in _affinity(p, "podAntiAffinity", REQUIRED):
+        nl = labels_of(nodes[n]) if n in nodes else {}
+        for t in affinity_terms(p, "podAntiAffinity", REQUIRED):
             key = t.get("topologyKey")
             if key in labels and nl.get(key) == labels[key] and term_matches(t, p, pod, ns_labels):
                 return Verdict("InterPodAffinity", (ERR_EXISTING_ANTI_AFFINITY,))
@@ -365,21 +365,21 @@ def inter_pod_affinity_scores(pod: Mapping, feasible: Sequence[Mapping], nodes: 
     for n, ps in pods_on.items():
         if n not in nodes:
             continue
-        nl = _labels(nodes[n])
+        nl = labels_of(nodes[n])
         for p in ps:
-            for w in _affinity(pod, "podAffinity", PREFERRED):
+            for w in affinity_terms(pod, "podAffinity", PREFERRED):
                 add(w.get("podAffinityTerm") or {}, pod, p, nl, int(w.get("weight") or 0))
-            for w in _affinity(pod, "podAntiAffinity", PREFERRED):
+            for w in affinity_terms(pod, "podAntiAffinity", PREFERRED):
                 add(w.get("podAffinityTerm") or {}, pod, p, nl, -int(w.get("weight") or 0))
-            for t in _affinity(p, "podAffinity", REQUIRED):
+            for t in affinity_terms(p, "podAffinity", REQUIRED):
                 add(t, p, pod, nl, HARD_POD_AFFINITY_WEIGHT)
-            for w in _affinity(p, "podAffinity", PREFERRED):
+            for w in affinity_terms(p, "podAffinity", PREFERRED):
                 add(w.get("podAffinityTerm") or {}, p, pod, nl, int(w.get("weight") or 0))
-            for w in _affinity(p, "podAntiAffinity", PREFERRED):
+            for w in affinity_terms(p, "podAntiAffinity", PREFERRED):
                 add(w.get("podAffinityTerm") or {}, p, pod, nl, -int(w.get("weight") or 0))
     raw = {}
     for node in feasible:
-        nl = _labels(node)
+        nl = labels_of(node)
         raw[node["metadata"]["name"]] = sum(v for (k, val), v in pairs.items() if nl.get(k) == val)
     if not raw:
         return {}
@@ -399,15 +399,15 @@ def _spread_counts(pod: Mapping, constraints: list, eligible: Iterable[Mapping],
     """Per constraint: domain value -> matching pods (same namespace, not terminating)."""
     out: list[dict[str, int]] = [{} for _ in constraints]
     for node in eligible:
-        nl = _labels(node)
+        nl = labels_of(node)
         if any(c.get("topologyKey") not in nl for c in constraints):
             continue
         name = node["metadata"]["name"]
         for i, c in enumerate(constraints):
             value = nl[c["topologyKey"]]
-            n = sum(1 for p in pods_on.get(name, ()) if _ns(p) == _ns(pod)
+            n = sum(1 for p in pods_on.get(name, ()) if namespace_of(p) == namespace_of(pod)
                     and not (p.get("metadata") or {}).get("deletionTimestamp")
-                    and selector_matches(c.get("labelSelector"), _labels(p)))
+                    and selector_matches(c.get("labelSelector"), labels_of(p)))
             out[i][value] = out[i].get(value, 0) + n
     return out
 
@@ -418,7 +418,7 @@ def topology_spread(pod: Mapping, node: Mapping, eligible: Sequence[Mapping],
     constraints = _constraints(pod, "DoNotSchedule")
     if not constraints:
         return None
-    labels = _labels(node)
+    labels = labels_of(node)
     if any(c.get("topologyKey") not in labels for c in constraints):
         return Verdict("PodTopologySpread", (ERR_SPREAD_LABEL,), True)
     counts = _spread_counts(pod, constraints, eligible, pods_on)
@@ -426,7 +426,7 @@ def topology_spread(pod: Mapping, node: Mapping, eligible: Sequence[Mapping],
         lowest = min(per.values(), default=0)
         if c.get("minDomains") and len(per) < int(c["minDomains"]):
             lowest = 0
-        self_match = 1 if selector_matches(c.get("labelSelector"), _labels(pod)) else 0
+        self_match = 1 if selector_matches(c.get("labelSelector"), labels_of(pod)) else 0
         if per.get(labels[c["topologyKey"]], 0) + self_match - lowest > int(c.get("maxSkew") or 1):
             return Verdict("PodTopologySpread", (ERR_SPREAD,))
     return None
@@ -444,7 +444,7 @@ def topology_spread_scores(pod: Mapping, feasible: Sequence[Mapping], eligible: 
         c.get("topologyKey") == hostname for c in constraints) else eligible, pods_on)
     raw: dict[str, float] = {}
     for node in feasible:
-        nl = _labels(node)
+        nl = labels_of(node)
         if any(c.get("topologyKey") not in nl for c in constraints):
             continue
         s = 0.0

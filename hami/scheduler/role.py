@@ -111,7 +111,7 @@ def usage_snapshot(state: ClusterState) -> Snapshot:
                 "" if a.compute_instance_id is None else str(a.compute_instance_id),
                 a.placement.start, a.placement.size))
     quotas = []
-    for ns in sorted(getattr(index, "_quota", {})):
+    for ns in sorted(index.quota_namespaces()):
         for resource, (used, limit) in sorted(index.quota_used(ns).items()):
             quotas.append(QuotaUse(ns, resource, used, limit))  # usage without a limit too, as HAMi's
     return Snapshot(tuple(devices), tuple(pods), tuple(quotas), tuple(migs))

@@ -132,10 +132,10 @@ def _assigned_active(pod: dict | None) -> bool:
 def _cross_topology(assigned: dict):
     """getUnschedulablePodsWithCrossTopologyTerm: parked pods an assigned pod's arrival can help."""
     def helps(qp: sq.QueuedPod) -> bool:
-        if "PodTopologySpread" in qp.rejectors and intree._ns(qp.pod) == intree._ns(assigned):
+        if "PodTopologySpread" in qp.rejectors and intree.namespace_of(qp.pod) == intree.namespace_of(assigned):
             return True
         return any(intree.term_matches(t, qp.pod, assigned)
-                   for t in intree._affinity(qp.pod, "podAffinity", intree.REQUIRED))
+                   for t in intree.affinity_terms(qp.pod, "podAffinity", intree.REQUIRED))
     return helps
 
 
@@ -259,19 +259,19 @@ def _affinity_pod_hint(pod: dict, old: dict | None, new: dict | None) -> bool:
     pod's required affinity terms; a removed one that matched its anti-affinity terms, or whose own
     anti-affinity matched the pod."""
     if new is not None:
-        return any(intree.term_matches(t, pod, new) for t in intree._affinity(pod, "podAffinity", intree.REQUIRED))
+        return any(intree.term_matches(t, pod, new) for t in intree.affinity_terms(pod, "podAffinity", intree.REQUIRED))
     if old is None:
         return False
-    return any(intree.term_matches(t, pod, old) for t in intree._affinity(pod, "podAntiAffinity", intree.REQUIRED)) or \
-        any(intree.term_matches(t, old, pod) for t in intree._affinity(old, "podAntiAffinity", intree.REQUIRED))
+    return any(intree.term_matches(t, pod, old) for t in intree.affinity_terms(pod, "podAntiAffinity", intree.REQUIRED)) or \
+        any(intree.term_matches(t, old, pod) for t in intree.affinity_terms(old, "podAntiAffinity", intree.REQUIRED))
 
 
 def _spread_pod_hint(pod: dict, old: dict | None, new: dict | None) -> bool:
     """PodTopologySpread isSchedulableAfterPodChange: a pod of the same namespace that one of the
     constraints' selectors matches (before or after the change)."""
     constraints = (pod.get("spec") or {}).get("topologySpreadConstraints") or []
-    return any(other is not None and intree._ns(other) == intree._ns(pod)
-               and intree.selector_matches(c.get("labelSelector"), intree._labels(other))
+    return any(other is not None and intree.namespace_of(other) == intree.namespace_of(pod)
+               and intree.selector_matches(c.get("labelSelector"), intree.labels_of(other))
                for other in (old, new) for c in constraints)
 
 
@@ -279,9 +279,9 @@ def _spread_node_hint(pod: dict, old: dict | None, new: dict | None) -> bool:
     """PodTopologySpread isSchedulableAfterNodeChange: the node carries every constraint key now
     (added, or a topology label gained or changed)."""
     keys = [c.get("topologyKey") for c in (pod.get("spec") or {}).get("topologySpreadConstraints") or []]
-    if new is None or not all(k in intree._labels(new) for k in keys):
+    if new is None or not all(k in intree.labels_of(new) for k in keys):
         return False
-    return old is None or any(intree._labels(old).get(k) != intree._labels(new).get(k) for k in keys)
+    return old is None or any(intree.labels_of(old).get(k) != intree.labels_of(new).get(k) for k in keys)
 
 
 def _resources_pod_hint(pod: dict, old: dict | None, new: dict | None) -> bool:
@@ -391,7 +391,7 @@ class KubeSchedulerLoop:
             self._move((sq.ASSIGNED_POD, sq.DELETE), now, old, None)
         elif _assigned_active(new) and not _assigned_active(old):  # bound (or added bound): AssignedPodAdded
             self._move((sq.ASSIGNED_POD, sq.ADD), now, old, new, only=_cross_topology(new))
-        elif _assigned_active(new) and intree._labels(old or {}) != intree._labels(new):  # AssignedPodUpdated
+        elif _assigned_active(new) and intree.labels_of(old or {}) != intree.labels_of(new):  # AssignedPodUpdated
             self._move((sq.ASSIGNED_POD, sq.UPDATE), now, old, new, only=_cross_topology(new))
 
     def _dra_event(self, event: tuple[str, str], old: dict | None, new: dict | None) -> None:

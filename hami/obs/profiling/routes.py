@@ -160,10 +160,7 @@ async def start_debug_server(address: str, limits=None) -> tuple[web.AppRunner, 
     await runner.setup()
     site = GuardedSite(runner, host, port)
     await site.start()
-    bound = port
-    server = getattr(site, "_server", None)
-    if server is not None and server.sockets:
-        bound = server.sockets[0].getsockname()[1]
+    bound = site.port  # the port the kernel gave (GuardedSite.start)
     return runner, bound
 
 

@@ -524,8 +524,6 @@ async def serve(app: web.Application, address: str, ssl_context: ssl.SSLContext 
 
 
 def bound_port(runner: web.AppRunner) -> int:
-    for site in runner.sites:
-        server = getattr(site, "_server", None)
-        if server is not None and server.sockets:
-            return server.sockets[0].getsockname()[1]
+    for address in runner.addresses:
+        return address[1]
     raise RuntimeError("server not started")

@@ -47,9 +47,9 @@ TOPOLOGY = "topology-aware"
 DEFAULT_WEIGHTS = ScoringWeights()
 
 _F32 = struct.Struct("f")
-_PACK, _UNPACK = _F32.pack, _F32.unpack
+F32_PACK, F32_UNPACK = _F32.pack, _F32.unpack
 # Integers up to 2**24 are exact in float32: converting them rounds nothing.
-_EXACT = 1 << 24
+F32_EXACT = 1 << 24
 
 
 class PolicyError(ValueError):
@@ -63,7 +63,7 @@ class PolicyError(ValueError):
 
 def f32(x: float) -> float:
     """Round to the nearest IEEE-754 float32 (what Go's float32 arithmetic stores)."""
-    return _UNPACK(_PACK(x))[0]
+    return F32_UNPACK(F32_PACK(x))[0]
 
 
 # --------------------------------------------------------------------------- overrides
@@ -275,13 +275,13 @@ def device_score(dev: Any, requests: Any, weights: ScoringWeights = DEFAULT_WEIG
         else:
             mem += r.memreq
     a, b, c = req + dev.used, core + dev.usedcores, mem + dev.usedmem
-    if -_EXACT <= a <= _EXACT and -_EXACT <= b <= _EXACT and -_EXACT <= c <= _EXACT \
-            and -_EXACT <= count <= _EXACT and -_EXACT <= tcore <= _EXACT and -_EXACT <= tmem <= _EXACT:
+    if -F32_EXACT <= a <= F32_EXACT and -F32_EXACT <= b <= F32_EXACT and -F32_EXACT <= c <= F32_EXACT \
+            and -F32_EXACT <= count <= F32_EXACT and -F32_EXACT <= tcore <= F32_EXACT and -F32_EXACT <= tmem <= F32_EXACT:
         # float32(x) == x for these, and int / int is the correctly rounded quotient, as the
         # float division of the exact operands is: one rounding to float32 per ratio, as Go.
-        us = _UNPACK(_PACK(a / count))[0]
-        cs = _UNPACK(_PACK(b / tcore))[0]
-        ms = _UNPACK(_PACK(c / tmem))[0]
+        us = F32_UNPACK(F32_PACK(a / count))[0]
+        cs = F32_UNPACK(F32_PACK(b / tcore))[0]
+        ms = F32_UNPACK(F32_PACK(c / tmem))[0]
     else:
         us = f32(f32(a) / f32(count))
         cs = f32(f32(b) / f32(tcore))

@@ -52,7 +52,7 @@ from hami.device.model import (
     NvidiaConfig,
 )
 from hami.scheduler.cache.changelog import ChangeLog
-from hami.scheduler.placement.policy import _EXACT, _PACK, _UNPACK, f32
+from hami.scheduler.placement.policy import F32_EXACT, F32_PACK, F32_UNPACK, f32
 from hami.scheduler.placement.vendorrules import jittery_qos
 
 _TEN = f32(10.0)
@@ -161,14 +161,14 @@ def node_score(devices: Iterable[DeviceState]) -> float:
 def score_from_sums(used: int, cores: int, mem: int, total: int, tcore: int, tmem: int) -> float:
     if total == 0 or tcore == 0 or tmem == 0:
         return 0.0
-    if 0 <= used <= _EXACT and 0 <= cores <= _EXACT and 0 <= mem <= _EXACT \
-            and 0 < total <= _EXACT and 0 < tcore <= _EXACT and 0 < tmem <= _EXACT:
+    if 0 <= used <= F32_EXACT and 0 <= cores <= F32_EXACT and 0 <= mem <= F32_EXACT \
+            and 0 < total <= F32_EXACT and 0 < tcore <= F32_EXACT and 0 < tmem <= F32_EXACT:
         # float32(x) == x for these, and int / int is the correctly rounded quotient: one rounding
         # to float32 per ratio, as Go's float32 division of the exact operands (policy.device_score)
-        a = _UNPACK(_PACK(used / total))[0]
-        b = _UNPACK(_PACK(cores / tcore))[0]
-        c = _UNPACK(_PACK(mem / tmem))[0]
-        return _UNPACK(_PACK(_TEN * _UNPACK(_PACK(_UNPACK(_PACK(a + b))[0] + c))[0]))[0]
+        a = F32_UNPACK(F32_PACK(used / total))[0]
+        b = F32_UNPACK(F32_PACK(cores / tcore))[0]
+        c = F32_UNPACK(F32_PACK(mem / tmem))[0]
+        return F32_UNPACK(F32_PACK(_TEN * F32_UNPACK(F32_PACK(F32_UNPACK(F32_PACK(a + b))[0] + c))[0]))[0]
     a = f32(f32(used) / f32(total))
     b = f32(f32(cores) / f32(tcore))
     c = f32(f32(mem) / f32(tmem))
@@ -650,6 +650,10 @@ class UsageIndex:
         if (mem is None or mem.limit == 0) and (cores is None or cores.limit == 0):
             return None
         return QuotaView(mem, cores, 1)
+
+    def quota_namespaces(self) -> list[str]:
+        """The namespaces with quota usage or limits counted, for metrics."""
+        return list(self._quota)
 
     def quota_used(self, namespace: str) -> dict[str, tuple[int, int]]:
         """resource -> (used, limit), for metrics."""
