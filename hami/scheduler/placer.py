@@ -41,18 +41,32 @@ from hami.device.vendorregister import registration_signature
 from hami.device.vendorrequest import flat_requests
 from hami.obs.log import get_logger
 from hami.scheduler.cache.state import VGPU_NODE, ClusterState
-from hami.scheduler.placement import fit as fitmod
-from hami.scheduler.placement import policy as policymod
-from hami.scheduler.placement import recheck as recheckmod
-from hami.scheduler.placement import score as scoremod
-from hami.scheduler.placement import spread as spreadmod
-from hami.scheduler.placement.busy import Busy, Held, HeldView
-from hami.scheduler.placement.fit import try_pod
-from hami.scheduler.placement.nodeorder import first_fit
-from hami.scheduler.placement.podshape import ShapeMemo
-from hami.scheduler.placement.policy import PolicyError
-from hami.scheduler.placement.usage import NodeUsage, UsageIndex
-from hami.scheduler.placement.vendorrules import METAX_APP_CLASS, METAX_QOS
+from hami.scheduler.placement import (
+    METAX_APP_CLASS,
+    METAX_QOS,
+    Busy,
+    Held,
+    HeldView,
+    NodeUsage,
+    PodRequest,
+    PolicyError,
+    Selection,
+    ShapeMemo,
+    UsageIndex,
+    chosen_ids,
+    evaluate_nodes,
+    first_fit,
+    ignored_policies,
+    memory_need,
+    new_salt,
+    node_order_descending,
+    only_devices,
+    pick,
+    pod_request,
+    same_placement,
+    select_node,
+    try_pod,
+)
 from hami.scheduler.relay import Relay
 
 log = get_logger(__name__)
@@ -87,10 +101,10 @@ class Choice:
     pairs its FilteringSucceed text lists, the committed decision, the PodRequest, and the usage
     record of an earlier decision for the pod that this one dropped (None: there was none)."""
 
-    selection: scoremod.Selection
+    selection: Selection
     fit_scores: list
     decision: Assumed | None
-    request: fitmod.PodRequest
+    request: PodRequest
     dropped: Any = None
 
 
@@ -116,7 +130,7 @@ class Placer:
         # Send pods away from nodes mid-allocation (locked) when another node fits.
         self.avoid_locked = True
         # This replica's rank of nodes for spreading a burst away from another replica's choices.
-        self.replica_salt = spreadmod.new_salt()
+        self.replica_salt = new_salt()
         self._swept = 0.0
         self._decoded: dict[str, tuple] = {}  # register text -> devices (full-Nodes mode)
         self._warned: set[str] = set()
@@ -125,10 +139,10 @@ class Placer:
 
     # ------------------------------------------------------------------ what the pod asks
 
-    def pod_request(self, requests, num_init: int, annos, ns: str, name: str) -> fitmod.PodRequest | str:
+    def pod_request(self, requests, num_init: int, annos, ns: str, name: str) -> PodRequest | str:
         """What the fit needs of the pod; bad scoring weights give HAMi's error text."""
         gpu_policy, node_policy = self.cfg.gpu_scheduler_policy, self.cfg.node_scheduler_policy
-        for warning in policymod.ignored_policies(annos, ns, name, node_policy, gpu_policy):
+        for warning in ignored_policies(annos, ns, name, node_policy, gpu_policy):
             self._warn_once(warning)
         quota = self.state.index.quota_view(ns)
         key = None
@@ -141,7 +155,7 @@ class Placer:
             if preq is not None:
                 return preq
         try:
-            preq = fitmod.pod_request(
+            preq = pod_request(
                 requests, num_init, annos, gpu_policy=gpu_policy, node_policy=node_policy, namespace=ns,
                 quota=quota, vendors=self.config.vendors,
             )
@@ -151,7 +165,7 @@ class Placer:
             self.requests.put(key, preq)
         return preq
 
-    def request_of(self, pod: dict) -> fitmod.PodRequest | None | str:
+    def request_of(self, pod: dict) -> PodRequest | None | str:
         """The pod's PodRequest, None when it asks for no HAMi device, or an error text."""
         try:
             requests, num_init = self.requests_fn(pod)
@@ -194,8 +208,8 @@ class Placer:
         decision = self.commit(pod, uid, sel.node, sel.devices, sel.mig, written=written)
         return Choice(sel, fit_scores, decision, preq, dropped)
 
-    def _choose(self, names, node_names, preq: fitmod.PodRequest, index: UsageIndex,
-                ns: str, name: str) -> tuple[scoremod.Selection, list[tuple[str, float]]]:
+    def _choose(self, names, node_names, preq: PodRequest, index: UsageIndex,
+                ns: str, name: str) -> tuple[Selection, list[tuple[str, float]]]:
         """The node for the pod and the (node, score) pairs the FilteringSucceed text lists."""
         verbose = log.enabled(2)
         prioritize = self.cfg.extender_prioritize  # every fitting node: kube-scheduler's scoring picks
@@ -212,39 +226,39 @@ class Placer:
                 spread = bool(self._held.per_node or self._binds)
                 free = [n for n in node_names if n not in busy]
                 if free and len(free) < len(node_names):
-                    fits, failed = scoremod.evaluate_nodes(index.nodes, free, preq)
+                    fits, failed = evaluate_nodes(index.nodes, free, preq)
                     if fits:  # another node fits: leave the locked ones to their pods
-                        best = spreadmod.pick(fits, self.replica_salt) if spread else fits[0]
-                        return (scoremod.Selection(best.node, best.devices, best.score, best.mig, failed, len(free)),
+                        best = pick(fits, self.replica_salt) if spread else fits[0]
+                        return (Selection(best.node, best.devices, best.score, best.mig, failed, len(free)),
                                 [(best.node, best.score)])
         if verbose or prioritize or len(node_names) <= FULL_EVALUATION_MAX_NODES:
             # HAMi fits every node; its FilteringSucceed text counts them all. Small candidate lists
             # cost little, so they get HAMi's exact message; big ones stop at the first fit.
-            fits, failed = scoremod.evaluate_nodes(index.nodes, node_names, preq)
+            fits, failed = evaluate_nodes(index.nodes, node_names, preq)
             if verbose:
                 self._log_decisions(ns, name, preq, node_names, fits, failed, index)
             if fits:
-                best = spreadmod.pick(fits, self.replica_salt) if spread else fits[0]
-                sel = scoremod.Selection(best.node, best.devices, best.score, best.mig, failed, len(fits))
+                best = pick(fits, self.replica_salt) if spread else fits[0]
+                sel = Selection(best.node, best.devices, best.score, best.mig, failed, len(fits))
             else:
-                sel = scoremod.Selection(None, (), 0.0, (), failed, 0)
+                sel = Selection(None, (), 0.0, (), failed, 0)
             return sel, [(r.node, r.score) for r in fits]
-        sel = scoremod.select_node(index.nodes, node_names, preq)
+        sel = select_node(index.nodes, node_names, preq)
         return sel, [(sel.node, sel.score)] if sel.node else []
 
-    def _first_fit(self, names, preq: fitmod.PodRequest, index: UsageIndex) -> scoremod.Selection:
+    def _first_fit(self, names, preq: PodRequest, index: UsageIndex) -> Selection:
         """select_node's answer from the candidate order kept between requests (nodeorder.py),
         with the avoid-locked rule: a busy node only when no other node fits."""
         busy = self.avoid_locked and (self._held.per_node or self._binds or self.state.locked)
         # The walk passes by nodes with anything pending and fits them, least pending first, only
         # when no idle node fits (busy.py; no table of every node is built).
         pending = Busy(self._held.per_node, self._binds, self.state.locked, ()).pending if busy else None
-        walk = first_fit(names, index.nodes, index.changes, policymod.node_order_descending(preq.node_policy),
-                         lambda n: try_pod(n, preq), need=fitmod.memory_need(preq), pending=pending)
+        walk = first_fit(names, index.nodes, index.changes, node_order_descending(preq.node_policy),
+                         lambda n: try_pod(n, preq), need=memory_need(preq), pending=pending)
         if walk.node is None:
-            return scoremod.Selection(None, (), 0.0, (), walk.failed, walk.tried)
+            return Selection(None, (), 0.0, (), walk.failed, walk.tried)
         devices, mig = walk.fit
-        return scoremod.Selection(walk.node, devices, walk.usage.score_value, mig, walk.failed, walk.tried)
+        return Selection(walk.node, devices, walk.usage.score_value, mig, walk.failed, walk.tried)
 
     def busy_nodes(self, candidates) -> Busy:
         """Nodes to try last (busy.py): more pending on them than on the least busy candidate, in
@@ -270,7 +284,7 @@ class Placer:
 
     # ------------------------------------------------------------------ /filter, full-Nodes mode
 
-    def select_in_nodes(self, preq: fitmod.PodRequest, scanned, items: list) -> tuple[scoremod.Selection,
+    def select_in_nodes(self, preq: PodRequest, scanned, items: list) -> tuple[Selection,
                                                                                     list[str], dict[str, Any]]:
         """HAMi's choice among the Nodes a full-Nodes /filter carries (nothing is held or written,
         as in HAMi): the selection, the candidates' names and name -> the Node (a nodescan.py
@@ -308,7 +322,7 @@ class Placer:
                 u = self.node_usage(node, index)
                 if u is not None:
                     usages[nname] = u
-        return scoremod.select_node(usages, names, preq), names, by_name
+        return select_node(usages, names, preq), names, by_name
 
     def node_usage(self, node: dict, index: UsageIndex) -> NodeUsage | None:
         """The usage of a Node object a full-Nodes request carries: the cache's when it knows the
@@ -444,7 +458,7 @@ class Placer:
         PodRequest, this index without the pod), first on the devices /filter chose alone
         (recheck.py). (True, None, "") when it gives them back; else the pod fitted on the whole
         node again and committed: (False, placement to write, ""), or (False, None, the fit's reason)."""
-        return self._place(pod, node, recheckmod.chosen_ids(devices), devices)
+        return self._place(pod, node, chosen_ids(devices), devices)
 
     def _place(self, pod: dict, node: str, keep_ids: frozenset[str] | None,
                keep) -> tuple[bool, Assumed | None, str]:
@@ -465,10 +479,10 @@ class Placer:
                 return False, None, preq
             usage = index.node(node)
             if keep_ids is not None and usage is not None:
-                got = try_pod(recheckmod.only_devices(usage, keep_ids), preq)
-                if got.__class__ is not str and recheckmod.same_placement(got[0], keep):
+                got = try_pod(only_devices(usage, keep_ids), preq)
+                if got.__class__ is not str and same_placement(got[0], keep):
                     return True, None, ""
-            fits, failed = scoremod.evaluate_nodes(index.nodes, [node], preq)
+            fits, failed = evaluate_nodes(index.nodes, [node], preq)
         finally:
             if held is not None:
                 index.add_pod(uid, held.node, held.devices, namespace=held.namespace, num_init=held.num_init,
@@ -480,7 +494,7 @@ class Placer:
 
     # ------------------------------------------------------------------ /prioritize, GPU preemption
 
-    def fits_without(self, uid: str, names, preq: fitmod.PodRequest) -> list:
+    def fits_without(self, uid: str, names, preq: PodRequest) -> list:
         """The nodes of `names` the pod fits, best first, scored as they are without the pod's own
         held placement (/prioritize: kube-scheduler weighs HAMi's score of every candidate)."""
         index = self.state.index
@@ -488,20 +502,20 @@ class Placer:
         if own is not None:
             index.remove_pod(uid)
         try:
-            return scoremod.evaluate_nodes(index.nodes, names, preq)[0]
+            return evaluate_nodes(index.nodes, names, preq)[0]
         finally:
             if own is not None:
                 index.add_pod(uid, own.node, own.devices, namespace=own.namespace, num_init=own.num_init,
                               init_released=own.init_released, mig=own.mig, app_class=own.app_class)
 
 
-    def share_failures(self, pod: dict, node_names) -> tuple[fitmod.PodRequest, dict[str, str]] | None:
+    def share_failures(self, pod: dict, node_names) -> tuple[PodRequest, dict[str, str]] | None:
         """/filter's fit of `pod` on `node_names` without deciding anything (GPU preemption on the
         leader, for a pod another replica's /filter refused): its request and the failed nodes' reasons."""
         preq = self.request_of(pod)
-        if not isinstance(preq, fitmod.PodRequest):
+        if not isinstance(preq, PodRequest):
             return None
-        return preq, scoremod.evaluate_nodes(self.state.index.nodes, list(node_names), preq)[1]
+        return preq, evaluate_nodes(self.state.index.nodes, list(node_names), preq)[1]
 
 
 def available(node: NodeUsage | None) -> list[str]:

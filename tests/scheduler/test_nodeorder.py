@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hami.device.model import ContainerDevice
-from hami.scheduler.cache.changelog import ChangeLog
+from hami.scheduler.placement.changelog import ChangeLog
 from hami.scheduler.placement.fit import memory_need, pod_request, try_pod
 from hami.scheduler.placement.nodeorder import NameList, first_fit
 from hami.scheduler.placement.policy import node_order_descending

@@ -1,39 +1,58 @@
-"""The pure scheduler modules (policy, usage, fit, score, webhook, podfilter, gosort, migplace,
-messages, vendorrules, vendorscore, nodeorder, extargs, changelog, nodescan, gpupreempt, preempt, pdb, busy,
-spread, lockhistory, patchbuild, quantitylimits, placementguard) stay pure, and so do the two modules outside the package the
-webhook may use (hami.dra.claims, hami.principals).
+"""The pure modules of the scheduler and of Kubernetes' rules stay pure, by the one list there is:
+.importlinter's `pure-placement` and `pure-kubesched` contracts (whole packages:
+hami.scheduler.placement, hami.kubesched) and its `pure-logic` contract (pure modules in packages that also do I/O). Nothing here names a
+module; add a pure module to the contract and it is held to these rules too.
 
-Covers: by reading their source, that they import nothing but the standard library, `jsonpatch`,
-`orjson` (a decoder, no I/O),
-`hami.device`, `hami.principals` (constants) and each other, never asyncio, logging, a kube client or another role, and that
-they hold no module-level mutable state (no module-level dict/list/set assignments).
+On top of what import-linter checks (no I/O library, no I/O layer of hami), read from their source:
+a pure module imports only the standard library (never asyncio, logging, sockets, subprocesses,
+threads, os or time), `orjson` and `jsonpatch` (and `celpy`, CEL, in hami.kubesched), and of hami
+only hami.device and the other modules the contracts call pure; and a pure module of the scheduler
+holds no module-level mutable state (no module-level dict/list/set assignments; Kubernetes' rules
+keep lookup tables at module level).
 """
 
 from __future__ import annotations
 
 import ast
+import configparser
 import importlib.util
 import pathlib
 import sys
 
 import pytest
 
-PURE = ("placement.policy", "placement.usage", "placement.fit", "placement.score", "admission.webhook",
-        "placement.podfilter", "placement.gosort", "placement.migplace", "placement.messages",
-        "placement.vendorrules", "placement.vendorscore", "placement.nodeorder", "extender.extargs",
-        "cache.changelog", "extender.nodescan", "placement.recheck", "preemption.plan", "preemption.victims",
-        "placement.busy", "placement.spread", "cache.lockhistory", "admission.patchbuild",
-        "admission.quantitylimits", "admission.placementguard")
-# Kubernetes' own rules the pure modules may use (hami.kubesched, pure by the import-linter contract).
-KUBESCHED = {"hami.kubesched.pdb", "hami.kubesched.taints", "hami.kubesched.nodeaffinity"}
-# Modules the webhook may use that this file does not hold to the rule above: the DRA claim translation
-# (hami.dra.claims, stdlib + hami.device, checked below), the table of hami's own writers
-# (hami.principals, constants, checked below; placementguard names them too) and placementguard.
-PURE_ELSEWHERE = {"hami.dra.claims", "hami.principals"}
-WEBHOOK_MAY_USE = PURE_ELSEWHERE | {"hami.scheduler.admission.placementguard"}
-ROOT = pathlib.Path(__file__).resolve().parents[2] / "hami" / "scheduler"
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CONTRACTS = ("pure-placement", "pure-kubesched", "pure-logic")
 ALLOWED_THIRD_PARTY = {"jsonpatch", "orjson"}
+ALLOWED_IN = {"hami.kubesched": {"celpy"}}  # CEL, for the DRA allocator's selectors
 FORBIDDEN_STDLIB = {"asyncio", "logging", "socket", "subprocess", "threading", "os", "time"}
+CHECKED = ("hami.scheduler", "hami.kubesched")  # held to the rules below; the contracts cover more
+
+
+def _path(module: str) -> pathlib.Path:
+    base = REPO / module.replace(".", "/")
+    return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+
+
+def contract_modules() -> list[str]:
+    """Every module the pure contracts name, packages expanded to their modules."""
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / ".importlinter", encoding="utf-8")
+    out: set[str] = set()
+    for contract in CONTRACTS:
+        for name in cfg[f"importlinter:contract:{contract}"]["source_modules"].split():
+            base = REPO / name.replace(".", "/")
+            if base.is_dir():
+                for p in base.rglob("*.py"):
+                    rel = p.relative_to(REPO).with_suffix("").parts
+                    out.add(".".join(rel[:-1] if rel[-1] == "__init__" else rel))
+            else:
+                out.add(name)
+    return sorted(out)
+
+
+PURE = contract_modules()
+HELD = [m for m in PURE if m.startswith(CHECKED)]
 
 
 def _is_module(name: str) -> bool:
@@ -43,16 +62,17 @@ def _is_module(name: str) -> bool:
         return False
 
 
-def _imports(tree: ast.Module) -> set[str]:
+def _imports(tree: ast.Module, module: str) -> set[str]:
+    package = module.rsplit(".", 1)[0]
     out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level and not node.module:  # from . import a, b
-                out.update("hami.scheduler." + a.name for a in node.names)
+                out.update(f"{package}.{a.name}" for a in node.names)
             elif node.level:
-                out.add("hami.scheduler." + node.module)
+                out.add(f"{package}.{node.module}")
             elif (node.module or "").startswith("hami.") and all(
                     _is_module(f"{node.module}.{a.name}") for a in node.names):
                 out.update(f"{node.module}.{a.name}" for a in node.names)  # from hami.dra import claims
@@ -61,36 +81,30 @@ def _imports(tree: ast.Module) -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("name", PURE)
+def test_the_contracts_name_the_pure_packages_and_modules_that_exist():
+    assert {"hami.scheduler.placement.fit", "hami.kubesched.taints", "hami.scheduler.admission.webhook"} <= set(PURE)
+    missing = [m for m in PURE if not _path(m).exists()]
+    assert not missing, f".importlinter names modules that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("name", HELD)
 def test_pure_module_imports(name):
-    tree = ast.parse((ROOT / f"{name.replace('.', '/')}.py").read_text())
-    for mod in _imports(tree):
+    pure = set(PURE)
+    third_party = ALLOWED_THIRD_PARTY | next((v for k, v in ALLOWED_IN.items() if name.startswith(k)), set())
+    for mod in _imports(ast.parse(_path(name).read_text(encoding="utf-8")), name):
         top = mod.split(".")[0]
         if mod.startswith("hami."):
-            assert mod.startswith("hami.device") or mod in {f"hami.scheduler.{p}" for p in PURE} | KUBESCHED \
-                or (name in ("admission.webhook", "admission.placementguard") and mod in WEBHOOK_MAY_USE), mod
+            assert mod.startswith("hami.device") or mod in pure, mod
         elif top in sys.stdlib_module_names:
             assert top not in FORBIDDEN_STDLIB, mod
         else:
-            assert top in ALLOWED_THIRD_PARTY, mod
+            assert top in third_party, mod
 
 
-@pytest.mark.parametrize("name", PURE)
+@pytest.mark.parametrize("name", [m for m in HELD if m.startswith("hami.scheduler")])
 def test_pure_module_has_no_module_level_mutable_state(name):
-    tree = ast.parse((ROOT / f"{name.replace('.', '/')}.py").read_text())
+    tree = ast.parse(_path(name).read_text(encoding="utf-8"))
     for node in tree.body:
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             assert not isinstance(node.value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp)), \
                 f"{name}:{node.lineno}"
-
-
-@pytest.mark.parametrize("module", sorted(PURE_ELSEWHERE))
-def test_pure_modules_elsewhere_import_only_the_standard_library_and_hami_device(module):
-    path = ROOT.parents[0] / (module.split(".", 1)[1].replace(".", "/") + ".py")
-    for mod in _imports(ast.parse(path.read_text())):
-        top = mod.split(".")[0]
-        if mod.startswith("hami."):
-            assert mod.startswith("hami.device"), mod
-        else:
-            assert top in sys.stdlib_module_names and top not in FORBIDDEN_STDLIB, mod
-

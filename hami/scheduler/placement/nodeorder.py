@@ -26,7 +26,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
-from hami.scheduler.cache.changelog import ChangeLog
+from hami.scheduler.placement.changelog import ChangeLog
 from hami.scheduler.placement.fit import free_memory_bound
 
 # Re-sort from scratch instead of patching when this share of the candidates changed.

@@ -51,7 +51,7 @@ from hami.device.model import (
     MigProfile,
     NvidiaConfig,
 )
-from hami.scheduler.cache.changelog import ChangeLog
+from hami.scheduler.placement.changelog import ChangeLog
 from hami.scheduler.placement.policy import F32_EXACT, F32_PACK, F32_UNPACK, f32
 from hami.scheduler.placement.vendorrules import jittery_qos
 
