@@ -231,6 +231,8 @@ class PodRunner:
         # DRA mode: (hami.sim.kubelet.drakubelet.DraKubelet, CDI root) of this node's DRA plugin.
         self.dra = dra
         self.dra_prepared: dict[str, list] = {}  # pod uid -> claims prepared for it
+        self.dra_devices: dict[str, tuple[str, dict]] = {}  # running pod uid -> (ns/name, claim_devices)
+        self.dra_health: dict[tuple[str, str], tuple[str, str]] = {}  # (pool, device) -> health, message
         self._unprepares: set[asyncio.Task] = set()
         # A node that also has other vendors' devices: their pods start as that vendor's plugin
         # would start them (bind phase success, the node lock released), not through our agent.
@@ -254,6 +256,7 @@ class PodRunner:
         if new is None:
             uid = (old or {}).get("metadata", {}).get("uid", "")
             refs = self.dra_prepared.pop(uid, None)
+            self.dra_devices.pop(uid, None)
             if refs:
                 task = asyncio.get_running_loop().create_task(self._unprepare(uid, refs), name=f"unprepare-{uid}")
                 self._unprepares.add(task)
@@ -274,6 +277,10 @@ class PodRunner:
     async def run(self, stop: asyncio.Event) -> None:
         watch = asyncio.create_task(self.pods.run(stop), name=f"kubelet-{self.node}-pods")
         usage = asyncio.create_task(self._usage_loop(stop), name=f"kubelet-{self.node}-usage")
+        tasks = [watch, usage]
+        if self.dra is not None:  # kubelet's DRAResourceHealth stream: allocatedResourcesStatus
+            tasks.append(asyncio.create_task(self.dra[0].watch_health(self._on_dra_health, stop),
+                                             name=f"kubelet-{self.node}-dra-health"))
         try:
             while not stop.is_set():
                 item = await next_or_stop(self._queue, stop)
@@ -286,9 +293,9 @@ class PodRunner:
                     continue
                 await self.start_pod(pod)
         finally:
-            for t in (watch, usage):
+            for t in tasks:
                 t.cancel()
-            await asyncio.gather(watch, usage, *self._unprepares, return_exceptions=True)
+            await asyncio.gather(*tasks, *self._unprepares, return_exceptions=True)
 
     async def start_pod(self, pod: dict) -> None:
         meta = pod["metadata"]
@@ -355,6 +362,7 @@ class PodRunner:
             await self._unprepare(uid, got.refs)
             return
         self.dra_prepared[uid] = got.refs
+        self.dra_devices[uid] = (key, got.claim_devices)
         devices = {}
         for container, env in got.envs.items():
             uuids = [u for u in env.get("NVIDIA_VISIBLE_DEVICES", "").split(",") if u]
@@ -363,7 +371,7 @@ class PodRunner:
             written = self._write_region(uid, container, env, got.mounts[container], uuids)
             if written:
                 regions.append(written)
-        await self._mark_running(pod, got.envs, devices)
+        await self._mark_running(pod, got.envs, devices, self._dra_status(pod, got.claim_devices))
 
     async def _unprepare(self, uid: str, refs: list) -> None:
         try:
@@ -374,7 +382,29 @@ class PodRunner:
             if err:
                 log.warning("DRA unprepare failed", pod_uid=uid, claim_uid=claim_uid, node=self.node, error=err)
 
-    async def _mark_running(self, pod: dict, envs: dict, devices: dict) -> None:
+    def _dra_status(self, pod: Mapping, claim_devices: Mapping) -> dict[str, list[dict]]:
+        from hami.sim.kubelet.drapods import resources_status
+
+        return resources_status(pod, claim_devices, self.dra[0].driver, self.dra_health)
+
+    async def _on_dra_health(self, update: Mapping[tuple[str, str], tuple[str, str]]) -> None:
+        """A health message from the plugin: rewrite the statuses of the running pods it concerns."""
+        changed = {k for k, v in update.items() if self.dra_health.get(k) != v}
+        self.dra_health.update(update)
+        for key, claim_devices in list(self.dra_devices.values()):
+            if not any((p, d) in changed for devs in claim_devices.values() for p, d, _ in devs):
+                continue
+            pod = self.pods.store.get(key)
+            if pod is None:
+                continue
+            per = self._dra_status(pod, claim_devices)
+            statuses = [{**c, "allocatedResourcesStatus": per[c.get("name")]} if c.get("name") in per else c
+                        for c in (pod.get("status") or {}).get("containerStatuses") or []]
+            if statuses:  # not yet seen running: _mark_running writes the health it has by then
+                await self._set_status(pod, {"containerStatuses": statuses})
+
+    async def _mark_running(self, pod: dict, envs: dict, devices: dict,
+                            resources: Mapping[str, list[dict]] | None = None) -> None:
         meta = pod["metadata"]
         key, uid = f"{meta.get('namespace')}/{meta['name']}", meta.get("uid", "")
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -382,6 +412,9 @@ class PodRunner:
         statuses = [{"name": c["name"], "ready": True, "restartCount": 0, "image": c.get("image", ""),
                      "imageID": "", "containerID": f"sim://{uid}-{c['name']}", "started": True,
                      "state": {"running": {"startedAt": now}}} for c in spec.get("containers") or []]
+        for st in statuses:
+            if (resources or {}).get(st["name"]):
+                st["allocatedResourcesStatus"] = resources[st["name"]]
         try:
             await self.client.patch_pod(meta.get("namespace", "default"), meta["name"], {
                 "metadata": {"annotations": {ENV_ANNOTATION: orjson.dumps(envs).decode(),

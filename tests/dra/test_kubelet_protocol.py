@@ -263,3 +263,49 @@ async def test_admin_access_gets_the_gpu_without_hamicore_and_takes_no_room(plug
     assert env == {"NVIDIA_VISIBLE_DEVICES": "GPU-w1", "HAMI_DRA_DEVICE_0": "GPU-w1"} and mounts == []
     spec = read_json(os.path.join(plugin.root, "cdi", cdi.spec_file(DRIVER, admin)))
     assert spec["containerEdits"] == {"env": ["NVIDIA_VISIBLE_DEVICES=GPU-w1"], "mounts": []}
+
+
+# --------------------------------------------------------------------------- the embedded kubelet
+
+
+async def test_the_embedded_kubelet_turns_the_stream_into_allocated_resources_status(plugin):
+    from hami.sim.kubelet.drakubelet import DraKubelet
+    from hami.sim.kubelet.drapods import resources_status
+
+    kubelet = DraKubelet(os.path.join(plugin.root, "r"))
+    await kubelet.register()
+    seen: list[dict] = []
+
+    async def on_update(update):
+        seen.append(update)
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(kubelet.watch_health(on_update, stop))
+    try:
+        async def until(pred):
+            for _ in range(500):
+                if seen and pred(seen[-1]):
+                    return seen[-1]
+                await asyncio.sleep(0.02)
+            raise AssertionError(f"no such health update: {seen[-1:]}")
+
+        await until(lambda h: h.get((NODE, "hami-gpu-1")) == ("Healthy", ""))
+        write(plugin.gpus, GPUS % "false")
+        health = await until(lambda h: h[(NODE, "hami-gpu-1")][0] == "Unhealthy")
+    finally:
+        stop.set()
+        await task
+        await kubelet.close()
+    pod = {"spec": {"containers": [
+        {"name": "a", "resources": {"claims": [{"name": "gpu"}]}},
+        {"name": "b", "resources": {"claims": [{"name": "gpu", "request": "r2"}]}},
+        {"name": "c"}]}}
+    devices = {"gpu": [(NODE, "hami-gpu-1", ("r1",)), (NODE, "hami-gpu-0", ("r2",))]}
+    got = resources_status(pod, devices, DRIVER, health)
+    assert got["a"] == [{"name": "claim:gpu", "resources": [
+        {"resourceID": f"{DRIVER}/{NODE}/hami-gpu-1", "health": "Unhealthy", "message": f"{TAINT_UNHEALTHY}=true"},
+        {"resourceID": f"{DRIVER}/{NODE}/hami-gpu-0", "health": "Healthy"}]}]
+    assert got["b"] == [{"name": "claim:gpu/r2", "resources": [
+        {"resourceID": f"{DRIVER}/{NODE}/hami-gpu-0", "health": "Healthy"}]}]
+    assert "c" not in got
+    assert resources_status(pod, devices, DRIVER, {})["b"][0]["resources"][0]["health"] == "Unknown"

@@ -3,7 +3,8 @@
 Covers: a pod written as today (`nvidia.com/gpu: 1`, `nvidia.com/gpumem: 4000`) goes through the
 webhook's claim template, the resourceclaim controller, the DynamicResources allocation, the kubelet
 plugin's NodePrepareResources over its gRPC socket and the CDI spec, and runs with
-`CUDA_DEVICE_MEMORY_LIMIT_0=4000m` as in device-plugin mode; a second pod shares the GPU up to its
+`CUDA_DEVICE_MEMORY_LIMIT_0=4000m` as in device-plugin mode, its container status carrying the
+device's health from the plugin's health stream (`allocatedResourcesStatus`); a second pod shares the GPU up to its
 memory; a third stays Pending with a PodScheduled message naming its claim and the memory; deleting
 the first unprepares it (its CDI spec goes), deletes its claim, and the third then runs;
 `kubectl get resourceslices,resourceclaims,deviceclasses` lists them; `hami doctor pod` explains
@@ -99,6 +100,10 @@ def test_claims_share_a_gpu_and_deletion_frees_it(dra):
     assert env["cuda"]["NVIDIA_VISIBLE_DEVICES"].startswith("GPU-")
     p1 = _pod(run, "p1")
     assert p1["metadata"]["labels"]["hami.io/dra"] == "true"
+    # kubelet's health stream from the plugin, in the container's status (KEP-4680)
+    [status] = p1["status"]["containerStatuses"][0]["allocatedResourcesStatus"]
+    assert status["name"] == "claim:cuda-nvidia" and status["resources"] == [
+        {"resourceID": "hami-core-gpu.project-hami.io/gpu-node-1/hami-gpu-0", "health": "Healthy"}]
     claim_name = p1["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
     claim = json.loads(run("get", "resourceclaim", claim_name, "-o", "json"))
     (result,) = claim["status"]["allocation"]["devices"]["results"]

@@ -5,24 +5,42 @@ call `GetInfo`, take the newest API version the plugin supports (v1, else v1beta
 `NotifyRegistrationStatus`, then call `NodePrepareResources` / `NodeUnprepareResources` of that
 version on the endpoint GetInfo named, over one kept channel. Before a container with claims
 starts, the runner prepares the pod's claims and the container runtime applies the CDI devices'
-container edits (`hami.dra.cdi.resolve`).
+container edits (`hami.dra.cdi.resolve`). When the plugin lists `DRAResourceHealth` (v1, else
+v1alpha1) among its versions, `watch_health` keeps kubelet's `NodeWatchResources` stream open (opened
+again after a break) and hands each update to the runner, which writes the containers'
+`allocatedResourcesStatus` (hami.sim.kubelet.drapods).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import glob
 import os
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
 
-from hami.dra._pb import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
+from hami.dra._pb import (
+    dra_health_v1_pb2,
+    dra_health_v1_pb2_grpc,
+    dra_health_v1alpha1_pb2,
+    dra_health_v1alpha1_pb2_grpc,
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+)
 from hami.dra._pb import pluginregistration_pb2 as reg_pb
 from hami.dra._pb import pluginregistration_pb2_grpc as reg_grpc
 
 _VERSIONS = (("v1.DRAPlugin", dra_v1_pb2, dra_v1_pb2_grpc), ("v1beta1.DRAPlugin", dra_v1beta1_pb2, dra_v1beta1_pb2_grpc))
+_HEALTH = (("v1.DRAResourceHealth", dra_health_v1_pb2, dra_health_v1_pb2_grpc),
+           ("v1alpha1.DRAResourceHealth", dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc))
+HEALTH_NAMES = {"HEALTHY": "Healthy", "UNHEALTHY": "Unhealthy", "UNKNOWN": "Unknown"}
+# (pool, device) -> (Healthy | Unhealthy | Unknown, message)
+HealthUpdate = dict[tuple[str, str], tuple[str, str]]
 
 
 class DraKubeletError(RuntimeError):
@@ -40,6 +58,7 @@ class ClaimRef:
 class Prepared:
     cdi_ids: tuple[str, ...]  # every device's CDI ids, for the containers that use the claim
     error: str = ""
+    devices: tuple[tuple[str, str, tuple[str, ...]], ...] = ()  # (pool, device, request names)
 
 
 class DraKubelet:
@@ -52,6 +71,8 @@ class DraKubelet:
         self._channel: grpc.aio.Channel | None = None
         self.prepares = 0
         self.unprepares = 0
+        self.health = None  # (pb, pb_grpc) of the health service the plugin offers, or None
+        self.health_updates = 0
 
     async def register(self, timeout: float = 30.0, poll: float = 0.05) -> str:
         """Wait for a plugin's registration socket and register it; returns the driver name."""
@@ -75,6 +96,7 @@ class DraKubelet:
         if not ok:
             raise DraKubeletError(error)
         self.driver, self.version, self._pb = info.name, chosen[0], chosen[1]
+        self.health = next(((pb, pb_grpc) for name, pb, pb_grpc in _HEALTH if name in info.supported_versions), None)
         if self._channel is not None:
             await self._channel.close()
         self._channel = grpc.aio.insecure_channel(f"unix://{info.endpoint}")
@@ -99,7 +121,9 @@ class DraKubelet:
             elif entry.error:
                 out[c.uid] = Prepared((), entry.error)
             else:
-                out[c.uid] = Prepared(tuple(i for d in entry.devices for i in d.cdi_device_ids))
+                out[c.uid] = Prepared(tuple(i for d in entry.devices for i in d.cdi_device_ids),
+                                      devices=tuple((d.pool_name, d.device_name, tuple(d.request_names))
+                                                    for d in entry.devices))
         return out
 
     async def unprepare(self, claims: Sequence[ClaimRef], timeout: float = 45.0) -> dict[str, str]:
@@ -112,6 +136,35 @@ class DraKubelet:
     def _pb_request(self, kind: str, claims: Sequence[ClaimRef]):
         items = self._claims(claims)
         return getattr(self._pb, kind)(claims=items)
+
+    async def watch_health(self, on_update: Callable[[HealthUpdate], Awaitable[None]], stop: asyncio.Event,
+                           retry: float = 1.0) -> None:
+        """Keep the plugin's health stream open until `stop`, as kubelet does; every message goes to
+        `on_update`. Nothing to watch when the plugin does not offer the service."""
+        while not stop.is_set() and self.health is not None and self._channel is not None:
+            pb, pb_grpc = self.health
+            call = pb_grpc.DRAResourceHealthStub(self._channel).NodeWatchResources(pb.NodeWatchResourcesRequest())
+            stopped = asyncio.create_task(stop.wait())
+            try:
+                while True:
+                    read = asyncio.create_task(call.read())
+                    await asyncio.wait({read, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                    if not read.done():
+                        read.cancel()
+                        return
+                    resp = read.result()
+                    if resp is grpc.aio.EOF:
+                        break
+                    self.health_updates += 1
+                    await on_update({(d.device.pool_name, d.device.device_name):
+                                     (HEALTH_NAMES[pb.HealthStatus.Name(d.health)], d.message) for d in resp.devices})
+            except grpc.aio.AioRpcError:
+                pass  # the plugin went away: kubelet opens the stream again
+            finally:
+                call.cancel()
+                stopped.cancel()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), retry)
 
     async def close(self) -> None:
         if self._channel is not None:

@@ -5,6 +5,8 @@ Before the containers start: read each of the pod's claims (it must be reserved 
 every container the CDI edits of the devices of the claims it references in
 `resources.claims` (`hami.dra.cdi.resolve`: env and mounts, as a CDI runtime applies them).
 On the pod's deletion the runner unprepares the same claims (`NodeUnprepareResources`).
+`resources_status` is kubelet's `containerStatuses[].allocatedResourcesStatus` for the devices
+each container's claims hold, from the plugin's health stream (KEP-4680).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class Started:
     envs: dict[str, dict[str, str]] = field(default_factory=dict)  # container -> env from CDI
     mounts: dict[str, dict[str, str]] = field(default_factory=dict)  # container -> {container path: host path}
     cdi_ids: dict[str, list[str]] = field(default_factory=dict)  # container -> CDI devices
+    # pod claim name -> (pool, device, request names) the plugin prepared for it
+    claim_devices: dict[str, list[tuple[str, str, tuple[str, ...]]]] = field(default_factory=dict)
 
 
 def _claim_of_pod_claim(pod: Mapping) -> dict[str, str]:
@@ -64,6 +68,9 @@ async def prepare_pod(client: KubeClient, kubelet: DraKubelet, cdi_root: str, po
         if r.error:
             raise DraStartError("PrepareResourcesFailed", f"NodePrepareResources for claim {ref.namespace}/"
                                                           f"{ref.name} failed: {r.error}")
+    for pod_claim, claim_name in by_pod_claim.items():
+        if claim_name in uid_of:
+            started.claim_devices[pod_claim] = list(results[uid_of[claim_name]].devices)
     spec = pod.get("spec") or {}
     for ctr in list(spec.get("initContainers") or []) + list(spec.get("containers") or []):
         ids: list[str] = []
@@ -81,3 +88,30 @@ async def prepare_pod(client: KubeClient, kubelet: DraKubelet, cdi_root: str, po
         started.mounts[ctr["name"]] = {m["containerPath"]: m["hostPath"] for m in mounts}
         started.cdi_ids[ctr["name"]] = ids
     return started
+
+
+def resources_status(pod: Mapping, claim_devices: Mapping[str, list[tuple[str, str, tuple[str, ...]]]],
+                     driver: str, health: Mapping[tuple[str, str], tuple[str, str]]) -> dict[str, list[dict]]:
+    """container -> its `allocatedResourcesStatus`: one entry per claim it references (`claim:<pod
+    claim>`, or `claim:<pod claim>/<request>` when it names a request), each device of the claim
+    (of that request) as `<driver>/<pool>/<device>` with its health (Unknown until the plugin says)."""
+    out: dict[str, list[dict]] = {}
+    for ctr in (pod.get("spec") or {}).get("containers") or []:
+        entries = []
+        for c in (ctr.get("resources") or {}).get("claims") or []:
+            name, request = str(c.get("name")), c.get("request")
+            devices = [d for d in claim_devices.get(name, ()) if not request or request in d[2]]
+            if not devices:
+                continue
+            resources = []
+            for pool, device, _ in devices:
+                state, message = health.get((pool, device), ("Unknown", ""))
+                r = {"resourceID": f"{driver}/{pool}/{device}", "health": state}
+                if message:
+                    r["message"] = message
+                resources.append(r)
+            entries.append({"name": f"claim:{name}/{request}" if request else f"claim:{name}",
+                            "resources": resources})
+        if entries:
+            out[str(ctr.get("name"))] = entries
+    return out
