@@ -63,9 +63,10 @@ def test_dra_enabled_installs_class_plugin_rbac_and_webhook_mode():
                                                             for res_ in r["resources"] for v in r["verbs"]}
              for d in find(dra, "ClusterRole")}
     assert rules["dra-plugin"] == {("", "nodes", "get"), ("", "nodes", "patch"),
-                                   ("resource.k8s.io", "resourceslices", "get"),
+                                   ("resource.k8s.io", "resourceslices", "list"),
                                    ("resource.k8s.io", "resourceslices", "create"),
                                    ("resource.k8s.io", "resourceslices", "update"),
+                                   ("resource.k8s.io", "resourceslices", "delete"),
                                    ("resource.k8s.io", "resourceclaims", "get")}
     assert rules["dra-webhook"] == {("resource.k8s.io", "resourceclaimtemplates", "create")}
     binding = one(dra, "ClusterRoleBinding", "hami-dra-webhook")

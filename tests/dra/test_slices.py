@@ -1,14 +1,20 @@
 """The ResourceSlice builder and the claim allocation reader (pure), with hypothesis.
 
-Covers: slices validate (strict) against the resource.k8s.io/v1 schema of Kubernetes 1.34 and 1.37;
-one pool per node, devices named as HAMi's driver names them with its attributes (type hami-gpu,
+Covers: slices validate (strict) against the resource.k8s.io/v1 schema of Kubernetes 1.34, 1.36 and
+1.37; one pool per node, devices named as HAMi's driver names them with its attributes (type hami-gpu,
 uuid, productName, versions as semver) plus index, numa, memoryBytes, nvlinkDomain, migEnabled;
-capacity memory (bytes, 1Mi steps) and cores (0-100), allowMultipleAllocations; unhealthy and
-filtered GPUs withdrawn; `next_slice` writes nothing when nothing changed (a restart does not churn)
-and bumps the generation by one on every change; quantities print in Go's canonical form and parse
-back; NVLink groups; `shares` never hands out more than a device has, sums several results on one
-device, and raises only ClaimError on any input; a MIG GPU is published as its instances (type mig,
-whole, exclusive, schema-valid), which a claim takes whole and never mixes with whole GPUs.
+capacity memory (bytes, 1Mi steps, times deviceMemoryScaling), cores (100 x deviceCoreScaling, one
+claim at most 100) and shares (deviceSplitCount, default 1), allowMultipleAllocations; filtered GPUs
+left out, unhealthy ones tainted NoSchedule (gpu-lost, xid, unhealthy) or withdrawn with the flag;
+`next_pool` writes nothing when nothing changed (a restart does not churn, a stamped taint is no
+change), bumps the generation by one on every change and deletes slices no longer laid out;
+quantities print in Go's canonical form and parse back; NVLink groups; `shares` never hands out more
+than a device has, sums several results on one device, counts shares (default 1, the whole device
+without consumable capacity), gives adminAccess results no capacity and never mixes them with
+ordinary ones, and raises only ClaimError on any input; a static MIG GPU is published as its
+instances (type mig, whole, exclusive, schema-valid), which a claim takes whole and never mixes with
+whole GPUs; a MIG-capable GPU publishes its CounterSet in a slice of its own (8 sets per slice at
+most) and every profile placement as a device consuming it, the whole GPU consuming all of it.
 """
 
 from __future__ import annotations
