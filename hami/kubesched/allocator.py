@@ -60,7 +60,7 @@ __all__ = ["MAX_RESULTS", "AllocationError", "Allocator", "Device", "Inventory",
 MAX_REQUESTS = 32  # DeviceRequestsMaxSize
 MAX_SUBREQUESTS = 8  # FirstAvailableDeviceRequestMaxSize
 MAX_RESULTS = 32  # AllocationResultsMaxSize
-MAX_STEPS = 50_000
+MAX_STEPS = 20_000
 TAINT_EFFECTS = ("NoSchedule", "NoExecute")  # other effects (None) never prevent allocation
 
 
@@ -105,7 +105,7 @@ class Usage:
                 slot = self.consumed.setdefault(key, {})
                 for name, v in consumed.items():
                     try:
-                        slot[str(name)] = slot.get(str(name), Fraction(0)) + to_quantity(v)
+                        slot[str(name)] = slot.get(str(name), 0) + draconsumable.exact(to_quantity(v))
                     except CelError:
                         continue  # a corrupt result counts as nothing, never as a crash
 
@@ -406,6 +406,7 @@ class _Search:
         self.available: dict[str, dict[str, dict[str, Fraction]]] = {}
         self.counting: dict[str, dict[str, dict[str, Fraction]]] = {}
         self.results: list[list[_Result]] = [[] for _ in claims]
+        self.consumed: dict[tuple[int, tuple[str, str, str]], dict[str, tuple[Fraction, bool]]] = {}
         self.steps = 0
 
     # ------------------------------------------------------------------ preparation
@@ -478,9 +479,17 @@ class _Search:
         return [str((s.get("cel") or {}).get("expression", ""))
                 for s in (cls.get("spec") or {}).get("selectors") or [] if isinstance(s, Mapping)]
 
+    def consumption(self, req: Request, dev: Device) -> dict[str, tuple[Fraction, bool]]:
+        """What one allocation of `req` takes of `dev` (the same on every search step, so kept)."""
+        key = (id(req), dev.key)
+        got = self.consumed.get(key)
+        if got is None:
+            got = self.consumed[key] = draconsumable.consumption(req.capacity, dev.capacity, dev.policies)
+        return got
+
     def capacity_fits(self, req: Request, dev: Device) -> tuple[bool, str]:
         return draconsumable.fits(req.capacity, dev.capacity, dev.policies, self.usage.consumed.get(dev.key, {}),
-                                  self.allocating_cap.get(dev.key, {}))
+                                  self.allocating_cap.get(dev.key, {}), self.consumption(req, dev))
 
     def in_use(self, key: tuple[str, str, str]) -> bool:
         return key in self.usage.exclusive or bool(self.allocating.get(key))
@@ -501,7 +510,7 @@ class _Search:
         taken = self.counting.get(pool.name, {})
         for set_name, counters in avail.items():
             for c, v in counters.items():
-                if v < taken.get(set_name, {}).get(c, Fraction(0)):
+                if v < taken.get(set_name, {}).get(c, 0):
                     self._count(dev, pool, -1)
                     return False
         return True
@@ -511,7 +520,7 @@ class _Search:
         for set_name, counters in dev.counters:
             slot = taken.setdefault(set_name, {})
             for c, v in counters.items():
-                slot[c] = slot.get(c, Fraction(0)) + sign * v
+                slot[c] = slot.get(c, 0) + sign * v
 
     # ------------------------------------------------------------------ one device
 
@@ -547,12 +556,11 @@ class _Search:
             return None
         result = _Result(req, dev)
         if dev.multi:
-            result.consumed = {n: a for n, (a, _) in draconsumable.consumption(req.capacity, dev.capacity,
-                                                                                dev.policies).items()}
+            result.consumed = {n: a for n, (a, _) in self.consumption(req, dev).items()}
             result.share_id = self.owner.new_share_id()
             slot = self.allocating_cap.setdefault(dev.key, {})
             for n, a in result.consumed.items():
-                slot[n] = slot.get(n, Fraction(0)) + a
+                slot[n] = slot.get(n, 0) + a
         self.results[ci].append(result)
         mark = len(self.results[ci]) - 1
 
@@ -579,7 +587,7 @@ class _Search:
             done = False
         except _Stop:
             return Outcome(False, reason=f"claim {self.current}: the allocation search gave up after "
-                                         f"{MAX_STEPS} tries")
+                                         f"{MAX_STEPS} tries", steps=self.steps)
         if not done:
             out = self.explain()
             out.steps = self.steps
@@ -678,7 +686,7 @@ class _Search:
             if r.share_id is not None:
                 out["shareID"] = r.share_id
             if r.consumed:
-                out["consumedCapacity"] = {n: format_quantity(v) for n, v in r.consumed.items()}
+                out["consumedCapacity"] = {n: format_quantity(Fraction(v)) for n, v in r.consumed.items()}
             results.append(out)
         config = self._config(ci, claim)
         allocation: dict[str, Any] = {"devices": {"results": results, **({"config": config} if config else {})}}

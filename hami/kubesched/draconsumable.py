@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from fractions import Fraction
 
 from hami.kubesched.cel import format_quantity, to_quantity
@@ -35,60 +36,91 @@ def readable(value: Fraction) -> str:
     return format_quantity(value)
 
 
+def exact(value: Fraction) -> Fraction | int:
+    """An amount as an int when it is whole: the search adds amounts on every step, and int
+    arithmetic is many times cheaper than Fraction's."""
+    return value.numerator if value.denominator == 1 else value
+
+
 def _whole(value: Fraction) -> int:
     """resource.Quantity.Value(): the integer value, a fraction rounded up (away from zero)."""
     return math.ceil(value) if value >= 0 else math.floor(value)
 
 
-def consumed_amount(requested: Fraction | None, value: Fraction, policy: Mapping | None) -> Fraction:
+@dataclass(frozen=True)
+class Policy:
+    """A capacity's `requestPolicy`, read once (the allocator applies it on every search step)."""
+
+    default: Fraction | None = None
+    has_range: bool = False
+    min: Fraction | None = None
+    max: Fraction | None = None
+    step: Fraction | None = None
+    valid: tuple[Fraction, ...] = ()
+
+    @classmethod
+    def of(cls, raw: Policy | Mapping | None) -> Policy | None:
+        """Parse a v1 CapacityRequestPolicy (CelError naming the bad quantity)."""
+        if raw is None or isinstance(raw, Policy):
+            return raw
+        if not raw:
+            return None
+        rng = raw.get("validRange")
+        rng = rng if isinstance(rng, Mapping) else None
+
+        def q(v: object, what: str) -> Fraction | None:
+            return None if v is None else exact(to_quantity(v, field=f"requestPolicy.{what}"))
+        return cls(q(raw.get("default"), "default"), rng is not None,
+                   q((rng or {}).get("min"), "validRange.min"), q((rng or {}).get("max"), "validRange.max"),
+                   q((rng or {}).get("step"), "validRange.step"),
+                   tuple(exact(to_quantity(v, field="requestPolicy.validValues")) for v in raw.get("validValues") or ()))
+
+
+def consumed_amount(requested: Fraction | None, value: Fraction, policy: Policy | Mapping | None) -> Fraction:
     """What one allocation takes of a capacity (`calculateConsumedCapacity`)."""
+    policy = Policy.of(policy)
     if requested is None:
-        if policy and policy.get("default") is not None:
-            return to_quantity(policy["default"])
+        if policy is not None and policy.default is not None:
+            return policy.default
         return value
-    if not policy:
+    if policy is None:
         return requested
-    rng = policy.get("validRange")
-    if isinstance(rng, Mapping) and rng.get("min") is not None:
-        low = to_quantity(rng["min"])
-        if requested < low:
-            return low
-        if rng.get("step") is None:
+    if policy.has_range and policy.min is not None:
+        if requested < policy.min:
+            return policy.min
+        if policy.step is None:
             return requested
-        step, base = _whole(to_quantity(rng["step"])), _whole(low)
+        step, base = _whole(policy.step), _whole(policy.min)
         added = _whole(requested) - base
         n = -(-added // step) if step else 0
-        return Fraction(base + step * n)
-    valid = policy.get("validValues")
-    if valid:
-        for v in (to_quantity(x) for x in valid):
-            if requested <= v:
-                return v
+        return base + step * n
+    for v in policy.valid:
+        if requested <= v:
+            return v
     return requested
 
 
-def violates_policy(amount: Fraction, policy: Mapping | None) -> bool:
-    if not policy:
+def violates_policy(amount: Fraction, policy: Policy | Mapping | None) -> bool:
+    policy = Policy.of(policy)
+    if policy is None:
         return False
-    if policy.get("default") is not None and amount == to_quantity(policy["default"]):
+    if policy.default is not None and amount == policy.default:
         return False
-    rng = policy.get("validRange")
-    if isinstance(rng, Mapping):
-        if rng.get("max") is not None and amount > to_quantity(rng["max"]):
+    if policy.has_range:
+        if policy.max is not None and amount > policy.max:
             return True
-        if rng.get("step") is not None:
-            step = _whole(to_quantity(rng["step"]))
-            low = _whole(to_quantity(rng["min"])) if rng.get("min") is not None else 0
+        if policy.step is not None:
+            step = _whole(policy.step)
+            low = _whole(policy.min) if policy.min is not None else 0
             return step != 0 and (_whole(amount) - low) % step != 0
         return False
-    valid = policy.get("validValues")
-    if valid:
-        return all(amount != to_quantity(v) for v in valid)
+    if policy.valid:
+        return all(amount != v for v in policy.valid)
     return False
 
 
 def consumption(requests: Mapping[str, Fraction] | None, capacity: Mapping[str, Fraction],
-                policies: Mapping[str, Mapping]) -> dict[str, tuple[Fraction, bool]]:
+                policies: Mapping[str, Policy | Mapping]) -> dict[str, tuple[Fraction, bool]]:
     """Per capacity of the device: (amount consumed, whether it breaks the policy)."""
     out = {}
     for name, value in capacity.items():
@@ -99,17 +131,28 @@ def consumption(requests: Mapping[str, Fraction] | None, capacity: Mapping[str, 
     return out
 
 
-def fits(requests: Mapping[str, Fraction] | None, capacity: Mapping[str, Fraction], policies: Mapping[str, Mapping],
-         held: Mapping[str, Fraction], allocating: Mapping[str, Fraction]) -> tuple[bool, str]:
-    """`CmpRequestOverCapacity`: (True, "") or (False, why) for one more allocation of the device."""
+def fits(requests: Mapping[str, Fraction] | None, capacity: Mapping[str, Fraction],
+         policies: Mapping[str, Policy | Mapping], held: Mapping[str, Fraction], allocating: Mapping[str, Fraction],
+         consumed: Mapping[str, tuple[Fraction, bool]] | None = None) -> tuple[bool, str]:
+    """`CmpRequestOverCapacity`: (True, "") or (False, why) for one more allocation of the device
+    (`consumed`: this request's `consumption` of the device, when the caller has it already)."""
     for name in requests or {}:
         if name not in capacity:
             return False, f"has no capacity {name}"
-    for name, (amount, broken) in consumption(requests, capacity, policies).items():
+    if consumed is None:
+        consumed = consumption(requests, capacity, policies)
+    for name, (amount, broken) in consumed.items():
         if broken:
-            return False, f"{name}: {readable(amount)} is not allowed by its request policy"
-        total = held.get(name, Fraction(0)) + amount + allocating.get(name, Fraction(0))
+            return False, f"{name}: {readable(Fraction(amount))} is not allowed by its request policy"
+        total = amount
+        before = held.get(name)
+        if before:
+            total += before
+        ongoing = allocating.get(name)
+        if ongoing:
+            total += ongoing
         if total > capacity[name]:
-            free = capacity[name] - held.get(name, Fraction(0)) - allocating.get(name, Fraction(0))
-            return False, f"{name} {readable(amount)} requested, {readable(free)} of {readable(capacity[name])} free"
+            free = Fraction(capacity[name] - (before or 0) - (ongoing or 0))
+            return False, (f"{name} {readable(Fraction(amount))} requested, {readable(free)} of "
+                           f"{readable(Fraction(capacity[name]))} free")
     return True, ""

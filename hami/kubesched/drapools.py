@@ -29,6 +29,7 @@ from typing import Any
 
 from hami.kubesched import nodeaffinity
 from hami.kubesched.cel import CelError, SelectorCompiler, device_activation, to_quantity
+from hami.kubesched.draconsumable import Policy, exact
 
 _ACTIVATION = object()  # Device.memo's key of the CEL activation (never an expression)
 
@@ -74,7 +75,7 @@ class Device:
     slice: str
     raw: Mapping = field(repr=False, compare=False)
     capacity: Mapping[str, Fraction] = field(default_factory=dict)  # name as published -> value
-    policies: Mapping[str, Mapping] = field(default_factory=dict, repr=False, compare=False)
+    policies: Mapping[str, Policy] = field(default_factory=dict, repr=False, compare=False)
     multi: bool = False  # allowMultipleAllocations
     taints: tuple[Mapping, ...] = ()
     counters: tuple[tuple[str, Mapping[str, Fraction]], ...] = ()  # (counter set, counter -> amount)
@@ -162,7 +163,7 @@ def _quantities(raw: Any, what: str) -> dict[str, Fraction]:
     out = {}
     for name, v in (raw.items() if isinstance(raw, Mapping) else ()):
         v = v.get("value") if isinstance(v, Mapping) else v
-        out[str(name)] = to_quantity(v, field=f"{what} {name}")
+        out[str(name)] = exact(to_quantity(v, field=f"{what} {name}"))
     return out
 
 
@@ -176,9 +177,11 @@ def _device(raw: Mapping, driver: str, pool: str, slice_name: str, spec: Mapping
     caps, policies = {}, {}
     for cname, craw in (raw.get("capacity") or {}).items():
         craw = craw if isinstance(craw, Mapping) else {"value": craw}
-        caps[str(cname)] = to_quantity(craw.get("value"), field=f"device {raw.get('name')} capacity {cname}")
+        caps[str(cname)] = exact(to_quantity(craw.get("value"), field=f"device {raw.get('name')} capacity {cname}"))
         if isinstance(craw.get("requestPolicy"), Mapping):
-            policies[str(cname)] = craw["requestPolicy"]
+            policy = Policy.of(craw["requestPolicy"])
+            if policy is not None:
+                policies[str(cname)] = policy
     counters = tuple((str(c.get("counterSet", "")), _quantities(c.get("counters"), f"device {raw.get('name')} counter"))
                      for c in raw.get("consumesCounters") or [] if isinstance(c, Mapping))
     per_device = spec.get("perDeviceNodeSelection") is True
