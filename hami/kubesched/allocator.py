@@ -51,11 +51,10 @@ from typing import Any
 
 from hami.kubesched import draconsumable, drapools, taints
 from hami.kubesched.cel import CelError, SelectorCompiler, format_quantity, to_quantity
-from hami.kubesched.draconsumable import readable
 from hami.kubesched.drapools import Device, Inventory, NodeView, Pool
 
 __all__ = ["MAX_RESULTS", "AllocationError", "Allocator", "Device", "Inventory", "Outcome", "Usage",
-           "allocated_node", "inventory", "readable"]
+           "allocated_node", "inventory"]
 
 MAX_REQUESTS = 32  # DeviceRequestsMaxSize
 MAX_SUBREQUESTS = 8  # FirstAvailableDeviceRequestMaxSize
@@ -114,9 +113,6 @@ class Usage:
 
     def allocated(self, key: tuple[str, str, str]) -> bool:
         return key in self.exclusive or key in self.shared or key in self.consumed
-
-    def free(self, dev: Device, cap: str) -> Fraction:
-        return dev.capacity.get(cap, Fraction(0)) - self.consumed.get(dev.key, {}).get(cap, Fraction(0))
 
 
 # --------------------------------------------------------------------------- requests
