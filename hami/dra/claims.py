@@ -10,9 +10,17 @@ the label `hami.io/dra: "true"`.
 
 Unlike HAMi-DRA, which creates a ResourceClaim from the webhook, the pod references a
 ResourceClaimTemplate (`spec.resourceClaims[].resourceClaimTemplateName`) whose name is a
-digest of its spec: one template per distinct shape in a namespace, created idempotently by the
-caller, and the resourceclaim controller makes (and deletes) each pod's claim, owned by the pod.
-The claim spec is HAMi-DRA's, so HAMi's kubelet plugin and DeviceClass serve it unchanged.
+digest of its spec: one template per distinct shape in a namespace, and the resourceclaim
+controller makes (and deletes) each pod's claim, owned by the pod. The claim spec is HAMi-DRA's,
+so HAMi's kubelet plugin and DeviceClass serve it unchanged.
+
+The webhook creates nothing: a review's body is only a claim that a pod is being created, and anyone
+who reaches /webhook can send one. The pod carries its claims' shapes in `hami.io/dra-claims`
+(`{"<pod claim>": [count, memory MiB or null, cores or null]}`), and `templates_of` rebuilds, from
+a pod that exists in the API, the templates it references (hami.dra.templates creates them, in the
+pod's namespace only). That annotation is tenant input like any other: it is parsed with the same
+bounds as the resources it stands for, and a template is made only where the rebuilt template's
+digest is the name the pod's own spec references.
 
 Type annotations keep HAMi's meaning (a case-insensitive substring of the product name, as the
 device plugin matched it); UUIDs match exactly. `gpumem-percentage` has no DRA form (capacity
@@ -28,6 +36,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from hami.device.codec.keys import DRA_CLAIMS_ANNOTATION
 from hami.device.model import NvidiaConfig
 from hami.device.request import quantity_as_int64
 
@@ -36,6 +45,8 @@ DEVICE_CLASS = DRIVER
 DEVICE_TYPE = "hami-gpu"
 REQUEST_NAME = "gpu"
 DRA_LABEL = "hami.io/dra"
+CLAIMS_ANNOTATION = DRA_CLAIMS_ANNOTATION
+MAX_CLAIMS_TEXT = 16 << 10  # bytes of hami.io/dra-claims: 64 claims of the longest shape fit many times
 TEMPLATE_PREFIX = "hami-gpu-"
 USE_UUID, NOUSE_UUID = "nvidia.com/use-gpuuuid", "nvidia.com/nouse-gpuuuid"
 USE_TYPE, NOUSE_TYPE = "nvidia.com/use-gputype", "nvidia.com/nouse-gputype"
@@ -166,6 +177,7 @@ def translate_pod(pod: Mapping, cfg: NvidiaConfig) -> Translation | None:
     claims: list[dict] = list(spec.get("resourceClaims") or [])
     taken = {c.get("name") for c in claims if isinstance(c, Mapping)}
     selectors: list[str] | None = None
+    shapes: dict[str, list] = {}
     names = (cfg.resource_count_name, cfg.resource_memory_name, cfg.resource_core_name,
              cfg.resource_memory_percentage_name or PERCENTAGE)
     for group in ("initContainers", "containers"):
@@ -191,6 +203,7 @@ def translate_pod(pod: Mapping, cfg: NvidiaConfig) -> Translation | None:
             if name in taken:
                 raise ClaimError(f"{at}.name", f"pod claim {name!r} already exists in spec.resourceClaims")
             taken.add(name)
+            shapes[name] = [count, memory, cores]
             claims.append({"name": name, "resourceClaimTemplateName": tmpl["metadata"]["name"]})
             res = ctr.setdefault("resources", {})
             for part in ("limits", "requests"):
@@ -205,4 +218,59 @@ def translate_pod(pod: Mapping, cfg: NvidiaConfig) -> Translation | None:
     spec["resourceClaims"] = claims
     meta = pod.setdefault("metadata", {})
     meta["labels"] = {**(meta.get("labels") or {}), DRA_LABEL: "true"}
+    meta["annotations"] = {**(meta.get("annotations") or {}),
+                           CLAIMS_ANNOTATION: json.dumps(shapes, sort_keys=True, separators=(",", ":"))}
     return Translation(pod, tuple(templates.values()))
+
+
+def _bounded(value: object, at: str, lo: int, hi: int, optional: bool) -> int | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise ClaimError(at, f"{str(value)[:32]!r} is not an integer in {lo}..{hi}")
+    return value
+
+
+def claim_shapes(pod: Mapping) -> dict[str, tuple[int, int | None, int | None]]:
+    """The pod's `hami.io/dra-claims`: pod claim name -> (count, memory MiB, cores); {} when absent."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(CLAIMS_ANNOTATION)
+    if raw is None:
+        return {}
+    at = f"metadata.annotations[{CLAIMS_ANNOTATION}]"
+    if not isinstance(raw, str) or len(raw) > MAX_CLAIMS_TEXT:
+        raise ClaimError(at, f"not a JSON text of at most {MAX_CLAIMS_TEXT} bytes")
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise ClaimError(at, f"not JSON: {exc}") from None
+    if not isinstance(doc, dict) or len(doc) > MAX_LIST:
+        raise ClaimError(at, f"expected an object of at most {MAX_LIST} claims")
+    out = {}
+    for name, shape in doc.items():
+        where = f"{at}[{str(name)[:_NAME_MAX]!r}]"
+        if not isinstance(shape, list) or len(shape) != 3:
+            raise ClaimError(where, "expected [count, memory MiB or null, cores or null]")
+        out[name] = (_bounded(shape[0], where, 1, MAX_COUNT, False),
+                     _bounded(shape[1], where, 1, MAX_MEMORY_MIB, True), _bounded(shape[2], where, 0, 100, True))
+    return out
+
+
+def templates_of(pod: Mapping) -> dict[str, dict]:
+    """The ResourceClaimTemplates this pod references (spec.resourceClaims) that its claim shapes and
+    its use/nouse annotations rebuild to exactly, by name; a reference they do not rebuild is left
+    alone (someone else's template, or a tenant's edit). Raises ClaimError on a malformed annotation."""
+    shapes = claim_shapes(pod)
+    if not shapes:
+        return {}
+    selectors = annotation_selectors(pod)
+    out: dict[str, dict] = {}
+    for ref in (pod.get("spec") or {}).get("resourceClaims") or ():
+        if not isinstance(ref, Mapping):
+            continue
+        wanted, shape = ref.get("resourceClaimTemplateName"), shapes.get(ref.get("name"))
+        if shape is None or not isinstance(wanted, str) or not wanted.startswith(TEMPLATE_PREFIX):
+            continue
+        tmpl = template_for(claim_spec(*shape, selectors))
+        if tmpl["metadata"]["name"] == wanted:
+            out[wanted] = tmpl
+    return out

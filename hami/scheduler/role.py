@@ -25,8 +25,7 @@ import orjson
 from hami.config import Config, check_listener_trust, replace
 from hami.device import codec
 from hami.device.vendorrequest import pod_vendor_requests
-from hami.dra import templates as dra_templates
-from hami.dra.templates import TemplateMaker
+from hami.dra.templates import TemplateMaker, TemplateReconciler
 from hami.kube.access import AccessProbe
 from hami.kube.client import KubeClient
 from hami.kube.events import EventRecorder
@@ -37,6 +36,7 @@ from hami.kube.nodelock import NodeLocker
 from hami.obs.health import Health
 from hami.obs.log import get_logger
 from hami.scheduler.admission import webhook as webhookmod
+from hami.scheduler.admission.admitted import AdmissionMarks
 from hami.scheduler.admission.missed import MissedPods
 from hami.scheduler.cache.handshake import Handshaker, Verdict
 from hami.scheduler.cache.lockhistory import LockHistory
@@ -145,6 +145,7 @@ class Scheduler:
     health: Health = field(default_factory=lambda: Health("scheduler"))
     liveness: ApiLiveness | None = None  # is the API server answering (a /readyz check)
     missed: MissedPods | None = None  # pods created while the webhook was down
+    templates: TemplateReconciler | None = None  # --dra: claim templates of admitted pods
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     _hs_pending: dict = field(default_factory=dict)
     _hs_wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -301,22 +302,19 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     )
     wh_settings = webhookmod.WebhookSettings.from_config(config)
 
-    templates = TemplateMaker(client) if wh_settings.dra else None
-
-    answered = [0.0]  # unix time of the last admission answered (hami.scheduler.admission.missed waits for one)
+    # Reachability is judged from pods the API server admitted with this webhook's mark, never from
+    # reviews received (anyone who reaches /webhook can send one): hami.scheduler.admission.admitted.
+    marks = AdmissionMarks(clock=clock)
+    assert state.pods is not None
+    state.pods.add_handler(marks.on_pod)
 
     def webhook(body: bytes) -> Any:
         try:
             review = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             raise ValueError(f"AdmissionReview: {exc}") from None
-        made: list[dict] = []
-        out = webhookmod.mutate(review, wh_settings, quota=state.index.quota_view,
-                                vendor_quota=state.index.vendor_quota_view, templates_out=made)
-        answered[0] = clock()
-        if made and templates is not None:  # --dra: answer once the pod's claim templates exist
-            return _with_templates(templates, str((review.get("request") or {}).get("namespace") or ""), made, out)
-        return out
+        return webhookmod.mutate(review, wh_settings, quota=state.index.quota_view,
+                                 vendor_quota=state.index.vendor_quota_view, mark=marks.issue())
 
     ext = Extender(config, state, placer, client, events, metrics=metrics, binder=binder,
                    verbs=ExtraVerbs(placer, pdbs), webhook=webhook)
@@ -371,12 +369,17 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
 
     s.missed = MissedPods(client, events, scheduler_name=sc.scheduler_name,
                           force_overwrite_default=sc.force_overwrite_default_scheduler,
-                          asks_for_devices=asks_for_devices, webhook_answered=lambda: answered[0],
+                          asks_for_devices=asks_for_devices, webhook_answered=marks.last_admitted,
                           grace=sc.missed_webhook_grace, recreate=sc.recreate_missed_pods,
                           is_leader=(lambda: leader.is_leader) if leader is not None else (lambda: True))
     assert state.pods is not None
     state.pods.add_handler(s.missed.on_pod)
     spawn(s.missed.run(s.stop), "missed-webhook")
+    if wh_settings.dra:  # --dra: the claim templates of pods that exist, in their own namespaces (hami.dra.templates)
+        s.templates = TemplateReconciler(TemplateMaker(client),
+                                         is_leader=(lambda: leader.is_leader) if leader is not None else (lambda: True))
+        state.pods.add_handler(s.templates.on_pod)
+        spawn(s.templates.run(s.stop), "dra-templates")
     if preempter is not None:
         assert preempter.classes is not None
         spawn(preempter.classes.run(s.stop), "priorityclass-informer")
@@ -408,7 +411,3 @@ async def run(ctx) -> None:
     finally:
         await s.close()
 
-
-async def _with_templates(maker: TemplateMaker, namespace: str, made: list[dict], review: dict) -> dict:
-    error = await maker.ensure(namespace, made)
-    return dra_templates.deny(review, error) if error else review

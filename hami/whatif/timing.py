@@ -39,6 +39,7 @@ from hami.kube.client import ApiError, KubeClient
 from hami.kube.informer import Informer
 from hami.kubesched import schedqueue as sq
 from hami.sim.apiserver.admission import WebhookAdmission
+from hami.sim.apiserver.authn import ADMIN
 from hami.sim.apiserver.server import ApiServer
 from hami.sim.apiserver.store import Store
 from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
@@ -291,7 +292,9 @@ async def run_timed(cluster: Cluster, scenario: Scenario, plan: Plan,
             raise RuntimeError("whatif --timing: the scheduler's caches did not sync")
         if sched.access is not None:
             await sched.access.wait_answered(10)
-        server.admission = WebhookAdmission(sched.webhook_url + "/webhook")
+        # Every client here is the server's admin, standing for hami's own accounts: their Bindings
+        # (which carry the placement) skip the webhook, as the chart's matchConditions skip hami's.
+        server.admission = WebhookAdmission(sched.webhook_url + "/webhook", skip_users=(ADMIN["username"],))
         plugin = Informer(player, "pods", handler=_device_plugin(store, allocate_delay, alloc_tasks))
         background.append(asyncio.create_task(plugin.run(stop), name="whatif:device-plugin"))
         loop = _TimedLoop(loop_client, ExtenderConfig(sched.url), defaults.scheduler_name,

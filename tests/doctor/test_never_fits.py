@@ -72,9 +72,10 @@ async def test_doctor_pod_gpu_count_and_cores_never_fit(cluster, kube):
     cluster.pod("many", gpu=3)
     d = await diagnose(kube, doctor_args(pod="default/many"))
     assert d.leaf == "never-fits" and "3 GPUs" in d.summary and "registers 2" in d.summary
-    pod = cluster.pod("hot", mem=1000)
-    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"] = "120"
-    cluster.store.update("pods", "default", "hot", pod)
+    spec = cluster.pod("hot", mem=1000)["spec"]
+    spec["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"] = "120"
+    cluster.store.delete("pods", "default", "hot")  # a pod's resources are immutable: a new pod asks for them
+    cluster.store.create("pods", "default", {"metadata": {"name": "hot"}, "spec": spec})
     d = await diagnose(kube, doctor_args(pod="default/hot"))
     assert d.leaf == "never-fits" and "120 cores" in d.summary
 

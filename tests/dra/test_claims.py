@@ -6,8 +6,11 @@ cores, the type selector), the resources leave the container and it references t
 UUID/type annotations become selectors that the allocator's CEL evaluates as HAMi matched them
 (exact UUIDs, case-insensitive type substrings, nouse negated); same shape -> same template; a pod
 without GPUs is left alone; bounds (count, MiB, cores, percentage, annotation lists) refused
-naming the field; the AdmissionReview path (`mutate` hands the templates out, patch applies);
-hypothesis: any annotation text yields a refusal or a selector that compiles and evaluates.
+naming the field; the AdmissionReview path (the patch carries the claims and their shapes in
+hami.io/dra-claims, and creates nothing); a pod rebuilds only the templates its own spec references
+(a tenant's edited shape or a foreign reference rebuilds nothing); hypothesis: any annotation text
+yields a refusal or a selector that compiles and evaluates, any claim-shape text a refusal naming
+the annotation or shapes within the bounds.
 """
 
 from __future__ import annotations
@@ -21,7 +24,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami.device.model import NvidiaConfig
-from hami.dra.claims import ClaimError, annotation_selectors, translate_pod
+from hami.dra.claims import (
+    CLAIMS_ANNOTATION,
+    ClaimError,
+    annotation_selectors,
+    claim_shapes,
+    templates_of,
+    translate_pod,
+)
 from hami.kubesched.cel import SelectorCompiler, device_activation
 from hami.scheduler.admission.webhook import WebhookSettings, mutate
 from tests.dra._objects import DRIVER, MIB, gpu_device
@@ -114,21 +124,53 @@ def test_any_annotation_text_is_refused_or_a_safe_selector(text):
         assert isinstance(_eval(sels, dev), bool)
 
 
-def test_the_admission_review_carries_the_claim_and_hands_out_templates():
+def test_the_admission_review_carries_the_claim_and_its_shape_and_makes_nothing():
     pod = _pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"})
     review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
               "request": {"uid": "u", "namespace": "default", "object": pod}}
-    made: list[dict] = []
-    out = mutate(review, WebhookSettings(dra=True), templates_out=made)
+    out = mutate(review, WebhookSettings(dra=True))
     assert out["response"]["allowed"] is True
     patched = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(out["response"]["patch"])))
-    assert patched["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == made[0]["metadata"]["name"]
     assert "schedulerName" not in patched["spec"]  # DRA pods stay with kube-scheduler
+    # The pod in the API rebuilds exactly the template it references (hami.dra.templates makes it).
+    (made,) = templates_of(patched).values()
+    assert patched["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == made["metadata"]["name"]
+    assert made == translate_pod(pod, NvidiaConfig()).templates[0]
     bad = {**review, "request": {**review["request"], "object": _pod({"nvidia.com/gpu": "99"})}}
-    out = mutate(bad, WebhookSettings(dra=True), templates_out=made)
+    out = mutate(bad, WebhookSettings(dra=True))
     assert out["response"]["allowed"] is False and out["response"]["status"]["code"] == 400
-    assert "nvidia.com/gpu" in out["response"]["status"]["message"] and len(made) == 1
+    assert "nvidia.com/gpu" in out["response"]["status"]["message"]
     priv = _pod({"nvidia.com/gpu": "1"})
     priv["spec"]["containers"][0]["securityContext"] = {"privileged": True}
     out = mutate({**review, "request": {**review["request"], "object": priv}}, WebhookSettings(dra=True))
     assert out["response"]["allowed"] is False and "privileged" in out["response"]["status"]["message"]
+
+
+def test_a_pod_rebuilds_only_the_templates_its_spec_references_from_its_own_shapes():
+    t = translate_pod(_pod({"nvidia.com/gpu": "2", "nvidia.com/gpucores": "30"}), NvidiaConfig())
+    pod = t.pod
+    assert set(templates_of(pod)) == {t.templates[0]["metadata"]["name"]}
+    forged = json.loads(json.dumps(pod))  # a tenant's edit: a bigger shape than the reference's
+    forged["metadata"]["annotations"][CLAIMS_ANNOTATION] = json.dumps({"cuda-nvidia": [32, None, 100]})
+    assert templates_of(forged) == {}
+    other = json.loads(json.dumps(pod))  # a reference to someone else's template is never made
+    other["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "their-template"
+    assert templates_of(other) == {}
+    assert templates_of(_pod({})) == {}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(st.text(max_size=300), st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)).map(
+        json.dumps)))
+def test_any_claim_shape_text_is_refused_naming_the_annotation_or_bounded(text):
+    pod = _pod({})
+    pod["metadata"]["annotations"] = {CLAIMS_ANNOTATION: text}
+    try:
+        shapes = claim_shapes(pod)
+    except ClaimError as exc:
+        assert exc.field.startswith(f"metadata.annotations[{CLAIMS_ANNOTATION}]")
+        return
+    for count, memory, cores in shapes.values():
+        assert 1 <= count <= 32 and (memory is None or 1 <= memory <= 1 << 24) and (cores is None or 0 <= cores <= 100)

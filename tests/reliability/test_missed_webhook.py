@@ -4,8 +4,10 @@ embedded API server and pods created straight into the store (as kube-apiserver 
 - a GPU pod owned by a ReplicaSet that kept `default-scheduler` is evicted (pods/eviction, never a
   pod delete right) so its controller recreates it through the webhook, with a Normal Event;
 - a bare GPU pod gets one Warning Event `MissedWebhook` saying to recreate it, and is left alone;
-- nothing happens until the scheduler has answered an admission request made after the pods were
-  created (the webhook reachable again: no eviction loop while it is still down);
+- nothing happens until a pod this webhook admitted (its `hami.io/admitted` mark) is seen in the API
+  after the pods were created (the webhook reachable again: no eviction loop while it is still down);
+  a forged AdmissionReview sent straight to /webhook, or a pod carrying a mark the webhook never
+  issued, proves nothing (issue 39 §3);
 - pods without a GPU request, pods of other schedulers and hami's own pods are never touched;
 - the pure rule `missed()` on bound, terminating, finished and foreign pods."""
 
@@ -13,10 +15,13 @@ from __future__ import annotations
 
 import asyncio
 
+import aiohttp
 import orjson
 import pytest
 
+from hami.scheduler.admission.admitted import MARK_ANNOTATION
 from hami.scheduler.admission.missed import missed
+from hami.sim.apiserver.admission import WebhookAdmission
 from tests.kube.helpers import eventually, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env
 from tests.reliability._record import record
@@ -54,13 +59,27 @@ async def test_missed_gpu_pods_are_recreated_through_their_controller_or_warned(
                   "request": {"uid": "u1", "operation": "CREATE", "namespace": "default",
                               "object": pod_obj("probe", gpus=0)}}
         async with env.http.post(env.sched.url + "/webhook", data=orjson.dumps(review)) as r:
-            assert r.status == 200  # the webhook is reachable again
+            assert r.status == 200  # someone reached /webhook: not the API server applying its answer
+            answer = await r.json()
+        store.create("pods", "default", pod_obj("stale-mark", gpus=0, annotations={
+            MARK_ANNOTATION: "a-mark-never-issued"}))
+        await asyncio.sleep(1.0)  # past the grace again: a forged review or mark moves nothing
+        assert _names(store) >= {"owned", "bare"} and reconciler.deleted == reconciler.warned == 0
+        assert env.sched.missed.webhook_answered() == 0.0
+        assert answer["response"]["allowed"] is True
+        # The API server calls the webhook again: a pod created through it carries the mark.
+        apiserver.admission = WebhookAdmission(env.sched.url + "/webhook", operations=("CREATE", "UPDATE"))
+        async with aiohttp.ClientSession() as http, http.post(
+                f"{apiserver.url}/api/v1/namespaces/default/pods", data=orjson.dumps(pod_obj("admitted", gpus=0)),
+                headers={"Content-Type": "application/json"}) as r:
+            assert r.status == 201
+            assert MARK_ANNOTATION in (await r.json())["metadata"]["annotations"]
         await eventually(lambda: "owned" not in _names(store) and reconciler.warned == 1
                          and {"owned", "bare"} <= set(_events(store, "MissedWebhook")), 10)  # events are written async
         events = _events(store, "MissedWebhook")
         assert events["owned"][0] == "Normal" and "ReplicaSet rs1 creates it again" in events["owned"][1]
         assert events["bare"][0] == "Warning" and "delete and create it again" in events["bare"][1]
-        assert _names(store) == {"bare", "cpu-only", "other-sched", "ours"}
+        assert _names(store) == {"bare", "cpu-only", "other-sched", "ours", "stale-mark", "admitted"}
         await asyncio.sleep(0.5)
         assert (reconciler.deleted, reconciler.warned) == (1, 1)  # said once, not every tick
         record("pods created while the webhook was down", evicted_through_controller=reconciler.deleted,

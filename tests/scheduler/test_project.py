@@ -39,6 +39,7 @@ def full_pod(name: str = "p", node: str = "n1") -> dict:
         "spec": {
             "nodeName": node, "schedulerName": "hami-scheduler", "priority": 7,
             "schedulingGroup": {"podGroupName": "g"},
+            "resourceClaims": [{"name": "main-nvidia", "resourceClaimTemplateName": "hami-gpu-0123456789abcdef"}],
             "initContainers": [{"name": "init", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
             "containers": [{"name": "main", "image": "cuda", "env": [{"name": "A", "value": "b"}],
                             "volumeMounts": [{"name": "v", "mountPath": "/v"}],
@@ -64,6 +65,7 @@ def test_pod_projection_keeps_every_read_field_and_drops_the_rest():
     assert set(meta) == {"name", "namespace", "uid", "resourceVersion", "labels", "annotations", "deletionTimestamp"}
     assert p["spec"] == {
         "nodeName": "n1", "schedulerName": "hami-scheduler", "priority": 7, "schedulingGroup": {"podGroupName": "g"},
+        "resourceClaims": [{"name": "main-nvidia", "resourceClaimTemplateName": "hami-gpu-0123456789abcdef"}],
         "initContainers": [{"name": "init", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
         "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "4000"}}}],
     }

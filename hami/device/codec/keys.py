@@ -26,9 +26,13 @@ VGPU_MODE_ANNOTATION = "nvidia.com/vgpu-mode"
 HAMI_CORE_ANNOTATION = "hami.io/hami-core"  # node: HAMi-core version the agent installed (hami.agent.hamicore)
 REQUEUE_AT_ANNOTATION = "hami.io/requeue-at"  # pod: the waker's nudge (hami.scheduler.cache.waker)
 EMBEDDED_ANNOTATION = "hami.io/embedded"  # the embedded cluster's own objects (hami.sim.cluster)
+# pod: the webhook's nonce on every pod CREATE it allows (hami.scheduler.admission.admitted)
+ADMITTED_ANNOTATION = "hami.io/admitted"
+DRA_CLAIMS_ANNOTATION = "hami.io/dra-claims"  # pod, --dra: its claims' shapes (hami.dra.claims)
 # node label: which path hands out the node's GPUs, `device-plugin` or `dra`, never both (hami.kube.nodemode)
 GPU_MODE_LABEL = "hami.io/gpu-mode"
-HAMI_INFO_ANNOTATIONS = frozenset({HAMI_CORE_ANNOTATION, REQUEUE_AT_ANNOTATION, EMBEDDED_ANNOTATION})
+HAMI_INFO_ANNOTATIONS = frozenset({HAMI_CORE_ANNOTATION, REQUEUE_AT_ANNOTATION, EMBEDDED_ANNOTATION,
+                                   ADMITTED_ANNOTATION, DRA_CLAIMS_ANNOTATION})
 
 # Index a decoded ContainerDevice carries: the card index is not on the wire (HAMi's
 # UnsetContainerDeviceIdx), and a real index is >= 0, so reading it by mistake is obvious.

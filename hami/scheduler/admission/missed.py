@@ -9,9 +9,11 @@ So the scheduler watches for them (its pod informer, no extra API reads in stead
 is Pending, unbound, asks for a device hami schedules (the same request reading /filter uses), and
 has a scheduler the webhook would have replaced (`default-scheduler` with
 --force-overwrite-default-scheduler, or none) is a missed pod. After `grace` seconds (it may still be
-bound by someone else), one GET reads it; nothing is done until this scheduler has answered an
-admission request made after the pod was created (the webhook is reachable again: recreating a pod
-while it is still down would only loop, and with the webhook disabled nothing ever happens). Then:
+bound by someone else), one GET reads it; nothing is done until a pod this webhook admitted has been
+seen in the API since the pod was created (the webhook is reachable again: recreating a pod while
+it is still down would only loop, and with the webhook disabled nothing ever happens). A review
+received proves nothing (anyone who reaches /webhook can send one): the evidence is a pod carrying
+the mark the webhook put in its answer (hami.scheduler.admission.admitted). Then:
 - owned by a controller (ReplicaSet, Job, StatefulSet, ...): the pod is evicted (pods/eviction: a
   graceful delete that respects PodDisruptionBudgets; the scheduler holds no pod delete right), the
   controller creates it again, and this time the webhook sees it (Normal Event `MissedWebhook`);
@@ -79,7 +81,7 @@ class MissedPods:
         self.grace = grace
         self.recreate = recreate
         self.is_leader = is_leader
-        self.webhook_answered = webhook_answered  # unix time of the last admission this scheduler answered
+        self.webhook_answered = webhook_answered  # unix time a pod this webhook admitted was last seen in the API
         self.seen: dict[str, float] = {}  # "ns/name" -> loop time first seen missed
         self.done: set[str] = set()  # uids handled (a Warning is said once)
         self.deleted = 0

@@ -10,7 +10,8 @@ API
   (`admission.k8s.io/v1` or `v1beta1`) and returns the AdmissionReview to send back, with the
   same apiVersion. Mutations come back as a base64 JSONPatch (`patchType: JSONPatch`) built from
   what mutation touched (hami.scheduler.admission.patchbuild; no whole-pod diff on the event loop). `quota` is a callable
-  `namespace -> usage.QuotaView | None` (or a QuotaView) for the ResourceQuota check.
+  `namespace -> usage.QuotaView | None` (or a QuotaView) for the ResourceQuota check. `mark`: the
+  nonce every allowed pod CREATE carries as `hami.io/admitted` (hami.scheduler.admission.admitted).
 - `mutate_pod(pod, settings, quota=None) -> Decision`: the same on a pod dict; `Decision.pod`
   is the mutated copy.
 - `WebhookError`: the review itself is malformed (names the field).
@@ -44,6 +45,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hami.device.codec.keys import ADMITTED_ANNOTATION
 from hami.device.model import NvidiaConfig
 from hami.device.request import quantity_as_int64
 from hami.device.request import quantity_value as _request_quantity_value
@@ -118,7 +120,6 @@ class Decision:
     code: int = 200
     message: str = ""
     reason: str = ""
-    templates: tuple[dict, ...] = ()  # --dra: ResourceClaimTemplates the pod references
 
 
 # --------------------------------------------------------------------------- quantities
@@ -604,7 +605,7 @@ def _dra_decision(pod: dict, cfg: NvidiaConfig, privileged: str | None) -> Decis
         return Decision(True, pod=pod)
     if privileged is not None:
         return Decision(False, code=403, reason="Forbidden", message=f"container {privileged} is privileged")
-    return Decision(True, pod=t.pod, templates=t.templates)
+    return Decision(True, pod=t.pod)  # its templates are made from the pod in the API (hami.dra.templates)
 
 
 DISABLE_CONTROL_ENV = "CUDA_DISABLE_CONTROL"
@@ -695,9 +696,10 @@ def _check_shape(request: Mapping) -> None:
 
 
 def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None,
-           vendor_quota: VendorQuotaSource = None, templates_out: list | None = None) -> dict:
+           vendor_quota: VendorQuotaSource = None, mark: str | None = None) -> dict:
     """AdmissionReview in, AdmissionReview out (v1 or v1beta1, echoing the request's version).
-    With --dra, the ResourceClaimTemplates an allowed pod references go to `templates_out`."""
+    `mark`: a nonce put on every pod CREATE allowed, as `hami.io/admitted` (hami.scheduler.admission.admitted:
+    the pod seen in the API proves the API server applies this webhook's answers)."""
     if not isinstance(review, Mapping):
         raise WebhookError("AdmissionReview", "expected an object")
     api_version = review.get("apiVersion") or "admission.k8s.io/v1"
@@ -719,11 +721,16 @@ def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None
         response.update(allowed=False, status={"code": 400, "message": "request.object: expected a Pod object"})
     else:
         d = mutate_pod(obj, settings, quota, namespace=request.get("namespace") or "", vendor_quota=vendor_quota)
-        if templates_out is not None and d.allowed:
-            templates_out.extend(d.templates)
         response["allowed"] = d.allowed
-        if d.allowed and d.pod is not None:
-            ops = build_patch(obj, d.pod)
+        pod = d.pod
+        if d.allowed and mark is not None:
+            pod = pod if pod is not None else mutation_copy(obj)
+            meta = pod.get("metadata")
+            if not isinstance(meta, dict):
+                meta = pod["metadata"] = {}
+            meta["annotations"] = {**(meta.get("annotations") or {}), ADMITTED_ANNOTATION: mark}
+        if d.allowed and pod is not None:
+            ops = build_patch(obj, pod)
             if ops:
                 response["patchType"] = "JSONPatch"
                 response["patch"] = base64.b64encode(json.dumps(ops, separators=(",", ":")).encode()).decode()

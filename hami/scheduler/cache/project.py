@@ -10,6 +10,7 @@ Pods keep
   metadata: name, namespace, uid, resourceVersion, labels (PDB selectors), annotations (HAMi's
             placement, bind phase, use/nouse filters, every vendor's keys), deletionTimestamp
   spec:     nodeName, schedulerName, priority (/preempt order), schedulingGroup (gang binds),
+            resourceClaims (--dra: the templates a pod references, hami.dra.templates),
             containers and initContainers as {name, resources} (the device requests); of a pod
             without nodeName also priorityClassName, preemptionPolicy, nodeSelector, affinity, tolerations
             (GPU preemption)
@@ -37,7 +38,7 @@ import orjson
 from hami.device import codec
 
 _POD_META = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "deletionTimestamp")
-_POD_SPEC = ("nodeName", "schedulerName", "priority", "schedulingGroup")
+_POD_SPEC = ("nodeName", "schedulerName", "priority", "schedulingGroup", "resourceClaims")
 # Kept of pending pods only (few at a time): what GPU preemption reads on every replica (preempt_share).
 _PENDING_SPEC = ("priorityClassName", "preemptionPolicy", "nodeSelector", "affinity", "tolerations")
 _NODE_META = ("name", "uid", "resourceVersion", "labels", "annotations")
