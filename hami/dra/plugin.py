@@ -179,21 +179,26 @@ class DraDriver:
         parts = shares(claim, driver=self.driver, pool=self.node, published=published, withdrawn=self.withdrawn())
         self._check_room(ref.uid, parts, published)
         wanted = [SliceKey(s.uuid, s.profile, s.start, s.size) for s in parts if s.kind == PARTITION and not s.admin]
+        # a partitionable GPU shared whole must not be in MIG mode (an operator may have left it on)
+        whole = [s.uuid for s in parts if s.kind == WHOLE and not s.admin and published[s.device].partitionable]
         made: dict[str, str] = {}  # device -> MIG UUID of the instance made for it
         gi: dict[str, tuple[int, int]] = {}  # device -> (GPU instance, compute instance)
-        if wanted:
+        if wanted or whole:
             if self.mig is None:
-                raise ClaimError("this node's GPU backend cannot create MIG instances")
+                raise ClaimError("this node's GPU backend cannot change MIG state")
             self.checkpoint.put(ref.uid, Entry(PREPARING, ref.namespace, ref.name, _records(self.node, ref.uid,
                                                                                           self.driver, parts, {})))
+            where = f"claim {ref.namespace}/{ref.name}"
             try:
                 self._crash("before-mig", ref.uid)
-                instances = await self.mig.realize_slices(wanted, f"claim {ref.namespace}/{ref.name}")
+                for uuid in whole:
+                    await self.mig.ensure_whole(uuid, where)
+                instances = await self.mig.realize_slices(wanted, where) if wanted else []
                 self._crash("after-mig", ref.uid)
             except MigError:
                 self.checkpoint.drop(ref.uid)
                 raise
-            partitions = [s for s in parts if s.kind == PARTITION]
+            partitions = [s for s in parts if s.kind == PARTITION and not s.admin]
             made = {s.device: m.mig_uuid for s, m in zip(partitions, instances, strict=True)}
             gi = {s.device: (m.gpu_instance_id, m.compute_instance_id) for s, m in zip(partitions, instances,
                                                                                        strict=True)}
@@ -202,6 +207,8 @@ class DraDriver:
         except Exception:
             if wanted:  # the spec was not written: the instances are not handed out either
                 await self._release(ref, self.checkpoint.claims.get(ref.uid))
+            if wanted or whole:
+                self.checkpoint.drop(ref.uid)
             raise
 
     def _write_prepared(self, ref: ClaimRef, parts: Sequence[Share], made: Mapping[str, str],

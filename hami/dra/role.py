@@ -120,8 +120,10 @@ class DraNode:
             domains = nvlink_domains({(index[a], index[b]): link.nvlinks for (a, b), link in links.items()
                                       if a in index and b in index})
         facts = await self._call(self.backend.facts) if isinstance(self.backend, FactsSource) else {}
-        xids = {h.uuid: {c: n for c, n in h.xid_counts.items() if c not in DEFAULT_IGNORED_XIDS and n}
-                for h in await self._call(self.backend.health)} if isinstance(self.backend, HealthSource) else {}
+        xids = {}  # the XIDs behind an unhealthy GPU's taint (a full health read only then: NVML queries a lot)
+        if isinstance(self.backend, HealthSource) and any(not g.healthy for g in gpus):
+            xids = {h.uuid: {c: n for c, n in h.xid_counts.items() if c not in DEFAULT_IGNORED_XIDS and n}
+                    for h in await self._call(self.backend.health)}
         own = self._own_partitions()
         out = {}
         for g in gpus:

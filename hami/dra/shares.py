@@ -46,6 +46,7 @@ class PublishedGpu:
     profile: str = ""  # a partition's MIG profile and placement (memory slices)
     start: int = 0
     size: int = 0
+    partitionable: bool = False  # a whole GPU that can also be cut into MIG partitions
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +81,8 @@ def published_gpus(devices: Sequence[Mapping]) -> dict[str, PublishedGpu]:
         if a["type"]["string"] != MIG_TYPE:
             out[d["name"]] = PublishedGpu(d["name"], a["uuid"]["string"], memory,
                                           cores=_capacity_value(d, "cores", MAX_CORES),
-                                          shares=_capacity_value(d, SHARES, 0))
+                                          shares=_capacity_value(d, SHARES, 0),
+                                          partitionable=bool(d.get("consumesCounters")))
         elif "uuid" in a:
             out[d["name"]] = PublishedGpu(d["name"], a["uuid"]["string"], memory, True, kind=STATIC_MIG)
         else:

@@ -275,10 +275,10 @@ def whole_consumes(gpu: GpuInfo, profiles: Sequence[MigProfileInfo]) -> list[dic
 def health_taints(healthy: bool, *, xids: Mapping[int, int] | None = None, lost: bool = False) -> list[dict]:
     """The device taints of a GPU (none when healthy). `xids`: critical XID code -> events seen;
     the value is the code seen most often (ties: the lowest), a label value kubectl shows."""
+    if healthy and not lost:  # XIDs alone do not taint: the backend decides which make a GPU unhealthy
+        return []
     if lost or (xids or {}).get(XID_GPU_LOST):
         return [{"key": TAINT_GPU_LOST, "value": "true", "effect": NO_SCHEDULE}]
-    if healthy:
-        return []
     if xids:
         code = min(xids, key=lambda c: (-xids[c], c))
         return [{"key": TAINT_XID, "value": str(code), "effect": NO_SCHEDULE}]

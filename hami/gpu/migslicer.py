@@ -120,6 +120,17 @@ class MigSlicer:
                     log.info("MIG mode off: no instance left on the card", gpu=key.gpu_uuid)
         return gone
 
+    async def ensure_whole(self, uuid: str, where: str) -> None:
+        """Leave MIG mode on a card with no instance, so it can be shared whole; MigError when it
+        has instances (they are someone's)."""
+        async with self.lock:
+            if not await self.call(self.backend.mig_enabled, uuid):
+                return
+            if await self.call(self.backend.mig_instances, uuid):
+                raise MigError(f"{where}: GPU {uuid} has MIG instances: it cannot be shared whole")
+            await self.call(self.backend.set_mig_mode, uuid, False)
+            log.info("MIG mode off: the card is shared whole", owner=where, gpu=uuid)
+
     async def busy(self, m: MigInstance) -> bool:
         """HAMi's nvmlBusyGPUs guard: an instance with running processes is never destroyed."""
         busy = getattr(self.backend, "mig_busy", None)

@@ -309,3 +309,22 @@ async def test_the_embedded_kubelet_turns_the_stream_into_allocated_resources_st
         {"resourceID": f"{DRIVER}/{NODE}/hami-gpu-0", "health": "Healthy"}]}]
     assert "c" not in got
     assert resources_status(pod, devices, DRIVER, {})["b"][0]["resources"][0]["health"] == "Unknown"
+
+
+async def test_a_whole_gpu_claim_takes_an_empty_card_out_of_mig_mode(plugin, client):
+    plugin.backend.set_mig_mode("GPU-m0", True)  # an operator left MIG on, with no instance
+    await plugin.node.sync_once()
+    assert "hami-gpu-0" in plugin.node.published  # still partitionable: no instance is someone else's
+    kubelet = await plugin.kubelet()
+    uid = await make_claim(client, "whole", [result("hami-gpu-0", "1Gi", "10")])
+    resp = await kubelet.prepare(("default", "whole", uid))
+    assert resp[uid].error == "" and not plugin.backend.mig_enabled("GPU-m0")
+    assert plugin.env(resp[uid])[0]["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1024m"
+
+
+async def test_an_admin_claim_on_a_partition_sees_the_parent_gpu_and_makes_no_instance(plugin, client):
+    uid = await make_claim(client, "watch", [part_result(adminAccess=True)])
+    resp = await (await plugin.kubelet()).prepare(("default", "watch", uid))
+    assert resp[uid].error == ""
+    assert plugin.env(resp[uid])[0]["NVIDIA_VISIBLE_DEVICES"] == "GPU-m0"
+    assert plugin.backend.mig_instances("GPU-m0") == () and not plugin.backend.mig_enabled("GPU-m0")

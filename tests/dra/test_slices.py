@@ -151,7 +151,8 @@ def test_a_stamped_taint_is_not_a_change_and_a_gone_partitioned_gpu_deletes_its_
 
 def test_health_taints_name_the_fault_with_no_schedule_only():
     assert health_taints(True) == []
-    assert health_taints(True, xids={79: 1}) == [{"key": TAINT_GPU_LOST, "value": "true", "effect": "NoSchedule"}]
+    assert health_taints(True, xids={79: 1}) == []  # the backend decides which XIDs make a GPU unhealthy
+    assert health_taints(False, xids={79: 1}) == [{"key": TAINT_GPU_LOST, "value": "true", "effect": "NoSchedule"}]
     assert health_taints(False, lost=True)[0]["key"] == TAINT_GPU_LOST
     assert health_taints(False, xids={48: 1, 63: 3, 94: 3}) == [{"key": TAINT_XID, "value": "63",
                                                                "effect": "NoSchedule"}]
