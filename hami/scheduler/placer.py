@@ -402,7 +402,8 @@ class Placer:
             annotations[codec.MIG_ALLOCATIONS_ANNOTATION] = codec.encode_mig_allocations(
                 codec.MigAllocation(c, d, u, p, pl) for c, d, u, p, pl in mig)
         index.remove_pod(uid)
-        index.add_pod(uid, node, devices, namespace=ns, num_init=len((pod.get("spec") or {}).get("initContainers") or []),
+        num_init = len((pod.get("spec") or {}).get("initContainers") or [])
+        index.add_pod(uid, node, devices, namespace=ns, num_init=num_init,
                       mig=tuple((u, pl) for _, _, u, _, pl in mig), app_class=annos.get(METAX_APP_CLASS, ""))
         sgpu = self._sgpu_types
         if sgpu and any(cd.type in sgpu for ctr in devices for cd in ctr):

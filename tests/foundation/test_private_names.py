@@ -107,7 +107,8 @@ def crossings(modules: dict[str, ast.Module]) -> list[str]:
                 continue
             others = {o for o in owners.get(attr, ()) if o != reader}
             if others and (_in(reader) or any(_in(o) for o in others)):
-                out.append(f"{reader}:{node.lineno}: {ast.unparse(value)}.{attr} (private to {', '.join(sorted(others))})")
+                owner = ", ".join(sorted(others))
+                out.append(f"{reader}:{node.lineno}: {ast.unparse(value)}.{attr} (private to {owner})")
     return out
 
 

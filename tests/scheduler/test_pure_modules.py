@@ -1,7 +1,8 @@
 """The pure modules of the scheduler and of Kubernetes' rules stay pure, by the one list there is:
 .importlinter's `pure-placement` and `pure-kubesched` contracts (whole packages:
-hami.scheduler.placement, hami.kubesched) and its `pure-logic` contract (pure modules in packages that also do I/O). Nothing here names a
-module; add a pure module to the contract and it is held to these rules too.
+hami.scheduler.placement, hami.kubesched) and its `pure-logic` contract (pure modules in packages
+that also do I/O). Nothing here names a module; add a pure module to the contract and it is held
+to these rules too.
 
 On top of what import-linter checks (no I/O library, no I/O layer of hami), read from their source:
 a pure module imports only the standard library (never asyncio, logging, sockets, subprocesses,
