@@ -12,7 +12,10 @@ the capacity's requestPolicy default says; present without `shares`, one share (
 default). A result with `adminAccess: true` consumes nothing (kube-scheduler's allocator leaves such
 results out of every capacity and counter): the claim gets the device for monitoring, without
 HAMi-core's limits. A claim mixing admin and ordinary results, or MIG devices and whole GPUs, is
-refused: one claim has one CDI spec, whose limits apply to all of its devices or none.
+refused: one claim has one CDI spec, whose limits apply to all of its devices or none. An admin
+result must answer a request whose spec asks for `adminAccess` (the spec is immutable and the API
+server admits it only in a namespace labelled for admin access): status is written by the scheduler,
+and a forged admin result would otherwise hand out a GPU without limits.
 """
 
 from __future__ import annotations
@@ -113,6 +116,15 @@ def _quantity(value: object, path: str) -> Fraction:
     return q
 
 
+def admin_requests(claim: Mapping) -> frozenset[str]:
+    """The names of the claim's requests whose spec asks for adminAccess (a malformed spec: none)."""
+    spec = claim.get("spec") if isinstance(claim.get("spec"), Mapping) else {}
+    devices = spec.get("devices") if isinstance(spec.get("devices"), Mapping) else {}
+    requests = devices.get("requests") if isinstance(devices.get("requests"), list) else []
+    return frozenset(r["name"] for r in requests if isinstance(r, Mapping) and isinstance(r.get("name"), str)
+                     and isinstance(r.get("exactly"), Mapping) and r["exactly"].get("adminAccess") is True)
+
+
 def shares(claim: Mapping, *, driver: str, pool: str, published: Mapping[str, PublishedGpu],
            withdrawn: Mapping[str, str] | None = None) -> tuple[Share, ...]:
     """This driver's shares in `claim`, in result order (first result of each device).
@@ -132,6 +144,9 @@ def shares(claim: Mapping, *, driver: str, pool: str, published: Mapping[str, Pu
         name = _field(r, "device", path, str)
         request = _field(r, "request", path, str, "")
         admin = _field(r, "adminAccess", path, bool, False)
+        if admin and request not in admin_requests(claim):
+            raise ClaimError(f"{path}: adminAccess, but the claim's request {request!r} does not ask for it "
+                             f"(spec.devices.requests[].exactly.adminAccess)")
         if rpool != pool:
             raise ClaimError(f"{path}: device {rpool}/{name} is allocated to pool {rpool!r}, "
                              f"not this node's pool {pool!r}")

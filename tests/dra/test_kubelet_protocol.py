@@ -30,7 +30,7 @@ from hami.dra.plugin import ClaimRef
 from hami.dra.role import DraNode
 from hami.dra.slices import DRIVER, TAINT_UNHEALTHY, slice_name
 from hami.gpu import make_backend
-from hami.kube.client import KubeClient
+from hami.kube.client import MERGE_PATCH, ApiError, KubeClient, resource_path
 from tests.dra.kubelet import FakeKubelet
 from tests.dra.test_plugin import make_claim, read_json, result
 
@@ -115,6 +115,27 @@ async def plugin(client):
 
 def part_result(device: str = PART, **extra) -> dict:
     return {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device, **extra}
+
+
+ADMIN_NS = "gpu-monitoring"
+
+
+async def admin_claim(client, name: str, device: str) -> str:
+    """A claim asking for adminAccess in a namespace labelled for it, allocated as the scheduler does."""
+    try:
+        await client.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+            "name": ADMIN_NS, "labels": {"resource.kubernetes.io/admin-access": "true"}}})
+    except ApiError as exc:
+        assert exc.status == 409
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER,
+                                                                          "adminAccess": True}}]}}}
+    created = await client.create("resourceclaims", body, ADMIN_NS)
+    status = {"status": {"allocation": {"devices": {"results": [part_result(device, adminAccess=True)]}}}}
+    await client.request("patch", "resourceclaims", "PATCH", resource_path("resourceclaims", ADMIN_NS, name,
+                                                                           sub="status"),
+                         body=status, content_type=MERGE_PATCH)
+    return created["metadata"]["uid"]
 
 
 # --------------------------------------------------------------------------- slices
@@ -255,9 +276,12 @@ async def test_a_kill_between_the_instance_and_the_record_leaks_no_instance(plug
 
 async def test_admin_access_gets_the_gpu_without_hamicore_and_takes_no_room(plugin, client):
     kubelet = await plugin.kubelet()
-    admin = await make_claim(client, "admin", [part_result("hami-gpu-1", adminAccess=True)])
+    admin = await admin_claim(client, "admin", "hami-gpu-1")
+    forged = await make_claim(client, "forged", [part_result("hami-gpu-1", adminAccess=True)])  # spec never asked
     full = [await make_claim(client, f"f{i}", [result("hami-gpu-1", "20Gi", "50")]) for i in range(2)]
-    resp = await kubelet.prepare(("default", "admin", admin), *[("default", f"f{i}", u) for i, u in enumerate(full)])
+    resp = await kubelet.prepare((ADMIN_NS, "admin", admin), ("default", "forged", forged),
+                                 *[("default", f"f{i}", u) for i, u in enumerate(full)])
+    assert "does not ask for it" in resp[forged].error
     assert [resp[u].error for u in (admin, *full)] == ["", "", ""]  # two claims fill the GPU; admin beside them
     env, mounts = plugin.env(resp[admin])
     assert env == {"NVIDIA_VISIBLE_DEVICES": "GPU-w1", "HAMI_DRA_DEVICE_0": "GPU-w1"} and mounts == []
@@ -323,8 +347,8 @@ async def test_a_whole_gpu_claim_takes_an_empty_card_out_of_mig_mode(plugin, cli
 
 
 async def test_an_admin_claim_on_a_partition_sees_the_parent_gpu_and_makes_no_instance(plugin, client):
-    uid = await make_claim(client, "watch", [part_result(adminAccess=True)])
-    resp = await (await plugin.kubelet()).prepare(("default", "watch", uid))
+    uid = await admin_claim(client, "watch", PART)
+    resp = await (await plugin.kubelet()).prepare((ADMIN_NS, "watch", uid))
     assert resp[uid].error == ""
     assert plugin.env(resp[uid])[0]["NVIDIA_VISIBLE_DEVICES"] == "GPU-m0"
     assert plugin.backend.mig_instances("GPU-m0") == () and not plugin.backend.mig_enabled("GPU-m0")

@@ -309,15 +309,27 @@ def test_split_count_is_a_shares_capacity_and_scaling_scales_memory_and_cores(ve
                    split_count=0)).devices()))
 
 
+def _admin(claim: dict, *names: str) -> dict:
+    claim["spec"] = {"devices": {"requests": [{"name": n, "exactly": {"deviceClassName": DRIVER, "adminAccess": True}}
+                                              for n in names]}}
+    return claim
+
+
 def test_admin_access_consumes_nothing_and_is_never_mixed_with_ordinary_use():
     pub = published_gpus(devices_for([gpu(0), gpu(1)]))
-    [s] = shares(_claim({"device": "hami-gpu-1", "adminAccess": True}), driver=DRIVER, pool="n1", published=pub)
+    admin = {"device": "hami-gpu-1", "adminAccess": True, "request": "watch",
+             "consumedCapacity": {"memory": "1Mi", "cores": "0", "shares": "1"}}
+    [s] = shares(_admin(_claim(admin), "watch"), driver=DRIVER, pool="n1", published=pub)
     assert (s.admin, s.cores, s.shares, s.uuid) == (True, 0, 0, gpu(1).uuid)
     with pytest.raises(ClaimError, match="mixes adminAccess and ordinary devices"):
-        shares(_claim({"device": "hami-gpu-1", "adminAccess": True}, {"device": "hami-gpu-0"}),
-               driver=DRIVER, pool="n1", published=pub)
+        shares(_admin(_claim(admin, {"device": "hami-gpu-0"}), "watch"), driver=DRIVER, pool="n1", published=pub)
     with pytest.raises(ClaimError, match="adminAccess: expected bool"):
         shares(_claim({"device": "hami-gpu-1", "adminAccess": "yes"}), driver=DRIVER, pool="n1", published=pub)
+    # status is the scheduler's to write: an admin result for a request that never asked is forged
+    with pytest.raises(ClaimError, match="does not ask for it"):
+        shares(_claim(admin), driver=DRIVER, pool="n1", published=pub)
+    with pytest.raises(ClaimError, match="does not ask for it"):
+        shares(_admin(_claim(admin), "other"), driver=DRIVER, pool="n1", published=pub)
 
 
 # --------------------------------------------------------------------------- MIG partitions (KEP-4815)
