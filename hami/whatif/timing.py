@@ -280,7 +280,10 @@ async def run_timed(cluster: Cluster, scenario: Scenario, plan: Plan,
                      http_bind="127.0.0.1:0", metrics_bind_address="", scheduler_name=defaults.scheduler_name,
                      node_scheduler_policy=policy.node_policy or defaults.node_policy,
                      gpu_scheduler_policy=policy.gpu_policy or defaults.gpu_policy,
-                     force_overwrite_default_scheduler=defaults.force_overwrite_default_scheduler))
+                     force_overwrite_default_scheduler=defaults.force_overwrite_default_scheduler,
+                     # This server issues no tokens, so the scheduler calls it as system:admin: that is the
+                     # account whose Bindings carry placements here.
+                     trusted_placement_writers=(ADMIN["username"],)))
     sched = await start_scheduler(cfg, serve_metrics_too=False)
     player = await KubeClient.from_settings(KubeSettings(kubeconfig=kubeconfig, qps=0, burst=1000), role="sim")
     loop_client = await KubeClient.from_settings(KubeSettings(kubeconfig=kubeconfig, qps=50, burst=100), role="sim")

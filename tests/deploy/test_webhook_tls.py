@@ -35,9 +35,12 @@ def test_webhook_registration_matches_hami(which):
     assert wh["failurePolicy"] == "Ignore"
     assert wh["sideEffects"] == "None"
     assert set(wh["admissionReviewVersions"]) >= {"v1", "v1beta1"}
-    # HAMi registers CREATE; UPDATE too, so a placement annotation added later is refused (issue 27).
+    # HAMi registers CREATE on pods; UPDATE too, so a placement annotation added later is refused, and
+    # CREATE on pods/binding, whose annotations land on the pod (a door around the pod rule otherwise).
     assert wh["rules"] == [{"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                            "resources": ["pods"], "scope": "Namespaced"}]
+                            "resources": ["pods"], "scope": "Namespaced"},
+                           {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                            "resources": ["pods/binding"], "scope": "Namespaced"}]
     ignore = {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
     assert ignore in wh["namespaceSelector"]["matchExpressions"]
     # A pod's own label is no opt-out (issue 27): HAMi's objectSelector clause is gone.
