@@ -12,7 +12,8 @@ Gathers the pod, its events, the nodes, the namespace's ResourceQuotas and the s
 prints the leaf reached, the evidence and the fix; for a pod that is not fine, `whatif:` names the
 one change (split count, memory scaling, a policy, uncordoning GPUs, lifting the quota) under which
 the scheduler's own code would place it (`hami.whatif.suggest.single_change_fits`); `preemption:` says whether
---gpu-preemption is on and which victims it would take for this pod, or why none (hami.doctor.preemption).
+--gpu-preemption is on and which victims it would take for this pod, or why none (hami.doctor.preemption);
+`scale-up:` says whether Cluster Autoscaler could add a node for it, and why not (hami.doctor.scaleup).
 Exit code 0 when the pod is fine, 1 when a
 problem leaf was reached, 2 on usage errors.
 """
@@ -121,15 +122,30 @@ async def preemption(client, args: argparse.Namespace) -> str | None:
     return await preemption_facts(client, pod, inst.nvidia, inst.vendors)
 
 
+async def scale_up(client, args: argparse.Namespace) -> str | None:
+    """The scale-up line for a pending pod asking extended resources (hami.doctor.scaleup)."""
+    from hami.doctor.scaleup import scale_up_line
+
+    ns, _, name = args.pod.rpartition("/")
+    pod = await client.get_pod(ns or "default", name)
+    if (pod.get("spec") or {}).get("nodeName") or (pod.get("status") or {}).get("phase", "Pending") != "Pending":
+        return None
+    nodes = (await client.list_nodes()).get("items") or []
+    pods = (await client.list("pods")).get("items") or []
+    events = await gather.pod_events(client, ns or "default", name, (pod.get("metadata") or {}).get("uid", ""))
+    return scale_up_line(pod, nodes, pods, events)
+
+
 async def main(args: argparse.Namespace) -> int:
     client = await gather.client_from_args(args)
-    whatif = preempt = None
+    whatif = preempt = scale = None
     try:
         d = await diagnose(client, args)
         if d.leaf.startswith("dra-"):
             whatif = "(whatif does not replay DRA claims yet: the evidence above is the allocator's own answer)"
         elif d.leaf not in OK_LEAVES:
             preempt = await preemption(client, args)
+            scale = await scale_up(client, args)
             if args.whatif:
                 whatif = await would_fit_if(client, args)
     except ApiError as exc:
@@ -138,9 +154,10 @@ async def main(args: argparse.Namespace) -> int:
     finally:
         await client.close()
     if args.json:
-        sys.stdout.write(orjson.dumps({**d.as_dict(), "whatif": whatif, "preemption": preempt},
+        sys.stdout.write(orjson.dumps({**d.as_dict(), "whatif": whatif, "preemption": preempt, "scaleUp": scale},
                                       option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         sys.stdout.write(render_diagnosis(d) + (f"  preemption: {preempt}\n" if preempt else "")
+                         + (f"  scale-up: {scale}\n" if scale else "")
                          + (f"  whatif: {whatif}\n" if whatif else ""))
     return 0 if d.leaf in OK_LEAVES else 1

@@ -31,6 +31,12 @@ from hami.kubesched import intree, nodeaffinity, pdb, taints
 
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 GROUP_LABEL = "node.hami.io/node-group"  # which group a node belongs to (a cloud provider's own record)
+TO_BE_DELETED = "ToBeDeletedByClusterAutoscaler"
+# Where a node's group shows outside the cloud's API, in the order tools that only see Nodes (hami doctor,
+# hami whatif) look: the embedded cluster's, then the managed clouds', Karpenter's, the instance type.
+GROUP_LABELS = (GROUP_LABEL, "eks.amazonaws.com/nodegroup", "cloud.google.com/gke-nodepool",
+                "kubernetes.azure.com/agentpool", "karpenter.sh/nodepool", "node.kubernetes.io/instance-type")
+UNKNOWN_MAX = 1000  # a group's max size where only its Nodes are known
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,44 @@ class ScaleUpOption:
     nodes: int  # new nodes the group would add
     placed: tuple[str, ...]  # the pending pods (namespace/name) they would hold
     refused: Mapping[str, str] = field(default_factory=dict)  # pod -> why the group cannot take it
+
+
+def template_from_node(node: Mapping, group: str) -> dict:
+    """CA's sanitized copy of a group's node (TemplateNodeInfo from a real node): its labels, its taints
+    but CA's own, its capacity and allocatable; no pods."""
+    meta = node.get("metadata") or {}
+    name = f"{group}-template"
+    labels = {**(meta.get("labels") or {}), "kubernetes.io/hostname": name}
+    taints = [t for t in ((node.get("spec") or {}).get("taints") or [])
+              if isinstance(t, Mapping) and t.get("key") != TO_BE_DELETED]
+    status = node.get("status") or {}
+    return {"metadata": {"name": name, "labels": labels}, "spec": {"taints": taints} if taints else {},
+            "status": {"capacity": dict(status.get("capacity") or {}),
+                       "allocatable": dict(status.get("allocatable") or {}),
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def group_of(node: Mapping) -> str:
+    """`label=value` of the first GROUP_LABELS label the node has, else `node=<name>` (a group of one)."""
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    for key in GROUP_LABELS:
+        if labels.get(key):
+            return f"{key}={labels[key]}"
+    return f"node={meta.get('name', '')}"
+
+
+def groups_from_nodes(nodes: Iterable[Mapping]) -> tuple[list[NodeGroup], dict[str, int]]:
+    """Node groups as far as the Nodes tell (their labels): each group's template is a copy of its
+    first node by name, its max size unknown. Also each group's size."""
+    members: dict[str, list[Mapping]] = {}
+    for n in nodes:
+        members.setdefault(group_of(n), []).append(n)
+    groups = []
+    for g, ns in sorted(members.items()):
+        first = min(ns, key=lambda n: (n.get("metadata") or {}).get("name", ""))
+        groups.append(NodeGroup(g, 0, UNKNOWN_MAX, template_from_node(first, g)))
+    return groups, {g: len(ns) for g, ns in members.items()}
 
 
 def pod_key(pod: Mapping) -> str:

@@ -44,7 +44,7 @@ from hami.sim.cluster import GpuShape, SimSpecError, parse_sim_gpus
 
 log = get_logger(__name__)
 
-TO_BE_DELETED = "ToBeDeletedByClusterAutoscaler"
+TO_BE_DELETED = autoscale.TO_BE_DELETED
 STATUS_CONFIGMAP = ("kube-system", "cluster-autoscaler-status")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
 MAX_GROUP_SIZE = 64
@@ -114,19 +114,6 @@ def declared_template(group: NodeGroupSpec, cfg) -> dict:
     return node
 
 
-def template_from_node(node: Mapping, group: str) -> dict:
-    """CA's sanitized copy of a group's node: its labels, untainted of CA's own taints, its allocatable."""
-    meta = node.get("metadata") or {}
-    name = f"{group}-template"
-    labels = {**(meta.get("labels") or {}), "kubernetes.io/hostname": name}
-    taints = [t for t in ((node.get("spec") or {}).get("taints") or []) if t.get("key") != TO_BE_DELETED]
-    status = node.get("status") or {}
-    return {"metadata": {"name": name, "labels": labels}, "spec": {"taints": taints} if taints else {},
-            "status": {"capacity": dict(status.get("capacity") or {}),
-                       "allocatable": dict(status.get("allocatable") or {}),
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
-
-
 class ClusterAutoscaler:
     """The loop. `provider` adds and removes nodes (hami.sim.cluster.EmbeddedCluster)."""
 
@@ -165,7 +152,7 @@ class ClusterAutoscaler:
 
     def template(self, group: NodeGroupSpec) -> dict:
         settled = [n for n in self.group_nodes(group.name) if not self._upcoming(n, group)]
-        return template_from_node(settled[0], group.name) if settled else self.declared(group)
+        return autoscale.template_from_node(settled[0], group.name) if settled else self.declared(group)
 
     def _upcoming(self, node: Mapping, group: NodeGroupSpec) -> bool:
         name = node["metadata"]["name"]

@@ -1,6 +1,7 @@
 """`hami whatif`: the subcommand module the CLI loads (`configure` + `main`).
 
     hami whatif --snapshot FILE [--scenario PLAN.yaml] [--format text|json] [--html REPORT.html] [--suggest]
+                [--scale-up]
                 [--timing [--timing-limit S] [--timing-creators N] [--allocate-delay S]]
     hami whatif --kubeconfig K  [...]              snapshot the live cluster (reads only), then replay
     hami whatif snapshot -o FILE [--kubeconfig K]  save a snapshot for later
@@ -8,7 +9,9 @@
 FILE is a saved snapshot or `kubectl get nodes,pods,resourcequotas -A -o json`. Without
 --scenario only the baseline runs (the snapshot's pending pods, queued again). --timing also runs
 each scenario through an embedded API server, the real scheduler over HTTP and a kube-scheduler
-1.31 loop, and reports how long the batch takes to bind (pods/s, queue waits). Exit codes: 0;
+1.31 loop, and reports how long the batch takes to bind (pods/s, queue waits). --scale-up answers how
+many nodes of which node group would place the pending pods, as Cluster Autoscaler counts them (in-tree
+filters only) and as HAMi's scheduler would (docs/autoscaling.md). Exit codes: 0;
 2 for unreadable input (the message names the file, the path in it and the field).
 """
 
@@ -46,6 +49,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", default="", help="also write a self-contained HTML report with plots here")
     parser.add_argument("--suggest", action="store_true",
                         help="search split count, memory scaling and policies for the change that places most pods")
+    parser.add_argument("--scale-up", action="store_true",
+                        help="how many nodes of which node group would place the pending pods (Cluster Autoscaler's "
+                             "count with the in-tree filters, and HAMi's)")
     parser.add_argument("--node-scheduler-policy", default="binpack", choices=NODE_POLICIES,
                         help="the scheduler's --node-scheduler-policy (default binpack)")
     parser.add_argument("--gpu-scheduler-policy", default="spread", help="the scheduler's --gpu-scheduler-policy")
@@ -133,6 +139,11 @@ async def main(args: argparse.Namespace) -> int:
         from .suggest import render_suggestions, suggest
 
         suggestions = suggest(cluster, plan, defaults, baseline=results[0])
+    scale = None
+    if args.scale_up:
+        from .scaleup import scale_up
+
+        scale = scale_up(cluster, defaults)
     timings = None
     if args.timing:
         if args.timing_limit <= 0 or args.allocate_delay < 0 or args.timing_creators < 1:
@@ -163,6 +174,8 @@ async def main(args: argparse.Namespace) -> int:
                       [s.as_dict() for s in suggestions] if suggestions is not None else None)
         if timings is not None:
             doc["timing"] = [t.as_dict() for t in timings]
+        if scale is not None:
+            doc["scaleUp"] = scale.as_dict()
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         sys.stdout.write(render_text(results))
@@ -172,4 +185,8 @@ async def main(args: argparse.Namespace) -> int:
             from .timing import render_timing
 
             sys.stdout.write(render_timing(timings))
+        if scale is not None:
+            from .scaleup import render_scale_up
+
+            sys.stdout.write(render_scale_up(scale))
     return 0

@@ -59,6 +59,9 @@ class NodeInfo:
     # status.allocatable as kube-scheduler's NodeResourcesFit reads it (cpu in millicores, memory
     # and ephemeral-storage in bytes, pods); {} when the node reports none
     allocatable: Mapping[str, int] = field(default_factory=dict)
+    # extended resources in status.allocatable (nvidia.com/gpu, and nvidia.com/gpumem where the agent
+    # reports it): what Cluster Autoscaler's simulation checks (hami.whatif.scaleup)
+    extended: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +325,7 @@ def _node(obj, source, path, nvidia, node_configs, warnings) -> NodeInfo | None:
         unschedulable=bool(spec.get("unschedulable")),
         taints=_taints(spec.get("taints"), source, f"{path}.spec.taints"),
         allocatable=intree.allocatable({"status": {"allocatable": alloc}}),
+        extended=intree.extended_allocatable({"status": {"allocatable": alloc}}),
     )
 
 
