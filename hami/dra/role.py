@@ -48,10 +48,9 @@ from hami.dra.slices import (
 )
 from hami.gpu import GpuBackend, GpuInfo, make_backend
 from hami.gpu.facts import FactsSource, GpuFacts
-from hami.gpu.health import HealthSource
-from hami.gpu.mig import MigControl, MigError
+from hami.gpu.health import DEFAULT_IGNORED_XIDS, HealthSource
+from hami.gpu.mig import MigControl
 from hami.gpu.migslicer import MigSlicer
-from hami.gpu.nvml import DEFAULT_IGNORED_XIDS
 from hami.gpu.topology import TopologySource
 from hami.kube.client import ApiError
 from hami.kube.lanes import background
@@ -89,6 +88,7 @@ class DraNode:
         self._stored: dict[str, dict] | None = None  # the pool's slices as last read or written
         self._read_at = 0.0
         self._seen: dict[str, tuple[GpuInfo, GpuState]] = {}  # uuid -> last seen: a GPU that vanishes is lost
+        self._sync_lock = asyncio.Lock()  # one sync at a time: the loop's tick and any direct call
         self.mig = MigSlicer(backend, mig_allowlist) if isinstance(backend, MigControl) else None
         self.health = HealthBoard(node_name)
         self.driver = DraDriver(node=node_name, cdi_root=cdi_root, plugin_dir=plugin_dir, hook_path=hook_path,
@@ -129,7 +129,7 @@ class DraNode:
         for g in gpus:
             enabled, static, profiles = None, None, ()
             if self.mig is not None:
-                with contextlib.suppress(MigError, Exception):  # a GPU that cannot say has no migEnabled
+                with contextlib.suppress(Exception):  # a GPU that cannot say has no migEnabled
                     enabled = bool(await self._call(self.backend.mig_enabled, g.uuid))
                 instances = await self._call(self.backend.mig_instances, g.uuid) if enabled else ()
                 if any((i.gpu_uuid, i.profile, i.start) not in own for i in instances):
@@ -159,6 +159,10 @@ class DraNode:
         The stored slices are read again only every `resync` seconds (or after a failed write): in
         between, what this role last read or wrote is the comparison, so an idle node costs the
         API server one LIST per `resync`, not one per tick."""
+        async with self._sync_lock:
+            return await self._sync()
+
+    async def _sync(self) -> bool:
         gpus = await self._call(self.backend.list_gpus)
         states = await self._states(gpus)
         present = {g.uuid for g in gpus}

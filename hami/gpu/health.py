@@ -11,6 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+# XIDs that are application errors, not hardware faults (HAMi rm/health.go).
+DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+
 # NVML clock event (throttle) reason bits -> the `reason` label value.
 THROTTLE_REASONS: dict[int, str] = {
     0x1: "gpu_idle",

@@ -15,9 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from hami.gpu.backend import GpuBackendError, GpuInfo
+from hami.gpu.health import DEFAULT_IGNORED_XIDS
 
-# XIDs that are application errors, not hardware faults (HAMi rm/health.go).
-DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 _WAIT_MS = 1000
 
 

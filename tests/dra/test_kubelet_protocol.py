@@ -28,7 +28,7 @@ from hami.device.nodeconfig import DeviceSettings
 from hami.dra import cdi
 from hami.dra.plugin import ClaimRef
 from hami.dra.role import DraNode
-from hami.dra.slices import DRIVER, TAINT_UNHEALTHY, slice_name
+from hami.dra.slices import DRIVER, TAINT_GPU_LOST, TAINT_UNHEALTHY, TAINT_XID, slice_name
 from hami.gpu import make_backend
 from hami.kube.client import MERGE_PATCH, ApiError, KubeClient, resource_path
 from tests.dra.kubelet import FakeKubelet
@@ -352,3 +352,16 @@ async def test_an_admin_claim_on_a_partition_sees_the_parent_gpu_and_makes_no_in
     assert resp[uid].error == ""
     assert plugin.env(resp[uid])[0]["NVIDIA_VISIBLE_DEVICES"] == "GPU-m0"
     assert plugin.backend.mig_instances("GPU-m0") == () and not plugin.backend.mig_enabled("GPU-m0")
+
+
+async def test_the_taint_names_the_xid_and_a_vanished_gpu_is_lost(plugin):
+    write(plugin.gpus, GPUS.replace("healthy: %s", "healthy: false, telemetry: {xids: {13: 9, 48: 3}}"))
+    await plugin.node.sync_once()  # 13 is an application's error (HAMi ignores it): 48 is the fault
+    [dev] = (await plugin.slices())[slice_name(NODE)]["spec"]["devices"]
+    assert dev["taints"] == [{"key": TAINT_XID, "value": "48", "effect": "NoSchedule"}]
+    write(plugin.gpus, GPUS.split("  - {uuid: GPU-w1")[0])  # GPU-w1 fell off the bus
+    await plugin.node.sync_once()
+    [dev] = (await plugin.slices())[slice_name(NODE)]["spec"]["devices"]
+    assert dev["name"] == "hami-gpu-1" and dev["taints"] == [
+        {"key": TAINT_GPU_LOST, "value": "true", "effect": "NoSchedule"}]
+    assert plugin.node.health.devices["hami-gpu-1"].health == "Unhealthy"
