@@ -91,6 +91,10 @@ class SchedulerSettings:
     metrics_bind_address: str = ":9395"
     node_scheduler_policy: str = "binpack"
     gpu_scheduler_policy: str = "spread"
+    # How widely a burst may spread past the node policy's best node (placement/contention.py): at
+    # most this many times the critical lane's sustained bind rate x the node lock's hold, in nodes;
+    # 0 = never, each pod waits for its best node's lock. Lower packs tighter, higher binds faster.
+    burst_spread: float = 2.0
     node_label_selector: tuple[tuple[str, str], ...] = ()
     node_lock_timeout: float = 300.0
     node_lock_retry_timeout: float = 28.0
@@ -553,6 +557,7 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "extender_prioritize": ("scheduler", "extender_prioritize"),
     "extender_fast_http": ("scheduler", "extender_fast_http"),
     "requeue_wakes_per_second": ("scheduler", "requeue_wakes_per_second"),
+    "burst_spread": ("scheduler", "burst_spread"),
     "trusted_placement_writers": ("scheduler", "trusted_placement_writers"),
     "allow_tenant_disable_control": ("scheduler", "allow_tenant_disable_control"),
     "metrics_device_uuids": ("scheduler", "metrics_device_uuids"),
@@ -877,6 +882,9 @@ def build_config(
             "--node-scheduler-policy", "command line", groups["scheduler"]["node_scheduler_policy"],
             "binpack or spread",
         )
+    spread = groups["scheduler"].get("burst_spread", 2.0)
+    if not (isinstance(spread, (int, float)) and 0 <= spread < float("inf")):
+        raise ConfigError("--burst-spread", "command line", spread, "a number >= 0")
     if "log" in groups and groups["log"].get("format", "text") not in ("text", "json"):
         raise ConfigError("--log-format", "command line", groups["log"]["format"], "text or json")
     _check_listeners(groups)

@@ -40,7 +40,17 @@ def _positive_float(text: str) -> float:
     return v
 
 
-# (names, dest, kind, help). kind: str | int | float | bool | duration
+def _nonneg_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if not 0 <= v < float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {v}")
+    return v
+
+
+# (names, dest, kind, help). kind: str | int | float (> 0) | float0 (>= 0) | bool | duration
 FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
     # process
     (("--kubeconfig",), "kubeconfig", "str", "kubeconfig file (else $KUBECONFIG, else in-cluster)"),
@@ -115,6 +125,9 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
      "the webhook admits GPU pods that set CUDA_DISABLE_CONTROL (default false; nodes must allow it too)"),
     (("--metrics-device-uuids",), "metrics_device_uuids", "bool",
      "label the scheduler's per-device metrics with GPU UUIDs (default false: node and index only)"),
+    (("--burst-spread",), "burst_spread", "float0",
+     "how widely a burst may leave the node policy's best node: nodes for this many times the critical lane's "
+     "sustained bind rate x the node lock's hold (default 2; 0 = never, each pod queues for its best node)"),
     (("--requeue-wakes-per-second",), "requeue_wakes_per_second", "float",
      "at most this many wakes per second of parked pending pods when GPUs free up (default 20)"),
     (("--gpu-preemption",), "gpu_preemption", "bool",
@@ -212,7 +225,8 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
     (("--demo-workload",), "demo_workload", "bool", "submit a stream of sample GPU pods"),
 ]
 
-_KIND_TYPES: dict[str, Any] = {"str": str, "int": _nonneg_int, "float": _positive_float, "duration": str}
+_KIND_TYPES: dict[str, Any] = {"str": str, "int": _nonneg_int, "float": _positive_float, "float0": _nonneg_float,
+                               "duration": str}
 
 
 def _spellings(names: tuple[str, ...]) -> list[str]:

@@ -8,8 +8,9 @@ lives here and nowhere else:
 
 * the PodRequest memo (a burst's pods share a template: one PodRequest each, podshape.py);
 * the held decisions (`held`, uid -> `Assumed`: decided by /filter, not yet written by /bind),
-  counted per node, and the binds in flight per node (`bind_started` / `bind_ended`): the pending
-  work busy.py steers a burst around;
+  counted per node, the binds in flight per node (`bind_started` / `bind_ended`) and the locks our
+  binds took (`lock_taken`): the pending work that lets a burst leave the policy's best node
+  (contention.py);
 * the choice of node and devices in both /filter modes (NodeNames from the watch-fed usage index,
   full Nodes from the request's registrations);
 * the re-check before binding (`recheck`, recheck.py: the fit /filter ran, under the lock) and the
@@ -44,7 +45,7 @@ from hami.scheduler.cache.state import VGPU_NODE, ClusterState
 from hami.scheduler.placement import (
     METAX_APP_CLASS,
     METAX_QOS,
-    Busy,
+    Contention,
     Held,
     HeldView,
     NodeUsage,
@@ -53,20 +54,22 @@ from hami.scheduler.placement import (
     Selection,
     ShapeMemo,
     UsageIndex,
+    choose,
     chosen_ids,
     evaluate_nodes,
     first_fit,
     ignored_policies,
     memory_need,
-    new_salt,
     node_order_descending,
     only_devices,
-    pick,
+    own_pending,
     pod_request,
+    rank,
     same_placement,
     select_node,
     try_pod,
 )
+from hami.scheduler.placement.contention import FOREIGN_HOLDS
 from hami.scheduler.relay import Relay
 
 log = get_logger(__name__)
@@ -110,7 +113,8 @@ class Choice:
 
 class Placer:
     def __init__(self, config: Config, state: ClusterState, *, requests_fn: RequestsFn,
-                 no_fit: Relay | None = None, clock: Callable[[], float] = time.time):
+                 no_fit: Relay | None = None, clock: Callable[[], float] = time.time, identity: str = "",
+                 lane_rate: float = 0.0):
         self.config = config
         self.cfg = config.scheduler
         self.state = state
@@ -120,17 +124,23 @@ class Placer:
         # MetaX sGPU rows: a placement on them remembers the QoS policy its cards switch to.
         self._sgpu_types = frozenset(v.name for v in (config.vendors.others if config.vendors else ())
                                      if v.hook == "metax")
-        # uid -> decision held until its /bind; counted per node (a node with decisions pending
-        # is busy for the funnel avoidance, busy.py)
+        # uid -> decision held until its /bind; counted per node (pending work that contends for
+        # its node in a burst, contention.py)
         self._held = Held()
         self.held = HeldView(self._held)
-        # node -> binds in flight there (the binder reports them; /filter avoids these nodes like locked ones)
+        # node -> binds in flight there (the binder reports them: pending work, as held decisions)
         self._binds: dict[str, int] = {}
         self.binds_in_flight: Mapping[str, int] = MappingProxyType(self._binds)
-        # Send pods away from nodes mid-allocation (locked) when another node fits.
+        # node -> "ns/name" of the last pod our binder locked it for: the lock the watch shows is ours
+        self._locked_for: dict[str, str] = {}
+        # In a burst, send a pod past the policy's best node when our own pending work contends
+        # for it (contention.py); False: always the policy's best (HAMi's flow).
         self.avoid_locked = True
-        # This replica's rank of nodes for spreading a burst away from another replica's choices.
-        self.replica_salt = new_salt()
+        # The burst's width (`lane_rate`: binds/s the critical lane sustains, 0 = unlimited) and this
+        # replica's order among nodes of equal score when it leaves a contended one (contention.rank).
+        self.contention = Contention(self.cfg.burst_spread, lane_rate)
+        self.identity = identity
+        self.monotonic = time.monotonic  # the burst's clock (contention.py: decisions within a hold)
         self._swept = 0.0
         self._decoded: dict[str, tuple] = {}  # register text -> devices (full-Nodes mode)
         self._warned: set[str] = set()
@@ -206,39 +216,28 @@ class Placer:
             self._no_fit(pod, preq, node_names, sel.failed_nodes)
             return Choice(sel, fit_scores, None, preq, dropped)
         decision = self.commit(pod, uid, sel.node, sel.devices, sel.mig, written=written)
+        self.contention.decided(sel.node, self.monotonic())
         return Choice(sel, fit_scores, decision, preq, dropped)
 
     def _choose(self, names, node_names, preq: PodRequest, index: UsageIndex,
                 ns: str, name: str) -> tuple[Selection, list[tuple[str, float]]]:
-        """The node for the pod and the (node, score) pairs the FilteringSucceed text lists."""
+        """The node for the pod and the (node, score) pairs the FilteringSucceed text lists: the
+        policy's best, unless this replica's burst contends for it (contention.py)."""
         verbose = log.enabled(2)
         prioritize = self.cfg.extender_prioritize  # every fitting node: kube-scheduler's scoring picks
+        contended = None if prioritize else self._contended()
         if (names is not None and len(node_names) > FULL_EVALUATION_MAX_NODES and not verbose and not prioritize
                 and not preq.scored):  # (a vendor score term needs every node fitted: select_node)
-            sel = self._first_fit(names, preq, index)
+            sel = self._first_fit(names, preq, index, contended)
             return sel, [(sel.node, sel.score)] if sel.node else []
-        spread = False  # a burst pending here: take the fit this replica's salt ranks highest (spread.py)
-        if self.avoid_locked and not prioritize:
-            busy = self.busy_nodes(node_names)
-            if busy:
-                # only this replica's own decisions and binds make a burst: a lock seen on some node
-                # (another scheduler's, an Allocate in progress) leaves binpack's best fit first
-                spread = bool(self._held.per_node or self._binds)
-                free = [n for n in node_names if n not in busy]
-                if free and len(free) < len(node_names):
-                    fits, failed = evaluate_nodes(index.nodes, free, preq)
-                    if fits:  # another node fits: leave the locked ones to their pods
-                        best = pick(fits, self.replica_salt) if spread else fits[0]
-                        return (Selection(best.node, best.devices, best.score, best.mig, failed, len(free)),
-                                [(best.node, best.score)])
-        if verbose or prioritize or len(node_names) <= FULL_EVALUATION_MAX_NODES:
+        if verbose or prioritize or contended is not None or len(node_names) <= FULL_EVALUATION_MAX_NODES:
             # HAMi fits every node; its FilteringSucceed text counts them all. Small candidate lists
             # cost little, so they get HAMi's exact message; big ones stop at the first fit.
             fits, failed = evaluate_nodes(index.nodes, node_names, preq)
             if verbose:
                 self._log_decisions(ns, name, preq, node_names, fits, failed, index)
             if fits:
-                best = pick(fits, self.replica_salt) if spread else fits[0]
+                best = choose(fits, contended, self._tie_rank)
                 sel = Selection(best.node, best.devices, best.score, best.mig, failed, len(fits))
             else:
                 sel = Selection(None, (), 0.0, (), failed, 0)
@@ -246,24 +245,55 @@ class Placer:
         sel = select_node(index.nodes, node_names, preq)
         return sel, [(sel.node, sel.score)] if sel.node else []
 
-    def _first_fit(self, names, preq: PodRequest, index: UsageIndex) -> Selection:
-        """select_node's answer from the candidate order kept between requests (nodeorder.py),
-        with the avoid-locked rule: a busy node only when no other node fits."""
-        busy = self.avoid_locked and (self._held.per_node or self._binds or self.state.locked)
-        # The walk passes by nodes with anything pending and fits them, least pending first, only
-        # when no idle node fits (busy.py; no table of every node is built).
-        pending = Busy(self._held.per_node, self._binds, self.state.locked, ()).pending if busy else None
+    def _first_fit(self, names, preq: PodRequest, index: UsageIndex,
+                   contended: Callable[[str], int] | None) -> Selection:
+        """select_node's answer from the candidate order kept between requests (nodeorder.py); a node
+        contended by this replica's burst only when no other node fits (contention.py): the walk
+        passes such nodes by and fits them, least contended first, only when no other node fits."""
         walk = first_fit(names, index.nodes, index.changes, node_order_descending(preq.node_policy),
-                         lambda n: try_pod(n, preq), need=memory_need(preq), pending=pending)
+                         lambda n: try_pod(n, preq), need=memory_need(preq), pending=contended,
+                         tie_rank=self._tie_rank if contended is not None else None)
         if walk.node is None:
             return Selection(None, (), 0.0, (), walk.failed, walk.tried)
         devices, mig = walk.fit
         return Selection(walk.node, devices, walk.usage.score_value, mig, walk.failed, walk.tried)
 
-    def busy_nodes(self, candidates) -> Busy:
-        """Nodes to try last (busy.py): more pending on them than on the least busy candidate, in
-        held decisions, our binds in flight and a lock seen by the node watch."""
-        return Busy(self._held.per_node, self._binds, self.state.locked, candidates)
+    def _contended(self) -> Callable[[str], int] | None:
+        """The contention key of each node for this decision (contention.py); None: this replica has
+        no burst pending, so nothing bends the policy."""
+        if not self.avoid_locked:
+            return None
+        now = self.monotonic()
+        self.contention.observe(self.state.lock_hold.seconds, now)
+        if not (self._held.per_node or self._binds or any(self._own_lock(n) for n in self.state.locked)):
+            return None
+        return self.contention.keyer(own_pending(self._held.per_node, self._binds, self._own_lock),
+                                     self._foreign_active(now))
+
+    def _own_lock(self, node: str) -> bool:
+        """Whether the lock the node watch shows on `node` is one our binder took (until the device
+        plugin releases it at Allocate)."""
+        held = self.state.lock_holders.get(node)
+        return held is not None and self._locked_for.get(node) == f"{held[0]}/{held[1]}"
+
+    def _foreign_active(self, now: float) -> Callable[[str], bool]:
+        """Nodes another scheduler is binding to: its lock on them now, or released within
+        FOREIGN_HOLDS holds (its next bind there is near); this replica's burst leaves them to it."""
+        locked, holders, hold = self.state.locked, self.state.lock_holders, self.state.lock_hold
+        ours = self._locked_for
+        window = FOREIGN_HOLDS * hold.seconds
+
+        def active(node: str) -> bool:
+            if node in locked:
+                held = holders.get(node)
+                return held is not None and ours.get(node) != f"{held[0]}/{held[1]}"
+            last = hold.released.get(node)
+            return last is not None and now - last[0] < window and last[1] != ours.get(node, "")
+
+        return active
+
+    def _tie_rank(self, node: str) -> int:
+        return rank(self.identity, node)
 
     def _log_decisions(self, ns, name, preq, node_names, fits, failed, index: UsageIndex) -> None:
         pod = f"{ns}/{name}"
@@ -440,6 +470,10 @@ class Placer:
 
     def bind_started(self, node: str) -> None:
         self._binds[node] = self._binds.get(node, 0) + 1
+
+    def lock_taken(self, node: str, key: str) -> None:
+        """Our binder holds `node`'s lock for pod `key` ("ns/name") until the device plugin releases it."""
+        self._locked_for[node] = key
 
     def bind_ended(self, node: str) -> None:
         left = self._binds.get(node, 1) - 1

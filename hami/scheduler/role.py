@@ -30,6 +30,7 @@ from hami.kube.access import AccessProbe
 from hami.kube.client import KubeClient
 from hami.kube.events import EventRecorder
 from hami.kube.informer import Informer
+from hami.kube.lanes import CRITICAL
 from hami.kube.leader import LeaderElector
 from hami.kube.liveness import ApiLiveness
 from hami.kube.nodelock import NodeLocker
@@ -47,7 +48,7 @@ from hami.scheduler.extender.labeler import PodLabeler
 from hami.scheduler.extender.server import CertReloader, Extender, bound_port, serve
 from hami.scheduler.extender.verbs import ExtraVerbs
 from hami.scheduler.metrics import MigInstance, PodAlloc, QuotaUse, SchedulerMetrics, Snapshot, serve_metrics
-from hami.scheduler.placement import messages
+from hami.scheduler.placement import WRITES_PER_BIND, messages
 from hami.scheduler.placement.podshape import RequestMemo
 from hami.scheduler.placer import Placer
 from hami.scheduler.preemption.controller import PreemptController, gpu_preemption_counters
@@ -263,7 +264,8 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     assert state.nodes is not None
     locker = NodeLocker(client, state.nodes, state.pod, timeout=sc.node_lock_timeout, clock=clock,
                         orphan_timeout=sc.node_lock_orphan_timeout)
-    placer = Placer(config, state, requests_fn=make_requests_fn(config), no_fit=no_fit, clock=clock)
+    placer = Placer(config, state, requests_fn=make_requests_fn(config), no_fit=no_fit, clock=clock,
+                    identity=identity, lane_rate=client.budgets[CRITICAL].qps / WRITES_PER_BIND)
     history = LockHistory()  # who held each node's lock last: when /bind's re-check trusts the cache
     state.nodes.add_handler(history.on_node)
     labeler = PodLabeler(client, state.pod)  # hami.io/vgpu-node, off the critical path

@@ -247,3 +247,15 @@ def test_listener_trust_flags():
     assert build_config({}, env={}).listen.trusted_sources == ("127.0.0.0/8", "::1/128")  # loopback
     with pytest.raises(ConfigError, match=r"--http-trusted-sources.*'10\.2\.0\.0/33'"):
         build_config(_flags(["--http-trusted-sources", "10.2.0.0/33"]), env={})
+
+
+def test_burst_spread_flag_sets_the_width_and_refuses_a_negative_or_infinite_value(capsys):
+    assert build_config({}, env={}).scheduler.burst_spread == 2.0
+    assert build_config(_flags(["--burst-spread", "0.5"]), env={}).scheduler.burst_spread == 0.5
+    assert build_config(_flags(["--burst-spread", "0"]), env={}).scheduler.burst_spread == 0.0
+    for bad in ("-1", "inf", "nan", "wide"):
+        with pytest.raises(SystemExit):
+            _flags(["--burst-spread", bad])
+        assert "--burst-spread" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="--burst-spread"):  # a value that bypassed the parser
+        build_config({"burst_spread": -1.0}, env={})

@@ -1,11 +1,11 @@
-"""Funnel avoidance in a burst (hami.scheduler.placement.busy, issue 30): held decisions counted per node
-through every way in and out of `Held` (hypothesis: the counts always equal a recount); `avoid`
-picks the nodes with more pending than the least busy candidate; over HTTP, a node holding an
-assumed placement (filter answered, bind not in) is avoided while another fits, like a locked node,
-every node equally busy leaves the choice to the replica's salt (spread.py) while this replica has a
-burst pending, but a lock seen on some node with nothing pending here leaves binpack's best fit
-first (another scheduler's lock or an Allocate in progress is not a burst), and the placement is
-forgotten once it binds or expires, after which binpack packs the fullest node again."""
+"""A burst's pending work per node (hami.scheduler.placement.busy.Held, placement.contention, the Placer) over
+HTTP: held decisions are counted per node through every way in and out of `Held` (hypothesis: the
+counts always equal a recount); a node holding this replica's decision (filter answered, bind not
+in) is left for the next best node by the same policy (binpack's fullest, then, among empty nodes
+of equal score, the one the replica's identity ranks first), every node contended sends the pod to
+the one given a pod longest ago, and once the burst drains binpack packs the fullest node again; an
+expired decision stops contending; a lock another scheduler holds never bends the policy of a
+replica with nothing pending, but a replica with a burst pending leaves that node to it."""
 
 from __future__ import annotations
 
@@ -18,11 +18,13 @@ from hypothesis import strategies as st
 
 from hami.device import codec
 from hami.scheduler import placer as placermod
-from hami.scheduler.placement import spread
-from hami.scheduler.placement.busy import Busy, Held
+from hami.scheduler.placement import contention
+from hami.scheduler.placement.busy import Held
 from tests.kube.helpers import eventually, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env
 from tests.scheduler.test_bind_io import plugin_allocate
+
+IDENTITY = "replica-a"
 
 
 @dataclass(frozen=True)
@@ -54,55 +56,46 @@ def test_pop_of_a_missing_uid_without_default_raises():
         Held().pop("x")
 
 
-def test_pending_adds_held_in_flight_and_locks():
-    busy = Busy({"a": 2}, {"a": 1, "b": 1}, {"c", "a"}, ["a", "b", "c"])
-    assert [busy.pending(n) for n in "abcd"] == [4, 1, 1, 0]
-
-
-def avoid(held: dict, candidates: list[str]) -> frozenset[str]:
-    return Busy(held, {}, (), candidates).nodes()
-
-
-def test_avoid_spares_idle_nodes_then_the_least_busy():
-    assert avoid({}, ["a", "b"]) == frozenset() and not Busy({}, {}, (), ["a"])
-    assert avoid({"a": 1}, ["a", "b", "c"]) == {"a"}  # an idle node left: every busy one avoided
-    assert avoid({"a": 2, "b": 1, "c": 1}, ["a", "b", "c"]) == {"a"}  # all busy: the least busy kept
-    assert avoid({"a": 1, "b": 1}, ["a", "b"]) == frozenset()  # all equally busy: nothing avoided
-    assert Busy({}, {"a": 1}, {"b"}, ["a", "b"]).nodes() == frozenset()  # a lock weighs one bind
-
-
 @pytest.fixture
 async def env(apiserver):
-    async with running_env(apiserver, hami_nodes(3)) as e:
+    async with running_env(apiserver, hami_nodes(3), identity=IDENTITY) as e:
+        e.sched.placer.monotonic = lambda: 0.0  # a burst: every decision within one lock hold
         yield e
 
 
-async def test_an_assumed_placement_makes_its_node_busy_until_it_binds(env):
-    ext = env.sched.placer
-    first = env.create_pod(pod_obj("a0", mem=8000))
-    full = (await env.filter(first, ["n0", "n1", "n2"]))["NodeNames"][0]
-    assert ext.held.per_node == {full: 1}  # filter answered, bind not yet in
-    second = env.create_pod(pod_obj("a1", mem=1000))
-    other = (await env.filter(second, ["n0", "n1", "n2"]))["NodeNames"][0]
-    assert other != full  # binpack alone would stack it on `full` (the fullest node)
-    [empty] = {"n0", "n1", "n2"} - {full, other}
-    # Every node busy but `empty`: the next pod takes it.
-    assert (await env.filter(env.create_pod(pod_obj("a2", mem=1000)), ["n0", "n1", "n2"]))["NodeNames"] == [empty]
-    # Each node now has one pending: none is avoided, and while the burst is pending this
-    # replica's salt picks among the fits (spread.py), not binpack's fullest: a salt that ranks
-    # `empty` first sends the pod there.
-    ext.replica_salt = next(s for s in (bytes([i]) for i in range(256))
-                            if max(("n0", "n1", "n2"), key=lambda n: spread.rank(s, n)) == empty)
-    assert (await env.filter(env.create_pod(pod_obj("a3", mem=1000)), ["n0", "n1", "n2"]))["NodeNames"] == [empty]
+async def filtered(env, name: str, mem: int, names=("n0", "n1", "n2")) -> str:
+    out = await env.filter(env.create_pod(pod_obj(name, mem=mem)), list(names))
+    assert out["Error"] == "", out
+    return out["NodeNames"][0]
+
+
+async def test_a_burst_leaves_a_contended_node_for_the_next_best_and_packs_again_once_drained(env):
+    placer = env.sched.placer
+    assert await filtered(env, "a0", 8000) == "n0"  # every node empty: the first in the request
+    assert placer.held.per_node == {"n0": 1}  # filter answered, bind not yet in
+    # n0 holds our decision: the next best by binpack is an empty node; both are, and the replica's
+    # identity ranks one of them first (never a random pick: the same every time).
+    other = max(("n1", "n2"), key=lambda n: contention.rank(IDENTITY, n))
+    assert await filtered(env, "a1", 1000) == other
+    [empty] = {"n1", "n2"} - {other}
+    assert await filtered(env, "a2", 1000) == empty  # the only node our burst does not contend for
+    # Every node contended: the one given a pod longest ago, n0, frees first.
+    assert await filtered(env, "a3", 1000) == "n0"
     # The burst drains: every decision binds and its allocation releases the lock.
     for name in ("a0", "a1", "a2", "a3"):
         uid = env.pod("default", name)["metadata"]["uid"]
-        node = ext.held[uid].node
+        node = placer.held[uid].node
         assert (await env.bind(env.pod("default", name), node))["Error"] == ""
         plugin_allocate(env.store, name, node)
-    assert ext.held.per_node == {}
+    assert placer.held.per_node == {} and not placer.binds_in_flight
     await eventually(lambda: not env.sched.state.locked)
-    assert (await env.filter(env.create_pod(pod_obj("a4", mem=1000)), [empty, full]))["NodeNames"] == [full]
+    assert await filtered(env, "a4", 1000, (empty, other, "n0")) == "n0"  # binpack's fullest
+
+
+async def test_a_spread_of_zero_never_leaves_the_policys_best_node(env):
+    placer = env.sched.placer
+    placer.contention.spread = 0
+    assert [await filtered(env, f"z{i}", 1000) for i in range(3)] == ["n0"] * 3
 
 
 async def bound_and_allocated(env, name: str) -> str:
@@ -115,31 +108,42 @@ async def bound_and_allocated(env, name: str) -> str:
     return full
 
 
-async def test_an_expired_assumed_placement_no_longer_makes_its_node_busy(env):
-    ext = env.sched.placer
+async def test_an_expired_assumed_placement_no_longer_contends_for_its_node(env):
+    placer = env.sched.placer
     full = await bound_and_allocated(env, "b0")
-    now = [ext.clock()]
-    ext.clock = lambda: now[0]
-    assert (await env.filter(env.create_pod(pod_obj("e0", mem=1000)), ["n0", "n1", "n2"]))["NodeNames"] == [full]
-    other = sorted({"n0", "n1", "n2"} - {full})[0]
-    assert ext.busy_nodes([other, full]).nodes() == {full}  # held: the next pod would go to `other`
-    # Never bound (kube-scheduler bound it elsewhere, or the pod went away): it expires.
+    now = [placer.clock()]
+    placer.clock = lambda: now[0]
+    assert await filtered(env, "e0", 1000) == full
+    other = await filtered(env, "e1", 1000, (full, "n1", "n2"))
+    assert other != full  # e0 is held on `full`: the next pod goes past it
+    # Never bound (kube-scheduler bound them elsewhere, or the pods went away): they expire.
     now[0] += placermod.ASSUME_TTL + 10
-    ext.sweep(now[0])
-    assert ext.held.per_node == {} and ext.busy_nodes([other, full]).nodes() == frozenset()
-    assert (await env.filter(env.create_pod(pod_obj("e1", mem=1000)), [other, full]))["NodeNames"] == [full]
+    placer.sweep(now[0])
+    assert placer.held.per_node == {}
+    assert await filtered(env, "e2", 1000, (other, full)) == full
 
 
-async def test_a_lock_seen_with_nothing_pending_here_leaves_binpacks_best_fit_first(env):
-    ext = env.sched.placer
-    full = await bound_and_allocated(env, "l0")
-    locked, free = sorted({"n0", "n1", "n2"} - {full})
-    node = env.store.get("nodes", "", locked)
-    node["metadata"]["annotations"][codec.NODE_LOCK_ANNOTATION] = codec.encode_node_lock(ext.clock(), "x", "other")
-    env.store.update("nodes", "", locked, node)
-    await eventually(lambda: locked in env.sched.state.locked)
-    assert ext.held.per_node == {}  # nothing pending on this replica
-    # a salt that would rank the emptier free node first if spreading applied
-    ext.replica_salt = next(s for s in (bytes([i]) for i in range(256))
-                            if max((full, free), key=lambda n: spread.rank(s, n)) == free)
-    assert (await env.filter(env.create_pod(pod_obj("l1", mem=1000)), ["n0", "n1", "n2"]))["NodeNames"] == [full]
+def lock_by_another_scheduler(env, node_name: str) -> None:
+    node = env.store.get("nodes", "", node_name)
+    node["metadata"]["annotations"][codec.NODE_LOCK_ANNOTATION] = codec.encode_node_lock(
+        env.sched.placer.clock(), "x", "other")
+    env.store.update("nodes", "", node_name, node)
+
+
+async def test_another_schedulers_lock_bends_no_policy_but_a_burst_leaves_its_node_to_it(apiserver):
+    async with running_env(apiserver, hami_nodes(4), identity=IDENTITY) as env:
+        env.sched.placer.monotonic = lambda: 0.0
+        for name, node in (("f0", "n0"), ("f1", "n1")):  # n0 and n1 the fullest: binpack's best
+            pod = env.create_pod(pod_obj(name, mem=8000))
+            assert (await env.filter(pod, [node]))["NodeNames"] == [node]
+            assert (await env.bind(pod, node))["Error"] == ""
+            plugin_allocate(env.store, name, node)
+        await eventually(lambda: not env.sched.state.locked and len(env.sched.state.pod_keys) == 2)
+        for node in ("n0", "n1"):
+            lock_by_another_scheduler(env, node)
+        await eventually(lambda: env.sched.state.locked == {"n0", "n1"})
+        # Nothing pending here: the policy's best node, locked or not (the bind waits for the lock).
+        assert await filtered(env, "p1", 1000, ("n0", "n2")) == "n0"
+        # With p1 held, this replica has a burst pending: it leaves the node the other scheduler
+        # is binding to (n1) for the next best, and the empty n3 is that.
+        assert await filtered(env, "p2", 1000, ("n1", "n3")) == "n3"

@@ -4,8 +4,9 @@ list), over HTTP against the embedded API server.
 Covers: request after request (the same list, so the decoder's cache serves it, and a reordered
 subset), the node /filter answers is the node `select_node` picks on the usage the request met,
 for binpack and spread; a pod no node fits gets FailedNodes equal to select_node's, for every
-named node including an unregistered name; a locked node is avoided while another fits; a pod
-placed this way binds; full-Nodes bodies read node by node (nodescan) answer what the full
+named node including an unregistered name; a lock this replica does not hold bends no policy,
+while a node holding this replica's own decision is passed for the next best; pods placed this
+way bind; full-Nodes bodies read node by node (nodescan) answer what the full
 decode answers, unchanged Nodes taken from the scanner's cache.
 """
 
@@ -79,19 +80,24 @@ async def test_nothing_fits_lists_every_node_as_select_node_does(env):
         assert list(out["FailedNodes"])[0] == "ghost"
 
 
-async def test_a_locked_node_is_avoided_while_another_fits_and_the_pod_binds(env):
+async def test_a_node_held_by_our_burst_is_passed_for_the_next_best_and_the_pods_bind(env):
+    env.sched.placer.monotonic = lambda: 0.0  # a burst: both decisions within one lock hold
     names = [f"n{i}" for i in range(N)]
-    pod = env.create_pod(pod_obj("first", mem=1000))
-    best, _ = _expected(env, pod, names)
-    env.sched.state.locked.add(best)
-    out = await env.filter(pod, names)
-    assert out["NodeNames"] and out["NodeNames"][0] != best
+    first = env.create_pod(pod_obj("first", mem=1000))
+    best, _ = _expected(env, first, names)
+    env.sched.state.locked.add(best)  # a lock this replica does not hold, nothing pending here:
+    assert (await env.filter(first, names))["NodeNames"] == [best]  # the policy's best all the same
     env.sched.state.locked.discard(best)
+    second = env.create_pod(pod_obj("second", mem=1000))
+    assert _expected(env, second, names)[0] == best  # binpack alone would stack it on `best`
+    out = await env.filter(second, names)
     chosen = out["NodeNames"][0]
-    assert not (await env.bind(env.pod("default", "first"), chosen))["Error"]
-    stored = env.pod("default", "first")
-    assert stored["metadata"]["annotations"]["hami.io/vgpu-node"] == chosen
-    assert orjson.loads(orjson.dumps(stored))["spec"].get("nodeName") in (None, chosen)
+    assert chosen != best  # `first` is held on `best`: our own burst contends for it
+    for name, node in (("first", best), ("second", chosen)):
+        assert not (await env.bind(env.pod("default", name), node))["Error"]
+        stored = env.pod("default", name)
+        assert stored["metadata"]["annotations"]["hami.io/vgpu-node"] == node
+        assert stored["spec"]["nodeName"] == node
 
 
 async def test_full_nodes_scanned_answers_equal_the_full_decode(env, monkeypatch):

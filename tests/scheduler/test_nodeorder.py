@@ -10,7 +10,8 @@ re-sorts instead of answering from it; a reader left behind by the bounded log r
 removal and re-registration; nodes whose free-memory bound is below the request are passed by
 on the way to a fit, and fitted for their reasons when nothing fits; with `pending` (a burst's
 queue per node) idle nodes first, then each pending level in turn, least first (hypothesis,
-against select_node per level), FailedNodes in walk order when nothing fits.
+against select_node per level), FailedNodes in walk order when nothing fits; with `tie_rank` too,
+the node contention.choose takes over the fits in the policy's order (hypothesis).
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hami.device.model import ContainerDevice
+from hami.scheduler.placement import contention
 from hami.scheduler.placement.changelog import ChangeLog
 from hami.scheduler.placement.fit import memory_need, pod_request, try_pod
 from hami.scheduler.placement.nodeorder import NameList, first_fit
 from hami.scheduler.placement.policy import node_order_descending
-from hami.scheduler.placement.score import select_node
+from hami.scheduler.placement.score import evaluate_nodes, select_node
 from hami.scheduler.placement.usage import UsageIndex
 
 from ._helpers import info, req
@@ -150,6 +152,35 @@ def test_pending_walk_takes_idle_nodes_then_the_least_pending(policy, order, que
         assert list(got.failed.items()) == list(want.failed_nodes.items())
     else:
         assert got.fit == (want.devices, want.mig)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    policy=st.sampled_from(["binpack", "spread"]),
+    order=st.permutations(list(range(12))),
+    queued=st.dictionaries(st.integers(0, 11), st.integers(1, 3), max_size=12),
+    used=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 1), st.sampled_from([0, 1000, 2000])), max_size=8),
+    identity=st.text(max_size=4),
+)
+def test_ranked_walk_equals_contention_choose_when_every_node_fits(policy, order, queued, used, identity):
+    """The walk /filter takes on many nodes answers what contention.choose answers on the fits in
+    the policy's order: past a contended node, the replica's rank among the idle nodes of equal score."""
+    idx = _index(12)
+    for k, (node, gpu, m) in enumerate(used):
+        idx.add_pod(f"p{k}", f"n{node}", ((ContainerDevice(f"G{node}-{gpu}", "NVIDIA", m, 5),),))
+    names_list = [f"n{i}" for i in order]
+    pending = {f"n{i}": q for i, q in queued.items()}
+    pod = pod_request([req(1, 100, 101, 1)], 0, {}, node_policy=policy)  # fits every node
+
+    def rank(n):
+        return contention.rank(identity, n)
+
+    fits, _ = evaluate_nodes(idx.nodes, names_list, pod)
+    want = contention.choose(fits, lambda n: pending.get(n, 0), rank)
+    got = first_fit(NameList(names_list), idx.nodes, idx.changes, node_order_descending(policy),
+                    lambda n: try_pod(n, pod), need=memory_need(pod), pending=lambda n: pending.get(n, 0),
+                    tie_rank=rank)
+    assert got.node == want.node and got.fit == (want.devices, want.mig)
 
 
 def test_usage_changed_outside_add_and_remove_is_seen_through_invalidate():

@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
@@ -43,6 +44,7 @@ from hami.kube.informer import ADDED, DELETED, MODIFIED, Informer
 from hami.obs.log import get_logger
 from hami.scheduler.cache.handshake import REGISTER_KEY, Handshaker
 from hami.scheduler.cache.project import Shared, project_node, project_pod
+from hami.scheduler.placement.contention import LockHold
 from hami.scheduler.placement.usage import PodRecord, UsageIndex, init_released
 from hami.scheduler.placement.vendorrules import METAX_APP_CLASS
 
@@ -115,6 +117,8 @@ class ClusterState:
         self.locked: set[str] = set()
         # node -> (namespace, pod) holding its hami.io/mutex.lock: an unbound pod under it is being placed.
         self.lock_holders: dict[str, tuple[str, str]] = {}
+        # How long locks stay: the node lock's parallelism a burst needs (placement/contention.py).
+        self.lock_hold = LockHold()
         self.pod_keys: dict[str, str] = {}  # "ns/name" -> uid of counted pods
         # uids counted while bound where their placement says: kept until the pod ends (module docstring).
         self.pinned: set[str] = set()
@@ -309,6 +313,7 @@ class ClusterState:
             self.registered.pop(name, None)
             self.usable.discard(name)
             self.locked.discard(name)
+            self.lock_hold.forget(name)
             self.index.remove_node(name)
             self.handshaker.forget(name)
             for hs in self.vendor_handshakers.values():
@@ -325,6 +330,8 @@ class ClusterState:
             self.locked.add(name)
         else:
             self.locked.discard(name)
+        held = self.lock_holders.get(name)
+        self.lock_hold.seen(name, name in self.locked, time.monotonic(), f"{held[0]}/{held[1]}" if held else "")
         self._note_lock_holder(name, annos.get(codec.NODE_LOCK_ANNOTATION))
         text = annos.get(REGISTER_KEY)
         extra = ""
@@ -377,6 +384,7 @@ class ClusterState:
         elif name in self.usable or existing is not None:
             self.usable.discard(name)
             self.locked.discard(name)
+            self.lock_hold.forget(name)
             self.index.remove_node(name)
             log.info("Node devices not usable", node=name,
                      reason=dec.error or ("no devices" if not dec.devices else "handshake"))

@@ -395,6 +395,7 @@ class Binder:
             rv, holder = basis.rv, basis.holder
         own = self._own_holder.get(node)
         self._own_holder[node] = key
+        self.placer.lock_taken(node, key)
 
         def ready() -> bool:
             if holder and (holder == own or holder == key or self._placed_on(holder, node)):

@@ -137,6 +137,7 @@ def first_fit(
     unregistered_reason: str = "node unregistered",
     need: int | None = None,
     pending: Callable[[str], int] | None = None,
+    tie_rank: Callable[[str], int] | None = None,
 ) -> Walk:
     """The node `select_node` picks among `names` (see the module docstring).
 
@@ -184,6 +185,8 @@ def first_fit(
                 if busy_fit is None:
                     busy_fit = (name, n, r)
                 continue
+            if deferred and tie_rank is not None:
+                return _ranked_tie(order, k, p, name, n, r, failed, tried, nodes, try_fit, pending, tie_rank)
             return Walk(name, n, r, failed, tried)
         if stale:
             order.rebuild(nodes, log)
@@ -214,6 +217,30 @@ def first_fit(
                 failed = head
         return Walk(None, None, None, failed, tried)
     raise AssertionError("unreachable: a walk after a re-sort is never stale")  # pragma: no cover
+
+
+def _ranked_tie(order, key, pos, name, usage, fit, failed, tried, nodes, try_fit, pending, tie_rank) -> Walk:
+    """Among the idle nodes that fit with the same score key as `name` (the walk's first idle fit),
+    the one `tie_rank` ranks highest."""
+    best = (tie_rank(name), name, usage, fit)
+    name_of = order.names.names
+    for k, p in order.entries[bisect_left(order.entries, (key, pos)) + 1:]:
+        if k != key:
+            break
+        other = name_of[p]
+        if pending(other):
+            continue
+        n = nodes.get(other)
+        if n is None:
+            continue
+        r = try_fit(n)
+        tried += 1
+        if r.__class__ is str:
+            continue
+        rank = tie_rank(other)
+        if rank > best[0]:
+            best = (rank, other, n, r)
+    return Walk(best[1], best[2], best[3], failed, tried)
 
 
 def _in_walk_order(order, name_of, *parts: dict[str, str]) -> dict[str, str]:

@@ -1,0 +1,167 @@
+"""When a burst may leave the policy's best node, and for which node (pure, no I/O).
+
+The node and GPUs /filter chooses are HAMi's (score.py: the policy's order, the first that fits)
+unless the policy's best node is contended. Then the pod takes the next node in the same policy's
+order that is not contended; when every fitting node is contended, the one given a pod longest
+ago (ties: the policy's order). Nothing random: the choice depends only on the cluster as this
+replica sees it and on its own pending work, so HAMi's policy cases give HAMi's answer whatever
+was placed before them (tests/scheduler/test_policy_replay.py).
+
+Contended means this replica's own burst would queue there, which is narrower than "anything
+pending": a node's binds are served one at a time (lock, binding, the device plugin's Allocate,
+unlock), so a burst needs about as many nodes as it keeps locked at once (bind rate x lock hold,
+Little's law), and no more. kube-scheduler sends the binds in the order /filter answered, so a
+node given a pod `width` or more decisions ago is free again by the time this pod's bind reaches
+it, however long the binds queue behind the API rate limit. A node is contended when this replica
+has pending work on it (a decision held until its bind, a bind in flight, the node lock held by
+one of its binds) AND gave it a pod within the last `width` decisions. `width` is the node lock's
+parallelism: the decisions made within one lock hold (`LockHold`, measured on the node watch),
+at most `spread` (--burst-spread) x the critical lane's sustained bind rate x the hold. A binpack
+burst then packs onto about that many nodes instead of touching every node; `spread` 0 never
+leaves the policy's best node (every pod queues for its lock).
+
+Two replicas do not see each other's held decisions; deciding the same way from the same view,
+they would walk the same nodes in step and race for every lock. So while this replica has a burst
+pending, a node another scheduler is binding to (its lock on the node now, or released within two
+holds) counts as contended too, and a replica leaving a contended node takes, among the next
+nodes of equal score, the one its identity ranks first (`rank`): the replicas part ways.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+
+# The node lock's hold before any is seen released: kubelet's admission, the device plugin's
+# Allocate and its unlock (docs/kube-client.md measures ~0.35 s at 300 ms admission).
+HOLD_PRIOR_S = 0.35
+HOLD_SMOOTHING = 0.1  # weight of each new hold in the running average
+# Critical writes a bind makes: the node lock and the Binding.
+WRITES_PER_BIND = 2
+# How long after another scheduler's lock went away its next bind there is expected, in holds.
+FOREIGN_HOLDS = 2.0
+# Decision sequence numbers kept for nodes not decided for this long (decisions) are dropped.
+FORGET_AFTER = 65536
+
+T = TypeVar("T")
+
+
+class LockHold:
+    """How long node locks stay on nodes (the node watch, any holder), as a running average, and
+    who released each node's lock last and when."""
+
+    __slots__ = ("seconds", "since", "released")
+
+    def __init__(self) -> None:
+        self.seconds = HOLD_PRIOR_S
+        self.since: dict[str, float] = {}
+        self.released: dict[str, tuple[float, str]] = {}  # node -> (when, "ns/name" of the holder)
+
+    def seen(self, node: str, locked: bool, now: float, holder: str = "") -> None:
+        """The node watch's view of `node`: locked or not (`holder`: who held it until now)."""
+        if locked:
+            self.since.setdefault(node, now)
+            return
+        start = self.since.pop(node, None)
+        if start is not None and now >= start:
+            self.seconds += (now - start - self.seconds) * HOLD_SMOOTHING
+            self.released[node] = (now, holder)
+
+    def forget(self, node: str) -> None:
+        self.since.pop(node, None)
+        self.released.pop(node, None)
+
+
+class Contention:
+    """This replica's decisions in sequence and the burst's width (see the module docstring)."""
+
+    __slots__ = ("spread", "lane_rate", "seq", "last", "recent", "width")
+
+    def __init__(self, spread: float = 2.0, lane_rate: float = 0.0):
+        self.spread = spread
+        self.lane_rate = lane_rate  # binds/s the critical lane sustains (0: unlimited)
+        self.seq = 0  # decisions made so far
+        self.last: dict[str, int] = {}  # node -> seq of the latest decision for it
+        self.recent: deque[float] = deque()  # times of the decisions within the last hold
+        self.width = 0
+
+    def observe(self, hold: float, now: float) -> int:
+        """The width for the next decision, from the lock hold and the decisions made within it."""
+        recent = self.recent
+        while recent and now - recent[0] > hold:
+            recent.popleft()
+        if self.spread <= 0:
+            self.width = 0
+            return 0
+        width = len(recent)  # binds as fast as decisions: the nodes one hold's decisions lock
+        if self.lane_rate > 0:
+            width = min(width, math.ceil(self.spread * self.lane_rate * hold))
+        self.width = max(1, width)
+        return self.width
+
+    def decided(self, node: str, now: float) -> None:
+        """A pod was placed on `node` (held until its bind)."""
+        self.seq += 1
+        self.last[node] = self.seq
+        self.recent.append(now)
+        if len(self.last) > 4 * FORGET_AFTER:  # nodes that went away: keep only the recent ones
+            floor = self.seq - FORGET_AFTER
+            self.last = {n: s for n, s in self.last.items() if s > floor}
+
+    def since(self, node: str) -> int:
+        """Decisions made after the latest one for `node` (0: it was the latest)."""
+        last = self.last.get(node)
+        return self.seq + 1 if last is None else self.seq - last
+
+    def key(self, node: str, own_pending: int) -> int:
+        """0 when `node` is not contended by this replica; else how soon it frees, in decisions
+        (lower: sooner)."""
+        if not own_pending:
+            return 0
+        gap = self.since(node)
+        return self.width - gap if gap < self.width else 0
+
+    def keyer(self, own_pending: Callable[[str], int],
+              foreign: Callable[[str], bool] = lambda node: False) -> Callable[[str], int] | None:
+        """The contention key of every node (None: no node is contended, the policy decides): ours,
+        else `width` (last in line) for a node another scheduler is binding to."""
+        if self.width <= 0:
+            return None
+        width = self.width
+        return lambda node: self.key(node, own_pending(node)) or (width if foreign(node) else 0)
+
+
+def rank(identity: str, node: str) -> int:
+    """A replica's fixed preference among nodes of equal score (higher first): two replicas that
+    both leave a contended node part ways instead of walking the same order in step."""
+    # A keyed hash, not a CRC: a CRC seeded per replica orders equal-length names alike for every seed.
+    return int.from_bytes(hashlib.blake2b(node.encode(), digest_size=8, key=identity.encode()[:64]).digest(), "big")
+
+
+def choose(fits: Sequence[T], key: Callable[[str], int] | None, tie_rank: Callable[[str], int] | None = None,
+           node_of=lambda f: f.node, score_of=lambda f: f.score) -> T:
+    """Among `fits` (the policy's order, best first, non-empty): the first not contended, else the
+    least contended (earliest in the policy's order among equals). Having passed a contended node
+    by, the first not contended is the one `tie_rank` ranks highest among those of its score."""
+    if key is None:
+        return fits[0]
+    best, best_key = None, None
+    for i, f in enumerate(fits):
+        k = key(node_of(f))
+        if k == 0:
+            if i == 0 or tie_rank is None:
+                return f
+            tied = [g for g in fits[i:] if score_of(g) == score_of(f) and not key(node_of(g))]
+            return max(tied, key=lambda g: tie_rank(node_of(g)))  # max keeps the first of equal ranks
+        if best_key is None or k < best_key:
+            best, best_key = f, k
+    return best
+
+
+def own_pending(held: Mapping[str, int], in_flight: Mapping[str, int],
+                own_lock: Callable[[str], bool]) -> Callable[[str], int]:
+    """A node's pending work of this replica: decisions held, binds in flight, its lock if ours."""
+    return lambda node: held.get(node, 0) + in_flight.get(node, 0) + own_lock(node)

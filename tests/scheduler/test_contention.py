@@ -1,0 +1,103 @@
+"""When a burst may leave the policy's best node (hami.scheduler.placement.contention): `choose`
+takes the policy's best unless it is contended, then the next one not contended by the policy's
+order (among those of equal score, the replica's rank), else the least contended (hypothesis over
+fit lists and contention keys); a node is contended only with this replica's pending work on it
+AND a decision for it within the last `width`; the width is the decisions within one lock hold,
+at most spread x the lane's bind rate x the hold, and 0 with spread 0; the lock hold follows the
+holds seen; two identities rank nodes differently."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hami.scheduler.placement import contention
+from hami.scheduler.placement.contention import Contention, LockHold, choose
+
+
+@dataclass(frozen=True)
+class Fit:
+    node: str
+    score: float
+
+
+fit_lists = st.lists(st.tuples(st.integers(0, 40), st.sampled_from([0.0, 1.5, 3.0])), min_size=1, max_size=12,
+                     unique_by=lambda t: t[0]).map(
+    lambda xs: [Fit(f"n{i}", s) for i, s in sorted(xs, key=lambda t: -t[1])])  # binpack's order: best first
+
+
+@given(fit_lists, st.dictionaries(st.integers(0, 40), st.integers(0, 5)), st.text(max_size=6))
+def test_choose_bends_the_policy_only_past_contended_nodes(fits, keys, identity):
+    key = {f"n{i}": k for i, k in keys.items()}.get
+    got = choose(fits, lambda n: key(n) or 0, lambda n: contention.rank(identity, n))
+    assert choose(fits, None) is fits[0]
+    free = [f for f in fits if not key(f.node)]
+    if not key(fits[0].node):
+        assert got is fits[0]  # the policy's best is not contended: HAMi's answer
+    elif free:
+        first = free[0]  # every fit before it is contended
+        assert not key(got.node) and got.score == first.score
+        tied = [f for f in free if f.score == first.score]
+        assert contention.rank(identity, got.node) == max(contention.rank(identity, f.node) for f in tied)
+    else:
+        least = min(key(f.node) for f in fits)
+        assert got is next(f for f in fits if key(f.node) == least)
+
+
+def test_a_node_is_contended_only_with_our_pending_work_and_a_recent_decision():
+    c = Contention(spread=2.0, lane_rate=0.0)
+    for node in ("a", "b", "c", "a"):
+        c.decided(node, 0.0)
+    assert c.observe(0.35, 0.1) == 4  # four decisions within the hold
+    assert [c.since(n) for n in "abcd"] == [0, 2, 1, 5]
+    assert c.key("a", own_pending=0) == 0  # decided just now, but nothing of ours pending there
+    assert [c.key(n, own_pending=1) for n in "abcd"] == [4, 2, 3, 0]  # lower frees sooner
+    c.decided("d", 0.2)
+    c.decided("e", 0.2)
+    assert c.observe(0.35, 0.5) == 2  # the first four are more than a hold old
+    assert c.key("a", own_pending=1) == 0  # two decisions since a's: it is free by the time ours binds
+    assert c.key("e", own_pending=1) == 2
+
+
+def test_the_width_is_capped_by_the_lanes_bind_rate_and_zero_spread_never_contends():
+    c = Contention(spread=2.0, lane_rate=75.0)
+    for i in range(200):
+        c.decided(f"n{i}", 0.0)
+    assert c.observe(0.35, 0.0) == 53  # 2 x 75 binds/s x 0.35 s
+    assert c.observe(0.35, 5.0) == 1  # nothing within the hold: one node at a time
+    off = Contention(spread=0.0, lane_rate=75.0)
+    off.decided("n0", 0.0)
+    assert off.observe(0.35, 0.0) == 0 and off.keyer(lambda n: 1) is None
+
+
+def test_another_schedulers_node_is_last_in_line():
+    c = Contention(spread=1.0)
+    c.decided("mine", 0.0)
+    c.decided("x", 0.0)
+    c.observe(1.0, 0.0)
+    key = c.keyer(lambda n: int(n == "mine"), foreign=lambda n: n == "theirs")
+    assert key("mine") == 1 and key("theirs") == c.width == 2 and key("idle") == 0
+
+
+def test_lock_hold_follows_the_holds_seen_and_remembers_the_last_holder():
+    hold = LockHold()
+    assert hold.seconds == contention.HOLD_PRIOR_S
+    hold.seen("n0", True, 10.0)
+    hold.seen("n0", True, 10.5)  # still the same lock
+    hold.seen("n0", False, 11.0, "ns/p")
+    assert hold.seconds == contention.HOLD_PRIOR_S + (1.0 - contention.HOLD_PRIOR_S) * contention.HOLD_SMOOTHING
+    assert hold.released["n0"] == (11.0, "ns/p")
+    hold.seen("n1", False, 12.0)  # never seen locked: nothing measured
+    assert "n1" not in hold.released
+    hold.forget("n0")
+    assert "n0" not in hold.released
+
+
+def test_two_identities_rank_nodes_differently():
+    nodes = [f"n{i}" for i in range(50)]
+    a = [max(nodes[i:i + 4], key=lambda n: contention.rank("replica-a", n)) for i in range(46)]
+    b = [max(nodes[i:i + 4], key=lambda n: contention.rank("replica-b", n)) for i in range(46)]
+    assert sum(x == y for x, y in zip(a, b, strict=True)) < 0.6 * len(a)
+    assert a == [max(nodes[i:i + 4], key=lambda n: contention.rank("replica-a", n)) for i in range(46)]
