@@ -154,6 +154,8 @@ class AgentSettings:
     dra_registration_dir: str = ""  # /var/lib/kubelet/plugins_registry
     cdi_root: str = ""  # /var/run/cdi
     dra_withdraw_unhealthy: bool = False  # withdraw an unhealthy GPU instead of a device taint (before 1.36)
+    # publish MIG partitions of MIG-capable GPUs (made at prepare: needs the GPU's MIG config capability)
+    dra_mig_partitions: bool = True
 
 
 DEVICE_LIST_STRATEGIES = ("envvar", "cdi-annotations", "cdi-cri")
@@ -579,6 +581,7 @@ FLAG_TARGETS: dict[str, tuple[str, str]] = {
     "plugin_registration_dir": ("agent", "dra_registration_dir"),
     "cdi_root": ("agent", "cdi_root"),
     "dra_withdraw_unhealthy": ("agent", "dra_withdraw_unhealthy"),
+    "dra_mig_partitions": ("agent", "dra_mig_partitions"),
     "cache_dir": ("monitor", "cache_dir"),
     "cache_grace": ("monitor", "cache_grace"),
     "proc_root": ("monitor", "proc_root"),

@@ -39,6 +39,7 @@ from hami.agent.register import PluginDevice, physical_id
 from hami.device.codec.timestamps import format_rfc3339
 from hami.device.model import MODE_MIG
 from hami.device.nodeconfig import DeviceSettings
+from hami.device.sharecontract import VGPU_LOCK_DIR_MODE as VGPU_LOCK_DIR_MODE
 from hami.gpu.mig import MigError
 from hami.kube.client import ApiError
 from hami.kube.lanes import background
@@ -53,9 +54,6 @@ REGISTER_RETRY = 1.0  # seconds between failed registrations (HAMi waits 30 s; k
 
 
 
-# /tmp/vgpulock is mounted read-write into every tenant container, whose processes (any uid) create
-# HAMi-core's lock files there: world-writable, but sticky, so no tenant removes another's lock.
-VGPU_LOCK_DIR_MODE = 0o1777
 
 class ApiCallError(alloc.AllocationError):
     """An API call Allocate depends on failed; the message names the call and the server's answer."""

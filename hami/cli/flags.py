@@ -165,6 +165,9 @@ FLAGS: list[tuple[tuple[str, ...], str, str, str]] = [
     (("--cdi-root",), "cdi_root", "str", "--role dra: where the per-claim CDI specs go (default /var/run/cdi)"),
     (("--dra-withdraw-unhealthy",), "dra_withdraw_unhealthy", "bool",
      "--role dra: leave an unhealthy GPU out of the slice instead of tainting it (clusters before 1.36)"),
+    (("--dra-mig-partitions",), "dra_mig_partitions", "bool",
+     "--role dra: publish MIG partitions of MIG-capable GPUs, created at prepare (default true; needs the "
+     "MIG config capability: a privileged container); false: whole GPUs, shares and static MIG only"),
     # monitor
     (("--cache-dir",), "cache_dir", "str", "HAMi-core cache dirs (default /usr/local/vgpu/containers)"),
     (("--cache-grace",), "cache_grace", "duration", "keep dirs of unknown pods this long (default 5m)"),

@@ -12,6 +12,9 @@ from hami.device.model import MODE_MIG, ContainerDevices
 from hami.device.nodeconfig import DeviceSettings
 
 VGPU_LOCK_DIR = "/tmp/vgpulock"
+# /tmp/vgpulock is mounted read-write into every tenant container, whose processes (any uid) create
+# HAMi-core's lock files there: world-writable, but sticky, so no tenant removes another's lock.
+VGPU_LOCK_DIR_MODE = 0o1777
 
 
 @dataclass(frozen=True, slots=True)

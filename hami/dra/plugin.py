@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from hami.device.model import MODE_MIG, NVIDIA, ContainerDevice
 from hami.device.nodeconfig import DeviceSettings
-from hami.device.sharecontract import VGPU_LOCK_DIR, share_contract
+from hami.device.sharecontract import VGPU_LOCK_DIR, VGPU_LOCK_DIR_MODE, share_contract
 from hami.dra import cdi
 from hami.dra.checkpoint import PREPARED, PREPARING, Checkpoint, Entry
 from hami.dra.shares import PARTITION, WHOLE, ClaimError, PublishedGpu, Share, shares
@@ -231,7 +231,7 @@ class DraDriver:
         # does not know (or a temporary), which `recover` removes; one checkpoint write per prepare
         # (a rename over a file on disk costs as much as an fsync on ext4).
         if mounts:
-            _make_dirs(cache_dir)
+            make_shared_dirs(cache_dir)
         self._crash("before-cdi", ref.uid)
         cdi.write_spec(self.cdi_root, self.driver, ref.uid, spec)
         self._crash("after-cdi", ref.uid)
@@ -377,11 +377,14 @@ def _records(node: str, uid: str, driver: str, parts: Sequence[Share], made: Map
     return out
 
 
-def _make_dirs(cache_dir: str) -> None:
-    for d in (cache_dir, VGPU_LOCK_DIR):
+def make_shared_dirs(cache_dir: str, lock_dir: str = VGPU_LOCK_DIR) -> None:
+    """The claim's cache dir (its own: HAMi-core in any container user writes its region there) and
+    the node's /tmp/vgpulock, as the node agent keeps them: the lock dir sticky, so a tenant's process
+    creates its own lock files but never removes another's."""
+    for d, mode in ((cache_dir, 0o777), (lock_dir, VGPU_LOCK_DIR_MODE)):
         with contextlib.suppress(OSError):
             os.makedirs(d, exist_ok=True)
-            os.chmod(d, 0o777)  # HAMi-core in any container user writes its region and locks here
+            os.chmod(d, mode)
 
 
 def _devices(prepared: Sequence[Mapping]) -> tuple[PreparedDevice, ...]:

@@ -68,7 +68,7 @@ class DraNode:
     def __init__(self, client, node_name: str, backend: GpuBackend, settings: DeviceSettings, *,
                  plugin_dir: str, registration_dir: str, cdi_root: str, hook_path: str,
                  tick: float = 0.5, resync: float = 30.0, driver: str = DRIVER, withdraw_unhealthy: bool = False,
-                 mig_allowlist: tuple[MigProfileAllow, ...] = ()):
+                 mig_allowlist: tuple[MigProfileAllow, ...] = (), mig_partitions: bool = True):
         self.client = client
         self.node_name = node_name
         self.backend = backend
@@ -90,6 +90,9 @@ class DraNode:
         self._seen: dict[str, tuple[GpuInfo, GpuState]] = {}  # uuid -> last seen: a GPU that vanishes is lost
         self._sync_lock = asyncio.Lock()  # one sync at a time: the loop's tick and any direct call
         self.mig = MigSlicer(backend, mig_allowlist) if isinstance(backend, MigControl) else None
+        # MIG partitions are made at prepare, which needs the GPU's MIG config capability (a privileged
+        # container); without them the plugin publishes whole GPUs, shares and static MIG instances.
+        self.mig_partitions = mig_partitions
         self.health = HealthBoard(node_name)
         self.driver = DraDriver(node=node_name, cdi_root=cdi_root, plugin_dir=plugin_dir, hook_path=hook_path,
                                 read_claim=claim_reader(client), published=lambda: self.published,
@@ -134,7 +137,7 @@ class DraNode:
                 instances = await self._call(self.backend.mig_instances, g.uuid) if enabled else ()
                 if any((i.gpu_uuid, i.profile, i.start) not in own for i in instances):
                     static = tuple(await self._mig_slices(g.uuid))  # instances someone else made: static MIG
-                else:
+                elif self.mig_partitions:
                     profiles = await self.mig.profiles(g)
             f = facts.get(g.uuid) or GpuFacts(g.uuid)
             extras = GpuExtras(f.compute_capability, f.driver_version, f.cuda_driver_version, bus_id=f.bus_id,
@@ -294,7 +297,8 @@ async def run(ctx) -> None:
     try:
         node = DraNode(client, node_name, backend, settings, hook_path=cfg.agent.hook_path,
                        withdraw_unhealthy=cfg.agent.dra_withdraw_unhealthy,
-                       mig_allowlist=cfg.nvidia.mig_profile_allowlist, **_settings_dirs(cfg))
+                       mig_allowlist=cfg.nvidia.mig_profile_allowlist, mig_partitions=cfg.agent.dra_mig_partitions,
+                       **_settings_dirs(cfg))
         ctx.shared.setdefault("dra", {})[node_name] = node
         # kubelet's probes: /healthz alive, /readyz registered and syncing
         from hami.httpguard import run_with_probes

@@ -108,3 +108,37 @@ def test_dra_only_install_keeps_the_monitor_on_the_dra_nodes():
     assert {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list", "watch"]} \
         in role["rules"]
     assert find(docs, "ClusterRole", "hami-device-plugin-node-agent") == []
+
+
+def _plugin(values=None):
+    docs = objects({"dra": {"enabled": True, **(values or {})}})
+    return one(_dra_objects(docs), "DaemonSet")["spec"]["template"]["spec"]
+
+
+def test_the_dra_plugin_mounts_the_agents_host_paths_and_creates_the_lock_dir():
+    """Issue 39 §9: /tmp/vgpulock (DirectoryOrCreate) as the node agent mounts it, /tmp a memory emptyDir,
+    never the host's /tmp."""
+    pod = _plugin()
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
+    assert volumes[mounts["/tmp/vgpulock"]]["hostPath"] == {"path": "/tmp/vgpulock", "type": "DirectoryOrCreate"}
+    assert volumes[mounts["/tmp"]]["emptyDir"]["medium"] == "Memory"
+    host_tmp = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v
+                and (v["hostPath"]["path"] == "/tmp" or v["hostPath"]["path"].startswith("/tmp/"))}
+    assert host_tmp == {"/tmp/vgpulock"}
+
+
+def test_the_dra_plugin_is_privileged_only_for_mig_partitions():
+    ctr = _plugin()["containers"][0]
+    sc = ctr["securityContext"]
+    assert sc["privileged"] is True and sc["readOnlyRootFilesystem"] is True  # MIG instances at prepare
+    assert "--dra-mig-partitions=false" not in ctr["command"]
+    ctr = _plugin({"migPartitions": False})["containers"][0]
+    sc = ctr["securityContext"]
+    assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"] is True
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"} and sc["runAsUser"] == 0
+    assert "--dra-mig-partitions=false" in ctr["command"]
+    res = subprocess.run([sys.executable, "-m", "hami.cli.main", *ctr["command"][1:], "--node-name", "n1",
+                          "--check-config"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr

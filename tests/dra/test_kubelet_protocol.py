@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import stat
 import tempfile
 
 import kubernetes_validate
@@ -76,7 +77,8 @@ class Plugin:
                             tick=0.05, plugin_dir=os.path.join(self.root, "p"),
                             registration_dir=os.path.join(self.root, "r"), cdi_root=os.path.join(self.root, "cdi"),
                             hook_path=os.path.join(self.root, "hook"),
-                            withdraw_unhealthy=self.kw.get("withdraw", False))
+                            withdraw_unhealthy=self.kw.get("withdraw", False),
+                            mig_partitions=self.kw.get("mig_partitions", True))
         self.stop, ready = asyncio.Event(), asyncio.Event()
         self.task = asyncio.create_task(self.node.run(self.stop, ready))
         await asyncio.wait_for(ready.wait(), 10)
@@ -156,6 +158,32 @@ async def test_the_pool_a_node_publishes(plugin, version):
     assert parts["hami-gpu-0"]["consumesCounters"][0]["counters"] == cs["counters"]  # whole or cut, never both
     assert parts[PART]["consumesCounters"][0]["counterSet"] == cs["name"] == "hami-gpu-0-counters"
     assert parts["hami-gpu-0"]["attributes"]["migEnabled"] == {"bool": False}
+
+
+async def test_without_mig_partitions_a_mig_capable_gpu_is_published_whole(client):
+    """--dra-mig-partitions=false (the chart's unprivileged plugin): no partition, no counters."""
+    root = tempfile.mkdtemp(prefix="hami-dra-", dir="/tmp")
+    p = Plugin(client, root, mig_partitions=False)
+    await p.start()
+    try:
+        slices = await p.slices()
+        main = slice_name(NODE)
+        assert sorted(slices) == [main]
+        names = {d["name"] for d in slices[main]["spec"]["devices"]}
+        assert names == {"hami-gpu-0", "hami-gpu-1"} and not any("-mig-" in n for n in names)
+    finally:
+        await p.halt()
+        p.backend.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_plugin_keeps_the_lock_dir_sticky_and_the_claim_dir_open(tmp_path):
+    from hami.dra.plugin import make_shared_dirs
+
+    lock, cache = tmp_path / "vgpulock", tmp_path / "claims" / "u1"
+    make_shared_dirs(str(cache), str(lock))
+    assert stat.S_IMODE(os.stat(lock).st_mode) == 0o1777  # any uid creates its lock, none removes another's
+    assert stat.S_IMODE(os.stat(cache).st_mode) == 0o777
 
 
 async def test_at_most_split_count_claims_share_a_gpu(plugin, client):
