@@ -90,6 +90,9 @@ class ExtenderConfig:
     # More replicas of the extender behind one Service: each scheduling cycle (and its binding
     # cycle) talks to one of them, round robin, as a kept-alive connection through a Service does.
     replica_urls: tuple[str, ...] = ()
+    # Go's http.Transport as kube-scheduler's extender client leaves it: no cap on connections to a host
+    # (MaxConnsPerHost 0), so every request in flight without an idle connection dials its own.
+    max_conns_per_host: int = 0
     # Preemption's dry run finds no victims where only extender-managed GPU shares are short (the
     # in-tree filters do not count them), and kube-scheduler then never calls `preempt_verb`.
     # False (the default): exactly kube-scheduler 1.31. True, a divergence only tests ask for: hand the
@@ -112,6 +115,7 @@ class SchedulerStats:
     bound_at: dict[str, float] = field(default_factory=dict)  # pod key -> loop clock when bound
     node_of: dict[str, str] = field(default_factory=dict)
     bind_errors: dict[str, int] = field(default_factory=dict)  # extender bind error text -> count
+    connection_errors: int = 0  # binds whose connection was refused, reset or closed unanswered
 
 
 def _pending_for_us(pod: dict, scheduler_name: str) -> bool:
@@ -426,7 +430,8 @@ class KubeSchedulerLoop:
         try:
             for i in informers:
                 await i.wait_synced()
-            async with aiohttp.ClientSession(timeout=timeout) as http:
+            connector = aiohttp.TCPConnector(limit=0, limit_per_host=self.ext.max_conns_per_host)
+            async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
                 workers = [asyncio.create_task(self._worker(http, stop), name="kube-scheduler:worker"),
                            asyncio.create_task(self._flusher(stop), name="kube-scheduler:flush")]
                 await stop.wait()
@@ -490,6 +495,11 @@ class KubeSchedulerLoop:
     async def _binding_cycle(self, http: aiohttp.ClientSession, qp: sq.QueuedPod, pod: dict, node: str) -> None:
         try:
             bound = await self._bind(http, pod, node)
+        except aiohttp.ClientConnectionError as exc:  # a reset is a failed binding cycle, as in kube-scheduler
+            self.stats.errors += 1
+            self.stats.connection_errors += 1
+            log.warning("Binding cycle failed", pod=qp.key, node=node, error=str(exc) or type(exc).__name__)
+            bound = False
         except Exception as exc:  # an HTTP failure is a bind error, as in kube-scheduler
             self.stats.errors += 1
             log.warning("Binding cycle failed", pod=qp.key, node=node, error=str(exc))
