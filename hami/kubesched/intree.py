@@ -134,8 +134,12 @@ def is_scalar(name: str) -> bool:
 
 
 def _container_extended(c: Mapping) -> dict[str, int]:
-    res = c.get("resources") or {}
-    req, lim = res.get("requests") or {}, res.get("limits") or {}
+    """A container's extended resources; a resources block of the wrong shape asks none (the pod's
+    creator writes it: a bad shape must not stop whoever reads it)."""
+    res = c.get("resources") if isinstance(c, Mapping) else None
+    res = res if isinstance(res, Mapping) else {}
+    req, lim = res.get("requests"), res.get("limits")
+    req, lim = (req if isinstance(req, Mapping) else {}), (lim if isinstance(lim, Mapping) else {})
     out = {}
     for r in {*req, *lim}:
         if is_scalar(r):
@@ -146,22 +150,31 @@ def _container_extended(c: Mapping) -> dict[str, int]:
 def extended_requests(pod: Mapping) -> dict[str, int]:
     """computePodResourceRequest's scalar resources (extended, hugepages, kubernetes.io-prefixed),
     summed as cpu is."""
-    spec = pod.get("spec") or {}
+    spec = pod.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
     total: dict[str, int] = {}
-    for c in spec.get("containers") or []:
+    for c in _list(spec.get("containers")):
         for r, v in _container_extended(c).items():
             total[r] = total.get(r, 0) + v
-    for c in spec.get("initContainers") or []:
+    for c in _list(spec.get("initContainers")):
         for r, v in _container_extended(c).items():
             total[r] = max(total.get(r, 0), v)
-    for r, v in (spec.get("overhead") or {}).items():
+    overhead = spec.get("overhead")
+    for r, v in (overhead.items() if isinstance(overhead, Mapping) else ()):
         if r in total:
             total[r] += _amount(r, v)
     return total
 
 
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
 def extended_allocatable(node: Mapping) -> dict[str, int]:
-    alloc = (node.get("status") or {}).get("allocatable") or {}
+    status = node.get("status")
+    alloc = status.get("allocatable") if isinstance(status, Mapping) else None
+    if not isinstance(alloc, Mapping):
+        return {}
     return {r: _amount(r, v) for r, v in alloc.items() if isinstance(r, str) and is_extended(r)}
 
 

@@ -142,6 +142,7 @@ class ClusterAutoscaler:
         self.removed: list[str] = []
         self._noticed: dict[str, str] = {}  # pod -> the last event message it got
         self._status_text = ""
+        self._last_error = ""
 
     # ------------------------------------------------------------------ views
 
@@ -361,8 +362,12 @@ class ClusterAutoscaler:
                     await self.scale_up()
                     await self.scale_down()
                     await self.publish_status()
-                except (ApiError, OSError, SimSpecError) as exc:
-                    log.warning("Cluster autoscaler scan failed, retrying", error=str(exc)[:300])
+                    self._last_error = ""
+                except Exception as exc:  # noqa: BLE001 - a bad object or a failed write: the next scan retries
+                    error = str(exc)[:300] or type(exc).__name__
+                    if error != self._last_error:  # once per distinct failure, not once per scan
+                        log.warning("Cluster autoscaler scan failed, retrying", error=error)
+                    self._last_error = error
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.scan_interval)
         finally:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from hami.kubesched import intree
 from hami.kubesched.autoscale import (
     NodeGroup,
     best_option,
@@ -12,6 +15,7 @@ from hami.kubesched.autoscale import (
     scale_up_options,
     template_refusal,
 )
+from hami.sim.apiserver.nodestatus import resource_errors
 from hami.sim.autoscaler import parse_node_group, parse_node_groups
 from hami.sim.cluster import SimSpecError
 
@@ -127,3 +131,48 @@ def test_node_group_flag_parses_and_names_what_is_wrong():
         assert repr(bad) in str(err.value)
     with pytest.raises(SimSpecError, match="given twice"):
         parse_node_groups(["p:0:1:1xT4:1", "p:0:2:1xT4:1"])
+
+
+# ---------------------------------------------------------------------------- properties
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=3),
+                     max_leaves=12)
+
+
+@given(st.text(max_size=60))
+def test_any_node_group_text_parses_or_is_refused_naming_the_flag(text):
+    try:
+        g = parse_node_group(text)
+    except SimSpecError as exc:
+        assert str(exc).startswith("--sim-node-group")
+        return
+    assert 0 <= g.min_size <= g.max_size <= 64 and g.gpus
+
+
+@given(st.from_regex(r"[a-z][a-z0-9]{0,8}", fullmatch=True), st.integers(0, 64), st.integers(0, 64),
+       st.lists(st.tuples(st.integers(1, 8), st.sampled_from(["NVIDIA A100-SXM4-40GB", "NVIDIA T4"]),
+                          st.integers(1, 200000)), min_size=1, max_size=3))
+def test_node_group_round_trips(name, a, b, shapes):
+    lo, hi = sorted((a, b))
+    hi = max(hi, 1)
+    text = f"{name}:{lo}:{hi}:" + ",".join(f"{n}x{m}:{mem}" for n, m, mem in shapes)
+    g = parse_node_group(text)
+    assert (g.name, g.min_size, g.max_size) == (name, lo, hi)
+    assert [(s.count, s.model, s.memory_mib) for s in g.gpus] == shapes
+
+
+@given(_json)
+def test_hostile_pod_shapes_ask_nothing_instead_of_crashing(spec):
+    got = intree.extended_requests({"spec": spec})
+    assert all(isinstance(k, str) and isinstance(v, int) for k, v in got.items())
+    pod_shape = {"spec": {"containers": [{"name": "c", "resources": spec}]}}
+    assert isinstance(intree.extended_requests(pod_shape), dict)
+
+
+@given(st.dictionaries(st.text(max_size=20), _json, max_size=4))
+def test_node_quantity_validation_answers_every_shape(values):
+    errors = resource_errors({"status": {"capacity": values}})
+    assert all(f.startswith("status.capacity[") for f, _ in errors)
+    # whole non-negative numbers under qualified names are always accepted
+    assert resource_errors({"status": {"allocatable": {"example.com/x": "7", "cpu": "1500m", "pods": "110"}}}) == []

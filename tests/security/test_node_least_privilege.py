@@ -245,6 +245,27 @@ def test_status_writes_are_limited_to_the_agents_own_node(policy):
     assert got is not None and "not nodes on gpu-2" in got
 
 
+def test_status_writes_change_only_the_reported_capacity(policy):
+    """Through nodes/status the agent may add, change or remove nvidia.com/gpumem and gpucores in
+    capacity and allocatable, and nothing else there."""
+    status = {**req("nodes"), "subResource": "status"}
+    old = changed(NODE, status__capacity={"cpu": "64", "nvidia.com/gpu": "20"},
+                  status__allocatable={"cpu": "64", "nvidia.com/gpu": "20"})
+    ours = changed(old, status__capacity={"cpu": "64", "nvidia.com/gpu": "20", "nvidia.com/gpumem": "81920",
+                                          "nvidia.com/gpucores": "200"},
+                   status__allocatable={"cpu": "64", "nvidia.com/gpu": "20", "nvidia.com/gpumem": "81920"})
+    assert policy(status, ours, old) is None
+    assert policy(status, old, ours) is None  # removing them again
+    for bad in (changed(ours, status__capacity={"cpu": "640", "nvidia.com/gpu": "20", "nvidia.com/gpumem": "81920"}),
+                changed(ours, status__allocatable={"nvidia.com/gpumem": "81920"}),
+                changed(old, status__capacity={"cpu": "64", "nvidia.com/gpu": "20", "example.com/fpga": "1"})):
+        got = policy(status, bad, old if bad["status"]["capacity"].get("nvidia.com/gpumem") is None else ours)
+        assert got == ("the node agent may change only nvidia.com/gpumem and nvidia.com/gpucores in its Node's "
+                       "capacity and allocatable"), got
+    # a write of the Node itself is not a status write: the status rule does not apply to it
+    assert policy(req("nodes"), with_annotation(old, "hami.io/x", "1"), old) is None
+
+
 def test_a_token_without_a_node_is_refused_and_other_users_are_not_matched(policy):
     new = with_annotation(NODE, "hami.io/x", "1")
     assert "names no node" in policy(req("nodes", user(node=None)), new, NODE)
