@@ -320,17 +320,33 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
 
     ext = Extender(config, state, placer, client, events, metrics=metrics, binder=binder,
                    verbs=ExtraVerbs(placer, pdbs), webhook=webhook)
+    # A frozen or failing API server makes /readyz 503 within ~20 s, and 200 again a tick after it answers.
+    liveness = ApiLiveness(client, probe_after=sc.api_probe_after, unready_after=sc.api_unready_after,
+                           probe_timeout=min(5.0, sc.api_probe_after),
+                           heard=lambda: [i.last_heard for i in (state.nodes, state.pods, state.quotas) if i],
+                           namespace=config.kube.pod_namespace or "default")
+    # Pods created while the webhook was down (hami.scheduler.admission.missed): recreated through their controller.
+    requests_fn = placer.requests_fn
+
+    def asks_for_devices(pod: dict) -> bool:
+        return any(r is not None and r.nums > 0 for r in requests_fn(pod)[0])
+
+    missed = MissedPods(client, events, scheduler_name=sc.scheduler_name,
+                        force_overwrite_default=sc.force_overwrite_default_scheduler,
+                        asks_for_devices=asks_for_devices, webhook_answered=marks.last_admitted,
+                        grace=sc.missed_webhook_grace, recreate=sc.recreate_missed_pods,
+                        is_leader=(lambda: leader.is_leader) if leader is not None else (lambda: True))
+    templates = None
+    if wh_settings.dra:  # --dra: the claim templates of pods that exist, in their own namespaces (hami.dra.templates)
+        templates = TemplateReconciler(TemplateMaker(client),
+                                       is_leader=(lambda: leader.is_leader) if leader is not None else (lambda: True))
     s = Scheduler(config, client, state, events, ext, placer, binder, locker, handshaker, metrics, leader, waker,
-                  pdbs, AccessProbe(client), labeler=labeler, preempter=preempter)
+                  pdbs, AccessProbe(client), labeler=labeler, preempter=preempter, liveness=liveness, missed=missed,
+                  templates=templates)
     handshake_writes.connect(s.queue_handshake)
 
     s.health.add(s.readiness)
-    # A frozen or failing API server makes /readyz 503 within ~20 s, and 200 again a tick after it answers.
-    s.liveness = ApiLiveness(client, probe_after=sc.api_probe_after, unready_after=sc.api_unready_after,
-                             probe_timeout=min(5.0, sc.api_probe_after),
-                             heard=lambda: [i.last_heard for i in (state.nodes, state.pods, state.quotas) if i],
-                             namespace=config.kube.pod_namespace or "default")
-    s.health.add(s.liveness.reasons)
+    s.health.add(liveness.reasons)
     reloaders: list[CertReloader] = []
     ext_ssl = webhook_ssl = None
     if sc.cert_file and sc.key_file:
@@ -362,26 +378,13 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     assert s.access is not None
     spawn(s.access.run(s.stop), "access-review")
     spawn(waker.run(s.stop), "requeue-waker")
-    spawn(s.liveness.run(s.stop), "api-liveness")
-    # Pods created while the webhook was down (hami.scheduler.admission.missed): recreated through their controller.
-    requests_fn = placer.requests_fn
-
-    def asks_for_devices(pod: dict) -> bool:
-        return any(r is not None and r.nums > 0 for r in requests_fn(pod)[0])
-
-    s.missed = MissedPods(client, events, scheduler_name=sc.scheduler_name,
-                          force_overwrite_default=sc.force_overwrite_default_scheduler,
-                          asks_for_devices=asks_for_devices, webhook_answered=marks.last_admitted,
-                          grace=sc.missed_webhook_grace, recreate=sc.recreate_missed_pods,
-                          is_leader=(lambda: leader.is_leader) if leader is not None else (lambda: True))
+    spawn(liveness.run(s.stop), "api-liveness")
     assert state.pods is not None
-    state.pods.add_handler(s.missed.on_pod)
-    spawn(s.missed.run(s.stop), "missed-webhook")
-    if wh_settings.dra:  # --dra: the claim templates of pods that exist, in their own namespaces (hami.dra.templates)
-        s.templates = TemplateReconciler(TemplateMaker(client),
-                                         is_leader=(lambda: leader.is_leader) if leader is not None else (lambda: True))
-        state.pods.add_handler(s.templates.on_pod)
-        spawn(s.templates.run(s.stop), "dra-templates")
+    state.pods.add_handler(missed.on_pod)
+    spawn(missed.run(s.stop), "missed-webhook")
+    if templates is not None:
+        state.pods.add_handler(templates.on_pod)
+        spawn(templates.run(s.stop), "dra-templates")
     if preempter is not None:
         assert preempter.classes is not None
         spawn(preempter.classes.run(s.stop), "priorityclass-informer")

@@ -10,6 +10,10 @@ bound there with that vendor's own allocation keys (NVIDIA's `hami.io/vgpu-devic
 NVIDIA row), devices registered on that node, byte for byte what the Placer's one commit writes for
 them, and for MetaX sGPU the QoS policy its card switches to expected in the usage index. Before the
 Placer, this path wrote every vendor's devices under NVIDIA's keys and expected no QoS.
+
+Also: a placement HAMi's flow wrote on the pod for the other node leaves no key the new one lacks
+(a Binding cannot remove keys: one patch does first), and a stale placement of a non-NVIDIA vendor
+on a pod that fits nowhere is cleared with all of that vendor's keys.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from hami.device.model import NVIDIA
 from hami.device.vendors import Vendor
 from hami.scheduler.placement.vendorrules import METAX_QOS
 from hami.sim.kubelet.vendornodes import vendor_registration
-from tests.kube.helpers import node_obj, pod_obj
+from tests.kube.helpers import eventually, node_obj, pod_obj
 from tests.kube.scheduler_env import requesting_now, running_env
 
 TABLE = default_vendor_table()
@@ -104,3 +108,64 @@ async def test_bind_on_kube_schedulers_other_node_keeps_the_vendors_own_keys(api
         if v.hook == "metax":  # HAMi's addJitteryQos: the card switches to the pod's policy
             assert {state.index.qos_expected.get(cd.uuid) for cd in placed} == {"fixed-share"}, row
         assert env.sched.placer.held.get(uid) is None  # written, no longer held
+
+
+async def _two_nodes(apiserver, v: Vendor, **sched):
+    env_cm = running_env(apiserver, [_node(v, "pa"), _node(v, "pb")], **sched)
+    env = await env_cm.__aenter__()
+    for _ in range(500):
+        if {"pa", "pb"} <= env.sched.state.index.nodes.keys():
+            break
+        await asyncio.sleep(0.01)
+    return env_cm, env
+
+
+async def test_a_placement_written_at_filter_for_another_node_leaves_no_key_the_new_one_lacks(apiserver):
+    """HAMi's flow (another replica) wrote an Ascend placement for one node, with a MIG allocation
+    key the new placement does not have; kube-scheduler binds the pod to the other node: the stale
+    key is removed before the Binding writes the new placement (a Binding cannot remove keys)."""
+    v = TABLE.get("Ascend910B3")
+    env_cm, env = await _two_nodes(apiserver, v, extender_prioritize=True)
+    try:
+        env.sched.extender.write_at_filter = True
+        pod = env.create_pod(_pod(v, "hami-flow"))
+        out = await env.filter(pod, ["pa", "pb"])
+        assert sorted(out["NodeNames"]) == ["pa", "pb"], out
+        first = env.pod("default", "hami-flow")["metadata"]["annotations"][codec.VGPU_NODE_ANNOTATION]
+        other = "pb" if first == "pa" else "pa"
+        stored = env.pod("default", "hami-flow")
+        stored["metadata"]["annotations"][codec.MIG_ALLOCATIONS_ANNOTATION] = "stale"
+        env.store.update("pods", "default", "hami-flow", stored)
+        env.forget_held()  # as another replica sees it
+        await eventually(lambda: (env.sched.state.pod("default", "hami-flow") or {}).get("metadata", {}).get(
+            "annotations", {}).get(codec.MIG_ALLOCATIONS_ANNOTATION) == "stale", 5)
+        assert (await env.bind(pod, other))["Error"] == ""
+        annos = env.pod("default", "hami-flow")["metadata"]["annotations"]
+        assert annos[codec.VGPU_NODE_ANNOTATION] == other
+        assert codec.MIG_ALLOCATIONS_ANNOTATION not in annos
+        placed = [cd for ctr in codec.decode_pod_devices(annos[v.allocated_key]) for cd in ctr]
+        assert placed and {cd.uuid for cd in placed} <= {d.id for d in env.sched.state.index.node(other).devices}
+    finally:
+        await env_cm.__aexit__(None, None, None)
+
+
+async def test_a_stale_placement_of_another_vendor_is_cleared_when_the_pod_fits_nowhere(apiserver):
+    """A pending pod whose placement HAMi's flow wrote no longer fits anywhere: every vendor's
+    allocation keys go, not only NVIDIA's (a stale Ascend placement would hold its NPUs)."""
+    v = TABLE.get("Ascend910B3")
+    env_cm, env = await _two_nodes(apiserver, v)
+    try:
+        env.sched.extender.write_at_filter = True
+        pod = env.create_pod(_pod(v, "stale"))
+        assert (await env.filter(pod, ["pa"]))["NodeNames"] == ["pa"]
+        await eventually(lambda: v.allocated_key in (env.sched.state.pod("default", "stale") or {}).get(
+            "metadata", {}).get("annotations", {}), 5)
+        again = env.pod("default", "stale")
+        again["metadata"]["annotations"][v.use_uuid_key] = "no-such-npu"  # fits nowhere now
+        out = await env.filter(again, ["pa"])
+        assert out["NodeNames"] is None, out
+        annos = env.pod("default", "stale")["metadata"]["annotations"]
+        assert codec.VGPU_NODE_ANNOTATION not in annos
+        assert v.allocated_key not in annos and v.to_allocate_key not in annos and v.allocation_key not in annos
+    finally:
+        await env_cm.__aexit__(None, None, None)

@@ -38,6 +38,7 @@ from aiohttp import web
 
 from hami.config import Config, ListenSettings
 from hami.device import codec
+from hami.device.allocation import allocation_keys
 from hami.httpaccept import GuardedSite
 from hami.httpguard import guarded_runner
 from hami.kube.client import ApiError, KubeClient
@@ -300,9 +301,9 @@ class Extender:
 
     async def _no_fit_after_clearing(self, pod: dict, ns: str, name: str, held, answer: dict) -> dict:
         """Drop the stale placement (_stale_placement), then answer that no node fits."""
-        keys = (VGPU_NODE, codec.VGPU_TIME_ANNOTATION, codec.TO_ALLOCATE_ANNOTATION,
-                codec.ALLOCATED_ANNOTATION, codec.MIG_ALLOCATIONS_ANNOTATION)
-        patch = {"metadata": {"annotations": dict.fromkeys(keys), "labels": {VGPU_NODE: None}}}
+        # every vendor's allocation keys, not only NVIDIA's: a stale Ascend placement holds its NPUs too
+        keys = {VGPU_NODE, codec.VGPU_TIME_ANNOTATION, *allocation_keys(self.config.vendors)}
+        patch = {"metadata": {"annotations": dict.fromkeys(sorted(keys)), "labels": {VGPU_NODE: None}}}
         try:
             await self.client.patch_pod(ns, name, patch)
         except ApiError as exc:
