@@ -9,7 +9,8 @@ Covers, on one group `pool:1:2:1xA100` (each node one 40 GiB GPU, its node agent
   on the other node) and removes it;
 * without the flag the same pod never triggers a scale-up: the group's template, a copy of its node,
   carries no nvidia.com/gpumem, and the pod gets Cluster Autoscaler's NotTriggerScaleUp saying so,
-  while the group stays at one node.
+  while the group stays at one node; `hami doctor pod` says why, and `hami whatif --scale-up` counts
+  no node for Cluster Autoscaler where HAMi would use one.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ def embedded_cluster(tmp_path, *extra):
 
     try:
         _wait(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
+        run.env = env
         yield run
     finally:
         if proc.poll() is None:
@@ -181,3 +183,18 @@ def test_without_reported_capacity_a_pending_share_pod_never_triggers_a_scale_up
         assert _nodes(run) == ["pool-1"]
         assert _status(run)["scaleUp"] == []
         assert _pod(run, "second")["status"]["phase"] == "Pending"
+
+        # hami doctor says why, and hami whatif --scale-up counts what each side would need
+        res = subprocess.run([sys.executable, "-m", "hami.cli.main", "doctor", "pod", "default/second", "--json",
+                              "--no-whatif"], env=run.env, capture_output=True, text=True, timeout=120)
+        line = json.loads(res.stdout)["scaleUp"]
+        assert line.startswith("cannot trigger a scale-up: no node in the cluster advertises nvidia.com/gpumem"), line
+        assert "NotTriggerScaleUp: pod didn't trigger scale-up: Insufficient nvidia.com/gpumem" in line
+        res = subprocess.run([sys.executable, "-m", "hami.cli.main", "whatif", "--scale-up", "--format", "json"],
+                             env=run.env, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        (group,) = json.loads(res.stdout)["scaleUp"]["groups"]
+        assert group["group"] == "node.hami.io/node-group=pool" and group["template"] == "pool-1"
+        assert group["clusterAutoscaler"] == {"nodes": 0, "pods": 0,
+                                              "refused": {"Insufficient nvidia.com/gpumem": 1}}
+        assert group["hami"] == {"nodes": 1, "pods": 1}
