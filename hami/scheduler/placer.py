@@ -140,6 +140,7 @@ class Placer:
         # replica's order among nodes of equal score when it leaves a contended one (contention.rank).
         self.contention = Contention(self.cfg.burst_spread, lane_rate)
         self.identity = identity
+        self._ranks: dict[str, int] = {}  # node -> rank(identity, node) (_tie_rank)
         self.monotonic = time.monotonic  # the burst's clock (contention.py: decisions within a hold)
         self._swept = 0.0
         self._decoded: dict[str, tuple] = {}  # register text -> devices (full-Nodes mode)
@@ -293,7 +294,14 @@ class Placer:
         return active
 
     def _tie_rank(self, node: str) -> int:
-        return rank(self.identity, node)
+        """contention.rank, kept per node (fixed for this replica): the walk ranks every node of a
+        tie, and hashing one is most of a rank's cost."""
+        r = self._ranks.get(node)
+        if r is None:
+            if len(self._ranks) > 4 * len(self.state.index.nodes) + 1024:  # nodes that went away
+                self._ranks.clear()
+            r = self._ranks[node] = rank(self.identity, node)
+        return r
 
     def _log_decisions(self, ns, name, preq, node_names, fits, failed, index: UsageIndex) -> None:
         pod = f"{ns}/{name}"

@@ -274,3 +274,55 @@ def test_full_nodes_are_passed_by_without_a_fit_attempt():
     huge = pod_request([req(1, 9000, 101, 0)], 0, {})
     got = _check(idx, names_list, names, huge)
     assert got.node is None and len(got.failed) == 6
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    order=st.permutations(list(range(12))),
+    queued=st.dictionaries(st.integers(0, 11), st.integers(1, 3), max_size=12),
+    full=st.sets(st.integers(0, 11), max_size=8),
+    identity=st.text(max_size=4),
+)
+def test_ranked_tie_takes_the_highest_ranked_idle_fit_of_its_score_when_some_do_not_fit(order, queued, full,
+                                                                                       identity):
+    """Equal scores everywhere (a fresh cluster), some nodes too full for the pod: past a contended
+    node the walk answers the idle node that fits and ranks highest (the earliest among equal ranks)."""
+    idx = _index(12)
+    for n in full:  # 7,000 MiB used on both GPUs: a 2,000 MiB pod fits nowhere on it, and its score differs
+        for g in range(2):
+            idx.add_pod(f"f{n}-{g}", f"n{n}", ((ContainerDevice(f"G{n}-{g}", "NVIDIA", 7000, 5),),))
+    names_list = [f"n{i}" for i in order]
+    pending = {f"n{i}": q for i, q in queued.items()}
+    pod = pod_request([req(1, 2000, 101, 1)], 0, {})
+
+    def rank(n):
+        return contention.rank(identity, n)
+
+    fits, _ = evaluate_nodes(idx.nodes, names_list, pod)
+    want = contention.choose(fits, lambda n: pending.get(n, 0), rank) if fits else None
+    got = first_fit(NameList(names_list), idx.nodes, idx.changes, node_order_descending("binpack"),
+                    lambda n: try_pod(n, pod), need=memory_need(pod), pending=lambda n: pending.get(n, 0),
+                    tie_rank=rank)
+    assert got.node == (want.node if want is not None else None)
+
+
+def test_a_tie_of_a_thousand_idle_nodes_fits_a_few_not_all():
+    """/filter past a contended node on 1,000 identical nodes: only a node ranked above the best fit
+    so far is fitted (the record ranks of the walk), not all 1,000."""
+    idx = _index(1000)
+    names_list = [f"n{i}" for i in range(1000)]
+    idx.add_pod("busy", "n0", ((ContainerDevice("G0-0", "NVIDIA", 100, 5),),))  # the fullest: binpack's first
+    pod = pod_request([req(1, 100, 101, 1)], 0, {})
+    fitted: list[str] = []
+
+    def counted_fit(n):
+        fitted.append(n.name)
+        return try_pod(n, pod)
+
+    def rank(n):
+        return contention.rank("replica-a", n)
+
+    walk = first_fit(NameList(names_list), idx.nodes, idx.changes, True, counted_fit, need=memory_need(pod),
+                     pending=lambda n: 1 if n == "n0" else 0, tie_rank=rank)
+    assert walk.node == max(names_list[1:], key=rank)
+    assert len(fitted) < 40

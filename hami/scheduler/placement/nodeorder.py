@@ -221,26 +221,30 @@ def first_fit(
 
 def _ranked_tie(order, key, pos, name, usage, fit, failed, tried, nodes, try_fit, pending, tie_rank) -> Walk:
     """Among the idle nodes that fit with the same score key as `name` (the walk's first idle fit),
-    the one `tie_rank` ranks highest."""
-    best = (tie_rank(name), name, usage, fit)
-    name_of = order.names.names
-    for k, p in order.entries[bisect_left(order.entries, (key, pos)) + 1:]:
+    the one `tie_rank` ranks highest (the earliest in the walk among equal ranks).
+
+    Only a node ranked above the best fit so far can change the answer, so only those are asked
+    whether they are pending and fitted: with T nodes of equal score (identical nodes, a fresh
+    cluster) that is a few fits, the record ranks of the walk, instead of T fits; the rest cost a
+    rank each (`tie_rank` is cheap: the Placer keeps each node's)."""
+    best_rank, best = tie_rank(name), (name, usage, fit)
+    name_of, entries = order.names.names, order.entries
+    for i in range(bisect_left(entries, (key, pos)) + 1, len(entries)):
+        k, p = entries[i]
         if k != key:
             break
         other = name_of[p]
-        if pending(other):
+        rank = tie_rank(other)
+        if rank <= best_rank or pending(other):
             continue
         n = nodes.get(other)
         if n is None:
             continue
         r = try_fit(n)
         tried += 1
-        if r.__class__ is str:
-            continue
-        rank = tie_rank(other)
-        if rank > best[0]:
-            best = (rank, other, n, r)
-    return Walk(best[1], best[2], best[3], failed, tried)
+        if r.__class__ is not str:
+            best_rank, best = rank, (other, n, r)
+    return Walk(best[0], best[1], best[2], failed, tried)
 
 
 def _in_walk_order(order, name_of, *parts: dict[str, str]) -> dict[str, str]:
