@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -98,8 +98,7 @@ class Assumed:
     annotations: dict | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Choice:
+class Choice(NamedTuple):
     """/filter's decision in NodeNames mode: the selection (node None: no fit), the (node, score)
     pairs its FilteringSucceed text lists, the committed decision, the PodRequest, and the usage
     record of an earlier decision for the pod that this one dropped (None: there was none)."""
@@ -439,7 +438,8 @@ class Placer:
         if mig:
             annotations[codec.MIG_ALLOCATIONS_ANNOTATION] = codec.encode_mig_allocations(
                 codec.MigAllocation(c, d, u, p, pl) for c, d, u, p, pl in mig)
-        index.remove_pod(uid)
+        if index.pod(uid) is not None:  # a re-fit moves the pod's record; /filter dropped it already
+            index.remove_pod(uid)
         num_init = len((pod.get("spec") or {}).get("initContainers") or [])
         index.add_pod(uid, node, devices, namespace=ns, num_init=num_init,
                       mig=tuple((u, pl) for _, _, u, _, pl in mig), app_class=annos.get(METAX_APP_CLASS, ""))

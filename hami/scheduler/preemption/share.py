@@ -17,7 +17,7 @@ in one replica's memory:
 - **Failures**: kube-scheduler writes the extender's failure reasons into the pod's PodScheduled
   condition (FitError: `0/N nodes are available: <count> <reason>, ...`), on whichever replica served
   it. `failed_on_shares` reads that message; the leader then fits the pod itself on every node (the
-  extender's own fit, `Extender.share_failures`) to learn where it failed on shares only.
+  extender's own fit, `Placer.share_failures`) to learn where it failed on shares only.
 
 `decode_holds` is pure; a malformed annotation is no hold (logged once per text).
 """
