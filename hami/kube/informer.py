@@ -83,6 +83,7 @@ class Informer:
         self.lists = 0
         self.watches = 0
         self.relists_gone = 0
+        self.replaced = 0  # LISTs whose objects replaced the store (the first sync and every re-list)
         self.silent_reconnects = 0
         self.errors = 0
         self.handler_failures = 0
@@ -274,6 +275,7 @@ class Informer:
             elif _rv(old) != _rv(obj) or key in retry:
                 self._dispatch(MODIFIED, old, obj)
         self.resource_version = rv
+        self.replaced += 1
         self.synced.set()
         self._notify()
 
