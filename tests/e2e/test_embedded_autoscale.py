@@ -60,13 +60,13 @@ spec:
 
 @contextlib.contextmanager
 def embedded_cluster(tmp_path, *extra):
-    ports = dict(zip(("api", "ext", "smetrics", "mmetrics"), free_ports(4), strict=True))
+    ports = dict(zip(("api", "ext", "smetrics", "mmetrics", "ui"), free_ports(5), strict=True))
     cmd = [sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded",
            "--sim-state-dir", str(tmp_path), "--sim-listen", f"127.0.0.1:{ports['api']}",
            "--http_bind", f"127.0.0.1:{ports['ext']}",
            "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
            "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
-           "--sim-nodes", "0", "--sim-node-group", GROUP, "--sim-scale-down-unneeded", "1s",
+           "--ui-bind-address", f"127.0.0.1:{ports['ui']}", "--sim-nodes", "0", "--sim-node-group", GROUP, "--sim-scale-down-unneeded", "1s",
            "--sim-pod-stop-seconds", "0.2s", *extra]
     log = open(tmp_path / "hami.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
