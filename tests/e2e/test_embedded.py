@@ -231,6 +231,31 @@ def test_forged_placement_applied_with_the_user_kubeconfig_is_refused(embedded):
     assert res.returncode != 0 and "hami.io/vgpu-node" in res.stderr
 
 
+def test_a_tenant_cannot_strip_its_placement_nor_raise_its_priority(embedded):
+    """Issue 39 §1, §8, with kubectl and the demo user's kubeconfig: removing the placement annotations of
+    a running GPU pod is refused naming the key and the user, and so is a change of spec.priority."""
+    run = embedded["kubectl"]
+    run("apply", "--validate=false", "-f", "-", stdin=POD.format(name="e2e-strip", mem=1000))
+
+    def placed():
+        pod = json.loads(run("get", "pod", "e2e-strip", "-o", "json"))
+        return pod if (pod["metadata"].get("annotations") or {}).get("hami.io/bind-phase") == "success" else None
+
+    _wait(placed, 120, what="e2e-strip placed")
+
+    def kubectl(*args):
+        return subprocess.run([find_kubectl(), *args], env=embedded["env"], capture_output=True, text=True,
+                              timeout=60)
+
+    res = kubectl("annotate", "pod", "e2e-strip", "hami.io/vgpu-node-", "hami.io/vgpu-devices-allocated-",
+                  "hami.io/vgpu-devices-to-allocate-")
+    assert res.returncode != 0 and "hami.io/vgpu-" in res.stderr and "hami-demo-user" in res.stderr
+    assert "may not remove it" in res.stderr
+    assert "hami.io/vgpu-node" in json.loads(run("get", "pod", "e2e-strip", "-o", "json"))["metadata"]["annotations"]
+    res = kubectl("patch", "pod", "e2e-strip", "--type", "merge", "-p", '{"spec":{"priority":1000000000}}')
+    assert res.returncode != 0 and "pod updates may not change fields" in res.stderr
+
+
 def test_stopping_leaves_no_processes_or_sockets(embedded):
     proc, state = embedded["proc"], embedded["state"]
     children = subprocess.run(["pgrep", "-g", str(os.getpgid(proc.pid))], capture_output=True, text=True)
