@@ -34,6 +34,7 @@ from hami.device.nodeconfig import DeviceSettings, settings_for_node
 from hami.gpu import GpuBackend, GpuInfo, make_backend
 from hami.gpu.mig import MigControl
 from hami.gpu.topology import TopologySource, asymmetric_pairs, pair_scores
+from hami.kube.client import ApiError
 from hami.kube.lanes import background
 from hami.kube.nodeevents import REASON_ASYMMETRIC_P2P, asymmetric_link_message, emit_node_warning
 from hami.kube.nodemode import DEVICE_PLUGIN, claim_node
@@ -116,6 +117,7 @@ class Agent:
         self.report_node_capacity = report_node_capacity
         self.capacity_resources = capacity_resources  # (memory, cores): the names pods ask for
         self.capacity_patches = 0
+        self.capacity_error = ""  # the last failed nodes/status patch, "" once one works
         # What the last status patch sent and the Node's resourceVersion then: the same values are not
         # sent again until the watch shows the Node changed (another writer may have removed them).
         self._capacity_sent: tuple[dict | None, str] | None = None
@@ -223,10 +225,10 @@ class Agent:
         scores = await self._pair_scores(devices)
         if scores is not None and not _same_scores(self._node_annotation(PAIR_SCORE_ANNOTATION), scores):
             annotations[PAIR_SCORE_ANNOTATION] = scores
-        await self._sync_capacity(devices)
         core = self._hamicore_now().annotation
         if self._node_annotation(hamicore.ANNOTATION) != core:
             annotations[hamicore.ANNOTATION] = core
+        await self._sync_capacity(devices)
         if not annotations:
             self.registered = devices
             return False
@@ -252,8 +254,19 @@ class Agent:
         if patch is None or self._capacity_sent == (want, rv):
             self._capacity_cleared = not self.report_node_capacity
             return
-        with background():
-            await self.client.patch_node_status(self.node_name, patch)
+        try:
+            with background():
+                await self.client.patch_node_status(self.node_name, patch)
+        except ApiError as exc:
+            # Reporting is for Cluster Autoscaler and dashboards: its failure (a chart without the
+            # nodes/status grant, a refusing policy) never holds up the registration or Allocate.
+            error = f"{exc.status} {exc.reason}: {exc.message}"[:300]
+            if error != self.capacity_error:
+                log.warning("Could not report GPU capacity on node (nodes/status patch)", node=self.node_name,
+                            error=error)
+            self.capacity_error = error
+            return
+        self.capacity_error = ""
         self._capacity_sent = (want, rv)
         self._capacity_cleared = not self.report_node_capacity
         self.capacity_patches += 1

@@ -156,3 +156,24 @@ async def test_bad_extended_quantities_are_refused_naming_the_field(value, text)
         assert err.value.status == 422
         assert f"status.capacity[{MEM}]" in str(err.value) and text in str(err.value)
         assert _reported(await h.node()) == ({}, {})
+
+
+async def test_a_refused_status_patch_never_holds_up_the_registration():
+    """A chart without the nodes/status grant: the agent registers and serves, and says once why the
+    capacity is missing; once the grant is there it reports."""
+    async with NodeHarness(report_node_capacity=True) as h:
+        h.stop.set()
+        await asyncio.wait_for(h.task, 20)
+        await h.client.patch_node_status(NODE, {"status": {"capacity": {MEM: None, CORES: None},
+                                                           "allocatable": {MEM: None, CORES: None}}})
+        h.server.authz.deny("patch", "nodes/status", reason="no RBAC rule")
+        await h.client.patch_node(NODE, {"metadata": {"annotations": {"hami.io/node-nvidia-register": None}}})
+        await h.start_agent()
+        await h.agent.nodes.wait_for(lambda: "hami.io/node-nvidia-register" in (
+            (h.agent.nodes.store.get(NODE) or {}).get("metadata", {}).get("annotations") or {}), 10)
+        assert h.agent.readiness() == []
+        assert h.agent.capacity_error.startswith("403 Forbidden")
+        assert _reported(await h.node()) == ({}, {})
+        h.server.authz.allow_all()
+        await _wait_reported(h, {MEM: "81920", CORES: "200"})
+        assert h.agent.capacity_error == ""
