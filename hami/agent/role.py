@@ -118,6 +118,8 @@ class Agent:
         self.capacity_resources = capacity_resources  # (memory, cores): the names pods ask for
         self.capacity_patches = 0
         self.capacity_error = ""  # the last failed nodes/status patch, "" once one works
+        self._capacity_retry_at = 0.0
+        self.capacity_refusals = 0
         # What the last status patch sent and the Node's resourceVersion then: the same values are not
         # sent again until the watch shows the Node changed (another writer may have removed them).
         self._capacity_sent: tuple[dict | None, str] | None = None
@@ -248,6 +250,8 @@ class Agent:
         node = self.nodes.store.get(self.node_name)
         if node is None or (not self.report_node_capacity and self._capacity_cleared):
             return
+        if self.capacity_error and asyncio.get_running_loop().time() < self._capacity_retry_at:
+            return  # refused a moment ago: not a write every tick while it stays refused
         want = node_capacity(devices, *self.capacity_resources) if self.report_node_capacity else None
         patch = status_patch(node, want, self.capacity_resources)
         rv = (node.get("metadata") or {}).get("resourceVersion", "")
@@ -265,6 +269,9 @@ class Agent:
                 log.warning("Could not report GPU capacity on node (nodes/status patch)", node=self.node_name,
                             error=error)
             self.capacity_error = error
+            self.capacity_refusals += 1
+            self._capacity_retry_at = asyncio.get_running_loop().time() + max(
+                self.tick, min(RETRY_AFTER_ERROR, self.register_interval))
             return
         self.capacity_error = ""
         self._capacity_sent = (want, rv)

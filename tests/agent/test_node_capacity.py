@@ -174,6 +174,9 @@ async def test_a_refused_status_patch_never_holds_up_the_registration():
         assert h.agent.readiness() == []
         assert h.agent.capacity_error.startswith("403 Forbidden")
         assert _reported(await h.node()) == ({}, {})
+        refusals = h.agent.capacity_refusals
+        await asyncio.sleep(2.0)  # 40 ticks: a refused patch is retried every 5 s, not every tick
+        assert refusals >= 1 and h.agent.capacity_refusals <= refusals + 1
         h.server.authz.allow_all()
-        await _wait_reported(h, {MEM: "81920", CORES: "200"})
+        await _wait_reported(h, {MEM: "81920", CORES: "200"}, timeout=20)
         assert h.agent.capacity_error == ""
