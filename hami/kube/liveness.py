@@ -61,6 +61,7 @@ class ApiLiveness:
         self.last_error = ""
         self.probes = 0
         self.probe_failures = 0
+        self.wakes = 0  # sleeps of run() (idle and answering: one per probe_after at most)
         previous = client.on_request
 
         def observe(verb: str, resource: str, code: str, seconds: float) -> None:
@@ -135,7 +136,13 @@ class ApiLiveness:
                 for t in (probe, stopped):
                     t.cancel()
                 await asyncio.gather(probe, stopped, return_exceptions=True)
+            # While answering, asleep until the probe would be due (no wake a second while idle:
+            # a watch line or an answer meanwhile only moves that later); while failing, every tick.
+            wait = self.tick
+            if self.failing_since is None:
+                wait = max(self.tick, self.probe_after - (self._now() - self._last_heard()))
+            self.wakes += 1
             try:
-                await asyncio.wait_for(stop.wait(), self.tick)
+                await asyncio.wait_for(stop.wait(), wait)
             except TimeoutError:
                 pass

@@ -103,3 +103,20 @@ def test_missed_rule(pod, want):
 def test_without_force_overwrite_default_scheduler_pods_are_not_ours():
     pod = {"spec": {"schedulerName": "default-scheduler"}}
     assert missed(pod, scheduler_name="hami-scheduler", force_overwrite_default=False, asks_for_devices=True) is False
+
+
+async def test_the_watcher_sleeps_while_nothing_is_missed_and_wakes_for_a_missed_pod(apiserver):
+    """Idle is idle: with no missed pod the watcher does not wake at all (it used to every second);
+    a pod seen missed wakes it, and it acts once that pod's grace is over."""
+    async with running_env(apiserver, hami_nodes(1), missed_webhook_grace=0.2) as env:
+        reconciler = env.sched.missed
+        await eventually(lambda: reconciler.wakes == 0 and env.sched.state.pods.synced.is_set(), 5)
+        for _ in range(40):  # many turns of the loop with nothing missed
+            await asyncio.sleep(0.01)
+        assert reconciler.wakes == 0
+        apiserver.store.create("pods", "default", pod_obj("bare", mem=1000, scheduler="default-scheduler"))
+        await eventually(lambda: "default/bare" in reconciler.seen, 5)
+        await eventually(lambda: reconciler.wakes >= 1, 5)  # the new pod woke it
+        # the grace over with no admission answered: the pod waits again (the webhook not shown reachable)
+        woke = reconciler.wakes
+        await eventually(lambda: reconciler.wakes > woke and "default/bare" in reconciler.seen, 5)

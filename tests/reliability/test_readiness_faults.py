@@ -113,3 +113,24 @@ async def test_failing_critical_writes_make_the_scheduler_unready_until_a_write_
                                           ("500", True), ("503", True), ("429", True), ("error", True)])
 def test_what_counts_as_an_answer(code, failure):
     assert _is_failure(code) is failure
+
+
+async def test_the_liveness_watch_sleeps_until_a_probe_is_due_instead_of_ticking(apiserver):
+    """Idle is idle: while the API server answers, the watch sleeps until a probe would be due (one
+    wake per `probe_after` at most), not every `tick`."""
+    from hami.kube.liveness import ApiLiveness
+    from tests.kube.helpers import client_for
+
+    client = await client_for(apiserver.kubeconfig)
+    stop = asyncio.Event()
+    try:
+        await client.request("get", "version", "GET", "/version")  # an answer just now
+        live = ApiLiveness(client, probe_after=30.0, tick=0.01)
+        running = asyncio.create_task(live.run(stop))
+        for _ in range(40):  # 0.4 s: 40 ticks' worth
+            await asyncio.sleep(0.01)
+        assert live.wakes == 1 and live.probes == 0
+        stop.set()
+        await running
+    finally:
+        await client.close()

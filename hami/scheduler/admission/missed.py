@@ -24,7 +24,6 @@ Only the leader acts (with --leader-elect). --recreate-missed-pods=false turns d
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from datetime import datetime
 
@@ -83,6 +82,8 @@ class MissedPods:
         self.is_leader = is_leader
         self.webhook_answered = webhook_answered  # unix time a pod this webhook admitted was last seen in the API
         self.seen: dict[str, float] = {}  # "ns/name" -> loop time first seen missed
+        self.noted = asyncio.Event()  # a pod was newly seen missed: the watcher's next wake may be sooner
+        self.wakes = 0  # times run() woke (idle: none)
         self.done: set[str] = set()  # uids handled (a Warning is said once)
         self.deleted = 0
         self.warned = 0
@@ -104,7 +105,9 @@ class MissedPods:
             except ValueError:  # a request /filter would refuse: not ours to recreate
                 is_missed = False
         if is_missed:
-            self.seen.setdefault(key, asyncio.get_running_loop().time())
+            if key not in self.seen:
+                self.seen[key] = asyncio.get_running_loop().time()
+                self.noted.set()
         else:
             self.seen.pop(key, None)
 
@@ -149,14 +152,28 @@ class MissedPods:
         log.warning("A pod the webhook missed waits; its creator must recreate it", pod=key)
 
     async def run(self, stop: asyncio.Event, tick: float = 1.0) -> None:
+        """Handle each missed pod once its grace is over. Asleep until the earliest is due or a pod is
+        newly seen (no wake while nothing is missed); `tick` is the retry while another replica leads."""
         loop = asyncio.get_running_loop()
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), min(tick, self.grace))
-            if stop.is_set() or not self.is_leader():
-                continue
-            now = loop.time()
-            due = [k for k, t in self.seen.items() if now - t >= self.grace]
-            for key in due:
-                self.seen.pop(key, None)
-                await self.handle(key)
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                now = loop.time()
+                due_at = min(self.seen.values(), default=None)
+                timeout = None if due_at is None else max(0.0, due_at + self.grace - now)
+                if timeout is not None and not self.is_leader():
+                    timeout = max(timeout, tick)
+                self.noted.clear()
+                noted = asyncio.ensure_future(self.noted.wait())
+                await asyncio.wait([stopped, noted], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                noted.cancel()
+                self.wakes += 1
+                if stop.is_set() or not self.is_leader():
+                    continue
+                now = loop.time()
+                due = [k for k, t in self.seen.items() if now - t >= self.grace]
+                for key in due:
+                    self.seen.pop(key, None)
+                    await self.handle(key)
+        finally:
+            stopped.cancel()
