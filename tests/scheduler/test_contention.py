@@ -4,7 +4,7 @@ order (among those of equal score, the replica's rank), else the least contended
 fit lists and contention keys); a node is contended only with this replica's pending work on it
 AND a decision for it within the last `width`; the width is the decisions within one lock hold,
 at most spread x the lane's bind rate x the hold, and 0 with spread 0; the lock hold follows the
-holds seen; two identities rank nodes differently."""
+holds seen (a running median); two identities rank nodes differently."""
 
 from __future__ import annotations
 
@@ -87,8 +87,12 @@ def test_lock_hold_follows_the_holds_seen_and_remembers_the_last_holder():
     hold.seen("n0", True, 10.0)
     hold.seen("n0", True, 10.5)  # still the same lock
     hold.seen("n0", False, 11.0, "ns/p")
-    assert hold.seconds == contention.HOLD_PRIOR_S + (1.0 - contention.HOLD_PRIOR_S) * contention.HOLD_SMOOTHING
+    assert hold.seconds == contention.HOLD_PRIOR_S + contention.HOLD_STEP_S  # one step towards the 1 s hold
     assert hold.released["n0"] == (11.0, "ns/p")
+    for i in range(400):  # a running median: mostly 0.2 s holds, a slow tail of 3 s ones
+        hold.seen("m", True, 100.0 * i)
+        hold.seen("m", False, 100.0 * i + (3.0 if i % 4 == 0 else 0.2))
+    assert abs(hold.seconds - 0.2) <= contention.HOLD_STEP_S
     hold.seen("n1", False, 12.0)  # never seen locked: nothing measured
     assert "n1" not in hold.released
     hold.forget("n0")

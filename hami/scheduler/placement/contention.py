@@ -16,7 +16,8 @@ it, however long the binds queue behind the API rate limit. A node is contended 
 has pending work on it (a decision held until its bind, a bind in flight, the node lock held by
 one of its binds) AND gave it a pod within the last `width` decisions. `width` is the node lock's
 parallelism: the decisions made within one lock hold (`LockHold`, measured on the node watch),
-at most `spread` (--burst-spread) x the critical lane's sustained bind rate x the hold. A binpack
+at most `spread` (--burst-spread) x the critical lane's sustained bind rate x the hold (the
+running median of the holds seen). A binpack
 burst then packs onto about that many nodes instead of touching every node; `spread` 0 never
 leaves the policy's best node (every pod queues for its lock).
 
@@ -38,7 +39,9 @@ from typing import TypeVar
 # The node lock's hold before any is seen released: kubelet's admission, the device plugin's
 # Allocate and its unlock (docs/kube-client.md measures ~0.35 s at 300 ms admission).
 HOLD_PRIOR_S = 0.35
-HOLD_SMOOTHING = 0.1  # weight of each new hold in the running average
+# Each hold seen moves the estimate this far towards it: a running median (a mean would follow the
+# slow tail of a burst's holds and widen the burst past what the typical hold needs).
+HOLD_STEP_S = 0.005
 # Critical writes a bind makes: the node lock and the Binding.
 WRITES_PER_BIND = 2
 # How long after another scheduler's lock went away its next bind there is expected, in holds.
@@ -50,7 +53,7 @@ T = TypeVar("T")
 
 
 class LockHold:
-    """How long node locks stay on nodes (the node watch, any holder), as a running average, and
+    """How long node locks stay on nodes (the node watch, any holder), as a running median, and
     who released each node's lock last and when."""
 
     __slots__ = ("seconds", "since", "released")
@@ -67,7 +70,8 @@ class LockHold:
             return
         start = self.since.pop(node, None)
         if start is not None and now >= start:
-            self.seconds += (now - start - self.seconds) * HOLD_SMOOTHING
+            held = now - start
+            self.seconds += min(HOLD_STEP_S, abs(held - self.seconds)) * (1 if held > self.seconds else -1)
             self.released[node] = (now, holder)
 
     def forget(self, node: str) -> None:
