@@ -15,8 +15,6 @@ alone; here such a node is never written and counts unhealthy (it has no devices
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from hami.device import codec
@@ -194,7 +192,7 @@ def test_TestDevices_AddResourceUsage():
 # ------------------------------------------------------------------ CheckHealth
 
 
-NOW = time.time()
+NOW = 1_767_225_600.0  # a fixed instant: judge() takes the clock as an argument
 PAST = NOW - 2 * 3600
 REG_OK = codec.encode_node_devices([info("GPU-0", type="NVIDIA-A100", devmem=8192, health=True)])
 REG_SICK = codec.encode_node_devices([info("GPU-0", type="NVIDIA-A100", devmem=8192, health=False)])

@@ -16,11 +16,13 @@ from hami.scheduler.cache.handshake import HANDSHAKE_KEY, Handshaker, Seen, judg
 from tests.kube.helpers import eventually, node_obj
 from tests.kube.scheduler_env import running_env, start_env, stop_env
 
-NOW = time.time()
+# The pure cases judge against this fixed instant; the I/O cases stamp their nodes at the time they run
+# (a clock read at import would close a 60 s window before a late-scheduled file even starts).
+NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
-def req(age: float) -> str:
-    return codec.encode_handshake_requesting(NOW - age, None)
+def req(age: float, now: float = NOW) -> str:
+    return codec.encode_handshake_requesting(now - age, None)
 
 
 @pytest.mark.parametrize(("node", "seen", "healthy", "write"), [
@@ -81,7 +83,7 @@ async def test_steady_state_sends_no_request_per_node(env):
 
 
 async def test_dead_node_is_cleaned_once_then_left_alone(apiserver):
-    dead = node_obj("dead", handshake=req(300), allocatable=0)
+    dead = node_obj("dead", handshake=req(300, time.time()), allocatable=0)
     e = await start_env(apiserver, [dead])
     try:
         await eventually(lambda: HANDSHAKE_KEY not in e.store.get("nodes", "", "dead")["metadata"]["annotations"])
@@ -148,7 +150,7 @@ async def test_recheck_rejudges_only_nodes_whose_verdict_can_change(env):
 
 
 async def test_recheck_drops_a_node_when_its_requesting_window_ends(apiserver):
-    e = await start_env(apiserver, [node_obj("gone", handshake=req(0), allocatable=0), node_obj("ok")])
+    e = await start_env(apiserver, [node_obj("gone", handshake=req(0, time.time()), allocatable=0), node_obj("ok")])
     try:
         hs, state = e.sched.handshaker, e.sched.state
 

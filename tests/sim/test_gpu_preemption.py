@@ -203,15 +203,16 @@ async def test_with_the_controller_off_nothing_is_evicted(apiserver, monkeypatch
 async def test_the_hold_ends_on_timeout_and_when_the_preemptor_is_deleted(apiserver, monkeypatch):
     log = EvictionLog(monkeypatch)
     async with running_cluster(apiserver, [gpu_node("n0")], gpu_preemption=True, stop_seconds=30.0,
-                               gpu_preemption_hold_timeout=0.5) as c:
+                               gpu_preemption_hold_timeout=2.0) as c:
         await fill(c, [("f0", 20480, "n0", 0), ("f1", 20480, "n0", 0)])
         p, index = c.env.sched.preempter, c.env.sched.state.index
         c.create(prio(pod_obj("urgent", mem=20480), 1000))
-        await eventually(lambda: p.holds, 10)
         uid = c.pod("urgent")["metadata"]["uid"]
-        assert index.pod(uid) is not None and len(log.calls) == 1
-        await eventually(lambda: not p.holds, 5)          # 0.5 s: the victim still stops, the hold is gone
-        assert index.pod(uid) is None and not c.node_of("urgent")
+        # The hold is stored before the eviction's awaits: wait for each on its own condition.
+        await eventually(lambda: bool(p.holds) and index.pod(uid) is not None, 10)  # held: counted
+        await eventually(lambda: len(log.calls) == 1, 10)
+        await eventually(lambda: not p.holds, 10)         # 2 s: the victim still stops, the hold is gone
+        assert index.pod(uid) is None and not c.node_of("urgent") and len(log.calls) == 1
         c.create(prio(pod_obj("second", mem=10240), 1000))  # a new decision: the other filler goes
         await eventually(lambda: p.holds, 10)
         c.store.delete("pods", "default", "second")
