@@ -130,7 +130,7 @@ def _wrap_int32(n: int) -> int:
 # --------------------------------------------------------------------------- container resources
 
 
-def _resources(container: Mapping) -> tuple[Mapping, Mapping]:
+def container_resources(container: Mapping) -> tuple[Mapping, Mapping]:
     res = container.get("resources") if isinstance(container, Mapping) else None
     if not isinstance(res, Mapping):
         return {}, {}
@@ -141,7 +141,7 @@ def _resources(container: Mapping) -> tuple[Mapping, Mapping]:
 
 def _lookup(container: Mapping, name: str) -> tuple[bool, Any]:
     """(present, raw) from limits, falling back to requests (HAMi's order)."""
-    limits, requests = _resources(container)
+    limits, requests = container_resources(container)
     if name in limits:
         return True, limits[name]
     if name in requests:
@@ -156,7 +156,7 @@ def resource_present(container: Mapping, name: str) -> bool:
 
 def resource_in_limits(container: Mapping, name: str) -> bool:
     """The resource is named in the container's limits (the webhook looks at limits only)."""
-    return bool(name) and name in _resources(container)[0]
+    return bool(name) and name in container_resources(container)[0]
 
 
 def resource_int(container: Mapping, name: str) -> int | None:
@@ -173,7 +173,7 @@ def resource_value(container: Mapping, name: str) -> int | None:
 
 def container_request(container: Mapping, cfg: NvidiaConfig) -> ContainerDeviceRequest | None:
     """HAMi GenerateResourceRequests for one container; None when it asks for no GPU."""
-    limits, requests = _resources(container)
+    limits, requests = container_resources(container)
     if not limits and not requests:
         return None
 
@@ -267,5 +267,5 @@ def app_containers_request_devices(pod: Mapping, cfg: NvidiaConfig) -> bool:
 def names_hami_resource(container: Mapping, cfg: NvidiaConfig) -> bool:
     """The container names any HAMi NVIDIA resource (count, memory, percentage, cores, priority)
     in its limits or requests, whatever the values."""
-    limits, requests = _resources(container)
+    limits, requests = container_resources(container)
     return any(n and (n in limits or n in requests) for n in cfg.resource_names)

@@ -38,8 +38,8 @@ from collections.abc import Mapping
 
 from hami.device.model import ContainerDeviceRequest, NvidiaConfig
 from hami.device.request import (
-    _resources,
     container_request,
+    container_resources,
     pod_containers,
     quantity_as_int64,
     quantity_value,
@@ -217,7 +217,7 @@ def _lookup_raw(limits: Mapping, requests: Mapping, name: str) -> tuple[bool, ob
 
 def vendor_request(container: Mapping, vendor: Vendor) -> ContainerDeviceRequest | None:
     """One vendor's GenerateResourceRequests for one container; None when it asks for none."""
-    limits, requests = _resources(container)
+    limits, requests = container_resources(container)
     if vendor.hook == "ascend":
         return ascend_request(limits, requests, vendor)
     if vendor.hook == "amd":
@@ -257,7 +257,7 @@ def container_vendor_requests(container: Mapping, table: VendorTable, cfg: Nvidi
     first = container_request(container, cfg)
     if not table.others:
         return first
-    limits, requests = _resources(container)
+    limits, requests = container_resources(container)
     counts = table.other_counts
     if counts.isdisjoint(limits) and counts.isdisjoint(requests):
         return first

@@ -10,8 +10,9 @@ Read from the source (ast), for every module under hami/:
   another hami module does: that is reaching into another module's object (`locker._fresh`).
 
 A name defined in both modules is taken as the reader's own (the check cannot know `obj`'s type);
-private names of other libraries (aiohttp's, asyncio's) are not hami's and are not judged here.
-`CHECKED` are the packages where no such crossing may remain, as reader or as owner.
+private names of other libraries (aiohttp's, asyncio's) are not hami's and are not judged here, nor
+are the generated protobuf modules (`_pb`). `CHECKED` are the packages where no such crossing may
+remain, as reader or as owner: all of hami.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 import hami
 
 ROOT = Path(hami.__file__).parent
-CHECKED = ("hami.scheduler", "hami.kubesched")
+CHECKED = ("hami",)
 
 
 def _private(name: str) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 import orjson
 
 from hami.device.codec.errors import CodecError
-from hami.device.codec.golang import _loads, go_json_string
+from hami.device.codec.golang import go_json_string, json_loads
 
 
 def encode_runtime_info(items: Iterable[tuple]) -> str:
@@ -45,7 +45,7 @@ def encode_runtime_info(items: Iterable[tuple]) -> str:
 def decode_runtime_info(text: str, *, field: str = "huawei.com/Ascend", full: bool = False) -> tuple[tuple, ...]:
     """The inverse of `encode_runtime_info`: `((uuid, template), ...)`, or with `full`
     `((uuid, template, memory, core), ...)` (memory int64, core int32, absent = 0)."""
-    doc = _loads(text, field)
+    doc = json_loads(text, field)
     if doc is None:
         return ()
     if type(doc) is not list:

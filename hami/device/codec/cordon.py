@@ -7,9 +7,9 @@ from collections.abc import Iterable
 
 from hami.device.codec.errors import CodecError
 from hami.device.codec.golang import (
-    _require_str,
     go_quote,
     go_trim_space,
+    require_str,
 )
 from hami.device.codec.keys import (
     CORDON_ANNOTATION,
@@ -18,7 +18,7 @@ from hami.device.codec.keys import (
 
 def decode_device_cordon(text: str | None) -> tuple[str, ...]:
     """`hami.io/device-cordon`: comma list of UUIDs, spaces trimmed, empty members skipped."""
-    _require_str(text, CORDON_ANNOTATION, none_ok=True)
+    require_str(text, CORDON_ANNOTATION, none_ok=True)
     if not text:
         return ()
     return tuple(u for u in (go_trim_space(p) for p in text.split(",")) if u)

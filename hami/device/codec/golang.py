@@ -14,10 +14,10 @@ import orjson
 
 from hami.device.codec.errors import CodecError
 
-_INT32 = (-(1 << 31), (1 << 31) - 1)
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-_UINT32 = (0, (1 << 32) - 1)
-_UINT64 = (0, (1 << 64) - 1)
+INT32 = (-(1 << 31), (1 << 31) - 1)
+INT64 = (-(1 << 63), (1 << 63) - 1)
+UINT32 = (0, (1 << 32) - 1)
+UINT64 = (0, (1 << 64) - 1)
 
 
 # Go's unicode.IsSpace set (strings.TrimSpace); Python's str.strip() also strips \x1c-\x1f.
@@ -26,7 +26,7 @@ _GO_SPACE = (
     "\u200a\u2028\u2029\u202f\u205f\u3000"
 )
 _GO_INT_RE = re.compile(r"[+-]?[0-9]+")
-_GO_BOOLS = {
+GO_BOOLS = {
     "1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
     "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False,
 }
@@ -82,7 +82,7 @@ def go_quote(text: str) -> str:
     return "".join(out)
 
 
-def _go_int(text: str, lo_hi: tuple[int, int], func: str) -> int | str:
+def go_int(text: str, lo_hi: tuple[int, int], func: str) -> int | str:
     """strconv.ParseInt/Atoi: the value, or the strconv error text."""
     if _GO_INT_RE.fullmatch(text) is None:
         return f"strconv.{func}: parsing {go_quote(text)}: invalid syntax"
@@ -96,14 +96,14 @@ def parse_go_int64(text: object) -> int | None:
     """strconv.ParseInt(text, 10, 64), or None where Go returns an error (a non-string included)."""
     if not isinstance(text, str):
         return None
-    value = _go_int(text, _INT64, "ParseInt")
+    value = go_int(text, INT64, "ParseInt")
     return value if isinstance(value, int) else None
 
 
 def parse_go_bool(text: str, *, field: str = "bool", position: int | None = None) -> bool:
     """strconv.ParseBool: 1 t T TRUE true True / 0 f F FALSE false False."""
-    _require_str(text, field)
-    value = _GO_BOOLS.get(text)
+    require_str(text, field)
+    value = GO_BOOLS.get(text)
     if value is None:
         raise CodecError(
             f"strconv.ParseBool: parsing {go_quote(text)}: invalid syntax",
@@ -133,14 +133,14 @@ _GO_ESCAPE_NEEDED = re.compile("[<>&\u2028\u2029\ud800-\udfff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _require_str(text, field: str, *, none_ok: bool = False, bytes_ok: bool = False) -> None:
+def require_str(text, field: str, *, none_ok: bool = False, bytes_ok: bool = False) -> None:
     """Decoders take annotation values, i.e. strings; anything else is a CodecError too."""
     if type(text) is str or (none_ok and text is None) or (bytes_ok and type(text) is bytes):
         return
     raise CodecError(f"expected a string, got {type(text).__name__}", field=field, text=repr(text)[:200])
 
 
-def _loads(text: str | bytes, field: str):
+def json_loads(text: str | bytes, field: str):
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -148,11 +148,11 @@ def _loads(text: str | bytes, field: str):
         raise CodecError(f"invalid JSON: {exc.msg}", field=field, text=shown, position=exc.pos) from None
 
 
-_JSON_KIND = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "bool"}
+JSON_KIND = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "bool"}
 
 
-def _type_error(value, go_field: str, go_type: str, field: str, text: str) -> CodecError:
-    kind = _JSON_KIND.get(type(value), "value")
+def type_error(value, go_field: str, go_type: str, field: str, text: str) -> CodecError:
+    kind = JSON_KIND.get(type(value), "value")
     if kind == "number" and type(value) is int:
         kind = f"number {value}"
     elif kind == "number":
@@ -163,7 +163,7 @@ def _type_error(value, go_field: str, go_type: str, field: str, text: str) -> Co
     )
 
 
-def _fold_keys(obj: dict, names: Iterable[str]) -> dict:
+def fold_keys(obj: dict, names: Iterable[str]) -> dict:
     """Go's decoder matches object keys to fields case-insensitively (exact match first)."""
     names = tuple(names)
     lower = {n.lower(): n for n in names}
@@ -179,25 +179,25 @@ def _fold_keys(obj: dict, names: Iterable[str]) -> dict:
     return out
 
 
-def _int_field(obj: dict, key: str, bounds: tuple[int, int], go_field: str, go_type: str, field: str, text: str) -> int:
+def int_field(obj: dict, key: str, bounds: tuple[int, int], go_field: str, go_type: str, field: str, text: str) -> int:
     value = obj.get(key)
     if value is None:
         return 0
     if type(value) is not int or not bounds[0] <= value <= bounds[1]:
-        raise _type_error(value, go_field, go_type, field, text)
+        raise type_error(value, go_field, go_type, field, text)
     return value
 
 
-def _str_field(obj: dict, key: str, go_field: str, field: str, text: str) -> str:
+def str_field(obj: dict, key: str, go_field: str, field: str, text: str) -> str:
     value = obj.get(key)
     if value is None:
         return ""
     if type(value) is not str:
-        raise _type_error(value, go_field, "string", field, text)
+        raise type_error(value, go_field, "string", field, text)
     return value
 
 
-def _offset(items: list[str], idx: int) -> int:
+def item_offset(items: list[str], idx: int) -> int:
     return sum(len(x) + 1 for x in items[:idx])
 
 

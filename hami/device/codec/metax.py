@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import orjson
 
 from hami.device.codec.errors import CodecError
-from hami.device.codec.golang import _loads, go_json_string
+from hami.device.codec.golang import go_json_string, json_loads
 from hami.device.model import ContainerDevice, DeviceInfo
 
 REGISTER = "metax-tech.com/node-gpu-devices"
@@ -42,7 +42,7 @@ def _int32(obj: dict, key: str, i: int, text: str, field: str) -> int:
 
 def decode_sdevices(text: str, *, field: str = REGISTER, vendor: str = SGPU) -> tuple[DeviceInfo, ...]:
     """The register annotation as HAMi's devices; `null` is no device."""
-    doc = _loads(text, field)
+    doc = json_loads(text, field)
     if doc is None:
         return ()
     if type(doc) is not list:

@@ -8,17 +8,17 @@ from dataclasses import dataclass
 
 from hami.device.codec.errors import CodecError
 from hami.device.codec.golang import (
-    _INT32,
-    _INT64,
-    _JSON_KIND,
-    _UINT32,
-    _fold_keys,
-    _int_field,
-    _loads,
-    _require_str,
-    _str_field,
-    _type_error,
+    INT32,
+    INT64,
+    JSON_KIND,
+    UINT32,
+    fold_keys,
     go_json_string,
+    int_field,
+    json_loads,
+    require_str,
+    str_field,
+    type_error,
 )
 from hami.device.codec.keys import (
     MIG_ALLOCATIONS_ANNOTATION,
@@ -54,42 +54,42 @@ def _decode_placements(raw, field: str, text: str) -> tuple[MigPlacement, ...]:
     if raw is None:
         return ()
     if type(raw) is not list:
-        raise _type_error(raw, "MigProfile.placements", "[]device.MigPlacement", field, text)
+        raise type_error(raw, "MigProfile.placements", "[]device.MigPlacement", field, text)
     out = []
     for p in raw:
         if p is None:
             out.append(MigPlacement(0, 0))
             continue
         if type(p) is not dict:
-            raise _type_error(p, "MigProfile.placements", "device.MigPlacement", field, text)
+            raise type_error(p, "MigProfile.placements", "device.MigPlacement", field, text)
         if not p.keys() <= {"start", "size"}:
-            p = _fold_keys(p, _PLACEMENT_FIELDS)
-        start = _int_field(p, "start", _UINT32, "MigPlacement.start", "uint32", field, text)
-        size = _int_field(p, "size", _UINT32, "MigPlacement.size", "uint32", field, text)
+            p = fold_keys(p, _PLACEMENT_FIELDS)
+        start = int_field(p, "start", UINT32, "MigPlacement.start", "uint32", field, text)
+        size = int_field(p, "size", UINT32, "MigPlacement.size", "uint32", field, text)
         out.append(MigPlacement(start, size))
     return tuple(out)
 
 
-def _decode_mig_profiles(raw, field: str, text: str) -> tuple[MigProfile, ...]:
+def decode_mig_profiles(raw, field: str, text: str) -> tuple[MigProfile, ...]:
     if raw is None:
         return ()
     if type(raw) is not list:
-        raise _type_error(raw, "DeviceInfo.migProfiles", "[]device.MigProfile", field, text)
+        raise type_error(raw, "DeviceInfo.migProfiles", "[]device.MigProfile", field, text)
     out = []
     for m in raw:
         if m is None:
             out.append(MigProfile(""))
             continue
         if type(m) is not dict:
-            raise _type_error(m, "DeviceInfo.migProfiles", "device.MigProfile", field, text)
+            raise type_error(m, "DeviceInfo.migProfiles", "device.MigProfile", field, text)
         if not m.keys() <= _MIG_KEYS:
-            m = _fold_keys(m, _MIG_FIELDS)
+            m = fold_keys(m, _MIG_FIELDS)
         out.append(
             MigProfile(
-                name=_str_field(m, "name", "MigProfile.name", field, text),
-                memory_mb=_int_field(m, "memoryMB", _INT32, "MigProfile.memoryMB", "int32", field, text),
-                core=_int_field(m, "core", _INT32, "MigProfile.core", "int32", field, text),
-                slice_count=_int_field(m, "sliceCount", _UINT32, "MigProfile.sliceCount", "uint32", field, text),
+                name=str_field(m, "name", "MigProfile.name", field, text),
+                memory_mb=int_field(m, "memoryMB", INT32, "MigProfile.memoryMB", "int32", field, text),
+                core=int_field(m, "core", INT32, "MigProfile.core", "int32", field, text),
+                slice_count=int_field(m, "sliceCount", UINT32, "MigProfile.sliceCount", "uint32", field, text),
                 placements=_decode_placements(m.get("placements"), field, text),
             )
         )
@@ -138,16 +138,16 @@ def encode_mig_allocations(allocations: Iterable[MigAllocation]) -> str:
 def decode_mig_allocations(text: str | None) -> tuple[MigAllocation, ...]:
     """Go DecodeMigAllocations, with its completeness, all-or-none runtime identity and
     duplicate checks."""
-    _require_str(text, MIG_ALLOCATIONS_ANNOTATION, none_ok=True)
+    require_str(text, MIG_ALLOCATIONS_ANNOTATION, none_ok=True)
     field = MIG_ALLOCATIONS_ANNOTATION
     if not text:
         return ()
-    doc = _loads(text, field)
+    doc = json_loads(text, field)
     if doc is None:
         return ()
     if type(doc) is not list:
         raise CodecError(
-            f"json: cannot unmarshal {_JSON_KIND.get(type(doc), 'value')} into Go value of type []nvidia.MigAllocation",
+            f"json: cannot unmarshal {JSON_KIND.get(type(doc), 'value')} into Go value of type []nvidia.MigAllocation",
             field=field, text=text,
         )
     out = []
@@ -156,26 +156,26 @@ def decode_mig_allocations(text: str | None) -> tuple[MigAllocation, ...]:
         if obj is None:
             obj = {}
         if type(obj) is not dict:
-            raise _type_error(obj, "MigAllocations", "nvidia.MigAllocation", f"{field}[{i}]", text)
+            raise type_error(obj, "MigAllocations", "nvidia.MigAllocation", f"{field}[{i}]", text)
         if not obj.keys() <= set(_MIG_ALLOC_FIELDS):
-            obj = _fold_keys(obj, _MIG_ALLOC_FIELDS)
+            obj = fold_keys(obj, _MIG_ALLOC_FIELDS)
         f = f"{field}[{i}]"
-        ci = _int_field(obj, "containerIndex", _INT64, "MigAllocation.containerIndex", "int", f, text)
-        di = _int_field(obj, "deviceIndex", _INT64, "MigAllocation.deviceIndex", "int", f, text)
-        gpu = _str_field(obj, "gpuUUID", "MigAllocation.gpuUUID", f, text)
-        profile = _str_field(obj, "profile", "MigAllocation.profile", f, text)
+        ci = int_field(obj, "containerIndex", INT64, "MigAllocation.containerIndex", "int", f, text)
+        di = int_field(obj, "deviceIndex", INT64, "MigAllocation.deviceIndex", "int", f, text)
+        gpu = str_field(obj, "gpuUUID", "MigAllocation.gpuUUID", f, text)
+        profile = str_field(obj, "profile", "MigAllocation.profile", f, text)
         placement = MigPlacement(0, 0)
         raw = obj.get("placement")
         if raw is not None:
             if type(raw) is not dict:
-                raise _type_error(raw, "MigAllocation.placement", "device.MigPlacement", f, text)
+                raise type_error(raw, "MigAllocation.placement", "device.MigPlacement", f, text)
             placement = _decode_placements([raw], f, text)[0]
-        mig_uuid = _str_field(obj, "migUUID", "MigAllocation.migUUID", f, text)
+        mig_uuid = str_field(obj, "migUUID", "MigAllocation.migUUID", f, text)
         gi = obj.get("gpuInstanceID")
         ci_id = obj.get("computeInstanceID")
         for name, value in (("gpuInstanceID", gi), ("computeInstanceID", ci_id)):
-            if value is not None and (type(value) is not int or not _UINT32[0] <= value <= _UINT32[1]):
-                raise _type_error(value, f"MigAllocation.{name}", "uint32", f, text)
+            if value is not None and (type(value) is not int or not UINT32[0] <= value <= UINT32[1]):
+                raise type_error(value, f"MigAllocation.{name}", "uint32", f, text)
         if ci < 0 or di < 0 or not gpu or not profile or placement.size == 0:
             raise CodecError(f"MIG allocation {i} is incomplete", field=f, text=text)
         runtime = sum((bool(mig_uuid), gi is not None, ci_id is not None))

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 
 from hami.device.codec.errors import CodecError
 from hami.device.codec.golang import (
-    _INT64,
-    _JSON_KIND,
-    _fold_keys,
-    _loads,
-    _require_str,
-    _str_field,
-    _type_error,
+    INT64,
+    JSON_KIND,
+    fold_keys,
     go_json_string,
+    json_loads,
+    require_str,
+    str_field,
+    type_error,
 )
 from hami.device.codec.keys import (
     PAIR_SCORE_ANNOTATION,
@@ -49,15 +49,15 @@ def encode_pair_scores(entries: Iterable[DevicePairScore]) -> str:
 
 def decode_pair_scores(text: str | bytes) -> tuple[DevicePairScore, ...]:
     """Go DecodePairScores."""
-    _require_str(text, PAIR_SCORE_ANNOTATION, bytes_ok=True)
+    require_str(text, PAIR_SCORE_ANNOTATION, bytes_ok=True)
     field = PAIR_SCORE_ANNOTATION
-    doc = _loads(text, field)
+    doc = json_loads(text, field)
     shown = text if isinstance(text, str) else text.decode("utf-8", "replace")
     if doc is None:
         return ()
     if type(doc) is not list:
         raise CodecError(
-            f"json: cannot unmarshal {_JSON_KIND.get(type(doc), 'value')} into Go value of type device.DevicePairScores",
+            f"json: cannot unmarshal {JSON_KIND.get(type(doc), 'value')} into Go value of type device.DevicePairScores",
             field=field, text=shown,
         )
     out = []
@@ -66,20 +66,20 @@ def decode_pair_scores(text: str | bytes) -> tuple[DevicePairScore, ...]:
             out.append(DevicePairScore("", {}))
             continue
         if type(obj) is not dict:
-            raise _type_error(obj, "DevicePairScores", "device.DevicePairScore", f"{field}[{i}]", shown)
+            raise type_error(obj, "DevicePairScores", "device.DevicePairScore", f"{field}[{i}]", shown)
         if not obj.keys() <= {"uuid", "score"}:
-            obj = _fold_keys(obj, ("uuid", "score"))
-        uuid = _str_field(obj, "uuid", "DevicePairScore.uuid", f"{field}[{i}].uuid", shown)
+            obj = fold_keys(obj, ("uuid", "score"))
+        uuid = str_field(obj, "uuid", "DevicePairScore.uuid", f"{field}[{i}].uuid", shown)
         raw = obj.get("score")
         scores: dict[str, int] = {}
         if raw is not None:
             if type(raw) is not dict:
-                raise _type_error(raw, "DevicePairScore.score", "map[string]int", f"{field}[{i}].score", shown)
+                raise type_error(raw, "DevicePairScore.score", "map[string]int", f"{field}[{i}].score", shown)
             for k, v in raw.items():
                 if v is None:
                     v = 0
-                if type(v) is not int or not _INT64[0] <= v <= _INT64[1]:
-                    raise _type_error(v, "DevicePairScore.score", "int", f"{field}[{i}].score.{k}", shown)
+                if type(v) is not int or not INT64[0] <= v <= INT64[1]:
+                    raise type_error(v, "DevicePairScore.score", "int", f"{field}[{i}].score.{k}", shown)
                 scores[k] = v
         out.append(DevicePairScore(uuid, scores))
     return tuple(out)

@@ -8,11 +8,11 @@ from collections.abc import Iterable
 
 from hami.device.codec.errors import CodecError
 from hami.device.codec.golang import (
-    _INT32,
-    _go_int,
-    _offset,
-    _require_str,
+    INT32,
+    go_int,
     go_quote,
+    item_offset,
+    require_str,
 )
 from hami.device.codec.keys import (
     TO_ALLOCATE_ANNOTATION,
@@ -56,7 +56,7 @@ def encode_pod_devices_checked(pod: Iterable[Iterable[ContainerDevice]]) -> str:
             _check_device_field(d.uuid, "uuid")
             _check_device_field(d.type, "type")
             for what, value in (("usedmem", d.usedmem), ("usedcores", d.usedcores)):
-                if not 0 <= value <= _INT32[1]:
+                if not 0 <= value <= INT32[1]:
                     raise CodecError(
                         f"pod device {what} {value} is outside 0..2147483647", field=f"pod device {what}",
                         text=str(value),
@@ -66,7 +66,7 @@ def encode_pod_devices_checked(pod: Iterable[Iterable[ContainerDevice]]) -> str:
 
 def decode_container_devices(text: str, *, field: str = TO_ALLOCATE_ANNOTATION, base: int = 0) -> ContainerDevices:
     """Go DecodeContainerDevices: devices of one container; empty segments are skipped."""
-    _require_str(text, field)
+    require_str(text, field)
     if not text:
         return ()
     out = []
@@ -99,8 +99,8 @@ def decode_container_devices(text: str, *, field: str = TO_ALLOCATE_ANNOTATION, 
             continue
         nums = []
         for idx, name in ((2, "memory"), (3, "core")):
-            value = _go_int(items[idx], _INT32, "ParseInt")
-            where = start + _offset(items, idx)
+            value = go_int(items[idx], INT32, "ParseInt")
+            where = start + item_offset(items, idx)
             if isinstance(value, str):
                 raise CodecError(f"invalid {name} field: {value}", field=field, text=items[idx], position=where)
             if value < 0:
@@ -115,7 +115,7 @@ def decode_container_devices(text: str, *, field: str = TO_ALLOCATE_ANNOTATION, 
 def decode_pod_devices(text: str, *, field: str = TO_ALLOCATE_ANNOTATION) -> PodDevices:
     """Go DecodePodDevices for one vendor: split on `;` keeping empty containers, so index i is
     container i in init-then-app order and a trailing `;` yields one extra empty container."""
-    _require_str(text, field)
+    require_str(text, field)
     out = []
     pos = 0
     for chunk in text.split(";"):

@@ -11,27 +11,27 @@ from dataclasses import fields as dataclass_fields
 
 from hami.device.codec.errors import CodecError
 from hami.device.codec.golang import (
-    _GO_BOOLS,
-    _INT32,
-    _INT64,
-    _JSON_KIND,
-    _UINT64,
-    _fold_keys,
-    _go_int,
-    _int_field,
-    _loads,
-    _offset,
-    _require_str,
-    _str_field,
-    _type_error,
+    GO_BOOLS,
+    INT32,
+    INT64,
+    JSON_KIND,
+    UINT64,
+    fold_keys,
+    go_int,
     go_json_string,
     go_json_value,
     go_quote,
+    int_field,
+    item_offset,
+    json_loads,
+    require_str,
+    str_field,
+    type_error,
 )
 from hami.device.codec.keys import (
     REGISTER_ANNOTATION,
 )
-from hami.device.codec.mig import _decode_mig_profiles, encode_mig_profiles
+from hami.device.codec.mig import decode_mig_profiles, encode_mig_profiles
 from hami.device.model import (
     NVIDIA,
     DeviceInfo,
@@ -107,28 +107,28 @@ def _decode_device_any(obj, i: int, text: str) -> DeviceInfo:
     field = f"{REGISTER_ANNOTATION}[{i}]"
     if type(obj) is not dict:
         raise CodecError(
-            f"device entry {i} is {_JSON_KIND.get(type(obj), 'null')}, expected an object", field=field, text=text
+            f"device entry {i} is {JSON_KIND.get(type(obj), 'null')}, expected an object", field=field, text=text
         )
     if not obj.keys() <= _DEV_KEYS:
-        obj = _fold_keys(obj, _DEV_FIELDS)
+        obj = fold_keys(obj, _DEV_FIELDS)
     ints = {}
     for key, bounds, go_type in (
-        ("index", _UINT64, "uint"), ("count", _INT32, "int32"), ("devmem", _INT32, "int32"),
-        ("devcore", _INT32, "int32"), ("numa", _INT64, "int"),
+        ("index", UINT64, "uint"), ("count", INT32, "int32"), ("devmem", INT32, "int32"),
+        ("devcore", INT32, "int32"), ("numa", INT64, "int"),
     ):
-        ints[key] = _int_field(obj, key, bounds, f"DeviceInfo.{key}", go_type, f"{field}.{key}", text)
-    strs = {key: _str_field(obj, key, f"DeviceInfo.{key}", f"{field}.{key}", text)
+        ints[key] = int_field(obj, key, bounds, f"DeviceInfo.{key}", go_type, f"{field}.{key}", text)
+    strs = {key: str_field(obj, key, f"DeviceInfo.{key}", f"{field}.{key}", text)
             for key in ("id", "type", "mode", "devicevendor")}
     health = obj.get("health")
     if health is None:
         health = False
     elif type(health) is not bool:
-        raise _type_error(health, "DeviceInfo.health", "bool", f"{field}.health", text)
+        raise type_error(health, "DeviceInfo.health", "bool", f"{field}.health", text)
     for key, kind, go_type in (("custominfo", dict, "map[string]interface {}"), ("migtemplate", list, "[]device.Geometry")):
         value = obj.get(key)
         if value is not None and type(value) is not kind:
-            raise _type_error(value, f"DeviceInfo.{key}", go_type, f"{field}.{key}", text)
-    profiles = _decode_mig_profiles(obj.get("migProfiles"), f"{field}.migProfiles", text)
+            raise type_error(value, f"DeviceInfo.{key}", go_type, f"{field}.{key}", text)
+    profiles = decode_mig_profiles(obj.get("migProfiles"), f"{field}.migProfiles", text)
     custom = obj.get("custominfo")
     return DeviceInfo(
         strs["id"], ints["count"], ints["devmem"], ints["devcore"], strs["type"], ints["index"], ints["numa"],
@@ -138,20 +138,20 @@ def _decode_device_any(obj, i: int, text: str) -> DeviceInfo:
 
 def decode_node_devices_json(text: str | bytes) -> tuple[DeviceInfo, ...]:
     """Go UnMarshalNodeDevices: a JSON array of DeviceInfo (`null` is an empty list)."""
-    _require_str(text, REGISTER_ANNOTATION, bytes_ok=True)
-    doc = _loads(text, REGISTER_ANNOTATION)
+    require_str(text, REGISTER_ANNOTATION, bytes_ok=True)
+    doc = json_loads(text, REGISTER_ANNOTATION)
     if doc is None:
         return ()
     shown = text if isinstance(text, str) else text.decode("utf-8", "replace")
     if type(doc) is not list:
-        kind = _JSON_KIND.get(type(doc), "value")
+        kind = JSON_KIND.get(type(doc), "value")
         raise CodecError(
             f"json: cannot unmarshal {kind} into Go value of type []*device.DeviceInfo",
             field=REGISTER_ANNOTATION, text=shown,
         )
     out = []
     append = out.append
-    lo32, hi32 = _INT32
+    lo32, hi32 = INT32
     hot = _HOT_KEYS
     new = object.__new__
     (set_id, set_count, set_devmem, set_devcore, set_type, set_index, set_numa, set_mode, set_health, set_migs,
@@ -199,12 +199,12 @@ def decode_node_devices_json(text: str | bytes) -> tuple[DeviceInfo, ...]:
     return tuple(out)
 
 
-_LEGACY_INT_FIELDS = ((1, "count", _INT32), (2, "memory", _INT32), (3, "core", _INT32))
+_LEGACY_INT_FIELDS = ((1, "count", INT32), (2, "memory", INT32), (3, "core", INT32))
 
 
 def decode_node_devices_legacy(text: str) -> tuple[DeviceInfo, ...]:
     """Go DecodeNodeDevices: `id,count,devmem,devcore,type,numa,health[,index,mode]:` per device."""
-    _require_str(text, REGISTER_ANNOTATION)
+    require_str(text, REGISTER_ANNOTATION)
     field = REGISTER_ANNOTATION
     if ":" not in text:
         raise CodecError("node annotation missing device separator", field=field, text=text, position=None)
@@ -227,52 +227,52 @@ def decode_node_devices_legacy(text: str) -> tuple[DeviceInfo, ...]:
         if len(items) == 9:
             digits = items[1] + items[2] + items[3] + items[5] + items[7]
             plain = len(items[1]) < 10 and len(items[2]) < 10 and len(items[3]) < 10 and len(items[5]) < 18
-            plain = plain and len(items[7]) < 18 and items[6] in _GO_BOOLS and digits.isdigit() and digits.isascii()
+            plain = plain and len(items[7]) < 18 and items[6] in GO_BOOLS and digits.isdigit() and digits.isascii()
             if plain and all(items[i] for i in (1, 2, 3, 5, 7)):
                 out.append(DeviceInfo(
                     items[0], int(items[1]), int(items[2]), int(items[3]), items[4], int(items[7]), int(items[5]),
-                    items[8], _GO_BOOLS[items[6]],
+                    items[8], GO_BOOLS[items[6]],
                 ))
                 continue
         nums = []
         for idx, name, bounds in _LEGACY_INT_FIELDS:
-            value = _go_int(items[idx], bounds, "ParseInt")
+            value = go_int(items[idx], bounds, "ParseInt")
             if isinstance(value, str):
                 raise CodecError(
                     f"invalid {name} field: {value}", field=f"{field}.{name}", text=items[idx],
-                    position=start + _offset(items, idx),
+                    position=start + item_offset(items, idx),
                 )
             nums.append(value)
         health_text = items[6]
-        if health_text not in _GO_BOOLS:
+        if health_text not in GO_BOOLS:
             raise CodecError(
                 f"invalid health field: strconv.ParseBool: parsing {go_quote(health_text)}: invalid syntax",
-                field=f"{field}.health", text=health_text, position=start + _offset(items, 6),
+                field=f"{field}.health", text=health_text, position=start + item_offset(items, 6),
             )
-        numa = _go_int(items[5], _INT64, "Atoi")
+        numa = go_int(items[5], INT64, "Atoi")
         if isinstance(numa, str):
             raise CodecError(
                 f"invalid numa field: {numa}", field=f"{field}.numa", text=items[5],
-                position=start + _offset(items, 5),
+                position=start + item_offset(items, 5),
             )
         mode, index = "hami-core", 0
         if len(items) == 9:
-            index = _go_int(items[7], _INT64, "Atoi")
+            index = go_int(items[7], INT64, "Atoi")
             if isinstance(index, str):
                 raise CodecError(
                     f"invalid index field: {index}", field=f"{field}.index", text=items[7],
-                    position=start + _offset(items, 7),
+                    position=start + item_offset(items, 7),
                 )
             if index < 0:
                 raise CodecError(
                     f"index field must not be negative: {index}", field=f"{field}.index", text=items[7],
-                    position=start + _offset(items, 7),
+                    position=start + item_offset(items, 7),
                 )
             mode = items[8]
         out.append(
             DeviceInfo(
                 id=items[0], count=nums[0], devmem=nums[1], devcore=nums[2], type=items[4],
-                index=index, numa=numa, mode=mode, health=_GO_BOOLS[health_text],
+                index=index, numa=numa, mode=mode, health=GO_BOOLS[health_text],
             )
         )
     return tuple(out)
@@ -287,7 +287,7 @@ def is_json_register(text: str) -> bool:
 def decode_node_devices(text: str) -> tuple[DeviceInfo, ...]:
     """`hami.io/node-nvidia-register` in either form. An empty result means no GPU registered
     (HAMi's "no gpu found on node"); the caller decides what that means."""
-    _require_str(text, REGISTER_ANNOTATION)
+    require_str(text, REGISTER_ANNOTATION)
     if is_json_register(text):
         return decode_node_devices_json(text)
     return decode_node_devices_legacy(text)

@@ -10,10 +10,10 @@ from datetime import UTC, datetime, timedelta, timezone, tzinfo
 
 from hami.device.codec.errors import CodecError
 from hami.device.codec.golang import (
-    _INT64,
-    _go_int,
-    _require_str,
+    INT64,
+    go_int,
     go_quote,
+    require_str,
 )
 from hami.device.codec.keys import (
     HANDSHAKE_ANNOTATION,
@@ -58,7 +58,7 @@ def _fraction(digits: str | None) -> float:
 
 def parse_datetime(text: str, tz: tzinfo | None = None, *, field: str = HANDSHAKE_ANNOTATION) -> float:
     """Go time.ParseInLocation(time.DateTime, text, tz) -> unix seconds."""
-    _require_str(text, field)
+    require_str(text, field)
     m = _DATETIME_RE.fullmatch(text)
     if m is None:
         raise CodecError(
@@ -107,7 +107,7 @@ def encode_handshake_reported(ts: float, tz: tzinfo | None = None) -> str:
 
 def parse_go_time_string(text: str, *, field: str = HANDSHAKE_ANNOTATION) -> float:
     """Unix seconds from a Go Time.String() value."""
-    _require_str(text, field)
+    require_str(text, field)
     m = _GO_TIME_STRING_RE.fullmatch(text)
     if m is None:
         raise CodecError(f"not a Go time string: {go_quote(text)}", field=field, text=text)
@@ -170,7 +170,7 @@ def format_rfc3339(ts: float, tz: tzinfo | None = None) -> str:
 
 def parse_rfc3339(text: str, *, field: str = NODE_LOCK_ANNOTATION, position: int | None = None) -> float:
     """Go time.Parse(time.RFC3339, text) -> unix seconds (fractional seconds accepted)."""
-    _require_str(text, field)
+    require_str(text, field)
     m = _RFC3339_RE.fullmatch(text)
     if m is None:
         raise CodecError(
@@ -227,7 +227,7 @@ def encode_node_lock_legacy(ts: float, tz: tzinfo | None = UTC) -> str:
 
 def decode_node_lock(text: str) -> NodeLock:
     """Go ParseNodeLock: no comma -> legacy bare RFC3339; else exactly 3 comma parts."""
-    _require_str(text, NODE_LOCK_ANNOTATION)
+    require_str(text, NODE_LOCK_ANNOTATION)
     if "," not in text:
         return NodeLock(parse_rfc3339(text, position=0))
     parts = text.split(",")
@@ -254,8 +254,8 @@ def encode_unix_seconds(ts: float) -> str:
 
 def decode_unix_seconds(text: str, *, field: str = VGPU_TIME_ANNOTATION) -> int:
     """`hami.io/vgpu-time` / `hami.io/bind-time` back to an int (strconv.ParseInt)."""
-    _require_str(text, field)
-    value = _go_int(text, _INT64, "ParseInt")
+    require_str(text, field)
+    value = go_int(text, INT64, "ParseInt")
     if isinstance(value, str):
         raise CodecError(value, field=field, text=text, position=0)
     return value

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from hami.device.codec.errors import CodecError
 from hami.device.codec.golang import (
-    _INT64,
-    _go_int,
-    _require_str,
+    INT64,
+    go_int,
     go_quote,
     go_trim_space,
+    require_str,
 )
 from hami.device.codec.keys import (
     SCORING_WEIGHTS_ANNOTATION,
@@ -21,7 +21,7 @@ from hami.device.model import (
 
 def decode_scoring_weights(text: str | None) -> ScoringWeights:
     """Go ParseDeviceScoringWeights; None (annotation absent) gives the defaults (1,1,1)."""
-    _require_str(text, SCORING_WEIGHTS_ANNOTATION, none_ok=True)
+    require_str(text, SCORING_WEIGHTS_ANNOTATION, none_ok=True)
     if text is None:
         return ScoringWeights()
     key_name = SCORING_WEIGHTS_ANNOTATION
@@ -41,7 +41,7 @@ def decode_scoring_weights(text: str | None) -> ScoringWeights:
         key = go_trim_space(key)
         if key in seen:
             raise fail(f"duplicate {go_quote(key)} weight")
-        value = _go_int(go_trim_space(raw), _INT64, "ParseInt")
+        value = go_int(go_trim_space(raw), INT64, "ParseInt")
         if isinstance(value, str):
             raise fail(f"{go_quote(key)} weight must be an integer")
         if value < 0:
