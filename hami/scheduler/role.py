@@ -43,6 +43,7 @@ from hami.scheduler.cache.handshake import Handshaker, Verdict
 from hami.scheduler.cache.lockhistory import LockHistory
 from hami.scheduler.cache.state import ClusterState
 from hami.scheduler.cache.waker import Waker
+from hami.scheduler.claimplacer import ClaimPlacer
 from hami.scheduler.extender.bind import Binder
 from hami.scheduler.extender.labeler import PodLabeler
 from hami.scheduler.extender.server import CertReloader, Extender, bound_port, serve
@@ -318,8 +319,12 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
         return webhookmod.mutate(review, wh_settings, quota=state.index.quota_view,
                                  vendor_quota=state.index.vendor_quota_view, mark=marks.issue())
 
+    claims = None
+    if sc.dra:  # pods with claims: node policy by GPU fill from the slices and allocated claims (claimplacer)
+        claims = ClaimPlacer(client, node_policy=sc.node_scheduler_policy, prioritize=sc.extender_prioritize,
+                             node_of=state.node)
     ext = Extender(config, state, placer, client, events, metrics=metrics, binder=binder,
-                   verbs=ExtraVerbs(placer, pdbs), webhook=webhook)
+                   verbs=ExtraVerbs(placer, pdbs, claims=claims), webhook=webhook, claims=claims)
     # A frozen or failing API server makes /readyz 503 within ~20 s, and 200 again a tick after it answers.
     liveness = ApiLiveness(client, probe_after=sc.api_probe_after, unready_after=sc.api_unready_after,
                            probe_timeout=min(5.0, sc.api_probe_after),
@@ -382,6 +387,8 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     assert state.pods is not None
     state.pods.add_handler(missed.on_pod)
     spawn(missed.run(s.stop), "missed-webhook")
+    for i, informer in enumerate(claims.informers if claims is not None else ()):
+        spawn(informer.run(s.stop), f"dra-informer-{i}")
     if templates is not None:
         state.pods.add_handler(templates.on_pod)
         spawn(templates.run(s.stop), "dra-templates")

@@ -654,7 +654,12 @@ class EmbeddedCluster:
                 from hami.sim.controllers.resourceclaims import ResourceClaimController
                 from hami.sim.dynamicresources import DynamicResources
 
-                loop = KubeSchedulerLoop(client, ExtenderConfig(""), DEFAULT_SCHEDULER, dra=DynamicResources(client))
+                # The extender ranks nodes for pods with claims (node policy by GPU fill) and filters
+                # those their claims cannot fit; kube-scheduler's DynamicResources allocates and binds.
+                loop = KubeSchedulerLoop(client, ExtenderConfig(
+                    extender, bind_verb="",
+                    prioritize_verb="prioritize" if cfg.scheduler.extender_prioritize else ""),
+                    DEFAULT_SCHEDULER, dra=DynamicResources(client))
                 tasks.append(asyncio.create_task(ResourceClaimController(client).run(stop),
                                                  name="resourceclaim-controller"))
             else:

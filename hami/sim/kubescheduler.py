@@ -524,7 +524,7 @@ class KubeSchedulerLoop:
             if error:
                 log.v(2).info("Claim reservation failed", pod=key, node=node, error=error)
                 return False
-        if not self.url:  # no extender: kube-scheduler's own DefaultBinder
+        if not self.url or not self.ext.bind_verb:  # no binding extender: kube-scheduler's own DefaultBinder
             try:
                 await self.client.bind_pod(meta.get("namespace", "default"), meta["name"], meta.get("uid", ""), node)
             except ApiError as exc:

@@ -133,7 +133,7 @@ class Extender:
 
     def __init__(self, config: Config, state: ClusterState, placer: Placer, client: KubeClient | None,
                  events: EventRecorder, *, metrics: SchedulerMetrics | None = None, binder: Any = None,
-                 verbs: Any = None, webhook: Callable[[bytes], Any] | None = None):
+                 verbs: Any = None, webhook: Callable[[bytes], Any] | None = None, claims: Any = None):
         self.config = config
         self.cfg = config.scheduler
         self.state = state
@@ -144,6 +144,7 @@ class Extender:
         self.binder = binder
         self.verbs = verbs  # hami.scheduler.extender.verbs.ExtraVerbs: /prioritize, /preempt
         self.webhook = webhook
+        self.claims = claims  # hami.scheduler.claimplacer.ClaimPlacer (--dra): node policy for pods with claims
         self._webhook_pool: ThreadPoolExecutor | None = None  # big admissions, one at a time, off the loop
         # HAMi's flow patches the placement at /filter (one more write per pod, a round trip before
         # answering, and annotations left behind by a replica that dies before /bind). Ours holds
@@ -234,6 +235,10 @@ class Extender:
         except ValueError as exc:
             return {"Error": str(exc)}
         if not any(r is not None and (r.__class__ is tuple or r.nums > 0) for r in requests):
+            if self.claims is not None and (pod.get("spec") or {}).get("resourceClaims"):
+                if scanned is not None:
+                    nodes = {"items": [n.node() for n in scanned]}
+                return self._filter_claims(pod, node_names if names is None else list(names.names), nodes)
             log.v(5).info("Pod asks for no HAMi device, passing through", pod=f"{ns}/{name}")
             return {"NodeNames": node_names if names is None else list(names.names), "FailedNodes": None, "Error": ""}
         if log.enabled(5):
@@ -276,6 +281,20 @@ class Extender:
             self.events.record(pod, WARNING, messages.FILTERING_FAILED, str(exc))
             return {"Error": str(exc)}
         return self._filter_succeeded(pod, ns, name, choice, node_names)
+
+    def _filter_claims(self, pod: dict, node_names: list | None, nodes: Any) -> dict | Coroutine[Any, Any, dict]:
+        """A pod with DRA claims (--dra): its node policy over the nodes its claims fit (claimplacer)."""
+        if node_names is None:  # full-Nodes mode: answer the same Node objects, in the chosen order
+            items = {(n.get("metadata") or {}).get("name", ""): n for n in (nodes or {}).get("items") or []
+                     if isinstance(n, dict)}
+            out = self.claims.filter(pod, list(items))
+            if out.__class__ is not dict:
+                return self._nodes_answer(out, items)
+            return _as_nodes(out, items)
+        return self.claims.filter(pod, list(node_names))
+
+    async def _nodes_answer(self, answer: Coroutine[Any, Any, dict], items: dict) -> dict:
+        return _as_nodes(await answer, items)
 
     def _filter_succeeded(self, pod, ns, name, choice: Choice, node_names) -> dict:
         sel, fit_scores, node = choice.selection, choice.fit_scores, choice.decision.node
@@ -445,6 +464,14 @@ def _result(out: dict) -> str:
 
 async def _encoded(answer: Coroutine[Any, Any, dict]) -> bytes:
     return _encode(await answer)
+
+
+def _as_nodes(answer: dict, items: dict) -> dict:
+    """A NodeNames answer as the full-Nodes one."""
+    if answer.get("Error"):
+        return answer
+    chosen = [items[n] for n in answer.get("NodeNames") or [] if n in items]
+    return {"Nodes": {"items": chosen} if chosen else None, "FailedNodes": answer.get("FailedNodes"), "Error": ""}
 
 
 def _bound_node(pod: dict) -> str:

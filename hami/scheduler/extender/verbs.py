@@ -130,7 +130,8 @@ def _start_time(pod: dict | None) -> str:
 class ExtraVerbs:
     """/prioritize and /preempt over HTTP; the pod's request and the usage come from the Placer."""
 
-    def __init__(self, placer: Placer, pdbs: Informer | None = None):
+    def __init__(self, placer: Placer, pdbs: Informer | None = None, claims: Any = None):
+        self.claims = claims  # hami.scheduler.claimplacer.ClaimPlacer (--dra): pods with claims by GPU fill
         self.placer = placer
         self.state = placer.state
         self.pdbs = pdbs
@@ -168,6 +169,8 @@ class ExtraVerbs:
         if isinstance(preq, str):
             return {"Error": preq}
         if preq is None:
+            if self.claims is not None and (pod.get("spec") or {}).get("resourceClaims"):
+                return self.claims.scores(pod, names)
             return [{"Host": n, "Score": 0} for n in names]
         meta = pod.get("metadata") or {}
         uid = meta.get("uid") or f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"

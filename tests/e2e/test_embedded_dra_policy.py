@@ -1,0 +1,106 @@
+"""End to end: node policies for pods with DRA claims, on `hami --role all --embedded --dra`
+(2 nodes x 2 A100 40GB), driven by real kubectl.
+
+The embedded kube-scheduler calls the extender for pods with claims (filterVerb and, with
+--extender-prioritize, prioritizeVerb; kube-scheduler binds); the extender ranks nodes by GPU fill
+from the ResourceSlices and allocated claims (hami.scheduler.claimplacer):
+
+- three `binpack` pods land on one node, then two `spread` pods take the other (the emptier) one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e.test_embedded import _wait
+from tests.ports import free_ports
+from tests.tools import find_kubectl
+
+pytestmark = pytest.mark.slow
+
+POD = """
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+  annotations: {{hami.io/node-scheduler-policy: {policy}}}
+spec:
+  containers:
+  - name: cuda
+    image: nvidia/cuda:12.4.0-base-ubuntu22.04
+    resources:
+      limits: {{nvidia.com/gpu: "1", nvidia.com/gpumem: "{mem}"}}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    state = tmp_path_factory.mktemp("drapolicy")
+    ports = dict(zip(("api", "ext", "smetrics", "mmetrics", "ui"), free_ports(5), strict=True))
+    cmd = [sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded", "--dra",
+           "--sim-state-dir", str(state), "--sim-listen", f"127.0.0.1:{ports['api']}",
+           "--http_bind", f"127.0.0.1:{ports['ext']}",
+           "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
+           "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
+           "--ui-bind-address", f"127.0.0.1:{ports['ui']}",
+           "--sim-nodes", "2", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960", "-v=4"]
+    log = open(state / "hami.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    kubeconfig = str(state / "kubeconfig")
+    env = {**os.environ, "KUBECONFIG": kubeconfig}
+    kubectl = find_kubectl()
+
+    def run(*args, check=True, stdin=None):
+        res = subprocess.run([kubectl, *args], env=env, capture_output=True, text=True, input=stdin, timeout=60)
+        if check and res.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {res.stderr}")
+        return res.stdout
+
+    def published():
+        out = run("get", "resourceslices", "-o", "json", check=False)
+        return out and len(json.loads(out)["items"]) == 2
+
+    try:
+        _wait(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
+        _wait(published, 60, what="both nodes' ResourceSlices")
+        yield {"kubectl": run, "log": state / "hami.log"}
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+def _pod(run, name):
+    return json.loads(run("get", "pod", name, "-o", "json"))
+
+
+def _node_when_running(run, name):
+    _wait(lambda: _pod(run, name)["status"].get("phase") == "Running", 60, what=f"{name} Running")
+    return _pod(run, name)["spec"]["nodeName"]
+
+
+def test_binpack_fills_one_node_and_spread_takes_the_emptier(cluster):
+    run = cluster["kubectl"]
+    nodes = []
+    for i in range(3):  # one at a time: each placement sees the claims allocated before it
+        run("create", "-f", "-", stdin=POD.format(name=f"bp{i}", policy="binpack", mem=8000))
+        nodes.append(_node_when_running(run, f"bp{i}"))
+    assert len(set(nodes)) == 1, nodes
+    spread = []
+    for i in range(2):
+        run("create", "-f", "-", stdin=POD.format(name=f"sp{i}", policy="spread", mem=8000))
+        spread.append(_node_when_running(run, f"sp{i}"))
+    assert nodes[0] not in spread, (nodes, spread)
+

@@ -1,0 +1,125 @@
+"""The extender's node policy for pods with DRA claims (hami.scheduler.claimplacer, placement.claimfit):
+GPU fill from slices and allocated claims, binpack/spread order, HAMi-style reasons for nodes the
+claims cannot fit, the allocation assumed between /filter and kube-scheduler's claim write, /prioritize."""
+
+from __future__ import annotations
+
+from hami.kubesched.allocator import Allocator, Usage, inventory
+from hami.scheduler.claimplacer import ASSUME_SECONDS, ClaimPlacer
+from hami.scheduler.placement import claimfit
+from hami.scheduler.placement.fit import parse_reason
+from tests.dra._objects import DEVICE_CLASS, DRIVER, claim, gpu_device, slice_for
+
+
+def _allocated(c: dict, node: str, device: str, memory_mib: int) -> dict:
+    return {**c, "status": {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": node, "device": device, "shareID": "s-" + c["metadata"]["name"],
+         "consumedCapacity": {"memory": str(memory_mib << 20), "cores": "0"}}]}}}}
+
+
+def _pod(name: str, claim_name: str, policy: str = "") -> dict:
+    annos = {"hami.io/node-scheduler-policy": policy} if policy else {}
+    return {"metadata": {"name": name, "namespace": "default", "annotations": annos},
+            "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}]}}
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _placer(claims: list[dict], *, prioritize: bool = False, policy: str = "binpack", clock=None) -> ClaimPlacer:
+    p = ClaimPlacer(None, node_policy=policy, prioritize=prioritize, node_of=lambda n: None,
+                    clock=clock or Clock())
+    for node in ("n1", "n2", "n3"):
+        p.slices.store[node] = slice_for(node, [gpu_device(0, memory_mib=10000), gpu_device(1, memory_mib=10000)])
+    p.classes.store[DRIVER] = DEVICE_CLASS
+    for c in claims:
+        p.claims.store[f"default/{c['metadata']['name']}"] = c
+    return p
+
+
+def test_fill_counts_memory_cores_and_shares_of_allocated_claims():
+    slices = [slice_for("n1", [gpu_device(0, memory_mib=10000), gpu_device(1, memory_mib=10000)])]
+    pools = inventory(slices).pools_for("n1")
+    assert claimfit.node_fill(pools, Usage()) == 0.0
+    used = Usage.of([_allocated(claim("a"), "n1", "gpu-0", 5000)])
+    # memory 5000/20000, shares 1/2 (a device without `shares` is one share), cores 0/200
+    assert claimfit.node_fill(pools, used) == 10 * (0.25 + 0.5 + 0.0)
+    exclusive = Usage.of([{"status": {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-1"}]}}}}])
+    assert claimfit.node_fill(pools, exclusive) == 10 * (0.5 + 0.5 + 0.5)
+
+
+def test_binpack_takes_the_fullest_node_that_fits_spread_the_emptiest():
+    held = [_allocated(claim("a"), "n2", "gpu-0", 4000), _allocated(claim("b"), "n3", "gpu-0", 9000),
+            _allocated(claim("c"), "n3", "gpu-1", 9000), claim("new", memory_mib=1000)]
+    p = _placer(held)
+    assert p.filter(_pod("p", "new", "binpack"), ["n1", "n2", "n3"])["NodeNames"] == ["n3"]
+    p = _placer(held)
+    assert p.filter(_pod("p", "new", "spread"), ["n1", "n2", "n3"])["NodeNames"] == ["n1"]
+    p = _placer(held, policy="spread")  # the config's policy when the pod names none
+    assert p.filter(_pod("p", "new"), ["n3", "n2", "n1"])["NodeNames"] == ["n1"]
+
+
+def test_binpack_skips_a_fuller_node_the_claim_does_not_fit_and_names_hamis_reason():
+    held = [_allocated(claim("b"), "n3", "gpu-0", 9000), _allocated(claim("c"), "n3", "gpu-1", 9000),
+            claim("new", memory_mib=2000)]
+    out = _placer(held, prioritize=True).filter(_pod("p", "new", "binpack"), ["n1", "n2", "n3"])
+    assert out["NodeNames"] == ["n1", "n2"]
+    reason = out["FailedNodes"]["n3"]
+    assert parse_reason(reason) == {"CardInsufficientMemory": 2}, reason
+    assert reason.startswith("2/2 CardInsufficientMemory, claim default/new: ")
+
+
+def test_no_fit_anywhere_fails_every_node():
+    held = [claim("new", memory_mib=20000)]
+    out = _placer(held).filter(_pod("p", "new"), ["n1", "n2"])
+    assert out["NodeNames"] is None and set(out["FailedNodes"]) == {"n1", "n2"}
+    assert all(parse_reason(r) == {"CardInsufficientMemory": 2} for r in out["FailedNodes"].values())
+
+
+def test_a_selector_mismatch_is_card_type_mismatch():
+    c = claim("new", selectors=(f'device.attributes["{DRIVER}"].productName == "H100"',))
+    out = _placer([c]).filter(_pod("p", "new"), ["n1"])
+    assert parse_reason(out["FailedNodes"]["n1"]) == {"CardTypeMismatch": 2}
+
+
+def test_the_answered_allocation_is_assumed_until_the_claim_shows_it_then_expires():
+    clock = Clock()
+    p = _placer([claim("x", memory_mib=6000), claim("y", memory_mib=6000)], clock=clock)
+    assert p.filter(_pod("px", "x", "binpack"), ["n1", "n2"])["NodeNames"] == ["n1"]
+    # n1 now holds px's claim (assumed): binpack keeps filling it, spread moves on
+    assert p.filter(_pod("py", "y", "binpack"), ["n2", "n1"])["NodeNames"] == ["n1"]
+    assert p.filter(_pod("py", "y", "spread"), ["n1", "n2"])["NodeNames"] == ["n2"]
+    assert p.fills(["n1"], p.usage())["n1"] > 0
+    clock.now += ASSUME_SECONDS + 1
+    assert p.fills(["n1"], p.usage())["n1"] == 0.0
+    # the claim informer showing the allocation replaces the assumption
+    p.filter(_pod("px", "x", "binpack"), ["n1", "n2"])
+    allocated = _allocated(claim("x"), "n1", "gpu-0", 6000)
+    p.claims.store["default/x"] = allocated
+    p.on_claim("MODIFIED", claim("x"), allocated)
+    assert p.assumed == {}
+    assert p.fills(["n1"], p.usage())["n1"] > 0
+
+
+def test_prioritize_scores_by_fill_per_policy():
+    held = [_allocated(claim("a"), "n2", "gpu-0", 4000), claim("new", memory_mib=1000)]
+    p = _placer(held)
+    binpack = {s["Host"]: s["Score"] for s in p.scores(_pod("p", "new", "binpack"), ["n1", "n2"])}
+    spread = {s["Host"]: s["Score"] for s in p.scores(_pod("p", "new", "spread"), ["n1", "n2"])}
+    assert binpack == {"n1": 0, "n2": 10} and spread == {"n1": 10, "n2": 0}
+
+
+def test_the_allocator_still_picks_the_devices():
+    p = _placer([claim("new", memory_mib=1000)])
+    out = p.filter(_pod("p", "new"), ["n1"])
+    assert out["NodeNames"] == ["n1"]
+    want = Allocator().allocate([claim("new", memory_mib=1000)], "n1", p.devices(), Usage(), {DRIVER: DEVICE_CLASS})
+    got = p.assumed["default/new"][0]
+    assert [r["device"] for r in got["devices"]["results"]] == [
+        r["device"] for r in want.allocations["default/new"]["devices"]["results"]]
