@@ -490,11 +490,12 @@ class Placer:
         else:
             self._binds.pop(node, None)
 
-    def place_on(self, pod: dict, node: str) -> Assumed | None:
+    def place_on(self, pod: dict, node: str) -> Assumed | str:
         """Fit `pod` on `node` now and commit it (a /bind without this replica's /filter decision
         for that node: another replica filtered, or kube-scheduler chose another of the fitting
-        nodes under --extender-prioritize); None when it does not fit."""
-        return self._place(pod, node, None, ())[1]
+        nodes under --extender-prioritize); the fit's reason when it does not fit."""
+        _kept, placed, reason = self._place(pod, node, None, ())
+        return placed if placed is not None else (reason or "no placement fits")
 
     def recheck(self, pod: dict, node: str, devices) -> tuple[bool, Assumed | None, str]:
         """/bind's re-check under the node lock: the fit /filter runs (`try_pod`, the same

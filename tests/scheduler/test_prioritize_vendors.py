@@ -169,3 +169,17 @@ async def test_a_stale_placement_of_another_vendor_is_cleared_when_the_pod_fits_
         assert v.allocated_key not in annos and v.to_allocate_key not in annos and v.allocation_key not in annos
     finally:
         await env_cm.__aexit__(None, None, None)
+
+
+async def test_a_bind_to_a_node_the_pod_does_not_fit_names_the_fits_reason_and_writes_nothing(apiserver):
+    nodes = [node_obj("big", 1, mem=40960, handshake=requesting_now()),
+             node_obj("small", 1, mem=1000, handshake=requesting_now())]
+    async with running_env(apiserver, nodes, extender_prioritize=True) as env:
+        pod = env.create_pod(pod_obj("wide", mem=8000))
+        assert (await env.filter(pod, ["big", "small"]))["NodeNames"] == ["big"]
+        out = await env.bind(pod, "small")
+        assert "no placement fits node small" in out["Error"] and "CardInsufficientMemory" in out["Error"], out
+        stored = env.pod("default", "wide")
+        assert not stored["spec"].get("nodeName")
+        assert codec.VGPU_NODE_ANNOTATION not in (stored["metadata"].get("annotations") or {})
+        assert env.sched.placer.held[pod["metadata"]["uid"]].node == "big"  # /filter's decision stands

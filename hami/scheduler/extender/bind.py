@@ -178,22 +178,23 @@ class Binder:
         return self._fail((ns, name, uid), f'409 Conflict: Operation cannot be fulfilled on pods "{name}": '
                                            f'pod {name} is already assigned to node "{bound}"')
 
-    def _placement(self, node: str, pod: dict | None, assumed) -> tuple[tuple, dict]:
-        """(devices, annotations to write) for this bind: this replica's /filter decision, else a
-        placement already on the pod (HAMi's flow), else a fit on the node now."""
+    def _placement(self, node: str, pod: dict | None, assumed) -> tuple[tuple, dict, str]:
+        """(devices, annotations to write, why none fit) for this bind: this replica's /filter
+        decision, else a placement already on the pod (HAMi's flow), else a fit on the node now."""
         if assumed is not None and assumed.node == node:
-            return assumed.devices, dict(getattr(assumed, "annotations", None) or {})
+            return assumed.devices, dict(getattr(assumed, "annotations", None) or {}), ""
         annos = _annos(pod)
         if annos.get(VGPU_NODE) == node:
             try:
-                return allocated_devices(annos, self.state.vendors), {}  # every vendor's devices
-            except codec.CodecError:
-                return (), {}
+                return allocated_devices(annos, self.state.vendors), {}, ""  # every vendor's devices
+            except codec.CodecError as exc:
+                return (), {}, str(exc)
         if pod is not None:
             placed = self.placer.place_on(pod, node)
-            if placed is not None:
-                return placed.devices, dict(placed.annotations or {})
-        return (), {}
+            if placed.__class__ is not str:
+                return placed.devices, dict(placed.annotations or {}), ""
+            return (), {}, placed
+        return (), {}, ""
 
     def _stale_keys(self, ns: str, name: str, pod: dict | None, placement: dict) -> list[str]:
         """The allocation keys the pod carries from a placement on another node (written at /filter,
@@ -213,12 +214,12 @@ class Binder:
         return pod_requests_devices(pod, self.state.nvidia)
 
     async def _bind(self, ns: str, name: str, node: str, ref, pod: dict | None, assumed) -> str:
-        devices, placement = self._placement(node, pod, assumed)
+        devices, placement, reason = self._placement(node, pod, assumed)
         if not any(devices) and self._asks_for_devices(pod):
             # Binding it would start a GPU pod with no devices: Allocate fails and the pod is Failed
             # (issue 27 §4). Nothing is written; kube-scheduler retries the pod elsewhere.
-            return self._fail(ref, f"pod {ns}/{name} asks for devices but no placement fits node {node}: "
-                                   f"nothing bound")
+            return self._fail(ref, f"pod {ns}/{name} asks for devices but no placement fits node {node}"
+                                   f"{': ' + reason if reason else ''}: nothing bound")
         # Each vendor's LockNode: only those whose plugin releases hami.io/mutex.lock take it.
         uses_devices = bool(devices) and any(devices) and takes_node_lock(devices, self.state.vendors)
         locked = False
