@@ -56,6 +56,10 @@ async def test_stripping_its_own_placement_is_refused(apiserver):
         assert codec.VGPU_NODE_ANNOTATION in body["message"] and "hami-demo-user" in body["message"]
         annos = tenant.store.get("pods", "default", "honest")["metadata"]["annotations"]
         assert all(k in annos for k in PLACEMENT)
+        # Through pods/status (its metadata is written too): the same answer.
+        status, body = await tenant.call("PATCH", "/api/v1/namespaces/default/pods/honest/status", strip(),
+                                         "application/merge-patch+json")
+        assert status == 403 and codec.VGPU_NODE_ANNOTATION in body["message"], body
         # Changing one to another value is refused the same way (a JSON patch this time).
         status, body = await tenant.patch_pod("honest", [
             {"op": "replace", "path": "/metadata/annotations/hami.io~1vgpu-devices-allocated", "value": ""}],

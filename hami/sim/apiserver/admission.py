@@ -12,6 +12,8 @@ UPDATEs and Bindings skip the call; every pod CREATE is mutated, whoever makes i
 controller). A Binding (`subresource="binding"`) is sent as kube-apiserver sends it, kind Binding on
 resource pods, subResource binding, only when it carries annotations (the chart's matchConditions:
 the plain Bindings of every scheduler need no round trip; its annotations are what lands on the pod).
+A pods/status UPDATE that changes annotations is sent too (subResource status): on a real cluster the
+chart's ValidatingAdmissionPolicy judges it with the same rule, and this server runs no policies.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ from hami.sim.apiserver.store import ApiError
 log = get_logger(__name__)
 
 IGNORE_LABEL = ("hami.io/webhook", "ignore")
+
+
+def _annotations(obj: dict | None) -> dict:
+    meta = (obj or {}).get("metadata")
+    annos = meta.get("annotations") if isinstance(meta, dict) else None
+    return annos if isinstance(annos, dict) else {}
 
 
 class WebhookAdmission:
@@ -51,17 +59,22 @@ class WebhookAdmission:
         """The object to store: mutated by the webhook, unchanged when it is unreachable (Ignore)."""
         if resource != "pods" or operation not in self.operations or self._excluded(namespace_labels):
             return obj
-        if subresource not in ("", "binding"):
+        if subresource not in ("", "binding", "status"):
+            return obj
+        if subresource == "status" and _annotations(obj) == _annotations(old):
+            # pods/status writes the pod's metadata too: the chart's ValidatingAdmissionPolicy judges it.
+            # This server runs no policies, so it asks the webhook the same question, only when the
+            # annotations change (every kubelet status write would otherwise pay a round trip).
             return obj
         trusted = user is not None and user.get("username") in self.skip_users
         if (operation == "UPDATE" or subresource) and trusted:
             return obj  # the chart's matchConditions: hami's own updates and bindings need no round trip
-        if subresource and not (obj.get("metadata") or {}).get("annotations"):
+        if subresource == "binding" and not _annotations(obj):
             return obj  # a Binding without annotations writes only spec.nodeName: nothing for the webhook
         request = {
             "uid": str(uuid.uuid4()), "operation": operation, "namespace": namespace,
             "name": (obj.get("metadata") or {}).get("name", ""),
-            "kind": {"group": "", "version": "v1", "kind": "Binding" if subresource else "Pod"},
+            "kind": {"group": "", "version": "v1", "kind": "Binding" if subresource == "binding" else "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
             "object": obj, "dryRun": False,
         }

@@ -351,20 +351,20 @@ class ApiServer:
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {res.plural}/{sub}")
         if method == "PUT":
             obj = await self._read_json(request)
-            if self.admission is not None and not sub:
-                await self._admit_update(res.key, ns, name, obj, user)
+            if self.admission is not None:
+                await self._admit_update(res.key, ns, name, obj, user, subresource=sub)
             return _json(self.store.update(res.key, ns, name, obj, subresource=sub, owned=True, dry_run=dry).raw)
         if method == "PATCH":
             body = await self._read_body(request)
             ctype = request.headers.get("Content-Type", "")
-            if self.admission is not None and not sub:
+            if self.admission is not None:
                 old = self.store.entry(res.key, ns, name).obj
                 try:
                     patched = apply_patch(old, body, ctype)
                 except PatchError:
                     patched = None  # store.patch answers the error
                 if patched is not None:
-                    await self._admit_update(res.key, ns, name, patched, user, old)
+                    await self._admit_update(res.key, ns, name, patched, user, old, subresource=sub)
             return _json(self.store.patch(res.key, ns, name, body, ctype, subresource=sub, dry_run=dry).raw)
         if method == "DELETE":
             opts = await self._read_body(request)
@@ -382,11 +382,13 @@ class ApiServer:
             return _json(self.store.delete(res.key, ns, name, uid=uid, resource_version=rv, dry_run=dry).raw)
         raise ApiError(405, "MethodNotAllowed", f"method {method} is not supported")
 
-    async def _admit_update(self, key: str, ns: str, name: str, obj: dict, user: dict, old: dict | None = None) -> None:
+    async def _admit_update(self, key: str, ns: str, name: str, obj: dict, user: dict, old: dict | None = None,
+                            subresource: str = "") -> None:
         """Validating admission of an UPDATE (the webhook never mutates one): raises its denial."""
         if old is None:
             old = self.store.entry(key, ns, name).obj
-        await self.admission(key, ns, obj, self._ns_labels(ns), user=user, operation="UPDATE", old=old)
+        await self.admission(key, ns, obj, self._ns_labels(ns), user=user, operation="UPDATE", old=old,
+                             subresource=subresource)
 
     def _ns_labels(self, ns: str) -> dict:
         if not ns:
