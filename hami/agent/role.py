@@ -9,8 +9,8 @@ Pieces, all started here and stopped on `ctx.stop`:
   device list when it changes, and patch `hami.io/node-nvidia-register` only when the decoded
   registration differs from what the Node carries (checked every tick against the node cache);
 * with `--report-node-capacity`, the healthy GPUs' memory and cores in the Node's `status.capacity`
-  and `status.allocatable` (hami.agent.capacity), kept current on every tick; without it, the first
-  tick removes what an earlier run with the flag left there.
+  and `status.allocatable` (hami.agent.capacityreport), kept current on every tick; without it, the
+  first tick removes what an earlier run with the flag left there.
 The agent never writes `hami.io/node-handshake` (HAMi v2.10's plugin does not either).
 """
 
@@ -22,7 +22,7 @@ import os
 from collections.abc import Sequence
 
 from hami.agent import hamicore
-from hami.agent.capacity import node_capacity, status_patch
+from hami.agent.capacityreport import CapacityReporter
 from hami.agent.deviceplugin import DevicePluginServer, PodAllocator
 from hami.agent.mig import with_mig_profiles
 from hami.agent.migmgr import MigManager
@@ -34,7 +34,6 @@ from hami.device.nodeconfig import DeviceSettings, settings_for_node
 from hami.gpu import GpuBackend, GpuInfo, make_backend
 from hami.gpu.mig import MigControl
 from hami.gpu.topology import TopologySource, asymmetric_pairs, pair_scores
-from hami.kube.client import ApiError
 from hami.kube.lanes import background
 from hami.kube.nodeevents import REASON_ASYMMETRIC_P2P, asymmetric_link_message, emit_node_warning
 from hami.kube.nodemode import DEVICE_PLUGIN, claim_node
@@ -114,16 +113,8 @@ class Agent:
         self._asymmetric_reported: frozenset[tuple[str, str]] = frozenset()
         self._seen_annotation: str | None = None
         self._seen_devices: tuple[DeviceInfo, ...] | None = None
-        self.report_node_capacity = report_node_capacity
-        self.capacity_resources = capacity_resources  # (memory, cores): the names pods ask for
-        self.capacity_patches = 0
-        self.capacity_error = ""  # the last failed nodes/status patch, "" once one works
-        self._capacity_retry_at = 0.0
-        self.capacity_refusals = 0
-        # What the last status patch sent and the Node's resourceVersion then: the same values are not
-        # sent again until the watch shows the Node changed (another writer may have removed them).
-        self._capacity_sent: tuple[dict | None, str] | None = None
-        self._capacity_cleared = False
+        self.capacity = CapacityReporter(client, node_name, report_node_capacity, capacity_resources,
+                                         retry_after=max(tick, min(RETRY_AFTER_ERROR, register_interval)))
 
     # ------------------------------------------------------------------ registration
 
@@ -230,7 +221,7 @@ class Agent:
         core = self._hamicore_now().annotation
         if self._node_annotation(hamicore.ANNOTATION) != core:
             annotations[hamicore.ANNOTATION] = core
-        await self._sync_capacity(devices)
+        await self.capacity.sync(self.nodes.store.get(self.node_name), devices)
         if not annotations:
             self.registered = devices
             return False
@@ -243,42 +234,6 @@ class Agent:
         log.info("Registered devices on node", node=self.node_name, devices=len(devices),
                  healthy=sum(d.health for d in devices), pair_scores=PAIR_SCORE_ANNOTATION in annotations)
         return True
-
-    async def _sync_capacity(self, devices: tuple[DeviceInfo, ...]) -> None:
-        """`--report-node-capacity`: patch `nodes/status` where capacity/allocatable differ from the
-        healthy registered GPUs; without it, remove what a run with the flag left (once per start)."""
-        node = self.nodes.store.get(self.node_name)
-        if node is None or (not self.report_node_capacity and self._capacity_cleared):
-            return
-        if self.capacity_error and asyncio.get_running_loop().time() < self._capacity_retry_at:
-            return  # refused a moment ago: not a write every tick while it stays refused
-        want = node_capacity(devices, *self.capacity_resources) if self.report_node_capacity else None
-        patch = status_patch(node, want, self.capacity_resources)
-        rv = (node.get("metadata") or {}).get("resourceVersion", "")
-        if patch is None or self._capacity_sent == (want, rv):
-            self._capacity_cleared = not self.report_node_capacity
-            return
-        try:
-            with background():
-                await self.client.patch_node_status(self.node_name, patch)
-        except ApiError as exc:
-            # Reporting is for Cluster Autoscaler and dashboards: its failure (a chart without the
-            # nodes/status grant, a refusing policy) never holds up the registration or Allocate.
-            error = f"{exc.status} {exc.reason}: {exc.message}"[:300]
-            if error != self.capacity_error:
-                log.warning("Could not report GPU capacity on node (nodes/status patch)", node=self.node_name,
-                            error=error)
-            self.capacity_error = error
-            self.capacity_refusals += 1
-            self._capacity_retry_at = asyncio.get_running_loop().time() + max(
-                self.tick, min(RETRY_AFTER_ERROR, self.register_interval))
-            return
-        self.capacity_error = ""
-        self._capacity_sent = (want, rv)
-        self._capacity_cleared = not self.report_node_capacity
-        self.capacity_patches += 1
-        log.info("Reported GPU capacity on node" if want else "Removed reported GPU capacity from node",
-                 node=self.node_name, **({k.rsplit("/", 1)[-1]: v for k, v in want.items()} if want else {}))
 
     async def _static_mig(self, gpus) -> StaticMig:
         instances = {}

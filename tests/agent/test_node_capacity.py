@@ -76,9 +76,9 @@ async def test_reports_healthy_memory_and_cores_and_follows_health_loss():
         await _wait_reported(h, {MEM: "0", CORES: "0"})
         h.write_gpus(gpu_doc())
         await _wait_reported(h, {MEM: "81920", CORES: "200"})
-        patches = h.agent.capacity_patches
+        patches = h.agent.capacity.patches
         await asyncio.sleep(0.3)  # many ticks: an unchanged node is not patched again
-        assert h.agent.capacity_patches == patches
+        assert h.agent.capacity.patches == patches
 
 
 async def test_memory_scaling_is_in_the_reported_memory():
@@ -110,7 +110,7 @@ async def test_turning_the_flag_off_removes_what_an_earlier_run_reported():
         await h.start_agent()
         node = await _wait_reported(h, {}, kubelet=True)
         assert node["status"]["capacity"]["nvidia.com/gpu"] == "20"  # the kubelet's resource stays
-        assert h.agent.capacity_patches == 1
+        assert h.agent.capacity.patches == 1
         # off means off: a value someone writes later is not the agent's business until its next start
         await h.client.patch_node_status(NODE, {"status": {"capacity": {MEM: "5"}}})
         await asyncio.sleep(0.3)
@@ -122,7 +122,7 @@ async def test_without_the_flag_nothing_is_written():
         await h.agent.nodes.wait_for(lambda: h.agent.registered is not None, 10)
         await asyncio.sleep(0.2)
         assert _reported(await h.node()) == ({}, {})
-        assert h.agent.capacity_patches == 0
+        assert h.agent.capacity.patches == 0
 
 
 # ------------------------------------------------------------------ the embedded API server's nodes/status
@@ -173,11 +173,11 @@ async def test_a_refused_status_patch_never_holds_up_the_registration():
             (h.agent.nodes.store.get(NODE) or {}).get("metadata", {}).get("annotations") or {}), 10)
         await asyncio.wait_for(h.agent.plugin.registered.wait(), 10)
         assert h.agent.readiness() == []  # serving: the missing grant is not a reason to be unready
-        assert h.agent.capacity_error.startswith("403 Forbidden")
+        assert h.agent.capacity.error.startswith("403 Forbidden")
         assert _reported(await h.node()) == ({}, {})
-        refusals = h.agent.capacity_refusals
+        refusals = h.agent.capacity.refusals
         await asyncio.sleep(2.0)  # 40 ticks: a refused patch is retried every 5 s, not every tick
-        assert refusals >= 1 and h.agent.capacity_refusals <= refusals + 1
+        assert refusals >= 1 and h.agent.capacity.refusals <= refusals + 1
         h.server.authz.allow_all()
         await _wait_reported(h, {MEM: "81920", CORES: "200"}, timeout=20)
-        assert h.agent.capacity_error == ""
+        assert h.agent.capacity.error == ""
