@@ -151,6 +151,18 @@ def test_unknown_key_warns_once_naming_key_and_file(tmp_path):
     build_config({"device_config_file": str(f)}, env={}, warn=warnings.append)
     assert len(warnings) == 1
     assert "deviceSplitCont" in warnings[0] and str(f) in warnings[0]
+    assert "(did you mean deviceSplitCount?)" in warnings[0]
+
+
+def test_unknown_node_config_key_names_the_nearest_known_key_or_none(tmp_path):
+    f = tmp_path / "nodes.json"
+    f.write_text('{"nodeconfig": [{"name": "n1", "devicesplitcont": 4, "zzz": 1}], "nodeconfg": []}')
+    warnings = []
+    build_config({"node_config_file": str(f)}, env={}, warn=warnings.append)
+    assert len(warnings) == 3
+    assert "(did you mean devicesplitcount?)" in warnings[1] and "zzz" in warnings[2]
+    assert "did you mean" not in warnings[2]
+    assert "nodeconfg" in warnings[0] and "(did you mean nodeconfig?)" in warnings[0]
 
 
 def test_shipped_examples_parse_cleanly():
