@@ -25,9 +25,16 @@ namespace that does not exist gives 404 (`default`, `kube-system`, `kube-public`
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from hami.sim.apiserver.server import ApiServer
 from hami.sim.apiserver.store import Store
+
+# One Hypothesis profile for every test file, loaded here so no file's import order changes another's
+# settings: no per-example deadline (a wall-clock limit fails on a loaded machine, not on a wrong
+# answer) and no too-slow health check, for the same reason. Tests set their own max_examples.
+settings.register_profile("hami", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("hami")
 
 
 @pytest.fixture

@@ -115,6 +115,7 @@ class Agent:
         self._seen_devices: tuple[DeviceInfo, ...] | None = None
         self.capacity = CapacityReporter(client, node_name, report_node_capacity, capacity_resources,
                                          retry_after=max(tick, min(RETRY_AFTER_ERROR, register_interval)))
+        self.syncs = 0  # device-loop passes finished (ok or failed): what "nothing changed over N passes" counts
 
     # ------------------------------------------------------------------ registration
 
@@ -270,6 +271,7 @@ class Agent:
                 log.warning("Device sync failed, retrying", node=self.node_name, error=str(exc)[:300])
                 self.sync_error = str(exc)[:300] or type(exc).__name__
                 delay = max(self.tick, min(RETRY_AFTER_ERROR, self.register_interval))
+            self.syncs += 1
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
 

@@ -22,7 +22,7 @@ import asyncio
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -111,6 +111,7 @@ class KubeClient:
         # (verb, resource, code) -> count; code is the HTTP status as a string, or "error".
         self.requests: dict[tuple[str, str, str], int] = {}
         self.on_request: Callable[[str, str, str, float], None] | None = None
+        self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # the 429 back-off's wait (tests inject one)
 
     # ------------------------------------------------------------------ construction
 
@@ -226,7 +227,7 @@ class KubeClient:
             if attempt > MAX_RETRIES or (deadline is not None and loop.time() + wait >= deadline):
                 raise err
             stats.retries += 1
-            await asyncio.sleep(wait)
+            await self.sleep(wait)
 
     async def open_watch(self, resource: str, query: list[tuple[str, Any]],
                          read_timeout: float, namespace: str | None = None) -> aiohttp.ClientResponse:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -117,16 +117,18 @@ def budgets_for(role: str, qps: float | None, burst: int | None, background_qps:
 class TokenBucket:
     """client-go's token-bucket rate limiter: `qps` tokens a second, at most `burst` banked.
 
-    qps <= 0 disables limiting. `clock` is injectable for tests (defaults to monotonic time).
+    qps <= 0 disables limiting. `clock` and `sleep` are injectable for tests (default: monotonic time, asyncio.sleep).
     Waiters are served in arrival order, except urgent ones (`urgent()`), which take the next token
     ahead of the queue (they only race the queue's head and each other). `waited` sums the seconds callers spent waiting: the
     saturation signal (`hami_kube_lane_wait_seconds_total`).
     """
 
-    def __init__(self, qps: float, burst: int, clock: Callable[[], float] | None = None):
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] | None = None,
+                 sleep: Callable[[float], Awaitable[None]] | None = None):
         self.qps = float(qps)
         self.burst = max(1, int(burst))
         self._clock = clock or time.monotonic
+        self._sleep = sleep or asyncio.sleep  # injectable with the clock: a test's fake time moves both
         self._tokens = float(self.burst)
         self._last = self._clock()
         self._lock = asyncio.Lock()
@@ -167,7 +169,7 @@ class TokenBucket:
         while self._tokens < 1.0 or (not urgent and self._urgent_waiting):
             delay = max(1.0 - self._tokens, 1.0 if self._tokens >= 1.0 else 0.0) / self.qps
             self.waited += delay
-            await asyncio.sleep(delay)
+            await self._sleep(delay)
             self._refill()
         self._tokens -= 1.0  # no await between the check and the take: never below zero
 

@@ -97,6 +97,17 @@ class NodeHarness:
 
     # ------------------------------------------------------------------ helpers
 
+    async def passes(self, n: int, timeout: float = 30.0) -> None:
+        """Wait until the agent's device loop has finished `n` more passes: what a check that nothing
+        changed waits for (each pass is a chance to change it), not a time that is short under load."""
+        want = self.agent.syncs + n
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.agent.syncs < want:
+            if loop.time() > deadline:
+                raise AssertionError(f"the device loop finished {self.agent.syncs} of {want} passes in time")
+            await asyncio.sleep(0.01)
+
     async def node(self) -> dict:
         return await self.client.get_node(NODE)
 

@@ -143,7 +143,7 @@ async def test_unheld_instance_with_running_processes_is_kept_until_they_end():
         busy = h.backend.create_mig(U, "2g.10gb", 0)  # a bare process outside Kubernetes uses it
         h.backend.set_mig_busy(U, busy.gpu_instance_id, True)
         await h.start_agent()
-        await asyncio.sleep(0.3)  # several reconcile ticks
+        await h.passes(6)  # several reconcile passes
         assert h.backend.mig_instances(U) == (busy,) and h.agent.mig.destroyed == 0
         h.backend.set_mig_busy(U, busy.gpu_instance_id, False)
         await wait_until(lambda: not h.backend.mig_instances(U) and not h.backend.mig_enabled(U))
@@ -180,7 +180,7 @@ async def test_malformed_annotation_is_refused_naming_the_key_and_pauses_reconci
         h.backend.set_mig_mode(U, True)
         stray = h.backend.create_mig(U, "1g.5gb", 0)
         # A live pod's annotation does not decode: nothing is destroyed on a guess.
-        await asyncio.sleep(0.3)
+        await h.passes(6)
         assert h.backend.mig_instances(U) == (stray,)
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await h.kubelet.allocate_pod(pod)

@@ -77,7 +77,7 @@ async def test_reports_healthy_memory_and_cores_and_follows_health_loss():
         h.write_gpus(gpu_doc())
         await _wait_reported(h, {MEM: "81920", CORES: "200"})
         patches = h.agent.capacity.patches
-        await asyncio.sleep(0.3)  # many ticks: an unchanged node is not patched again
+        await h.passes(6)  # many passes: an unchanged node is not patched again
         assert h.agent.capacity.patches == patches
 
 
@@ -113,14 +113,17 @@ async def test_turning_the_flag_off_removes_what_an_earlier_run_reported():
         assert h.agent.capacity.patches == 1
         # off means off: a value someone writes later is not the agent's business until its next start
         await h.client.patch_node_status(NODE, {"status": {"capacity": {MEM: "5"}}})
-        await asyncio.sleep(0.3)
+        # The agent has seen that write (its node cache) and then had many passes to undo it.
+        assert await h.agent.nodes.wait_for(
+            lambda: ((h.agent.nodes.store.get(NODE) or {}).get("status") or {}).get("capacity", {}).get(MEM) == "5", 10)
+        await h.passes(6)
         assert _reported(await h.node())[0] == {MEM: "5"}
 
 
 async def test_without_the_flag_nothing_is_written():
     async with NodeHarness() as h:
         await h.agent.nodes.wait_for(lambda: h.agent.registered is not None, 10)
-        await asyncio.sleep(0.2)
+        await h.passes(4)  # passes after the registration, each a chance to write capacity
         assert _reported(await h.node()) == ({}, {})
         assert h.agent.capacity.patches == 0
 
@@ -176,7 +179,7 @@ async def test_a_refused_status_patch_never_holds_up_the_registration():
         assert h.agent.capacity.error.startswith("403 Forbidden")
         assert _reported(await h.node()) == ({}, {})
         refusals = h.agent.capacity.refusals
-        await asyncio.sleep(2.0)  # 40 ticks: a refused patch is retried every 5 s, not every tick
+        await h.passes(40)  # 40 passes: a refused patch is retried every 5 s, not every pass
         assert refusals >= 1 and h.agent.capacity.refusals <= refusals + 1
         h.server.authz.allow_all()
         await _wait_reported(h, {MEM: "81920", CORES: "200"}, timeout=20)

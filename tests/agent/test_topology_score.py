@@ -43,7 +43,7 @@ async def test_scores_published_in_hami_format_and_repatched_only_on_change():
         assert json.loads(text)[0] == {"uuid": u[0], "score": {u[1]: 50, u[2]: 10}}
         assert _pair_scores(text)[u[1]] == {u[0]: 50, u[2]: 10}
         patches = h.agent.register_patches
-        await asyncio.sleep(0.5)  # ~10 ticks with nothing changed
+        await h.passes(10)  # ten device-loop passes with nothing changed
         assert h.agent.register_patches == patches
         h.write_gpus(pcie_doc(nvlinks={2: 2}))
         text = await _wait_score(h, lambda doc: doc[0]["score"][u[2]] == 210)
@@ -80,6 +80,6 @@ async def test_asymmetric_nvlink_data_raises_one_node_warning_event_as_hami_does
         assert ev["involvedObject"]["kind"] == "Node"
         assert ev["source"]["component"] == "hami-device-plugin"
         assert u[0] in ev["message"] and u[2] in ev["message"]
-        await asyncio.sleep(0.5)  # ~10 more ticks: the same pair is not reported again
+        await h.passes(10)  # ten more passes: the same pair is not reported again
         again = await _node_events(h, "AsymmetricGPUP2PLink")
         assert len(again) == 1 and again[0]["count"] == 1

@@ -14,16 +14,12 @@ from datetime import UTC, timedelta, timezone
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami.device import codec
 from hami.device.codec import CodecError
 from hami.device.model import ContainerDevice, DeviceInfo, MigPlacement, MigProfile, ScoringWeights
-
-settings.register_profile("hami-device", deadline=None, max_examples=100,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("hami-device")
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 UINT32 = st.integers(0, 2**32 - 1)

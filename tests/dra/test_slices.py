@@ -223,9 +223,15 @@ json_values = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st
 @given(json_values)
 def test_any_claim_shape_is_a_claim_error_or_a_valid_share(claim):
     try:
-        shares(claim, driver=DRIVER, pool="n1", published=PUB)
+        out = shares(claim, driver=DRIVER, pool="n1", published=PUB)
     except ClaimError:
-        pass
+        return
+    assert len({s.device for s in out}) == len(out)  # one share per device
+    for s in out:
+        assert s.device in PUB and s.uuid == PUB[s.device].uuid  # only devices this node publishes
+        assert 1 <= s.memory_mib <= PUB[s.device].memory_mib
+        assert 0 <= s.cores <= 100
+        assert s.requests and all(isinstance(r, str) for r in s.requests)
 
 
 def test_missing_consumed_capacity_means_the_whole_device():

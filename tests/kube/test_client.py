@@ -74,7 +74,7 @@ async def test_bind_pod_sets_node_name(client: KubeClient):
     assert client.requests[("create", "pods/binding", "201")] == 1
 
 
-async def test_token_bucket_allows_burst_then_paces_at_qps(monkeypatch):
+async def test_token_bucket_allows_burst_then_paces_at_qps():
     clock = Clock()
     slept: list[float] = []
 
@@ -82,8 +82,7 @@ async def test_token_bucket_allows_burst_then_paces_at_qps(monkeypatch):
         slept.append(delay)
         clock.now += delay
 
-    monkeypatch.setattr("hami.kube.client.asyncio.sleep", fake_sleep)
-    bucket = TokenBucket(qps=5, burst=3, clock=clock)
+    bucket = TokenBucket(qps=5, burst=3, clock=clock, sleep=fake_sleep)
     for _ in range(3):
         await bucket.acquire()
     assert slept == []

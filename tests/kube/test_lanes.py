@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from hami.config import KubeSettings, build_config
-from hami.kube import client as clientmod
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.events import NORMAL, EventRecorder
 from hami.kube.lanes import (
@@ -159,16 +158,15 @@ async def test_flooded_background_lane_never_delays_critical_writes(apiserver):
         await c.close()
 
 
-async def test_429_retry_after_is_honoured_then_the_write_succeeds(apiserver, monkeypatch):
+async def test_429_retry_after_is_honoured_then_the_write_succeeds(apiserver):
     c = await client_for(apiserver.kubeconfig)
     waits: list[float] = []
-    real_sleep = asyncio.sleep
 
     async def recording_sleep(seconds: float) -> None:
         waits.append(seconds)
-        await real_sleep(0)
+        await asyncio.sleep(0)
 
-    monkeypatch.setattr(clientmod.asyncio, "sleep", recording_sleep)
+    c.sleep = recording_sleep
     try:
         await c.create("nodes", node_obj("n1"))
         apiserver.faults.fail_next_writes(2, 429)  # Retry-After: 1
@@ -181,13 +179,13 @@ async def test_429_retry_after_is_honoured_then_the_write_succeeds(apiserver, mo
         await c.close()
 
 
-async def test_429_retries_are_bounded(apiserver, monkeypatch):
+async def test_429_retries_are_bounded(apiserver):
     c = await client_for(apiserver.kubeconfig, timeout=0)
 
     async def no_sleep(seconds: float) -> None:
         return None
 
-    monkeypatch.setattr(clientmod.asyncio, "sleep", no_sleep)
+    c.sleep = no_sleep
     try:
         await c.create("nodes", node_obj("n1"))
         apiserver.faults.fail_next_writes(100, 429)
@@ -231,22 +229,13 @@ async def test_embedded_server_in_flight_limit_answers_429_and_clients_get_throu
         await c.close()
 
 
-async def test_embedded_server_read_and_write_latency_knobs(apiserver, monkeypatch):
-    from hami.sim.apiserver import server as apimod
-    slept: list[float] = []
-    real_sleep = asyncio.sleep
-
-    async def recording_sleep(seconds: float) -> None:
-        slept.append(seconds)
-        await real_sleep(0)
-
+async def test_embedded_server_read_and_write_latency_knobs(apiserver):
     c = await client_for(apiserver.kubeconfig)
     try:
         apiserver.faults.read_delay, apiserver.faults.write_delay = 0.001, 0.005
-        monkeypatch.setattr(apimod.asyncio, "sleep", recording_sleep)
         await c.create("nodes", node_obj("n1"))
         await c.get_node("n1")
-        assert slept == [0.005, 0.001]
+        assert list(apiserver.faults.applied) == [0.005, 0.001]
     finally:
         apiserver.faults.reset()
         await c.close()

@@ -176,6 +176,8 @@ async def test_cmdline_index_and_bad_parameters(pprof_app):
 async def test_debug_server_serves_pprof_on_loopback_by_default():
     runner, port = await start_debug_server(":0")
     try:
+        # Bound to loopback only: a listener on 0.0.0.0 would answer the request below too.
+        assert [addr[:2] for addr in runner.addresses] == [("127.0.0.1", port)]
         async with aiohttp.ClientSession() as session:
             async with session.get(f"http://127.0.0.1:{port}/debug/pprof/cmdline") as resp:
                 assert resp.status == 200

@@ -10,6 +10,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from hami.apierror import ApiError
 from hami.sim.apiserver.admission import WebhookAdmission
 from tests.ports import serve_app
 
@@ -64,8 +65,9 @@ async def test_denial_is_a_status_error_and_nothing_is_stored(apiserver, webhook
     status, obj = await _create(apiserver, _pod("b", nodeName="n1"))
     assert status == 403 and obj["kind"] == "Status"
     assert obj["message"] == 'admission webhook "vgpu.hami.io" denied the request: pod has node assigned'
-    with pytest.raises(Exception, match="not found"):
+    with pytest.raises(ApiError, match="not found") as info:
         apiserver.store.get("pods", "default", "b")
+    assert info.value.code == 404
 
 
 async def test_unreachable_webhook_admits_unchanged(apiserver):

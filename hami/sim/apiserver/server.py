@@ -24,8 +24,9 @@ import contextlib
 import os
 import socket
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 from aiohttp import web
@@ -81,6 +82,9 @@ class Faults:
     fail_writes: int = 0  # the next N writes answer `fail_status` without changing anything
     fail_status: int = 500  # 429 (with Retry-After: 1) or 500, or any other code
     silent_watch: bool = False  # new watches answer 200 and then never send a byte
+    # The latest latency-knob delays as they were served (bounded: a long benchmark keeps only the tail).
+    applied: deque[float] = field(default_factory=lambda: deque(maxlen=64))
+
 
     def fail_next_writes(self, n: int, status: int = 500) -> None:
         self.fail_writes, self.fail_status = n, status
@@ -89,6 +93,7 @@ class Faults:
         self.delay = self.read_delay = self.write_delay = 0.0
         self.max_inflight, self.retry_after = 0, 1
         self.fail_writes, self.fail_status, self.silent_watch = 0, 500, False
+        self.applied.clear()
 
 
 def _verb(method: str, name: str, watch: bool) -> str:
@@ -240,14 +245,17 @@ class ApiServer:
     async def _serve(self, request: web.Request, method: str, write: bool) -> web.StreamResponse:
         f = self.faults
         if f.delay:
+            f.applied.append(f.delay)
             await asyncio.sleep(f.delay)
         if write:
             if f.write_delay:
+                f.applied.append(f.write_delay)
                 await asyncio.sleep(f.write_delay)
             if f.fail_writes > 0:
                 f.fail_writes -= 1
                 return self._injected(f.fail_status)
         elif f.read_delay and method == "GET":
+            f.applied.append(f.read_delay)
             await asyncio.sleep(f.read_delay)
         try:
             return await self._dispatch(request, method)
