@@ -48,6 +48,12 @@ ObjectResync = Callable[[str, dict | None], None]
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 
 
+# Objects a LIST's replace handles, and objects its transform projects, between two turns of the
+# event loop (Informer._list, _replace): a re-list of 40,000 pods must not hold /filter.
+REPLACE_STEP = 1000
+TRANSFORM_STEP = 100
+
+
 def object_key(kind: str, obj: dict) -> str:
     meta = obj.get("metadata") or {}
     ns = meta.get("namespace")
@@ -84,6 +90,9 @@ class Informer:
         self.watches = 0
         self.relists_gone = 0
         self.replaced = 0  # LISTs whose objects replaced the store (the first sync and every re-list)
+        # Called with True as a LIST begins and False when it ended (hami.kube.listgc: the collector
+        # paused meanwhile); None: nothing.
+        self.on_list: Callable[[bool], None] | None = None
         self.silent_reconnects = 0
         self.errors = 0
         self.handler_failures = 0
@@ -195,7 +204,13 @@ class Informer:
         while True:
             try:
                 if need_list:
-                    await self._list()
+                    if self.on_list is not None:
+                        self.on_list(True)
+                    try:
+                        await self._list()
+                    finally:
+                        if self.on_list is not None:
+                            self.on_list(False)
                     need_list = False
                     self._after_list()
                 delivered = await self._watch()
@@ -246,34 +261,52 @@ class Informer:
             self.lists += 1
             page_items = page.get("items") or []
             if self.transform is not None:  # page by page: the full objects go with their page
-                page_items = [self.transform(o) for o in page_items]
-            items.extend(page_items)
+                transform = self.transform
+                for start in range(0, len(page_items), TRANSFORM_STEP):  # a loop turn between chunks
+                    if start:
+                        await asyncio.sleep(0)
+                    items.extend(transform(o) for o in page_items[start:start + TRANSFORM_STEP])
+            else:
+                items.extend(page_items)
             meta = page.get("metadata") or {}
             rv = meta.get("resourceVersion") or rv
             cont = meta.get("continue")
             if not cont:
                 break
         self._call_worked()
-        self._replace(items, rv)
+        await self._replace(items, rv)
 
-    def _replace(self, items: list[dict], rv: str) -> None:
+    async def _replace(self, items: list[dict], rv: str) -> None:
+        """The LIST's objects become the store: handlers get what was deleted, added or changed.
+
+        A re-list after 410 Gone brings every object again (40,000 pods at 5,000 nodes); done in
+        one step it held the event loop for hundreds of milliseconds, and /filter with it. So it
+        gives the loop a turn every REPLACE_STEP objects: meanwhile the store holds each object
+        either as it was or as listed (the watch is not running, so no event comes in between)."""
+        kind = self.kind
         fresh = {}
-        for obj in items:
-            fresh[object_key(self.kind, obj)] = obj
+        for i, obj in enumerate(items, 1):
+            fresh[object_key(kind, obj)] = obj
+            if not i % REPLACE_STEP:
+                await asyncio.sleep(0)
         old_store = self.store
         retry, self._failed = self._failed, {}  # handlers that failed get these objects again
         self.store = dict(old_store)
-        for key, old in old_store.items():
+        for i, (key, old) in enumerate(old_store.items(), 1):
             if key not in fresh:
                 del self.store[key]
                 self._dispatch(DELETED, old, None)
-        for key, obj in fresh.items():
+            if not i % REPLACE_STEP:
+                await asyncio.sleep(0)
+        for i, (key, obj) in enumerate(fresh.items(), 1):
             old = old_store.get(key)
             self.store[key] = obj
             if old is None:
                 self._dispatch(ADDED, None, obj)
             elif _rv(old) != _rv(obj) or key in retry:
                 self._dispatch(MODIFIED, old, obj)
+            if not i % REPLACE_STEP:
+                await asyncio.sleep(0)
         self.resource_version = rv
         self.replaced += 1
         self.synced.set()

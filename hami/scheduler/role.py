@@ -32,6 +32,7 @@ from hami.kube.events import EventRecorder
 from hami.kube.informer import Informer
 from hami.kube.lanes import CRITICAL
 from hami.kube.leader import LeaderElector
+from hami.kube.listgc import GcAroundLists
 from hami.kube.liveness import ApiLiveness
 from hami.kube.nodelock import NodeLocker
 from hami.obs.health import Health
@@ -262,6 +263,9 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
                          handshaker=handshaker, vendors=config.vendors, on_handshake_write=handshake_writes,
                          on_capacity=capacity)
     leadership.connect(lambda is_leader: state.recheck(everything=True) if is_leader else None)
+    gc_around_lists = GcAroundLists()  # a re-list must not hold /filter behind full collections (listgc.py)
+    for informer in state.informers():
+        informer.on_list = gc_around_lists
     assert state.nodes is not None
     locker = NodeLocker(client, state.nodes, state.pod, timeout=sc.node_lock_timeout, clock=clock,
                         orphan_timeout=sc.node_lock_orphan_timeout)

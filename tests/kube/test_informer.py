@@ -344,3 +344,58 @@ async def test_transform_projects_listed_and_watched_objects(apiserver, client):
     finally:
         stop.set()
         await task
+
+
+async def test_a_relist_of_thousands_gives_the_loop_turns_and_tells_on_list(apiserver, client):
+    """A re-list after 410 Gone replaces the store a step at a time (REPLACE_STEP objects, the
+    transform TRANSFORM_STEP at a time) so other tasks run meanwhile, and `on_list` hears it begin
+    and end (hami.kube.listgc pauses the collector in between)."""
+    import gc
+
+    from hami.kube import informer as infmod
+    from hami.kube.listgc import GcAroundLists
+
+    for i in range(3 * infmod.REPLACE_STEP):
+        apiserver.store.create("nodes", "", node_obj(f"n{i}"))
+    inf = Informer(client, "nodes", transform=lambda o: {"metadata": o["metadata"]})
+    heard: list[bool] = []
+    pause = GcAroundLists()
+    was_enabled = gc.isenabled()
+
+    def on_list(starting: bool) -> None:
+        heard.append(starting)
+        pause(starting)
+        if starting:
+            assert not gc.isenabled()  # no collection while the objects arrive
+
+    inf.on_list = on_list
+    stop, task = await run_informer(inf)
+    try:
+        await eventually(lambda: bool(apiserver.store.watchers()), timeout=10)
+        assert heard == [True, False], heard
+        assert gc.isenabled() == was_enabled
+        ticks = 0
+        replaced = inf.replaced
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0)
+                if heard[-1]:  # counted only while the re-list runs
+                    ticks += 1
+
+        ticking = asyncio.create_task(ticker())
+        await apiserver.stop()
+        apiserver.store.create("nodes", "", node_obj("late"))  # past the informer's resourceVersion
+        apiserver.store.compact()
+        await apiserver.start()
+        await eventually(lambda: inf.relists_gone >= 1 and inf.replaced > replaced, timeout=20)
+        ticking.cancel()
+        assert heard == [True, False, True, False] and gc.isenabled() == was_enabled
+        listed = inf.store["late"]  # what the LIST built is out of the collector's way (frozen)
+        assert not any(o is listed for o in gc.get_objects())
+        assert ticks >= 3  # the loop turned while 3,000 objects were projected and replaced
+        assert len(inf.store) == 3 * infmod.REPLACE_STEP + 1 and "late" in inf.store
+    finally:
+        stop.set()
+        await task
