@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import secrets
 import socket
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,7 @@ import orjson
 from hami.config import Config, check_listener_trust, replace
 from hami.device import codec
 from hami.device.vendorrequest import pod_vendor_requests
+from hami.dra.claims import DEVICE_CLASS
 from hami.dra.templates import TemplateMaker, TemplateReconciler
 from hami.kube.access import AccessProbe
 from hami.kube.client import KubeClient
@@ -37,9 +39,11 @@ from hami.kube.liveness import ApiLiveness
 from hami.kube.nodelock import NodeLocker
 from hami.obs.health import Health
 from hami.obs.log import get_logger
+from hami.scheduler.admission import draquota
 from hami.scheduler.admission import webhook as webhookmod
 from hami.scheduler.admission.admitted import AdmissionMarks
 from hami.scheduler.admission.missed import MissedPods
+from hami.scheduler.admission.quotaledger import QuotaLedger
 from hami.scheduler.cache.handshake import Handshaker, Verdict
 from hami.scheduler.cache.lockhistory import LockHistory
 from hami.scheduler.cache.state import ClusterState
@@ -228,6 +232,37 @@ def _node_labels(state: ClusterState, name: str) -> dict | None:
     return None if node is None else ((node.get("metadata") or {}).get("labels") or {})
 
 
+
+def quota_ledger(client: KubeClient, config: Config, state: ClusterState, claims: ClaimPlacer) -> QuotaLedger:
+    """--dra: the namespace quotas the webhook keeps against claims (admission.draquota, quotaledger)."""
+    nv = config.nvidia
+
+    def in_ns(store: dict, ns: str) -> list:
+        return [o for o in store.values() if (o.get("metadata") or {}).get("namespace") == ns]
+
+    return QuotaLedger(
+        client,
+        claims_of=lambda ns: in_ns(claims.claims.store, ns),
+        pods_of=lambda ns: in_ns(state.pods.store if state.pods is not None else {}, ns),
+        claim_exists=lambda key: key in claims.claims.store,
+        quotas_of=lambda ns: in_ns(state.quotas.store if state.quotas is not None else {}, ns),
+        device_class=DEVICE_CLASS,
+        names=(nv.resource_count_name, nv.resource_memory_name, nv.resource_core_name),
+        memory_factor=nv.memory_factor)
+
+
+async def reserve_then_answer(ledger: QuotaLedger, out: dict, ns: str, rid: str, want: draquota.Amounts) -> dict:
+    """The webhook's answer once the pod's quota reservation is written, or its refusal."""
+    response = out.get("response") or {}
+    if not response.get("allowed"):
+        return out
+    why = await ledger.reserve(ns, rid, want, webhookmod.RESERVATION_ANNOTATION)
+    if why:
+        response.pop("patch", None)
+        response.pop("patchType", None)
+        response.update(allowed=False, status={"code": 403, "reason": "Forbidden", "message": why})
+    return out
+
 async def _wait_either(a: asyncio.Event, b: asyncio.Event) -> None:
     ta, tb = asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())
     try:
@@ -315,18 +350,27 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     assert state.pods is not None
     state.pods.add_handler(marks.on_pod)
 
+    claims = ledger = None
+    if sc.dra:  # pods with claims: node policy by GPU fill from the slices and allocated claims (claimplacer)
+        claims = ClaimPlacer(client, node_policy=sc.node_scheduler_policy, prioritize=sc.extender_prioritize,
+                             node_of=state.node)
+        ledger = quota_ledger(client, config, state, claims)
+
     def webhook(body: bytes) -> Any:
         try:
             review = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             raise ValueError(f"AdmissionReview: {exc}") from None
-        return webhookmod.mutate(review, wh_settings, quota=state.index.quota_view,
-                                 vendor_quota=state.index.vendor_quota_view, mark=marks.issue())
+        reserved: list = []
+        rid = secrets.token_hex(16) if ledger is not None else None
+        out = webhookmod.mutate(review, wh_settings, quota=state.index.quota_view,
+                                vendor_quota=state.index.vendor_quota_view, mark=marks.issue(),
+                                dra_reservation=rid, reserved=reserved)
+        if not reserved or ledger is None or rid is None:
+            return out
+        ns = (review.get("request") or {}).get("namespace") or ""
+        return reserve_then_answer(ledger, out, ns, rid, draquota.Amounts(*reserved[0]))
 
-    claims = None
-    if sc.dra:  # pods with claims: node policy by GPU fill from the slices and allocated claims (claimplacer)
-        claims = ClaimPlacer(client, node_policy=sc.node_scheduler_policy, prioritize=sc.extender_prioritize,
-                             node_of=state.node)
     ext = Extender(config, state, placer, client, events, metrics=metrics, binder=binder,
                    verbs=ExtraVerbs(placer, pdbs, claims=claims), webhook=webhook, claims=claims)
     # A frozen or failing API server makes /readyz 503 within ~20 s, and 200 again a tick after it answers.

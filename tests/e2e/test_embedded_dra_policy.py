@@ -1,4 +1,4 @@
-"""End to end: node policies for pods with DRA claims, on `hami --role all --embedded --dra`
+"""End to end: node policies and quotas for pods with DRA claims, on `hami --role all --embedded --dra`
 (2 nodes x 2 A100 40GB), driven by real kubectl.
 
 The embedded kube-scheduler calls the extender for pods with claims (filterVerb and, with
@@ -6,6 +6,11 @@ The embedded kube-scheduler calls the extender for pods with claims (filterVerb 
 from the ResourceSlices and allocated claims (hami.scheduler.claimplacer):
 
 - three `binpack` pods land on one node, then two `spread` pods take the other (the emptier) one.
+
+Quotas (hami.scheduler.admission.draquota, quotaledger): a namespace's ResourceQuota on
+`limits.nvidia.com/gpumem` and `requests.nvidia.com/gpu` holds against its claims with HAMi's
+`exceeding resource quota`; deleting a pod frees its share; four pods created at once where only one
+fits: exactly one is admitted (the reservation on the ResourceQuota, written with its resourceVersion).
 """
 
 from __future__ import annotations
@@ -104,3 +109,70 @@ def test_binpack_fills_one_node_and_spread_takes_the_emptier(cluster):
         spread.append(_node_when_running(run, f"sp{i}"))
     assert nodes[0] not in spread, (nodes, spread)
 
+
+
+QUOTA = """
+apiVersion: v1
+kind: ResourceQuota
+metadata: {{name: gpu, namespace: {ns}}}
+spec:
+  hard: {{limits.nvidia.com/gpumem: "8000", requests.nvidia.com/gpu: "3"}}
+"""
+
+NS_POD = """
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  containers:
+  - name: cuda
+    image: nvidia/cuda:12.4.0-base-ubuntu22.04
+    resources:
+      limits: {{nvidia.com/gpu: "1", nvidia.com/gpumem: "{mem}"}}
+"""
+
+
+def _quota_ns(run, ns):
+    run("create", "namespace", ns)
+    run("create", "-f", "-", stdin=QUOTA.format(ns=ns))
+
+
+def test_a_namespaces_gpumem_quota_holds_against_its_claims(cluster):
+    run = cluster["kubectl"]
+    _quota_ns(run, "team-q")
+    run("create", "-f", "-", stdin=NS_POD.format(name="q1", ns="team-q", mem=6000))
+    _wait(lambda: json.loads(run("get", "pod", "q1", "-n", "team-q", "-o", "json"))["status"].get("phase")
+          == "Running", 60, what="q1 Running")
+    res = subprocess.run([find_kubectl(), "create", "-f", "-"], input=NS_POD.format(name="q2", ns="team-q", mem=6000),
+                         env={**os.environ, "KUBECONFIG": str(cluster["log"].parent / "kubeconfig")},
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0 and "exceeding resource quota" in res.stderr, res.stderr
+    assert "nvidia.com/gpumem: 6000 requested, 6000 of 8000 used" in res.stderr, res.stderr
+    run("create", "-f", "-", stdin=NS_POD.format(name="q3", ns="team-q", mem=2000))  # fits beside q1
+    # deleting q1 frees its claim's 6000 MiB: the next 6000 MiB pod is admitted
+    run("delete", "pod", "q1", "-n", "team-q", "--wait=true")
+
+    def admitted():
+        r = subprocess.run([find_kubectl(), "create", "-f", "-"],
+                           input=NS_POD.format(name="q4", ns="team-q", mem=6000),
+                           env={**os.environ, "KUBECONFIG": str(cluster["log"].parent / "kubeconfig")},
+                           capture_output=True, text=True, timeout=60)
+        return r.returncode == 0
+
+    _wait(admitted, 60, what="q4 admitted once q1's claim is gone")
+
+
+def test_two_pods_admitted_at_once_cannot_both_overflow_the_quota(cluster):
+    run = cluster["kubectl"]
+    _quota_ns(run, "team-r")
+    env = {**os.environ, "KUBECONFIG": str(cluster["log"].parent / "kubeconfig")}
+    procs = [subprocess.Popen([find_kubectl(), "create", "-f", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(4)]
+    outs = [p.communicate(NS_POD.format(name=f"r{i}", ns="team-r", mem=5000), timeout=60)
+            for i, p in enumerate(procs)]
+    admitted = [i for i, p in enumerate(procs) if p.returncode == 0]
+    refused = [outs[i][1] for i, p in enumerate(procs) if p.returncode != 0]
+    assert len(admitted) == 1, (admitted, refused)
+    assert all("exceeding resource quota" in e for e in refused), refused
+    quota = json.loads(run("get", "resourcequota", "gpu", "-n", "team-r", "-o", "json"))
+    assert "hami.io/dra-quota-reservations" in quota["metadata"]["annotations"]

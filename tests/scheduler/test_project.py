@@ -52,6 +52,7 @@ def full_pod(name: str = "p", node: str = "n1") -> dict:
             "initContainerStatuses": [{"name": "init", "image": "busybox", "restartCount": 0,
                                        "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}],
             "containerStatuses": [{"name": "main", "state": {"running": {}}}],
+            "resourceClaimStatuses": [{"name": "main-nvidia", "resourceClaimName": "p-main-nvidia-x1"}],
         },
     }
 
@@ -70,7 +71,8 @@ def test_pod_projection_keeps_every_read_field_and_drops_the_rest():
         "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "4000"}}}],
     }
     assert p["status"] == {"phase": "Running", "startTime": "2026-01-01T00:00:05Z",
-                           "initContainerStatuses": [{"name": "init", "state": {"terminated": {"exitCode": 0}}}]}
+                           "initContainerStatuses": [{"name": "init", "state": {"terminated": {"exitCode": 0}}}],
+                           "resourceClaimStatuses": [{"name": "main-nvidia", "resourceClaimName": "p-main-nvidia-x1"}]}
     assert "apiVersion" not in p and "kind" not in p
 
 

@@ -120,6 +120,7 @@ class Decision:
     code: int = 200
     message: str = ""
     reason: str = ""
+    dra_amounts: tuple[int, int, int] | None = None  # --dra: the GPUs, MiB and cores its claims will ask
 
 
 # --------------------------------------------------------------------------- quantities
@@ -501,22 +502,31 @@ def _request(ctr: dict, cfg: NvidiaConfig) -> tuple[int, int, int]:
     return nums, mem, cores
 
 
-def _fits_quota(pod: dict, cfg: NvidiaConfig, quota: QuotaView | None) -> bool:
-    if quota is None:
-        return True
+def pod_amounts(pod: Mapping, cfg: NvidiaConfig) -> tuple[int, int, int]:
+    """(GPUs, MiB, cores) a pod's quota counts, as HAMi's webhook counts them: the app containers'
+    sum against the largest init container."""
     spec = pod["spec"]
-    app_mem = app_cores = init_mem = init_cores = 0
+    app_n = app_mem = app_cores = init_n = init_mem = init_cores = 0
     for ctr in spec.get("initContainers") or ():
         n, m, c = _request(ctr, cfg)
         if n > 0:
+            init_n = max(init_n, n)
             init_mem = max(init_mem, m * n)
             init_cores = max(init_cores, c * n)
     for ctr in spec.get("containers") or ():
         n, m, c = _request(ctr, cfg)
         if n > 0:
+            app_n += n
             app_mem += m * n
             app_cores += c * n
-    return quota.fits(max(app_mem, init_mem), max(app_cores, init_cores))
+    return max(app_n, init_n), max(app_mem, init_mem), max(app_cores, init_cores)
+
+
+def _fits_quota(pod: dict, cfg: NvidiaConfig, quota: QuotaView | None) -> bool:
+    if quota is None:
+        return True
+    _, mem, cores = pod_amounts(pod, cfg)
+    return quota.fits(mem, cores)
 
 
 # --------------------------------------------------------------------------- pod
@@ -605,10 +615,14 @@ def _dra_decision(pod: dict, cfg: NvidiaConfig, privileged: str | None) -> Decis
         return Decision(True, pod=pod)
     if privileged is not None:
         return Decision(False, code=403, reason="Forbidden", message=f"container {privileged} is privileged")
-    return Decision(True, pod=t.pod)  # its templates are made from the pod in the API (hami.dra.templates)
+    # its templates are made from the pod in the API (hami.dra.templates)
+    return Decision(True, pod=t.pod, dra_amounts=pod_amounts(pod, cfg))
 
 
 DISABLE_CONTROL_ENV = "CUDA_DISABLE_CONTROL"
+# --dra: the quota reservation a pod's admission made, until its claims exist (quotaledger); always
+# the webhook's value, written over whatever the pod creator put there.
+RESERVATION_ANNOTATION = "hami.io/dra-quota-reservation"
 
 
 def _check_quantities(ctr: dict, settings: WebhookSettings) -> None:
@@ -696,10 +710,14 @@ def _check_shape(request: Mapping) -> None:
 
 
 def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None,
-           vendor_quota: VendorQuotaSource = None, mark: str | None = None) -> dict:
+           vendor_quota: VendorQuotaSource = None, mark: str | None = None, dra_reservation: str | None = None,
+           reserved: list | None = None) -> dict:
     """AdmissionReview in, AdmissionReview out (v1 or v1beta1, echoing the request's version).
     `mark`: a nonce put on every pod CREATE allowed, as `hami.io/admitted` (hami.scheduler.admission.admitted:
-    the pod seen in the API proves the API server applies this webhook's answers)."""
+    the pod seen in the API proves the API server applies this webhook's answers).
+    `dra_reservation`: --dra, the quota reservation id a pod turned into claims carries
+    (`RESERVATION_ANNOTATION`, hami.scheduler.admission.quotaledger); its (GPUs, MiB, cores) are
+    appended to `reserved`, for the caller to reserve before the answer goes out."""
     if not isinstance(review, Mapping):
         raise WebhookError("AdmissionReview", "expected an object")
     api_version = review.get("apiVersion") or "admission.k8s.io/v1"
@@ -723,6 +741,11 @@ def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None
         d = mutate_pod(obj, settings, quota, namespace=request.get("namespace") or "", vendor_quota=vendor_quota)
         response["allowed"] = d.allowed
         pod = d.pod
+        if d.allowed and d.dra_amounts is not None and dra_reservation is not None and d.dra_amounts[0] > 0:
+            meta = pod.setdefault("metadata", {})
+            meta["annotations"] = {**(meta.get("annotations") or {}), RESERVATION_ANNOTATION: dra_reservation}
+            if reserved is not None:
+                reserved.append(d.dra_amounts)
         if d.allowed and mark is not None:
             pod = pod if pod is not None else mutation_copy(obj)
             meta = pod.get("metadata")

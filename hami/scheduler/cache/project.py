@@ -14,7 +14,8 @@ Pods keep
             containers and initContainers as {name, resources} (the device requests); of a pod
             without nodeName also priorityClassName, preemptionPolicy, nodeSelector, affinity, tolerations
             (GPU preemption)
-  status:   phase, startTime (/preempt order), initContainerStatuses as {name, state.terminated.exitCode};
+  status:   phase, startTime (/preempt order), initContainerStatuses as {name, state.terminated.exitCode},
+            resourceClaimStatuses (--dra: a quota reservation counts until the pod's claims exist);
             of a pod without nodeName also nominatedNodeName and a PodScheduled=False condition
             {type, status, message} (GPU preemption on every replica)
 Nodes keep
@@ -173,6 +174,8 @@ def project_pod(obj: dict, shared: Shared) -> dict:
             st["startTime"] = status["startTime"]
         if "initContainerStatuses" in status:
             st["initContainerStatuses"] = _init_statuses(status["initContainerStatuses"])
+        if status.get("resourceClaimStatuses"):
+            st["resourceClaimStatuses"] = status["resourceClaimStatuses"]
         if isinstance(spec, dict) and not spec.get("nodeName"):
             _pending_status(status, st)
         out["status"] = shared.share(st) if len(st) <= 1 else st

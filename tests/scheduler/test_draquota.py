@@ -1,0 +1,87 @@
+"""HAMi's namespace quotas under DRA (admission.draquota, quotaledger): what claims hold, the hard
+limits read as HAMi reads them, the refusal text, and the reservation ledger's parser."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hami.scheduler.admission import draquota, quotaledger
+from hami.scheduler.admission.draquota import Amounts, Limits
+from tests.dra._objects import DRIVER, claim
+
+NAMES = ("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores")
+
+
+def test_a_claim_counts_its_requests_until_allocated_then_what_it_consumed():
+    c = claim("a", count=2, memory_mib=3000, cores=20)
+    assert draquota.claim_amounts(c, DRIVER) == Amounts(2, 6000, 40)
+    # allocated without a memory request: the whole card kube-scheduler consumed
+    whole = {**claim("b"), "status": {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": "n", "device": "gpu-0", "shareID": "x",
+         "consumedCapacity": {"memory": str(40960 << 20), "cores": "0"}}]}}}}
+    assert draquota.claim_amounts(whole, DRIVER) == Amounts(1, 40960, 0)
+    admin = {**claim("c"), "status": {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": "n", "device": "gpu-0", "adminAccess": True}]}}}}
+    assert draquota.claim_amounts(admin, DRIVER) == Amounts()
+    assert draquota.claim_amounts(claim("d", memory_mib=1000), "other-class") == Amounts()
+
+
+def test_first_available_counts_its_largest_subrequest():
+    c = claim("f", requests=[{"name": "gpu", "firstAvailable": [
+        {"name": "big", "deviceClassName": DRIVER, "count": 1, "capacity": {"requests": {"memory": "8000Mi"}}},
+        {"name": "small", "deviceClassName": DRIVER, "count": 2, "capacity": {"requests": {"memory": "2000Mi"}}}]}])
+    assert draquota.claim_amounts(c, DRIVER) == Amounts(2, 8000, 0)
+
+
+def test_namespace_usage_skips_claims_being_deleted():
+    gone = claim("g", memory_mib=5000)
+    gone["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert draquota.namespace_usage([claim("a", memory_mib=1000), gone], DRIVER) == Amounts(1, 1000, 0)
+
+
+def test_hard_limits_as_hami_reads_them_smallest_wins():
+    quotas = [{"metadata": {"name": "a"}, "spec": {"hard": {"limits.nvidia.com/gpumem": "8000",
+                                                              "requests.nvidia.com/gpu": "4"}}},
+              {"metadata": {"name": "b"}, "spec": {"hard": {"limits.nvidia.com/gpumem": "6000",
+                                                              "limits.nvidia.com/gpucores": "150", "cpu": "4"}}}]
+    assert draquota.hard_limits(quotas, *NAMES) == Limits(4, 6000, 150)
+    assert draquota.hard_limits(quotas, *NAMES, memory_factor=2) == Limits(4, 12000, 150)
+    assert not draquota.hard_limits([{"spec": {"hard": {"cpu": "4"}}}], *NAMES).any
+
+
+def test_over_names_the_limit_and_keeps_hamis_zero_means_none():
+    assert draquota.over(Limits(None, 8000, None), Amounts(1, 6000, 0), Amounts(1, 6000, 0)) == \
+        "nvidia.com/gpumem: 6000 requested, 6000 of 8000 used"
+    assert draquota.over(Limits(None, 8000, None), Amounts(1, 2000, 0), Amounts(1, 6000, 0)) == ""
+    assert draquota.over(Limits(2, None, None), Amounts(2, 0, 0), Amounts(1, 0, 0)).startswith("nvidia.com/gpu:")
+    assert draquota.over(Limits(0, None, None), Amounts(), Amounts(1, 0, 0))  # Kubernetes: 0 GPUs is none
+    assert draquota.over(Limits(None, 0, 0), Amounts(), Amounts(1, 9000, 50)) == ""  # HAMi: 0 is no limit
+
+
+def test_a_reservation_is_satisfied_only_once_every_claim_of_its_pod_exists():
+    pod = {"metadata": {"name": "p", "namespace": "ns", "annotations": {"r": "id1"}},
+           "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]},
+           "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu"}]}}
+    assert quotaledger.satisfied([pod], lambda k: k == "ns/p-gpu", "r") == {"id1"}
+    assert quotaledger.satisfied([pod], lambda k: False, "r") == set()
+    no_claims = {"metadata": {"name": "q", "namespace": "ns", "annotations": {"r": "id2"}}, "spec": {}}
+    assert quotaledger.satisfied([no_claims], lambda k: True, "r") == set()  # a pod without claims proves nothing
+
+
+def test_the_ledger_parser_drops_expired_and_corrupt_entries():
+    text = '{"a": [1, 6000, 0, 200.0], "b": [1, 6000, 0, 50.0], "c": "x", "d": [1, 2, 3]}'
+    assert quotaledger.parse(text, 100.0) == {"a": [1, 6000, 0, 200.0]}
+    assert quotaledger.parse("not json", 0.0) == {} and quotaledger.parse(None, 0.0) == {}
+
+
+@given(st.text(max_size=200) | st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=5), inner, max_size=5),
+    max_leaves=20).map(lambda v: __import__("orjson").dumps(v).decode()))
+def test_the_ledger_parser_never_raises_and_keeps_only_well_formed_live_entries(text):
+    out = quotaledger.parse(text, 0.0)
+    for v in out.values():
+        assert isinstance(v, list) and len(v) == 4 and v[3] > 0
+        assert not any(isinstance(x, bool) for x in v)
