@@ -328,6 +328,8 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
             scheduler_names=frozenset({sc.scheduler_name}) if sc.scheduler_name else frozenset())
         no_fit.connect(preempter.note_failure)
         state.pods.add_handler(preempter.on_pod)
+        capacity.connect(preempter.cluster_changed)  # what could help a pending pod: look at it again
+        preempter.watch_cluster()
     metrics = SchedulerMetrics(
         lambda: usage_snapshot(state), lambda: client.requests, legacy=sc.legacy_metrics, device_uuids=sc.metrics_device_uuids,
         extra=lambda: {"hami_scheduler_events_dropped": float(events.dropped),

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -66,7 +67,15 @@ PREEMPTED = "Preempted"
 GPU_PREEMPTION = "GPUPreemption"
 GPU_PREEMPTION_FAILED = "GPUPreemptionFailed"
 TICK_S = 0.2
-RESCAN_S = 1.0  # how often the leader refits the pending pods another replica's /filter refused on shares
+# A pending pod is refit or decided again only after the cluster changed in a way that could help it
+# (`cluster_changed`), and no sooner than its backoff: 1 s doubling to kube-scheduler's default
+# podMaxBackoffSeconds. At most DECISIONS_PER_TICK pods a tick, highest priority first, the loop
+# given back between two: /filter, /bind and the webhook share this loop.
+BACKOFF_MIN_S = 1.0
+BACKOFF_MAX_S = 10.0
+DECISIONS_PER_TICK = 8
+NODES_PER_STEP = 32  # a refit or a plan looks at this many nodes, then gives the loop back
+HEARD_S = 3.0  # a pod whose failure this replica's /filter saw this recently is queued by note_failure
 
 
 @dataclass
@@ -74,6 +83,17 @@ class Failure:
     pod: dict
     request: PodRequest
     failed: dict[str, str]
+
+
+@dataclass
+class Watch:
+    """A pending pod the leader decides for, and when it may be looked at again."""
+    namespace: str
+    name: str
+    seen: int = -1          # the cluster generation of its last decision (-1: none yet)
+    next_at: float = 0.0    # not again before (its backoff)
+    backoff: float = 0.0
+    refit: bool = False     # its failure was another replica's: refit it here before deciding
 
 
 @dataclass
@@ -130,12 +150,24 @@ class PreemptController:
         # a pod this replica's /filter placed (assumed) is no longer held here, whatever the Node says
         self.mirror = HoldMirror(state, lambda: self.holds.keys() | self.held_decisions.keys(), wall,
                                  retired=lambda: self._retired)
-        self.watched: dict[str, tuple[str, str]] = {}  # uid -> (ns, name): pending, refused on shares somewhere
+        self.watched: dict[str, Watch] = {}  # uid -> pending, refused on shares somewhere, and its backoff
         self._unpublish: set[str] = set()               # nodes whose published holds must be rewritten
         self._retired: dict[str, float] = {}            # uid -> `until` of a hold this leader ended (not to rewrite)
-        self._rescanned = 0.0
         self._heard: dict[str, float] = {}              # uid -> when this replica's /filter last refused it
         state.held_placements.add(lambda: self.holds.keys() | self.mirror.mirrored.keys())
+        # bumped by every change that could help a pending pod: room freed, a node (re)registered or
+        # its labels, taints or schedulability changed, a pod placed (a new possible victim), a
+        # PodDisruptionBudget or PriorityClass changed, a hold ended
+        self.generation = 0
+        self.refits = 0      # another replica's failures refit here (a fit over every node)
+        self.decisions = 0   # plans computed
+        self.ticks = 0
+        self.yields = 0      # the loop given back between two pods
+        # CPU seconds the loop was held between two yields of a decision (thread time: a process
+        # descheduled by a busy machine is not the controller holding the loop): the longest, the last
+        self.longest_step = 0.0
+        self.steps: deque[float] = deque(maxlen=4096)
+        self._resumed = 0.0
 
     # ------------------------------------------------------------------ hot path (sync)
 
@@ -151,8 +183,31 @@ class PreemptController:
         self._heard[uid] = self.clock()  # its failure came here: no refit from its condition needed
         if not self.is_leader() or not any(gpupreempt.share_only(r) for r in (failed or {}).values()):
             return
+        watch = self.watched.get(uid)
+        if watch is not None and watch.seen == self.generation:
+            return  # decided already, and nothing changed since that could help it
+        if watch is None:
+            self.watched[uid] = Watch(ns, name)
         self.pending[uid] = Failure(pod, request, dict(failed))
         self._wake.set()
+
+    def cluster_changed(self, *_args) -> None:
+        """Something changed that could help a pending pod (module docstring): look at them again.
+        role.py connects the usage index's capacity events (room freed, a node's devices or cordon)."""
+        self.generation += 1
+
+    def watch_cluster(self) -> None:
+        """The other changes that could help a pending pod: Nodes whose labels, taints or
+        schedulability changed, PodDisruptionBudgets and PriorityClasses. A node's heartbeat
+        annotations are not among them: with nothing changing, no pending pod is looked at again."""
+        def on_node(etype: str, old: dict | None, new: dict | None) -> None:
+            if old is None or new is None or _schedulable_view(old) != _schedulable_view(new):
+                self.cluster_changed()
+        if self.state.nodes is not None:
+            self.state.nodes.add_handler(on_node)
+        for informer in (self.pdbs, self.classes):
+            if informer is not None:
+                informer.add_handler(self.cluster_changed)
 
     def on_pod(self, etype: str, old: dict | None, new: dict | None) -> None:
         """Pod informer handler: a victim gone may free a held room; look at once. A pending pod whose
@@ -160,15 +215,22 @@ class PreemptController:
         if new is not None:
             meta, spec = new.get("metadata") or {}, new.get("spec") or {}
             uid = meta.get("uid")
+            if spec.get("nodeName") and not ((old or {}).get("spec") or {}).get("nodeName"):
+                self.cluster_changed()  # a pod placed: a victim a pending preemptor may now take
             if uid and not spec.get("nodeName") and not meta.get("deletionTimestamp") and failed_on_shares(new) \
                     and (not self.scheduler_names or spec.get("schedulerName") in self.scheduler_names):
-                if uid not in self.watched:
-                    self.watched[uid] = (meta.get("namespace") or "default", meta.get("name", ""))
-                    self._rescanned = 0.0  # a new refusal: look at it on the next tick
+                watch = self.watched.get(uid)
+                if watch is None:  # a new refusal: look at it on the next tick
+                    self.watched[uid] = Watch(meta.get("namespace") or "default", meta.get("name", ""), refit=True)
                     self._wake.set()
-            else:
+                else:  # its condition is rewritten at each of kube-scheduler's retries: not a change by itself
+                    watch.refit = True
+            elif spec.get("nodeName") or meta.get("deletionTimestamp") or (
+                    self.scheduler_names and spec.get("schedulerName") not in self.scheduler_names):
                 self.watched.pop(uid, None)
                 self._heard.pop(uid, None)
+            elif (watch := self.watched.get(uid)) is not None:
+                watch.refit = False  # no share failure recorded (yet): only this replica's /filter queues it
             return
         if new is None:
             uid = ((old or {}).get("metadata") or {}).get("uid")
@@ -195,15 +257,7 @@ class PreemptController:
                     self.pending.clear()
                     self.release_all("leadership lost")
                 else:
-                    self._queue_watched()
-                    for uid in list(self.pending):
-                        failure = self.pending.pop(uid)
-                        try:
-                            await self._consider(uid, failure)
-                        except Exception as exc:  # one pod's trouble never stops the controller
-                            self._end(uid, "error")
-                            log.warning("GPU preemption failed", pod=f"{_key(failure.pod)[0]}/{_key(failure.pod)[1]}",
-                                        error=str(exc))
+                    await self._decide_due()
                 await self._tend_holds()
                 await self._publish_ended()
                 self.mirror.sync()
@@ -226,6 +280,7 @@ class PreemptController:
         hold = self.holds.pop(uid, None)
         if hold is None:
             return
+        self.cluster_changed()  # its victims are no longer taken: another preemptor may choose them
         self._retired[uid] = hold.until
         self._unpublish.add(hold.node)
         rec = self.state.index.pod(uid)
@@ -256,34 +311,100 @@ class PreemptController:
 
     # ------------------------------------------------------------------ holds shared with the other replicas
 
-    def _queue_watched(self) -> None:
-        """Pods another replica's /filter refused on shares: refit them here (at most every RESCAN_S)."""
-        now = self.clock()
-        if not self.watched or self.share_failures is None or now - self._rescanned < RESCAN_S:
-            return
-        self._rescanned = now
-        index, nodes = self.state.index, self.state.nodes
-        for uid, (ns, name) in list(self.watched.items()):
-            pod = self.state.pod(ns, name)
-            if pod is None or (pod.get("metadata") or {}).get("uid") != uid:
-                self.watched.pop(uid, None)
+    async def _decide_due(self) -> None:
+        """Decide for at most DECISIONS_PER_TICK due pods, highest priority first, giving the loop
+        back between two and every NODES_PER_STEP nodes. Due: this replica's /filter just refused it
+        (`pending`), or another replica's did (`watched`, refit here); either way only when the
+        cluster changed since its last decision and, for a refit, its backoff has passed."""
+        self.ticks += 1
+        self._resumed = time.thread_time()
+        now, gen = self.clock(), self.generation
+        classes = self.class_map()
+        due: list[tuple[int, float, str]] = []
+        for uid, watch in list(self.watched.items()):
+            if uid in self.pending:
+                due.append((-gpupreempt.priority_of(self.pending[uid].pod, classes), 0.0, uid))
+            elif watch.refit and watch.seen != gen and now >= watch.next_at and self.share_failures is not None \
+                    and now - self._heard.get(uid, -1e9) >= HEARD_S:  # else its /filter is here: note_failure
+                pod = self.state.pod(watch.namespace, watch.name)
+                if pod is None or (pod.get("metadata") or {}).get("uid") != uid:
+                    self.watched.pop(uid, None)
+                    continue
+                if uid in self.holds or self.state.index.pod(uid) is not None:
+                    continue  # held (here or by a predecessor still counted), or placed
+                due.append((-gpupreempt.priority_of(pod, classes), watch.next_at, uid))
+        for uid in [u for u in self.pending if u not in self.watched]:  # its watch ended: no decision
+            self.pending.pop(uid, None)
+        due.sort()
+        for i, (_, _, uid) in enumerate(due[:DECISIONS_PER_TICK]):
+            if i:
+                await self._yield()  # /filter, /bind and the webhook run between two pods
+                if not self.is_leader():
+                    return
+            watch = self.watched.get(uid)
+            if watch is None:
+                self.pending.pop(uid, None)
                 continue
-            if uid in self.pending or uid in self.holds or index.pod(uid) is not None:
-                continue  # queued, held (here or by a predecessor still counted), or placed
-            if now - self._heard.get(uid, -1e9) < 3 * RESCAN_S:
-                continue  # this replica serves its /filter: note_failure queues it
-            spec = pod.get("spec") or {}
-            terms = nodeaffinity.required_terms(pod)
-            names = [n for n in index.nodes if (o := nodes.store.get(n) if nodes is not None else None) is None
+            watch.seen = self.generation
+            failure = self.pending.pop(uid, None)
+            try:
+                if failure is None:
+                    failure = await self._refit(uid, watch)
+                if failure is not None:
+                    await self._consider(uid, failure)
+            except Exception as exc:  # one pod's trouble never stops the controller
+                self._end(uid, "error")
+                log.warning("GPU preemption failed", pod=f"{watch.namespace}/{watch.name}", error=str(exc))
+            if uid not in self.holds:
+                watch.backoff = min(max(2 * watch.backoff, BACKOFF_MIN_S), BACKOFF_MAX_S)
+                watch.next_at = self.clock() + watch.backoff
+        self._held_for()
+
+    async def _yield(self) -> None:
+        """Give the loop back (and note how long it was held since it was last given back)."""
+        self._held_for()
+        self.yields += 1
+        await asyncio.sleep(0)
+        self._resumed = time.thread_time()
+
+    def _held_for(self) -> None:
+        held = time.thread_time() - self._resumed
+        self.steps.append(held)
+        self.longest_step = max(self.longest_step, held)
+
+    async def _refit(self, uid: str, watch: Watch) -> Failure | None:
+        """A pod another replica's /filter refused on shares, fitted here on the nodes it may use,
+        NODES_PER_STEP at a time: its failure when every one of them failed on shares only."""
+        pod = self.state.pod(watch.namespace, watch.name)
+        if pod is None or (pod.get("metadata") or {}).get("uid") != uid:
+            self.watched.pop(uid, None)
+            return None
+        self.refits += 1
+        spec = pod.get("spec") or {}
+        terms = nodeaffinity.required_terms(pod)
+        nodes = self.state.nodes
+        preq, failed = None, {}
+        all_names = list(self.state.index.nodes)
+        for at in range(0, len(all_names), NODES_PER_STEP):
+            if at:
+                await self._yield()
+            names = [n for n in all_names[at:at + NODES_PER_STEP]
+                     if (o := nodes.store.get(n) if nodes is not None else None) is None
                      or (nodeaffinity.node_matches(spec.get("nodeSelector"), terms,
                                                    (o.get("metadata") or {}).get("labels") or {}, n)
                          and taints.tolerates_node(pod, o))]
-            got = self.share_failures(pod, names)
+            got = self.share_failures(pod, names) if names and self.share_failures is not None else None
             if got is None:
+                if names:
+                    return None  # its request cannot be read: nothing to decide
                 continue
-            preq, failed = got
-            if any(gpupreempt.share_only(r) for r in failed.values()) and len(failed) == len(names):
-                self.pending[uid] = Failure(pod, preq, failed)
+            preq, chunk_failed = got
+            if len(chunk_failed) < len(names):
+                return None  # it fits somewhere: kube-scheduler places it, no preemption
+            failed.update(chunk_failed)
+        if preq is not None and any(gpupreempt.share_only(r) for r in failed.values()):
+            return Failure(pod, preq, failed)
+        return None
 
     def _node_holds(self, node: str) -> dict:
         """What this leader publishes on `node`: its own holds, and others' (a predecessor's) still running."""
@@ -354,28 +475,72 @@ class PreemptController:
 
     async def _consider(self, uid: str, failure: Failure) -> None:
         ns, name, _ = _key(failure.pod)
-        cached = self.state.pod(ns, name)
-        if cached is None or (cached.get("metadata") or {}).get("uid") not in (None, uid) or uid in self.holds:
+        if not self._undecided(uid, ns, name):
             return
-        if self._placed(ns, name) or uid in self.held_decisions or (cached.get("metadata") or {}).get("deletionTimestamp"):
-            return
+        self.decisions += 1
         classes = self.class_map()
         priority = gpupreempt.priority_of(failure.pod, classes)
         nominated = (failure.pod.get("status") or {}).get("nominatedNodeName")
         if nominated and self._terminating_below(nominated, priority, classes):
             self.refusals[uid] = "a preemption for it is under way on its nominated node"
             return
-        nodes = self.facts(failure.failed, own=uid)
-        pdbs = list(self.pdbs.store.values()) if self.pdbs is not None else []
-        all_pods = list(self.state.pods.store.values()) if self.state.pods is not None else []
-        got = gpupreempt.plan(self.state.nvidia, failure.pod, failure.request, failure.failed, nodes, pdbs,
-                              all_pods, self.taken(), classes)
+        got = await self._plan(uid, failure, classes)
+        if isinstance(got, gpupreempt.Plan):  # the loop ran meanwhile: that node's plan again, at once
+            if not self._undecided(uid, ns, name):
+                return
+            got = self._plan_on(uid, failure, classes, {got.node: failure.failed[got.node]}, *self._pdb_view())
+            if isinstance(got, gpupreempt.Refusal):
+                got = gpupreempt.Refusal(f"the chosen node changed while deciding ({got.reason})")
         if isinstance(got, gpupreempt.Refusal):
             self.refusals[uid] = got.reason
             log.v(3).info("No GPU preemption", pod=f"{ns}/{name}", reason=got.reason)
             return
         self.refusals.pop(uid, None)
-        await self._preempt(uid, ns, name, failure, got, nodes[got.node])
+        await self._preempt(uid, ns, name, failure, got, self.facts([got.node], own=uid)[got.node])
+
+    def _undecided(self, uid: str, ns: str, name: str) -> bool:
+        """The pod is still there, pending, unplaced and not held."""
+        cached = self.state.pod(ns, name)
+        if cached is None or (cached.get("metadata") or {}).get("uid") not in (None, uid) or uid in self.holds:
+            return False
+        return not (self._placed(ns, name) or uid in self.held_decisions
+                    or (cached.get("metadata") or {}).get("deletionTimestamp"))
+
+    async def _plan(self, uid: str, failure: Failure, classes) -> gpupreempt.Plan | gpupreempt.Refusal:
+        """hami.scheduler.preemption.plan over the failed nodes, NODES_PER_STEP at a time: the best
+        of each step's best is the best of all (`plan.choose` ranks each node on its own)."""
+        if gpupreempt.policy_of(failure.pod, classes) == gpupreempt.NEVER:
+            return gpupreempt.Refusal(gpupreempt.POLICY_NEVER)
+        names = sorted(n for n, reason in failure.failed.items() if gpupreempt.share_only(reason))
+        plans, refusals = [], []
+        pdbs, all_pods = self._pdb_view()
+        for at in range(0, len(names), NODES_PER_STEP):
+            if at:
+                await self._yield()
+            step = {n: failure.failed[n] for n in names[at:at + NODES_PER_STEP]}
+            got = self._plan_on(uid, failure, classes, step, pdbs, all_pods)
+            (plans if isinstance(got, gpupreempt.Plan) else refusals).append(got)
+        start_of = {u: str(((self.state.pod_by_uid(u) or {}).get("status") or {}).get("startTime") or "")
+                    for p in plans for u in p.victims}
+        best = gpupreempt.choose(plans, start_of)
+        if best is not None:
+            return best
+        reasons = {r.reason for r in refusals}
+        for reason in (gpupreempt.NO_SET_HELPS, gpupreempt.NO_LOWER):
+            if reason in reasons:
+                return gpupreempt.Refusal(reason)
+        return gpupreempt.Refusal(gpupreempt.NO_SHARE_FAILURE)
+
+    def _pdb_view(self) -> tuple[list, list]:
+        """The PodDisruptionBudgets and every pod (whose labels the budgets count), as cached now."""
+        return (list(self.pdbs.store.values()) if self.pdbs is not None else [],
+                list(self.state.pods.store.values()) if self.state.pods is not None else [])
+
+    def _plan_on(self, uid: str, failure: Failure, classes, failed: dict[str, str], pdbs: list, all_pods: list
+                 ) -> gpupreempt.Plan | gpupreempt.Refusal:
+        nodes = self.facts(failed, own=uid)
+        return gpupreempt.plan(self.state.nvidia, failure.pod, failure.request, failed, nodes, pdbs,
+                               all_pods, self.taken(), classes)
 
     def _terminating_below(self, node: str, priority: int, classes) -> bool:
         index = self.state.index
@@ -445,3 +610,9 @@ def gpu_preemption_counters(c) -> dict[str, float]:
     return {"hami_scheduler_gpu_preemptions": float(c.preemptions if c else 0),
             "hami_scheduler_gpu_preemption_victims": float(c.victims if c else 0),
             "hami_scheduler_gpu_preemption_failed_evictions": float(c.failed_evictions if c else 0)}
+
+
+def _schedulable_view(node: dict) -> tuple:
+    """What of a Node decides whether a pod may go there (beside its devices, which the index watches)."""
+    spec = node.get("spec") or {}
+    return ((node.get("metadata") or {}).get("labels"), spec.get("taints"), spec.get("unschedulable"))
