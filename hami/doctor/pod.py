@@ -21,6 +21,7 @@ problem leaf was reached, 2 on usage errors.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import sys
 import time
@@ -31,6 +32,11 @@ from hami.doctor import dra, gather
 from hami.doctor.preemption import preemption_facts
 from hami.doctor.tree import Diagnosis, PodFacts, diagnose_pod, render_diagnosis
 from hami.kube.client import ApiError
+from hami.kubesched import cel
+
+# The diagnosis proper (pure, and for a DRA pod every tenant's CEL selector on every device) runs in
+# a thread, so a caller's event loop (the web UI's) keeps serving; its selectors stop at this deadline.
+DIAGNOSIS_DEADLINE_S = 5.0
 
 OK_LEAVES = ("not-pending",)
 
@@ -75,10 +81,18 @@ async def diagnose(client, args: argparse.Namespace, now: float | None = None) -
         hami_namespace=inst.namespace,
         vendors=inst.vendors,
     )
-    d = diagnose_pod(facts)
+    d = await off_loop(diagnose_pod, facts)
     setup = (f"HAMi in namespace {inst.namespace}, device config from {inst.source} "
              f"(resource {cfg.resource_count_name})", *inst.notes)
     return dataclasses.replace(d, setup=setup)
+
+
+async def off_loop(fn, *args, seconds: float = DIAGNOSIS_DEADLINE_S):
+    """`fn(*args)` in a thread, its CEL selectors stopped after `seconds` (hami.kubesched.cel)."""
+    def bounded():
+        with cel.deadline(seconds):
+            return fn(*args)
+    return await asyncio.to_thread(bounded)
 
 
 async def _diagnose_dra(client, pod: dict) -> Diagnosis:
@@ -87,9 +101,9 @@ async def _diagnose_dra(client, pod: dict) -> Diagnosis:
     slices = (await client.list("resourceslices")).get("items") or []
     classes = (await client.list("deviceclasses")).get("items") or []
     nodes = (await client.list("nodes")).get("items") or []
-    d = dra.diagnose_dra_pod(pod, {f"{c['metadata'].get('namespace', '')}/{c['metadata']['name']}": c for c in claims},
-                             slices, {c["metadata"]["name"]: c for c in classes},
-                             [n["metadata"]["name"] for n in nodes])
+    d = await off_loop(dra.diagnose_dra_pod, pod,
+                       {f"{c['metadata'].get('namespace', '')}/{c['metadata']['name']}": c for c in claims},
+                       slices, {c["metadata"]["name"]: c for c in classes}, [n["metadata"]["name"] for n in nodes])
     return dataclasses.replace(d, setup=(f"DRA: {len(slices)} ResourceSlice(s), {len(claims)} claim(s), "
                                          f"{len(classes)} DeviceClass(es)",))
 
