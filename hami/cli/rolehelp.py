@@ -1,34 +1,16 @@
-"""Which role reads each flag, for `hami --role R --help` (that role's flags plus the common ones) and
-`hami --help` (every flag, grouped by role).
-
-A flag's role comes from the settings group `hami.config` writes it to (FLAG_TARGETS, SHARED_FLAGS),
-so a new flag lands in the right help group without a second table; the few flags that feed several
-roles through their own code path are listed here.
+"""Help grouped by role, for `hami --role R --help` (that role's flags plus the common ones) and
+`hami --help` (every flag, grouped by role). Which roles read a flag is its row's in the flag table
+(hami.config.flagtable: the roles of the settings groups it sets, or the roles the row names).
 """
 
 from __future__ import annotations
 
-from hami.config import FLAG_TARGETS, SHARED_FLAGS
-
-ROLE_ORDER = ("scheduler", "node-agent", "monitor", "ui", "sim")
-_GROUP_ROLE = {"scheduler": "scheduler", "agent": "node-agent", "monitor": "monitor", "ui": "ui", "sim": "sim"}
-# Read outside FLAG_TARGETS: the device config (scheduler's webhook/fit, node agent's split and
-# scaling) and HAMi's one metrics flag (whichever of scheduler and monitor runs).
-_SPECIAL: dict[str, tuple[str, ...]] = {
-    "device_config_file": ("scheduler", "node-agent"),
-    "metrics_bind_address": ("scheduler", "monitor"),
-}
+from hami.config.flagtable import BY_DEST, ROLE_ORDER
 
 
 def roles_of(dest: str) -> tuple[str, ...]:
     """The roles that read flag `dest`, in ROLE_ORDER; () = common to every role (API client, logs, debug)."""
-    if dest in _SPECIAL:
-        return _SPECIAL[dest]
-    groups = [g for g, _ in SHARED_FLAGS.get(dest, ())] or ([FLAG_TARGETS[dest][0]] if dest in FLAG_TARGETS else [])
-    if not groups and dest.startswith("sim_"):  # the embedded cluster's flags, read by name
-        groups = ["sim"]
-    roles = {_GROUP_ROLE[g] for g in groups if g in _GROUP_ROLE}
-    return tuple(r for r in ROLE_ORDER if r in roles)
+    return BY_DEST[dest].reader_roles()
 
 
 def group_title(roles: tuple[str, ...]) -> str:

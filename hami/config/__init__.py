@@ -17,11 +17,10 @@ from hami.config.build import (
     build_config,
     embedded_paths,
     parse_device_list_strategy,
-    parse_label_selector,
     replace,
 )
 from hami.config.devicefile import load_file, nearest_key_hint, parse_device_config, parse_node_configs
-from hami.config.flagtable import FLAG_TARGETS, SHARED_FLAGS
+from hami.config.flagtable import FLAGS, Flag, flag_named
 from hami.config.settings import (
     DEFAULT_DEBUG_BIND,
     DEVICE_ID_STRATEGIES,
@@ -38,6 +37,7 @@ from hami.config.settings import (
     SimSettings,
     UiSettings,
     parse_duration,
+    parse_label_selector,
 )
 from hami.config.trust import check_listener_trust, check_sim_listen
 from hami.config.vendortable import default_vendor_table, vendors_with_nvidia
@@ -46,8 +46,8 @@ __all__ = [
     "DEFAULT_DEBUG_BIND",
     "DEVICE_ID_STRATEGIES",
     "DEVICE_LIST_STRATEGIES",
-    "FLAG_TARGETS",
-    "SHARED_FLAGS",
+    "FLAGS",
+    "Flag",
     "AgentSettings",
     "Config",
     "ConfigError",
@@ -66,6 +66,7 @@ __all__ = [
     "check_sim_listen",
     "default_vendor_table",
     "embedded_paths",
+    "flag_named",
     "load_file",
     "nearest_key_hint",
     "parse_device_config",

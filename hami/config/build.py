@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from hami.config.devicefile import load_file, parse_device_config, parse_node_configs
-from hami.config.flagtable import DURATION_FLAGS, FLAG_TARGETS, SHARED_FLAGS
+from hami.config.flagtable import BY_DEST
 from hami.config.settings import (
     DEVICE_ID_STRATEGIES,
     DEVICE_LIST_STRATEGIES,
@@ -33,16 +33,6 @@ from hami.device.vendors import VendorError, VendorTable, apply_device_config
 # Go's strconv.ParseBool spellings (HAMi reads its environment with it).
 _GO_BOOLS = {**dict.fromkeys(("1", "t", "T", "true", "TRUE", "True"), True),
              **dict.fromkeys(("0", "f", "F", "false", "FALSE", "False"), False)}
-
-
-def parse_label_selector(text: str, source: str = "--node-label-selector") -> tuple[tuple[str, str], ...]:
-    pairs = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        k, sep, v = part.partition("=")
-        if not sep or not k.strip():
-            raise ConfigError("node-label-selector", source, text, "k=v[,k2=v2]")
-        pairs.append((k.strip(), v.strip()))
-    return tuple(pairs)
 
 
 def embedded_paths(state_dir: str) -> dict[str, str]:
@@ -225,25 +215,15 @@ def apply_environment(groups: dict[str, dict[str, Any]], env: Mapping[str, str])
 def apply_flags(groups: dict[str, dict[str, Any]], flags: Mapping[str, Any]) -> None:
     """Step 4: the flags the user set, then the --embedded defaults for what is still unset."""
     for dest, value in flags.items():
-        if dest in DURATION_FLAGS and isinstance(value, str):
-            value = parse_duration(value, key="--" + dest.replace("_", "-"), source="command line")
-        if dest == "node_label_selector" and isinstance(value, str):
-            value = parse_label_selector(value)
-        if dest == "metrics_bind_address":
-            # One flag, HAMi's name, feeds whichever roles run; role-specific flags override it.
-            for group in ("scheduler", "monitor"):
-                groups[group].setdefault("metrics_bind_address", value)
-            continue
-        if dest in SHARED_FLAGS:
-            for group, attr in SHARED_FLAGS[dest]:
+        flag = BY_DEST.get(dest)
+        if flag is None:
+            continue  # read by name elsewhere (roles, nvidia_overrides) or by the CLI
+        value = flag.convert(value)
+        for group, attr in flag.targets:
+            if flag.weak:
+                groups[group].setdefault(attr, value)
+            else:
                 groups[group][attr] = value
-        elif dest in FLAG_TARGETS:
-            group, attr = FLAG_TARGETS[dest]
-            groups[group][attr] = value
-    for dest in ("scheduler_metrics_bind_address", "monitor_metrics_bind_address"):
-        if dest in flags:
-            group, attr = FLAG_TARGETS[dest]
-            groups[group][attr] = flags[dest]
     if groups["sim"].get("embedded"):
         _embedded_defaults(groups, flags)
     if groups["log"].get("debug"):

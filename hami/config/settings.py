@@ -241,3 +241,13 @@ def parse_duration(text: str, *, key: str = "duration", source: str = "flag") ->
     if pos != len(s) or not s:
         raise ConfigError(key, source, text, "a duration such as 30s, 5m or 1h30m")
     return total
+
+
+def parse_label_selector(text: str, source: str = "--node-label-selector") -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        k, sep, v = part.partition("=")
+        if not sep or not k.strip():
+            raise ConfigError("node-label-selector", source, text, "k=v[,k2=v2]")
+        pairs.append((k.strip(), v.strip()))
+    return tuple(pairs)

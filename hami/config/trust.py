@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hami.config.flagtable import flag_label
 from hami.config.settings import ConfigError, DebugSettings, SchedulerSettings, SimSettings
 from hami.netaddr import is_loopback, split_host_port
 
@@ -23,22 +24,23 @@ def check_trusted_sources(listen: dict[str, Any]) -> None:
             raise ConfigError("--http-trusted-sources", "command line", text, "CIDR networks, e.g. 10.0.0.0/8") from None
 
 
-# Listener flags checked at startup, so a typo exits 2 naming the flag instead of failing in a role.
-_LISTENERS = (
-    ("scheduler", "http_bind", "--http_bind"),
-    ("scheduler", "webhook_bind_address", "--webhook-bind-address"),
-    ("agent", "health_bind_address", "--health-bind-address"),
-    ("scheduler", "metrics_bind_address", "--scheduler-metrics-bind-address (or --metrics-bind-address)"),
-    ("monitor", "metrics_bind_address", "--monitor-metrics-bind-address (or --metrics-bind-address)"),
-    ("debug", "debug_bind_address", "--debug-bind-address"),
-    ("sim", "listen", "--sim-listen"),
-    ("ui", "bind_address", "--ui-bind-address"),
+# Listener settings checked at startup, so a typo exits 2 naming the flag instead of failing in a role.
+LISTENERS = (
+    ("scheduler", "http_bind"),
+    ("scheduler", "webhook_bind_address"),
+    ("agent", "health_bind_address"),
+    ("scheduler", "metrics_bind_address"),
+    ("monitor", "metrics_bind_address"),
+    ("debug", "debug_bind_address"),
+    ("sim", "listen"),
+    ("ui", "bind_address"),
 )
 
 
 def check_listeners(groups: dict[str, dict[str, Any]]) -> None:
-    for group, attr, flag in _LISTENERS:
+    for group, attr in LISTENERS:
         value = groups[group].get(attr)
+        flag = flag_label(group, attr)
         if not value:
             continue  # the default, or "" (listener off)
         try:

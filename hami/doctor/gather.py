@@ -97,12 +97,11 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
 
 
 async def client_from_args(args: argparse.Namespace) -> KubeClient:
-    timeout = getattr(args, "kube_timeout", None)
     settings = KubeSettings(
         kubeconfig=getattr(args, "kubeconfig", None),
         qps=getattr(args, "kube_qps", 50.0),
         burst=getattr(args, "kube_burst", 100),
-        timeout=parse_duration(timeout, key="--kube-timeout") if timeout else 0.0,
+        timeout=getattr(args, "kube_timeout", 0.0),  # parsed as a Go duration by the flag table
     )
     return await KubeClient.from_settings(settings)
 

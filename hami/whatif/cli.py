@@ -25,7 +25,7 @@ import sys
 import orjson
 import structlog
 
-from hami.config import KubeSettings, parse_duration
+from hami.config import KubeSettings
 
 from .cluster import SnapshotError, parse_snapshot
 from .engine import SchedulerDefaults, run_plan
@@ -69,12 +69,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _kube_settings(args: argparse.Namespace) -> KubeSettings:
-    timeout = getattr(args, "kube_timeout", None)
     return KubeSettings(
         kubeconfig=getattr(args, "kubeconfig", None),
         qps=getattr(args, "kube_qps", 50.0),
         burst=getattr(args, "kube_burst", 100),
-        timeout=parse_duration(timeout, key="--kube-timeout") if timeout else 0.0,
+        timeout=getattr(args, "kube_timeout", 0.0),  # parsed as a Go duration by the flag table
     )
 
 

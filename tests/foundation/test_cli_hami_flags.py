@@ -18,8 +18,8 @@ import pytest
 
 from hami.cli import main as cli
 from hami.cli.aliases import ALIASES, REFUSED
-from hami.cli.flags import FLAGS
 from hami.cli.rolehelp import roles_of
+from hami.config.flagtable import ROLE_FLAGS
 
 # one value per alias, different from the default so the mapping is visible
 VALUES = {"defaultMemory": 3000, "defaultCores": 30, "defaultGPUNum": 2, "resourceCountName": "example.com/gpu",
@@ -107,12 +107,13 @@ def _options(text: str) -> set[str]:
 def test_role_help_shows_that_roles_flags_and_the_common_ones(role, capsys):
     text = _help(["--role", role, "--help"], capsys)
     shown = _options(text)
-    for names, dest, _, _ in FLAGS:
-        roles = roles_of(dest)
+    for flag in ROLE_FLAGS:
+        roles = roles_of(flag.dest)
+        name = flag.spellings[0]
         if not roles or role in roles:
-            assert names[0] in shown, (role, names[0])
+            assert name in shown, (role, name)
         else:
-            assert names[0] not in shown, (role, names[0])
+            assert name not in shown, (role, name)
     assert "common flags (every role)" in text
     assert ("--device-split-count" in shown) == (role in ("scheduler", "node-agent"))
     assert _help(["--help", "--role", role], capsys) == text  # --help before --role too
@@ -124,7 +125,7 @@ def test_full_help_shows_every_flag_once_grouped_by_role(capsys):
                   "\nsim flags (the embedded cluster", "HAMi's flags (deprecated aliases"):
         assert title in text
     shown = _options(text)
-    assert {names[0] for names, *_ in FLAGS} | set(ALIASES) | set(REFUSED) <= shown
+    assert {flag.spellings[0] for flag in ROLE_FLAGS} | set(ALIASES) | set(REFUSED) <= shown
     assert text.count("\n  --http_bind") == 1
     # the scheduler's flags sit under the scheduler heading
     assert text.index("\nscheduler flags:") < text.index("  --http_bind") < text.index("\nnode-agent flags:")
@@ -132,5 +133,5 @@ def test_full_help_shows_every_flag_once_grouped_by_role(capsys):
 
 
 def test_every_embedded_cluster_flag_is_in_the_sim_group():
-    sim = [dest for _, dest, _, _ in FLAGS if dest.startswith("sim_") or dest in ("embedded", "demo_workload")]
+    sim = [f.dest for f in ROLE_FLAGS if f.dest.startswith("sim_") or f.dest in ("embedded", "demo_workload")]
     assert sim and all(roles_of(dest) == ("sim",) for dest in sim), [(d, roles_of(d)) for d in sim]

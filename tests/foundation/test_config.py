@@ -211,9 +211,22 @@ def test_parse_duration_raises_only_config_error(text):
     assert value >= 0
 
 
-def test_bad_duration_flag_names_flag():
-    with pytest.raises(ConfigError, match="--node-lock-timeout"):
-        build_config(_flags(["--node-lock-timeout", "five minutes"]), env={})
+def test_bad_duration_flag_names_flag(capsys):
+    with pytest.raises(SystemExit) as exc:  # parsed as a duration with the command line
+        _flags(["--node-lock-timeout", "five minutes"])
+    assert exc.value.code == 2
+    assert "argument --node-lock-timeout/--node_lock_timeout: invalid duration 'five minutes'" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="--node-lock-timeout"):  # a caller's text goes through the same rule
+        build_config({"node_lock_timeout": "five minutes"}, env={})
+
+
+@pytest.mark.parametrize(("argv", "dest", "seconds"), [
+    (["--kube-timeout", "1m30s"], "kube_timeout", 90.0),
+    (["--sim-read-latency", "250ms"], "sim_read_latency", 0.25),
+    (["--gpu-preemption-hold-timeout", "2"], "gpu_preemption_hold_timeout", 2.0),
+])
+def test_duration_flags_are_parsed_as_go_durations_by_the_parser(argv, dest, seconds):
+    assert _flags(argv)[dest] == pytest.approx(seconds)
 
 
 def test_embedded_defaults_point_roles_at_the_embedded_cluster_on_loopback(tmp_path):

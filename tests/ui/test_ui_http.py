@@ -129,9 +129,9 @@ async def test_whatif_on_demand_is_rate_limited_and_places_the_pending_pod(apise
 
 @pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(UiSettings)])
 def test_every_ui_setting_has_a_flag(field):
-    from hami.config import FLAG_TARGETS
+    from hami.config import FLAGS
 
-    flags = {target for target in FLAG_TARGETS.values() if target[0] == "ui"}
+    flags = {target for flag in FLAGS for target in flag.targets if target[0] == "ui"}
     assert ("ui", field) in flags or field == "whatif_timeout"
 
 
