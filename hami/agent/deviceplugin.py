@@ -198,6 +198,7 @@ class DevicePluginServer:
         self.registrations = 0
         self.restarts = 0
         self.register_failures = 0
+        self.polls = 0  # looks at kubelet.sock by run() (each a chance to register)
 
     # ------------------------------------------------------------------ devices
 
@@ -280,6 +281,7 @@ class DevicePluginServer:
             while not stop.is_set():
                 delay = self.poll_interval
                 kubelet_now = _stamp(self.kubelet_socket)
+                self.polls += 1
                 own_gone = not _exists(self.socket_path)
                 if kubelet_now is not None and (kubelet_now != kubelet_seen or own_gone):
                     if kubelet_seen is not None or own_gone:

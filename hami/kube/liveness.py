@@ -62,6 +62,7 @@ class ApiLiveness:
         self.probes = 0
         self.probe_failures = 0
         self.wakes = 0  # sleeps of run() (idle and answering: one per probe_after at most)
+        self.asleep_for = 0.0  # seconds the current sleep of run() lasts at most
         previous = client.on_request
 
         def observe(verb: str, resource: str, code: str, seconds: float) -> None:
@@ -142,6 +143,7 @@ class ApiLiveness:
             if self.failing_since is None:
                 wait = max(self.tick, self.probe_after - (self._now() - self._last_heard()))
             self.wakes += 1
+            self.asleep_for = wait
             try:
                 await asyncio.wait_for(stop.wait(), wait)
             except TimeoutError:

@@ -155,6 +155,8 @@ class Scheduler:
     templates: TemplateReconciler | None = None  # --dra: claim templates of admitted pods
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     _hs_pending: dict = field(default_factory=dict)
+    handshakes_queued: int = 0  # handshake writes the cache decided on (queued for the writer)
+    handshakes_done: int = 0  # of those, the ones the writer has handled (written, refused, or not leader)
     _hs_wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -179,7 +181,10 @@ class Scheduler:
         return reasons
 
     def queue_handshake(self, node: dict, verdict: Verdict) -> None:
-        self._hs_pending[((node.get("metadata") or {}).get("name", ""), verdict.key)] = (node, verdict)
+        key = ((node.get("metadata") or {}).get("name", ""), verdict.key)
+        if key not in self._hs_pending:  # a newer verdict for a queued node replaces it: one handling
+            self.handshakes_queued += 1
+        self._hs_pending[key] = (node, verdict)
         self._hs_wake.set()
 
     async def handshake_writer(self) -> None:
@@ -190,7 +195,10 @@ class Scheduler:
                 continue
             name, (node, verdict) = next(iter(self._hs_pending.items()))
             del self._hs_pending[name]
-            await self.state.handshaker_for(verdict.key).apply(node, verdict)
+            try:
+                await self.state.handshaker_for(verdict.key).apply(node, verdict)
+            finally:
+                self.handshakes_done += 1
 
     async def rechecker(self) -> None:
         while not self.stop.is_set():

@@ -51,7 +51,9 @@ async def test_missed_gpu_pods_are_recreated_through_their_controller_or_warned(
             store.create("pods", "default", p)
         reconciler = env.sched.missed
         await eventually(lambda: set(reconciler.seen) == {"default/owned", "default/bare"}, 5)
-        await asyncio.sleep(1.0)  # past the grace, with no admission answered since: nothing done
+        judged = reconciler.judged
+        # Both judged past the grace, with no admission answered since: nothing done.
+        await eventually(lambda: reconciler.judged >= judged + 2, 10)
         assert _names(store) >= {"owned", "bare"} and reconciler.deleted == reconciler.warned == 0
 
         await asyncio.sleep(1.0)  # creationTimestamps have whole seconds: answer strictly later
@@ -63,7 +65,10 @@ async def test_missed_gpu_pods_are_recreated_through_their_controller_or_warned(
             answer = await r.json()
         store.create("pods", "default", pod_obj("stale-mark", gpus=0, annotations={
             MARK_ANNOTATION: "a-mark-never-issued"}))
-        await asyncio.sleep(1.0)  # past the grace again: a forged review or mark moves nothing
+        await eventually(lambda: env.sched.state.pod("default", "stale-mark") is not None, 5)  # seen by the cache
+        judged = reconciler.judged
+        # Both judged past the grace again: a forged review or mark moves nothing.
+        await eventually(lambda: reconciler.judged >= judged + 2, 10)
         assert _names(store) >= {"owned", "bare"} and reconciler.deleted == reconciler.warned == 0
         assert env.sched.missed.webhook_answered() == 0.0
         assert answer["response"]["allowed"] is True
@@ -111,9 +116,10 @@ async def test_the_watcher_sleeps_while_nothing_is_missed_and_wakes_for_a_missed
     async with running_env(apiserver, hami_nodes(1), missed_webhook_grace=0.2) as env:
         reconciler = env.sched.missed
         await eventually(lambda: reconciler.wakes == 0 and env.sched.state.pods.synced.is_set(), 5)
-        for _ in range(40):  # many turns of the loop with nothing missed
-            await asyncio.sleep(0.01)
-        assert reconciler.wakes == 0
+        # A pod that is not missed goes through the same handler and must not wake it either.
+        apiserver.store.create("pods", "default", pod_obj("ours", mem=1000))
+        await eventually(lambda: env.sched.state.pod("default", "ours") is not None, 5)
+        assert reconciler.wakes == 0 and not reconciler.seen
         apiserver.store.create("pods", "default", pod_obj("bare", mem=1000, scheduler="default-scheduler"))
         await eventually(lambda: "default/bare" in reconciler.seen, 5)
         await eventually(lambda: reconciler.wakes >= 1, 5)  # the new pod woke it

@@ -119,7 +119,7 @@ async def test_the_liveness_watch_sleeps_until_a_probe_is_due_instead_of_ticking
     """Idle is idle: while the API server answers, the watch sleeps until a probe would be due (one
     wake per `probe_after` at most), not every `tick`."""
     from hami.kube.liveness import ApiLiveness
-    from tests.kube.helpers import client_for
+    from tests.kube.helpers import client_for, eventually
 
     client = await client_for(apiserver.kubeconfig)
     stop = asyncio.Event()
@@ -127,9 +127,9 @@ async def test_the_liveness_watch_sleeps_until_a_probe_is_due_instead_of_ticking
         await client.request("get", "version", "GET", "/version")  # an answer just now
         live = ApiLiveness(client, probe_after=30.0, tick=0.01)
         running = asyncio.create_task(live.run(stop))
-        for _ in range(40):  # 0.4 s: 40 ticks' worth
-            await asyncio.sleep(0.01)
-        assert live.wakes == 1 and live.probes == 0
+        await eventually(lambda: live.wakes == 1)
+        # Asleep until the probe is due (30 s after the answer), not for one tick: no wake per tick.
+        assert live.asleep_for > 20.0 and live.probes == 0
         stop.set()
         await running
     finally:

@@ -146,9 +146,10 @@ async def test_a_retried_bind_that_finds_the_pod_bound_once_it_has_the_lock_writ
                     "application/merge-patch+json")
     await eventually(lambda: node in env.sched.state.locked)
     patches = env.client.total_requests(verb="patch", resource="pods")
+    waits = env.sched.binder.lock_waits
     retry = asyncio.create_task(env.bind(pod, node))
-    await asyncio.sleep(0.2)
-    assert not retry.done()  # queued behind the lock
+    await eventually(lambda: env.sched.binder.lock_waits > waits)  # it met the lock ...
+    assert not retry.done()  # ... and is queued behind it
     env.store.bind("default", "r2", {"target": {"kind": "Node", "name": node}})  # the first attempt's binding
     env.store.patch("pods", "default", "r2", b'{"metadata":{"annotations":{"hami.io/bind-phase":"success"}}}',
                     "application/merge-patch+json")

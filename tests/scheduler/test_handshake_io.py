@@ -6,7 +6,6 @@ not leader, and a stale resourceVersion answered 409 without harm."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -72,14 +71,20 @@ async def test_first_sight_writes_once_per_hami_node_and_never_plain_nodes(env):
 
 async def test_steady_state_sends_no_request_per_node(env):
     await eventually(lambda: env.sched.handshaker.writes == 2)
-    await asyncio.sleep(0.2)
-    before = dict(env.client.requests)
+    cached = env.sched.state.nodes.store
+    # Settled: the cache holds both writes (their watch events are judged) and the writer is idle.
+    await eventually(lambda: all(HANDSHAKE_KEY in cached[n]["metadata"].get("annotations", {}) for n in ("fresh", "also"))
+                     and env.sched.handshakes_done == env.sched.handshakes_queued)
+    queued, before = env.sched.handshakes_queued, patches(env)
     for _ in range(5):
         env.sched.state.recheck()  # what the 15 s ticker does
     env.store.patch("nodes", "", "fresh", b'{"metadata":{"labels":{"unrelated":"change"}}}',
                     "application/merge-patch+json")
-    await asyncio.sleep(0.3)
-    assert env.client.requests == before
+    # The cache has judged the changed node (its watch event is in): no write was decided, none made.
+    await eventually(lambda: (env.sched.state.nodes.store["fresh"]["metadata"].get("labels") or {}).get("unrelated"))
+    assert env.sched.handshakes_queued == queued
+    await eventually(lambda: env.sched.handshakes_done == env.sched.handshakes_queued)
+    assert patches(env) == before
 
 
 async def test_dead_node_is_cleaned_once_then_left_alone(apiserver):
@@ -88,11 +93,11 @@ async def test_dead_node_is_cleaned_once_then_left_alone(apiserver):
     try:
         await eventually(lambda: HANDSHAKE_KEY not in e.store.get("nodes", "", "dead")["metadata"]["annotations"])
         assert "dead" not in e.sched.state.usable
-        await asyncio.sleep(0.2)
-        n = patches(e)
+        await eventually(lambda: e.sched.handshakes_done == e.sched.handshakes_queued)
+        n, queued = patches(e), e.sched.handshakes_queued
         for _ in range(3):
             e.sched.state.recheck()
-        await asyncio.sleep(0.2)
+        assert e.sched.handshakes_queued == queued  # the rechecks decided no write (they are synchronous)
         assert patches(e) == n
     finally:
         await stop_env(e)
@@ -104,7 +109,9 @@ async def test_no_writes_when_not_leader(apiserver, monkeypatch):
         e.sched.handshaker.is_leader = lambda: False
         e.store.create("nodes", "", node_obj("late"))
         await eventually(lambda: "late" in e.sched.state.usable)
-        await asyncio.sleep(0.2)
+        # The first sight decided a write; the writer has handled it without writing.
+        await eventually(lambda: e.sched.handshakes_queued >= 1
+                         and e.sched.handshakes_done == e.sched.handshakes_queued)
         assert e.sched.handshaker.writes == 0 and patches(e) == 0
     finally:
         await stop_env(e)

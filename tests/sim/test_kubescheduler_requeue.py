@@ -12,7 +12,6 @@ The wake-to-bound latency is printed for the report (never asserted).
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -79,7 +78,10 @@ async def test_devices_registered_on_a_new_node_wake_the_parked_pod(cluster):
     bare = gpu_node("n1")
     register = bare["metadata"]["annotations"].pop("hami.io/node-nvidia-register")
     c.store.create("nodes", "", bare)  # a node add moves nothing an extender rejected
-    await asyncio.sleep(0.3)
+    # Both schedulers have seen the node (kube-scheduler moves pods in its node handler) and the
+    # waker has judged every change: the pod stays parked.
+    await eventually(lambda: "n1" in c.loop.nodes.store and "n1" in c.env.sched.state.nodes.store
+                     and c.env.sched.waker.idle, 10)
     assert c.where("waiting") == UNSCHEDULABLE
     merge(c.store, "nodes", "", "n1", {"metadata": {"annotations": {"hami.io/node-nvidia-register": register}}})
     await eventually(lambda: c.node_of("waiting") == "n1", 10)
@@ -97,7 +99,7 @@ async def test_devices_on_a_new_node_the_pods_selector_excludes_wake_nothing(clu
     assert len(c.env.sched.waker.book.pods) == 2  # both rejected by the extender on n0, both recorded
     c.store.create("nodes", "", gpu_node("n1", labels={"pool": "b"}))
     await eventually(lambda: c.node_of("any") == "n1", 10)  # woken: no constraint of its own
-    await asyncio.sleep(0.2)
+    await eventually(lambda: c.env.sched.waker.idle, 10)  # every change judged, every chosen wake sent
     assert REQUEUE_ANNOTATION in c.annotations("any")
     assert REQUEUE_ANNOTATION not in c.annotations("picky")  # pool b is no place for it: no wake
     assert c.where("picky") == UNSCHEDULABLE
@@ -129,7 +131,9 @@ async def test_a_flood_of_frees_sends_wakes_at_the_configured_rate(apiserver):
         woken = [p["metadata"]["name"] for p in pending
                  if REQUEUE_ANNOTATION in (env.pod("default", p["metadata"]["name"])["metadata"]["annotations"])]
         assert len(woken) == 24
-        await asyncio.sleep(0.3)
+        # Every free seen by the cache and judged by the waker: still one wake per recorded failure.
+        await eventually(lambda: all(env.sched.state.pod("default", f"filler{i}") is None for i in range(len(names)))
+                         and waker.idle, 10)
         assert waker.wakes == 24  # one wake per recorded failure, however many frees follow
 
 

@@ -87,6 +87,7 @@ class MissedPods:
         self.done: set[str] = set()  # uids handled (a Warning is said once)
         self.deleted = 0
         self.warned = 0
+        self.judged = 0  # missed pods handled past their grace (acted on, or left to wait again)
 
     def on_pod(self, etype: str, old: dict | None, new: dict | None) -> None:
         """Informer handler: note missed pods, forget the ones that left or got bound."""
@@ -175,5 +176,6 @@ class MissedPods:
                 for key in due:
                     self.seen.pop(key, None)
                     await self.handle(key)
+                    self.judged += 1
         finally:
             stopped.cancel()

@@ -47,6 +47,7 @@ class Waker:
         self.rate, self.burst, self.debounce = rate, burst, debounce
         self.clock = clock
         self.book = requeue.PendingBook()
+        self.idle = False  # run() waits with no capacity change left to judge (every wake it chose is sent)
         self.changes: dict[tuple[str, str], set[str]] = {}
         self.wakes = 0
         self.wake_failures = 0
@@ -71,6 +72,7 @@ class Waker:
         if not self.book.pods:
             return
         self.changes.setdefault((kind, node or ""), set()).add(namespace)
+        self.idle = False
         self._wake.set()
 
     def on_pod(self, etype: str, old: dict | None, new: dict | None) -> None:
@@ -92,12 +94,14 @@ class Waker:
         while not stop.is_set():
             self._wake.clear()
             if not self.changes:
+                self.idle = True
                 stopper = asyncio.ensure_future(stop.wait())
                 waiter = asyncio.ensure_future(self._wake.wait())
                 await asyncio.wait({stopper, waiter}, return_when=asyncio.FIRST_COMPLETED)
                 stopper.cancel()
                 waiter.cancel()
                 continue
+            self.idle = False
             await asyncio.sleep(self.debounce)  # coalesce a burst of frees into one pass
             changes, self.changes = self.changes, {}
             for pending, node in requeue.wake_list(self.book, changes, self.index_of().nodes, self.labels_of):

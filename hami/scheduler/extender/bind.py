@@ -114,6 +114,7 @@ class Binder:
         self.overcommit_refusals = 0
         self.refits = 0
         self.already_bound = 0  # retried binds of a pod bound meanwhile (answered without a write)
+        self.lock_waits = 0  # times a bind found the node locked by another pod and began waiting
         # node -> FIFO of our binds waiting for its lock: only the head swaps, so a release wakes
         # one bind, not a herd of compare-and-swaps that all but one lose (409, a wasted write).
         self._node_queues: dict[str, asyncio.Lock] = {}
@@ -315,6 +316,7 @@ class Binder:
                 # Wake when the node watch shows the lock released; our own lock write may be
                 # newer than the watch, so never spin faster than every 20 ms.
                 holder = _lock_holder(nodes.store.get(node))
+                self.lock_waits += 1
                 woke = loop.time()
                 released = await nodes.wait_for(lambda: not _lock_value(nodes.store.get(node)), min(left, 1.0))
                 if loop.time() - woke < 0.02:
