@@ -1,11 +1,16 @@
 """The resource table of the embedded API server: what it serves and how discovery describes it.
 
 Pure data. `RESOURCES` is keyed by `(group, version, plural)`; group "" is the core API (`/api/v1`).
+A row brings its own validation hook (`validate`, hami.sim.apiserver.validation), which the store calls
+on every write of that resource.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from hami.sim.apiserver import validation
+from hami.sim.apiserver.validation import Validator
 
 # Fields every resource can be selected on.
 _META_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
@@ -25,6 +30,7 @@ class Resource:
     fields: frozenset[str] = _META_FIELDS  # field-selector labels the server accepts
     storage: str = ""  # another resource's key when this one is a view of its objects
     verbs: tuple[str, ...] = ()  # discovery's verbs when not the usual CRUD set (create-only reviews)
+    validate: Validator | None = None  # the API server's checks of a write (422 naming the field)
 
     @property
     def api_version(self) -> str:
@@ -80,23 +86,25 @@ _ALL = (
     Resource("", "v1", "namespaces", "namespace", "Namespace", False, ("ns",), ("status",),
              _META_FIELDS | {"status.phase"}),
     Resource("", "v1", "nodes", "node", "Node", False, ("no",), ("status",),
-             _META_FIELDS | {"spec.unschedulable"}),
+             _META_FIELDS | {"spec.unschedulable"}, validate=validation.node_quantities),
     Resource("", "v1", "pods", "pod", "Pod", True, ("po",), ("status", "binding", "log", "eviction"), _POD_FIELDS),
     Resource("", "v1", "events", "event", "Event", True, ("ev",), (), _EVENT_FIELDS),
     Resource("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",)),
     Resource("", "v1", "resourcequotas", "resourcequota", "ResourceQuota", True, ("quota",), ("status",)),
     Resource("events.k8s.io", "v1", "events", "event", "Event", True, (), (), _NEW_EVENT_FIELDS, storage="events"),
     Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
-    Resource("batch", "v1", "jobs", "job", "Job", True, (), ("status",)),
+    Resource("batch", "v1", "jobs", "job", "Job", True, (), ("status",), validate=validation.job_spec),
     Resource("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", True,
              ("pdb",), ("status",)),
     # Dynamic Resource Allocation (validated by hami.sim.apiserver.dravalidate)
-    Resource("resource.k8s.io", "v1", "deviceclasses", "deviceclass", "DeviceClass", False),
-    Resource("resource.k8s.io", "v1", "resourceclaims", "resourceclaim", "ResourceClaim", True, (), ("status",)),
+    Resource("resource.k8s.io", "v1", "deviceclasses", "deviceclass", "DeviceClass", False,
+             validate=validation.dra_object),
+    Resource("resource.k8s.io", "v1", "resourceclaims", "resourceclaim", "ResourceClaim", True, (), ("status",),
+             validate=validation.dra_object),
     Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "resourceclaimtemplate", "ResourceClaimTemplate",
-             True),
+             True, validate=validation.dra_object),
     Resource("resource.k8s.io", "v1", "resourceslices", "resourceslice", "ResourceSlice", False, (), (),
-             _META_FIELDS | {"spec.nodeName", "spec.driver", "spec.pool.name"}),
+             _META_FIELDS | {"spec.nodeName", "spec.driver", "spec.pool.name"}, validate=validation.dra_object),
     # the Priority admission reads them (hami.sim.apiserver.priority)
     Resource("scheduling.k8s.io", "v1", "priorityclasses", "priorityclass", "PriorityClass", False, ("pc",)),
     # answered, never stored (hami.sim.apiserver.authz)

@@ -28,8 +28,8 @@ from typing import Any
 import orjson
 
 from hami.apierror import ApiError as ApiError  # the one API error shape (hami.apierror)
-from hami.sim.apiserver import dravalidate, nodestatus, podupdate
 from hami.sim.apiserver import patch as patchmod
+from hami.sim.apiserver import podupdate
 from hami.sim.apiserver.resources import (
     BY_KEY,
     STATUS_ONLY_ON_SUBRESOURCE,
@@ -39,7 +39,7 @@ from hami.sim.apiserver.resources import (
     event_to_view,
 )
 from hami.sim.apiserver.selectors import FieldRequirement, Requirement, matches
-from hami.sim.controllers import jobspec
+from hami.sim.apiserver.validation import Write
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 _NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
@@ -579,35 +579,26 @@ class Store:
 
     def _validate_kind(self, res: Resource, name: str, obj: dict, subresource: str = "",
                        old: dict | None = None) -> None:
-        """resource.k8s.io objects: the API server's validation (hami.sim.apiserver.dravalidate), 422 naming the field;
-        Jobs: hami.sim.controllers.jobspec.validate; Nodes: their capacity and allocatable quantities."""
-        if res.key == "nodes":
-            errors = nodestatus.resource_errors(obj)
-            if errors:
-                raise _invalid(res, name, *errors[0])
+        """The resource's own validation hook (its row's `validate`); 422 naming the field."""
+        if res.validate is None:
             return
-        if res.key == jobspec.JOBS_KEY and subresource != "status":
-            try:
-                jobspec.validate(obj)
-            except jobspec.FieldInvalid as exc:
-                raise _invalid(res, name, exc.field, exc.message) from None
-            return
-        if res.key not in dravalidate.DRA_KEYS:
-            return
+        problem = res.validate(Write(res.key, obj, subresource, old, self))
+        if problem is not None:
+            raise _invalid(res, name, *problem)
+
+    def cel_check(self):
+        """The DRA validation's CEL check (hami.sim.apiserver.validation.WriteContext)."""
         if self._cel is None:
-            from hami.kubesched.cel import (
-                SelectorCompiler,  # celpy is loaded only where DRA objects are written
-            )
+            # celpy is loaded only where DRA objects are written
+            from hami.kubesched.cel import SelectorCompiler
 
             self._cel = SelectorCompiler()
-        ns = (obj.get("metadata") or {}).get("namespace") or ""
-        ns_entry = self._objs["namespaces"].get("", {}).get(ns)
-        ns_labels = (orjson.loads(ns_entry.raw).get("metadata") or {}).get("labels") or {} if ns_entry else {}
-        try:
-            dravalidate.validate(res.key, obj, self._cel.check, subresource=subresource, old=old,
-                                 admin_access_allowed=ns_labels.get(dravalidate.ADMIN_ACCESS_LABEL) == "true")
-        except dravalidate.FieldInvalid as exc:
-            raise _invalid(res, name, exc.field, exc.message) from None
+        return self._cel.check
+
+    def namespace_labels(self, namespace: str) -> dict:
+        """A stored namespace's labels (hami.sim.apiserver.validation.WriteContext)."""
+        entry = self._objs["namespaces"].get("", {}).get(namespace)
+        return (orjson.loads(entry.raw).get("metadata") or {}).get("labels") or {} if entry else {}
 
     def update(self, key: str, ns: str, name: str, obj: dict, *, subresource: str = "",
                owned: bool = False, dry_run: bool = False) -> Entry:
