@@ -242,6 +242,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--ui-metrics-urls", "str", "ui.metrics_urls",
          "comma list of monitor /metrics URLs the UI scrapes when no --prometheus-url is given"),
     Flag("--ui-whatif-interval", "duration", "ui.whatif_interval", "at most one on-demand what-if per interval (30s)"),
+    Flag("--ui-allow-anonymous", "bool", "ui.allow_anonymous",
+         "without a token, answer every peer (default false: loopback only, e.g. kubectl port-forward)"),
+    Flag("--ui-allowed-hosts", "str", "ui.allowed_hosts",
+         "comma list of Host header names the UI answers besides loopback and its bound address (* any)"),
     # embedded cluster
     Flag("--embedded", "bool", "sim.embedded", "run everything on an embedded Kubernetes API server"),
     # every HTTP listener (hami.httpguard)

@@ -200,6 +200,8 @@ class UiSettings:
     metrics_urls: str = ""  # comma list of monitor /metrics URLs to scrape when no Prometheus is given
     whatif_interval: float = 30.0  # at most one on-demand what-if run per this many seconds
     whatif_timeout: float = 20.0  # a what-if run that takes longer is abandoned
+    allow_anonymous: bool = False  # without a token, answer peers other than loopback too (hami.ui.gate)
+    allowed_hosts: str = ""  # comma list of Host names the UI answers besides loopback and its address; * any
 
 
 @dataclass(frozen=True, slots=True)

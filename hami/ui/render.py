@@ -246,8 +246,10 @@ def quotas_page(rows: Sequence[tuple[str, str, str, str, str, str]], **foot) -> 
     return page("GPU quotas", body, **foot)
 
 
-def whatif_page(result: Mapping | None, *, running: bool, wait: float, **foot) -> str:
-    form = ("<form method='post' action='/whatif'><button type='submit'" + (" disabled" if running or wait > 0 else "")
+def whatif_page(result: Mapping | None, *, running: bool, wait: float, form_token: str = "", **foot) -> str:
+    form = ("<form method='post' action='/whatif'>"
+            f"<input type='hidden' name='form_token' value='{e(form_token)}'><button type='submit'"
+            + (" disabled" if running or wait > 0 else "")
             + ">Run hami whatif --suggest on the live cluster</button> "
             + (f"<span class='muted'>next run possible in {wait:.0f} s</span>" if wait > 0 else "")
             + ("<span class='muted'>running...</span>" if running else "") + "</form>")

@@ -3,9 +3,13 @@ demand, `hami whatif --suggest` and `hami doctor pod` run in-process. Read-only:
 
 Listens on `--ui-bind-address` (default 127.0.0.1:8080; in a cluster a ClusterIP Service reached with
 kubectl port-forward). With `--ui-readonly-token[-file]` every request must carry the token (Bearer
-header, or `?token=` once, which sets an HttpOnly SameSite=Strict cookie). Pages carry a
-Content-Security-Policy that allows no inline script and no other origin. What-if runs are one at a
-time, at most one per `--ui-whatif-interval`, and abandoned after 20 s.
+header, or `?token=` once, which sets an HttpOnly SameSite=Strict cookie); without one, only loopback
+peers are answered unless `--ui-allow-anonymous`. The Host header must name the UI (loopback names,
+its bound address, `--ui-allowed-hosts`), and a POST must carry its form's token from the UI's own
+origin (hami.ui.gate). Pages carry a Content-Security-Policy that allows no inline script and no
+other origin. What-if runs are one at a time, at most one per `--ui-whatif-interval`, and abandoned
+after 20 s; a pending pod's diagnosis is kept 15 s and new ones run at most one a second (burst 5),
+off the event loop (hami.doctor.pod.off_loop).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import argparse
 import asyncio
 import dataclasses
 import hmac
+import os
 import time
 from typing import Any
 
@@ -30,7 +35,7 @@ from hami.kube.client import ApiError, KubeClient
 from hami.kube.informer import Informer
 from hami.netaddr import split_host_port
 from hami.obs.log import get_logger
-from hami.ui import render
+from hami.ui import gate, render
 from hami.ui.metrics import Figures, MetricsError, parse_exposition, parse_query
 from hami.ui.view import NodeView, cluster_view, dra_devices, quota_rows
 
@@ -100,6 +105,11 @@ class Ui:
         self.whatif_running = False
         self.whatif_last = -1e9
         self.http: aiohttp.ClientSession | None = None
+        self.allow_anonymous = config.ui.allow_anonymous
+        bind_host = config.ui.bind_address.rpartition(":")[0]
+        self.hosts = gate.allowed_hosts(bind_host, config.ui.allowed_hosts)
+        self.form = gate.FormToken(os.urandom(32))
+        self.diagnoses = gate.DiagnosisBudget()
         self._view = None
         self._view_key: tuple | None = None
 
@@ -173,6 +183,10 @@ class Ui:
 
     @web.middleware
     async def guard(self, request: web.Request, handler):
+        if request.path != "/healthz":  # kubelet's probe names the pod's address, and reads nothing
+            refused = self._refusal(request)
+            if refused is not None:
+                return refused
         if self.token:
             given = request.query.get("token")
             if given is not None and hmac.compare_digest(given.encode(), self.token.encode()):
@@ -190,6 +204,26 @@ class Ui:
         resp = await handler(request)
         resp.headers.update(HEADERS)
         return resp
+
+    def _refusal(self, request: web.Request) -> web.Response | None:
+        """Why this request is not answered (hami.ui.gate), or None."""
+        def refuse(status: int, text: str) -> web.Response:
+            return web.Response(status=status, text=f"hami ui: {text}\n", headers=HEADERS)
+        if not gate.host_allowed(request.headers.get("Host"), self.hosts):
+            return refuse(403, f"Host {gate.host_name(request.headers.get('Host'))[:100]!r} is not this UI's name "
+                               "(a rebound DNS name?); add it with --ui-allowed-hosts (chart: ui.allowedHosts)")
+        if not gate.peer_may_enter(request.remote, token_set=bool(self.token), allow_anonymous=self.allow_anonymous):
+            return refuse(403, "requests from other hosts need a read-only token (--ui-readonly-token-file; chart: "
+                               "ui.readonlyTokenSecret), or anonymous reading allowed (--ui-allow-anonymous; "
+                               "chart: ui.allowAnonymous)")
+        return None
+
+    async def form_checked(self, request: web.Request) -> bool:
+        """A POST carries its form's token, from the UI's own origin (cross-site request forgery)."""
+        form = await request.post()
+        given = form.get("form_token")
+        return self.form.accepts(given if isinstance(given, str) else None, request.headers.get("Origin"),
+                                 request.headers.get("Host"))
 
     def _html(self, text: str, status: int = 200) -> web.Response:
         return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
@@ -221,9 +255,22 @@ class Ui:
                         key=lambda ev: str(ev.get("lastTimestamp") or ev.get("eventTime") or ""))[-20:]
         diagnosis = None
         if not (pod.get("spec") or {}).get("nodeName"):
-            diagnosis = await self._diagnose(ns, name)
+            diagnosis = await self._diagnose_kept(ns, name, (pod.get("metadata") or {}).get("resourceVersion", ""))
         requested = requested_hami_resources(pod, self.config.nvidia, self.config.vendors)
         return self._html(render.pod_page(pod, slices, events, diagnosis, requested, **self.foot()))
+
+    async def _diagnose_kept(self, ns: str, name: str, rv: str):
+        """The pod's diagnosis: kept a while per resourceVersion, new ones rate-limited (hami.ui.gate)."""
+        key, now = (ns, name, rv), self.clock()
+        hit, kept = self.diagnoses.cached(key, now)
+        if hit:
+            return kept
+        if not self.diagnoses.take(now):
+            log.v(2).info("UI: diagnosis rate-limited", pod=f"{ns}/{name}")
+            return None
+        diagnosis = await self._diagnose(ns, name)
+        self.diagnoses.keep(key, self.clock(), diagnosis)
+        return diagnosis
 
     async def _diagnose(self, ns: str, name: str):
         from hami.doctor.pod import diagnose
@@ -248,12 +295,15 @@ class Ui:
 
     async def h_whatif(self, request: web.Request) -> web.Response:
         return self._html(render.whatif_page(self.whatif_result, running=self.whatif_running, wait=self._wait(),
-                                             **self.foot()))
+                                             form_token=self.form.value, **self.foot()))
 
     async def h_whatif_run(self, request: web.Request) -> web.Response:
+        if not await self.form_checked(request):
+            return web.Response(status=403, text="hami ui: this form was not sent from the UI's own page (its form "
+                                                 "token or origin is missing or wrong)\n", headers=HEADERS)
         if self.whatif_running or self._wait() > 0:
             return self._html(render.whatif_page(self.whatif_result, running=self.whatif_running, wait=self._wait(),
-                                                 **self.foot()), 429)
+                                                 form_token=self.form.value, **self.foot()), 429)
         self.whatif_running, self.whatif_last = True, self.clock()
         asyncio.get_running_loop().create_task(self._run_whatif())
         raise web.HTTPSeeOther("/whatif")

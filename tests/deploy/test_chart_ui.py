@@ -52,3 +52,23 @@ def test_token_secret_is_mounted_as_a_file():
     assert spec["volumes"][0]["secret"]["secretName"] == "ui-token"
     assert not any("token" in str(a) and "file" not in str(a) for a in ctr["args"])  # never inline
     assert find(docs, "Secret", "ui-token") == []  # the user's Secret, not rendered by the chart
+
+
+def test_closed_by_default_and_opened_only_as_asked():
+    """Issue 39 §6: no anonymous flag and an open port by default (the UI itself answers only its pod's
+    loopback without a token); ui.allowAnonymous, ui.allowedHosts and ui.from as given, and the args
+    still pass `hami --check-config`."""
+    ctr = one(_ui_objects(objects({"ui": {"enabled": True}})), "Deployment")["spec"]["template"]["spec"][
+        "containers"][0]
+    assert not any(a.startswith(("--ui-allow-anonymous", "--ui-allowed-hosts")) for a in ctr["args"])
+    sources = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    docs = objects({"ui": {"enabled": True, "allowAnonymous": True, "from": sources,
+                           "allowedHosts": ["hami-ui.hami-system.svc", "ui.example.com"]}})
+    ui = _ui_objects(docs)
+    ctr = one(ui, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "--ui-allow-anonymous=true" in ctr["args"]
+    assert "--ui-allowed-hosts=hami-ui.hami-system.svc,ui.example.com" in ctr["args"]
+    assert one(ui, "NetworkPolicy")["spec"]["ingress"][0]["from"] == sources
+    res = subprocess.run([sys.executable, "-m", "hami.cli.main", *ctr["args"], "--check-config"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr

@@ -62,7 +62,9 @@ def test_every_page_in_headless_chromium(tmp_path):
                      and kubectl_json("get", "pods"), 90, what="the demo's never-fitting pod")
         running = _wait(lambda: [p for p in kubectl_json("get", "pods") if p["status"].get("phase") == "Running"],
                         60, what="a running demo pod")
-        req = urllib.request.Request(base + "/whatif", method="POST")
+        page = urllib.request.urlopen(base + "/whatif", timeout=10).read().decode()
+        token = re.search(r"name='form_token' value='([0-9a-f]+)'", page).group(1)  # the form's own token
+        req = urllib.request.Request(base + "/whatif", data=f"form_token={token}".encode(), method="POST")
         urllib.request.urlopen(req, timeout=10)
         _wait(lambda: "gained" in urllib.request.urlopen(base + "/whatif", timeout=5).read().decode(), 60,
               what="the what-if result")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 
 import aiohttp
 import pytest
@@ -53,6 +54,14 @@ async def _serve(apiserver, token: str = "", interval: float = 30.0):
         await runner.cleanup()
         await client.close()
     return ui, url, close
+
+
+async def form_token(http: aiohttp.ClientSession, url: str) -> str:
+    """The token the what-if page's form carries (hami.ui.gate.FormToken)."""
+    async with http.get(url + "/whatif") as r:
+        found = re.search(r"name='form_token' value='([0-9a-f]+)'", await r.text())
+    assert found is not None
+    return found.group(1)
 
 
 async def test_pages_show_the_cluster_and_escape_unknown_names(apiserver):
@@ -109,9 +118,10 @@ async def test_whatif_on_demand_is_rate_limited_and_places_the_pending_pod(apise
     ui, url, close = await _serve(apiserver, interval=3600)
     try:
         async with aiohttp.ClientSession() as http:
-            async with http.post(url + "/whatif", allow_redirects=False) as r:
+            form = {"form_token": await form_token(http, url)}
+            async with http.post(url + "/whatif", data=form, allow_redirects=False) as r:
                 assert r.status == 303
-            async with http.post(url + "/whatif", allow_redirects=False) as r:
+            async with http.post(url + "/whatif", data=form, allow_redirects=False) as r:
                 assert r.status == 429  # one at a time, once per interval
             await eventually(lambda: ui.whatif_result is not None, timeout=30)
             assert "error" not in ui.whatif_result, ui.whatif_result
