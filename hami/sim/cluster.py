@@ -659,7 +659,8 @@ class EmbeddedCluster:
                 loop = KubeSchedulerLoop(client, ExtenderConfig(
                     extender, bind_verb="",
                     prioritize_verb="prioritize" if cfg.scheduler.extender_prioritize else ""),
-                    DEFAULT_SCHEDULER, dra=DynamicResources(client))
+                    DEFAULT_SCHEDULER, dra=DynamicResources(client),
+                    dra_preemption=True)  # KEP-5690: a claim pod may preempt lower-priority claim pods
                 tasks.append(asyncio.create_task(ResourceClaimController(client).run(stop),
                                                  name="resourceclaim-controller"))
             else:

@@ -18,6 +18,14 @@ default) passing, fails the binding: the claim's allocation and reservation are 
 is scheduled again.
 
 Claim, slice and class changes are the plugin's queue events (`hami.kubesched.schedqueue`).
+
+Preemption. `usage_without(pods)` is the usage with the claims only those pods reserve released: the
+RemovePod of KEP-5690 (DRA preemption), which DefaultPreemption's dry run calls for each victim it
+takes off a node (`KubeSchedulerLoop(dra_preemption=True)`). Kubernetes 1.36's plugin has no
+PreFilterExtensions, so there a victim's devices stay allocated in the dry run and a pod short only
+of DRA devices finds no victims. `unavailable_claim` is the plugin's own PostFilter, which 1.36 has:
+a claim of the pod that is allocated, reserved by no other pod, and kept the pod off a node, is
+deallocated (`deallocate`) so the next attempt allocates it afresh.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from hami.dra import podclaims
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
 from hami.kubesched import schedqueue as sq
-from hami.kubesched.allocator import Allocator, Inventory, Outcome, Usage, inventory
+from hami.kubesched.allocator import Allocator, Inventory, Outcome, Usage, allocated_node, inventory
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
@@ -99,6 +107,45 @@ class DynamicResources:
         current = dict(self.claims.store)
         current.update(self._assumed)
         return Usage.of(current.values())
+
+    def usage_without(self, pods: frozenset[str]) -> Usage:
+        """The usage with every claim reserved only by the pods (uids) `pods` released: what the
+        resourceclaim controller deallocates once they are deleted (a claim another pod still
+        reserves stays allocated)."""
+        current = dict(self.claims.store)
+        current.update(self._assumed)
+        if pods:
+            current = {k: c for k, c in current.items() if not released_by(c, pods)}
+        return Usage.of(current.values())
+
+    def unavailable_claim(self, pod: dict, claims: list[dict], failed_nodes) -> dict | None:
+        """PostFilter's pick: the first of the pod's claims that is allocated, reserved by no pod
+        but this one, and pinned to a node other than one of `failed_nodes` (where the
+        DynamicResources filter refused the pod); None when there is none."""
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        for claim in claims:
+            alloc = (claim.get("status") or {}).get("allocation")
+            if not alloc or any(r.get("uid") != uid for r in podclaims.reserved_for(claim)):
+                continue
+            where = allocated_node(alloc)
+            if any(n != where for n in failed_nodes):
+                return claim
+        return None
+
+    async def deallocate(self, claim: dict) -> str:
+        """PostFilter: the claim's allocation and reservation cleared (with its resourceVersion as
+        precondition); "" or why not."""
+        meta = claim.get("metadata") or {}
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        status = {k: v for k, v in (claim.get("status") or {}).items() if k not in ("allocation", "reservedFor")}
+        try:
+            await self.client.request("replace", "resourceclaims/status", "PUT",
+                                      resource_path("resourceclaims", ns, name, "status"),
+                                      body={**claim, "status": status}, content_type="application/json")
+        except ApiError as exc:
+            return f"could not deallocate resourceclaim {ns}/{name}: {exc.message}"
+        self._assumed.pop(f"{ns}/{name}", None)
+        return ""
 
     def devices(self) -> Inventory:
         if self._inventory is None:
@@ -220,6 +267,13 @@ class DynamicResources:
                     log.warning("Could not release claim after failed binding", claim=failed, error=exc.message)
                     return
         log.warning("Could not release claim after failed binding: conflicts", claim=failed)
+
+
+def released_by(claim: dict, pods: frozenset[str]) -> bool:
+    """The claim is allocated and every pod reserving it is in `pods` (uids): deleting them frees it."""
+    held = podclaims.reserved_for(claim)
+    return bool(held) and bool((claim.get("status") or {}).get("allocation")) and all(
+        r.get("uid") in pods for r in held)
 
 
 def waits_for_binding(allocation: dict | None) -> bool:

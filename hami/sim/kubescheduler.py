@@ -31,7 +31,13 @@ important first (PDB-violating ones first), the ones that cannot go back being t
 extender answers the victims it needs (any pod on the node, as `convertToVictims` reads them); the
 node is picked as `pickOneNodeForPreemption` does (fewest PDB violations, lowest highest-victim
 priority, lowest priority sum, fewest victims); the victims are deleted and the preemptor's
-`status.nominatedNodeName` set. Then the pod gets the PodScheduled=False condition (with
+`status.nominatedNodeName` set. For a pod with claims the dry run also runs the DynamicResources
+filter; with `dra_preemption` (KEP-5690, DRA preemption, the 1.37 beta; the embedded `--dra` cluster
+turns it on) it runs without an extender preemptVerb and counts the claims only the victims reserve
+as released (`DynamicResources.usage_without`); without it, as in 1.36, they stay allocated and a pod
+short only of DRA devices finds no victims. When no node is nominated, the DynamicResources
+PostFilter deallocates one of the pod's own claims that is allocated, reserved by no other pod, and
+kept it off a node. Then the pod gets the PodScheduled=False condition (with
 DefaultPreemption's message when it found nothing) and goes back through AddUnschedulableIfNotPresent.
 
 The loop is faithful to kube-scheduler 1.31+ by default. Two divergences remain as switches, each
@@ -340,7 +346,8 @@ def pick_preemption_node(candidates: Mapping[str, tuple[list[dict], int]]) -> st
 class KubeSchedulerLoop:
     def __init__(self, client: KubeClient, extender_url: str | ExtenderConfig, scheduler_name: str,
                  *, http_timeout: float = 30.0, clock=time.monotonic, timings: sq.QueueTimings | None = None,
-                 queueing_hints: bool = False, extender_parks: bool = False, dra: DynamicResources | None = None):
+                 queueing_hints: bool = False, extender_parks: bool = False, dra: DynamicResources | None = None,
+                 dra_preemption: bool = False):
         self.client = client
         self.ext = extender_url if isinstance(extender_url, ExtenderConfig) else ExtenderConfig(
             extender_url, http_timeout=http_timeout)
@@ -352,7 +359,10 @@ class KubeSchedulerLoop:
                                         plugin_events=HINTED_EVENTS if queueing_hints else sq.PLUGIN_EVENTS)
         self.pods = Informer(client, "pods", handler=self._on_pod)
         self.nodes = Informer(client, "nodes", handler=self._on_node)
-        self.pdbs = Informer(client, "poddisruptionbudgets") if self.ext.preempt_verb else None
+        # KEP-5690 (DRA preemption, beta in 1.37): DefaultPreemption runs without an extender's
+        # preemptVerb, and its dry run counts the claims only the victims reserve as released.
+        self.dra_preemption = dra_preemption and dra is not None
+        self.pdbs = Informer(client, "poddisruptionbudgets") if self.preempts else None
         self.namespaces = Informer(client, "namespaces")  # InterPodAffinity's namespaceSelector
         self.stats = SchedulerStats()
         self.requests = intree.Requests()
@@ -367,6 +377,11 @@ class KubeSchedulerLoop:
         self._prebind: dict[str, tuple[list[dict], list[str]]] = {}
         if dra is not None:
             dra.on_event = self._dra_event
+
+    @property
+    def preempts(self) -> bool:
+        """DefaultPreemption runs: through the extender's preemptVerb, or in-tree with DRA preemption."""
+        return bool(self.ext.preempt_verb) or self.dra_preemption
 
     # ------------------------------------------------------------------ events (eventhandlers.go)
 
@@ -596,12 +611,20 @@ class KubeSchedulerLoop:
         if not chosen:
             self.stats.unschedulable += 1
             message = self.fit_error_message(len(nodes), statuses)
-            if self.ext.preempt_verb:
-                nominated, why = await self._preempt(http, pod, statuses)
+            nominated = None
+            if self.preempts:
+                nominated, why = await self._preempt(http, pod, statuses, claims)
                 if nominated:
                     message += f" preemption: nominated node {nominated}."
                 elif why:
                     message += f" preemption: {why}"
+            if claims is not None and not nominated:  # DynamicResources PostFilter
+                failed = [n for n, (plugin, _, _) in statuses.items() if plugin == DRA_PLUGIN]
+                stale = self.dra.unavailable_claim(pod, claims, failed)
+                if stale is not None:
+                    error = await self.dra.deallocate(stale)
+                    message += f" {error}." if error else \
+                        f" deallocated resourceclaim {stale['metadata'].get('namespace', '')}/{stale['metadata']['name']}."
             await self._mark_unschedulable(pod, message)
             log.v(2).info("Pod unschedulable", pod=key, message=message)
             return {plugin for plugin, _, _ in statuses.values()}
@@ -687,8 +710,22 @@ class KubeSchedulerLoop:
 
     # ------------------------------------------------------------------ preemption (PostFilter)
 
+    def _fits_without(self, pod: dict, node: dict, view: ClusterView, claims: list[dict] | None):
+        """The dry run's filter on one node with some pods off it (their uids): the in-tree filters,
+        then, for a pod with claims, the DynamicResources filter, where the victims' claims count as
+        released only with DRA preemption (1.36's plugin has no RemovePod: they stay allocated)."""
+        name = node["metadata"]["name"]
+
+        def fits(off: frozenset[str]) -> bool:
+            if self.filter_in_tree(pod, node, _without(view, name, off)) is not None:
+                return False
+            if claims is None:
+                return True
+            return self.dra.filter(claims, node, self.dra.usage_without(off if self.dra_preemption else frozenset())).ok
+        return fits
+
     async def _preempt(self, http: aiohttp.ClientSession, pod: dict,
-                       statuses: dict) -> tuple[str | None, str]:
+                       statuses: dict, claims: list[dict] | None = None) -> tuple[str | None, str]:
         """PostFilter (DefaultPreemption): (the nominated node, "") or (None, why it failed)."""
         spec = pod.get("spec") or {}
         if spec.get("preemptionPolicy") == "Never":
@@ -703,7 +740,7 @@ class KubeSchedulerLoop:
         pdbs = list(self.pdbs.store.values()) if self.pdbs is not None else []
         all_pods = list(self.pods.store.values())
         view = self._cluster_view(pod)
-        meta_victims, gpu_only, node_statuses, errors = {}, set(), {}, []
+        meta_victims, gpu_only, node_statuses, errors, picked_on = {}, set(), {}, [], {}
         for node, (_, _, unresolvable) in sorted(statuses.items()):
             potential = by_node.get(node)
             if unresolvable:
@@ -714,8 +751,7 @@ class KubeSchedulerLoop:
                 continue
             node_obj = self.nodes.store.get(node)
             picked = None if node_obj is None else preemption.select_victims_on_node(
-                potential, lambda off, n=node_obj, name=node: self.filter_in_tree(
-                    pod, n, _without(view, name, off)) is None, pdbs, all_pods)
+                potential, self._fits_without(pod, node_obj, view, claims), pdbs, all_pods)
             if picked is None:
                 node_statuses[node] = statuses[node]
                 continue
@@ -729,17 +765,22 @@ class KubeSchedulerLoop:
                 gpu_only.add(node)
             meta_victims[node] = {"Pods": [{"UID": preemption.uid_of(v)} for v in victims],
                                   "NumPDBViolations": n_violating}
+            picked_on[node] = (victims, n_violating)
         if not meta_victims:
             if errors:  # utilerrors.NewAggregate's text
                 return None, errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
             return None, self.fit_error_message(len(node_statuses), node_statuses)
         self.stats.preemptions += 1
-        result = await self._post(http, self.ext.preempt_verb,
-                                  {"Pod": pod, "NodeNameToVictims": None, "NodeNameToMetaVictims": meta_victims})
-        if result.get("Error"):
-            log.v(2).info("Extender preemption failed", pod=_key(pod), error=result["Error"])
-            return None, str(result["Error"])
         candidates: dict[str, tuple[list[dict], int]] = {}
+        if not self.ext.preempt_verb:  # callExtenders skips an extender that does not preempt
+            candidates = picked_on
+            result = {}
+        else:
+            result = await self._post(http, self.ext.preempt_verb,
+                                      {"Pod": pod, "NodeNameToVictims": None, "NodeNameToMetaVictims": meta_victims})
+            if result.get("Error"):
+                log.v(2).info("Extender preemption failed", pod=_key(pod), error=result["Error"])
+                return None, str(result["Error"])
         for node, mv in (result.get("NodeNameToMetaVictims") or {}).items():
             if node not in meta_victims:
                 continue
