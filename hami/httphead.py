@@ -2,7 +2,7 @@
 
 kube-scheduler sends /filter and /bind as `POST <path> HTTP/1.1` with a Content-Length body on a
 kept-alive connection. aiohttp's per-request layer (request object, StreamReader, URL building,
-response headers) costs about as much as reading and answering the bytes (issue 30's profile), so
+response headers) costs about as much as reading and answering the bytes (as profiled), so
 hami.httpguard answers those requests itself and hands every other one, with every byte still
 unread, to aiohttp. This module only decides which is which (`parse_head`) and writes the answer's
 bytes (`response`); it does no I/O.

@@ -383,7 +383,7 @@ class PodAllocator:
         """(pod, True) for the pod holding this node's lock and waiting for Allocate, else (None, False).
 
         Only the lock holder is served (fail closed): a pod that claims `allocating` on this node
-        without the lock was not placed by hami's scheduler (issue 27: forged placements). The caches
+        without the lock was not placed by hami's scheduler (a forged placement). The caches
         are read first; when they show no usable holder, the node and its holder are read once."""
         owner = alloc.lock_owner(self.nodes().get(self.node_name))
         if owner is not None:

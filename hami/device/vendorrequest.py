@@ -287,12 +287,3 @@ def flat_requests(entry) -> tuple[ContainerDeviceRequest, ...]:
     if entry.__class__ is tuple:
         return entry
     return (entry,)
-
-
-def pod_vendors(requests) -> tuple[str, ...]:
-    """The vendors a pod asks for, in first-seen order."""
-    seen: dict[str, None] = {}
-    for entry in requests:
-        for r in flat_requests(entry):
-            seen.setdefault(r.type, None)
-    return tuple(seen)

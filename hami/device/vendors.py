@@ -517,7 +517,3 @@ def _ascend_chip(chip: Any, where: str, source: str) -> Vendor:
         memory_unit=max(ints["memoryFactor"], 1),  # HAMi: a MemoryFactor above 1 multiplies memory asks
         allocation_key=f"huawei.com/{cw}",
     )
-
-
-def vendor_names(table: VendorTable) -> Sequence[str]:
-    return tuple(v.name for v in table.vendors)

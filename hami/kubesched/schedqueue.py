@@ -287,10 +287,6 @@ class SchedulingQueue:
                 moved += 1
         return moved
 
-    def next_backoff_expiry(self) -> float | None:
-        times = [self.backoff_expiry(self.pods[k]) for k, w in self.where.items() if w == BACKOFF]
-        return min(times) if times else None
-
     # ------------------------------------------------------------------ views
 
     def count(self, where: str) -> int:

@@ -250,9 +250,6 @@ class RegionUpdater:
         self._w("Q", lay.slot_offset(slot) + lay.slot_util + lay.util_size * device + 16, value)
         self._bump_seqlock(slot)
 
-    def set_hostpid(self, slot: int, hostpid: int) -> None:
-        self._w("i", self.layout.slot_offset(slot) + 4, hostpid)
-
     def add_proc(self, proc: Proc | Mapping) -> int:
         """Append a slot at procs[proc_num] and bump proc_num (HAMi-core's init_proc_slot); returns it."""
         p = _coerce(proc, Proc)
@@ -273,18 +270,12 @@ class RegionUpdater:
         self._w("i", lay.slot_offset(slot) + lay.slot_status, 0)
 
     # -- region fields
-    def set_proc_num(self, n: int) -> None:
-        self._w("i", self.layout.proc_num, n)
-
     def set_last_kernel_time(self, t: int) -> None:
         if self.layout.last_kernel_time is not None:
             self._w("Q", self.layout.last_kernel_time, t)
 
     def set_recent_kernel(self, v: int) -> None:
         self._w("i", self.layout.recent_kernel, v)
-
-    def set_priority(self, v: int) -> None:
-        self._w("i", self.layout.priority, v)
 
     def set_device(self, d: int, uuid: str | None = None, *, limit: int | None = None,
                    sm_limit: int | None = None) -> None:

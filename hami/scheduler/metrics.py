@@ -4,7 +4,8 @@ One registry per scheduler (no global state). The GPU gauges come from the usage
 `snapshot()`; `zone="vGPU"` is a constant label on every HAMi metric, as HAMi's collector sets it.
 Names, labels, their meanings and values follow HAMi v2.10.0's cmd/scheduler/metrics.go
 (tests/scheduler/test_hami_metrics_golden.py): `device_cores` / `devicecores` is the card's TOTAL
-cores, not its allocation. One addition: the container families carry `device_type` (issue 19).
+cores, not its allocation. One addition: the container families carry `device_type` (a
+cluster of several vendors tells its cards apart).
 Ours, besides: filter/bind latency histograms and API request counters by verb, resource and code
 (read from `KubeClient.requests` at scrape time), events dropped, and the handshake write count.
 """

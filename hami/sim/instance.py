@@ -2,9 +2,9 @@
 
 `hami --role all --embedded` listens on fixed loopback defaults (API server 127.0.0.1:6443, extender
 127.0.0.1:8080, metrics 9395/9394, pprof 6060). A second instance, such as the README's profiling step
-while the demo runs, used to die on "address already in use"; `move_busy_defaults` moves each default
+while the demo runs, would die on "address already in use"; `move_busy_defaults` moves each default
 the user did not set to a free loopback port when it is taken and says which. A flag the user gave is
-never moved: a clash there is an error naming that flag, as before.
+never moved: a clash there is an error naming that flag.
 
 The state folder a run creates for itself is removed when it stops (`--sim-keep-state` keeps it), and
 `publish_kubeconfig` copies this run's kubeconfig to `~/.hami/embedded.kubeconfig`, a path in the user's

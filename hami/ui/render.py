@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from hami.ui.view import MIB, Card, ClusterView, DraDevice, NodeView, PendingPod
+from hami.ui.view import MIB, Card, ClusterView, DraDevice, NodeView
 
 CSS = """body{font-family:system-ui,sans-serif;margin:0;color:#212121;background:#fafafa}
 header{background:#263238;color:#fff;padding:10px 20px;display:flex;gap:20px;align-items:center}
@@ -309,7 +309,3 @@ def _blue(fill: float) -> str:
 
 def not_found(what: str, **foot) -> str:
     return page("not found", f"<p>{e(what)} is not in the cluster.</p>", **foot)
-
-
-def pending_line(p: PendingPod) -> str:
-    return f"{p.namespace}/{p.name}: {', '.join(p.reasons) or '-'}"

@@ -211,7 +211,7 @@ def _dra_note(pods_raw) -> tuple[str, ...]:
 
 
 def _preemption_note(pods_raw) -> tuple[str, ...]:
-    """whatif has no preemption scenario: say so when pending pods outrank placed ones (issue 29)."""
+    """whatif has no preemption scenario: say so when pending pods outrank placed ones."""
     def prio(o) -> int:
         v = (o.get("spec") or {}).get("priority") if isinstance(o.get("spec"), dict) else None
         return v if isinstance(v, int) and not isinstance(v, bool) else 0

@@ -128,7 +128,7 @@ def test_cuda_disable_control_true_drops_ld_so_preload_where_the_node_allows_it(
     allowed = DeviceSettings(lib_cuda_log_level="1", allow_disable_control=True)
     p = plan(pod(f"{U1},NVIDIA,1000,10:;", env={"main": {"CUDA_DISABLE_CONTROL": value}}), [["x"]], allowed)
     assert p.containers[0].mounts == base_mounts("main", preload)
-    # Without the operator's opt-in a tenant's env never drops the preload (issue 27 §8).
+    # Without the operator's opt-in a tenant's env never drops the preload.
     p = plan(pod(f"{U1},NVIDIA,1000,10:;", env={"main": {"CUDA_DISABLE_CONTROL": value}}), [["x"]])
     assert p.containers[0].mounts == base_mounts("main", True)
 

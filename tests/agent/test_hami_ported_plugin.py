@@ -183,7 +183,7 @@ def test_allocate_multi_container_cuda_disable_control(disabled, preload):
     for c in p["spec"]["containers"]:
         if c["name"] == disabled:
             c["env"] = [{"name": "CUDA_DISABLE_CONTROL", "value": "true"}]
-    # HAMi honours the env; hami only where the node config allows it (issue 27 §8).
+    # HAMi honours the env; hami only where the node config allows it.
     got = plan(p, [["GPU-aaa-0"], ["GPU-bbb-0"]], DeviceSettings(allow_disable_control=True)).containers
     assert [any(m.container_path == "/etc/ld.so.preload" for m in c.mounts) for c in got] == preload
     kept = plan(p, [["GPU-aaa-0"], ["GPU-bbb-0"]]).containers

@@ -78,7 +78,7 @@ def test_defaults_leave_out_objects_that_need_operator_crds():
     kinds = {d["kind"] for d in rendered("default")}
     assert not kinds & CRD_KINDS
     assert {"Deployment", "DaemonSet", "MutatingWebhookConfiguration", "Job", "Service"} <= kinds
-    assert "Secret" not in kinds  # the certgen Job makes the TLS Secret in the cluster (issue 14)
+    assert "Secret" not in kinds  # the certgen Job makes the TLS Secret in the cluster
 
 
 # --------------------------------------------------------------------------- scheduler
@@ -140,7 +140,7 @@ def test_default_scheduler_is_a_single_replica_without_leader_election():
     assert one(docs, "Deployment", "hami-scheduler")["spec"]["replicas"] == 1
     args = _args(container(docs, "Deployment", "hami-scheduler"))
     assert "--leader-elect=false" in args
-    # production defaults: no debug logging in any container of the default render (issue 14)
+    # production defaults: no debug logging in any container of the default render
     for d in find(docs, "Deployment") + find(docs, "DaemonSet"):
         for c in d["spec"]["template"]["spec"]["containers"]:
             assert not any(a in ("--debug", "-v=4", "--v=4") or a.startswith("--debug=") for a in _args(c)), c["name"]

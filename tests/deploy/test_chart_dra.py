@@ -1,4 +1,4 @@
-"""The chart's DRA mode (issue 28): `dra.enabled` installs HAMi's DeviceClass, the DaemonSet running
+"""The chart's DRA mode: `dra.enabled` installs HAMi's DeviceClass, the DaemonSet running
 `hami --role dra`, its RBAC, and turns the webhook's --dra mode on.
 
 Covers: the default render has no DRA object and no --dra; with dra.enabled the DeviceClass carries

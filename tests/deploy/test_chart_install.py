@@ -1,4 +1,4 @@
-"""The chart as a real node and a real start see it (issue 14).
+"""The chart as a real node and a real start see it.
 
 Covers: every hami container the chart renders under the default, dev and prod values passes
 `hami ... --check-config` through the real CLI, with its rendered environment, the files it mounts

@@ -1,4 +1,4 @@
-"""The chart's web UI (issue 34): rendered only with ui.enabled, read-only, reachable only inside.
+"""The chart's web UI: rendered only with ui.enabled, read-only, reachable only inside.
 
 Covers: the default render has no UI object; with ui.enabled a Deployment, a ClusterIP Service (never a
 NodePort or LoadBalancer), a ServiceAccount and a ClusterRole that only reads (no Secret, no write verb)

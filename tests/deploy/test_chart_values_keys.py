@@ -1,4 +1,4 @@
-"""Values keys: typos refused by name, HAMi v2.10's keys honoured or refused saying why (issue 31).
+"""Values keys: typos refused by name, HAMi v2.10's keys honoured or refused saying why.
 
 Covers: values.schema.json is what scripts/gen-chart-schema makes of values.yaml (a values key added
 without regenerating fails here, naming the command); a misspelt key is refused by helm's schema at

@@ -1,4 +1,4 @@
-"""The commented configuration examples in config/ (issue 2, item 4).
+"""The commented configuration examples in config/.
 
 Covers: config/device-config.yaml and config/node-config.json load through hami's one config builder
 with no warnings; the device example says the same as the Helm chart's default device ConfigMap; the

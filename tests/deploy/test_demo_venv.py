@@ -1,4 +1,4 @@
-"""`scripts/demo` on a fresh copy of the repository installs hami's runtime dependencies only (issue 32).
+"""`scripts/demo` on a fresh copy of the repository installs hami's runtime dependencies only.
 
 Covers: the first run says what it is doing before the install starts; the venv it makes holds hami and
 its runtime dependencies and none of the test/tool extras (pytest, hypothesis, ruff, the Go toolchain,

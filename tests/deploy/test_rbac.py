@@ -1,4 +1,4 @@
-"""Least-privilege RBAC: the chart grants each role exactly the API verbs its code uses (issue 9).
+"""Least-privilege RBAC: the chart grants each role exactly the API verbs its code uses.
 
 Covers: deploy/rbac-calls.yaml (the machine-readable list of calls per role) against
 - the chart's rules: ClusterRoles/Roles labelled hami.io/rbac-role=<role> grant exactly the listed
@@ -7,7 +7,7 @@ Covers: deploy/rbac-calls.yaml (the machine-readable list of calls per role) aga
 - the code: every KubeClient call and Informer in a role's package (plus the hami.kube modules it
   imports) maps to a listed rule, and every listed rule is used by some call;
 and that nothing in the chart grants wildcards, secrets (but the certgen hook Job's create and its
-one TLS Secret, issue 14), or binds the hami service accounts to any
+one TLS Secret), or binds the hami service accounts to any
 role but its own and Kubernetes' kube-scheduler roles.
 """
 
@@ -81,7 +81,7 @@ def test_no_wildcards_secrets_or_foreign_bindings(which):
             for r in d["rules"]:
                 assert "*" not in r["verbs"] + r["resources"] + r.get("apiGroups", []), d["metadata"]["name"]
                 if certgen and kind == "Role" and r["resources"] == ["secrets"]:
-                    # the install-time certificate Job (issue 14): create in its namespace, read only the TLS Secret
+                    # the install-time certificate Job: create in its namespace, read only the TLS Secret
                     assert r["verbs"] == ["create"] or (r["verbs"] == ["get"]
                                                         and r["resourceNames"] == ["hami-scheduler-tls"])
                     continue

@@ -1,4 +1,4 @@
-"""The scheduler's webhook and extender are served over TLS only (issue 9, security).
+"""The scheduler's webhook and extender are served over TLS only (security).
 
 Covers: the MutatingWebhookConfiguration (pod CREATE, failurePolicy Ignore, admission review versions,
 selectors excluding hami.io/webhook=ignore, a service reference on the scheduler's HTTPS port, never a
@@ -43,7 +43,7 @@ def test_webhook_registration_matches_hami(which):
                             "resources": ["pods/binding"], "scope": "Namespaced"}]
     ignore = {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
     assert ignore in wh["namespaceSelector"]["matchExpressions"]
-    # A pod's own label is no opt-out (issue 27): HAMi's objectSelector clause is gone.
+    # A pod's own label is no opt-out: HAMi's objectSelector clause is gone.
     assert ignore not in ((wh.get("objectSelector") or {}).get("matchExpressions") or [])
 
 

@@ -1,4 +1,4 @@
-"""Install from a wheel, outside the source tree (issue 14).
+"""Install from a wheel, outside the source tree.
 
 Covers: `python -m build` makes an sdist and a wheel from pyproject.toml, README.md and hami/ alone
 (the files the image's wheel stage copies); the wheel holds every non-Python file of the package

@@ -1,4 +1,4 @@
-"""HAMi v2.10's own chart device config loads, every section of it (issue 33).
+"""HAMi v2.10's own chart device config loads, every section of it.
 
 `tests/device/data/hami-v2.10-device-config.yaml` is HAMi v2.10.0's
 charts/hami/templates/scheduler/device-configmap.yaml rendered with the chart's default values.

@@ -1,4 +1,4 @@
-"""`hami doctor` against what the Helm chart really deploys (issue 13 §5).
+"""`hami doctor` against what the Helm chart really deploys.
 
 The chart is rendered (Helm's engine, tests/deploy/chart.py) into release namespace hami-system with
 custom resource names and leader election on; its ConfigMaps are applied to the embedded API server,

@@ -1,4 +1,4 @@
-"""HAMi's historical flags and the per-role help (issue 31).
+"""HAMi's historical flags and the per-role help.
 
 Covers: every HAMi alias flag (scheduler --default-mem/--default-cores/--default-gpu/--resource-name
 and the other resource names; device plugin --device-split-count/--device-memory-scaling/

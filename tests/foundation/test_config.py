@@ -231,7 +231,7 @@ def test_duration_flags_are_parsed_as_go_durations_by_the_parser(argv, dest, sec
 
 def test_embedded_defaults_point_roles_at_the_embedded_cluster_on_loopback(tmp_path):
     cfg = build_config(_flags(["--embedded"]) | {"sim_state_dir": str(tmp_path)}, env={"KUBECONFIG": "/real"})
-    # never a real cluster's; the scheduler's own identity, not the people's kubeconfig (issue 27)
+    # never a real cluster's; the scheduler's own identity, not the people's kubeconfig
     assert cfg.kube.kubeconfig == str(tmp_path / "scheduler.kubeconfig")
     assert cfg.monitor.gpu_backend == "fake" and cfg.monitor.cache_dir.startswith(str(tmp_path))
     assert cfg.scheduler.metrics_bind_address == "127.0.0.1:9395"

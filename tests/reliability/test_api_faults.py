@@ -1,4 +1,4 @@
-"""API server faults (issue 9 §2) with every role running (scheduler, node agent + kubelet,
+"""API server faults with every role running (scheduler, node agent + kubelet,
 monitor, kube-scheduler loop; see _roles.py) on the restartable embedded server:
 - the server restarts in the middle of watches while objects change: every role's watch cache
   converges to the server's state within 5 s;

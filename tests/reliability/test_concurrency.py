@@ -1,4 +1,4 @@
-"""Concurrency (issue 9 §1): two scheduler replicas behind one embedded API server, 1,000 pods of
+"""Concurrency: two scheduler replicas behind one embedded API server, 1,000 pods of
 mixed sizes onto 50 simulated nodes (4 GPUs each, more demand than capacity), placed by
 kube-scheduler-like callers that spread requests over both replicas and retry with backoff when
 /bind fails. A device-plugin stand-in marks each bound pod bind-phase=success and releases its
@@ -85,7 +85,7 @@ async def test_two_replicas_1000_pods_50_nodes_no_overcommit_no_lock_left(apiser
             delay = min(delay * 2, 0.5)
         raise AssertionError(f"pod {i} neither bound nor settled after {attempt} attempts")
 
-    # A realistic API server (issue 21): etcd-like latency and APF's 429s under a small in-flight
+    # A realistic API server: etcd-like latency and APF's 429s under a small in-flight
     # limit (Retry-After 0: the clients' jittered retries, not seconds of sleep, keep the test fast).
     faults = apiserver.faults
     faults.read_delay, faults.write_delay, faults.max_inflight, faults.retry_after = 0.001, 0.005, 6, 0

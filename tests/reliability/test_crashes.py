@@ -1,11 +1,11 @@
-"""Crashes (issue 9 §3):
+"""Crashes:
 - a scheduler replica dies between taking the node lock and posting the binding: the lock stays
   on the node and refuses other pods until it expires (fake clock, --node-lock-timeout); then
   another replica takes it over, the orphaned pod is schedulable again, and no GPU is double-booked;
 - a scheduler replica dies after taking the node lock and before the binding (the Binding carries the
   placement, so the holder has no bind-phase): the lock refuses other pods only until it is older than
   the longest possible /bind (--node-lock-orphan-timeout, 45 s), then is taken over, far inside the
-  5-minute expiry (issue 27 §5);
+  5-minute expiry;
 - the node agent is stopped while an Allocate is in flight (its pod patch never answers): the pod
   ends bind-phase=failed, the node lock is released, and after the agent restarts the next pod's
   Allocate hands out that pod's own devices, never the orphan's;
@@ -243,7 +243,7 @@ async def test_agent_hard_killed_during_allocate_never_hands_out_the_orphans_dev
                                body={"status": {"phase": "Failed", "reason": "UnexpectedAdmissionError"}},
                                content_type="application/merge-patch+json")
         # The agent restarts; the scheduler has taken the node lock over for the next pod (the orphan is
-        # terminal): the next pod gets its own devices. (Without a lock nothing is served: issue 27.)
+        # terminal): the next pod gets its own devices. (Without a lock nothing is served: a forged placement gets no devices.)
         h.stop = asyncio.Event()
         h.agent = Agent(h.client, NODE, FakeBackend(h.gpu_file, node_name=NODE), h.settings,
                         socket_dir=h.sockets, hook_path=h.hook, tick=0.05)

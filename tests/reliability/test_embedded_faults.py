@@ -1,4 +1,4 @@
-"""The embedded mode under faults a user can cause (issue 27 §8):
+"""The embedded mode under faults a user can cause:
 - a pod deleted right after its bind, while the simulated kubelet is inside its Allocate, never kills
   the process (it was a KeyError in the pod runner): the runner skips the pod, hands its devices
   back to the kubelet and starts the next pod;

@@ -1,4 +1,4 @@
-"""Hostile annotations on live objects (issue 9 §4, node and pod annotations): a running scheduler
+"""Hostile annotations on live objects (node and pod annotations): a running scheduler
 watches 30 nodes whose register, handshake and node-lock annotations are damaged versions of
 valid ones, and 40 pods whose vgpu-node and devices-allocated annotations are damaged, next to
 one healthy node with two correctly annotated pods. No informer handler fails; the damaged

@@ -1,4 +1,4 @@
-"""Hostile input to the scheduler's HTTP surfaces (issue 9 §4): /filter, /bind and /webhook of a
+"""Hostile input to the scheduler's HTTP surfaces: /filter, /bind and /webhook of a
 running scheduler over HTTP get bodies derived from valid ones by the seeded fuzzer in _fuzz.py
 (truncated, nested thousands deep, huge, wrong types, unicode and lone surrogates, missing
 fields, damaged bytes). Every answer is a clear error (HTTP 200 with a non-empty `Error` string

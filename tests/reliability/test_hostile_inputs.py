@@ -1,4 +1,4 @@
-"""Hostile input to the non-HTTP surfaces (issue 9 §4), each driven by hypothesis with a counted
+"""Hostile input to the non-HTTP surfaces, each driven by hypothesis with a counted
 number of examples (recorded for docs/reliability.md):
 - every annotation codec (node register JSON and legacy, pod devices, container devices, node lock,
   handshake, pair scores, scoring weights, MIG allocations, cordon, unix seconds, RFC 3339,

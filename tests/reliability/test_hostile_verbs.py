@@ -1,4 +1,4 @@
-"""The extender's /prioritize and /preempt under hostile bodies (issue 27 §8):
+"""The extender's /prioritize and /preempt under hostile bodies:
 - /prioritize with `Nodes.items` holding something other than Node objects (`["x"]`) answers HTTP 400
   with an `Error` naming the item, never a 500, and the scheduler keeps scoring;
 - /preempt does work linear in the victims it is handed: membership tests over the candidate list are

@@ -1,4 +1,4 @@
-"""Pods created while the webhook was down (issue 27 §6), with the scheduler running against the
+"""Pods created while the webhook was down, with the scheduler running against the
 embedded API server and pods created straight into the store (as kube-apiserver does when a
 `failurePolicy: Ignore` webhook cannot be reached):
 - a GPU pod owned by a ReplicaSet that kept `default-scheduler` is evicted (pods/eviction, never a
@@ -7,7 +7,7 @@ embedded API server and pods created straight into the store (as kube-apiserver 
 - nothing happens until a pod this webhook admitted (its `hami.io/admitted` mark) is seen in the API
   after the pods were created (the webhook reachable again: no eviction loop while it is still down);
   a forged AdmissionReview sent straight to /webhook, or a pod carrying a mark the webhook never
-  issued, proves nothing (issue 39 §3);
+  issued, proves nothing;
 - pods without a GPU request, pods of other schedulers and hami's own pods are never touched;
 - the pure rule `missed()` on bound, terminating, finished and foreign pods."""
 

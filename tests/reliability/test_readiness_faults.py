@@ -1,4 +1,4 @@
-"""Honest readiness under a frozen or failing API server (issue 27 §6):
+"""Honest readiness under a frozen or failing API server:
 - the embedded API server runs as its own process and is frozen with SIGSTOP: the scheduler's
   /readyz turns 503 naming it ("API server not answering"), and 200 again once it gets SIGCONT
   (windows shortened by --api-probe-after / --api-unready-after; the times are recorded, not asserted);

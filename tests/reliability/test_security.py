@@ -1,4 +1,4 @@
-"""Security (issue 9 §6), checked on running processes:
+"""Security, checked on running processes:
 - profiling and aiomonitor are off by default (config defaults, the CLI with no flags), a running
   scheduler and monitor answer 404 on /debug/pprof, and when they are switched on, aiomonitor's
   and the debug server's listening sockets are bound to 127.0.0.1 only (read from /proc/net/tcp);

@@ -1,5 +1,5 @@
 """Every pod/node annotation and resource value the scheduler reads has one parser, with HAMi's Go rules
-(issue 13 §4; cordon and gpu-scheduler-policy are in test_one_parser_per_field.py, the wire codecs in
+(cordon and gpu-scheduler-policy are in test_one_parser_per_field.py, the wire codecs in
 tests/device/test_codec_properties.py, scoring weights in test_hami_texts.py).
 
 Each property feeds random values to every consumer of a field and checks one answer against an oracle

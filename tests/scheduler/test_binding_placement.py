@@ -1,4 +1,4 @@
-"""The placement reaches the device plugin through the Binding only (issue 30): /bind writes the
+"""The placement reaches the device plugin through the Binding only: /bind writes the
 node lock and one Binding; the pod's first version that carries `hami.io/vgpu-node` is the one that
 sets spec.nodeName (no earlier write names a node, so a replica dying before the binding leaves
 nothing); HAMi's GetPendingPod conditions hold on that version (Pending, bind-phase allocating,

@@ -376,7 +376,7 @@ async def test_mig_allocations_of_placed_pods_appear_as_mig_instance_info(env):
                                  "gpuInstanceID": 13, "computeInstanceID": 0}]).decode()
     env.store.patch("pods", "default", "mig", orjson.dumps(
         {"metadata": {"annotations": {codec.MIG_ALLOCATIONS_ANNOTATION: allocations}}}), "application/merge-patch+json")
-    # No UUIDs on the Service unless the operator opts in (issue 27): `<node>/<index>[/<gpu instance>]`.
+    # No UUIDs on the Service unless the operator opts in: `<node>/<index>[/<gpu instance>]`.
     want = (f'hami_node_gpu_mig_instance_info{{compute_instance_id="0",device_index="{card}",device_uuid="n0/{card}",'
             f'gpu_instance_id="13",mig_uuid="n0/{card}/13",node="n0",placement_size="1",placement_start="6",'
             'profile="1g.5gb",zone="vGPU"} 1.0')

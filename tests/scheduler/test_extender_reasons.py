@@ -24,7 +24,7 @@ def user(name: str, node_name: str, mem: int, cores: int, ns: str = "default") -
     p = pod_obj(name, ns, annotations={"hami.io/vgpu-node": node_name,
                                        "hami.io/vgpu-devices-allocated": devs,
                                        "hami.io/vgpu-devices-to-allocate": devs})
-    p["spec"]["nodeName"] = node_name  # bound: counted (an unbound claim is not, issue 27)
+    p["spec"]["nodeName"] = node_name  # bound: counted (an unbound claim is not)
     return p
 
 

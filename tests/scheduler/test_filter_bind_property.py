@@ -1,4 +1,4 @@
-"""One fit for /filter and /bind, for every row of the vendor table (issue 33), through the real
+"""One fit for /filter and /bind, for every row of the vendor table, through the real
 extender over HTTP against the embedded API server.
 
 Hypothesis generates, per row of config/vendors.yaml, a node registered the way that vendor's
@@ -8,8 +8,8 @@ dies naming their card in custominfo, or of plain cards) and a pod asking for th
 memory, cores, Ascend's `huawei.com/vnpu-mode: hami-core`). A pod /filter
 places on the otherwise idle cluster then binds: /bind answers no error, writes exactly the
 placement /filter chose (every allocation annotation byte for byte), and its re-check under the
-node lock kept those devices (no refusal, no re-fit). Before issue 33 a hami-core Ascend pod asking
-more cores than the NPU registered (50 of 20) was placed by /filter and refused by /bind.
+node lock kept those devices (no refusal, no re-fit): a hami-core Ascend pod asking more cores
+than the NPU registered (50 of 20) must be refused by /filter, not placed there and refused by /bind.
 
 One scheduler and API server serve every example (a loop in a thread); each example uses a fresh
 node and deletes it, so the cluster stays idle. Few examples per row keep the CI time small.

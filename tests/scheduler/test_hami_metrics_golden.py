@@ -18,7 +18,7 @@ Golden: tests/scheduler/data/hami_v210_scheduler_metrics.prom, derived from HAMi
 
 Covers: with --legacy-metrics every family of the golden has the same name, HELP, type, label
 names and values in our exposition (the one addition, `device_type` on the two container
-families, issue 19, is checked against the card's registered type and then set aside); without
+families, is checked against the card's registered type and then set aside); without
 it the legacy names are absent and the others unchanged; the shipped Grafana dashboard's
 selectors and legends on these families only name labels the families carry.
 """
@@ -74,7 +74,7 @@ def _families(text: str) -> dict[str, tuple[str, str, set]]:
 
 
 def _ours(legacy: bool) -> dict[str, tuple[str, str, set]]:
-    # HAMi labels by UUID: hami does too with --metrics-device-uuids (off by default, issue 27).
+    # HAMi labels by UUID: hami does too with --metrics-device-uuids (off by default).
     metrics = SchedulerMetrics(lambda: SNAPSHOT, lambda: {}, legacy=legacy, device_uuids=True)
     return _families(metrics.exposition().decode())
 

@@ -1,4 +1,4 @@
-"""One answer per wire field, whatever the whitespace (issue 13 §4).
+"""One answer per wire field, whatever the whitespace.
 
 `hami.io/device-cordon` reaches the scheduler twice: from the node cache (NodeNames mode, the
 usage index) and from the Node objects in the request (full-Nodes mode). Both now decode it with the

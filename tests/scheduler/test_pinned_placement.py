@@ -1,4 +1,4 @@
-"""A placement outlives its annotations (issue 39 §1), in the scheduler's cache on the embedded API server:
+"""A placement outlives its annotations, in the scheduler's cache on the embedded API server:
 a pod counted while bound where its placement says stays counted, by UID, with the devices it was
 counted with, whatever its annotations later say (stripped, or rewritten to fewer devices), through a
 per-pod resync and a full rebuild; the init-container release (status) still shrinks it; it is

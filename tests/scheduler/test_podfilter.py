@@ -1,7 +1,7 @@
 """HAMi's own pod filter tables against the fit's one reading of them: `fit.fit_options` (the
 lists split by hami.scheduler.placement.podfilter) and `FitOptions.uuid_ok` / `type_ok` / `numa_bind`, the
 checks /filter and /bind run (moved from tests/device/test_codec_golden.py; the per-annotation
-predicates that only tests called are gone, issue 33).
+predicates that only tests called are gone).
 
 Covers, each case naming its source in Project-HAMi/HAMi: pkg/device/devices_test.go CheckUUID and
 CheckType, pkg/device/nvidia/device_test.go checkType (gputype substring match) and numa-bind,

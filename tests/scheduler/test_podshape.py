@@ -1,5 +1,5 @@
 """A burst's pods share a template: /filter works out their requests and PodRequest once per
-distinct input (hami.scheduler.placement.podshape, issue 30's hot path).
+distinct input (hami.scheduler.placement.podshape).
 
 Covers:
 - the requests memo (hypothesis over containers' resources, valid or not, repeated across pods):

@@ -7,7 +7,7 @@ The cases: `TestLess` of pkg/scheduler/policy/node_policy_test.go (spread takes 
 node, binpack the higher, whichever comes first in the request), `Test_Filter` of
 pkg/scheduler/scheduler_test.go (the node x GPU policy matrix) and the two-node cases of
 `Test_calcScore` (pkg/scheduler/score_test.go; ties go to the earlier node in the request), plus
-issue 38's example (two nodes, one running a 1,000 MiB pod, spread). Each replayed case gets nodes of
+a binpack-against-spread example (two nodes, one running a 1,000 MiB pod, spread). Each replayed case gets nodes of
 its own, so nothing contends for its candidates; as kube-scheduler's binding cycles run on their
 own goroutines, a case's bind may come after the next cases' filters (the seed decides, up to
 three decisions held at once), so this replica has decisions pending elsewhere while a case is

@@ -26,7 +26,7 @@ def placed(name: str, node: str, mem: int, cores: int = 0, *, gpu: int = 0, init
                                    "hami.io/vgpu-devices-to-allocate": text},
                 init=[{"name": "init", "image": "x"}] if init else None)
     if bound:
-        p["spec"]["nodeName"] = node  # bound where its placement says: hami placed it (issue 27)
+        p["spec"]["nodeName"] = node  # bound where its placement says: hami placed it
     return p
 
 

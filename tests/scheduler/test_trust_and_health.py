@@ -1,4 +1,4 @@
-"""Who can reach the scheduler, and whether its readiness tells the truth (issue 13).
+"""Who can reach the scheduler, and whether its readiness tells the truth.
 
 * The extender listens on loopback: from another address (127.0.0.2 stands for the pod IP another
   pod would dial) /filter and /bind are unreachable; pprof is on no role listener even with

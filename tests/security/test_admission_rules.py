@@ -1,4 +1,4 @@
-"""The webhook's tenant-safety rules on AdmissionReviews (hami.scheduler.admission.webhook, issue 27):
+"""The webhook's tenant-safety rules on AdmissionReviews (hami.scheduler.admission.webhook):
 - only hami writes placements: every placement or bind annotation (NVIDIA's and the vendors' keys)
   set by an untrusted principal is refused naming the key, on CREATE and on UPDATE, whatever the
   pod's schedulerName; removing one is allowed; hami's own service accounts and HAMi v2.10's chart

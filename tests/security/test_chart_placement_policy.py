@@ -1,4 +1,4 @@
-"""The chart's placement controls (issue 27 §1, §6), rendered with Helm's engine:
+"""The chart's placement controls, rendered with Helm's engine:
 - a ValidatingAdmissionPolicy + Binding (own template) denies pod CREATE/UPDATE (pods/status too) that
   sets, changes or removes a placement key, and a Binding (pods/binding) carrying one, unless the
   author is this release's scheduler or device-plugin account; its key list

@@ -1,4 +1,4 @@
-"""Dependency advisories, checked offline (issue 27 §3): a vendored snapshot of the advisories against
+"""Dependency advisories, checked offline: a vendored snapshot of the advisories against
 hami's runtime dependencies (constraints/advisories.json) is read against
 - the declared floors (constraints/floor.txt, which CI's floor run installs exactly): no floor is a
   version with a known crash or smuggling bug (orjson 3.9.0 segfaulted on nested arrays);

@@ -1,5 +1,5 @@
-"""The extender listener's fast lane (hami.httpguard `fast` routes, hami.httphead; issue 30 part 3)
-answers like aiohttp and keeps every limit of the guard (issue 27), with real sockets:
+"""The extender listener's fast lane (hami.httpguard `fast` routes, hami.httphead)
+answers like aiohttp and keeps every limit of the guard, with real sockets:
 - the same bytes (Date aside) with and without the fast lane, for: plain keep-alive POSTs, a
   handler's JSON error, Connection: close, pipelined requests (fast ones, then one aiohttp must
   read, then fast again on that connection), a chunked body, a body over the limit (413 before it is

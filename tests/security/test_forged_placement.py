@@ -1,5 +1,5 @@
 """Forged placements and squatting, against the running scheduler, node agent and embedded API server
-over real HTTP and gRPC (issue 27 §1, §4):
+over real HTTP and gRPC:
 - the scheduler counts a pod's devices only if hami placed it: an unbound pod annotated with a node
   and both its GPUs fills nothing; the same pod counts once it holds the node's lock, or is bound
   where its placement says;

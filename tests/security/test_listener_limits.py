@@ -1,4 +1,4 @@
-"""Every hami HTTP listener bounds what a connection may hold (issue 27 §2), with real slow sockets:
+"""Every hami HTTP listener bounds what a connection may hold, with real slow sockets:
 - a connection that sends nothing, or its headers a byte at a time (slowloris), is closed at the
   header deadline; a body that stalls gets 408 and the connection closed at the body deadline;
 - untrusted connections beyond their cap are closed on accept while the ones inside it, and the trusted

@@ -1,4 +1,4 @@
-"""Least privilege on the node (issue 27 §7), on the rendered chart (default, prod and dev values):
+"""Least privilege on the node, on the rendered chart (default, prod and dev values):
 - the monitor runs in its own DaemonSet under its own ServiceAccount, bound only to a read-only
   ClusterRole (pods list/watch); the node agent's account is not the monitor's;
 - the monitor has no SYS_ADMIN (all capabilities dropped but DAC_OVERRIDE), no privilege escalation,

@@ -1,4 +1,4 @@
-"""A tenant's DRA selector against the CEL evaluator's cost (issue 39 §5):
+"""A tenant's DRA selector against the CEL evaluator's cost:
 
 - each evaluation is metered against kube-scheduler's runtime limit (resource.k8s.io
   CELSelectorExpressionMaxCost, 1,000,000); past the limit the selector is refused with an error

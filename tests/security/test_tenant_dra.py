@@ -1,4 +1,4 @@
-"""A hostile tenant against the --dra webhook (issue 39 §3), on the embedded API server with the
+"""A hostile tenant against the --dra webhook, on the embedded API server with the
 scheduler's real webhook, as the demo user:
 - an AdmissionReview forged and sent straight to /webhook, naming kube-system, makes nothing there
   (the scheduler's cluster-wide create right is used only for pods that exist), while a GPU pod the

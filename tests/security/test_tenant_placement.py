@@ -1,4 +1,4 @@
-"""A hostile tenant against its own placement and the doors around admission (issue 39 §1, §2, §8),
+"""A hostile tenant against its own placement and the doors around admission,
 through the embedded API server and the scheduler's real webhook, as the demo user:
 - stripping hami.io/vgpu-node and the device annotations from its own running pod is refused (403,
   naming the key and the user); and where the webhook cannot stop it (down, failurePolicy Ignore),

@@ -1,5 +1,5 @@
 """A tenant's crowd of pending GPU pods against the GPU-preemption controller's share of the event loop
-(issue 39 §4), on the embedded API server with the scheduler role (--gpu-preemption):
+on the embedded API server with the scheduler role (--gpu-preemption):
 
 - 60 pending pods refused on GPU shares (kube-scheduler's PodScheduled condition, as another
   replica's /filter leaves them) on 40 full nodes: each is refit and decided once, a fit at most

@@ -1,7 +1,7 @@
 """Mutating admission and pods/log in the embedded API server: pod CREATE goes through the webhook, its JSONPatch
 is applied, a denial reaches the client as a Status error, an unreachable webhook admits unchanged
 (failurePolicy Ignore), and `hami.io/webhook=ignore` on the namespace skips the call; on the pod it does not
-(issue 27: a pod cannot opt itself out)."""
+(a pod cannot opt itself out)."""
 
 import base64
 

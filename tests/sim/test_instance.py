@@ -1,4 +1,4 @@
-"""A second embedded instance beside the first, and a run that cleans up after itself (issue 32).
+"""A second embedded instance beside the first, and a run that cleans up after itself.
 
 Covers: default listeners that are taken move to free loopback ports with a line saying which and the
 flag that sets it; flags the user gave never move; the pprof listener only with --profiling, the two

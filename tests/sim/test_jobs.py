@@ -1,4 +1,4 @@
-"""batch/v1 Jobs in the embedded cluster (issue 32): the shipped examples apply and run there.
+"""batch/v1 Jobs in the embedded cluster: the shipped examples apply and run there.
 
 Covers: the pure plan (pods to create for parallelism/completions, Complete once enough succeed, Failed
 past backoffLimit, deleted pods not counted); the API server's Job validation (422 naming the field);

@@ -42,7 +42,7 @@ def test_summarize_counts_phases_and_allocated_memory():
 
 
 def test_summarize_counts_the_memory_dra_claims_hold():
-    """DRA mode (issue 28): the claims reserved by running or pending demo pods, from consumedCapacity."""
+    """DRA mode: the claims reserved by running or pending demo pods, from consumedCapacity."""
     running, gone = _pod("Running"), _pod("Succeeded")
     running["metadata"]["uid"], gone["metadata"]["uid"] = "u1", "u2"
 

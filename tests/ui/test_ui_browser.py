@@ -1,4 +1,4 @@
-"""The web UI in headless Chromium, against `hami --role all --embedded --demo-workload` (issue 34).
+"""The web UI in headless Chromium, against `hami --role all --embedded --demo-workload`.
 
 Covers: each page (cluster, node, a running pod, a pending pod with the doctor's diagnosis, quotas,
 what-if after an on-demand run) loads in a real browser with its script; the cluster page's key figures

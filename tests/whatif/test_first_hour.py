@@ -1,4 +1,4 @@
-"""whatif as a new user meets it on the demo (issue 32).
+"""whatif as a new user meets it on the demo.
 
 Covers: nodes a scenario adds register what the nodes they copy registered (split count of the
 same-type nodes, else the cluster's), unless the scenario or a node config says otherwise; the HTML

@@ -158,7 +158,7 @@ def test_any_node_affinity_shape_is_a_verdict_not_a_crash(spec):
 
 
 def test_pods_with_dra_claims_are_named_as_not_replayed():
-    """issue 28: whatif says clearly that it does not read ResourceSlices or claims yet."""
+    """whatif says clearly that it does not read ResourceSlices or claims yet."""
     p = snap.pod("trainer")
     p["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "hami-gpu-0"}]
     cluster = parse_snapshot(snap.listing(snap.node("a"), p, snap.pod("plain")), "cluster.json")
@@ -168,7 +168,7 @@ def test_pods_with_dra_claims_are_named_as_not_replayed():
 
 
 def test_pending_pods_that_outrank_placed_ones_are_named_as_not_preempted_for():
-    """issue 29: whatif has no preemption scenario and says so when it would matter."""
+    """whatif has no preemption scenario and says so when it would matter."""
     low = snap.pod("batch", node="a")
     low["spec"]["priority"] = 0
     high = snap.pod("inference")

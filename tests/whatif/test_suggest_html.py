@@ -53,7 +53,7 @@ def test_suggest_pairs_two_knobs_when_a_pod_needs_both():
 
 
 def test_suggest_finds_the_pair_whose_halves_place_nothing_alone():
-    # Golden case of issue 32 (checked on the live embedded cluster there): two 40960 MiB cards
+    # Golden case (checked on the live embedded cluster): two 40960 MiB cards
     # registered with split 2, each full with two 16000 MiB pods (8960 MiB free, no free slot); four
     # 12000 MiB pods wait. More slots alone: 8960 < 12000. More memory alone: no slot. Scaling 1.25
     # frees 19200 MiB per card (one pod each), 1.5 frees 29440 (two each): only "split 4 + scaling 1.5"

@@ -2,8 +2,8 @@
 
 HAMi's device strings carry counts, memory (MiB) and cores as Go int32
 (`hami.io/vgpu-devices-to-allocate`: `<uuid>,<type>,<usedmem>,<usedcores>`). A quantity beyond that,
-or one that is not an integer, used to be read as "no GPU" (`gpumem: "2147483648"`) or to wrap
-(`gpucores: "4294967196"` became -100 and was placed on a full GPU). The webhook refuses such a pod
+or one that is not an integer, would be read as "no GPU" (`gpumem: "2147483648"`) or wrap
+(`gpucores: "4294967196"` becomes -100 and is placed on a full GPU). The webhook refuses such a pod
 instead, naming the container, the resource, the value and the limit.
 
 `check_container(ctr, limits)` -> the refusal message, or None. `nvidia_limits(cfg)` and

@@ -218,7 +218,7 @@ class Binder:
         devices, placement, reason = self._placement(node, pod, assumed)
         if not any(devices) and self._asks_for_devices(pod):
             # Binding it would start a GPU pod with no devices: Allocate fails and the pod is Failed
-            # (issue 27 §4). Nothing is written; kube-scheduler retries the pod elsewhere.
+            # after its start. Nothing is written; kube-scheduler retries the pod elsewhere.
             return self._fail(ref, f"pod {ns}/{name} asks for devices but no placement fits node {node}"
                                    f"{': ' + reason if reason else ''}: nothing bound")
         # Each vendor's LockNode: only those whose plugin releases hami.io/mutex.lock take it.

@@ -55,14 +55,12 @@ log = get_logger(__name__)
 
 JSON = "application/json"
 
-# AdmissionReviews from this size on are judged on a worker thread, not on the event loop (issue 27 §2).
+# AdmissionReviews from this size on are judged on a worker thread: decoding a big one on the event
+# loop would stall every /filter and /bind behind it.
 WEBHOOK_OFFLOOP_BYTES = 64 * 1024
 
 # Bodies from this size on are first scanned as full-Nodes requests (nodescan.py).
 SCAN_MIN_BYTES = 16384
-
-
-BadRequest = BadArgs
 
 
 def _shape_error(pod: dict, node_names: Any, nodes: Any) -> str:
@@ -209,7 +207,7 @@ class Extender:
         else:
             try:
                 args, names = self.args.decode(body)
-            except (orjson.JSONDecodeError, BadRequest) as exc:
+            except (orjson.JSONDecodeError, BadArgs) as exc:
                 return {"Error": _decode_error(exc)}
         pod = args.get("pod")
         if not isinstance(pod, dict):
@@ -366,7 +364,7 @@ class Extender:
         try:
             try:
                 args = lower_keys(orjson.loads(body))
-            except (orjson.JSONDecodeError, BadRequest) as exc:
+            except (orjson.JSONDecodeError, BadArgs) as exc:
                 err = _decode_error(exc)
                 return {"Error": err}
             ns = args.get("podnamespace") or "default"

@@ -2,7 +2,7 @@
 
 A burst is mostly pods of one template: a Job's or a Deployment's pods carry the same containers'
 resources and the same annotations, and /filter parsed both again for each pod (8 us of requests
-and 8 us of fit options in a 78 us decision, issue 30's profile). Here each is worked out once per
+and 8 us of fit options in a 78 us decision, as profiled). Here each is worked out once per
 distinct input and looked up after that:
 
 - `RequestMemo(compute)`: `compute(pod)` (HAMi's Resourcereqs over the vendor table) keyed by the

@@ -37,13 +37,6 @@ def vnpu_mode(annotations: Mapping[str, str] | None) -> str:
     return (annotations or {}).get(VNPU_MODE, "")
 
 
-def node_runs_hami_core(node_annotations: Mapping[str, str], default: bool) -> bool:
-    """HAMi's nodeSupportHamiCore: the node's `hami-vnpu-core` annotation when present, else the
-    chip's global `hamiVnpuCore`."""
-    value = node_annotations.get(NODE_VNPU_CORE)
-    return default if value is None else value == "true"
-
-
 def mode_refuses_node(mode: str, node_hami_core: bool) -> bool:
     """Ascend Fit's node gate (v2.10.0): only a hami-core pod is refused, on a node without HAMi-core."""
     return mode == VNPU_HAMI_CORE and not node_hami_core

@@ -779,13 +779,6 @@ class Store:
     def watchers(self) -> list[Watcher]:
         return [w for ws in (*self._watchers.values(), *self._node_watchers.values()) for w in ws]
 
-    def drop_watchers(self, reason: str = "dropped") -> int:
-        """Abort every open watch connection; returns how many."""
-        ws = self.watchers()
-        for w in ws:
-            w.drop(reason)
-        return len(ws)
-
     def end_watchers(self) -> int:
         """End every open watch cleanly (what a stopping server does); returns how many."""
         ws = self.watchers()
