@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from hami.device import codec
+from hami.scheduler.extender.hamiflow import patch_at_filter
 from tests.kube.helpers import eventually, pod_obj
 from tests.kube.scheduler_env import start_env, stop_env
 from tests.reliability._record import record
@@ -87,7 +88,7 @@ def usage_of(sched) -> dict[str, tuple[int, int, int]]:
 
 async def test_forced_410_relists_without_duplicate_usage(roles, apiserver):
     env, store = roles.env, apiserver.store
-    env.sched.extender.write_at_filter = True  # HAMi's flow: the placement is on the pod before its bind
+    patch_at_filter(env.sched.extender)  # HAMi's flow: the placement is on the pod before its bind
     for i in range(4):
         pod = env.create_pod(pod_obj(f"g{i}", scheduler="other", mem=3000, cores=20))
         out = await env.filter(pod, ["n2", "n3"])

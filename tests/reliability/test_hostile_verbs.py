@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from hami.scheduler.extender import verbs
+from hami.scheduler.extender.hamiflow import patch_at_filter
 from tests.kube.helpers import pod_obj
 from tests.kube.scheduler_env import running_env
 from tests.reliability._record import record
@@ -53,7 +54,7 @@ async def test_preempt_compares_victims_linearly(apiserver, monkeypatch):
     monkeypatch.setattr(verbs, "_victims_arg", lambda args: {
         node: [CountingUid(u) for u in uids] for node, uids in decode(args).items()})
     async with running_env(apiserver, [gpu_node("n0")]) as env:
-        env.sched.extender.write_at_filter = True
+        patch_at_filter(env.sched.extender)
         placed = env.create_pod(pod_obj("placed", mem=40000))
         assert (await env.filter(placed, ["n0"]))["NodeNames"] == ["n0"]
         preemptor = pod_obj("urgent", mem=20480)

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from hami.device import codec
+from hami.scheduler.extender.hamiflow import patch_at_filter
 from hami.scheduler.role import start_scheduler
 from tests.kube.helpers import config_for, eventually, node_obj, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env, start_env, stop_env
@@ -278,7 +279,7 @@ async def test_failed_bind_leaves_nothing_behind(env):
 
 
 async def test_hami_flow_patch_failure_at_filter_rolls_back_usage_and_returns_error(env):
-    env.sched.extender.write_at_filter = True  # HAMi's flow: the placement is patched at /filter
+    patch_at_filter(env.sched.extender)  # HAMi's flow: the placement is patched at /filter
     pod = env.create_pod(pod_obj("p", mem=1000))
     env.apiserver.faults.fail_next_writes(1, 500)
     out = await env.filter(pod, ["n0"])
@@ -396,7 +397,7 @@ async def test_mig_allocations_of_placed_pods_appear_as_mig_instance_info(env):
 
 
 async def test_pod_that_no_longer_fits_drops_its_stale_placement(env):
-    env.sched.extender.write_at_filter = True  # HAMi's flow left a placement on the pending pod
+    patch_at_filter(env.sched.extender)  # HAMi's flow left a placement on the pending pod
     pod = env.create_pod(pod_obj("s", mem=1000))
     assert (await env.filter(pod, ["n0"]))["NodeNames"] == ["n0"]
     await eventually(lambda: "hami.io/vgpu-node" in env.sched.state.pod("default", "s")["metadata"]["annotations"])

@@ -13,8 +13,9 @@
 * NodeNames mode (nodeCacheCapable): the node usage comes from the watch-fed cache; on success
   the Placer commits the decision (node, devices, every vendor's annotations) to the usage cache
   and holds it in this replica; nothing is written and no API round trip delays the answer. /bind
-  writes it with bind-phase in the Binding after taking the node lock (bind.py). `write_at_filter`
-  keeps HAMi's flow (patch at /filter) for the benchmark's model of it.
+  writes it with bind-phase in the Binding after taking the node lock (bind.py). HAMi's flow (patch
+  at /filter) is a subclass apart (hamiflow.py), for the benchmark's model of it and the tests of
+  placements it leaves behind.
 * Full-Nodes mode: the nodes come in the request; their registrations (NVIDIA's and every other
   vendor's, as the node watch reads them) are decoded by the Placer through the same text-keyed
   cache, usage from the pod cache; nothing is patched or held (as in HAMi).
@@ -144,12 +145,7 @@ class Extender:
         self.webhook = webhook
         self.claims = claims  # hami.scheduler.claimplacer.ClaimPlacer (--dra): node policy for pods with claims
         self._webhook_pool: ThreadPoolExecutor | None = None  # big admissions, one at a time, off the loop
-        # HAMi's flow patches the placement at /filter (one more write per pod, a round trip before
-        # answering, and annotations left behind by a replica that dies before /bind). Ours holds
-        # it in the Placer and /bind writes it with bind-phase in one patch, re-checking the fit under the lock.
-        self.write_at_filter = False
         self.filters = 0
-        self.patch_failures = 0
         self.args = ArgsDecoder()  # /filter bodies, the node name list cached (extargs.py)
         self.nodescan = NodeScanner()  # full-Nodes bodies, each Node decoded once per change (nodescan.py)
 
@@ -248,8 +244,7 @@ class Extender:
         if nodes is not None and node_names is None:
             return self._filter_nodes_mode(pod, ns, name, annos, requests, num_init, nodes, scanned)
         node_names = names.names if names is not None else list(node_names or [])
-        write = self.client is not None and self.write_at_filter
-        choice = self.placer.place(pod, uid, ns, name, annos, requests, num_init, names, node_names, written=write)
+        choice = self.place(pod, uid, ns, name, annos, requests, num_init, names, node_names)
         if isinstance(choice, str):  # HAMi records the calcScore error as a FilteringFailed event too
             self.events.record(pod, WARNING, messages.FILTERING_FAILED, choice)
             return {"Error": choice}
@@ -262,23 +257,15 @@ class Extender:
             if choice.dropped is not None:  # its devices are free now: wake pods parked behind them
                 self.state.placement_dropped(choice.dropped.node, choice.dropped.namespace)
             return answer
-        if write:
-            return self._patch_then_answer(pod, ns, name, uid, choice, node_names)
-        return self._filter_succeeded(pod, ns, name, choice, node_names)
+        return self.placed(pod, ns, name, uid, choice, node_names)
 
-    async def _patch_then_answer(self, pod, ns, name, uid, choice: Choice, node_names) -> dict:
-        """HAMi's flow (write_at_filter): the placement is patched on the pod before the answer."""
-        node = choice.decision.node
-        patch = {"metadata": {"annotations": choice.decision.annotations, "labels": {VGPU_NODE: node}}}
-        try:
-            await self.client.patch_pod(ns, name, patch)
-        except ApiError as exc:
-            self.placer.drop(uid)
-            self.patch_failures += 1
-            log.warning("Pod annotation patch failed", pod=f"{ns}/{name}", node=node, error=str(exc))
-            self.events.record(pod, WARNING, messages.FILTERING_FAILED, str(exc))
-            return {"Error": str(exc)}
-        return self._filter_succeeded(pod, ns, name, choice, node_names)
+    def place(self, pod, uid, ns, name, annos, requests, num_init, names, node_names) -> Choice | str:
+        """The Placer's choice; the decision is held here for /bind to write."""
+        return self.placer.place(pod, uid, ns, name, annos, requests, num_init, names, node_names)
+
+    def placed(self, pod, ns, name, uid, choice: Choice, node_names) -> dict | Coroutine[Any, Any, dict]:
+        """/filter's answer for a pod placed on `choice`'s node."""
+        return self.filter_succeeded(pod, ns, name, choice, node_names)
 
     def _filter_claims(self, pod: dict, node_names: list | None, nodes: Any) -> dict | Coroutine[Any, Any, dict]:
         """A pod with DRA claims (--dra): its node policy over the nodes its claims fit (claimplacer)."""
@@ -294,7 +281,7 @@ class Extender:
     async def _nodes_answer(self, answer: Coroutine[Any, Any, dict], items: dict) -> dict:
         return _as_nodes(await answer, items)
 
-    def _filter_succeeded(self, pod, ns, name, choice: Choice, node_names) -> dict:
+    def filter_succeeded(self, pod, ns, name, choice: Choice, node_names) -> dict:
         sel, fit_scores, node = choice.selection, choice.fit_scores, choice.decision.node
         self.events.record(pod, NORMAL, messages.FILTERING_SUCCEED,
                            messages.filtering_succeed_message(node, fit_scores, len(node_names)))
