@@ -1,9 +1,16 @@
-"""Free loopback TCP ports for tests that start listeners (bound all at once so they differ, then
-released; a race with another process taking one is possible but harmless in CI)."""
+"""Loopback ports for tests.
+
+`serve_app`: an aiohttp app on a port the kernel picks at bind time (no race). `refusing_port`: a port
+held bound but not listening for as long as the test runs, so connecting is refused and no other test
+can take it. `free_ports`: numbers for a child process's flags, released before the child binds them:
+another process can take one meanwhile, so use it only where the child cannot report a port it bound.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import socket
+from collections.abc import Iterator
 
 
 def free_ports(n: int) -> list[int]:
@@ -19,6 +26,14 @@ def free_ports(n: int) -> list[int]:
 
 def free_port() -> int:
     return free_ports(1)[0]
+
+
+@contextlib.contextmanager
+def refusing_port() -> Iterator[int]:
+    """A loopback port that refuses connections while the block runs (bound, never listening)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
 
 
 async def serve_app(app) -> tuple[str, object]:

@@ -40,10 +40,15 @@ def test_prometheus_rules_pass_promtool_check(tmp_path):
 
 def test_promtool_check_catches_a_broken_rule(tmp_path):
     groups = _rule_groups(rendered("prod"))
-    groups["groups"][0]["rules"][0]["expr"] = "hami_vgpu_memory_used_bytes / ("
+    broken = groups["groups"][0]["rules"][0]
+    broken["expr"] = "hami_vgpu_memory_used_bytes / ("
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump(groups))
-    assert _run("check", "rules", str(path), cwd=tmp_path).returncode != 0
+    res = _run("check", "rules", str(path), cwd=tmp_path)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out
+    # Failed for the broken expression, in the rule we broke: not for a missing file or any other reason.
+    assert f'"{broken["alert"]}": could not parse expression' in out and "unclosed left parenthesis" in out, out
 
 
 UNIT_TESTS = """

@@ -11,13 +11,11 @@ through the embedded API server and the scheduler's real webhook, as the demo us
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from hami.device import codec
 from tests.kube.helpers import eventually, pod_obj
-from tests.ports import free_port
+from tests.ports import refusing_port
 from tests.security._tenant import JSONPATCH, tenant_cluster, webhook_admission
 from tests.sim._kubesched import gpu_node
 
@@ -67,7 +65,14 @@ async def test_stripping_its_own_placement_is_refused(apiserver):
         assert status == 403 and codec.ALLOCATED_ANNOTATION in body["message"], body
 
 
-async def test_a_bound_pod_stays_counted_when_its_placement_is_stripped_behind_the_webhook(apiserver):
+@pytest.fixture
+def dead_port():
+    """Where a webhook that is down would be: connections are refused for the whole test."""
+    with refusing_port() as port:
+        yield port
+
+
+async def test_a_bound_pod_stays_counted_when_its_placement_is_stripped_behind_the_webhook(apiserver, dead_port):
     async with tenant_cluster(apiserver, [gpu_node("n0", gpus=2)]) as tenant:
         status, body = await tenant.create_pod(gpu_pod("honest", gpus=2, mem=30000))
         assert status == 201, body
@@ -75,7 +80,7 @@ async def test_a_bound_pod_stays_counted_when_its_placement_is_stripped_behind_t
         index = tenant.env.sched.state.index
         assert index.pod(uid) is not None
         # The webhook is down (failurePolicy: Ignore): the API server lets the strip through.
-        apiserver.admission = webhook_admission(f"http://127.0.0.1:{free_port()}/webhook")
+        apiserver.admission = webhook_admission(f"http://127.0.0.1:{dead_port}/webhook")
         status, body = await tenant.patch_pod("honest", strip())
         assert status == 200, body
         await eventually(lambda: codec.VGPU_NODE_ANNOTATION not in (
@@ -86,7 +91,8 @@ async def test_a_bound_pod_stays_counted_when_its_placement_is_stripped_behind_t
         # A second pod asking 2 x 30000 MiB does not fit beside it.
         status, body = await tenant.create_pod(gpu_pod("greedy", gpus=2, mem=30000, ns="default"))
         assert status == 201, body
-        await asyncio.sleep(1.0)  # several scheduling cycles of the fast loop
+        # kube-scheduler tried it in several cycles (the extender found no fit each time): not placed.
+        await eventually(lambda: tenant.cluster.loop.stats.attempts.get("default/greedy", 0) >= 3, 20)
         assert not tenant.store.get("pods", "default", "greedy")["spec"].get("nodeName")
         # The pod ends: its devices are free again, and the waiting pod is placed.
         tenant.store.delete("pods", "default", "honest")
@@ -94,7 +100,7 @@ async def test_a_bound_pod_stays_counted_when_its_placement_is_stripped_behind_t
         await running(tenant, "greedy")
 
 
-async def test_the_namespace_quota_still_counts_a_stripped_pod(apiserver):
+async def test_the_namespace_quota_still_counts_a_stripped_pod(apiserver, dead_port):
     apiserver.store.create("namespaces", "", {"metadata": {"name": "team"}})
     apiserver.store.create("resourcequotas", "team", {"metadata": {"name": "gpu", "namespace": "team"},
                                                       "spec": {"hard": {"limits.nvidia.com/gpumem": "60000"}}})
@@ -102,7 +108,7 @@ async def test_the_namespace_quota_still_counts_a_stripped_pod(apiserver):
         status, body = await tenant.create_pod(gpu_pod("honest", "team", gpus=2, mem=30000))
         assert status == 201, body
         await running(tenant, "honest", "team")
-        apiserver.admission = webhook_admission(f"http://127.0.0.1:{free_port()}/webhook")
+        apiserver.admission = webhook_admission(f"http://127.0.0.1:{dead_port}/webhook")
         status, body = await tenant.patch_pod("honest", strip(), ns="team")
         assert status == 200, body
         await eventually(lambda: codec.VGPU_NODE_ANNOTATION not in (

@@ -72,13 +72,29 @@ class Sim:
 
 
 @pytest.fixture(scope="module")
-def sim(tmp_path_factory):
+def sim_process(tmp_path_factory):
     s = Sim(tmp_path_factory.mktemp("kubectl"))
     try:
-        seed(s)
         yield s
     finally:
         s.stop()
+
+
+@pytest.fixture
+def sim(sim_process):
+    """The shared process with the seed objects as `seed` made them: each test starts from the same
+    state whatever ran before it (several tests annotate, patch and create)."""
+    wipe(sim_process)
+    seed(sim_process)
+    return sim_process
+
+
+def wipe(s: Sim) -> None:
+    for path in ("/api/v1/nodes", "/api/v1/pods", "/api/v1/events"):
+        for obj in s.request("GET", path)["items"]:
+            meta = obj["metadata"]
+            where = f"/namespaces/{meta['namespace']}" if meta.get("namespace") else ""
+            s.request("DELETE", f"/api/v1{where}/{path.rsplit('/', 1)[1]}/{meta['name']}")
 
 
 def seed(s: Sim) -> None:
@@ -89,7 +105,8 @@ def seed(s: Sim) -> None:
                                          "hami.io/node-nvidia-register": f"GPU-{name},10,40960,100,NVIDIA-A100,0,true:"}},
             "status": {"conditions": [{"type": "Ready", "status": "True"}],
                        "nodeInfo": {"kubeletVersion": "v1.31.0"}}})
-    s.request("POST", "/api/v1/namespaces", {"metadata": {"name": "ml"}})
+    if "ml" not in {n["metadata"]["name"] for n in s.request("GET", "/api/v1/namespaces")["items"]}:
+        s.request("POST", "/api/v1/namespaces", {"metadata": {"name": "ml"}})
     pod = s.request("POST", "/api/v1/namespaces/ml/pods", {
         "metadata": {"name": "train-0", "labels": {"app": "train"}},
         "spec": {"schedulerName": "hami-scheduler",
