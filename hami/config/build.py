@@ -237,6 +237,9 @@ def check_groups(groups: dict[str, dict[str, Any]], flags: Mapping[str, Any]) ->
             "--node-scheduler-policy", "command line", groups["scheduler"]["node_scheduler_policy"],
             "binpack or spread",
         )
+    if groups["scheduler"].get("dra_default_mode", "dra") not in ("dra", "device-plugin"):
+        raise ConfigError("--dra-default-mode", "command line", groups["scheduler"]["dra_default_mode"],
+                          "dra or device-plugin")
     spread = groups["scheduler"].get("burst_spread", 2.0)
     if not (isinstance(spread, (int, float)) and 0 <= spread < float("inf")):
         raise ConfigError("--burst-spread", "command line", spread, "a number >= 0")

@@ -101,6 +101,8 @@ class SchedulerSettings:
     recreate_missed_pods: bool = True
     force_overwrite_default_scheduler: bool = True
     dra: bool = False  # --dra: the webhook turns GPU resources into DRA claims; the embedded cluster runs DRA
+    # --dra-default-mode: with --dra, the mode of a GPU pod whose namespace names none (hami.dra.podmode)
+    dra_default_mode: str = "dra"
     leader_elect: bool = False
     leader_elect_resource_name: str = "hami-scheduler"
     leader_elect_resource_namespace: str = ""
@@ -171,6 +173,7 @@ class SimSettings:
     kubeconfig: str = ""  # where `--role sim` writes its kubeconfig; "" = <state dir>/kubeconfig
     embedded: bool = False
     nodes: int = 4
+    dra_nodes: int = -1  # with --dra: how many nodes (the last ones) run the DRA plugin; -1 = all
     gpus: str = "2xNVIDIA A100-SXM4-40GB:40960"
     fake_gpus: str = ""
     state_dir: str = ""  # sockets, cache dirs, kubeconfig of the embedded cluster; "" = a temp dir

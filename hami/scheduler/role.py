@@ -360,7 +360,14 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     assert state.pods is not None
     state.pods.add_handler(marks.on_pod)
 
-    claims = ledger = None
+    claims = ledger = namespaces = None
+    if sc.dra:  # the GPU mode per namespace (admission.gpumode): the namespaces' labels
+        namespaces = Informer(client, "namespaces")
+
+    def namespace_labels(ns: str) -> dict | None:
+        got = namespaces.store.get(ns) if namespaces is not None else None
+        return None if got is None else (got.get("metadata") or {}).get("labels") or {}
+
     if sc.dra:  # pods with claims: node policy by GPU fill from the slices and allocated claims (claimplacer)
         claims = ClaimPlacer(client, node_policy=sc.node_scheduler_policy, prioritize=sc.extender_prioritize,
                              node_of=state.node)
@@ -375,7 +382,8 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
         rid = secrets.token_hex(16) if ledger is not None else None
         out = webhookmod.mutate(review, wh_settings, quota=state.index.quota_view,
                                 vendor_quota=state.index.vendor_quota_view, mark=marks.issue(),
-                                dra_reservation=rid, reserved=reserved)
+                                dra_reservation=rid, reserved=reserved,
+                                namespace_labels=namespace_labels if namespaces is not None else None)
         if not reserved or ledger is None or rid is None:
             return out
         ns = (review.get("request") or {}).get("namespace") or ""
@@ -445,6 +453,8 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     assert state.pods is not None
     state.pods.add_handler(missed.on_pod)
     spawn(missed.run(s.stop), "missed-webhook")
+    if namespaces is not None:
+        spawn(namespaces.run(s.stop), "namespace-informer")
     for i, informer in enumerate(claims.informers if claims is not None else ()):
         spawn(informer.run(s.stop), f"dra-informer-{i}")
     if templates is not None:

@@ -548,6 +548,13 @@ class EmbeddedCluster:
                     log.warning("Could not create the embedded scheduler's objects", resource=resource,
                                 error=str(exc))
 
+    def dra_node(self, ni: int) -> bool:
+        """Node `ni` (1-based) runs the DRA plugin: with --dra, all of them, or the last --sim-dra-nodes."""
+        if not self.cfg.scheduler.dra:
+            return False
+        count = self.cfg.sim.dra_nodes
+        return count < 0 or ni > len(self.names) - count
+
     def node_shapes(self) -> list[tuple[list[GpuShape], list[tuple]]]:
         """Per node: (NVIDIA shapes, [(vendor row, cards, memory)]) from `--sim-gpus`."""
         from hami.sim.kubelet.vendornodes import vendor_for_model
@@ -627,7 +634,7 @@ class EmbeddedCluster:
                     continue
                 socket_dir = os.path.join(self.paths["nodes_dir"], str(ni))  # short: unix paths <= 107 bytes
                 os.makedirs(socket_dir, exist_ok=True)
-                if cfg.scheduler.dra:  # DRA mode: hami's kubelet DRA plugin instead of the device-plugin agent
+                if self.dra_node(ni):  # DRA mode: hami's kubelet DRA plugin instead of the device-plugin agent
                     backend = make_backend("fake", gpu_file, name)
                     backends.append(backend)
                     cdi_root = os.path.join(socket_dir, "cdi")
@@ -663,6 +670,14 @@ class EmbeddedCluster:
                     dra_preemption=True)  # KEP-5690: a claim pod may preempt lower-priority claim pods
                 tasks.append(asyncio.create_task(ResourceClaimController(client).run(stop),
                                                  name="resourceclaim-controller"))
+                if not all(self.dra_node(ni) for ni in range(1, len(self.names) + 1)):
+                    # Mid-migration (--sim-dra-nodes): device-plugin pods (admission.gpumode) go to
+                    # hami-scheduler, whose extender fits them on the device-plugin nodes.
+                    plugin_loop = KubeSchedulerLoop(client, ExtenderConfig(
+                        extender, preempt_verb="preempt",
+                        prioritize_verb="prioritize" if cfg.scheduler.extender_prioritize else ""),
+                        cfg.scheduler.scheduler_name)
+                    tasks.append(asyncio.create_task(plugin_loop.run(stop), name="kube-scheduler-device-plugin"))
             else:
                 # The same extenders[] entry scheduler_objects() publishes in the kube-system ConfigMap.
                 loop = KubeSchedulerLoop(client, ExtenderConfig(

@@ -52,6 +52,7 @@ from hami.device.request import quantity_value as _request_quantity_value
 from hami.device.vendorrequest import vendor_request
 from hami.device.vendors import Vendor, VendorTable
 from hami.dra import claims as dra_claims
+from hami.scheduler.admission import gpumode
 from hami.scheduler.admission.patchbuild import build_patch, mutation_copy
 from hami.scheduler.admission.placementguard import DEFAULT_TRUSTED_WRITERS, check_review, placement_keys
 from hami.scheduler.admission.quantitylimits import check_container, nvidia_limits, vendor_limits
@@ -87,6 +88,8 @@ class WebhookSettings:
     # Every other vendor whose resources the webhook recognises (HAMi's GetDevices loop).
     vendors: VendorTable | None = None
     dra: bool = False  # --dra: GPU resources become DRA claims (hami.dra.claims), as HAMi-DRA's webhook
+    # --dra: the mode of a GPU pod whose namespace names none; per namespace and pod: admission.gpumode
+    dra_default_mode: str = gpumode.DRA
     # Principals (request.userInfo.username) that may write placement annotations (placementguard).
     trusted_writers: tuple[str, ...] = DEFAULT_TRUSTED_WRITERS
     # Tenants may set CUDA_DISABLE_CONTROL (HAMi-core off in their container): the operator's opt-in.
@@ -108,6 +111,7 @@ class WebhookSettings:
             nvidia=config.nvidia,
             vendors=getattr(config, "vendors", None),
             dra=getattr(sc, "dra", False),
+            dra_default_mode=getattr(sc, "dra_default_mode", gpumode.DRA),
             trusted_writers=getattr(sc, "trusted_placement_writers", DEFAULT_TRUSTED_WRITERS),
             allow_disable_control=getattr(sc, "allow_tenant_disable_control", False),
         )
@@ -534,10 +538,12 @@ def _fits_quota(pod: dict, cfg: NvidiaConfig, quota: QuotaView | None) -> bool:
 QuotaSource = Callable[[str], QuotaView | None] | QuotaView | None
 # (namespace, vendor) -> that vendor's QuotaView (UsageIndex.vendor_quota_view).
 VendorQuotaSource = Callable[[str, str], QuotaView | None] | None
+# namespace -> its labels (--dra: the GPU mode, admission.gpumode); None when unknown.
+NamespaceLabels = Callable[[str], Mapping | None] | None
 
 
 def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = None, namespace: str = "",
-               vendor_quota: VendorQuotaSource = None) -> Decision:
+               vendor_quota: VendorQuotaSource = None, namespace_labels: NamespaceLabels = None) -> Decision:
     """Apply HAMi's admission rules to a pod dict (not modified); see the module docstring."""
     if not isinstance(pod, Mapping):
         raise WebhookError("request.object", "expected a Pod object")
@@ -556,8 +562,18 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
         return Decision(True, code=200, message="pod already has different scheduler assigned")
     cfg = settings.nvidia
     privileged = _privileged_container(spec)
+    mode = None
     if settings.dra:
-        return _dra_decision(pod, cfg, privileged)
+        ns = (pod.get("metadata") or {}).get("namespace") or namespace
+        mode = gpumode.choose((pod.get("metadata") or {}).get("annotations"),
+                              namespace_labels(ns) if namespace_labels is not None else None, ns,
+                              settings.dra_default_mode)
+        if mode.mode == gpumode.DRA or mode.refused:
+            if mode.refused and not _asks_gpu(spec, cfg):
+                return Decision(True, pod=pod)  # the annotation only matters to a GPU pod
+            if mode.refused:
+                return Decision(False, code=403, reason="Forbidden", message=mode.refused)
+            return _with_mode(_dra_decision(pod, cfg, privileged), mode)
     has_resource = False
     others = settings.vendors.others if settings.vendors is not None else ()
     counts = settings.vendors.other_counts if settings.vendors is not None else frozenset()
@@ -602,7 +618,23 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
     if vendor_quota is not None and settings.vendors is not None and settings.vendors.others and not _fits_vendor_quota(
             pod, settings.vendors, lambda vendor: vendor_quota(ns, vendor)):
         return Decision(False, code=403, reason="Forbidden", message="exceeding resource quota")
+    if mode is not None and has_resource:
+        return _with_mode(Decision(True, pod=pod), mode)
     return Decision(True, pod=pod)
+
+
+def _asks_gpu(spec: Mapping, cfg: NvidiaConfig) -> bool:
+    return any(cfg.resource_count_name in part for group in ("initContainers", "containers")
+               for ctr in spec.get(group) or () if isinstance(ctr, dict) for part in _resources(ctr))
+
+
+def _with_mode(d: Decision, mode: gpumode.ModeChoice) -> Decision:
+    """--dra: the GPU pod's mode and why, on the pod for `hami doctor pod` (gpumode.DECISION_ANNOTATION)."""
+    if not d.allowed or d.pod is None:
+        return d
+    meta = d.pod.setdefault("metadata", {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), gpumode.DECISION_ANNOTATION: mode.text}
+    return d
 
 
 def _dra_decision(pod: dict, cfg: NvidiaConfig, privileged: str | None) -> Decision:
@@ -711,7 +743,7 @@ def _check_shape(request: Mapping) -> None:
 
 def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None,
            vendor_quota: VendorQuotaSource = None, mark: str | None = None, dra_reservation: str | None = None,
-           reserved: list | None = None) -> dict:
+           reserved: list | None = None, namespace_labels: NamespaceLabels = None) -> dict:
     """AdmissionReview in, AdmissionReview out (v1 or v1beta1, echoing the request's version).
     `mark`: a nonce put on every pod CREATE allowed, as `hami.io/admitted` (hami.scheduler.admission.admitted:
     the pod seen in the API proves the API server applies this webhook's answers).
@@ -738,7 +770,8 @@ def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None
     elif not isinstance(obj, Mapping) or not isinstance(obj.get("spec"), Mapping):
         response.update(allowed=False, status={"code": 400, "message": "request.object: expected a Pod object"})
     else:
-        d = mutate_pod(obj, settings, quota, namespace=request.get("namespace") or "", vendor_quota=vendor_quota)
+        d = mutate_pod(obj, settings, quota, namespace=request.get("namespace") or "", vendor_quota=vendor_quota,
+                       namespace_labels=namespace_labels)
         response["allowed"] = d.allowed
         pod = d.pod
         if d.allowed and d.dra_amounts is not None and dra_reservation is not None and d.dra_amounts[0] > 0:

@@ -1,0 +1,146 @@
+"""End to end: a cluster mid-migration, `hami --role all --embedded --dra --sim-dra-nodes 1` (gpu-node-1
+on the device plugin, gpu-node-2 on DRA, 2 A100 40GB each), driven by real kubectl.
+
+The GPU mode is chosen per namespace and per pod (hami.scheduler.admission.gpumode): pods in a
+namespace labelled `hami.io/gpu-mode=device-plugin` keep HAMi's extended resources and land on the
+device-plugin node through hami-scheduler; pods in other namespaces get claims (the --dra default)
+and land on the DRA node through kube-scheduler's DynamicResources; both kinds created at once all
+run (neither starves). A pod's `hami.io/gpu-mode` annotation wins only where its namespace lets pods
+choose; elsewhere naming another mode is refused. `hami doctor pod` says which mode a pod got and why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e.test_embedded import _wait
+from tests.ports import free_ports
+from tests.tools import find_kubectl
+
+pytestmark = pytest.mark.slow
+
+POD = """
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: {ns}
+  annotations: {annotations}
+spec:
+  containers:
+  - name: cuda
+    image: nvidia/cuda:12.4.0-base-ubuntu22.04
+    resources:
+      limits: {{nvidia.com/gpu: "1", nvidia.com/gpumem: "3000"}}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    state = tmp_path_factory.mktemp("dramixed")
+    ports = dict(zip(("api", "ext", "smetrics", "mmetrics", "ui"), free_ports(5), strict=True))
+    cmd = [sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded", "--dra", "--sim-dra-nodes", "1",
+           "--sim-state-dir", str(state), "--sim-listen", f"127.0.0.1:{ports['api']}",
+           "--http_bind", f"127.0.0.1:{ports['ext']}",
+           "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
+           "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
+           "--ui-bind-address", f"127.0.0.1:{ports['ui']}",
+           "--sim-nodes", "2", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960", "-v=2"]
+    log = open(state / "hami.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    kubeconfig = str(state / "kubeconfig")
+    env = {**os.environ, "KUBECONFIG": kubeconfig}
+    kubectl = find_kubectl()
+
+    def run(*args, check=True, stdin=None):
+        res = subprocess.run([kubectl, *args], env=env, capture_output=True, text=True, input=stdin, timeout=60)
+        if check and res.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {res.stderr}")
+        return res if not check else res.stdout
+
+    def ready():
+        slices = run("get", "resourceslices", "-o", "json", check=False).stdout
+        nodes = run("get", "nodes", "-o", "json", check=False).stdout
+        if not slices or not nodes:
+            return False
+        registered = [n for n in json.loads(nodes)["items"]
+                      if "hami.io/node-nvidia-register" in (n["metadata"].get("annotations") or {})]
+        return len(json.loads(slices)["items"]) == 1 and len(registered) == 1
+
+    try:
+        _wait(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
+        _wait(ready, 90, what="one DRA node's slice and one device-plugin node's registration")
+        run("create", "namespace", "legacy")
+        run("label", "namespace", "legacy", "hami.io/gpu-mode=device-plugin")
+        run("create", "namespace", "free")
+        run("label", "namespace", "free", "hami.io/gpu-mode=dra", "hami.io/gpu-mode-pod-choice=true")
+        yield {"run": run, "env": env, "port": ports["api"]}
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+def _pod(run, ns, name):
+    return json.loads(run("get", "pod", name, "-n", ns, "-o", "json"))
+
+
+def _running_on(run, ns, name):
+    _wait(lambda: _pod(run, ns, name)["status"].get("phase") == "Running", 90, what=f"{ns}/{name} Running")
+    return _pod(run, ns, name)["spec"]["nodeName"]
+
+
+def _create(run, ns, name, annotations=None):
+    return run("create", "-f", "-", check=False, stdin=POD.format(ns=ns, name=name,
+                                                                  annotations=json.dumps(annotations or {})))
+
+
+def test_both_kinds_of_pods_land_on_their_own_nodes_and_neither_starves(cluster):
+    run = cluster["run"]
+    # created interleaved, all at once: 8 device-plugin pods and 8 claim pods
+    for i in range(8):
+        assert _create(run, "legacy", f"dp{i}").returncode == 0
+        assert _create(run, "default", f"claim{i}").returncode == 0
+    for i in range(8):
+        assert _running_on(run, "legacy", f"dp{i}") == "gpu-node-1"
+        assert _running_on(run, "default", f"claim{i}") == "gpu-node-2"
+    dp, claim = _pod(run, "legacy", "dp0"), _pod(run, "default", "claim0")
+    assert "resourceClaims" not in dp["spec"] and dp["spec"]["schedulerName"] == "hami-scheduler"
+    assert dp["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] == "3000"
+    assert claim["spec"]["resourceClaims"] and claim["metadata"]["labels"]["hami.io/dra"] == "true"
+    assert dp["metadata"]["annotations"]["hami.io/gpu-mode-decision"] == (
+        "device-plugin: namespace legacy has the label hami.io/gpu-mode=device-plugin")
+    assert claim["metadata"]["annotations"]["hami.io/gpu-mode-decision"] == (
+        "dra: the scheduler's default (--dra-default-mode=dra)")
+
+
+def test_a_pods_annotation_wins_only_where_its_namespace_lets_pods_choose(cluster):
+    run = cluster["run"]
+    assert _create(run, "free", "chooser", {"hami.io/gpu-mode": "device-plugin"}).returncode == 0
+    assert _running_on(run, "free", "chooser") == "gpu-node-1"
+    assert _pod(run, "free", "chooser")["metadata"]["annotations"]["hami.io/gpu-mode-decision"].startswith(
+        "device-plugin: the pod's annotation hami.io/gpu-mode=device-plugin (namespace free lets pods choose")
+    refused = _create(run, "legacy", "escape", {"hami.io/gpu-mode": "dra"})
+    assert refused.returncode != 0
+    assert "namespace legacy does not let pods choose their GPU mode" in refused.stderr, refused.stderr
+    bogus = _create(run, "free", "bogus", {"hami.io/gpu-mode": "mig"})
+    assert bogus.returncode != 0 and "'mig' is not dra or device-plugin" in bogus.stderr, bogus.stderr
+
+
+def test_doctor_pod_says_which_mode_and_why(cluster):
+    kubeconfig = cluster["env"]["KUBECONFIG"]
+    out = subprocess.run([sys.executable, "-m", "hami.cli.main", "doctor", "pod", "legacy/dp0",
+                          "--kubeconfig", kubeconfig], capture_output=True, text=True, timeout=60)
+    assert ("GPU mode device-plugin: namespace legacy has the label hami.io/gpu-mode=device-plugin "
+            "(the webhook's decision at admission)") in out.stdout, out.stdout + out.stderr
