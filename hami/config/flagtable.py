@@ -158,6 +158,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--dra", "bool", "scheduler.dra",
          "DRA mode: the webhook turns GPU resources into ResourceClaims; --embedded runs DRA nodes "
          "(docs/dra.md)"),
+    Flag("--dra-default-mode", "str", "scheduler.dra_default_mode",
+         "with --dra: the GPU mode of pods whose namespace names none, dra or device-plugin (default dra); a "
+         "namespace's hami.io/gpu-mode label and, where it allows, a pod's annotation choose otherwise"),
     Flag("--force-overwrite-default-scheduler", "bool", "scheduler.force_overwrite_default_scheduler",
          "the webhook also takes pods asking for default-scheduler (default true)"),
     Flag("--extender-prioritize", "bool", "scheduler.extender_prioritize",
@@ -267,6 +270,9 @@ FLAGS: tuple[Flag, ...] = (
          "serve the embedded API server (no authentication) on a non-loopback --sim-listen anyway"),
     Flag("--sim-kubeconfig", "str", "sim.kubeconfig", "where the embedded API server writes its kubeconfig"),
     Flag("--sim-nodes", "int", "sim.nodes", "simulated GPU nodes (default 4)"),
+    Flag("--sim-dra-nodes", "int", "sim.dra_nodes",
+         "with --dra: how many of the simulated nodes (the last ones) run the DRA plugin, the others the device "
+         "plugin (a cluster mid-migration; default all)"),
     Flag("--sim-gpus", "str", "sim.gpus", "GPUs per node, e.g. \"2xNVIDIA A100-SXM4-40GB:40960\""),
     Flag("--sim-state-dir", "str", "sim.state_dir",
          "sockets, cache dirs and kubeconfig of the embedded cluster (default: a new temp folder, removed on "

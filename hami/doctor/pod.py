@@ -33,6 +33,7 @@ from hami.doctor.preemption import preemption_facts
 from hami.doctor.tree import Diagnosis, PodFacts, diagnose_pod, render_diagnosis
 from hami.kube.client import ApiError
 from hami.kubesched import cel
+from hami.scheduler.admission import gpumode
 
 # The diagnosis proper (pure, and for a DRA pod every tenant's CEL selector on every device) runs in
 # a thread, so a caller's event loop (the web UI's) keeps serving; its selectors stop at this deadline.
@@ -59,13 +60,28 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 async def diagnose(client, args: argparse.Namespace, now: float | None = None) -> Diagnosis:
+    d, pod = await _diagnose(client, args, now)
+    mode = gpu_mode_line(pod)
+    return dataclasses.replace(d, setup=(*d.setup, mode)) if mode else d
+
+
+def gpu_mode_line(pod: dict) -> str:
+    """With --dra: which GPU mode the webhook gave the pod and why (admission.gpumode's record)."""
+    annos = (pod.get("metadata") or {}).get("annotations") or {}
+    text = annos.get(gpumode.DECISION_ANNOTATION)
+    if not isinstance(text, str) or not text:
+        return ""
+    return f"GPU mode {text[:300]} (the webhook's decision at admission)"
+
+
+async def _diagnose(client, args: argparse.Namespace, now: float | None) -> tuple[Diagnosis, dict]:
     ns, _, name = args.pod.rpartition("/")
     ns = ns or "default"
     now = time.time() if now is None else now
     pod = await client.get_pod(ns, name)
     if dra.uses_claims(pod) and not (pod.get("spec") or {}).get("nodeName") and \
             (pod.get("status") or {}).get("phase", "Pending") == "Pending":
-        return await _diagnose_dra(client, pod)
+        return await _diagnose_dra(client, pod), pod
     inst = await gather.installation(client, args)
     cfg = inst.nvidia
     facts = PodFacts(
@@ -84,7 +100,7 @@ async def diagnose(client, args: argparse.Namespace, now: float | None = None) -
     d = await off_loop(diagnose_pod, facts)
     setup = (f"HAMi in namespace {inst.namespace}, device config from {inst.source} "
              f"(resource {cfg.resource_count_name})", *inst.notes)
-    return dataclasses.replace(d, setup=setup)
+    return dataclasses.replace(d, setup=setup), pod
 
 
 async def off_loop(fn, *args, seconds: float = DIAGNOSIS_DEADLINE_S):
