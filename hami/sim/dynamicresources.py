@@ -71,6 +71,7 @@ class DynamicResources:
         self._assumed: dict[str, dict] = {}  # claim key -> the claim as we wrote it
         self._inventory: Inventory | None = None
         self.reserved = 0
+        self.binding_checks = 0  # PreBind's looks at a claim's binding conditions that found them unmet
 
     @property
     def informers(self) -> list[Informer]:
@@ -246,6 +247,7 @@ class DynamicResources:
             verdict = binding_verdict(self.claim(key) or {})
             if verdict is not None:
                 return verdict
+            self.binding_checks += 1
             if time.monotonic() >= deadline:
                 return f"resourceclaim {key}: binding conditions not met within {self.binding_timeout:g}s"
             await asyncio.sleep(self.binding_poll)

@@ -15,7 +15,7 @@ import pytest
 from hami.device import codec
 from hami.kube.informer import Informer
 from hami.kube.nodelock import LOCK_KEY, NodeLocker, NodeLockError
-from tests.kube.helpers import Clock, client_for, node_obj
+from tests.kube.helpers import Clock, client_for, eventually, node_obj
 
 T0 = 1_800_000_000.0
 
@@ -73,7 +73,8 @@ async def test_lock_writes_hami_value_and_release_removes_it(env):
 
 async def test_lock_is_reentrant_for_the_same_pod(env):
     await env.locker.lock("n1", "default", "p1")
-    await asyncio.sleep(0.05)
+    # The node cache has our lock (the watch event is in): the second call judges from it.
+    await eventually(lambda: LOCK_KEY in (env.locker.nodes.store["n1"]["metadata"].get("annotations") or {}))
     patches = env.client.total_requests(verb="patch")
     await env.locker.lock("n1", "default", "p1")
     assert env.client.total_requests(verb="patch") == patches

@@ -30,7 +30,7 @@ import pytest
 from hami.kube.client import ApiError, resource_path
 from hami.sim.dynamicresources import DynamicResources
 from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
-from tests.kube.helpers import client_for
+from tests.kube.helpers import client_for, eventually
 from tests.sim._kubesched import FAST
 
 DRIVER = "gpu.example.com"
@@ -122,7 +122,8 @@ async def cluster(apiserver):
         return await results(ns, name)
 
     try:
-        yield {"client": client, "run": run, "claim": claim, "bound": bound, "results": results, "loop": loop}
+        yield {"client": client, "run": run, "claim": claim, "bound": bound, "results": results, "loop": loop,
+               "dra": dra}
     finally:
         stop.set()
         await task
@@ -215,7 +216,9 @@ async def test_binding_conditions_hold_the_pod_until_the_driver_says_so(cluster)
     got = await _until(lambda: cluster["results"]("default", "late"), "late allocated")
     assert got[0]["bindingConditions"] == ["Attached"] and got[0]["bindingFailureConditions"] == ["AttachFailed"]
     assert (await claim("default", "late"))["status"]["allocation"]["allocationTimestamp"]
-    await asyncio.sleep(0.2)
+    dra = cluster["dra"]
+    checks = dra.binding_checks
+    await eventually(lambda: dra.binding_checks >= checks + 3, 10)  # PreBind looked at the unmet conditions
     assert not await cluster["bound"]("default", "late")  # PreBind waits for the driver
     await device_status("late", "Attached")
     assert await _until(lambda: cluster["bound"]("default", "late"), "late bound") == "n1"

@@ -250,9 +250,10 @@ async def test_a_lock_another_replica_held_is_left_to_it_at_release(env, monkeyp
     await eventually(lambda: state.pod("default", "held2") and "held1" in holder())
     bind = asyncio.create_task(env.bind(pod, "n0"))
     await eventually(lambda: env.sched.placer.binds_in_flight.get("n0"))
+    handovers = env.sched.binder.handovers
     plugin_allocate(env.store, "held1", "n0")  # released: our bind wakes and waits for the other replica
     await eventually(lambda: not holder())
-    await asyncio.sleep(0.05)  # a bind that raced would have written its lock by now
+    await eventually(lambda: env.sched.binder.handovers > handovers)  # woken, it chose to wait, not to write
     assert LOCK not in env.store.get("nodes", "", "n0")["metadata"].get("annotations", {})
     lock_for("held2")  # the other replica's next bind takes it: its write is not beaten
     await eventually(lambda: "held2" in holder())

@@ -144,7 +144,9 @@ async def test_a_lower_priority_pod_does_not_take_the_held_shares(apiserver, mon
         await eventually(lambda: log.calls, 10)
         c.create(prio(pod_obj("sneaky", mem=20480), 0))  # lower than urgent, no higher than any pod: it only waits
         await eventually(lambda: c.node_of("urgent"), 15)
-        await asyncio.sleep(0.3)
+        # kube-scheduler tried sneaky again after urgent was bound (and the hold ended): still no room.
+        tried = c.loop.stats.attempts.get("default/sneaky", 0)
+        await eventually(lambda: c.loop.stats.attempts.get("default/sneaky", 0) > tried, 15)
         assert not c.node_of("sneaky") and len(log.calls) == 1
         assert c.env.sched.preempter.victims == 1
 

@@ -80,7 +80,9 @@ async def test_preemption_served_by_the_non_leader_replica_evicts_holds_and_runs
             out = await env.filter(sneaky, ["n0"])
             assert out["NodeNames"] in (None, []) and "n0" in (out["FailedNodes"] or {}), out
         await eventually(lambda: node_of(store, "urgent"), 20)
-        await asyncio.sleep(0.3)
+        # kube-scheduler tried sneaky again after urgent was bound: still no room for it.
+        tried = loop.stats.attempts.get("default/sneaky", 0)
+        await eventually(lambda: loop.stats.attempts.get("default/sneaky", 0) > tried, 15)
         assert not node_of(store, "sneaky")
         assert sorted(log.calls) == ["batch-a", "batch-b"] and names(store) >= {"batch-c", "urgent"}
         assert store.get("pods", "default", "urgent")["status"].get("nominatedNodeName") == "n0"

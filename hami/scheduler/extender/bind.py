@@ -115,6 +115,7 @@ class Binder:
         self.refits = 0
         self.already_bound = 0  # retried binds of a pod bound meanwhile (answered without a write)
         self.lock_waits = 0  # times a bind found the node locked by another pod and began waiting
+        self.handovers = 0  # times a woken bind left a released node to the other replica first
         # node -> FIFO of our binds waiting for its lock: only the head swaps, so a release wakes
         # one bind, not a herd of compare-and-swaps that all but one lose (409, a wasted write).
         self._node_queues: dict[str, asyncio.Lock] = {}
@@ -324,6 +325,7 @@ class Binder:
                 if released and (polite or (holder and holder != self._own_holder.get(node))):
                     # Another replica's pod held it: its next bind here, woken by the same release,
                     # takes it first (its lock write and the watch event); if none does, we do.
+                    self.handovers += 1
                     await nodes.wait_for(lambda: bool(_lock_value(nodes.store.get(node))),
                                          max(0.0, min(deadline - loop.time(), HANDOVER_GRACE_S)))
 
