@@ -11,6 +11,7 @@ stray processes or sockets behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -56,7 +57,13 @@ spec:
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory):
-    state = tmp_path_factory.mktemp("emb")
+    with running_embedded(tmp_path_factory.mktemp("emb")) as emb:
+        yield emb
+
+
+@contextlib.contextmanager
+def running_embedded(state):
+    """`hami --role all --embedded` in its own process group until the block ends (then SIGTERM)."""
     ports = dict(zip(("api", "ext", "smetrics", "mmetrics", "ui"), free_ports(5), strict=True))
     cmd = [
         sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded",
@@ -66,6 +73,7 @@ def embedded(tmp_path_factory):
         "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}", "--ui-bind-address", f"127.0.0.1:{ports['ui']}",
         "--sim-nodes", "2", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960", "-v=2",
     ]
+    state.mkdir(parents=True, exist_ok=True)
     log = open(state / "hami.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     kubeconfig = str(state / "kubeconfig")
@@ -256,7 +264,12 @@ def test_a_tenant_cannot_strip_its_placement_nor_raise_its_priority(embedded):
     assert res.returncode != 0 and "pod updates may not change fields" in res.stderr
 
 
-def test_stopping_leaves_no_processes_or_sockets(embedded):
+def test_stopping_leaves_no_processes_or_sockets(tmp_path):
+    with running_embedded(tmp_path / "emb") as own:  # its own run: the module's keeps serving the other tests
+        _stop_and_check(own)
+
+
+def _stop_and_check(embedded) -> None:
     proc, state = embedded["proc"], embedded["state"]
     children = subprocess.run(["pgrep", "-g", str(os.getpgid(proc.pid))], capture_output=True, text=True)
     proc.send_signal(signal.SIGTERM)

@@ -142,16 +142,29 @@ def test_claims_share_a_gpu_and_deletion_frees_it(dra):
     _wait(lambda: not any(claim["metadata"]["uid"] in f for f in os.listdir(cdi_dir)), 30, what="p1 unprepared")
     _wait(lambda: claim_name not in run("get", "resourceclaims"), 30, what="p1's claim deleted")
     _wait(lambda: _pod(run, "p3")["status"].get("phase") == "Running", 30, what="p3 Running after p1 left")
+    _delete_pods(run, "p2", "p3")  # leave the cluster as this test found it
+
+
+def _delete_pods(run, *names: str) -> None:
+    """Delete the pods and wait until their claims are gone (their GPU shares free for the next test)."""
+    run("delete", "pod", *names, "--wait=true")
+    _wait(lambda: not any(c["metadata"]["name"].startswith(tuple(f"{n}-" for n in names))
+                          for c in json.loads(run("get", "resourceclaims", "-o", "json"))["items"]),
+          30, what=f"the claims of {', '.join(names)} deleted")
 
 
 def test_monitor_reports_a_dra_pods_usage_under_its_pod(dra):
     run = dra["kubectl"]
-    running = [p for p in json.loads(run("get", "pods", "-o", "json"))["items"]
-               if p["status"].get("phase") == "Running"]
-    if not running:  # run on its own: start one
-        run("create", "--validate=false", "-f", "-", stdin=POD.format(name="m1"))
-        _wait(lambda: _pod(run, "m1")["status"].get("phase") == "Running", 30, what="m1 Running")
-        running = [_pod(run, "m1")]
+    run("create", "--validate=false", "-f", "-", stdin=POD.format(name="m1"))  # its own pod, whatever ran before
+    try:
+        _monitor_reports(dra, run)
+    finally:
+        _delete_pods(run, "m1")
+
+
+def _monitor_reports(dra, run) -> None:
+    _wait(lambda: _pod(run, "m1")["status"].get("phase") == "Running", 30, what="m1 Running")
+    running = [_pod(run, "m1")]
     name = running[0]["metadata"]["name"]
     claim_uid = json.loads(run("get", "resourceclaim", running[0]["status"]["resourceClaimStatuses"][0][
         "resourceClaimName"], "-o", "json"))["metadata"]["uid"]
