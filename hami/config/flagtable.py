@@ -23,7 +23,11 @@ from hami.config.settings import parse_duration, parse_label_selector
 
 # settings group -> the role that reads it; kube, log, debug and listen are every role's
 GROUP_ROLES = {"scheduler": "scheduler", "agent": "node-agent", "monitor": "monitor", "ui": "ui", "sim": "sim"}
-ROLE_ORDER = ("scheduler", "node-agent", "monitor", "ui", "sim")
+ROLE_ORDER = ("scheduler", "node-agent", "monitor", "ui", "dra", "sim")
+# The agent settings `--role dra` reads (hami.dra.role.run): its own dra_* fields and cdi_root, and these
+# of the node agent's. The device and node configs reach it too (settings_for_node).
+DRA_AGENT_FIELDS = frozenset({"node_name", "gpu_backend", "fake_gpus", "hook_path", "health_bind_address",
+                              "node_config_file", "cdi_root"})
 ALIAS_DEST_PREFIX = "hami_alias:"
 
 
@@ -63,7 +67,15 @@ class Flag:
             return self.roles
         if self.alias:
             return ("scheduler", "node-agent")
-        roles = {GROUP_ROLES[g] for g, _ in self.targets if g in GROUP_ROLES}
+        roles = set()
+        for group, field in self.targets:
+            if group == "agent" and (field.startswith("dra_") or field == "cdi_root"):
+                roles.add("dra")  # the DRA plugin's own flags: not the device plugin's
+                continue
+            if group in GROUP_ROLES:
+                roles.add(GROUP_ROLES[group])
+            if group == "agent" and field in DRA_AGENT_FIELDS:
+                roles.add("dra")
         return tuple(r for r in ROLE_ORDER if r in roles)
 
     def convert(self, value):
@@ -116,7 +128,7 @@ FLAGS: tuple[Flag, ...] = (
          "aiomonitor console port (default 20103)"),
     Flag("--aiomonitor-webui-port", "int", "debug.aiomonitor_webui_port", "aiomonitor web UI port (default 20102)"),
     Flag("--device-config-file", "str", "", "HAMi device config YAML (the nvidia: section)",
-         roles=("scheduler", "node-agent")),  # read by build_config's step 2, then the webhook, fit and split
+         roles=("scheduler", "node-agent", "dra")),  # read by build_config's step 2, then the webhook, fit and split
     # HAMi's one metrics flag feeds whichever roles run; the role-specific flags below win over it.
     Flag("--metrics-bind-address", "str", "scheduler.metrics_bind_address monitor.metrics_bind_address",
          "metrics listener (scheduler default :9395, monitor default :9394)", weak=True),

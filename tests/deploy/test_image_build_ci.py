@@ -34,3 +34,22 @@ def test_outside_ci_a_missing_build_tool_skips_naming_it():
     out = _run_image_test(None)
     assert out.returncode == 0, out.stdout[-2000:]
     assert "SKIPPED [1]" in out.stdout and ("not installed" in out.stdout or "not root" in out.stdout), out.stdout[-2000:]
+
+
+def test_image_smoke_runs_from_a_fresh_shell_outside_the_venv(tmp_path):
+    """README: `scripts/image-smoke IMAGE` right after the build, from any shell. Outside .venv it finds
+    (or makes) the venv and runs again there: with no buildah on PATH it stops naming buildah, never with
+    a traceback from a missing module."""
+    import shutil
+
+    bin_dir = tmp_path / "bin"  # a PATH with a shell and the system python, no venv, no buildah
+    bin_dir.mkdir()
+    for tool in ("sh", "python3", "cat", "du", "cut", "basename", "dirname"):
+        found = shutil.which(tool, path="/usr/local/bin:/usr/bin:/bin")
+        assert found, tool
+        (bin_dir / tool).symlink_to(found)
+    env = {"HOME": os.environ.get("HOME", str(tmp_path)), "PATH": str(bin_dir)}
+    out = subprocess.run([str(ROOT / "scripts" / "image-smoke"), "localhost/hami:0.1.0"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "image-smoke: buildah is not installed" in out.stderr and "Traceback" not in out.stderr, out.stderr[-3000:]

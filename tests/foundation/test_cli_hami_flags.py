@@ -103,7 +103,7 @@ def _options(text: str) -> set[str]:
     return set(re.findall(r"^  (--?[\w-]+)", text, re.M))
 
 
-@pytest.mark.parametrize("role", ["scheduler", "node-agent", "monitor", "sim"])
+@pytest.mark.parametrize("role", ["scheduler", "node-agent", "monitor", "ui", "dra", "sim"])
 def test_role_help_shows_that_roles_flags_and_the_common_ones(role, capsys):
     text = _help(["--role", role, "--help"], capsys)
     shown = _options(text)
@@ -130,6 +130,17 @@ def test_full_help_shows_every_flag_once_grouped_by_role(capsys):
     # the scheduler's flags sit under the scheduler heading
     assert text.index("\nscheduler flags:") < text.index("  --http_bind") < text.index("\nnode-agent flags:")
     assert _help(["--role", "all", "--help"], capsys) == text
+
+
+def test_dra_help_shows_what_the_dra_plugin_reads_and_not_the_device_plugins_flags(capsys):
+    shown = _options(_help(["--role", "dra", "--help"], capsys))
+    for flag in ("--plugin-dir", "--cdi-root", "--dra-mig-partitions", "--node-name", "--device-config-file",
+                 "--node-config-file", "--hook-path", "--health-bind-address"):
+        assert flag in shown, flag
+    for flag in ("--kubelet-socket-dir", "--register-interval", "--http_bind", "--sim-nodes"):
+        assert flag not in shown, flag
+    node_agent = _options(_help(["--role", "node-agent", "--help"], capsys))
+    assert "--plugin-dir" not in node_agent and "--cdi-root" not in node_agent  # the DRA plugin's own
 
 
 def test_every_embedded_cluster_flag_is_in_the_sim_group():
