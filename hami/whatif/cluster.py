@@ -8,6 +8,12 @@ scheduler's watch cache reads them (hami.scheduler.cache.state): a node counts w
 annotation decodes to at least one device; a pod holds devices when it carries
 `hami.io/vgpu-node` and is not Succeeded/Failed.
 
+DRA (`--dra`): with `resourceslices,resourceclaims,resourceclaimtemplates,deviceclasses` added to
+the kubectl command (`hami whatif snapshot` adds them), those objects are kept as read
+(`Cluster.dra`), a node without HAMi's registration counts when some ResourceSlice gives it devices
+(no cards of its own: `NodeInfo.dra`), and a pod with `spec.resourceClaims` holds devices through
+its claims' allocations while it is bound and not finished (`PodInfo.dra`, `placed_on`).
+
 Bad input raises `SnapshotError(source, path, problem)`, whose text names the file, the JSON path
 of the object and the field. Annotations under `hami.io/` that this version does not know (a
 newer HAMi) are reported in `Cluster.warnings` and otherwise ignored.
@@ -25,8 +31,11 @@ from hami.device.model import DeviceInfo, NodeDeviceConfig, NvidiaConfig
 from hami.device.nodeconfig import DeviceSettings, settings_for_node
 from hami.device.request import quantity_value
 from hami.kubesched import intree
+from hami.kubesched.drapools import Inventory
 from hami.kubesched.nodeaffinity import node_matches, spec_required_terms
 from hami.scheduler.placement.usage import init_released
+
+from .draplace import DraObjects
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -35,6 +44,13 @@ KNOWN_ANNOTATIONS = frozenset(
     value for name, value in vars(codec).items()
     if name.endswith("_ANNOTATION") and isinstance(value, str)
 ) | {"hami.io/node-handshake-dcu", "hami.io/bind-phase", "hami.io/resource-pool"} | keys.HAMI_INFO_ANNOTATIONS
+
+
+LIST_KINDS = {"NodeList": "Node", "PodList": "Pod", "ResourceQuotaList": "ResourceQuota",
+              "ResourceSliceList": "ResourceSlice", "ResourceClaimList": "ResourceClaim",
+              "ResourceClaimTemplateList": "ResourceClaimTemplate", "DeviceClassList": "DeviceClass"}
+DRA_KINDS = ("ResourceSlice", "ResourceClaim", "ResourceClaimTemplate", "DeviceClass")
+DRA_RESOURCES = ("resourceslices", "resourceclaims", "resourceclaimtemplates", "deviceclasses")
 
 
 class SnapshotError(ValueError):
@@ -62,6 +78,13 @@ class NodeInfo:
     # extended resources in status.allocatable (nvidia.com/gpu, and nvidia.com/gpumem where the agent
     # reports it): what Cluster Autoscaler's simulation checks (hami.whatif.scaleup)
     extended: Mapping[str, int] = field(default_factory=dict)
+    # the Node as read: DRA slices with a nodeSelector match its labels; {} for nodes a scenario adds
+    obj: Mapping = field(default_factory=dict)
+
+    @property
+    def dra(self) -> bool:
+        """A node HAMi's agent does not register, in the snapshot for its ResourceSlices."""
+        return not self.devices and bool(self.obj)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +105,12 @@ class PodInfo:
     # Finished pods (Succeeded/Failed) only: how long it held its devices, from status.startTime
     # (else creation) to the last container's terminated.finishedAt; None when the pod says not.
     ran_for: float | None = None
+    dra: bool = False  # spec.resourceClaims: kube-scheduler's DynamicResources allocates its devices
+
+    @property
+    def placed_on(self) -> str:
+        """Where its devices are: HAMi's node, or the node a pod with claims is bound to."""
+        return self.node or (self.bound_node if self.dra else "")
 
     @property
     def key(self) -> str:
@@ -103,6 +132,7 @@ class Cluster:
     nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
     node_configs: tuple[NodeDeviceConfig, ...] = ()
     warnings: tuple[str, ...] = ()
+    dra: DraObjects = field(default_factory=DraObjects)
 
 
 def _want_map(value: Any, source: str, path: str, what: str = "an object") -> dict:
@@ -142,17 +172,18 @@ def parse_snapshot(doc: Any, source: str = "snapshot") -> Cluster:
     if kind is not None and not isinstance(kind, str):
         raise SnapshotError(source, "kind", f"expected a string, got {type(kind).__name__}")
     items = doc.get("items") if "items" in doc else None
-    if doc.get("kind") not in ("List", "NodeList", "PodList", "ResourceQuotaList") and items is None:
-        if doc.get("kind") in ("Node", "Pod", "ResourceQuota", "ConfigMap"):
+    if doc.get("kind") not in ("List", *LIST_KINDS) and items is None:
+        if doc.get("kind") in ("Node", "Pod", "ResourceQuota", "ConfigMap", *DRA_KINDS):
             items = [doc]
         else:
             raise SnapshotError(source, "kind", f"expected a List of objects (kubectl get ... -o json), "
                                                 f"got {doc.get('kind')!r}")
     if not isinstance(items, list):
         raise SnapshotError(source, "items", f"expected an array, got {type(items).__name__}")
-    default_kind = {"NodeList": "Node", "PodList": "Pod", "ResourceQuotaList": "ResourceQuota"}.get(doc.get("kind"))
+    default_kind = LIST_KINDS.get(doc.get("kind"))
     warnings: dict[str, set[str]] = {}
     nodes_raw, pods_raw, quotas, nvidia_doc, node_doc = [], [], [], None, None
+    dra: dict[str, dict] = {kind: {} for kind in DRA_KINDS}
     for i, obj in enumerate(items):
         path = f"items[{i}]"
         if not isinstance(obj, dict):
@@ -181,13 +212,21 @@ def parse_snapshot(doc: Any, source: str = "snapshot") -> Cluster:
                 nvidia_doc = (f"{path}.data['device-config.yaml']", data["device-config.yaml"])
             if "config.json" in data:
                 node_doc = (f"{path}.data['config.json']", data["config.json"])
+        elif kind in DRA_KINDS:
+            name, ns, _, _ = _meta(obj, source, path, namespaced=kind in ("ResourceClaim", "ResourceClaimTemplate"))
+            if not isinstance(obj.get("spec"), dict):
+                raise SnapshotError(source, f"{path}.spec", f"a {kind} needs a spec object")
+            dra[kind][f"{ns}/{name}" if ns else name] = obj
         elif kind is None:
             raise SnapshotError(source, f"{path}.kind", "missing")
         # Other kinds (Services, Events, ...) are not needed for placement: skipped.
     nvidia, node_configs = _device_config(source, nvidia_doc, node_doc, warnings)
+    objects = DraObjects(tuple(dra["ResourceSlice"].values()), dra["ResourceClaim"], dra["ResourceClaimTemplate"],
+                         dra["DeviceClass"])
+    devices = Inventory(objects.slices) if objects.slices else None
     nodes: dict[str, NodeInfo] = {}
     for path, obj in nodes_raw:
-        node = _node(obj, source, path, nvidia, node_configs, warnings)
+        node = _node(obj, source, path, nvidia, node_configs, warnings, devices)
         if node is not None:
             nodes[node.name] = node
     pods = tuple(_pod(obj, source, path, warnings) for path, obj in pods_raw)
@@ -195,19 +234,20 @@ def parse_snapshot(doc: Any, source: str = "snapshot") -> Cluster:
         f"unknown annotation {key} on {', '.join(sorted(where)[:3])}"
         f"{f' and {len(where) - 3} more' if len(where) > 3 else ''} (from a newer HAMi?): ignored"
         for key, where in sorted(warnings.items())
-    ) + _dra_note(pods_raw) + _preemption_note(pods_raw)
-    return Cluster(nodes, pods, tuple(quotas), nvidia, node_configs, notes)
+    ) + _dra_note(pods_raw, objects) + _preemption_note(pods_raw)
+    return Cluster(nodes, pods, tuple(quotas), nvidia, node_configs, notes, objects)
 
 
-def _dra_note(pods_raw) -> tuple[str, ...]:
-    """whatif replays HAMi's device-plugin scheduling only: say so when pods use DRA claims."""
+def _dra_note(pods_raw, objects: DraObjects) -> tuple[str, ...]:
+    """Pods with claims are replayed through the DRA allocator: say so when the snapshot lacks the
+    objects that needs (taken with kubectl get nodes,pods,resourcequotas only)."""
     dra = [f"{(o.get('metadata') or {}).get('namespace', '')}/{(o.get('metadata') or {}).get('name', '')}"
            for _, o in pods_raw if isinstance(o.get("spec"), dict) and o["spec"].get("resourceClaims")]
-    if not dra:
+    if not dra or objects.slices:
         return ()
-    return (f"{len(dra)} pod(s) use DRA claims ({', '.join(dra[:3])}{' ...' if len(dra) > 3 else ''}): whatif does "
-            "not read ResourceSlices or ResourceClaims yet, so their GPU shares are not replayed "
-            "(hami doctor pod explains a pending one with the DRA allocator)",)
+    return (f"{len(dra)} pod(s) use DRA claims ({', '.join(dra[:3])}{' ...' if len(dra) > 3 else ''}) but the "
+            f"snapshot has no ResourceSlices: they stay pending in the replay; take it with `hami whatif snapshot` "
+            f"or add {','.join(DRA_RESOURCES)} to kubectl get",)
 
 
 def _preemption_note(pods_raw) -> tuple[str, ...]:
@@ -290,11 +330,13 @@ def physical_memory(devmem: int, settings: DeviceSettings) -> int:
     return int(round(devmem / settings.memory_scaling))
 
 
-def _node(obj, source, path, nvidia, node_configs, warnings) -> NodeInfo | None:
+def _node(obj, source, path, nvidia, node_configs, warnings, dra: Inventory | None = None) -> NodeInfo | None:
     name, _, annos, labels = _meta(obj, source, path, namespaced=False)
     _unknown(annos, f"node {name}", warnings)
     text = annos.get(codec.REGISTER_ANNOTATION)
     if text is None:
+        if dra is not None and dra.pools_for(obj):  # a DRA node: its GPUs are in ResourceSlices
+            return _plain_node(obj, source, path, name, labels, settings_for_node(nvidia, node_configs, name))
         return None  # not a HAMi GPU node
     field_path = f"{path}.metadata.annotations[{codec.REGISTER_ANNOTATION!r}]"
     try:
@@ -325,8 +367,20 @@ def _node(obj, source, path, nvidia, node_configs, warnings) -> NodeInfo | None:
         unschedulable=bool(spec.get("unschedulable")),
         taints=_taints(spec.get("taints"), source, f"{path}.spec.taints"),
         allocatable=intree.allocatable({"status": {"allocatable": alloc}}),
-        extended=intree.extended_allocatable({"status": {"allocatable": alloc}}),
+        extended=intree.extended_allocatable({"status": {"allocatable": alloc}}), obj=obj,
     )
+
+
+def _plain_node(obj, source, path, name, labels, settings: DeviceSettings) -> NodeInfo:
+    """A node without HAMi's registration (no cards in the UsageIndex): what kube-scheduler reads."""
+    spec = _want_map(obj.get("spec"), source, f"{path}.spec")
+    status = _want_map(obj.get("status"), source, f"{path}.status")
+    alloc = _want_map(status.get("allocatable"), source, f"{path}.status.allocatable")
+    return NodeInfo(name=name, devices=(), physical_mem=(), settings=settings, labels=labels,
+                    unschedulable=bool(spec.get("unschedulable")),
+                    taints=_taints(spec.get("taints"), source, f"{path}.spec.taints"),
+                    allocatable=intree.allocatable({"status": {"allocatable": alloc}}),
+                    extended=intree.extended_allocatable({"status": {"allocatable": alloc}}), obj=obj)
 
 
 def _taints(value: Any, source: str, path: str) -> tuple[tuple[str, str, str], ...]:
@@ -401,7 +455,7 @@ def _pod(obj, source, path, warnings) -> PodInfo:
         devices=devices, mig=mig, num_init=n_init, init_released=init_released(obj),
         created=str(meta.get("creationTimestamp") or ""), phase=phase,
         scheduler_name=str(spec.get("schedulerName") or ""), bound_node=str(spec.get("nodeName") or ""),
-        ran_for=_ran_for(meta, status) if phase in TERMINAL else None,
+        ran_for=_ran_for(meta, status) if phase in TERMINAL else None, dra=bool(spec.get("resourceClaims")),
     )
 
 

@@ -45,6 +45,7 @@ from hami.scheduler.placement.policy import PolicyError
 from hami.scheduler.placement.usage import NodeUsage, UsageIndex
 
 from .cluster import TERMINAL, Cluster, NodeInfo, PodInfo, epoch, holds_devices
+from .draplace import DraReplay, uses_claims
 from .kubefilter import KubeFilter
 from .picker import Picker
 from .scenario import Changes, Plan, Scenario, Workload
@@ -324,18 +325,18 @@ def build_queue(cluster: Cluster, scenario: Scenario, plan: Plan, removed: Seque
                   key=lambda p: (p.created, p.name, p.namespace))  # same second: by name
     # Finished pods HAMi had placed, with their run time: a replay window brings them back for as
     # long as they ran (they arrive, hold their devices, leave).
-    timed = sorted((p for p in cluster.pods if p.phase in TERMINAL and p.node and p.ran_for is not None),
+    timed = sorted((p for p in cluster.pods if p.phase in TERMINAL and p.placed_on and p.ran_for is not None),
                    key=lambda p: (p.created, p.name, p.namespace))
 
-    def pending(p: PodInfo) -> bool:
-        return not p.node and not p.bound_node and p.scheduler_name == defaults.scheduler_name
+    def pending(p: PodInfo) -> bool:  # HAMi's pods; pods with claims whoever schedules them
+        return not p.node and not p.bound_node and (p.scheduler_name == defaults.scheduler_name or p.dra)
 
     def in_window(p: PodInfo, rp) -> bool:
         return ((not rp.namespace or p.namespace == rp.namespace) and (not rp.since or p.created >= rp.since)
                 and (not rp.until or p.created < rp.until))
 
     for p in live:
-        if p.node and p.node in removed_set:
+        if p.placed_on and p.placed_on in removed_set:
             taken.add(p.uid)
             first.append(_Queued(_stripped(p), False))
         elif plan.include_pending and pending(p) and not any(in_window(p, rp) for rp in replays):
@@ -347,7 +348,7 @@ def build_queue(cluster: Cluster, scenario: Scenario, plan: Plan, removed: Seque
             group = []
             for p in sorted(live + [p for p in timed if in_window(p, w.replay)],
                             key=lambda p: (p.created, p.name, p.namespace)):
-                if p.uid not in taken and (p.node or pending(p)) and in_window(p, w.replay):
+                if p.uid not in taken and (p.placed_on or pending(p)) and in_window(p, w.replay):
                     taken.add(p.uid)
                     group.append(_Queued(_stripped(p), True, epoch(p.created), p.ran_for))
             groups.append(group)
@@ -411,6 +412,8 @@ class Replayer:
                 self.index.add_pod(p.uid, p.node, p.devices, namespace=p.namespace, num_init=p.num_init,
                                    init_released=p.init_released, mig=p.mig)
         self.kube = KubeFilter(nodes, cluster.pods, taken)  # what kube-scheduler filters first
+        # pods with claims: the DRA allocator over the snapshot's slices and claims (draplace.py)
+        self.dra = DraReplay(cluster.dra, {n: info.obj for n, info in nodes.items()}, taken, self.node_policy)
         self.schedulable = self.kube.schedulable
         # kept_order: select_node's answer from the scheduler's kept node order with the fit's
         # refusals remembered (picker.py); False calls score.select_node per pod (the reference).
@@ -436,6 +439,8 @@ class Replayer:
         meta = pod.get("metadata") or {}
         ns = meta.get("namespace") or "default"
         key = f"{ns}/{meta.get('name', '')}"
+        if uses_claims(pod):  # kube-scheduler's pod: HAMi's device-plugin webhook has nothing to add
+            return pod
         if self.changes.scoring_weights:
             annos = meta.setdefault("annotations", {})
             annos.setdefault(codec.SCORING_WEIGHTS_ANNOTATION, self.changes.scoring_weights)
@@ -457,6 +462,8 @@ class Replayer:
         ns = meta.get("namespace") or "default"
         key = f"{ns}/{meta.get('name', '')}"
         uid = meta.get("uid") or key
+        if uses_claims(pod):
+            return self.schedule_claims(pod, key, uid)
         if self.changes.scoring_weights:
             annos = meta.setdefault("annotations", {})
             annos.setdefault(codec.SCORING_WEIGHTS_ANNOTATION, self.changes.scoring_weights)
@@ -509,10 +516,34 @@ class Replayer:
         kube.placed(uid, sel.node, pod, want)
         return Outcome(key, node=sel.node, devices=codec.encode_pod_devices(sel.devices))
 
+    def schedule_claims(self, pod: dict, key: str, uid: str) -> Outcome:
+        """A pod with claims: kube-scheduler's in-tree filters, then its DynamicResources filter and
+        the extender's node policy by GPU fill (draplace.py)."""
+        kube = self.kube
+        names, _ = kube.candidates(pod)
+        if names and kube.wants_pod_filter(pod):
+            try:
+                names = kube.pod_filter(pod, names)
+            except (TypeError, AttributeError, KeyError, ValueError) as exc:
+                return Outcome(key, reasons=(INVALID_POD,),
+                               message=f"spec.affinity or spec.topologySpreadConstraints cannot be read: {exc!r}")
+        if not names:
+            return Outcome(key, reasons=(NO_CANDIDATE_NODE,), message="no schedulable node matches the pod")
+        want = kube.requests(pod)
+        got = self.dra.place(pod, names, None if want is None else lambda name: kube.refuse(name, want))
+        if got.problem is not None:
+            return Outcome(key, reasons=(got.problem[0],), message=got.problem[1])
+        if not got.node:
+            return Outcome(key, reasons=_reason_codes(dict(got.failed), self._parsed_reasons),
+                           message=messages.no_available_node_message(len(names)))
+        kube.placed(uid, got.node, pod, want)
+        return Outcome(key, node=got.node, devices=got.devices)
+
     def remove(self, uid: str) -> bool:
         """A replayed pod left (finished): its devices and its place on the node are free."""
         self.kube.left(uid)
-        return self.index.remove_pod(uid)
+        freed = self.dra.left(uid)
+        return self.index.remove_pod(uid) or freed
 
     def stats(self, pending_mem: int) -> tuple[NodeStats, ...]:
         """Per node and card fill after the replay; `pending_mem`: smallest pending MiB ask (0 = none)."""

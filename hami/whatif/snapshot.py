@@ -2,7 +2,9 @@
 
 A snapshot file is what `kubectl get nodes,pods,resourcequotas -A -o json` prints; `take` adds
 the ConfigMaps that hold HAMi's device config (`device-config.yaml`) and per-node config
-(`config.json`). Decoding is `hami.whatif.cluster.parse_snapshot` (pure).
+(`config.json`), and the DRA objects pods with claims are replayed against (ResourceSlices,
+ResourceClaims, ResourceClaimTemplates, DeviceClasses; skipped where the API server does not serve
+resource.k8s.io/v1). Decoding is `hami.whatif.cluster.parse_snapshot` (pure).
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ from typing import Any
 import orjson
 
 from hami.config import KubeSettings
-from hami.kube.client import KubeClient
+from hami.kube.client import ApiError, KubeClient
 
-from .cluster import Cluster, SnapshotError, parse_snapshot
+from .cluster import DRA_RESOURCES, Cluster, SnapshotError, parse_snapshot
 
 PAGE = 500
 CONFIG_KEYS = ("device-config.yaml", "config.json")
-KINDS = {"nodes": "Node", "pods": "Pod", "resourcequotas": "ResourceQuota", "configmaps": "ConfigMap"}
+KINDS = {"nodes": "Node", "pods": "Pod", "resourcequotas": "ResourceQuota", "configmaps": "ConfigMap",
+         "resourceslices": "ResourceSlice", "resourceclaims": "ResourceClaim",
+         "resourceclaimtemplates": "ResourceClaimTemplate", "deviceclasses": "DeviceClass"}
+DRA_API = "resource.k8s.io/v1"
 
 
 def read_document(path: str) -> Any:
@@ -53,7 +58,7 @@ async def _list_all(client: KubeClient, resource: str) -> list[dict]:
     while True:
         page = await client.list(resource, limit=PAGE, continue_=token)
         for obj in page.get("items") or []:
-            obj.setdefault("apiVersion", "v1")
+            obj.setdefault("apiVersion", DRA_API if resource in DRA_RESOURCES else "v1")
             obj.setdefault("kind", KINDS[resource])
             items.append(obj)
         token = (page.get("metadata") or {}).get("continue")
@@ -78,6 +83,12 @@ async def take_with(client: KubeClient) -> dict:
     for cm in await _list_all(client, "configmaps"):
         if any(k in (cm.get("data") or {}) for k in CONFIG_KEYS):
             items.append(cm)
+    for resource in DRA_RESOURCES:
+        try:
+            items += await _list_all(client, resource)
+        except ApiError as exc:
+            if exc.status not in (403, 404):  # not served (no DRA), or not readable: replayed without
+                raise
     return {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}
 
 

@@ -157,14 +157,21 @@ def test_any_node_affinity_shape_is_a_verdict_not_a_crash(spec):
         assert verdict is any(term_matches(t, labels, "n") for t in terms)
 
 
-def test_pods_with_dra_claims_are_named_as_not_replayed():
-    """whatif says clearly that it does not read ResourceSlices or claims yet."""
+def test_pods_with_dra_claims_need_the_snapshot_s_resource_slices():
+    """A snapshot of nodes and pods only: the pods with claims are named, and they stay pending in the
+    replay for want of devices; with a ResourceSlice in the snapshot the note goes."""
     p = snap.pod("trainer")
     p["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "hami-gpu-0"}]
     cluster = parse_snapshot(snap.listing(snap.node("a"), p, snap.pod("plain")), "cluster.json")
     (note,) = [w for w in cluster.warnings if "DRA" in w]
-    assert note.startswith("1 pod(s) use DRA claims (default/trainer): whatif does not read ResourceSlices")
+    assert note.startswith("1 pod(s) use DRA claims (default/trainer) but the snapshot has no ResourceSlices")
+    assert "resourceslices,resourceclaims,resourceclaimtemplates,deviceclasses" in note
     assert not [w for w in parse_snapshot(snap.listing(snap.node("a")), "x").warnings if "DRA" in w]
+    sl = {"kind": "ResourceSlice", "metadata": {"name": "s"}, "spec": {
+        "driver": "gpu.hami.io", "nodeName": "a", "pool": {"name": "a", "generation": 1, "resourceSliceCount": 1},
+        "devices": [{"name": "gpu-0"}]}}
+    with_slices = parse_snapshot(snap.listing(snap.node("a"), p, sl), "x")
+    assert not [w for w in with_slices.warnings if "DRA" in w] and len(with_slices.dra.slices) == 1
 
 
 def test_pending_pods_that_outrank_placed_ones_are_named_as_not_preempted_for():
