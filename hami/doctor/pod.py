@@ -106,7 +106,7 @@ async def _diagnose(client, args: argparse.Namespace, now: float | None) -> tupl
 async def off_loop(fn, *args, seconds: float = DIAGNOSIS_DEADLINE_S):
     """`fn(*args)` in a thread, its CEL selectors stopped after `seconds` (hami.kubesched.cel)."""
     def bounded():
-        with cel.deadline(seconds):
+        with cel.deadline(seconds, time.monotonic):
             return fn(*args)
     return await asyncio.to_thread(bounded)
 

@@ -6,7 +6,7 @@ index read, call and operator, 10 per list and 30 per map literal, constants fre
 of a macro (cel-go's size-proportional costs of string and list functions are not modelled). Past
 it the evaluation stops with a CelError naming the expression. celpy's tree-walking interpreter
 spends far more time per unit than cel-go (kube's 1,000,000 is about 0.1 s there), so a caller that
-must answer in time runs the evaluation in a thread under `deadline(seconds)`: the meter stops it
+must answer in time runs the evaluation in a thread under `deadline(seconds, clock)`: the meter stops it
 there too, which `asyncio.wait_for` alone cannot (hami.doctor.pod.off_loop).
 """
 
@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import celpy
@@ -28,16 +27,18 @@ class CelError(ValueError):
     """A selector that does not compile, or fails at run time (names the expression's problem)."""
 
 
-# (monotonic deadline, its seconds) of the evaluations in this context (a thread's, a task's): `deadline`
-_DEADLINE: contextvars.ContextVar[tuple[float, float] | None] = contextvars.ContextVar("cel_deadline", default=None)
+# (the caller's clock, the deadline on it, its seconds) of the evaluations in this context (a thread's, a
+# task's): `deadline`. The clock comes from the caller so that this module reads none itself (pure).
+_DEADLINE: contextvars.ContextVar[tuple[Callable[[], float], float, float] | None] = contextvars.ContextVar(
+    "cel_deadline", default=None)
 _CHECK_EVERY = 256  # cost units between two looks at the clock
 
 
 @contextlib.contextmanager
-def deadline(seconds: float) -> Iterator[None]:
+def deadline(seconds: float, clock: Callable[[], float]) -> Iterator[None]:
     """Selectors evaluated in this context (this thread, this task) within the block stop (CelError)
-    once `seconds` have passed."""
-    token = _DEADLINE.set((time.monotonic() + seconds, seconds))
+    once `seconds` have passed on `clock` (e.g. time.monotonic)."""
+    token = _DEADLINE.set((clock, clock() + seconds, seconds))
     try:
         yield
     finally:
@@ -47,13 +48,13 @@ def deadline(seconds: float) -> Iterator[None]:
 class Meter:
     """One evaluation's cost (module docstring), stopped past `limit` or this thread's deadline."""
 
-    __slots__ = ("expression", "cost", "limit", "at", "seconds", "next_check", "stopped")
+    __slots__ = ("expression", "cost", "limit", "clock", "at", "seconds", "next_check", "stopped")
 
     def __init__(self, expression: str, limit: int = COST_LIMIT):
         self.expression = expression
         self.cost = 0
         self.limit = limit
-        self.at, self.seconds = _DEADLINE.get() or (None, 0.0)
+        self.clock, self.at, self.seconds = _DEADLINE.get() or (None, None, 0.0)
         self.next_check = 0
         # why it was stopped: raised again after the evaluation, since CEL's `||` and `&&` may
         # absorb an error from one side
@@ -69,7 +70,7 @@ class Meter:
             raise self.stopped
         if self.at is not None and self.cost >= self.next_check:
             self.next_check = self.cost + _CHECK_EVERY
-            if time.monotonic() > self.at:
+            if self.clock() > self.at:
                 self.stopped = CelError(f"{_quote(self.expression)}: not evaluated within {self.seconds:g} s "
                                         f"(cost {self.cost} so far)")
                 raise self.stopped
