@@ -69,7 +69,7 @@ from hami.scheduler.placement import (
     select_node,
     try_pod,
 )
-from hami.scheduler.placement.contention import FOREIGN_HOLDS
+from hami.scheduler.placement.contention import FOREIGN_HOLDS, OTHERS_SEEN_S
 from hami.scheduler.relay import Relay
 
 log = get_logger(__name__)
@@ -141,6 +141,7 @@ class Placer:
         self.identity = identity
         self._ranks: dict[str, int] = {}  # node -> rank(identity, node) (_tie_rank)
         self.monotonic = time.monotonic  # the burst's clock (contention.py: decisions within a hold)
+        self._others_checked = self._others_seen = -OTHERS_SEEN_S  # another scheduler's lock last seen
         self._swept = 0.0
         self._decoded: dict[str, tuple] = {}  # register text -> devices (full-Nodes mode)
         self._warned: set[str] = set()
@@ -264,11 +265,20 @@ class Placer:
         if not self.avoid_locked:
             return None
         now = self.monotonic()
-        self.contention.observe(self.state.lock_hold.seconds, now)
+        self.contention.observe(self.state.lock_hold.seconds, now, self._others_active(now))
         if not (self._held.per_node or self._binds or any(self._own_lock(n) for n in self.state.locked)):
             return None
         return self.contention.keyer(own_pending(self._held.per_node, self._binds, self._own_lock),
                                      self._foreign_active(now))
+
+    def _others_active(self, now: float) -> bool:
+        """Whether another scheduler's lock was seen within OTHERS_SEEN_S (the node watch, looked
+        at most every 0.1 s): then a burst is not packed (contention.py)."""
+        if now - self._others_checked >= 0.1 or now < self._others_checked:
+            self._others_checked = now
+            if any(not self._own_lock(n) for n in self.state.locked):
+                self._others_seen = now
+        return now - self._others_seen < OTHERS_SEEN_S
 
     def _own_lock(self, node: str) -> bool:
         """Whether the lock the node watch shows on `node` is one our binder took (until the device

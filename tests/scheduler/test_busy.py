@@ -5,13 +5,15 @@ in) is left for the next best node by the same policy (binpack's fullest, then, 
 of equal score, the one the replica's identity ranks first), every node contended sends the pod to
 the one given a pod longest ago, and once the burst drains binpack packs the fullest node again; an
 expired decision stops contending; a lock another scheduler holds never bends the policy of a
-replica with nothing pending, but a replica with a burst pending leaves that node to it."""
+replica with nothing pending, but a replica with a burst pending leaves that node to it and, while
+another scheduler binds, does not pack its burst."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -132,7 +134,9 @@ def lock_by_another_scheduler(env, node_name: str) -> None:
 
 async def test_another_schedulers_lock_bends_no_policy_but_a_burst_leaves_its_node_to_it(apiserver):
     async with running_env(apiserver, hami_nodes(4), identity=IDENTITY) as env:
-        env.sched.placer.monotonic = lambda: 0.0
+        placer = env.sched.placer
+        now = [0.0]
+        placer.monotonic = lambda: now[0]
         for name, node in (("f0", "n0"), ("f1", "n1")):  # n0 and n1 the fullest: binpack's best
             pod = env.create_pod(pod_obj(name, mem=8000))
             assert (await env.filter(pod, [node]))["NodeNames"] == [node]
@@ -142,8 +146,19 @@ async def test_another_schedulers_lock_bends_no_policy_but_a_burst_leaves_its_no
         for node in ("n0", "n1"):
             lock_by_another_scheduler(env, node)
         await eventually(lambda: env.sched.state.locked == {"n0", "n1"})
+        now[0] += 1.0
         # Nothing pending here: the policy's best node, locked or not (the bind waits for the lock).
         assert await filtered(env, "p1", 1000, ("n0", "n2")) == "n0"
         # With p1 held, this replica has a burst pending: it leaves the node the other scheduler
         # is binding to (n1) for the next best, and the empty n3 is that.
         assert await filtered(env, "p2", 1000, ("n1", "n3")) == "n3"
+        # Another scheduler binds here: the burst is not packed (every node with our work is
+        # contended, however long ago it was given a pod) until its locks are OTHERS_SEEN_S old.
+        assert placer.contention.width == contention.WIDE
+        for node in ("n0", "n1"):  # the other scheduler's pods allocated: its locks released
+            env.store.patch("nodes", "", node, orjson.dumps({"metadata": {"annotations": {
+                codec.NODE_LOCK_ANNOTATION: None}}}), "application/merge-patch+json")
+        await eventually(lambda: not env.sched.state.locked)
+        now[0] += contention.OTHERS_SEEN_S + 1
+        await filtered(env, "p3", 1000, ("n2", "n3"))
+        assert placer.contention.width < contention.WIDE

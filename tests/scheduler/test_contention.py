@@ -3,7 +3,8 @@ takes the policy's best unless it is contended, then the next one not contended 
 order (among those of equal score, the replica's rank), else the least contended (hypothesis over
 fit lists and contention keys); a node is contended only with this replica's pending work on it
 AND a decision for it within the last `width`; the width is the decisions within one lock hold,
-at most spread x the lane's bind rate x the hold, and 0 with spread 0; the lock hold follows the
+at most spread x the lane's bind rate x the hold, every node while another scheduler binds, and
+0 with spread 0; the lock hold follows the
 holds seen (a running median); two identities rank nodes differently."""
 
 from __future__ import annotations
@@ -67,9 +68,11 @@ def test_the_width_is_capped_by_the_lanes_bind_rate_and_zero_spread_never_conten
         c.decided(f"n{i}", 0.0)
     assert c.observe(0.35, 0.0) == 53  # 2 x 75 binds/s x 0.35 s
     assert c.observe(0.35, 5.0) == 1  # nothing within the hold: one node at a time
+    assert c.observe(0.35, 5.0, others_active=True) == contention.WIDE  # another scheduler binds too
     off = Contention(spread=0.0, lane_rate=75.0)
     off.decided("n0", 0.0)
     assert off.observe(0.35, 0.0) == 0 and off.keyer(lambda n: 1) is None
+    assert off.observe(0.35, 0.0, others_active=True) == 0  # spread 0: never, replicas or not
 
 
 def test_another_schedulers_node_is_last_in_line():

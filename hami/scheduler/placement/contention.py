@@ -24,8 +24,11 @@ leaves the policy's best node (every pod queues for its lock).
 Two replicas do not see each other's held decisions; deciding the same way from the same view,
 they would walk the same nodes in step and race for every lock. So while this replica has a burst
 pending, a node another scheduler is binding to (its lock on the node now, or released within two
-holds) counts as contended too, and a replica leaving a contended node takes, among the next
-nodes of equal score, the one its identity ranks first (`rank`): the replicas part ways.
+holds) counts as contended too, a replica leaving a contended node takes, among the next nodes of
+equal score, the one its identity ranks first (`rank`): the replicas part ways, and while another
+scheduler's locks have been seen within OTHERS_SEEN_S the width is every node (`WIDE`): packing
+one replica's burst onto the lock's parallelism would queue it behind binds it cannot see, so
+there a burst spreads as it did before packing (measured: docs/performance.md).
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ HOLD_STEP_S = 0.005
 WRITES_PER_BIND = 2
 # How long after another scheduler's lock went away its next bind there is expected, in holds.
 FOREIGN_HOLDS = 2.0
+# Another scheduler's lock seen within this long (seconds): a burst is not packed (module docstring).
+OTHERS_SEEN_S = 5.0
+WIDE = 1 << 30  # the width while another scheduler binds: every node this replica has work on is contended
 # Decision sequence numbers kept for nodes not decided for this long (decisions) are dropped.
 FORGET_AFTER = 65536
 
@@ -92,14 +98,18 @@ class Contention:
         self.recent: deque[float] = deque()  # times of the decisions within the last hold
         self.width = 0
 
-    def observe(self, hold: float, now: float) -> int:
-        """The width for the next decision, from the lock hold and the decisions made within it."""
+    def observe(self, hold: float, now: float, others_active: bool = False) -> int:
+        """The width for the next decision, from the lock hold and the decisions made within it
+        (`others_active`: another scheduler binds here too: WIDE)."""
         recent = self.recent
         while recent and now - recent[0] > hold:
             recent.popleft()
         if self.spread <= 0:
             self.width = 0
             return 0
+        if others_active:
+            self.width = WIDE
+            return WIDE
         width = len(recent)  # binds as fast as decisions: the nodes one hold's decisions lock
         if self.lane_rate > 0:
             width = min(width, math.ceil(self.spread * self.lane_rate * hold))
