@@ -273,14 +273,15 @@ class Ui:
         return diagnosis
 
     async def _diagnose(self, ns: str, name: str):
-        from hami.doctor.pod import diagnose
+        from hami.doctor.pod import DIAGNOSIS_DEADLINE_S, diagnose
 
         args = argparse.Namespace(pod=f"{ns}/{name}", scheduler_name=self.config.scheduler.scheduler_name,
                                   scheduler_url="", hami_namespace=self.config.kube.pod_namespace or "",
                                   scheduler_namespace="", lease_name="hami-scheduler",
                                   node_lock_timeout=f"{int(self.config.scheduler.node_lock_timeout)}s", json=False)
         try:
-            return await asyncio.wait_for(diagnose(self.client, args), timeout=5.0)
+            # the diagnosis stops its own selectors at its deadline; this bounds its API calls too
+            return await asyncio.wait_for(diagnose(self.client, args), timeout=DIAGNOSIS_DEADLINE_S + 2.0)
         except (ApiError, TimeoutError) as exc:
             log.info("UI: doctor could not diagnose the pod", pod=f"{ns}/{name}", error=str(exc))
             return None
