@@ -30,9 +30,9 @@ own callback (no task, no extra turn of the loop), and each connection checks it
 one lazy timer instead of making and cancelling three per request (`_Deadline`).
 
 The limits are `hami.config.ListenSettings` (flags --http-header-timeout, --http-body-timeout,
---http-max-connections, --http-idle-timeout). `guarded_runner(app, limits, body_limits=None, **runner_kwargs)` is a drop-in for `web.AppRunner(app, ...)`; its
-`.guard` holds the counters. The protocol wrapper only watches bytes go by (for the end of the
-header block) and forwards everything to aiohttp's own handler.
+--http-max-connections, --http-idle-timeout). `guarded_runner(app, limits, body_limits=None, **runner_kwargs)` is a
+drop-in for `web.AppRunner(app, ...)`; its `.guard` holds the counters. The protocol wrapper only watches bytes go by
+(for the end of the header block) and forwards everything to aiohttp's own handler.
 """
 
 from __future__ import annotations

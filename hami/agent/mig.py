@@ -62,7 +62,9 @@ def register_profiles(profiles: Sequence[MigProfileInfo]) -> tuple[MigProfile, .
     )
 
 
-def with_mig_profiles(devices: Iterable[DeviceInfo], profiles: Mapping[str, tuple[MigProfile, ...]]) -> tuple[DeviceInfo, ...]:
+def with_mig_profiles(
+    devices: Iterable[DeviceInfo], profiles: Mapping[str, tuple[MigProfile, ...]],
+) -> tuple[DeviceInfo, ...]:
     """Registered devices with `migProfiles` set and `count` = the largest instance count of the
     card's profiles (HAMi MIG mode); cards without profiles are left as they are."""
     out = []

@@ -255,8 +255,8 @@ class Agent:
             if res not in self._mig_servers:
                 if self._stop is None:
                     continue  # not running (a direct sync_once): nothing to serve from
-                server = DevicePluginServer(self.socket_dir, StaticMigRouter(None, lambda: self._mig_ids, *self._naming),
-                                            resource_name=res)
+                router = StaticMigRouter(None, lambda: self._mig_ids, *self._naming)
+                server = DevicePluginServer(self.socket_dir, router, resource_name=res)
                 task = asyncio.create_task(server.run(self._stop), name=f"agent-{self.node_name}-{res}")
                 self._mig_servers[res] = (server, task)
             await self._mig_servers[res][0].set_devices(static.resources.get(res, ()))
@@ -350,8 +350,9 @@ async def run(ctx) -> None:
         # kubelet's probes: /healthz alive, /readyz serving
         from hami.httpguard import run_with_probes
 
+        health_ports = ctx.shared.setdefault("node-agent-health", {})
         await run_with_probes(agent, "node-agent", cfg.agent.health_bind_address, cfg.listen, ctx.stop, ctx.ready,
-                              on_port=lambda port: ctx.shared.setdefault("node-agent-health", {}).update({node_name: port}))
+                              on_port=lambda port: health_ports.update({node_name: port}))
     finally:
         backend.close()
         await client.close()

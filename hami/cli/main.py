@@ -47,7 +47,8 @@ def _role_parser(help_roles: tuple[str, ...] | None = None) -> argparse.Argument
         epilog="subcommands:\n"
         + "\n".join(f"  hami {name:<8} {text}" for name, (_, text) in SUBCOMMANDS.items())
         + "\n\nroles: " + ", ".join(ROLES) + ", all (= scheduler,node-agent,monitor)"
-        + "\nexamples:\n  hami --role all --embedded\n  hami --role scheduler --http_bind 127.0.0.1:8443 --webhook-bind-address 0.0.0.0:443 "
+        + "\nexamples:\n  hami --role all --embedded\n"
+        "  hami --role scheduler --http_bind 127.0.0.1:8443 --webhook-bind-address 0.0.0.0:443 "
         "--cert_file tls.crt --key_file tls.key -v=4",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -114,7 +114,8 @@ class SchedulerSettings:
     # plain POSTs to /filter and /bind answered without aiohttp's per-request layer (hami.httphead)
     extender_fast_http: bool = True
     requeue_wakes_per_second: float = 20.0  # background wakes of parked pods when GPUs free up
-    # Who may write pod placement annotations (request.userInfo.username, exact): hami.scheduler.admission.placementguard.
+    # Who may write pod placement annotations (request.userInfo.username, exact):
+    # hami.scheduler.admission.placementguard.
     trusted_placement_writers: tuple[str, ...] = DEFAULT_TRUSTED_WRITERS
     # Tenants may set CUDA_DISABLE_CONTROL in GPU pods (the webhook refuses it otherwise).
     allow_tenant_disable_control: bool = False

@@ -21,7 +21,8 @@ def check_trusted_sources(listen: dict[str, Any]) -> None:
         try:
             ipaddress.ip_network(text, strict=False)
         except ValueError:
-            raise ConfigError("--http-trusted-sources", "command line", text, "CIDR networks, e.g. 10.0.0.0/8") from None
+            raise ConfigError("--http-trusted-sources", "command line", text,
+                              "CIDR networks, e.g. 10.0.0.0/8") from None
 
 
 # Listener settings checked at startup, so a typo exits 2 naming the flag instead of failing in a role.

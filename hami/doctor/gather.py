@@ -154,7 +154,8 @@ async def pod_events(client: KubeClient, namespace: str, name: str, uid: str = "
     out = []
     for ev in items:
         obj = ev.get("involvedObject") or {}
-        if obj.get("name") == name and (obj.get("kind") in (None, "", "Pod")) and (not uid or obj.get("uid") in (None, "", uid)):
+        if obj.get("name") == name and (obj.get("kind") in (None, "", "Pod")) \
+                and (not uid or obj.get("uid") in (None, "", uid)):
             out.append(event_fact(ev))
     return out
 

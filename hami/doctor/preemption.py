@@ -104,7 +104,8 @@ def decide(pod: dict, nvidia: NvidiaConfig, vendors, nodes: list[dict], pods: li
     request = fit.pod_request(requests, len((pod.get("spec") or {}).get("initContainers") or []),
                               meta.get("annotations") or {}, namespace=meta.get("namespace") or "default",
                               vendors=vendors)
-    index, devices_of, by_uid = _index(nvidia, nodes, [p for p in pods if (p.get("metadata") or {}).get("uid") != meta.get("uid")])
+    others = [p for p in pods if (p.get("metadata") or {}).get("uid") != meta.get("uid")]
+    index, devices_of, by_uid = _index(nvidia, nodes, others)
     failed, facts = {}, {}
     for name, usage in index.nodes.items():
         r = fit.try_pod(usage, request)

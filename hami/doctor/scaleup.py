@@ -52,7 +52,8 @@ def scale_up_line(pod: Mapping, nodes: Sequence[Mapping], pods: Sequence[Mapping
     if missing:
         hint = []
         if any(r.endswith(("/gpumem", "/gpucores")) for r in missing):
-            hint.append("start the node agents with --report-node-capacity (chart: devicePlugin.reportNodeCapacity=true)")
+            hint.append("start the node agents with --report-node-capacity "
+                        "(chart: devicePlugin.reportNodeCapacity=true)")
         if any(r.endswith("/gpumem-percentage") for r in missing):
             hint.append("ask nvidia.com/gpumem in MiB instead of a percentage: no node reports a percentage")
         return (f"cannot trigger a scale-up: no node in the cluster advertises {', '.join(missing)} in its "

@@ -231,7 +231,8 @@ def pod_gpu_counts(pod: Mapping, cfg: NvidiaConfig) -> list[int]:
     out = []
     for c in spec.get("containers") or []:
         res = c.get("resources") or {}
-        v = (res.get("limits") or {}).get(cfg.resource_count_name, (res.get("requests") or {}).get(cfg.resource_count_name))
+        v = (res.get("limits") or {}).get(cfg.resource_count_name,
+                                          (res.get("requests") or {}).get(cfg.resource_count_name))
         if v is not None:
             out.append(_int(v))
     return out
@@ -493,7 +494,8 @@ def diagnose_pod(f: PodFacts) -> Diagnosis:
     phase = status.get("phase", "Pending")
     path: list[str] = [f"pod phase {phase}"]
     evidence: list[str] = []
-    sched_line = f"scheduler: {'running' if f.scheduler.alive else 'not running' if f.scheduler.alive is False else 'unknown'} ({f.scheduler.how})"
+    alive = "running" if f.scheduler.alive else "not running" if f.scheduler.alive is False else "unknown"
+    sched_line = f"scheduler: {alive} ({f.scheduler.how})"
 
     def done(leaf: str, summary: str, fix: str) -> Diagnosis:
         return Diagnosis(ref, leaf, summary, tuple(evidence), fix, tuple(path))
@@ -586,7 +588,8 @@ def diagnose_pod(f: PodFacts) -> Diagnosis:
                 if add and key in q.hard and q.used.get(key, 0) + add > q.hard[key]:
                     over.append(f"ResourceQuota {q.name}: {key} used {q.used.get(key, 0)} + {add} > hard {q.hard[key]}")
         if "ResourceQuotaNotFit" in reasons or over:
-            evidence.extend(over or [f"ResourceQuota {q.name} hard {dict(q.hard)} used {dict(q.used)}" for q in f.quotas])
+            evidence.extend(over or [f"ResourceQuota {q.name} hard {dict(q.hard)} used {dict(q.used)}"
+                                     for q in f.quotas])
             return done("resource-quota", "a ResourceQuota in the namespace leaves no room for the pod",
                         REASON_ADVICE["ResourceQuotaNotFit"][1])
         asked = asked_vendors(pod, f.vendors)

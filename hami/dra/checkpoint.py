@@ -65,7 +65,8 @@ class Checkpoint:
             with open(self.path, "rb") as f:
                 data = json.loads(f.read())
             if not isinstance(data, Mapping) or data.get("version") != VERSION:
-                raise ValueError(f"unknown checkpoint version {data.get('version') if isinstance(data, Mapping) else data!r}")
+                version = data.get("version") if isinstance(data, Mapping) else data
+                raise ValueError(f"unknown checkpoint version {version!r}")
             claims = data.get("claims") or {}
             self.claims = {uid: Entry(e["state"], e["namespace"], e["name"], list(e.get("devices") or []))
                            for uid, e in claims.items()}

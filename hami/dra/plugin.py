@@ -23,8 +23,8 @@ call. Unprepare removes the spec, the claim's shared-region cache dir and the en
 claim is already unprepared.
 
 A MIG partition (hami.dra.slices: KEP-4815) is made real at prepare: the claim is recorded
-`preparing` with the slices it wants, the MIG slicer the node agent's dynamic MIG uses too (hami.gpu.migslicer) creates the
-GPU and compute instances, and the spec hands the container the instance alone; unprepare destroys
+`preparing` with the slices it wants, the MIG slicer the node agent's dynamic MIG uses too (hami.gpu.migslicer) creates
+the GPU and compute instances, and the spec hands the container the instance alone; unprepare destroys
 them (MIG mode goes off with the card's last instance). A restart answers from the checkpoint, and
 destroys the instances of claims a kill left `preparing`. An adminAccess claim gets its GPUs'
 UUIDs and nothing else: no capacity is counted, no HAMi-core library or limit is mounted.

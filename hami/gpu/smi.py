@@ -74,7 +74,8 @@ def parse_smi_xml(text: str) -> list[SmiGpu]:
         power = _power(gpu)
         migs = tuple(u for u in (_text(d, "uuid") for d in gpu.findall("mig_devices/mig_device")) if u)
         out.append(SmiGpu(
-            uuid=uuid, name=_text(gpu, "product_name") or "", bus_id=(gpu.get("id") or _text(gpu, "pci/pci_bus_id") or ""),
+            uuid=uuid, name=_text(gpu, "product_name") or "",
+            bus_id=(gpu.get("id") or _text(gpu, "pci/pci_bus_id") or ""),
             minor=None if minor is None else int(minor), memory_total_mib=None if mem is None else int(mem),
             mig_mode=_text(gpu, "mig_mode/current_mig"), temperature_c=_num(_text(gpu, "temperature/gpu_temp")),
             power_w=power, mig_devices=migs,

@@ -67,7 +67,9 @@ def pair_score(ab: PairLink, ba: PairLink) -> int:
     return score
 
 
-def pair_scores(uuids: Sequence[str], links: Mapping[tuple[str, str], PairLink]) -> tuple[tuple[str, dict[str, int]], ...]:
+def pair_scores(
+    uuids: Sequence[str], links: Mapping[tuple[str, str], PairLink],
+) -> tuple[tuple[str, dict[str, int]], ...]:
     """[(uuid, {other uuid: score})] over `uuids` in order; missing pairs count as no link."""
     none = PairLink(None, 0)
     out = []

@@ -119,8 +119,8 @@ class TokenBucket:
 
     qps <= 0 disables limiting. `clock` and `sleep` are injectable for tests (default: monotonic time, asyncio.sleep).
     Waiters are served in arrival order, except urgent ones (`urgent()`), which take the next token
-    ahead of the queue (they only race the queue's head and each other). `waited` sums the seconds callers spent waiting: the
-    saturation signal (`hami_kube_lane_wait_seconds_total`).
+    ahead of the queue (they only race the queue's head and each other). `waited` sums the seconds callers spent
+    waiting: the saturation signal (`hami_kube_lane_wait_seconds_total`).
     """
 
     def __init__(self, qps: float, burst: int, clock: Callable[[], float] | None = None,

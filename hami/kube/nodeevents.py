@@ -66,7 +66,8 @@ async def emit_node_warning(client: KubeClient | None, node: dict, reason: str, 
             seen = kube_time((latest or {}).get("lastTimestamp"))
             if latest is not None and seen is not None and now - seen <= dedup_window_s:
                 await client.patch_event(EVENT_NAMESPACE, latest["metadata"]["name"], {
-                    "count": int(latest.get("count") or 1) + 1, "lastTimestamp": format_rfc3339(now, UTC), "message": message})
+                    "count": int(latest.get("count") or 1) + 1, "lastTimestamp": format_rfc3339(now, UTC),
+                    "message": message})
                 return "updated"
             stamp = format_rfc3339(now, UTC)
             await client.create_event(EVENT_NAMESPACE, {

@@ -10,8 +10,8 @@ structured allocator builds it (k8s.io/dynamic-resource-allocation/cel):
 - `device.capacity["<domain>"].<name>`: a Quantity.
 - `quantity("4Gi")`, `isQuantity(s)`; a Quantity's `compareTo`, `isGreaterThan`, `isLessThan`,
   `add`, `sub`, `asInteger`, `asApproximateFloat`, `isInteger`, `sign`.
-- `upperAscii`, `lowerAscii` (the strings extension); `semver("1.2.3")`, `isSemver(s)`; a version's `compareTo`, `isGreaterThan`, `isLessThan`,
-  `major`, `minor`, `patch`.
+- `upperAscii`, `lowerAscii` (the strings extension); `semver("1.2.3")`, `isSemver(s)`; a version's `compareTo`,
+  `isGreaterThan`, `isLessThan`, `major`, `minor`, `patch`.
 
 Expressions are tenant input (a claim's selectors): their length is bounded as the API server
 bounds it (10 KiB); compiled programs are cached per expression in a bounded `SelectorCompiler`.

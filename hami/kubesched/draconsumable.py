@@ -73,7 +73,8 @@ class Policy:
         return cls(q(raw.get("default"), "default"), rng is not None,
                    q((rng or {}).get("min"), "validRange.min"), q((rng or {}).get("max"), "validRange.max"),
                    q((rng or {}).get("step"), "validRange.step"),
-                   tuple(exact(to_quantity(v, field="requestPolicy.validValues")) for v in raw.get("validValues") or ()))
+                   tuple(exact(to_quantity(v, field="requestPolicy.validValues"))
+                         for v in raw.get("validValues") or ()))
 
 
 def consumed_amount(requested: Fraction | None, value: Fraction, policy: Policy | Mapping | None) -> Fraction:

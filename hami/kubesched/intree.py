@@ -319,7 +319,8 @@ def affinity_terms(pod: Mapping, kind: str, mode: str) -> list:
     return (((pod.get("spec") or {}).get("affinity") or {}).get(kind) or {}).get(mode) or []
 
 
-REQUIRED, PREFERRED = "requiredDuringSchedulingIgnoredDuringExecution", "preferredDuringSchedulingIgnoredDuringExecution"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
 # ---------------------------------------------------------------------------- InterPodAffinity

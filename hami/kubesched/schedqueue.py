@@ -163,8 +163,9 @@ class SchedulingQueue:
         qp.pod, qp.priority = new, pod_priority(new)
         where = self.where.get(key)
         # UpdatePodGeneratedResourceClaim: the claim a DynamicResources-rejected pod waited for is recorded
+        claims_before = (old.get("status") or {}).get("resourceClaimStatuses")
         generated = "DynamicResources" in qp.rejectors and \
-            (old.get("status") or {}).get("resourceClaimStatuses") != (new.get("status") or {}).get("resourceClaimStatuses")
+            claims_before != (new.get("status") or {}).get("resourceClaimStatuses")
         if where != UNSCHEDULABLE or not (pod_updated(old, new) or generated):
             if where == ACTIVE:
                 self._to_active(qp)  # re-heap with the new priority

@@ -263,7 +263,8 @@ class ApiCollector:
             # The client's rate lanes (docs/kube-client.md): wait seconds grow when a lane saturates.
             families = {
                 "wait_seconds": CounterMetricFamily("hami_kube_lane_wait_seconds",
-                                                    "Seconds requests waited for a token of the lane", labels=("lane",)),
+                                                    "Seconds requests waited for a token of the lane",
+                                                    labels=("lane",)),
                 "requests": CounterMetricFamily("hami_kube_lane_requests", "Requests sent on the lane",
                                                 labels=("lane",)),
                 "throttled": CounterMetricFamily("hami_kube_lane_throttled",

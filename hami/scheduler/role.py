@@ -2,7 +2,8 @@
 
 Tasks (all named, all stopped by ctx.stop): node and pod informers -> ClusterState; the event
 writer; the handshake writer (leader only with --leader-elect); a 15 s re-judge of the nodes whose
-handshake verdict may change with time (no API calls, nothing when none is due); the lease elector; the TLS certificate watchers.
+handshake verdict may change with time (no API calls, nothing when none is due); the lease elector; the TLS certificate
+watchers.
 
 Listeners, by who may reach them: /filter and /bind on --http_bind (loopback, where kube-scheduler
 runs as a sidecar, or mTLS with --client-ca-file); /webhook on --webhook-bind-address (TLS, behind
@@ -339,7 +340,8 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
         capacity.connect(preempter.cluster_changed)  # what could help a pending pod: look at it again
         preempter.watch_cluster()
     metrics = SchedulerMetrics(
-        lambda: usage_snapshot(state), lambda: client.requests, legacy=sc.legacy_metrics, device_uuids=sc.metrics_device_uuids,
+        lambda: usage_snapshot(state), lambda: client.requests, legacy=sc.legacy_metrics,
+        device_uuids=sc.metrics_device_uuids,
         extra=lambda: {"hami_scheduler_events_dropped": float(events.dropped),
                        "hami_scheduler_events_superseded": float(events.superseded),
                        "hami_scheduler_labels_written": float(labeler.writes),

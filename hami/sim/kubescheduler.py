@@ -18,9 +18,9 @@ the pods nominated to it (priority at least the pod's) and without them, as
 (`nodeCacheCapable: true`). One feasible node is taken as is; several are scored: NodeAffinity's
 preferred terms (normalised to 0..100, weight 2 as in the default profile), InterPodAffinity and
 PodTopologySpread (weight 2), NodeResourcesFit's LeastAllocated and BalancedAllocation (weight 1),
-TaintToleration's PreferNoSchedule count (weight 3) plus, with a `prioritizeVerb`, the extender's 0..10 scores times its weight times 10 (MaxNodeScore /
-MaxExtenderPriority). An assigned pod's arrival or label change moves the parked pods it could help
-(`getUnschedulablePodsWithCrossTopologyTerm`: rejected by PodTopologySpread in its namespace, or with
+TaintToleration's PreferNoSchedule count (weight 3) plus, with a `prioritizeVerb`, the extender's 0..10 scores times its
+weight times 10 (MaxNodeScore / MaxExtenderPriority). An assigned pod's arrival or label change moves the parked pods it
+could help (`getUnschedulablePodsWithCrossTopologyTerm`: rejected by PodTopologySpread in its namespace, or with
 a required affinity term it matches). With queueing hints on, each of these plugins answers its own
 hint (`isSchedulableAfterPodChange` / `isSchedulableAfterNodeChange`): see `HINTED_EVENTS`.
 
@@ -272,8 +272,10 @@ def _affinity_pod_hint(pod: dict, old: dict | None, new: dict | None) -> bool:
         return any(intree.term_matches(t, pod, new) for t in intree.affinity_terms(pod, "podAffinity", intree.REQUIRED))
     if old is None:
         return False
-    return any(intree.term_matches(t, pod, old) for t in intree.affinity_terms(pod, "podAntiAffinity", intree.REQUIRED)) or \
-        any(intree.term_matches(t, old, pod) for t in intree.affinity_terms(old, "podAntiAffinity", intree.REQUIRED))
+    def repels(a: dict, b: dict) -> bool:
+        return any(intree.term_matches(t, a, b) for t in intree.affinity_terms(a, "podAntiAffinity", intree.REQUIRED))
+
+    return repels(pod, old) or repels(old, pod)
 
 
 def _spread_pod_hint(pod: dict, old: dict | None, new: dict | None) -> bool:
@@ -623,8 +625,8 @@ class KubeSchedulerLoop:
                 stale = self.dra.unavailable_claim(pod, claims, failed)
                 if stale is not None:
                     error = await self.dra.deallocate(stale)
-                    message += f" {error}." if error else \
-                        f" deallocated resourceclaim {stale['metadata'].get('namespace', '')}/{stale['metadata']['name']}."
+                    stale_key = f"{stale['metadata'].get('namespace', '')}/{stale['metadata']['name']}"
+                    message += f" {error}." if error else f" deallocated resourceclaim {stale_key}."
             await self._mark_unschedulable(pod, message)
             log.v(2).info("Pod unschedulable", pod=key, message=message)
             return {plugin for plugin, _, _ in statuses.values()}
@@ -675,7 +677,9 @@ class KubeSchedulerLoop:
         return ClusterView(self.nodes.store, pods_on, nominated, eligible, intree.anti_affinity_holders(pods_on),
                            ns_labels)
 
-    def filter_in_tree(self, pod: dict, node: dict, view: ClusterView) -> tuple[str, str | tuple[str, ...], bool] | None:
+    def filter_in_tree(
+        self, pod: dict, node: dict, view: ClusterView,
+    ) -> tuple[str, str | tuple[str, ...], bool] | None:
         """The in-tree filters on one node, with its nominated pods and (when any) without them."""
         verdict = filter_node(pod, node)
         if verdict is not None:

@@ -64,7 +64,8 @@ def bar(parts: Sequence[tuple[float, str, str]], total: float, width: int = 160,
     x, rects = 0.0, []
     for value, colour, title in parts:
         w = 0.0 if total <= 0 else max(0.0, min(width - x, width * value / total))
-        rects.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="12" fill="{colour}"><title>{e(title)}</title></rect>')
+        rects.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="12" fill="{colour}">'
+                     f'<title>{e(title)}</title></rect>')
         x += w
     return (f'<svg class="bar" width="{width}" height="12" role="img" aria-label="{e(label)}">'
             f'<rect width="{width}" height="12" fill="#e0e0e0"></rect>{"".join(rects)}</svg>')
@@ -261,7 +262,8 @@ def whatif_page(result: Mapping | None, *, running: bool, wait: float, form_toke
     base = result.get("baseline") or {}
     verdict = ("<p>No change places more pods than the baseline; the closest:</p>"
                if not sugg or sugg[0]["gained"] <= 0 else "")
-    top = max([base.get("placed", 0) + base.get("pending", 0)] + [s["placed"] + s.get("pending", 0) for s in sugg] + [1])
+    top = max([base.get("placed", 0) + base.get("pending", 0)] + [s["placed"] + s.get("pending", 0) for s in sugg]
+              + [1])
     bars = table(["scenario", "replayed pods placed / pending"], [
         (e(label), bar([(placed, "#2e7d32", "placed"), (pending, "#c62828", "pending")], top, 220, "pods")
          + f" {placed} / {pending}")

@@ -140,8 +140,8 @@ class Ui:
         while not stop.is_set():
             figs = Figures()
             if ui.prometheus_url:
-                await self._scrape(figs, ui.prometheus_url.rstrip("/") + "/api/v1/query?query=hami_vgpu_memory_used_bytes",
-                                   query=True)
+                query_url = ui.prometheus_url.rstrip("/") + "/api/v1/query?query=hami_vgpu_memory_used_bytes"
+                await self._scrape(figs, query_url, query=True)
             for url in filter(None, (u.strip() for u in ui.metrics_urls.split(","))):
                 await self._scrape(figs, url)
             self.figures = figs
@@ -156,7 +156,8 @@ class Ui:
                 if resp.status != 200:
                     raise MetricsError(f"{url}: HTTP {resp.status}")
                 body = await resp.read()
-            got = parse_query(orjson.loads(body), url) if query else parse_exposition(body.decode("utf-8", "replace"), url)
+            got = parse_query(orjson.loads(body), url) if query \
+                else parse_exposition(body.decode("utf-8", "replace"), url)
             figs.merge(got)
         except (aiohttp.ClientError, TimeoutError, MetricsError, orjson.JSONDecodeError, UnicodeError) as exc:
             figs.errors.append(f"{url}: {exc}"[:300])
@@ -364,7 +365,8 @@ class Ui:
         return app
 
     def informers(self) -> list[Informer]:
-        return [self.nodes, self.pods, self.quotas, self.events] + ([self.slices, self.claims] if self.dra_served else [])
+        dra = [self.slices, self.claims] if self.dra_served else []
+        return [self.nodes, self.pods, self.quotas, self.events] + dra
 
 
 async def run(ctx: Any) -> None:

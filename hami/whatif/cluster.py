@@ -314,7 +314,8 @@ def spec_shape_error(spec: dict) -> tuple[str, str] | None:
                 return f"{group}[{i}].resources", "expected an object"
             for part in ("limits", "requests"):
                 v = res.get(part)
-                if v is not None and not (isinstance(v, dict) and all(isinstance(x, (str, int, float)) for x in v.values())):
+                flat = isinstance(v, dict) and all(isinstance(x, (str, int, float)) for x in v.values())
+                if v is not None and not flat:
                     return f"{group}[{i}].resources.{part}", "expected an object of quantities"
     for key in ("nodeSelector",):
         v = spec.get(key)
@@ -428,7 +429,8 @@ def _pod(obj, source, path, warnings) -> PodInfo:
     if inits is not None and not (isinstance(inits, list) and all(isinstance(c, dict) for c in inits)):
         raise SnapshotError(source, f"{path}.status.initContainerStatuses", "expected an array of objects")
     for i, c in enumerate(inits or ()):
-        if not isinstance(c.get("state") or {}, dict) or not isinstance((c.get("state") or {}).get("terminated") or {}, dict):
+        state = c.get("state") or {}
+        if not isinstance(state, dict) or not isinstance(state.get("terminated") or {}, dict):
             raise SnapshotError(source, f"{path}.status.initContainerStatuses[{i}].state", "expected an object")
     meta = obj.get("metadata") or {}
     node = annos.get(codec.VGPU_NODE_ANNOTATION, "")

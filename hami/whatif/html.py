@@ -123,8 +123,9 @@ def _table(rows: list[list[Any]], head: list[str]) -> str:
     return "".join(out) + "</table>"
 
 
-CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#212121}table{border-collapse:collapse;margin:8px 0 16px}
-td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eceff1}td:first-child,td:nth-child(2){text-align:left}
+CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#212121}
+table{border-collapse:collapse;margin:8px 0 16px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#eceff1}td:first-child,td:nth-child(2){text-align:left}
 .warn{color:#b71c1c}img{max-width:100%;margin:6px 0}section{margin-bottom:28px}"""
 
 

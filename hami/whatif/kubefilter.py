@@ -85,7 +85,8 @@ class KubeFilter:
         naming that list ("" = every schedulable node)."""
         spec = pod.get("spec") or {}
         affinity = (spec.get("affinity") or {}).get("nodeAffinity") if isinstance(spec.get("affinity"), dict) else None
-        required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(affinity, dict) else None
+        required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") \
+            if isinstance(affinity, dict) else None
         if not spec.get("nodeSelector") and not self.tainted and not required:
             return self.schedulable, ""
         key = repr((sorted((spec.get("nodeSelector") or {}).items()), required,

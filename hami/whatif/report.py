@@ -102,10 +102,12 @@ def render_result(result: Result) -> list[str]:
         ("nodes / GPUs", f"{t['nodes']} / {t['gpus']}"),
         ("GPUs used", f"{t['gpus_used']} ({_pct(t['gpus_used'], t['gpus'])})"),
         ("memory allocated", f"{_gib(t['mem_allocated'])} of {_gib(t['mem_physical'])} physical "
-                             f"({_pct(t['mem_allocated'], t['mem_physical'])}; registered {_gib(t['mem_registered'])})"),
+                             f"({_pct(t['mem_allocated'], t['mem_physical'])}; "
+                             f"registered {_gib(t['mem_registered'])})"),
         ("cores allocated", f"{t['cores_allocated']}% of {t['cores_physical']}% physical "
                             f"({_pct(t['cores_allocated'], t['cores_physical'])})"),
-        ("stranded memory", f"{_gib(t['stranded_mem'])} ({_pct(t['stranded_mem'], t['mem_registered'])} of registered)"),
+        ("stranded memory",
+         f"{_gib(t['stranded_mem'])} ({_pct(t['stranded_mem'], t['mem_registered'])} of registered)"),
         ("fragmentation", f"{t['fragmentation']:.2f} of the free memory is on cards already shared"),
     ]
     width = max(len(k) for k, _ in rows)

@@ -339,7 +339,8 @@ def parse_plan(doc: Any, source: str = "scenario") -> Plan:
     top = r.mapping(doc, "", ("seed", "arrival", "includePending", "workloads", "scenarios"))
     if doc is not None and not isinstance(doc, dict):
         raise r.fail("(top level)", "expected a mapping")
-    workloads = tuple(_workload(r, w, f"workloads[{i}]", i) for i, w in enumerate(r.seq(top.get("workloads"), "workloads")))
+    workloads = tuple(_workload(r, w, f"workloads[{i}]", i)
+                      for i, w in enumerate(r.seq(top.get("workloads"), "workloads")))
     scenarios: list[Scenario] = []
     seen = set()
     for i, raw in enumerate(r.seq(top.get("scenarios"), "scenarios")):
@@ -351,7 +352,8 @@ def parse_plan(doc: Any, source: str = "scenario") -> Plan:
         if name in seen:
             raise r.fail(f"{p}.name", f"duplicate scenario name {name!r}")
         seen.add(name)
-        own = tuple(_workload(r, w, f"{p}.workloads[{j}]", j) for j, w in enumerate(r.seq(s.get("workloads"), f"{p}.workloads")))
+        own = tuple(_workload(r, w, f"{p}.workloads[{j}]", j)
+                    for j, w in enumerate(r.seq(s.get("workloads"), f"{p}.workloads")))
         scenarios.append(Scenario(name, _changes(r, s.get("changes"), f"{p}.changes"), own or workloads))
     if not scenarios or scenarios[0].name != "baseline":
         if "baseline" in seen:

@@ -3,12 +3,12 @@
 Knobs: deviceSplitCount, deviceMemoryScaling, deviceCoreScaling, the node policy and the GPU policy. Each candidate
 is a full replay of the baseline's workloads (engine.run_scenario). Then pairs: every pair of
 capacity knobs (split count, memory scaling, core scaling) raised above the current settings, searched
-so that a pair whose halves place nothing alone is still found (`_capacity_pairs`: one replay when no pair can beat the singles), and each
-policy paired with the best setting of every other knob; a pair is kept only when it places more
-pods than either of its halves alone (some pods need two things at once: a free slot and more memory). Candidates are ranked by pods placed, then by less stranded memory, then by
-fewer GPUs used, a single change before a pair; each comes with its trade-off: the risk the knobs
-themselves carry (memory over-commit, more pods per card) and what it costs in GPUs used, stranded
-memory and fragmentation against the baseline.
+so that a pair whose halves place nothing alone is still found (`_capacity_pairs`: one replay when no pair can beat the
+singles), and each policy paired with the best setting of every other knob; a pair is kept only when it places more
+pods than either of its halves alone (some pods need two things at once: a free slot and more memory). Candidates are
+ranked by pods placed, then by less stranded memory, then by fewer GPUs used, a single change before a pair; each comes
+with its trade-off: the risk the knobs themselves carry (memory over-commit, more pods per card) and what it costs in
+GPUs used, stranded memory and fragmentation against the baseline.
 
 `single_change_fits(cluster, pod, defaults)` serves `hami doctor pod`: the first single change
 (one knob, or uncordoning the GPUs, or lifting the namespace's quota) under which this one

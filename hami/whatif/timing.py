@@ -11,8 +11,8 @@ node lock released), after `allocate_delay` seconds.
 
 The queue's pods are created through the API in arrival order, one at a time (`creators=1`, the
 order exact) or `creators` at once (a burst, as a Job controller or `kubectl apply` makes; the
-order then only roughly kept); the clock starts at the first create. Measured per pod: creation -> first scheduling attempt (the
-queue wait), creation -> bound, attempts. The run ends when every pod is bound or parked as
+order then only roughly kept); the clock starts at the first create. Measured per pod: creation -> first scheduling
+attempt (the queue wait), creation -> bound, attempts. The run ends when every pod is bound or parked as
 unschedulable after an attempt, or at `limit` seconds.
 
 Deterministic where the loop is: the arrival order and (for a batch scheduled one pod at a time)

@@ -202,7 +202,8 @@ def test_malformed_allowlist_is_refused_naming_the_key(tmp_path):
 
 
 @pytest.mark.parametrize(("section", "key"), [
-    ({"migProfileAllowlist": [{"models": ["A100-SXM4-40GB"], "profiles": ["1g"]}]}, "nvidia.migProfileAllowlist[0].profiles"),
+    ({"migProfileAllowlist": [{"models": ["A100-SXM4-40GB"], "profiles": ["1g"]}]},
+     "nvidia.migProfileAllowlist[0].profiles"),
     ({"migProfileAllowlist": [{"profiles": ["1g.5gb"]}]}, "nvidia.migProfileAllowlist[0]"),
     ({"migProfileAllowlist": [{"models": "A100", "profiles": ["1g.5gb"]}]}, "nvidia.migProfileAllowlist[0].models"),
     ({"knownMigGeometries": [{"models": ["A100-SXM4-40GB"], "allowedGeometries": [[{"memory": 5}]]}]},

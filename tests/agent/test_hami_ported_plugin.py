@@ -133,7 +133,8 @@ def test_pod_allocation_try_success_keeps_devices_left_for_other_containers():
         (";uuid2,NVIDIA,2048,8:;uuid3,NVIDIA,512,2:;", ("c0", "c1", "c2"), "c1", "uuid2", ";;uuid3,NVIDIA,512,2:;;"),
     ],
     ids=["TestPopNextContainerDevices-EmptyPodSingleDevice", "TestPopNextContainerDevices-AllContainersEmpty",
-         "TestPopNextContainerDevices-FirstContainerHasDevices", "TestPopNextContainerDevices-SecondContainerHasDevices"],
+         "TestPopNextContainerDevices-FirstContainerHasDevices",
+         "TestPopNextContainerDevices-SecondContainerHasDevices"],
 )
 def test_pop_next_container_devices(annotation, containers, want_container, want_uuid, left):
     p = pod(annotation, containers)
@@ -161,7 +162,8 @@ def test_pop_next_container_devices_after_decode():
     ("annotation", "containers", "requests", "message"),
     [
         (None, ("c0",), [["GPU-aaa-0"]], "device request not found"),
-        ("GPU-aaa,NVIDIA,3000,50:;", ("c0", "c1"), [["GPU-aaa-0"], ["GPU-bbb-0"]], "no pending device allocation found"),
+        ("GPU-aaa,NVIDIA,3000,50:;", ("c0", "c1"), [["GPU-aaa-0"], ["GPU-bbb-0"]],
+         "no pending device allocation found"),
         ("GPU-aaa,NVIDIA,3000,50:;", ("c0",), [["GPU-aaa-0", "GPU-aaa-1"]], "device number not matched"),
     ],
     ids=["TestAllocate_DecodePodSingleDeviceError",

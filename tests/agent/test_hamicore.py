@@ -185,7 +185,8 @@ def _kubeconfig(tmp_path) -> str:
     """A kubeconfig nothing is ever sent to: these agents stop before their first API call."""
     kc = tmp_path / "kubeconfig"
     kc.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
-                  "contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {}}]\n")
+                  "contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n"
+                  "users: [{name: u, user: {}}]\n")
     return str(kc)
 
 

@@ -36,7 +36,8 @@ async def test_role_registers_with_kubelet_and_node_then_stops_cleanly():
     await server.start()
     kubeconfig = server.write_kubeconfig(os.path.join(root, "kubeconfig"))
     gpus = os.path.join(root, "gpus.yaml")
-    write_text(gpus, "gpus:\n  - {uuid: GPU-aaaaaaaa-0000-4000-8000-000000000001, model: Tesla T4, memory_mib: 15360}\n")
+    write_text(gpus,
+               "gpus:\n  - {uuid: GPU-aaaaaaaa-0000-4000-8000-000000000001, model: Tesla T4, memory_mib: 15360}\n")
     sockets = os.path.join(root, "dp")
     cfg = Config(
         roles=("node-agent",),

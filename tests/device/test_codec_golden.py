@@ -181,7 +181,8 @@ def test_decode_pod_devices_rejects_bad_annotations(text):
 
 def test_decode_pod_devices_missing_fields_message_is_hamis():
     """devices.go DecodeContainerDevices: the `do not use nodeName` error (spec scheduler.md §1.5)."""
-    with pytest.raises(CodecError, match="^pod annotation format error, missing fields, do not use nodeName in task spec$"):
+    with pytest.raises(CodecError,
+                       match="^pod annotation format error, missing fields, do not use nodeName in task spec$"):
         codec.decode_pod_devices("uuid,type,100:;")
 
 
@@ -645,7 +646,8 @@ def test_scoring_weights_invalid_messages(text, fragment):
 
 def test_mig_allocations_golden():
     """spec scheduler.md §1.2 `hami.io/vgpu-mig-allocations` and nvidia/mig_allocations.go."""
-    text = '[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-x","profile":"1g.5gb","placement":{"start":6,"size":1}}]'
+    text = ('[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-x","profile":"1g.5gb",'
+            '"placement":{"start":6,"size":1}}]')
     (alloc,) = codec.decode_mig_allocations(text)
     assert alloc == codec.MigAllocation(0, 0, "GPU-x", "1g.5gb", MigPlacement(6, 1))
     assert codec.encode_mig_allocations([alloc]) == text

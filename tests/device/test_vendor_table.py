@@ -29,9 +29,11 @@ def test_device_config_sections_override_the_table():
     doc = {
         "cambricon": {"resourceCountName": "cambricon.com/vmlu", "resourceMemoryName": "cambricon.com/mlu.vmem"},
         "vnpus": {"configs": [{"chipName": "Ascend910", "commonWord": "Ascend910C",
-                               "resourceName": "huawei.com/Ascend910C", "resourceMemoryName": "huawei.com/Ascend910C-memory",
+                               "resourceName": "huawei.com/Ascend910C",
+                               "resourceMemoryName": "huawei.com/Ascend910C-memory",
                                "memoryAllocatable": 65536, "memoryCapacity": 65536,
-                               "templates": [{"name": "vir10_3c_32g", "memory": 32768}, {"name": "vir05_1c_16g", "memory": 16384}]}]},
+                               "templates": [{"name": "vir10_3c_32g", "memory": 32768},
+                                             {"name": "vir05_1c_16g", "memory": 16384}]}]},
         "vendors": [{"name": "GCU", "family": "enflame", "hook": "generic",
                      "resources": {"count": "enflame.com/vgcu", "memory": "enflame.com/vgcu-memory"},
                      "register": {"key": "hami.io/node-gcu-register"},

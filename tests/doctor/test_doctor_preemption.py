@@ -106,7 +106,8 @@ async def test_cli_prints_the_line_in_text_and_json(apiserver, kube, capsys):
     store.create("pods", "default", gpu_pod("urgent", 20480, 1000))
     args = {"pod": "default/urgent", "whatif": False, "kubeconfig": apiserver.kubeconfig}
     assert await main(doctor_args(**args)) == 1
-    assert "  preemption: GPU preemption (--gpu-preemption) is on; it would evict default/low0" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "  preemption: GPU preemption (--gpu-preemption) is on; it would evict default/low0" in out
     assert await main(doctor_args(**{**args, "json": True})) == 1
     assert json.loads(capsys.readouterr().out)["preemption"].endswith("default/low0 on node n0")
 

@@ -5,11 +5,11 @@ Covers: the role publishes its node's ResourceSlice (one pool named after the no
 health (an unhealthy GPU is tainted NoSchedule, the generation goes up by one, a claim allocated on it
 before still prepares); a restarted role with the
 same GPUs writes nothing (same generation and resourceVersion); an idle node reads its slice once per
-resync and re-creates one deleted behind its back; a removed registration socket is served again; the role run from a Config prepares
-a claim a test kubelet sends over its sockets and is ready (/readyz) once kubelet registered it; a MIG GPU is published as its instances, and a claim
-on one gets that instance alone, exclusively, without HAMi-core; device-plugin mode and DRA mode
-never serve one node: the dra role refuses a node marked device-plugin or carrying a device
-plugin's registration, the node agent refuses a node marked dra, each marks its node.
+resync and re-creates one deleted behind its back; a removed registration socket is served again; the role run from a
+Config prepares a claim a test kubelet sends over its sockets and is ready (/readyz) once kubelet registered it; a MIG
+GPU is published as its instances, and a claim on one gets that instance alone, exclusively, without HAMi-core;
+device-plugin mode and DRA mode never serve one node: the dra role refuses a node marked device-plugin or carrying a
+device plugin's registration, the node agent refuses a node marked dra, each marks its node.
 """
 
 from __future__ import annotations
@@ -257,7 +257,8 @@ async def test_a_mig_gpu_is_published_as_its_instances_and_a_claim_on_one_gets_o
         assert not any(k.startswith("CUDA_DEVICE_") for k in env) and mounts == []  # no HAMi-core inside MIG
         other = await make_claim(client, "mig2", [{"request": "gpu", "driver": DRIVER, "pool": NODE,
                                                    "device": "hami-gpu-0-mig-0-1"}])
-        assert "MIG device another prepared claim holds" in (await kubelet.prepare(("default", "mig2", other)))[other].error
+        assert "MIG device another prepared claim holds" in (await kubelet.prepare(("default", "mig2",
+                                                                                    other)))[other].error
     finally:
         stop.set()
         await task

@@ -251,7 +251,8 @@ def test_a_mig_gpu_is_published_as_its_instances_whole_and_exclusive():
     assert [d["name"] for d in devs] == ["hami-gpu-0-mig-0-1", "hami-gpu-0-mig-4-4", "hami-gpu-1"]
     m = devs[0]
     assert m["attributes"]["type"] == {"string": "mig"} and m["attributes"]["uuid"] == {"string": "MIG-a"}
-    assert m["attributes"]["parentUUID"] == {"string": gpu(0).uuid} and m["attributes"]["profile"] == {"string": "1g.5gb"}
+    assert m["attributes"]["parentUUID"] == {"string": gpu(0).uuid}
+    assert m["attributes"]["profile"] == {"string": "1g.5gb"}
     assert m["attributes"]["memoryBytes"] == {"int": 4864 * MIB}
     assert m["attributes"]["cudaComputeCapability"] == {"version": "8.0.0"}
     assert m["capacity"] == {"memory": {"value": "4864Mi"}} and "allowMultipleAllocations" not in m

@@ -1,8 +1,8 @@
 """End to end: `hami --role all --embedded` as a subprocess, driven by real kubectl.
 
 Covers: pods submitted with kubectl (no schedulerName: the embedded API server calls the
-scheduler's mutating webhook, as kube-apiserver does with the chart's configuration) are scheduled by the extender, allocated through the node
-agent's real gRPC Allocate and run with the right `CUDA_DEVICE_MEMORY_LIMIT_0`; the monitor's
+scheduler's mutating webhook, as kube-apiserver does with the chart's configuration) are scheduled by the extender,
+allocated through the node agent's real gRPC Allocate and run with the right `CUDA_DEVICE_MEMORY_LIMIT_0`; the monitor's
 metrics show them (read from HAMi-core-format cache files); a pod that cannot fit gets
 FilteringFailed events and is explained by `hami doctor`; `hami whatif` on the live cluster warns about
 no annotation hami wrote; stopping the process leaves no
@@ -70,7 +70,8 @@ def running_embedded(state):
         "--sim-state-dir", str(state), "--sim-listen", f"127.0.0.1:{ports['api']}",
         "--http_bind", f"127.0.0.1:{ports['ext']}",
         "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
-        "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}", "--ui-bind-address", f"127.0.0.1:{ports['ui']}",
+        "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
+        "--ui-bind-address", f"127.0.0.1:{ports['ui']}",
         "--sim-nodes", "2", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960", "-v=2",
     ]
     state.mkdir(parents=True, exist_ok=True)

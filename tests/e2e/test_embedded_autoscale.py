@@ -66,7 +66,8 @@ def embedded_cluster(tmp_path, *extra):
            "--http_bind", f"127.0.0.1:{ports['ext']}",
            "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
            "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
-           "--ui-bind-address", f"127.0.0.1:{ports['ui']}", "--sim-nodes", "0", "--sim-node-group", GROUP, "--sim-scale-down-unneeded", "1s",
+           "--ui-bind-address", f"127.0.0.1:{ports['ui']}", "--sim-nodes", "0", "--sim-node-group", GROUP,
+           "--sim-scale-down-unneeded", "1s",
            "--sim-pod-stop-seconds", "0.2s", *extra]
     log = open(tmp_path / "hami.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -162,9 +163,11 @@ def test_with_reported_capacity_a_pending_share_pod_grows_the_group_and_the_node
         _wait(lambda: _nodes(run) == ["pool-1"], 120, what="pool-2 removed")
         moved = _wait(lambda: _job_pod(run, "second"), 120, what="second's pod Running again")
         assert moved["spec"]["nodeName"] == "pool-1" and moved["metadata"]["name"] != pod["metadata"]["name"]
-        status = _wait(lambda: (lambda st: st if st["nodeGroups"][0]["nodes"] == ["pool-1"]
-                                and "min size" in st["scaleDown"]["blockers"].get("pool-1", "") else None)(_status(run)),
-                       30, what="the status after the removal")
+        def removed(st: dict) -> dict | None:
+            kept = st["nodeGroups"][0]["nodes"] == ["pool-1"]
+            return st if kept and "min size" in st["scaleDown"]["blockers"].get("pool-1", "") else None
+
+        status = _wait(lambda: removed(_status(run)), 30, what="the status after the removal")
         assert status["scaleDown"]["removed"] == ["pool-2"]
         assert status["scaleDown"]["blockers"] == {"pool-1": "node group pool is at its min size 1"}
 

@@ -91,7 +91,8 @@ def mixed(tmp_path_factory):
         "--sim-state-dir", str(state), "--sim-listen", f"127.0.0.1:{ports['api']}",
         "--http_bind", f"127.0.0.1:{ports['ext']}",
         "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
-        "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}", "--ui-bind-address", f"127.0.0.1:{ports['ui']}",
+        "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
+        "--ui-bind-address", f"127.0.0.1:{ports['ui']}",
         "--sim-nodes", "4", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960;2xAscend910B3:65536;2xMLU:24576;"
         "1xNVIDIA A100-SXM4-40GB:40960,1xAscend910B3:65536",
     ]
@@ -173,8 +174,8 @@ def test_doctor_shows_vendor_registrations_and_explains_a_vendor_pod(mixed):
     assert all(r["healthy"] for r in rows.values()), rows
 
     def failed():
-        out = mixed["kubectl"]("get", "events", "--field-selector", "involvedObject.name=npu-big,reason=FilteringFailed",
-                               "-o", "json")
+        out = mixed["kubectl"]("get", "events", "--field-selector",
+                               "involvedObject.name=npu-big,reason=FilteringFailed", "-o", "json")
         return json.loads(out)["items"] or None
 
     _wait(failed, 60, what="FilteringFailed for npu-big")

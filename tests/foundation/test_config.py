@@ -215,7 +215,8 @@ def test_bad_duration_flag_names_flag(capsys):
     with pytest.raises(SystemExit) as exc:  # parsed as a duration with the command line
         _flags(["--node-lock-timeout", "five minutes"])
     assert exc.value.code == 2
-    assert "argument --node-lock-timeout/--node_lock_timeout: invalid duration 'five minutes'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "argument --node-lock-timeout/--node_lock_timeout: invalid duration 'five minutes'" in err
     with pytest.raises(ConfigError, match="--node-lock-timeout"):  # a caller's text goes through the same rule
         build_config({"node_lock_timeout": "five minutes"}, env={})
 

@@ -18,7 +18,8 @@ def _floors() -> dict[str, str]:
 
 def _generated() -> dict[str, str]:
     pb = (ROOT / "hami" / "agent" / "_pb" / "api_pb2.py").read_text()
-    m = re.search(r"ValidateProtobufRuntimeVersion\(\s*_runtime_version\.Domain\.PUBLIC,\s*(\d+),\s*(\d+),\s*(\d+),", pb)
+    m = re.search(r"ValidateProtobufRuntimeVersion\(\s*_runtime_version\.Domain\.PUBLIC,\s*(\d+),\s*(\d+),\s*(\d+),",
+                  pb)
     grpc_text = (ROOT / "hami" / "agent" / "_pb" / "api_pb2_grpc.py").read_text()
     g = re.search(r"GRPC_GENERATED_VERSION = '([0-9.]+)'", grpc_text)
     assert m and g, "generated code no longer states the versions it needs"
@@ -32,7 +33,8 @@ def _version(text: str) -> tuple[int, ...]:
 def test_pyproject_floors_are_what_the_generated_code_needs():
     floors, need = _floors(), _generated()
     for pkg, version in need.items():
-        assert _version(floors[pkg]) == _version(version), f"{pkg}: pyproject floor {floors[pkg]}, generated code needs {version}"
+        assert _version(floors[pkg]) == _version(version), \
+            f"{pkg}: pyproject floor {floors[pkg]}, generated code needs {version}"
     assert _version(floors["grpcio-tools"]) >= _version(need["grpcio"])  # regenerating never lowers them silently
 
 

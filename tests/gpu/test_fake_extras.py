@@ -33,7 +33,8 @@ def test_geometry_table_covers_the_three_cards():
         assert profiles[0].slices == 1 and profiles[-1].slices == 7, name
         for p in profiles:
             assert p.placements and all(0 <= s and s + z <= 8 for s, z in p.placements), (name, p.name)
-    assert [p.name for p in geometries()["A100-40GB"]] == ["1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"]
+    assert [p.name for p in geometries()["A100-40GB"]] == ["1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb",
+                                                           "7g.40gb"]
     assert geometry_for_model("NVIDIA A100-SXM4-80GB") == "A100-80GB"
     assert geometry_for_model("NVIDIA H100 80GB HBM3") == "H100-80GB"
     assert geometry_for_model("NVIDIA Tesla T4") is None

@@ -45,7 +45,8 @@ def test_all_fields_read_and_converted():
                    "replay": 9, "reasons": 0x24})
     h = read_health(nv, object(), "GPU-a", {79: 2})
     assert (h.temperature_c, h.power_w, h.power_limit_w) == (71, 250.5, 400.0)
-    assert (h.sm_clock_mhz, h.mem_clock_mhz, h.ecc_corrected, h.ecc_uncorrected, h.pcie_replays) == (1410, 1593, 4, 1, 9)
+    assert (h.sm_clock_mhz, h.mem_clock_mhz, h.ecc_corrected, h.ecc_uncorrected, h.pcie_replays) == (1410, 1593, 4, 1,
+                                                                                                     9)
     assert h.throttle_reasons == 0x24 and h.xid_counts == {79: 2}
 
 

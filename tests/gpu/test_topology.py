@@ -48,8 +48,8 @@ def test_pcie_levels_and_nvlinks_add_up_as_in_hami():
 
 
 def test_asymmetric_pair_scores_zero_and_is_reported():
-    links = {("a", "b"): PairLink(10, 2), ("b", "a"): PairLink(10, 0), ("a", "c"): PairLink(50), ("c", "a"): PairLink(50),
-             ("b", "c"): PairLink(50), ("c", "b"): PairLink(50)}
+    links = {("a", "b"): PairLink(10, 2), ("b", "a"): PairLink(10, 0), ("a", "c"): PairLink(50),
+             ("c", "a"): PairLink(50), ("b", "c"): PairLink(50), ("c", "b"): PairLink(50)}
     scores = dict(pair_scores(["a", "b", "c"], links))
     assert scores["a"] == {"b": 0, "c": 10}
     assert scores["b"] == {"a": 0, "c": 10}
@@ -167,7 +167,8 @@ def stand_in_nvml(gpus, levels):
 
 def test_nvml_reader_counts_enabled_direct_links_and_reads_common_ancestors():
     gpus = [
-        {"uuid": "GPU-a", "bus": "00000000:3B:00.0", "links": [(1, "00000000:5E:00.0", 0)] * 2 + [(0, "00000000:5E:00.0", 0)]},
+        {"uuid": "GPU-a", "bus": "00000000:3B:00.0", "links": [(1, "00000000:5E:00.0", 0)] * 2 + [(0,
+                "00000000:5E:00.0", 0)]},
         {"uuid": "GPU-b", "bus": "00000000:5E:00.0", "links": [(1, "00000000:3B:00.0", 0)] * 2},
         {"uuid": "GPU-c", "bus": "00000000:86:00.0", "links": []},
     ]
@@ -200,6 +201,6 @@ def test_topology_policy_on_the_nvswitch_node_keeps_a_4_gpu_pod_inside_one_numa_
 def test_topology_policy_on_the_pcie_node_picks_a_pair_under_one_switch(tmp_path):
     uuids, scores = _scores(tmp_path, pcie_node())
     devices = [dev(u, index=i) for i, u in enumerate(uuids)]
-    ok, chosen, _ = fit_devices(devices[1:], req(2, 10), fit_options({"hami.io/gpu-scheduler-policy": "topology-aware"}),
-                                pair_scores=scores)
+    options = fit_options({"hami.io/gpu-scheduler-policy": "topology-aware"})
+    ok, chosen, _ = fit_devices(devices[1:], req(2, 10), options, pair_scores=scores)
     assert ok and {uuids.index(c.uuid) for c in chosen} == {2, 3}

@@ -27,7 +27,8 @@ def gpu_uuid(node: str, i: int) -> str:
 
 def node_obj(name: str, gpus: int = 2, mem: int = 40960, *, count: int = 10, numa=None,
              handshake: str | None = None, registered: bool = True, allocatable: int | None = None,
-             labels: dict | None = None, annotations: dict | None = None, gpu_type: str = "NVIDIA A100-SXM4-40GB") -> dict:
+             labels: dict | None = None, annotations: dict | None = None,
+             gpu_type: str = "NVIDIA A100-SXM4-40GB") -> dict:
     annos = dict(annotations or {})
     if registered:
         devs = [DeviceInfo(id=gpu_uuid(name, i), count=count, devmem=mem, devcore=100, type=gpu_type, index=i,

@@ -3,7 +3,8 @@ order and arguments, re-LIST on 410 Gone with synthetic DELETED for vanished obj
 event for unchanged ones, resuming after a server restart without a re-LIST, silent-watch
 reconnect, bookmarks advancing the resourceVersion, and backoff after errors. A failing handler is
 counted and repaired: by the handler's per-object resync when it has one (no re-LIST), else by a
-re-LIST that dispatches the object again and runs the resync callbacks; `health()` names the pending resync, a missing first sync and a watch broken past its bound."""
+re-LIST that dispatches the object again and runs the resync callbacks; `health()` names the pending resync, a missing
+first sync and a watch broken past its bound."""
 
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ T0 = 1_800_000_000.0
 
 
 async def _client(apiserver) -> KubeClient:
-    return await KubeClient.from_settings(KubeSettings(kubeconfig=apiserver.kubeconfig, qps=1000, burst=1000, timeout=2))
+    return await KubeClient.from_settings(KubeSettings(kubeconfig=apiserver.kubeconfig, qps=1000, burst=1000,
+                                                       timeout=2))
 
 
 async def _events(client) -> list[dict]:

@@ -158,7 +158,8 @@ async def test_lock_of_gone_or_finished_owner_is_taken_over_at_once(env, holder)
 async def test_expired_owner_still_allocating_is_marked_failed_first(env, apiserver):
     from tests.kube.helpers import pod_obj
 
-    created = apiserver.store.create("pods", "default", pod_obj("old", annotations={"hami.io/bind-phase": "allocating"}))
+    created = apiserver.store.create("pods", "default", pod_obj("old",
+                                                                annotations={"hami.io/bind-phase": "allocating"}))
     env.pods[("default", "old")] = created.obj
     await env.locker.lock("n1", "default", "old")
     await asyncio.sleep(0.05)

@@ -136,7 +136,8 @@ def test_node_group_flag_parses_and_names_what_is_wrong():
 # ---------------------------------------------------------------------------- properties
 
 _json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=3),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner,
+                                                                                 max_size=3),
                      max_leaves=12)
 
 

@@ -114,7 +114,8 @@ def _claim(c, i: int) -> dict:
     reqs = []
     for r in c["requests"]:
         if "firstAvailable" in r:
-            reqs.append({"name": r["name"], "firstAvailable": [{"name": s["name"], **_one(s)} for s in r["firstAvailable"]]})
+            reqs.append({"name": r["name"], "firstAvailable": [{"name": s["name"], **_one(s)}
+                                                               for s in r["firstAvailable"]]})
         else:
             reqs.append({"name": r["name"], "exactly": _one(r)})
     devices = {"requests": reqs}
@@ -129,7 +130,8 @@ def _claim(c, i: int) -> dict:
 def _expected_result(r, node: str) -> dict:
     devices = r["devices"]
     if isinstance(devices, dict):  # {request: [driver/pool, first index, how many]}
-        devices = [[req, f"{dp}/device-{i}"] for req, (dp, first, n) in devices.items() for i in range(first, first + n)]
+        devices = [[req, f"{dp}/device-{i}"] for req, (dp, first, n) in devices.items() for i in range(first, first
+                                                                                                       + n)]
     out = []
     for entry in devices:
         req, where, *extra = entry

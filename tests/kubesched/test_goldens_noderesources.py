@@ -40,7 +40,8 @@ def _node(alloc: dict) -> dict:
         ("ephemeral-storage" if k == "storage" else k): (f"{v}m" if k == "cpu" else str(v)) for k, v in alloc.items()}}}
 
 
-CASES = [(c, DATA["node_enough"]) for c in DATA["enough"]] + [(c, DATA["node_not_enough"]) for c in DATA["not_enough"]] \
+CASES = [(c, DATA["node_enough"]) for c in DATA["enough"]] \
+    + [(c, DATA["node_not_enough"]) for c in DATA["not_enough"]] \
     + [(c, DATA["node_enough"]) for c in DATA["storage"]]
 
 

@@ -44,7 +44,8 @@ def test_backoff_flow():
         assert q.location(qp.key) == sq.ACTIVE, "still in backoffQ after its backoff"
 
 
-@pytest.mark.parametrize("case", DATA["pop_completed"]["cases"], ids=[c["name"] for c in DATA["pop_completed"]["cases"]])
+@pytest.mark.parametrize("case", DATA["pop_completed"]["cases"], ids=[c["name"]
+                                                                      for c in DATA["pop_completed"]["cases"]])
 def test_pop_each_backoff_completed(case):
     q = sq.SchedulingQueue()
     pods = DATA["pop_completed"]["pods"]

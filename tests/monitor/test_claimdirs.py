@@ -10,7 +10,8 @@ claim region's slot (HAMi-core stored the container PID) through the claim's pod
 removing an existing claim's dir (even with no pod), removing a gone claim's dir only once it has
 been gone for the grace period, not reaping before the claim list is synced or without DRA; and
 the resource.k8s.io/v1 probe (403/404 a clear no at once, a transient failure retried, never an
-exception: a pre-1.34 cluster keeps the monitor running without DRA); (Hypothesis) that arbitrary claim/pod documents never raise in the mapping.
+exception: a pre-1.34 cluster keeps the monitor running without DRA); (Hypothesis) that arbitrary claim/pod documents
+never raise in the mapping.
 """
 
 from __future__ import annotations

@@ -86,7 +86,8 @@ def test_is_valid_uuid_and_device_uuid(version):
 
 
 @pytest.mark.parametrize("version", LAYOUTS)
-@pytest.mark.parametrize(("idx", "want"), [(0, 100), (1, 200)], ids=["Test_DeviceMemoryLimit-0", "Test_DeviceMemoryLimit-1"])
+@pytest.mark.parametrize(("idx", "want"), [(0, 100), (1, 200)], ids=["Test_DeviceMemoryLimit-0",
+                                                                     "Test_DeviceMemoryLimit-1"])
 def test_device_memory_limit(version, idx, want):
     r = parse_bytes(build_region([Dev(U0, limit=100), Dev(U1, limit=200)], [], version))
     assert r.devices()[idx].limit == want

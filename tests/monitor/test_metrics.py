@@ -150,7 +150,8 @@ def test_hostpid_repair_restores_utilization_hami_reads_as_zero(tmp_path):
 
 def test_without_proc_entries_the_slot_stays_unresolved(tmp_path):
     cache_file(str(tmp_path / "containers"), UID, "main", [Dev(U0)], [Proc(pid=12, hostpid=12, sm_util={0: 0})])
-    f = fake_gpus(str(tmp_path / "gpus.yaml"), [{"uuid": U0, "memory_mib": 1, "processes": [{"pid": 99, "sm_util": 5}]}])
+    f = fake_gpus(str(tmp_path / "gpus.yaml"), [{"uuid": U0, "memory_mib": 1, "processes": [{"pid": 99,
+                                                                                             "sm_util": 5}]}])
     reg, _ = make(tmp_path, [pod(UID)], backend=FakeBackend(f))
     assert reg.get_sample_value("hami_container_device_utilization_ratio", lbl()) == 0
     assert reg.get_sample_value("hami_monitor_hostpid_unresolved_slots") == 1

@@ -2,8 +2,8 @@
 
 Covers: `-top` of a CPU profile taken while the app runs hami's own scheduler fit helpers
 (`hami.scheduler.placement.fit.parse_reason` / `gen_reason`) names them and `-list` shows their source lines;
-`-top` of the real scheduler role's profile under /filter load names hami.scheduler.placement.fit; `-top` of the heap profile names the
-function holding memory, with Go's heap sample type. The first run builds pprof (about 20 s);
+`-top` of the real scheduler role's profile under /filter load names hami.scheduler.placement.fit; `-top` of the heap
+profile names the function holding memory, with Go's heap sample type. The first run builds pprof (about 20 s);
 GOCACHE lives in a stable directory ($HAMI_GOCACHE, default ~/.cache/hami-gocache) so later runs
 are quick.
 """

@@ -95,7 +95,8 @@ class Roles:
         # monitor role for n1
         cfg = Config(roles=("monitor",), kube=KubeSettings(kubeconfig=self.apiserver.kubeconfig),
                      monitor=MonitorSettings(node_name=AGENT_NODE, cache_dir=os.path.join(self.dir, "containers"),
-                                             metrics_bind_address="127.0.0.1:0", proc_root=os.path.join(self.dir, "proc"),
+                                             metrics_bind_address="127.0.0.1:0", proc_root=os.path.join(self.dir,
+                                                                                                        "proc"),
                                              gpu_backend="fake", fake_gpus=gpu_file))
         self.monitor_ctx = RoleContext(name="monitor", config=cfg, stop=asyncio.Event())
         self.tasks.append(asyncio.create_task(monitor_role.run(self.monitor_ctx), name="rel:monitor"))

@@ -243,7 +243,8 @@ async def test_agent_hard_killed_during_allocate_never_hands_out_the_orphans_dev
                                body={"status": {"phase": "Failed", "reason": "UnexpectedAdmissionError"}},
                                content_type="application/merge-patch+json")
         # The agent restarts; the scheduler has taken the node lock over for the next pod (the orphan is
-        # terminal): the next pod gets its own devices. (Without a lock nothing is served: a forged placement gets no devices.)
+        # terminal): the next pod gets its own devices. (Without a lock nothing is served: a forged
+        # placement gets no devices.)
         h.stop = asyncio.Event()
         h.agent = Agent(h.client, NODE, FakeBackend(h.gpu_file, node_name=NODE), h.settings,
                         socket_dir=h.sockets, hook_path=h.hook, tick=0.05)

@@ -36,7 +36,8 @@ from hami.scheduler.cache.handshake import gpu_allocatable
 from hami.scheduler.placement.fit import fit_options
 from hami.scheduler.placement.usage import DeviceState
 
-GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+GO_SPACE = ("\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+            "\u2028\u2029\u202f\u205f\u3000")
 # unicode.ToUpper of every rune the properties use, written out (not computed): ASCII letters, and
 # runes where Python's str.upper() disagrees with Go or is easy to get wrong.
 GO_UPPER = {**{c: c.upper() for c in "abcdefghijklmnopqrstuvwxyz"}, "ß": "ß", "ﬁ": "ﬁ", "ᾀ": "ᾈ", "ı": "I",

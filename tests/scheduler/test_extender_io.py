@@ -160,7 +160,8 @@ async def test_a_retried_bind_that_finds_the_pod_bound_once_it_has_the_lock_writ
     assert (await retry)["Error"] == ""
     assert env.client.total_requests(verb="patch", resource="pods") == patches
     assert env.pod("default", "r2")["metadata"]["annotations"]["hami.io/bind-phase"] == "success"
-    await eventually(lambda: codec.NODE_LOCK_ANNOTATION not in (env.store.get("nodes", "", node)["metadata"].get("annotations") or {}))
+    await eventually(lambda: codec.NODE_LOCK_ANNOTATION not in (env.store.get("nodes", "",
+            node)["metadata"].get("annotations") or {}))
 
 
 async def test_filter_skips_a_locked_node_while_another_fits_and_packs_it_again_once_free(env):
@@ -407,7 +408,8 @@ async def test_pod_that_no_longer_fits_drops_its_stale_placement(env):
     out = await env.filter(again, ["n0"])
     assert out["NodeNames"] is None
     stored = env.pod("default", "s")["metadata"]
-    assert "hami.io/vgpu-node" not in stored["annotations"] and "hami.io/vgpu-devices-allocated" not in stored["annotations"]
+    assert "hami.io/vgpu-node" not in stored["annotations"]
+    assert "hami.io/vgpu-devices-allocated" not in stored["annotations"]
     assert "hami.io/vgpu-node" not in stored.get("labels", {})
     assert all(d.used == 0 for d in env.sched.state.index.node("n0").devices)
 

@@ -104,7 +104,8 @@ async def test_quota_metrics_are_exported(env):
     async with env.http.get(f"http://127.0.0.1:{env.sched.metrics_port}/metrics") as r:
         text = await r.text()
     assert 'hami_resource_quota_limit{namespace="q",quota_name="nvidia.com/gpumem",zone="vGPU"} 1000.0' in text
-    assert 'hami_resource_quota_used{limit="1000",namespace="q",quota_name="nvidia.com/gpumem",zone="vGPU"} 600.0' in text
+    assert 'hami_resource_quota_used{limit="1000",namespace="q",quota_name="nvidia.com/gpumem",zone="vGPU"} 600.0' \
+        in text
     # Usage of a resource no quota limits: HAMi's used series with limit="0", and no limit series.
     assert 'hami_resource_quota_used{limit="0",namespace="q",quota_name="nvidia.com/gpucores",zone="vGPU"} 0.0' in text
     assert 'hami_resource_quota_limit{namespace="q",quota_name="nvidia.com/gpucores"' not in text

@@ -169,7 +169,8 @@ def test_numa_bind_needs_all_gpus_on_one_numa_node():
     devices = [dev("d0", numa=0, used=100), dev("d1", numa=0, used=100), dev("d2", numa=0), dev("d3", numa=1)]
     ok, _, reason = run(devices, req(2, 10), annos)
     assert not ok
-    assert parse_reason(reason) == {"NumaNotFit": 1, "CardTimeSlicingExhausted": 2, "AllocatedCardsInsufficientRequest": 1}
+    assert parse_reason(reason) == {"NumaNotFit": 1, "CardTimeSlicingExhausted": 2,
+                                    "AllocatedCardsInsufficientRequest": 1}
     devices = [dev("d0", numa=0), dev("d1", numa=0), dev("d2", numa=1), dev("d3", numa=1)]
     ok, chosen, _ = run(devices, req(2, 10), annos)
     assert ok and [c.uuid for c in chosen] == ["d3", "d2"]

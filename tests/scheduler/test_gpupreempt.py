@@ -39,8 +39,8 @@ def bound(name: str, node: str, prio: int, *, terminating: bool = False, labels:
     meta = {"name": name, "namespace": "d", "uid": name, "labels": labels or {}}
     if terminating:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return {"metadata": meta, "spec": {"nodeName": node, "priority": prio}, "status": {"phase": "Running",
-                                                                                      "startTime": "2026-01-01T00:00:00Z"}}
+    return {"metadata": meta, "spec": {"nodeName": node, "priority": prio},
+            "status": {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}}
 
 
 def build(layout):

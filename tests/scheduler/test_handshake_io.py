@@ -73,7 +73,8 @@ async def test_steady_state_sends_no_request_per_node(env):
     await eventually(lambda: env.sched.handshaker.writes == 2)
     cached = env.sched.state.nodes.store
     # Settled: the cache holds both writes (their watch events are judged) and the writer is idle.
-    await eventually(lambda: all(HANDSHAKE_KEY in cached[n]["metadata"].get("annotations", {}) for n in ("fresh", "also"))
+    await eventually(lambda: all(HANDSHAKE_KEY in cached[n]["metadata"].get("annotations", {})
+                                 for n in ("fresh", "also"))
                      and env.sched.handshakes_done == env.sched.handshakes_queued)
     queued, before = env.sched.handshakes_queued, patches(env)
     for _ in range(5):

@@ -69,7 +69,8 @@ CHECK_TYPE = [
 @pytest.mark.parametrize(("use", "nouse", "card", "want"), [c[1:] for c in CHECK_TYPE], ids=[c[0] for c in CHECK_TYPE])
 def test_gpu_type_lists_like_hami_check_type(use, nouse, card, want):
     """devices_test.go TestCheckType and nvidia/device_test.go Test_checkType."""
-    assert _options(**{codec.USE_GPUTYPE_ANNOTATION: use, codec.NOUSE_GPUTYPE_ANNOTATION: nouse}).type_ok(_card(card)) is want
+    assert _options(**{codec.USE_GPUTYPE_ANNOTATION: use,
+                       codec.NOUSE_GPUTYPE_ANNOTATION: nouse}).type_ok(_card(card)) is want
 
 
 @pytest.mark.parametrize(

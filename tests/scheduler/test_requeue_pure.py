@@ -5,8 +5,8 @@ goes only to pods that now fit on a changed candidate node, oldest failure first
 prioritize scaling (binpack: highest score 10, spread: lowest 10, ties all 10, non-fitting 0);
 `select_victims` returns an inclusion-minimal set (every victim needed, checked by putting each back)
 and drops nodes no set helps; a victim in the preemptor's namespace gives its ResourceQuota share back
-(a quota-bound preemptor evicts its own namespace's pod, not another's); PDB counting as filterPodsWithPDBViolation (allowance, disruptedPods,
-empty selectors, namespaces).
+(a quota-bound preemptor evicts its own namespace's pod, not another's); PDB counting as filterPodsWithPDBViolation
+(allowance, disruptedPods, empty selectors, namespaces).
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ counts once, replaced data replaces usage), terminal pods releasing, pods seen b
 registers, re-registration re-applying usage, CollapseInitContainerUsage (§7.3, HAMi
 `pkg/device/initContainer.go`) and the app-only usage once init containers exited, the cached
 node score invalidated on change, cordon parsing (`TestCordonedDevices`), ResourceQuota usage
-and FitQuota (`pkg/device/quota.go`, `TestFitQuota` of device_test.go), MIG placements, and (hypothesis) incremental usage equal to HAMi's full recomputation,
-the node score's exact-integer shortcut equal to Go's float32 steps bit for bit.
+and FitQuota (`pkg/device/quota.go`, `TestFitQuota` of device_test.go), MIG placements, and (hypothesis) incremental
+usage equal to HAMi's full recomputation, the node score's exact-integer shortcut equal to Go's float32 steps bit for
+bit.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def test_registered_devices_start_unused():
     idx = index()
     assert usage(idx) == {"GPU-0": (0, 0, 0), "GPU-1": (0, 0, 0)}
     d = idx.nodes["n1"].by_id["GPU-1"]
-    assert (d.count, d.totalmem, d.totalcore, d.numa, d.type, d.is_nvidia) == (10, 8000, 100, 1, "NVIDIA A100-SXM4-40GB", True)
+    assert (d.count, d.totalmem, d.totalcore, d.numa, d.type, d.is_nvidia) == (10, 8000, 100, 1,
+                                                                               "NVIDIA A100-SXM4-40GB", True)
 
 
 def test_add_pod_is_idempotent_and_remove_releases():

@@ -194,7 +194,8 @@ def test_score(vendor, case):
                       for c in ctr) for ctr in case["pod_devices"])
     row = _row(vendor, case)
     assert row.node_score == case["term"]
-    assert vendor_score(node, pod, (row,), case.get("policy", "binpack"), case.get("pod_annotations", {})) == case["want"]
+    assert vendor_score(node, pod, (row,), case.get("policy", "binpack"), case.get("pod_annotations",
+                                                                                   {})) == case["want"]
 
 
 @pytest.mark.parametrize(("vendor", "case"), _cases("patch"))

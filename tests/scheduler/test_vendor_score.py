@@ -91,7 +91,8 @@ def test_online_metax_pod_goes_to_the_card_with_fewer_pods_in_its_way():
     for n in ("off", "on"):
         index.set_node(n, [DeviceInfo(f"{n}-card", 16, 32768, 100, "Metax-SGPU", health=True, vendor="Metax-SGPU")])
     for i in range(3):
-        index.add_pod(f"off{i}", "off", ((ContainerDevice("off-card", "Metax-SGPU", 4096, 10, 0),),), app_class="offline")
+        index.add_pod(f"off{i}", "off", ((ContainerDevice("off-card", "Metax-SGPU", 4096, 10, 0),),),
+                      app_class="offline")
     index.add_pod("on0", "on", ((ContainerDevice("on-card", "Metax-SGPU", 1024, 0, 0),),), app_class="online")
     assert index.node("off").score_value > index.node("on").score_value
     annos = {"metax-tech.com/sgpu-app-class": "online"}

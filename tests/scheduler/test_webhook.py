@@ -72,7 +72,8 @@ def test_gpu_pod_gets_scheduler_and_exclusive_cores(version):
 
 EXCLUSIVE = [
     ("exclusive via percentage", {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "100"}, None, "100"),
-    ("exclusive via percentage in requests only", None, {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "100"}, "100"),
+    ("exclusive via percentage in requests only", None, {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "100"},
+     "100"),
     ("non-exclusive percentage", {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50"}, None, None),
     ("no memory fields defaults to exclusive", {"nvidia.com/gpu": "1"}, None, "100"),
     ("explicit cores remains unchanged", {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "70"}, None, "70"),
@@ -144,7 +145,8 @@ def test_gpumem_percentage_range(pct, ok):
 def test_denials():
     cases = [
         (pod(), "pod has no containers"),
-        (pod(ctr("c", limits={"nvidia.com/gpu": "1"}, securityContext={"privileged": True})), "container c is privileged"),
+        (pod(ctr("c", limits={"nvidia.com/gpu": "1"}, securityContext={"privileged": True})),
+         "container c is privileged"),
         (pod(ctr(limits={"nvidia.com/gpu": "1"}), nodeName="n1"), "pod has node assigned"),
     ]
     for obj, msg in cases:

@@ -34,7 +34,8 @@ def _find(objs, kind):
 
 def _scheduler_args(objs):
     (dep,) = [o for o in _find(objs, "Deployment") if o["metadata"]["name"].endswith("scheduler")]
-    return [a for c in dep["spec"]["template"]["spec"]["containers"] for a in (c.get("command") or []) + (c.get("args") or [])]
+    return [a for c in dep["spec"]["template"]["spec"]["containers"] for a in (c.get("command") or []) + (c.get("args")
+                                                                                                          or [])]
 
 
 def _evaluate(expression: str, activation: dict):

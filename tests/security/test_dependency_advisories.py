@@ -96,7 +96,8 @@ def test_image_lock_pins_every_runtime_dependency_in_range_with_hashes():
     assert not missing, f"constraints/image.lock lacks {missing}: run scripts/lock-image"
     for pkg, (lo, hi) in ranges.items():
         version = lock[pkg][0]
-        assert _v(lo) <= _v(version) < _v(hi), f"{pkg}=={version} in the lock is outside >={lo},<{hi}: run scripts/lock-image"
+        assert _v(lo) <= _v(version) < _v(hi), \
+            f"{pkg}=={version} in the lock is outside >={lo},<{hi}: run scripts/lock-image"
     unhashed = [p for p, (_, n) in lock.items() if n == 0]
     assert not unhashed, f"packages without hashes in constraints/image.lock: {unhashed}"
 

@@ -145,8 +145,8 @@ def codec_device(uuid: str):
     return ContainerDevice(uuid, "NVIDIA", 40960, 100)
 
 
-@pytest.mark.parametrize(("field", "value"), [("priority", 1_000_000_000), ("priorityClassName", "system-node-critical"),
-                                              ("nodeName", "n0")])
+@pytest.mark.parametrize(("field", "value"), [("priority", 1_000_000_000),
+                                              ("priorityClassName", "system-node-critical"), ("nodeName", "n0")])
 async def test_immutable_pod_fields_cannot_be_changed_by_update(apiserver, field, value):
     async with tenant_cluster(apiserver, [gpu_node("n0", gpus=2)]) as tenant:
         pod = gpu_pod("p", gpus=0)

@@ -74,7 +74,8 @@ async def test_a_review_needs_exactly_one_kind_of_attributes(apiserver, spec):
         with pytest.raises(ApiError) as err:
             await client.request("create", "selfsubjectaccessreviews", "POST", SSAR_PATH, body=body,
                                  content_type="application/json")
-        assert err.value.code == 422 and "exactly one of nonResourceAttributes or resourceAttributes" in err.value.message
+        assert err.value.code == 422
+        assert "exactly one of nonResourceAttributes or resourceAttributes" in err.value.message
         doc = await client.request("get", "discovery", "GET", "/apis/authorization.k8s.io/v1")
         assert doc["resources"] == [{"name": "selfsubjectaccessreviews", "singularName": "", "namespaced": False,
                                      "kind": "SelfSubjectAccessReview", "verbs": ["create"]}]

@@ -37,7 +37,8 @@ def pod(name: str, ns: str = "default", **spec) -> dict:
 
 
 def node(name: str, labels: dict | None = None) -> dict:
-    return {"metadata": {"name": name, "labels": labels or {}}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    return {"metadata": {"name": name, "labels": labels or {}}, "status": {"conditions": [{"type": "Ready",
+                                                                                           "status": "True"}]}}
 
 
 async def eventually(cond, timeout: float = 10.0) -> None:
@@ -274,7 +275,8 @@ async def test_event_field_selectors_used_by_kubectl_describe(kube_api):
         await v1.create_namespaced_event("default", {
             "metadata": {"name": f"ev{i}"}, "reason": "FilteringFailed", "type": "Warning", "message": "m",
             "involvedObject": {"kind": "Pod", "name": name, "namespace": "default", "uid": uid}})
-    sel = f"involvedObject.name=p1,involvedObject.namespace=default,involvedObject.uid={p.metadata.uid},involvedObject.kind=Pod"
+    sel = (f"involvedObject.name=p1,involvedObject.namespace=default,involvedObject.uid={p.metadata.uid},"
+           "involvedObject.kind=Pod")
     got = await v1.list_namespaced_event("default", field_selector=sel)
     assert [e.metadata.name for e in got.items] == ["ev0"]
 
@@ -300,7 +302,8 @@ async def test_leases_and_events_k8s_io_are_served(kube_api):
     assert exc.value.status == 409
     ev = client.EventsV1Api(kube_api)
     await ev.create_namespaced_event("default", {"metadata": {"name": "e1"}, "eventTime": "2026-01-01T00:00:00.000000Z",
-                                                 "reportingController": "hami", "reportingInstance": "x", "action": "Bind",
+                                                 "reportingController": "hami", "reportingInstance": "x",
+                                                 "action": "Bind",
                                                  "reason": "BindingSucceed", "type": "Normal",
                                                  "regarding": {"kind": "Pod", "name": "p"}})
     got = await ev.list_namespaced_event("default", field_selector="regarding.name=p")
@@ -519,8 +522,8 @@ BAD_INPUT = [
     ("POST", "/api/v1/namespaces/default/pods", b"[1]", 400, "BadRequest"),
     ("GET", "/api/v1/namespaces/default/gizmos", b"", 404, "NotFound"),
     ("GET", "/apis/example.com/v1/things", b"", 404, "NotFound"),
-    ("POST", "/api/v1/namespaces/default/configmaps", b'{"metadata":{"name":"x"},"data":{"k":"' + b"y" * (3 * 1024 * 1024) + b'"}}',
-     413, "RequestEntityTooLarge"),
+    ("POST", "/api/v1/namespaces/default/configmaps",
+     b'{"metadata":{"name":"x"},"data":{"k":"' + b"y" * (3 * 1024 * 1024) + b'"}}', 413, "RequestEntityTooLarge"),
     ("POST", "/api/v1/namespaces/default/pods", b'{"metadata":{}}', 422, "Invalid"),
     ("POST", "/api/v1/namespaces/default/pods", b'{"metadata":{"name":"p","namespace":"other"}}', 422, "Invalid"),
     ("POST", "/api/v1/nodes", b'{"metadata":{"name":"Not_A_Name"}}', 422, "Invalid"),
@@ -648,7 +651,8 @@ async def test_random_requests_never_crash_the_server(apiserver):
     segments = ["api", "apis", "v1", "namespaces", "default", "kube-system", "pods", "nodes", "p", "n", "status",
                 "binding", "watch", "events", "leases", "coordination.k8s.io", "events.k8s.io", "x", "", "%20", "..",
                 "configmaps", "resourcequotas", "finalize"]
-    queries = ["", "?watch=true&timeoutSeconds=0.1", "?labelSelector=a", "?labelSelector=!a,b%20notin%20(c)", "?labelSelector=a%20in%20(", "?fieldSelector=x", "?limit=-1",
+    queries = ["", "?watch=true&timeoutSeconds=0.1", "?labelSelector=a", "?labelSelector=!a,b%20notin%20(c)",
+               "?labelSelector=a%20in%20(", "?fieldSelector=x", "?limit=-1",
                "?limit=abc", "?continue=%%%", "?resourceVersion=abc&watch=1", "?timeoutSeconds=abc&watch=1",
                "?fieldSelector=metadata.name%3Dp", "?dryRun=All", "?includeObject=Object"]
     bodies = [b"", b"{", b"[]", b"null", b'{"metadata":null}', b'{"metadata":{"name":5}}', b'"x"',

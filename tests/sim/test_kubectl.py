@@ -98,11 +98,13 @@ def wipe(s: Sim) -> None:
 
 
 def seed(s: Sim) -> None:
-    for name, shake in (("gpu-node-01", "Reported_2026-11-22 00:00:00"), ("gpu-node-02", "Requesting_2026-11-22 00:00:00")):
+    for name, shake in (("gpu-node-01", "Reported_2026-11-22 00:00:00"), ("gpu-node-02",
+                                                                          "Requesting_2026-11-22 00:00:00")):
         s.request("POST", "/api/v1/nodes", {
             "metadata": {"name": name, "labels": {"gpu": "on"},
                          "annotations": {"hami.io/node-handshake": shake,
-                                         "hami.io/node-nvidia-register": f"GPU-{name},10,40960,100,NVIDIA-A100,0,true:"}},
+                                         "hami.io/node-nvidia-register":
+                                            f"GPU-{name},10,40960,100,NVIDIA-A100,0,true:"}},
             "status": {"conditions": [{"type": "Ready", "status": "True"}],
                        "nodeInfo": {"kubeletVersion": "v1.31.0"}}})
     if "ml" not in {n["metadata"]["name"] for n in s.request("GET", "/api/v1/namespaces")["items"]}:
@@ -167,13 +169,15 @@ def test_get_pending_pods_across_namespaces(sim):
 
 
 def test_get_pods_by_label(sim):
-    out = sim.kubectl("get", "pods", "-n", "default", "-l", "app=hami-scheduler", "-o", "jsonpath={.items[0].metadata.name}")
+    out = sim.kubectl("get", "pods", "-n", "default", "-l", "app=hami-scheduler", "-o",
+                      "jsonpath={.items[0].metadata.name}")
     assert out == "web"
 
 
 def test_annotate_node_adds_overwrites_and_removes(sim):
     sim.kubectl("annotate", "node", "gpu-node-01", "hami.io/mutex.lock=2026-11-22T00:00:00Z,kube-system,s")
-    assert sim.request("GET", "/api/v1/nodes/gpu-node-01")["metadata"]["annotations"]["hami.io/mutex.lock"].endswith(",s")
+    assert sim.request("GET",
+                       "/api/v1/nodes/gpu-node-01")["metadata"]["annotations"]["hami.io/mutex.lock"].endswith(",s")
     sim.kubectl("annotate", "node", "gpu-node-01", "--overwrite", "hami.io/mutex.lock=other")
     assert sim.request("GET", "/api/v1/nodes/gpu-node-01")["metadata"]["annotations"]["hami.io/mutex.lock"] == "other"
     sim.kubectl("annotate", "node", "gpu-node-01", "hami.io/mutex.lock-")
@@ -224,7 +228,8 @@ def test_create_and_apply_from_a_file(sim, tmp_path):
         doc["spec"]["containers"][0]["image"] = "busybox:3"
         manifest.write_text(json.dumps(doc))
         sim.kubectl("apply", "-f", str(manifest))
-        assert sim.request("GET", "/api/v1/namespaces/ml/pods/from-file")["spec"]["containers"][0]["image"] == "busybox:3"
+        assert sim.request("GET",
+                           "/api/v1/namespaces/ml/pods/from-file")["spec"]["containers"][0]["image"] == "busybox:3"
 
 
 def test_server_dry_run_changes_nothing(sim):

@@ -107,7 +107,8 @@ async def test_a_bind_error_sends_the_pod_back_through_backoff_and_it_is_schedul
     loop, close = await _run(apiserver, [stub], ["p1"])
     try:
         await eventually(lambda: ("a", "bound", "p1") in log)
-        assert [e for e in log if e[2] == "p1"] == [("a", "filter", "p1"), ("a", "bind", "p1")] * 3 + [("a", "bound", "p1")]
+        assert [e for e in log if e[2] == "p1"] == [("a", "filter", "p1"), ("a", "bind", "p1")] * 3 + [("a", "bound",
+                                                                                                        "p1")]
         assert loop.stats.attempts["default/p1"] == 3
         assert sum(loop.stats.bind_errors.values()) == 2
         assert loop.queue.location("default/p1") in ("", None)  # done: out of every queue

@@ -5,10 +5,10 @@ standing for missing requests; property test); NodeResourcesFit's texts (Too man
 cpu/memory) and the FitError message counting each reason, with no extender call when nothing passes;
 a pod nominated to a node (priority at least the pod's) reserves its cpu there against later pods,
 while a higher-priority pod ignores the nomination; InterPodAffinity's three texts and the first pod of
-a self-affine group; term namespaces (own, listed, namespaceSelector by the namespaces' labels); required anti-affinity and affinity steering GPU pods between zones through the
-real /filter; an assigned pod's arrival moves a pod parked by InterPodAffinity (it then binds);
-PodTopologySpread DoNotSchedule skew and its missing-label text; score normalisation of
-InterPodAffinity, PodTopologySpread, TaintToleration (PreferNoSchedule) and the resource scores.
+a self-affine group; term namespaces (own, listed, namespaceSelector by the namespaces' labels); required anti-affinity
+and affinity steering GPU pods between zones through the real /filter; an assigned pod's arrival moves a pod parked by
+InterPodAffinity (it then binds); PodTopologySpread DoNotSchedule skew and its missing-label text; score normalisation
+of InterPodAffinity, PodTopologySpread, TaintToleration (PreferNoSchedule) and the resource scores.
 """
 
 from __future__ import annotations
@@ -71,8 +71,9 @@ def test_node_resources_fit_names_every_shortage():
     v = intree.fit_resources(_pod("new", cpu="1", memory="600Mi"), node, on, req)
     assert v == intree.Verdict("NodeResourcesFit", ("Too many pods", "Insufficient cpu", "Insufficient memory"))
     assert intree.fit_resources(_pod("small", cpu="400m"), node, on[:1], req) is None
-    msg = KubeSchedulerLoop.fit_error_message(2, {"n0": ("NodeResourcesFit", ("Insufficient cpu", "Insufficient memory"), False),
-                                                  "n1": ("NodeResourcesFit", "Insufficient cpu", False)})
+    msg = KubeSchedulerLoop.fit_error_message(2, {
+        "n0": ("NodeResourcesFit", ("Insufficient cpu", "Insufficient memory"), False),
+        "n1": ("NodeResourcesFit", "Insufficient cpu", False)})
     assert msg == "0/2 nodes are available: 2 Insufficient cpu, 1 Insufficient memory."
 
 
@@ -95,7 +96,8 @@ def test_inter_pod_affinity_texts_and_the_first_pod_of_a_group():
         "InterPodAffinity", ("node(s) didn't match pod affinity rules",), True)
     assert intree.inter_pod_affinity(_pod("x", affinity=aff), nodes["a"], nodes, on) is None
     # existing pods' anti-affinity keeps a matching pod out of their zone
-    guard = _pod("guard", labels={"app": "guard"}, affinity={"podAntiAffinity": {intree.REQUIRED: [_term({"app": "x"})]}})
+    guard = _pod("guard", labels={"app": "guard"},
+                 affinity={"podAntiAffinity": {intree.REQUIRED: [_term({"app": "x"})]}})
     v = intree.inter_pod_affinity(_pod("x", labels={"app": "x"}), nodes["b"], nodes, {"b": [guard]})
     assert v == intree.Verdict("InterPodAffinity", ("node(s) didn't satisfy existing pods anti-affinity rules",))
     # the first pod of a group with affinity to itself may go anywhere; one that does not match its own term may not
@@ -154,7 +156,8 @@ def test_topology_spread_filters_by_skew_and_needs_the_key():
 def test_resource_scores_prefer_the_emptier_and_more_balanced_node():
     req = intree.Requests()
     nodes = [_node("a"), _node("b")]
-    scores = intree.resource_scores(_pod("p", cpu="1", memory="1Gi"), nodes, {"a": [_pod("h", cpu="2", memory="1Gi")]}, req)
+    scores = intree.resource_scores(_pod("p", cpu="1", memory="1Gi"), nodes, {"a": [_pod("h", cpu="2", memory="1Gi")]},
+                                    req)
     assert scores["b"] > scores["a"]
 
 

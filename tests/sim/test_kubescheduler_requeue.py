@@ -5,8 +5,8 @@ on a full node is parked (unschedulablePods) after the extender rejects it;
 deleting a filler wakes it (hami.io/requeue-at) and it binds, long before the 5-minute flush, while a
 pod that still cannot fit (wrong GPU type) gets no wake; a filler that finishes (Succeeded) frees the
 same way, and so do its init containers finishing (its usage shrinks); devices registered on a new node
-wake a parked pod, but not a pod whose own nodeSelector keeps it off that node; the wake metrics count it; a flood of frees sends wakes no faster than the
-configured rate (each pending pod woken once per failure).
+wake a parked pod, but not a pod whose own nodeSelector keeps it off that node; the wake metrics count it; a flood of
+frees sends wakes no faster than the configured rate (each pending pod woken once per failure).
 The wake-to-bound latency is printed for the report (never asserted).
 """
 

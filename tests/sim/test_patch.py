@@ -70,14 +70,16 @@ def test_strategic_merge_merges_lists_by_their_keys():
     assert main["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "20"}, {"name": "C", "value": "3"}]
     assert main["volumeMounts"] == [{"name": "v", "mountPath": "/data", "readOnly": True}]
     assert out["metadata"]["finalizers"] == ["a", "b"]
-    assert out["status"]["conditions"] == [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}]
+    assert out["status"]["conditions"] == [{"type": "Ready", "status": "True"}, {"type": "PodScheduled",
+                                                                                 "status": "True"}]
     assert POD == before
 
 
 def test_strategic_merge_directives():
     out = ap(POD, {"spec": {"containers": [{"name": "side", "$patch": "delete"}],
                             "$setElementOrder/containers": [{"name": "main"}]},
-                   "metadata": {"$deleteFromPrimitiveList/finalizers": ["a"], "annotations": {"$patch": "replace", "y": "2"}}},
+                   "metadata": {"$deleteFromPrimitiveList/finalizers": ["a"],
+                               "annotations": {"$patch": "replace", "y": "2"}}},
              STRATEGIC)
     assert [c["name"] for c in out["spec"]["containers"]] == ["main"]
     assert out["metadata"]["finalizers"] == [] and out["metadata"]["annotations"] == {"y": "2"}
@@ -90,7 +92,8 @@ def test_strategic_merge_directives():
 
 
 def test_strategic_merge_lists_without_a_key_replace_and_null_deletes():
-    out = ap({"spec": {"tolerations": [{"key": "a"}], "x": 1}}, {"spec": {"tolerations": [{"key": "b"}], "x": None}}, STRATEGIC)
+    out = ap({"spec": {"tolerations": [{"key": "a"}], "x": 1}}, {"spec": {"tolerations": [{"key": "b"}], "x": None}},
+             STRATEGIC)
     assert out == {"spec": {"tolerations": [{"key": "b"}]}}
 
 
@@ -146,8 +149,8 @@ def test_content_type_parameters_are_ignored():
 json_scalars = st.one_of(st.booleans(), st.integers(-5, 5), st.text(max_size=3))
 json_docs = st.recursive(
     st.dictionaries(st.text(max_size=3), json_scalars, max_size=3),
-    lambda inner: st.dictionaries(st.text(max_size=3), st.one_of(json_scalars, inner, st.lists(json_scalars, max_size=2)),
-                                  max_size=3),
+    lambda inner: st.dictionaries(st.text(max_size=3),
+                                  st.one_of(json_scalars, inner, st.lists(json_scalars, max_size=2)), max_size=3),
     max_leaves=12,
 )
 

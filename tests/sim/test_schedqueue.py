@@ -1,9 +1,9 @@
 """kube-scheduler's scheduling queue model (hami.kubesched.schedqueue), driven with explicit clocks.
 
 Covers: PrioritySort order of activeQ; backoff 1 s doubling to the 10 s cap; an extender rejection
-parks the pod (with the `extender_parks` switch, which these tests set and say why); parked pods come back on their own update (isPodUpdated: status-only updates do
-not count), on the 5-minute flush, on node events their rejector plugin registered for (not on
-others); a move request during the cycle sends the failed pod to backoffQ (hints off) or only an
+parks the pod (with the `extender_parks` switch, which these tests set and say why); parked pods come back on their own
+update (isPodUpdated: status-only updates do not count), on the 5-minute flush, on node events their rejector plugin
+registered for (not on others); a move request during the cycle sends the failed pod to backoffQ (hints off) or only an
 event a rejector registered for does (hints on); pods rejected with no rejector back off; the
 1.30+ rule for extender-only rejections by default (`extender_parks=False`); the in-tree queueing hints (a node
 change moves a NodeAffinity/NodeUnschedulable-rejected pod only when it makes the node pass; an
@@ -14,10 +14,9 @@ or a node whose allocatable fits it).
 
 from __future__ import annotations
 
-from hami.kubesched import (
-    schedqueue as sq,  # The divergence these tests model on purpose: an extender rejection parks the pod (HAMi's reports,
-)
+from hami.kubesched import schedqueue as sq
 
+# The divergence these tests model on purpose: an extender rejection parks the pod (HAMi's reports,
 # Project-HAMi/HAMi#1368, #1875), so the parked pool's moves can be driven with an extender-only
 # rejection. Upstream 1.31 backs such a pod off instead (the loop's default; tested below).
 PARKS = {"extender_parks": True}
@@ -199,7 +198,8 @@ def test_hints_of_the_pod_plugins_queue_only_pods_a_change_can_help():
     assert q3.move_all((sq.ASSIGNED_POD, sq.DELETE), 5.0, other_ns, None) == 0
     bare = {"metadata": {"name": "n1", "labels": {}}, "status": {}}
     assert q3.move_all((sq.NODE, sq.ADD), 5.0, None, bare) == 0
-    assert q3.move_all((sq.NODE, sq.UPDATE_LABEL), 5.0, bare, {**bare, "metadata": {"name": "n1", "labels": {"zone": "z"}}}) == 1
+    assert q3.move_all((sq.NODE, sq.UPDATE_LABEL), 5.0, bare, {**bare, "metadata": {"name": "n1",
+                                                                                    "labels": {"zone": "z"}}}) == 1
 
 
 def test_hints_of_node_resources_fit():

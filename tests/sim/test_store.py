@@ -104,7 +104,8 @@ def test_watch_window_resume_and_410():
     with pytest.raises(ApiError) as exc:
         s.watch("nodes", resource_version=str(start))
     assert exc.value.code == 410 and exc.value.reason == "Expired"
-    assert drain(s.watch("nodes", resource_version=str(start + 1))) == [("ADDED", "n1"), ("ADDED", "n2"), ("ADDED", "n3")]
+    assert drain(s.watch("nodes", resource_version=str(start + 1))) == [("ADDED", "n1"), ("ADDED", "n2"), ("ADDED",
+                                                                                                           "n3")]
     s.compact()
     with pytest.raises(ApiError):
         s.watch("nodes", resource_version=str(s.rv - 1))

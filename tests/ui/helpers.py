@@ -12,7 +12,8 @@ def node(name: str, gpus: int = 2, mem: int = 40960) -> dict:
     devs = [DeviceInfo(id=f"GPU-{name}-{i}", count=10, devmem=mem, devcore=100, type=MODEL, index=i, numa=0,
                        mode="hami-core", health=True) for i in range(gpus)]
     return {"metadata": {"name": name, "annotations": {codec.REGISTER_ANNOTATION: codec.encode_node_devices(devs)}},
-            "status": {"allocatable": {"nvidia.com/gpu": str(gpus * 10)}, "capacity": {"nvidia.com/gpu": str(gpus * 10)}}}
+            "status": {"allocatable": {"nvidia.com/gpu": str(gpus * 10)},
+                       "capacity": {"nvidia.com/gpu": str(gpus * 10)}}}
 
 
 def pod(name: str, ns: str = "default", *, node: str = "", card: int = 0, mem: int = 4000, cores: int = 30,

@@ -55,7 +55,8 @@ def test_quota_rows_keep_gpu_quotas_only():
 
 
 EXPO = """# TYPE hami_vgpu_memory_used_bytes gauge
-hami_vgpu_memory_used_bytes{namespace="default",pod="a",container="c",vdevice_index="0",device_uuid="GPU-1",zone="vGPU"} 1048576
+hami_vgpu_memory_used_bytes{namespace="default",pod="a",container="c",vdevice_index="0",device_uuid="GPU-1",\
+zone="vGPU"} 1048576
 # TYPE hami_gpu_temperature_celsius gauge
 hami_gpu_temperature_celsius{node="n",device_index="0",device_uuid="GPU-1",device_type="A100"} 41
 # TYPE hami_gpu_power_usage_watts gauge
@@ -145,8 +146,8 @@ def test_mig_layout_shows_the_instances_pods_hold():
                      mig_profiles=profiles)
     n = {"metadata": {"name": "m1", "annotations": {codec.REGISTER_ANNOTATION: codec.encode_node_devices([dev])}},
          "status": {"allocatable": {"nvidia.com/gpu": "7"}}}
-    p = pod("mig-pod", node="m1", mem=39424, annotations={codec.MIG_ALLOCATIONS_ANNOTATION: codec.encode_mig_allocations(
-        [MigAllocation(0, 0, "GPU-m", "3g.40gb", MigPlacement(4, 4))])})
+    mig = codec.encode_mig_allocations([MigAllocation(0, 0, "GPU-m", "3g.40gb", MigPlacement(4, 4))])
+    p = pod("mig-pod", node="m1", mem=39424, annotations={codec.MIG_ALLOCATIONS_ANNOTATION: mig})
     p["metadata"]["annotations"][codec.ALLOCATED_ANNOTATION] = "GPU-m,NVIDIA,39424,42:;"
     p["metadata"]["annotations"][codec.TO_ALLOCATE_ANNOTATION] = "GPU-m,NVIDIA,39424,42:;"
     (card,) = cluster_view([n], [p]).nodes[0].cards

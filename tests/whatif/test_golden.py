@@ -6,8 +6,8 @@ memory scaling re-registers cards from their physical memory; added, removed and
 nodes/GPUs; finished pods replayed for as long as they ran (waiting pods take their cards when they
 leave); nodeSelector; required node affinity (In, NotIn, Exists, Gt, matchFields); required pod (anti-)affinity and
 DoNotSchedule topology spread (kube-scheduler's in-tree plugins, hami.kubesched.intree); NodeResourcesFit on
-cpu, memory and pod count where nodes report allocatable; the snapshot's pending pods are queued; arrival orders and seeds are
-deterministic; the diff against the baseline.
+cpu, memory and pod count where nodes report allocatable; the snapshot's pending pods are queued; arrival orders and
+seeds are deterministic; the diff against the baseline.
 """
 
 from __future__ import annotations
@@ -241,7 +241,8 @@ def test_node_resources_fit_counts_cpu_and_pods_before_the_gpu_fit():
 
 def _finished(pod: dict, start: str, end: str) -> dict:
     pod["status"] = {"phase": "Succeeded", "startTime": start,
-                     "containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 0, "finishedAt": end}}}]}
+                     "containerStatuses": [{"name": "main",
+                                            "state": {"terminated": {"exitCode": 0, "finishedAt": end}}}]}
     return pod
 
 

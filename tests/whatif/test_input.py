@@ -34,7 +34,8 @@ def test_bad_register_annotation_names_file_path_and_field():
 def test_bad_pod_allocation_and_shapes_are_named():
     pod = snap.pod("p", node="a")
     pod["metadata"]["annotations"][codec.ALLOCATED_ANNOTATION] = "not,a,device"
-    with pytest.raises(SnapshotError, match=r"s.json: items\[1\].metadata.annotations\['hami.io/vgpu-devices-allocated'\]"):
+    with pytest.raises(SnapshotError,
+                       match=r"s.json: items\[1\].metadata.annotations\['hami.io/vgpu-devices-allocated'\]"):
         parse_snapshot(snap.listing(snap.node("a"), pod), "s.json")
     bad = snap.pod("p")
     bad["metadata"]["annotations"] = ["x"]
@@ -137,7 +138,8 @@ _expr = st.dictionaries(st.sampled_from(["key", "operator", "values"]), _junk, m
 _term = st.dictionaries(st.sampled_from(["matchExpressions", "matchFields"]), st.lists(_expr, max_size=3) | _junk,
                         max_size=2) | _junk
 _spec = st.builds(lambda terms: {"affinity": {"nodeAffinity": {
-    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}, st.lists(_term, max_size=3) | _junk)
+    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}},
+    st.lists(_term, max_size=3) | _junk)
 
 
 @settings(max_examples=300, deadline=None)

@@ -2,11 +2,11 @@
 `score.select_node` gives, pod for pod.
 
 Covers: random clusters (mixed card sizes, split counts and types, labels, a tainted node, cordoned
-GPUs, running pods, nodes reporting allocatable cpu and pods) and random queues (1-2 GPUs, memory in MiB or percent, cores, init containers,
-two-container pods with cpu limits (kube-scheduler's NodeResourcesFit), per-pod node and GPU policies, use-gputype, nodeSelector, a namespace quota
-that fills up) replayed with the picker and with `select_node` per pod, under binpack and spread:
-the same node, devices and pending reasons for every pod, the same card fill at the end.
-A node refused for one request is tried again once a pod leaves it changed.
+GPUs, running pods, nodes reporting allocatable cpu and pods) and random queues (1-2 GPUs, memory in MiB or percent,
+cores, init containers, two-container pods with cpu limits (kube-scheduler's NodeResourcesFit), per-pod node and GPU
+policies, use-gputype, nodeSelector, a namespace quota that fills up) replayed with the picker and with `select_node`
+per pod, under binpack and spread: the same node, devices and pending reasons for every pod, the same card fill at the
+end. A node refused for one request is tried again once a pod leaves it changed.
 """
 
 from __future__ import annotations

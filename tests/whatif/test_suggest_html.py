@@ -1,9 +1,9 @@
 """Suggest mode and the HTML report.
 
 Covers: suggest ranks single changes by pods placed and finds the split count that fits the
-pending pods, with its trade-off; a pair of knobs is offered when only both together place a pod; `single_change_fits` names the one change that would place a
-pending pod (split count, uncordon, quota) or None; the CLI's --suggest and --html; the report
-is self-contained (no external URL, plots as data: PNGs) and renders in headless Chromium: the
+pending pods, with its trade-off; a pair of knobs is offered when only both together place a pod; `single_change_fits`
+names the one change that would place a pending pod (split count, uncordon, quota) or None; the CLI's --suggest and
+--html; the report is self-contained (no external URL, plots as data: PNGs) and renders in headless Chromium: the
 screenshot shows the plots' colours.
 """
 

@@ -124,7 +124,8 @@ def _decode_device_any(obj, i: int, text: str) -> DeviceInfo:
         health = False
     elif type(health) is not bool:
         raise type_error(health, "DeviceInfo.health", "bool", f"{field}.health", text)
-    for key, kind, go_type in (("custominfo", dict, "map[string]interface {}"), ("migtemplate", list, "[]device.Geometry")):
+    for key, kind, go_type in (("custominfo", dict, "map[string]interface {}"),
+                               ("migtemplate", list, "[]device.Geometry")):
         value = obj.get(key)
         if value is not None and type(value) is not kind:
             raise type_error(value, f"DeviceInfo.{key}", go_type, f"{field}.{key}", text)

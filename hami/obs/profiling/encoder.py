@@ -161,7 +161,8 @@ def encode_profile(profile: Profile) -> bytes:
         for k, v in sample.labels.items():
             body += _bytes_field(3, _int_field(1, strings(k)) + _int_field(2, strings(str(v))))
         for k, n in sample.num_labels.items():
-            body += _bytes_field(3, _int_field(1, strings(k)) + _int_field(3, _check_int(f"samples[{i}].num_labels", n)))
+            num_labels = _check_int(f"samples[{i}].num_labels", n)
+            body += _bytes_field(3, _int_field(1, strings(k)) + _int_field(3, num_labels))
         parts.append(_bytes_field(2, body))
 
     parts.extend(loc_msgs)

@@ -85,7 +85,8 @@ def claim_amounts(claim: Mapping, device_class: str) -> Amounts:
                 continue
             count = opt.get("count") if opt.get("allocationMode", "ExactCount") == "ExactCount" else 1
             count = count if isinstance(count, int) and count > 0 else 1
-            caps = ((opt.get("capacity") or {}).get("requests") or {}) if isinstance(opt.get("capacity"), Mapping) else {}
+            capacity = opt.get("capacity")
+            caps = ((capacity or {}).get("requests") or {}) if isinstance(capacity, Mapping) else {}
             got = Amounts(count, count * _mib(caps.get("memory", 0)), count * (_int(caps.get("cores", 0)) or 0))
             best = Amounts(*(max(a, b) for a, b in zip(best, got, strict=True)))
         total += best

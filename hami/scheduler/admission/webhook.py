@@ -9,8 +9,8 @@ API
 - `mutate(review, settings, quota=None) -> dict`: takes a decoded AdmissionReview
   (`admission.k8s.io/v1` or `v1beta1`) and returns the AdmissionReview to send back, with the
   same apiVersion. Mutations come back as a base64 JSONPatch (`patchType: JSONPatch`) built from
-  what mutation touched (hami.scheduler.admission.patchbuild; no whole-pod diff on the event loop). `quota` is a callable
-  `namespace -> usage.QuotaView | None` (or a QuotaView) for the ResourceQuota check. `mark`: the
+  what mutation touched (hami.scheduler.admission.patchbuild; no whole-pod diff on the event loop). `quota` is a
+  callable `namespace -> usage.QuotaView | None` (or a QuotaView) for the ResourceQuota check. `mark`: the
   nonce every allowed pod CREATE carries as `hami.io/admitted` (hami.scheduler.admission.admitted).
 - `mutate_pod(pod, settings, quota=None) -> Decision`: the same on a pod dict; `Decision.pod`
   is the mutated copy.

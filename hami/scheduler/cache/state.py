@@ -558,8 +558,8 @@ class ClusterState:
             self.on_pod(MODIFIED, None, pod)
 
     def placed_by_hami(self, uid: str, key: str, node: str, pod: dict | None) -> bool:
-        """Count a pod's devices only if hami placed it (else a pod could squat on devices by naming them): bound to the node its
-        placement names, held by this replica's /filter decision, or holding that node's lock."""
+        """Count a pod's devices only if hami placed it (else a pod could squat on devices by naming them): bound to the
+        node its placement names, held by this replica's /filter decision, or holding that node's lock."""
         if ((pod or {}).get("spec") or {}).get("nodeName") == node:
             return True
         if uid in self.held_placements():

@@ -7,8 +7,8 @@ than a status change (`isPodUpdated` in scheduling_queue.go). So the waker write
 only on those (`hami.io.scheduler.requeue.wake_list`: its last failure reasons could be removed by
 the change and it now fits on a changed node).
 
-Off the hot path, on the client's background lane (hami.kube.lanes): /filter and the informers only note failures and changes (dict writes); a
-background task coalesces changes for `debounce` seconds, computes the wake list, and sends the
+Off the hot path, on the client's background lane (hami.kube.lanes): /filter and the informers only note failures and
+changes (dict writes); a background task coalesces changes for `debounce` seconds, computes the wake list, and sends the
 patches under its own token bucket (`rate` per second, `burst`), so a flood of frees never floods
 the API server. Each recorded failure gets at most one wake. Counters: `wakes` (patches sent),
 `bound_after_wake` (woken pods later bound), `wake_to_bound` (seconds, the last 256).
@@ -37,8 +37,8 @@ REQUEUE_ANNOTATION = REQUEUE_AT_ANNOTATION
 
 
 class Waker:
-    def __init__(self, client: KubeClient | None, index: UsageIndex | Callable[[], UsageIndex], *, rate: float = 20.0, burst: int = 20,
-                 debounce: float = 0.02, clock: Callable[[], float] = time.time,
+    def __init__(self, client: KubeClient | None, index: UsageIndex | Callable[[], UsageIndex], *,
+                 rate: float = 20.0, burst: int = 20, debounce: float = 0.02, clock: Callable[[], float] = time.time,
                  labels_of: Callable[[str], Mapping[str, str] | None] | None = None):
         self.client = client
         self.labels_of = labels_of  # node -> labels, for the pods' own node constraints

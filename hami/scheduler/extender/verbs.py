@@ -5,8 +5,9 @@ Wire format: k8s.io/kube-scheduler/extender/v1 (spec protocols.md): `ExtenderArg
 `HostPriorityList` out for /prioritize; `ExtenderPreemptionArgs` in, `ExtenderPreemptionResult`
 (`NodeNameToMetaVictims`) out for /preempt. A body of the wrong shape is answered HTTP 400 with
 `{"Error": ...}` naming the field, never a 500: neither result type has an Error field, so
-kube-scheduler reads the status code (and logs the body), as it would a 200 it cannot decode. Scores: hami.scheduler.placement.prioritize; victims:
-hami.scheduler.preemption.victims; PDBs: hami.kubesched.pdb over the PDB informer.
+kube-scheduler reads the status code (and logs the body), as it would a 200 it cannot decode. Scores:
+hami.scheduler.placement.prioritize; victims: hami.scheduler.preemption.victims; PDBs: hami.kubesched.pdb over the PDB
+informer.
 """
 
 from __future__ import annotations

@@ -742,8 +742,9 @@ def fit_vendor_devices(
     (`hami.io/gpu-scheduler-policy: mutex`) refuses a card anything already uses; `same_card`
     (Mthreads) the cards other than the one the pod's earlier containers use; `networks` the
     node's Ascend NetworkIDs by device id; `app_classes` its MetaX cards' online/offline pods and
-    `link_zones` their MetaLink zones, `qos_expected` the QoS policies cards are switching to. Ascend's vNPU modes, 910C module pairing and super-pod
-    network grouping are `vendorrules`, as are AWS Neuron's and Kunlunxin's own selections."""
+    `link_zones` their MetaLink zones, `qos_expected` the QoS policies cards are switching to. Ascend's vNPU modes, 910C
+    module pairing and super-pod network grouping are `vendorrules`, as are AWS Neuron's and Kunlunxin's own
+    selections."""
     if vendor.hook == "awsneuron":
         ok, chosen, counts = fit_neuron(
             devices, request, vendor, _split_uuids(annotations.get(vendor.use_uuid_key)),

@@ -145,9 +145,9 @@ def first_fit(
     no other node fits: then the first fitting busy node in order (what select_node over every
     name gives when no free name fits). With `pending(name)` (how much is queued on a node, 0 =
     idle) the busy nodes are those with anything pending; they are passed by without being
-    fitted and, when no idle node fits, fitted least pending first (in order within a level). `need` (fit.memory_need) lets the walk pass by nodes
-    whose `free_memory_bound` is below it without fitting them. `failed` is complete only when
-    nothing fits (then every node is fitted, in order, for its reason).
+    fitted and, when no idle node fits, fitted least pending first (in order within a level). `need` (fit.memory_need)
+    lets the walk pass by nodes whose `free_memory_bound` is below it without fitting them. `failed` is complete only
+    when nothing fits (then every node is fitted, in order, for its reason).
     """
     order = names.order(descending)
     order.refresh(nodes, log)

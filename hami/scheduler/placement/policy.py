@@ -276,7 +276,8 @@ def device_score(dev: Any, requests: Any, weights: ScoringWeights = DEFAULT_WEIG
             mem += r.memreq
     a, b, c = req + dev.used, core + dev.usedcores, mem + dev.usedmem
     if -F32_EXACT <= a <= F32_EXACT and -F32_EXACT <= b <= F32_EXACT and -F32_EXACT <= c <= F32_EXACT \
-            and -F32_EXACT <= count <= F32_EXACT and -F32_EXACT <= tcore <= F32_EXACT and -F32_EXACT <= tmem <= F32_EXACT:
+            and -F32_EXACT <= count <= F32_EXACT and -F32_EXACT <= tcore <= F32_EXACT \
+            and -F32_EXACT <= tmem <= F32_EXACT:
         # float32(x) == x for these, and int / int is the correctly rounded quotient, as the
         # float division of the exact operands is: one rounding to float32 per ratio, as Go.
         us = F32_UNPACK(F32_PACK(a / count))[0]

@@ -1,9 +1,9 @@
 """Mutating admission for the embedded API server, as kube-apiserver calls HAMi's webhook.
 
 The Helm chart registers the scheduler's `/webhook` as `vgpu.hami.io` on pod CREATE and UPDATE and on
-pods/binding CREATE with `failurePolicy: Ignore`, skipping namespaces labelled `hami.io/webhook=ignore` (a pod's own label does
-not opt it out: a tenant could skip the webhook's rules) and, through matchConditions, UPDATEs from hami's own service
-accounts. In the embedded cluster the API server calls it the same way, so `kubectl apply` of a GPU
+pods/binding CREATE with `failurePolicy: Ignore`, skipping namespaces labelled `hami.io/webhook=ignore` (a pod's own
+label does not opt it out: a tenant could skip the webhook's rules) and, through matchConditions, UPDATEs from hami's
+own service accounts. In the embedded cluster the API server calls it the same way, so `kubectl apply` of a GPU
 pod gets `schedulerName: hami-scheduler` and HAMi's defaults exactly as on a real cluster: an
 AdmissionReview v1 request carrying the caller's userInfo (and the old object on UPDATE), the JSONPatch
 of the answer applied, a denial turned into the error kubectl prints. `operations` says which

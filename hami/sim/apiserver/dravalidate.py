@@ -97,7 +97,8 @@ def _tolerations(v: Any, field: str) -> None:
         t = _obj(t, f"{field}[{i}]", True)
         op = t.get("operator", "Equal")
         if op not in ("Equal", "Exists"):
-            raise FieldInvalid(f"{field}[{i}].operator", f'Unsupported value: {op!r}: supported values: "Equal", "Exists"')
+            raise FieldInvalid(f"{field}[{i}].operator",
+                               f'Unsupported value: {op!r}: supported values: "Equal", "Exists"')
         if op == "Exists" and t.get("value"):
             raise FieldInvalid(f"{field}[{i}].value", "Invalid value: must be empty when `operator` is 'Exists'")
         if not t.get("key") and op != "Exists":

@@ -82,7 +82,8 @@ def json_patch(obj: dict, ops: Any) -> dict:
     try:
         result = jsonpatch.JsonPatch(ops).apply(obj, in_place=False)
     except jsonpatch.JsonPatchTestFailed as exc:
-        raise PatchError(422, f"the server rejected our request due to an error in our request: test failed: {exc}") from None
+        raise PatchError(422, "the server rejected our request due to an error in our request: "
+                              f"test failed: {exc}") from None
     except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
         raise PatchError(422, f"the server rejected our request due to an error in our request: {exc}") from None
     except (TypeError, KeyError, AttributeError) as exc:

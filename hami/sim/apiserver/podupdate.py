@@ -6,10 +6,10 @@ pod itself except `spec.containers[*].image`, `spec.initContainers[*].image`,
 additions to the existing ones), `spec.schedulingGates` (only removals) and
 `spec.terminationGracePeriodSeconds` (to 1 where it was negative), and, while the pod is gated,
 additions to `spec.nodeSelector` (kube's node-affinity additions for gated pods are not modelled:
-they are refused here). Containers may not be added or removed. Anything else, `spec.priority`, `spec.priorityClassName`, `spec.nodeName` (a Binding sets
-it), `spec.schedulerName` or a container's resources included, is 422 Invalid with kube-apiserver's
-text. A pod's scheduling inputs are therefore what admission saw at CREATE: a tenant cannot raise
-its priority after admission, nor move itself to a node.
+they are refused here). Containers may not be added or removed. Anything else, `spec.priority`,
+`spec.priorityClassName`, `spec.nodeName` (a Binding sets it), `spec.schedulerName` or a container's resources included,
+is 422 Invalid with kube-apiserver's text. A pod's scheduling inputs are therefore what admission saw at CREATE: a
+tenant cannot raise its priority after admission, nor move itself to a node.
 
 Before comparing, the Priority admission plugin's update rule is applied (plugin/pkg/admission/priority):
 a body without `spec.priority` or `spec.preemptionPolicy` keeps the stored ones, as kube-apiserver

@@ -336,7 +336,8 @@ class ApiServer:
                     binding = await self.admission(res.key, ns, binding, self._ns_labels(ns), user=user,
                                                    subresource="binding")
                 self.store.bind(ns, name, binding, dry_run=dry)
-                return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
+                return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
+                             201)
             if name and sub == "eviction" and res.key == "pods":
                 return _json(evict(self.store, ns, name, await self._read_json(request)), 201)
             if name:

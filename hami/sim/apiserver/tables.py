@@ -63,8 +63,8 @@ def _node_row(o: dict, now: float) -> list:
     labels = (o.get("metadata") or {}).get("labels") or {}
     roles = sorted(k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/") and "/" in k)
     version = ((o.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", "")
-    return [o["metadata"]["name"], status, ",".join(roles) or "<none>", _age(o["metadata"].get("creationTimestamp"), now),
-            version]
+    age = _age(o["metadata"].get("creationTimestamp"), now)
+    return [o["metadata"]["name"], status, ",".join(roles) or "<none>", age, version]
 
 
 def _pod_row(o: dict, now: float) -> list:

@@ -1,4 +1,5 @@
-"""The embedded cluster's Job controller: `hami.sim.controllers.jobspec.job_plan` run on every change of a Job or its pods.
+"""The embedded cluster's Job controller: `hami.sim.controllers.jobspec.job_plan` run on every change of a Job or its
+pods.
 
 Pods carry the Job's labels (`batch.kubernetes.io/job-name`, `controller-uid`) and an ownerReference,
 and go when the Job goes (the garbage collector's part on a cluster).

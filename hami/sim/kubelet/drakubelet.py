@@ -35,7 +35,8 @@ from hami.dra._pb import (
 from hami.dra._pb import pluginregistration_pb2 as reg_pb
 from hami.dra._pb import pluginregistration_pb2_grpc as reg_grpc
 
-_VERSIONS = (("v1.DRAPlugin", dra_v1_pb2, dra_v1_pb2_grpc), ("v1beta1.DRAPlugin", dra_v1beta1_pb2, dra_v1beta1_pb2_grpc))
+_VERSIONS = (("v1.DRAPlugin", dra_v1_pb2, dra_v1_pb2_grpc),
+             ("v1beta1.DRAPlugin", dra_v1beta1_pb2, dra_v1beta1_pb2_grpc))
 _HEALTH = (("v1.DRAResourceHealth", dra_health_v1_pb2, dra_health_v1_pb2_grpc),
            ("v1alpha1.DRAResourceHealth", dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc))
 HEALTH_NAMES = {"HEALTHY": "Healthy", "UNHEALTHY": "Unhealthy", "UNKNOWN": "Unknown"}

@@ -144,7 +144,8 @@ class VendorPodRunner:
         meta = pod["metadata"]
         ns, name = meta.get("namespace", "default"), meta["name"]
         try:
-            await self.client.patch_pod(ns, name, {"metadata": {"annotations": {codec.BIND_PHASE_ANNOTATION: "success"}}})
+            await self.client.patch_pod(ns, name,
+                                        {"metadata": {"annotations": {codec.BIND_PHASE_ANNOTATION: "success"}}})
             await self._release_lock(ns, name)
             now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             statuses = [{"name": c["name"], "ready": True, "restartCount": 0, "image": c.get("image", ""),
