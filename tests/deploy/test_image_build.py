@@ -10,8 +10,8 @@ layer sizes are printed and stay under a ceiling; the smoke fails on an image th
 
 Runs where buildah and mmdebstrap are installed and the user is root (CI's .ci/run installs them).
 Elsewhere it skips naming what is missing, except under CI=true (.ci/run sets it): there a missing
-tool fails the test, so CI never stays green without building the image. The base tarball is cached in HAMI_IMAGE_CACHE (default
-~/.cache/hami-image) and the layers in buildah's storage, so a rerun takes seconds.
+tool fails the test, so CI never stays green without building the image. The base tarball is cached in
+HAMI_IMAGE_CACHE (default ~/.cache/hami-image) and the layers in buildah's storage, so a rerun takes seconds.
 """
 
 from __future__ import annotations

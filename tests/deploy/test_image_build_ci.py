@@ -33,7 +33,8 @@ def test_under_ci_a_missing_build_tool_fails_the_image_test(ci):
 def test_outside_ci_a_missing_build_tool_skips_naming_it():
     out = _run_image_test(None)
     assert out.returncode == 0, out.stdout[-2000:]
-    assert "SKIPPED [1]" in out.stdout and ("not installed" in out.stdout or "not root" in out.stdout), out.stdout[-2000:]
+    assert "SKIPPED [1]" in out.stdout, out.stdout[-2000:]
+    assert "not installed" in out.stdout or "not root" in out.stdout, out.stdout[-2000:]
 
 
 def test_image_smoke_runs_from_a_fresh_shell_outside_the_venv(tmp_path):

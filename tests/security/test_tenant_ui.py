@@ -1,4 +1,4 @@
-"""A tenant's pod (another host) and a hostile web page against the web UI (issue 39 §6), over real
+"""A tenant's pod (another host) and a hostile web page against the web UI, over real
 HTTP against the embedded API server:
 
 - without a read-only token the UI answers loopback peers only (kubectl port-forward): a request
