@@ -31,12 +31,14 @@ deallocated (`deallocate`) so the next attempt allocates it afresh.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 
 from hami.dra import podclaims
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
+from hami.kubesched import extendedres
 from hami.kubesched import schedqueue as sq
 from hami.kubesched.allocator import Allocator, Inventory, Outcome, Usage, allocated_node, inventory
 from hami.obs.log import get_logger
@@ -69,6 +71,8 @@ class DynamicResources:
         self.claims = Informer(client, "resourceclaims", handler=self._claim_event)
         self.classes = Informer(client, "deviceclasses", handler=self._class_event)
         self._assumed: dict[str, dict] = {}  # claim key -> the claim as we wrote it
+        # an extended-resource claim not created yet (its in-memory key) -> (pod ns, pod name, request mappings)
+        self._extended: dict[str, tuple[str, str, list[dict]]] = {}
         self._inventory: Inventory | None = None
         self.reserved = 0
         self.binding_checks = 0  # PreBind's looks at a claim's binding conditions that found them unmet
@@ -155,6 +159,28 @@ class DynamicResources:
 
     # ------------------------------------------------------------------ the plugin
 
+    def mapping(self) -> dict[str, str]:
+        """Extended resource -> DeviceClass (KEP-5004: extendedResourceName, or the implicit name)."""
+        return extendedres.class_mapping(self.classes.store.values())
+
+    def involves(self, pod: dict) -> bool:
+        """The plugin has work for the pod: claims, or extended resources a DeviceClass maps."""
+        return uses_claims(pod) or bool(extendedres.pod_wants(pod, self.mapping()))
+
+    def with_extended(self, pod: dict, claims: list[dict], node: dict) -> tuple[list[dict], tuple | None]:
+        """The claims to allocate on `node`: the pod's, plus the extended-resource claim kube-scheduler
+        builds where the node's allocatable lacks a mapped resource the pod asks (then the claim and its
+        request mappings), unless the pod has one already."""
+        mapping = self.mapping()
+        wants = extendedres.pod_wants(pod, mapping)
+        need = extendedres.needs_dra(wants, node)
+        if not need or extendedres.find_claim(pod, claims):
+            return claims, None
+        meta = pod.get("metadata") or {}
+        special, mappings = extendedres.special_claim(
+            pod, need, mapping, name=f"{meta.get('name', '')}-extended-resources-pending-{meta.get('uid', '')[:8]}")
+        return [*claims, special], (special, mappings)
+
     def gated(self, pod: dict) -> bool:
         """PreEnqueue: a pod waits outside the queue until every claim it names exists."""
         if not uses_claims(pod):
@@ -178,6 +204,9 @@ class DynamicResources:
             if (claim.get("metadata") or {}).get("deletionTimestamp"):
                 return None, f'resourceclaim "{ns}/{name}" is being deleted'
             claims.append(claim)
+        made = extendedres.find_claim(pod, self.claims.store.values())  # created by an earlier PreBind
+        if made is not None and not any(c is made for c in claims):
+            claims.append(dict(made))
         return claims, ""
 
     def filter(self, claims: list[dict], node: dict | str, usage: Usage) -> Outcome:
@@ -185,7 +214,7 @@ class DynamicResources:
         classes = {name: c for name, c in self.classes.store.items()}
         return self.allocator.allocate(claims, node, self.devices(), usage, classes)
 
-    def reserve(self, pod: dict, claims: list[dict], outcome: Outcome) -> list[dict]:
+    def reserve(self, pod: dict, claims: list[dict], outcome: Outcome, extended: tuple | None = None) -> list[dict]:
         """Reserve: the claims' new status (allocation, the pod in reservedFor), assumed at once so the
         next cycle sees the capacity taken; PreBind writes them (`prebind`) in the binding cycle."""
         meta = pod.get("metadata") or {}
@@ -206,6 +235,9 @@ class DynamicResources:
             body = {**claim, "status": status}
             self._assumed[key] = body
             bodies.append(body)
+        if extended is not None:
+            self._extended[podclaims.pod_key(extended[0])] = (meta.get("namespace", ""), meta.get("name", ""),
+                                                             extended[1])
         return bodies
 
     def unreserve(self, bodies: list[dict]) -> None:
@@ -218,8 +250,15 @@ class DynamicResources:
         """PreBind: write each reserved claim's status through /status, its resourceVersion as
         precondition, then wait for the binding conditions of every claim of the pod (`claim_keys`,
         allocated now or before); "" or the error (then every reservation of the pod is dropped)."""
-        for body in bodies:
+        for i, body in enumerate(bodies):
             key = podclaims.pod_key(body)
+            if key in self._extended:
+                created, error = await self._create_extended(body, key)
+                if error:
+                    self.unreserve(bodies)
+                    return error
+                body = bodies[i] = created
+                key = podclaims.pod_key(body)
             cmeta = body["metadata"]
             try:
                 written = await self.client.request(
@@ -239,6 +278,33 @@ class DynamicResources:
                     await self._release(bodies, key)
                     return error
         return ""
+
+    async def _create_extended(self, body: dict, key: str) -> tuple[dict, str]:
+        """PreBind for the extended-resource claim: create it (generateName, annotated, owned by the
+        pod), record it in the pod's status.extendedResourceClaimStatus; the created claim with the
+        reserved status to write next, or the error."""
+        pod_ns, pod_name, mappings = self._extended.pop(key)
+        meta = {k: v for k, v in body["metadata"].items() if k != "name"}
+        try:
+            created = await self.client.create("resourceclaims", {**body, "metadata": meta, "status": {}}, pod_ns)
+        except ApiError as exc:
+            return body, f"create claim for extended resources of pod {pod_ns}/{pod_name}: {exc.message}"
+        name = created["metadata"]["name"]
+        try:
+            await self.client.request(
+                "patch", "pods/status", "PATCH", resource_path("pods", pod_ns, pod_name, "status"),
+                body={"status": {"extendedResourceClaimStatus": {"resourceClaimName": name,
+                                                                  "requestMappings": mappings}}},
+                content_type="application/merge-patch+json")
+        except ApiError as exc:
+            with contextlib.suppress(ApiError):
+                await self.client.delete("resourceclaims", name, pod_ns)
+            return body, f"update pod {pod_ns}/{pod_name} ExtendedResourceClaimStatus: {exc.message}"
+        if self._assumed.get(key) is body:
+            del self._assumed[key]
+        out = {**created, "status": body.get("status") or {}}
+        self._assumed[podclaims.pod_key(out)] = out
+        return out, ""
 
     async def _wait_bound(self, key: str) -> str:
         """Until every binding condition of the claim's devices is True: "" or why binding failed."""

@@ -70,7 +70,7 @@ from hami.kubesched import schedqueue as sq
 from hami.kubesched.pdb import victims_violating
 from hami.obs.log import get_logger
 from hami.sim.dynamicresources import PLUGIN as DRA_PLUGIN
-from hami.sim.dynamicresources import DynamicResources, uses_claims
+from hami.sim.dynamicresources import DynamicResources
 
 log = get_logger(__name__)
 
@@ -577,7 +577,8 @@ class KubeSchedulerLoop:
         feasible = []
         view = self._cluster_view(pod)
         claims, outcomes, usage = None, {}, None
-        if self.dra is not None and uses_claims(pod):  # DynamicResources PreFilter
+        extended: dict[str, tuple | None] = {}  # node -> the extended-resource claim built for it (KEP-5004)
+        if self.dra is not None and self.dra.involves(pod):  # DynamicResources PreFilter
             claims, why = self.dra.prefilter(pod)
             if claims is None:
                 self.stats.unschedulable += 1
@@ -588,7 +589,8 @@ class KubeSchedulerLoop:
             name = node["metadata"]["name"]
             verdict = self.filter_in_tree(pod, node, view)
             if verdict is None and claims is not None:  # DynamicResources Filter
-                outcome = self.dra.filter(claims, node, usage)
+                node_claims, extended[name] = self.dra.with_extended(pod, claims, node)
+                outcome = self.dra.filter(node_claims, node, usage)
                 if outcome.ok:
                     outcomes[name] = outcome
                 else:
@@ -632,7 +634,8 @@ class KubeSchedulerLoop:
             return {plugin for plugin, _, _ in statuses.values()}
         node = chosen[0] if len(chosen) == 1 else await self._prioritize(http, pod, chosen)
         if claims is not None:  # DynamicResources Reserve; PreBind writes them in the binding cycle
-            self._prebind[key] = (self.dra.reserve(pod, claims, outcomes[node]),
+            ext = extended.get(node)
+            self._prebind[key] = (self.dra.reserve(pod, claims + ([ext[0]] if ext else []), outcomes[node], ext),
                                   [f"{c['metadata'].get('namespace', '')}/{c['metadata']['name']}" for c in claims])
         if on_assumed is not None:
             on_assumed(node)
@@ -692,12 +695,21 @@ class KubeSchedulerLoop:
                 pods_on = dict(pods_on)
                 pods_on[name] = list(pods_on.get(name, ())) + list(extra or ())
                 holders = intree.anti_affinity_holders({name: list(extra or ())}) + holders
-            v = (intree.fit_resources(pod, node, pods_on.get(name, ()), self.requests)
+            v = (intree.fit_resources(pod, node, pods_on.get(name, ()), self.requests, **self._extended_fit(node))
                  or intree.topology_spread(pod, node, view.eligible, pods_on)
                  or intree.inter_pod_affinity(pod, node, view.nodes, pods_on, holders, view.ns_labels))
             if v is not None:
                 return v.plugin, (v.reasons[0] if len(v.reasons) == 1 else v.reasons), v.unresolvable
         return None
+
+    def _extended_fit(self, node: dict) -> dict:
+        """NodeResourcesFit's extended resources: the HAMi loop leaves them to its extender (HAMi's
+        managedResources are ignoredByScheduler); the DRA loop checks them, except those a DeviceClass
+        maps (KEP-5004) on a node whose allocatable does not list them: DynamicResources serves those."""
+        if self.dra is None:
+            return {}
+        alloc = (node.get("status") or {}).get("allocatable") or {}
+        return {"extended": True, "ignored": frozenset(r for r in self.dra.mapping() if r not in alloc)}
 
     def in_tree_scores(self, pod: dict, feasible: list[dict], view: ClusterView) -> dict[str, int]:
         """The default profile's scores, weighted and summed, per feasible node."""

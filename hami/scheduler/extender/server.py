@@ -228,6 +228,12 @@ class Extender:
             requests, num_init = self.placer.requests_fn(pod)
         except ValueError as exc:
             return {"Error": str(exc)}
+        if self.claims is not None and (pod.get("spec") or {}).get("schedulerName") not in (
+                None, "", self.cfg.scheduler_name):
+            # --dra: a pod another scheduler places (kube-scheduler's DynamicResources) is not HAMi's to
+            # fit, even when it asks nvidia.com/gpu (KEP-5004: a DeviceClass's extendedResourceName
+            # serves it from DRA nodes); only its claims are ranked.
+            requests = ()
         if not any(r is not None and (r.__class__ is tuple or r.nums > 0) for r in requests):
             if self.claims is not None and (pod.get("spec") or {}).get("resourceClaims"):
                 if scanned is not None:

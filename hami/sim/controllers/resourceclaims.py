@@ -5,7 +5,8 @@
   recorded in `pod.status.resourceClaimStatuses`.
 - A pod that is gone (deleted, or Succeeded/Failed) leaves every claim's `status.reservedFor`; a
   claim no pod reserves any more is deallocated (its allocation cleared), and a claim the pod
-  owned is deleted with it (the garbage collector's part), which frees its devices' capacity.
+  owned is deleted with it (the garbage collector's part), which frees its devices' capacity; so is
+  the claim kube-scheduler made for the pod's extended resources (`status.extendedResourceClaimStatus`).
 
 Failures (a missing template, a refused write) are logged once per pod and retried on the next
 event of that pod or template, never raised.
@@ -45,7 +46,9 @@ class ResourceClaimController:
 
     def _on_pod(self, etype: str, old: dict | None, new: dict | None) -> None:
         pod = new or old or {}
-        if not (pod.get("spec") or {}).get("resourceClaims"):
+        # a pod with claims, or whose extended resources kube-scheduler served with a claim (KEP-5004)
+        if not (pod.get("spec") or {}).get("resourceClaims") and \
+                not (pod.get("status") or {}).get("extendedResourceClaimStatus"):
             return
         if _gone(new):
             if not _gone(old):

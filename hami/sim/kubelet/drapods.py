@@ -35,6 +35,11 @@ class Started:
     claim_devices: dict[str, list[tuple[str, str, tuple[str, ...]]]] = field(default_factory=dict)
 
 
+# The pod claim name kubelet files the extended-resource claim under (KEP-5004: it has no entry in
+# spec.resourceClaims; pod.status.extendedResourceClaimStatus names it and maps containers to requests).
+EXTENDED_POD_CLAIM = "extended-resources"
+
+
 def _claim_of_pod_claim(pod: Mapping) -> dict[str, str]:
     generated = {s.get("name"): s.get("resourceClaimName")
                  for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
@@ -43,7 +48,17 @@ def _claim_of_pod_claim(pod: Mapping) -> dict[str, str]:
         name = pc.get("resourceClaimName") or generated.get(pc.get("name"))
         if name:
             out[str(pc.get("name"))] = str(name)
+    ext = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    if isinstance(ext, Mapping) and ext.get("resourceClaimName"):
+        out[EXTENDED_POD_CLAIM] = str(ext["resourceClaimName"])
     return out
+
+
+def _extended_users(pod: Mapping) -> set[str]:
+    """Containers the extended-resource claim serves (its request mappings)."""
+    ext = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    return {str(m.get("containerName")) for m in (ext.get("requestMappings") or [] if isinstance(ext, Mapping) else [])
+            if isinstance(m, Mapping)}
 
 
 async def prepare_pod(client: KubeClient, kubelet: DraKubelet, cdi_root: str, pod: Mapping) -> Started:
@@ -72,10 +87,14 @@ async def prepare_pod(client: KubeClient, kubelet: DraKubelet, cdi_root: str, po
         if claim_name in uid_of:
             started.claim_devices[pod_claim] = list(results[uid_of[claim_name]].devices)
     spec = pod.get("spec") or {}
+    extended_users = _extended_users(pod)
     for ctr in list(spec.get("initContainers") or []) + list(spec.get("containers") or []):
         ids: list[str] = []
-        for c in (ctr.get("resources") or {}).get("claims") or []:
-            claim_name = by_pod_claim.get(str(c.get("name")))
+        pod_claims = [str(c.get("name")) for c in (ctr.get("resources") or {}).get("claims") or []]
+        if ctr.get("name") in extended_users:
+            pod_claims.append(EXTENDED_POD_CLAIM)
+        for pod_claim in pod_claims:
+            claim_name = by_pod_claim.get(pod_claim)
             if claim_name is not None:
                 ids += [i for i in results[uid_of[claim_name]].cdi_ids if i not in ids]
         if not ids:

@@ -1,0 +1,140 @@
+"""End to end: extended resources backed by DRA (KEP-5004) on `hami --role all --embedded --dra`, driven
+by real kubectl, with no webhook in the way (`--force-overwrite-default-scheduler=false` and pods that
+name default-scheduler: the webhook leaves them as written).
+
+HAMi's DeviceClass gets `extendedResourceName: nvidia.com/gpu` (the chart's `dra.extendedResourceName`).
+A pod asking `nvidia.com/gpu: 1` on a node where no device plugin advertises it is served as 1.36's
+kube-scheduler serves it: the embedded loop creates the claim `<pod>-extended-resources-<suffix>`,
+annotated `resource.kubernetes.io/extended-resource-claim: "true"`, owned by the pod, one request
+`container-0-request-0` for a whole GPU; the pod's `status.extendedResourceClaimStatus` maps its
+container to it; kubelet prepares it and the container gets the GPU (HAMi-core's env from the CDI
+spec). Deleting the pod deletes the claim. Without the mapping the same pod stays Pending.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e.test_embedded import _wait
+from tests.ports import free_ports
+from tests.tools import find_kubectl
+
+pytestmark = pytest.mark.slow
+
+DRIVER = "hami-core-gpu.project-hami.io"
+
+POD = """
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default}}
+spec:
+  schedulerName: default-scheduler
+  containers:
+  - name: cuda
+    image: nvidia/cuda:12.4.0-base-ubuntu22.04
+    resources:
+      limits: {{nvidia.com/gpu: "1"}}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    state = tmp_path_factory.mktemp("draext")
+    ports = dict(zip(("api", "ext", "smetrics", "mmetrics", "ui"), free_ports(5), strict=True))
+    cmd = [sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded", "--dra",
+           "--force-overwrite-default-scheduler=false",
+           "--sim-state-dir", str(state), "--sim-listen", f"127.0.0.1:{ports['api']}",
+           "--http_bind", f"127.0.0.1:{ports['ext']}",
+           "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
+           "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
+           "--ui-bind-address", f"127.0.0.1:{ports['ui']}",
+           "--sim-nodes", "1", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960", "-v=2"]
+    log = open(state / "hami.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    kubeconfig = str(state / "kubeconfig")
+    env = {**os.environ, "KUBECONFIG": kubeconfig}
+    kubectl = find_kubectl()
+
+    def run(*args, check=True, stdin=None):
+        res = subprocess.run([kubectl, *args], env=env, capture_output=True, text=True, input=stdin, timeout=60)
+        if check and res.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {res.stderr}")
+        return res.stdout
+
+    def published():
+        out = run("get", "resourceslices", "-o", "json", check=False)
+        return out and len(json.loads(out)["items"]) == 1
+
+    try:
+        _wait(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
+        _wait(published, 60, what="the node's ResourceSlice")
+        yield run
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+def _pod(run, name):
+    return json.loads(run("get", "pod", name, "-o", "json"))
+
+
+def _claims(run):
+    return json.loads(run("get", "resourceclaims", "-o", "json"))["items"]
+
+
+def test_without_the_mapping_a_gpu_pod_finds_no_node(cluster):
+    run = cluster
+    run("create", "-f", "-", stdin=POD.format(name="unmapped"))
+
+    def pending_unschedulable():
+        conds = _pod(run, "unmapped")["status"].get("conditions") or []
+        return any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conds)
+
+    # NodeResourcesFit: the node advertises no nvidia.com/gpu and no DeviceClass maps it
+    _wait(pending_unschedulable, 60, what="unmapped refused")
+    assert not _pod(run, "unmapped")["spec"].get("nodeName")
+    run("delete", "pod", "unmapped", "--wait=true")
+
+
+def test_a_mapped_extended_resource_gets_a_claim_kube_scheduler_creates(cluster):
+    run = cluster
+    cls = json.loads(run("get", "deviceclass", DRIVER, "-o", "json"))
+    cls["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    run("replace", "-f", "-", stdin=json.dumps(cls))
+    run("create", "-f", "-", stdin=POD.format(name="whole"))
+    _wait(lambda: _pod(run, "whole")["status"].get("phase") == "Running", 60, what="whole Running")
+    pod = _pod(run, "whole")
+    assert "resourceClaims" not in pod["spec"]  # untouched by the webhook
+    status = pod["status"]["extendedResourceClaimStatus"]
+    assert status["requestMappings"] == [
+        {"containerName": "cuda", "resourceName": "nvidia.com/gpu", "requestName": "container-0-request-0"}]
+    (claim,) = [c for c in _claims(run) if c["metadata"]["name"] == status["resourceClaimName"]]
+    assert claim["metadata"]["name"].startswith("whole-extended-resources-")
+    assert claim["metadata"]["annotations"]["resource.kubernetes.io/extended-resource-claim"] == "true"
+    (owner,) = claim["metadata"]["ownerReferences"]
+    assert owner["uid"] == pod["metadata"]["uid"] and owner["controller"] is True
+    assert claim["spec"]["devices"]["requests"] == [{"name": "container-0-request-0", "exactly": {
+        "deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": 1}}]
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert result["request"] == "container-0-request-0" and result["driver"] == DRIVER
+    assert claim["status"]["reservedFor"][0]["uid"] == pod["metadata"]["uid"]
+    env = json.loads(run("get", "pod", "whole", "-o",
+                         "jsonpath={.metadata.annotations.sim\\.hami\\.io/allocated-env}"))
+    assert env["cuda"]["NVIDIA_VISIBLE_DEVICES"].startswith("GPU-")
+    # counts only: no memory was asked, so the claim holds the whole card (the policy's default)
+    assert result["consumedCapacity"]["memory"] == str(40960 << 20)
+    run("delete", "pod", "whole", "--wait=true")
+    _wait(lambda: not any(c["metadata"]["name"] == status["resourceClaimName"] for c in _claims(run)), 60,
+          what="the extended-resource claim deleted with its pod")
