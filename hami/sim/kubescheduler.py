@@ -742,7 +742,8 @@ class KubeSchedulerLoop:
 
     async def _preempt(self, http: aiohttp.ClientSession, pod: dict,
                        statuses: dict, claims: list[dict] | None = None) -> tuple[str | None, str]:
-        """PostFilter (DefaultPreemption): (the nominated node, "") or (None, why it failed)."""
+        """PostFilter (DefaultPreemption): (the nominated node, "") or (None, why it failed). Kept whole: a
+        faithful port of kube-scheduler's steps, in their order."""
         spec = pod.get("spec") or {}
         if spec.get("preemptionPolicy") == "Never":
             return None, ""

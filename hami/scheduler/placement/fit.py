@@ -312,8 +312,8 @@ def fit_devices(
     """HAMi `NvidiaGPUDevices.Fit` (§5.3) over `devices`, sorted as §6.3, walked from the end.
 
     Returns (fit, chosen devices, reason); the reason is "" on success. `allocated` holds the
-    devices of the containers already placed in this phase (for the quota check).
-    """
+    devices of the containers already placed in this phase (for the quota check). Kept whole: a
+    faithful port, read beside the Go."""
     origin = request.nums
     nums = origin
     coresreq = request.coresreq
@@ -744,7 +744,7 @@ def fit_vendor_devices(
     node's Ascend NetworkIDs by device id; `app_classes` its MetaX cards' online/offline pods and
     `link_zones` their MetaLink zones, `qos_expected` the QoS policies cards are switching to. Ascend's vNPU modes, 910C
     module pairing and super-pod network grouping are `vendorrules`, as are AWS Neuron's and Kunlunxin's own
-    selections."""
+    selections. Kept whole: a faithful port of that Fit."""
     if vendor.hook == "awsneuron":
         ok, chosen, counts = fit_neuron(
             devices, request, vendor, _split_uuids(annotations.get(vendor.use_uuid_key)),

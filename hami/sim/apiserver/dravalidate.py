@@ -198,6 +198,7 @@ def _claim_status(status: Any) -> None:
 
 
 def _slice_spec(spec: Any) -> None:
+    """kube-apiserver's ValidateResourceSliceSpec, field by field in its order (kept whole: a faithful port)."""
     spec = _obj(spec, "spec", True)
     if not isinstance(spec.get("driver"), str) or not spec["driver"]:
         raise FieldInvalid("spec.driver", "Required value")
