@@ -66,3 +66,25 @@ def test_the_webhook_gives_claims_or_hamis_resources_per_mode_and_records_why():
     assert d.allowed
     d = mutate_pod(_pod("x"), WebhookSettings(dra=True, dra_default_mode=DP))
     assert d.allowed and "resourceClaims" not in d.pod["spec"]
+
+
+def test_only_the_webhook_writes_a_pods_quota_reservation_id():
+    from hami.scheduler.admission.webhook import RESERVATION_ANNOTATION, mutate
+
+    def review(op: str, annos: dict, old_annos: dict | None = None) -> dict:
+        req = {"uid": "r", "operation": op, "namespace": "t", "userInfo": {"username": "alice"},
+               "object": {"metadata": {"name": "p", "namespace": "t", "annotations": annos},
+                          "spec": {"containers": [{"name": "c"}]}}}
+        if old_annos is not None:
+            req["oldObject"] = {"metadata": {"name": "p", "namespace": "t", "annotations": old_annos},
+                                "spec": {"containers": [{"name": "c"}]}}
+        return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
+
+    settings = WebhookSettings(dra=True)
+    forged = mutate(review("CREATE", {RESERVATION_ANNOTATION: "abc"}), settings)["response"]
+    assert not forged["allowed"] and RESERVATION_ANNOTATION in forged["status"]["message"]
+    changed = mutate(review("UPDATE", {RESERVATION_ANNOTATION: "x"}, {RESERVATION_ANNOTATION: "y"}), settings)
+    assert not changed["response"]["allowed"]
+    assert mutate(review("UPDATE", {}, {}), settings)["response"]["allowed"]
+    # without --dra the key means nothing and is left alone
+    assert mutate(review("CREATE", {RESERVATION_ANNOTATION: "abc"}), WebhookSettings())["response"]["allowed"]

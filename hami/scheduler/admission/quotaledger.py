@@ -11,8 +11,9 @@ claim cache (then the claims count), or after `TTL` (a pod the API server then r
 created).
 
 Tenants cannot reach the ledger: writing a ResourceQuota is the namespace admin's right, not a pod
-creator's. Ids are random per admission; the webhook writes the pod's annotation over any value a
-pod creator set.
+creator's. Ids are random per admission, and only the webhook writes a pod's id: a pod creator who
+sets, changes or removes the annotation is refused (it is one of the webhook's guarded keys with
+--dra, hami.scheduler.admission.placementguard), so no pod can claim another pod's reservation.
 """
 
 from __future__ import annotations

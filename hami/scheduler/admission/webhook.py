@@ -98,7 +98,10 @@ class WebhookSettings:
     quantity_limits: tuple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "placement_keys", placement_keys(self.vendors))
+        # --dra: the quota reservation id is the webhook's alone (quotaledger): no pod creator sets,
+        # changes or removes it, so no pod can end another's reservation before its claims exist
+        object.__setattr__(self, "placement_keys", placement_keys(self.vendors)
+                           | ({RESERVATION_ANNOTATION} if self.dra else set()))
         object.__setattr__(self, "quantity_limits", nvidia_limits(self.nvidia)
                            + vendor_limits(self.vendors))
 
