@@ -116,52 +116,20 @@ class UsageCollector:
 
     def collect(self) -> Iterable:
         snap = self.snapshot()
-        g = {
-            "mem_limit": GaugeMetricFamily("hami_gpu_memory_limit_bytes",
-                                           "Device memory limit for a certain GPU", labels=_DEV),
-            "core_limit": GaugeMetricFamily("hami_gpu_core_limit_ratio",
-                                            "Device core limit for a certain GPU", labels=_DEV),
-            "mem_alloc": GaugeMetricFamily("hami_gpu_memory_allocated_bytes",
-                                           "Device memory allocated for a certain GPU", labels=_DEV_CORES),
-            "shared": GaugeMetricFamily("hami_gpu_shared_count",
-                                        "Number of containers sharing this GPU", labels=_DEV),
-            "core_alloc": GaugeMetricFamily("hami_gpu_core_allocated_ratio",
-                                            "Device core allocated for a certain GPU", labels=_DEV),
-            "overview": GaugeMetricFamily("hami_node_gpu_overview",
-                                          "GPU overview on a certain node", labels=_OVERVIEW),
-            "mem_ratio": GaugeMetricFamily("hami_node_gpu_memory_allocated_ratio",
-                                           "GPU Memory Allocated Percentage on a certain GPU", labels=_DEV),
-            "vmem": GaugeMetricFamily("hami_vgpu_memory_allocated_bytes",
-                                      "vGPU memory allocated from a container", labels=_POD),
-            "vcore": GaugeMetricFamily("hami_vgpu_core_allocated_ratio",
-                                       "vGPU core allocated from a container", labels=_POD),
-        }
-        legacy = {}
-        if self.legacy:  # HAMi's HELP texts too, spelling included
-            legacy = {
-                "mem_limit": GaugeMetricFamily("GPUDeviceMemoryLimit",
-                                               "Device memory limit for a certain GPU", labels=_L_DEV),
-                "core_limit": GaugeMetricFamily("GPUDeviceCoreLimit",
-                                                "Device memory core limit for a certain GPU", labels=_L_DEV),
-                "mem_alloc": GaugeMetricFamily("GPUDeviceMemoryAllocated",
-                                               "Device memory allocated for a certain GPU", labels=_L_DEV_CORES),
-                "shared": GaugeMetricFamily("GPUDeviceSharedNum",
-                                            "Number of containers sharing this GPU", labels=_L_DEV),
-                "core_alloc": GaugeMetricFamily("GPUDeviceCoreAllocated",
-                                                "Device core allocated for a certain GPU", labels=_L_DEV),
-                "overview": GaugeMetricFamily("nodeGPUOverview",
-                                              "GPU overview on a certain node", labels=_L_OVERVIEW),
-                "mem_ratio": GaugeMetricFamily("nodeGPUMemoryPercentage",
-                                               "GPU Memory Allocated Percentage on a certain GPU", labels=_L_RATIO),
-                "vmem": GaugeMetricFamily("vGPUMemoryAllocated",
-                                          "vGPU memory allocated from a container", labels=_L_POD),
-                "vcore": GaugeMetricFamily("vGPUCoreAllocated",
-                                           "vGPU core allocated from a container", labels=_L_POD),
-                "mig": GaugeMetricFamily("nodeGPUMigInstance",
-                                         "GPU Sharing mode. 0 for hami-core, 1 for mig, 2 for mps", labels=_L_MIG),
-            }
-        cores_of = {}  # device uuid -> (registered type, total cores): AMD's container core ratio
+        g = _current_families()
+        legacy = _legacy_families() if self.legacy else {}
         shown = {d.id: (d.id if self.device_uuids else device_label(node, d.index)) for node, d in snap.devices}
+        cores_of = self._device_metrics(snap, shown, g, legacy)
+        yield self._mig_family(snap, legacy)
+        self._pod_metrics(snap, shown, cores_of, g, legacy)
+        _quota_metrics(snap, g, legacy)
+        yield from g.values()
+        yield from legacy.values()
+
+    @staticmethod
+    def _device_metrics(snap, shown: dict, g: dict, legacy: dict) -> dict:
+        """Each card's families; answers device uuid -> (registered type, total cores), AMD's core ratio."""
+        cores_of = {}
         for node, d in snap.devices:
             idx = str(d.index)
             uid = shown[d.id]
@@ -190,6 +158,10 @@ class UsageCollector:
                                               d.usedmem * MIB)
                 if d.totalmem > 0:
                     legacy["mem_ratio"].add_metric([node, uid, idx, ZONE], d.usedmem / d.totalmem)
+        return cores_of
+
+    def _mig_family(self, snap, legacy: dict) -> GaugeMetricFamily:
+        """The realized MIG instances (HAMi's RuntimeReady ones), labelled by the scheduler's placement."""
         mig = GaugeMetricFamily("hami_node_gpu_mig_instance_info",
                                 "Realized MIG instance identity and scheduler placement", labels=_MIG)
         for m in snap.migs:
@@ -202,7 +174,10 @@ class UsageCollector:
             if legacy:
                 legacy["mig"].add_metric(
                     [m.node, gpu, str(m.device_index), f"{m.profile}-{m.gpu_instance_id}", ZONE], 1)
-        yield mig
+        return mig
+
+    def _pod_metrics(self, snap, shown: dict, cores_of: dict, g: dict, legacy: dict) -> None:
+        """Each container's share of each card it holds."""
         for p in snap.pods:
             if not p.device_uuid:
                 continue  # HAMi omits a device without a UUID
@@ -215,26 +190,78 @@ class UsageCollector:
                 labels = [p.namespace, p.node, p.pod, str(p.container_index), puid, ZONE]
                 legacy["vmem"].add_metric(labels, p.usedmem * MIB)
                 legacy["vcore"].add_metric(labels, p.usedcores)
-        q_used = GaugeMetricFamily("hami_resource_quota_used", "resourcequota usage for a certain device",
-                                   labels=("namespace", "quota_name", "limit", "zone"))
-        q_limit = GaugeMetricFamily("hami_resource_quota_limit", "resourcequota limit for a certain device",
-                                    labels=("namespace", "quota_name", "zone"))
-        # quota_name is the resource (nvidia.com/gpumem, huawei.com/Ascend910B3-memory, ...): HAMi's
-        # label set, and it already says whose resource it is. Usage without a limit reads limit="0"
-        # and has no limit series, as HAMi's (a limit of 0 means none here).
+
+
+def _current_families() -> dict[str, GaugeMetricFamily]:
+    """The per-device and per-container families, by HAMi's v2.10 names."""
+    return {
+        "mem_limit": GaugeMetricFamily("hami_gpu_memory_limit_bytes",
+                                       "Device memory limit for a certain GPU", labels=_DEV),
+        "core_limit": GaugeMetricFamily("hami_gpu_core_limit_ratio",
+                                        "Device core limit for a certain GPU", labels=_DEV),
+        "mem_alloc": GaugeMetricFamily("hami_gpu_memory_allocated_bytes",
+                                       "Device memory allocated for a certain GPU", labels=_DEV_CORES),
+        "shared": GaugeMetricFamily("hami_gpu_shared_count",
+                                    "Number of containers sharing this GPU", labels=_DEV),
+        "core_alloc": GaugeMetricFamily("hami_gpu_core_allocated_ratio",
+                                        "Device core allocated for a certain GPU", labels=_DEV),
+        "overview": GaugeMetricFamily("hami_node_gpu_overview",
+                                      "GPU overview on a certain node", labels=_OVERVIEW),
+        "mem_ratio": GaugeMetricFamily("hami_node_gpu_memory_allocated_ratio",
+                                       "GPU Memory Allocated Percentage on a certain GPU", labels=_DEV),
+        "vmem": GaugeMetricFamily("hami_vgpu_memory_allocated_bytes",
+                                  "vGPU memory allocated from a container", labels=_POD),
+        "vcore": GaugeMetricFamily("hami_vgpu_core_allocated_ratio",
+                                   "vGPU core allocated from a container", labels=_POD),
+    }
+
+
+def _legacy_families() -> dict[str, GaugeMetricFamily]:
+    """HAMi's legacy metric names with their HELP texts, spelling included (--legacy-metrics)."""
+    return {
+        "mem_limit": GaugeMetricFamily("GPUDeviceMemoryLimit",
+                                       "Device memory limit for a certain GPU", labels=_L_DEV),
+        "core_limit": GaugeMetricFamily("GPUDeviceCoreLimit",
+                                        "Device memory core limit for a certain GPU", labels=_L_DEV),
+        "mem_alloc": GaugeMetricFamily("GPUDeviceMemoryAllocated",
+                                       "Device memory allocated for a certain GPU", labels=_L_DEV_CORES),
+        "shared": GaugeMetricFamily("GPUDeviceSharedNum",
+                                    "Number of containers sharing this GPU", labels=_L_DEV),
+        "core_alloc": GaugeMetricFamily("GPUDeviceCoreAllocated",
+                                        "Device core allocated for a certain GPU", labels=_L_DEV),
+        "overview": GaugeMetricFamily("nodeGPUOverview",
+                                      "GPU overview on a certain node", labels=_L_OVERVIEW),
+        "mem_ratio": GaugeMetricFamily("nodeGPUMemoryPercentage",
+                                       "GPU Memory Allocated Percentage on a certain GPU", labels=_L_RATIO),
+        "vmem": GaugeMetricFamily("vGPUMemoryAllocated",
+                                  "vGPU memory allocated from a container", labels=_L_POD),
+        "vcore": GaugeMetricFamily("vGPUCoreAllocated",
+                                   "vGPU core allocated from a container", labels=_L_POD),
+        "mig": GaugeMetricFamily("nodeGPUMigInstance",
+                                 "GPU Sharing mode. 0 for hami-core, 1 for mig, 2 for mps", labels=_L_MIG),
+    }
+
+
+def _quota_metrics(snap, g: dict, legacy: dict) -> None:
+    """ResourceQuota usage and limits, HAMi's families (and its legacy one)."""
+    q_used = GaugeMetricFamily("hami_resource_quota_used", "resourcequota usage for a certain device",
+                               labels=("namespace", "quota_name", "limit", "zone"))
+    q_limit = GaugeMetricFamily("hami_resource_quota_limit", "resourcequota limit for a certain device",
+                                labels=("namespace", "quota_name", "zone"))
+    # quota_name is the resource (nvidia.com/gpumem, huawei.com/Ascend910B3-memory, ...): HAMi's
+    # label set, and it already says whose resource it is. Usage without a limit reads limit="0"
+    # and has no limit series, as HAMi's (a limit of 0 means none here).
+    for q in snap.quotas:
+        q_used.add_metric([q.namespace, q.resource, str(q.limit), ZONE], q.used)
+        if q.limit:
+            q_limit.add_metric([q.namespace, q.resource, ZONE], q.limit)
+    g["q_used"], g["q_limit"] = q_used, q_limit
+    if legacy:
+        lq = GaugeMetricFamily("QuotaUsed", "resourcequota usage for a certain device",
+                               labels=("quotanamespace", "quotaName", "limit", "zone"))
         for q in snap.quotas:
-            q_used.add_metric([q.namespace, q.resource, str(q.limit), ZONE], q.used)
-            if q.limit:
-                q_limit.add_metric([q.namespace, q.resource, ZONE], q.limit)
-        g["q_used"], g["q_limit"] = q_used, q_limit
-        if legacy:
-            lq = GaugeMetricFamily("QuotaUsed", "resourcequota usage for a certain device",
-                                   labels=("quotanamespace", "quotaName", "limit", "zone"))
-            for q in snap.quotas:
-                lq.add_metric([q.namespace, q.resource, str(q.limit), ZONE], q.used)
-            legacy["q_used"] = lq
-        yield from g.values()
-        yield from legacy.values()
+            lq.add_metric([q.namespace, q.resource, str(q.limit), ZONE], q.used)
+        legacy["q_used"] = lq
 
 
 class ApiCollector:

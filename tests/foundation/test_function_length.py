@@ -44,8 +44,6 @@ ALLOWED: dict[str, tuple[int, str]] = {
         144, "to split: one function per branch of the diagnosis tree"),
     "whatif/timing.py:run_timed": (
         126, "to split: the cluster start, the pod creation schedule and the measurements"),
-    "scheduler/metrics.py:UsageCollector.collect": (
-        121, "to split: one function per metric family group (devices, quotas, lanes, latencies)"),
     "app.py:run_roles": (
         99, "to split: the role start, the readiness wait and the shutdown"),
     "cli/main.py:main": (
