@@ -265,6 +265,34 @@ def test_a_tenant_cannot_strip_its_placement_nor_raise_its_priority(embedded):
     assert res.returncode != 0 and "pod updates may not change fields" in res.stderr
 
 
+def test_kubectl_hami_top_shows_every_gpu_and_a_pods_share(embedded):
+    """The real kubectl finds the `kubectl-hami` console script on PATH and runs it on the current context."""
+    run = embedded["kubectl"]
+    run("apply", "--validate=false", "-f", "-", stdin=POD.format(name="e2e-top", mem=1500))
+    _wait(lambda: json.loads(run("get", "pod", "e2e-top", "-o", "json"))["status"].get("phase") == "Running",
+          120, what="e2e-top Running")
+    env = {**embedded["env"], "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+    metrics = f"http://127.0.0.1:{embedded['ports']['mmetrics']}/metrics"
+
+    def hami(*args: str) -> str:
+        res = subprocess.run([find_kubectl(), "hami", *args], env=env, capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    table = hami("top", "gpus").splitlines()
+    assert table[0].split()[:4] == ["NODE", "GPU", "MODEL", "SLICES"]
+    assert sorted(tuple(line.split()[:2]) for line in table[1:]) == [
+        ("gpu-node-1", "0"), ("gpu-node-1", "1"), ("gpu-node-2", "0"), ("gpu-node-2", "1")]
+    gpus = json.loads(hami("top", "gpus", "-o", "json", "--metrics-url", metrics))["items"]
+    assert all(g["split"] == 10 and g["memory_mib"] == 40960 for g in gpus)
+    pods = json.loads(hami("top", "pods", "-A", "-o", "json", "--metrics-url", metrics))["items"]
+    (share,) = [p for p in pods if p["pod"] == "e2e-top"]
+    assert share["memory_allocated_mib"] == 1500 and share["cores_allocated"] == 30
+    holder = next(g for g in gpus if g["uuid"] == share["uuid"])
+    assert holder["slices"] >= 1 and holder["memory_allocated_mib"] >= 1500
+    assert "gpu-node-1" in hami("top", "nodes") and "e2e-top" in hami("top", "pods")  # namespace default
+
+
 def test_stopping_leaves_no_processes_or_sockets(tmp_path):
     with running_embedded(tmp_path / "emb") as own:  # its own run: the module's keeps serving the other tests
         _stop_and_check(own)
