@@ -12,17 +12,12 @@ from hami.config.flagtable import BY_DEST
 from hami.config.settings import (
     DEVICE_ID_STRATEGIES,
     DEVICE_LIST_STRATEGIES,
-    AgentSettings,
+    GROUP_TYPES,
     Config,
     ConfigError,
     DebugSettings,
-    KubeSettings,
-    ListenSettings,
-    LogSettings,
-    MonitorSettings,
     SchedulerSettings,
     SimSettings,
-    UiSettings,
     parse_duration,
 )
 from hami.config.trust import check_listener_trust, check_listeners, check_sim_listen, check_trusted_sources
@@ -114,29 +109,15 @@ def build_config(
     """
     env = os.environ if env is None else env
     warn = warn or (lambda msg: None)
-    groups: dict[str, dict[str, Any]] = {
-        g: {} for g in ("kube", "log", "debug", "listen", "scheduler", "agent", "monitor", "sim", "ui")
-    }
+    groups: dict[str, dict[str, Any]] = {g: {} for g in GROUP_TYPES}
     files = read_device_files(flags, env, warn)
     apply_environment(groups, env)
     apply_flags(groups, flags)
     config_scheduler = check_groups(groups, flags)
-    return Config(
-        roles=tuple(flags.get("roles", ())),
-        kube=KubeSettings(**groups["kube"]),
-        log=LogSettings(**groups["log"]),
-        debug=DebugSettings(**groups["debug"]),
-        listen=ListenSettings(**groups["listen"]),
-        nvidia=files.nvidia,
-        node_configs=files.node_configs,
-        device_config_file=files.device_file,
-        vendors=files.vendors,
-        scheduler=config_scheduler,
-        agent=AgentSettings(**{**groups["agent"], "node_config_file": files.node_file}),
-        monitor=MonitorSettings(**groups["monitor"]),
-        sim=SimSettings(**groups["sim"]),
-        ui=UiSettings(**groups["ui"]),
-    )
+    groups["agent"]["node_config_file"] = files.node_file
+    made = {g: kind(**groups[g]) for g, kind in GROUP_TYPES.items() if g != "scheduler"}
+    return Config(roles=tuple(flags.get("roles", ())), nvidia=files.nvidia, node_configs=files.node_configs,
+                  device_config_file=files.device_file, vendors=files.vendors, scheduler=config_scheduler, **made)
 
 
 class DeviceFiles(NamedTuple):

@@ -227,6 +227,14 @@ class Config:
     ui: UiSettings = field(default_factory=UiSettings)
 
 
+# settings group -> its type, each the Config field of the same name
+GROUP_TYPES: dict[str, type] = {
+    "kube": KubeSettings, "log": LogSettings, "debug": DebugSettings, "listen": ListenSettings,
+    "scheduler": SchedulerSettings, "agent": AgentSettings, "monitor": MonitorSettings, "sim": SimSettings,
+    "ui": UiSettings,
+}
+
+
 # --------------------------------------------------------------------------- durations
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
