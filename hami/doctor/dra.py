@@ -1,11 +1,15 @@
 """Why is a DRA pod Pending? (pure): its claims, the nodes' ResourceSlices, the allocator's verdict.
 
 For a pod with `spec.resourceClaims` (the `--dra` webhook's, or written by hand): a templated claim
-the resourceclaim controller has not made, a claim that does not exist, no node publishing
-devices, or, per node, the allocator's answer (`hami.kubesched.allocator`, the one the embedded
-kube-scheduler runs) with every device's reason: which claim, which selector or which capacity
-failed on which device. When the claims would fit somewhere now, the pod only waits for
-kube-scheduler's next attempt.
+the resourceclaim controller has not made (its template missing, or asking admin access in a
+namespace without the `resource.kubernetes.io/admin-access` label, which the API server refuses),
+a claim that does not exist, no node publishing devices, or, per node, the allocator's answer
+(`hami.kubesched.allocator`, the one the embedded kube-scheduler runs, given the Node object so
+`nodeSelector` slices match its labels): which request of which claim failed, and every device's
+reason: a selector that is false, the capacity short with the numbers (`memory 4000Mi requested,
+0 of 8000Mi free`), a device taint the request does not tolerate, the device in use, a counter of
+a partitionable GPU exhausted (`counter .../memory: needs 10Gi, 0 of 40Gi left`). When the claims
+would fit somewhere now, the pod only waits for kube-scheduler's next attempt.
 """
 
 from __future__ import annotations
@@ -18,20 +22,69 @@ from hami.dra.claims import DRIVER
 from hami.kubesched.allocator import Allocator, Usage, allocated_node, inventory
 
 MAX_EVIDENCE = 40
+ADMIN_LABEL = "resource.kubernetes.io/admin-access"  # the namespace label that allows adminAccess
 
 
 def uses_claims(pod: Mapping) -> bool:
     return bool((pod.get("spec") or {}).get("resourceClaims"))
 
 
+def admin_requests(claim_spec: Mapping) -> list[str]:
+    """The requests (and firstAvailable subrequests, as `<request>/<sub>`) asking adminAccess."""
+    out = []
+    for r in ((claim_spec.get("devices") or {}).get("requests") or []) if isinstance(claim_spec, Mapping) else []:
+        if not isinstance(r, Mapping):
+            continue
+        if isinstance(r.get("exactly"), Mapping) and r["exactly"].get("adminAccess") is True:
+            out.append(str(r.get("name")))
+        for sub in r.get("firstAvailable") or []:
+            if isinstance(sub, Mapping) and sub.get("adminAccess") is True:
+                out.append(f"{r.get('name')}/{sub.get('name')}")
+    return out
+
+
+def _admin_refused(claim_spec: Mapping, ns: str, namespace_labels: Mapping[str, str] | None) -> str:
+    asks = admin_requests(claim_spec)
+    if not asks or namespace_labels is None or namespace_labels.get(ADMIN_LABEL) == "true":
+        return ""
+    return (f"request {', '.join(asks)} asks adminAccess, and namespace {ns} is not labelled {ADMIN_LABEL}=true: "
+            "the API server refuses such a claim")
+
+
+def _template_of(pod: Mapping, pod_claim: str) -> str:
+    for pc in (pod.get("spec") or {}).get("resourceClaims") or []:
+        if isinstance(pc, Mapping) and pc.get("name") == pod_claim:
+            return str(pc.get("resourceClaimTemplateName") or "")
+    return ""
+
+
 def diagnose_dra_pod(pod: Mapping, claims: Mapping[str, Mapping], slices: Iterable[Mapping],
-                     classes: Mapping[str, Mapping], nodes: Iterable[str]) -> Diagnosis:
-    """`claims`: every ResourceClaim by "ns/name" (their allocations are the cluster's usage)."""
+                     classes: Mapping[str, Mapping], nodes: Iterable[Mapping | str],
+                     templates: Mapping[str, Mapping] | None = None,
+                     namespace_labels: Mapping[str, str] | None = None) -> Diagnosis:
+    """`claims`: every ResourceClaim by "ns/name" (their allocations are the cluster's usage);
+    `nodes`: the Node objects (names alone match no `nodeSelector` slice); `templates` by "ns/name"
+    and the pod namespace's labels, when known, say why a templated claim was not made."""
     key = podclaims.pod_key(pod)
     meta = pod.get("metadata") or {}
     ns = meta.get("namespace", "")
     path = ["pending", "dra"]
     names, waiting = podclaims.claim_names(pod)
+    if waiting and templates is not None:
+        tname = _template_of(pod, waiting[0])
+        tmpl = templates.get(f"{ns}/{tname}")
+        if tmpl is None:
+            return Diagnosis(key, "dra-template-missing",
+                             f"ResourceClaimTemplate {ns}/{tname} for pod claim {waiting[0]!r} does not exist", (),
+                             "create the template in the pod's namespace (with --dra the scheduler makes HAMi's "
+                             "templates for the pods it admitted: check it runs)", (*path, "template-missing"))
+        refused = _admin_refused((tmpl.get("spec") or {}).get("spec") or {}, ns, namespace_labels)
+        if refused:
+            return Diagnosis(key, "dra-admin-access-refused",
+                             f"the claim for pod claim {waiting[0]!r} cannot be made: {refused}",
+                             (f"template {ns}/{tname}",),
+                             f"label the namespace {ADMIN_LABEL}=true (cluster admins only), or drop adminAccess",
+                             (*path, "admin-access-refused"))
     if waiting:
         return Diagnosis(key, "dra-claim-not-created",
                          f"the ResourceClaim for pod claim {waiting[0]!r} has not been created from its template",
@@ -60,10 +113,16 @@ def diagnose_dra_pod(pod: Mapping, claims: Mapping[str, Mapping], slices: Iterab
         alloc = (c.get("status") or {}).get("allocation")
         if alloc:
             evidence.append(f"claim {podclaims.pod_key(c)} is allocated on node {allocated_node(alloc)}")
+        refused = "" if alloc else _admin_refused(c.get("spec") or {}, ns, namespace_labels)
+        if refused:
+            evidence.append(f"claim {podclaims.pod_key(c)}: {refused} (labelled when it was made?)")
+    objects: dict[str, Mapping | str] = {}
+    for n in nodes:
+        objects[str((n.get("metadata") or {}).get("name", "")) if isinstance(n, Mapping) else str(n)] = n
     fits, reasons = [], {}
     allocator = Allocator()
-    for node in sorted(set(nodes) | devices.nodes):
-        out = allocator.allocate(mine, node, devices, usage, classes)
+    for node in sorted(set(objects) | devices.nodes):
+        out = allocator.allocate(mine, objects.get(node) or node, devices, usage, classes)
         if out.ok:
             fits.append(node)
             continue

@@ -31,6 +31,7 @@ import orjson
 from hami.doctor import dra, gather
 from hami.doctor.preemption import preemption_facts
 from hami.doctor.tree import Diagnosis, PodFacts, diagnose_pod, render_diagnosis
+from hami.dra import podclaims
 from hami.kube.client import ApiError
 from hami.kubesched import cel
 from hami.scheduler.admission import gpumode
@@ -117,9 +118,19 @@ async def _diagnose_dra(client, pod: dict) -> Diagnosis:
     slices = (await client.list("resourceslices")).get("items") or []
     classes = (await client.list("deviceclasses")).get("items") or []
     nodes = (await client.list("nodes")).get("items") or []
+    ns = (pod.get("metadata") or {}).get("namespace") or "default"
+    templates, labels = None, None
+    if podclaims.claim_names(pod)[1]:  # a claim not made yet: its template and the namespace say why
+        try:
+            templates = {f"{ns}/{t['metadata']['name']}": t
+                         for t in (await client.list("resourceclaimtemplates", ns)).get("items") or []}
+            labels = ((await client.get("namespaces", ns)).get("metadata") or {}).get("labels") or {}
+        except ApiError as exc:
+            if exc.status not in (403, 404):
+                raise
     d = await off_loop(dra.diagnose_dra_pod, pod,
                        {f"{c['metadata'].get('namespace', '')}/{c['metadata']['name']}": c for c in claims},
-                       slices, {c["metadata"]["name"]: c for c in classes}, [n["metadata"]["name"] for n in nodes])
+                       slices, {c["metadata"]["name"]: c for c in classes}, nodes, templates, labels)
     return dataclasses.replace(d, setup=(f"DRA: {len(slices)} ResourceSlice(s), {len(claims)} claim(s), "
                                          f"{len(classes)} DeviceClass(es)",))
 
@@ -171,8 +182,9 @@ async def main(args: argparse.Namespace) -> int:
     whatif = preempt = scale = None
     try:
         d = await diagnose(client, args)
-        if d.leaf.startswith("dra-"):
-            whatif = "(whatif does not replay DRA claims yet: the evidence above is the allocator's own answer)"
+        if d.leaf.startswith("dra-"):  # whatif's knob search changes registered cards, not ResourceSlices
+            whatif = "(hami whatif replays pods with claims through this allocator; its knob search does not " \
+                     "change ResourceSlices)"
         elif d.leaf not in OK_LEAVES:
             preempt = await preemption(client, args)
             scale = await scale_up(client, args)

@@ -326,6 +326,29 @@ def taint_prevents(dev: Device, req: Request) -> Mapping | None:
     return None
 
 
+def counters_short(dev: Device, pool: Pool, usage: Usage) -> str:
+    """Why the counters the device consumes are not left in its pool once every allocated device's
+    consumption is taken off (KEP-4815), e.g. "counter gpu-0-counters/memory: needs 10Gi, 0 of
+    40Gi left"; "" when they are."""
+    left = {name: dict(cs) for name, cs in pool.counter_sets.items()}
+    for other in pool.devices + pool.elsewhere:
+        if usage.allocated(other.key):
+            for set_name, counters in other.counters:
+                have = left.get(set_name, {})
+                for c, v in counters.items():
+                    if c in have:
+                        have[c] -= v
+    for set_name, counters in dev.counters:
+        for c, v in counters.items():
+            have = left.get(set_name, {}).get(c)
+            if have is not None and v > have:
+                total = pool.counter_sets.get(set_name, {}).get(c, 0)
+                readable = draconsumable.readable
+                return (f"counter {set_name}/{c}: needs {readable(Fraction(v))}, {readable(Fraction(max(have, 0)))} "
+                        f"of {readable(Fraction(total))} left")
+    return ""
+
+
 class _Stop(Exception):
     """The search ran out of steps."""
 
@@ -794,13 +817,13 @@ class _Search:
 
     def _candidates(self, ci: int, ri: int, si: int, d: _Data) -> tuple[int, str, list[str]]:
         """How many devices could serve one slot of the request alone, and the furthest failure."""
-        devices = [dev for p in self.pools if not p.incomplete and not p.invalid for dev in p.devices]
+        devices = [(dev, p) for p in self.pools if not p.incomplete and not p.invalid for dev in p.devices]
         if not devices:
             return 0, "no devices published for this node", []
         stage, why, details, found = 0, "", [], 0
         unavailable = {3: 0, 4: 0}  # matching devices short of capacity / in use or tainted
         req = d.req
-        for dev in devices:
+        for dev, pool in devices:
             failed = None
             for which, sels, level in (("device class " + req.device_class, self._class_selectors(d.cls), 1),
                                        ("request", req.selectors, 2)):
@@ -820,6 +843,9 @@ class _Search:
                 failed = (1, "not reachable from this node")
             if failed is None:
                 failed = self._availability(req, dev)
+            if failed is None and dev.counters and not (req.admin and self.usage.allocated(dev.key)):
+                short = counters_short(dev, pool, self.usage)
+                failed = (3, short) if short else None
             if failed is None:
                 found += 1
                 continue
@@ -834,6 +860,7 @@ class _Search:
             summary += f" ({why})"
         if stage == 3:  # node-independent, so one line counts every node it failed on
             summary = (f"no matching device has capacity {why.rpartition(' ')[2]}" if why.startswith("has no")
+                       else "the counters of every matching device are exhausted" if why.startswith("counter ")
                        else f"not enough free {why.split()[0].rstrip(':')} on any matching device")
         elif stage == 4 and unavailable[3]:
             summary = (f"no matching device is free ({unavailable[3]} short of capacity, {unavailable[4]} in use "

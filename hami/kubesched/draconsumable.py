@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from hami.kubesched.cel import format_quantity, to_quantity
+from hami.kubesched.cel import CelError, format_quantity, to_quantity
 
 MIB = 1 << 20
 
@@ -120,6 +120,24 @@ def violates_policy(amount: Fraction, policy: Policy | Mapping | None) -> bool:
     return False
 
 
+def policy_text(policy: Policy | Mapping | None) -> str:
+    """What a request policy allows, for people: ` (1Mi..8000Mi in steps of 1Mi)`, ` (one of 1, 2)`."""
+    try:
+        policy = Policy.of(policy)
+    except CelError:
+        return ""
+    if policy is None:
+        return ""
+    if policy.has_range:
+        low = readable(Fraction(policy.min)) if policy.min is not None else "0"
+        high = readable(Fraction(policy.max)) if policy.max is not None else ""
+        step = f" in steps of {readable(Fraction(policy.step))}" if policy.step is not None else ""
+        return f" ({low}..{high}{step})"
+    if policy.valid:
+        return f" (one of {', '.join(readable(Fraction(v)) for v in policy.valid[:8])})"
+    return ""
+
+
 def consumption(requests: Mapping[str, Fraction] | None, capacity: Mapping[str, Fraction],
                 policies: Mapping[str, Policy | Mapping]) -> dict[str, tuple[Fraction, bool]]:
     """Per capacity of the device: (amount consumed, whether it breaks the policy)."""
@@ -144,7 +162,8 @@ def fits(requests: Mapping[str, Fraction] | None, capacity: Mapping[str, Fractio
         consumed = consumption(requests, capacity, policies)
     for name, (amount, broken) in consumed.items():
         if broken:
-            return False, f"{name}: {readable(Fraction(amount))} is not allowed by its request policy"
+            return False, (f"{name}: {readable(Fraction(amount))} is not allowed by its request policy"
+                           f"{policy_text(policies.get(name))}")
         total = amount
         before = held.get(name)
         if before:

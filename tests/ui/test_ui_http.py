@@ -159,3 +159,39 @@ def test_the_embedded_default_starts_the_ui_and_a_real_all_does_not():
     assert roles("--role", "all", "--embedded") == ["sim", "scheduler", "monitor", "ui"]
     # On a node, `all` keeps its meaning: the UI's default port is the extender's (127.0.0.1:8080).
     assert "ui" not in roles("--role", "all", "--node-name", "n1")
+
+
+async def test_a_pending_dra_pod_is_explained_by_claim_request_and_device(apiserver):
+    """The pod page runs `hami doctor pod`: for a pod with claims, which request of which claim failed
+    on which node, and each device's reason with the numbers."""
+    from hami.kube.client import resource_path
+    from tests.dra._objects import DEVICE_CLASS, DRIVER, MIB, claim, gpu_device, slice_for
+
+    ui, url, close = await _serve(apiserver)
+    client = await client_for(apiserver.kubeconfig)
+    try:
+        await client.create("deviceclasses", DEVICE_CLASS)
+        await client.create("resourceslices", slice_for("n1", [gpu_device(0)]))
+        held = claim("held", memory_mib=6000)
+        held["status"] = {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0", "shareID": "s1",
+             "consumedCapacity": {"memory": str(6000 * MIB)}}]}}}
+        created = await client.create("resourceclaims", {k: v for k, v in held.items() if k != "status"}, "default")
+        await client.request("replace", "resourceclaims/status", "PUT",
+                             resource_path("resourceclaims", "default", "held", "status"),
+                             body={**created, "status": held["status"]}, content_type="application/json")
+        await client.create("resourceclaims", claim("mine", memory_mib=4000), "default")
+        apiserver.store.create("pods", "default", {
+            "metadata": {"name": "dra-wait", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}],
+                     "resourceClaims": [{"name": "gpu", "resourceClaimName": "mine"}]},
+            "status": {"phase": "Pending"}})
+        await eventually(lambda: "default/dra-wait" in ui.pods.store)
+        async with aiohttp.ClientSession() as http, http.get(url + "/pod/default/dra-wait") as r:
+            body = await r.text()
+        assert r.status == 200
+        assert "claim default/mine: request gpu: not enough free memory on any matching device" in body
+        assert "n1: n1/gpu-0: memory 4000Mi requested, 2000Mi of 8000Mi free" in body
+    finally:
+        await client.close()
+        await close()
