@@ -42,12 +42,13 @@ def uses_claims(pod: dict) -> bool:
 class ClaimPlacer:
     def __init__(self, client: KubeClient, *, node_policy: str, prioritize: bool,
                  node_of: Callable[[str], dict | None], allocator: Allocator | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, sync_timeout: float = 30.0):
         self.node_policy = node_policy
         self.prioritize = prioritize  # --extender-prioritize: every fitting node, best first
         self.node_of = node_of
         self.allocator = allocator or Allocator()
         self.clock = clock
+        self.sync_timeout = sync_timeout  # before its watches have listed, an answer would see no devices
         self.slices = Informer(client, "resourceslices", handler=self._slice_event)
         self.claims = Informer(client, "resourceclaims", handler=self.on_claim)
         self.classes = Informer(client, "deviceclasses")
@@ -61,7 +62,7 @@ class ClaimPlacer:
 
     @property
     def synced(self) -> bool:
-        return all(i.synced for i in self.informers)
+        return all(i.synced.is_set() for i in self.informers)
 
     def _slice_event(self, etype: str, old, new) -> None:
         self._inventory = None
@@ -106,10 +107,19 @@ class ClaimPlacer:
     # ------------------------------------------------------------------ verbs
 
     def filter(self, pod: dict, names: list[str]) -> dict | Coroutine[Any, Any, dict]:
+        if not self.synced:
+            return self._filter_once_synced(pod, names)
         claims, missing = self.claims_of(pod)
         if missing:
             return self._filter_when_cached(pod, names)
         return self._filter(pod, names, claims)
+
+    async def _filter_once_synced(self, pod: dict, names: list[str]) -> dict:
+        for informer in self.informers:
+            if not await informer.wait_synced(self.sync_timeout):
+                return {"Error": "the scheduler's ResourceSlice, ResourceClaim and DeviceClass watches have not synced"}
+        out = self.filter(pod, names)
+        return out if out.__class__ is dict else await out
 
     async def _filter_when_cached(self, pod: dict, names: list[str]) -> dict:
         await self.claims.wait_for(lambda: not self.claims_of(pod)[1], CLAIM_WAIT_SECONDS)

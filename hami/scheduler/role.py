@@ -372,7 +372,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
 
     if sc.dra:  # pods with claims: node policy by GPU fill from the slices and allocated claims (claimplacer)
         claims = ClaimPlacer(client, node_policy=sc.node_scheduler_policy, prioritize=sc.extender_prioritize,
-                             node_of=state.node)
+                             node_of=state.node, sync_timeout=sc.sync_timeout)
         ledger = quota_ledger(client, config, state, claims)
 
     def webhook(body: bytes) -> Any:

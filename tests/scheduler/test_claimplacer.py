@@ -39,6 +39,8 @@ def _placer(claims: list[dict], *, prioritize: bool = False, policy: str = "binp
     p.classes.store[DRIVER] = DEVICE_CLASS
     for c in claims:
         p.claims.store[f"default/{c['metadata']['name']}"] = c
+    for informer in p.informers:
+        informer.synced.set()
     return p
 
 
@@ -123,3 +125,15 @@ def test_the_allocator_still_picks_the_devices():
     got = p.assumed["default/new"][0]
     assert [r["device"] for r in got["devices"]["results"]] == [
         r["device"] for r in want.allocations["default/new"]["devices"]["results"]]
+
+
+async def test_before_its_watches_list_the_placer_waits_rather_than_answer_from_nothing():
+    p = _placer([claim("new", memory_mib=1000)])
+    p.sync_timeout = 0.01
+    p.slices.synced.clear()
+    waiting = p.filter(_pod("p", "new"), ["n1"])
+    assert not isinstance(waiting, dict)
+    assert (await waiting) == {"Error": "the scheduler's ResourceSlice, ResourceClaim and DeviceClass watches "
+                                        "have not synced"}
+    p.slices.synced.set()
+    assert p.filter(_pod("p", "new"), ["n1"])["NodeNames"] == ["n1"]
