@@ -156,9 +156,8 @@ class Ui:
                 if resp.status != 200:
                     raise MetricsError(f"{url}: HTTP {resp.status}")
                 body = await resp.read()
-            got = parse_query(orjson.loads(body), url) if query \
-                else parse_exposition(body.decode("utf-8", "replace"), url)
-            figs.merge(got)
+            text = body.decode("utf-8", "replace")
+            figs.merge(parse_query(orjson.loads(body), url) if query else parse_exposition(text, url))
         except (aiohttp.ClientError, TimeoutError, MetricsError, orjson.JSONDecodeError, UnicodeError) as exc:
             figs.errors.append(f"{url}: {exc}"[:300])
 
