@@ -234,7 +234,9 @@ def pod_page(pod: Mapping, slices: Sequence[tuple[Card, Any]], events: Sequence[
     doctor = ""
     if diagnosis is not None:
         ev = "".join(f"<li>{e(x)}</li>" for x in diagnosis.evidence)
-        doctor = (f"<h2>hami doctor pod</h2><p><b>{e(diagnosis.leaf)}</b>: {e(diagnosis.summary)}</p>"
+        # the GPU mode the webhook gave it and why (--dra), among what the doctor read
+        mode = "".join(f"<p>{e(x)}</p>" for x in diagnosis.setup if x.startswith("GPU mode "))
+        doctor = (f"<h2>hami doctor pod</h2>{mode}<p><b>{e(diagnosis.leaf)}</b>: {e(diagnosis.summary)}</p>"
                   f"<ul>{ev}</ul><p>fix: {e(diagnosis.fix)}</p>")
     return page(f"pod {ns}/{name}", facts + "<h2>Request</h2>" + req + "<h2>Where it went</h2>" + where
                 + doctor + "<h2>Why (events)</h2>" + why, **foot)

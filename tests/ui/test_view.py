@@ -155,3 +155,13 @@ def test_mig_layout_shows_the_instances_pods_hold():
     html = render.mig_layout(card)
     assert html.count("<rect") == 9 and "3g.40gb -> default/mig-pod (slices 4..7)" in html
     assert "MIG layout" in render.node_page(cluster_view([n], [p]).nodes[0])
+
+
+def test_the_pod_page_says_which_gpu_mode_the_pod_got_and_escapes_it():
+    from hami.doctor.tree import Diagnosis
+
+    d = Diagnosis(pod="ns/p", leaf="dra-unallocatable", summary="s", evidence=(), fix="f", path=(),
+                  setup=("DRA: 1 ResourceSlice(s)", f"GPU mode dra: namespace ns has the label {HOSTILE}"))
+    text = render.pod_page(pod("p"), [], [], d, {})
+    assert "GPU mode dra: namespace ns has the label &lt;script&gt;" in text
+    assert "DRA: 1 ResourceSlice(s)" not in text
