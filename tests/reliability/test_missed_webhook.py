@@ -112,7 +112,8 @@ def test_without_force_overwrite_default_scheduler_pods_are_not_ours():
 
 async def test_the_watcher_sleeps_while_nothing_is_missed_and_wakes_for_a_missed_pod(apiserver):
     """Idle is idle: with no missed pod the watcher does not wake at all (it used to every second);
-    a pod seen missed wakes it, and it acts once that pod's grace is over."""
+    a pod seen missed wakes it, and while the webhook is not shown reachable it waits again grace
+    after grace with one GET of the pod in all (it used to GET it at every grace)."""
     async with running_env(apiserver, hami_nodes(1), missed_webhook_grace=0.2) as env:
         reconciler = env.sched.missed
         await eventually(lambda: reconciler.wakes == 0 and env.sched.state.pods.synced.is_set(), 5)
@@ -123,6 +124,14 @@ async def test_the_watcher_sleeps_while_nothing_is_missed_and_wakes_for_a_missed
         apiserver.store.create("pods", "default", pod_obj("bare", mem=1000, scheduler="default-scheduler"))
         await eventually(lambda: "default/bare" in reconciler.seen, 5)
         await eventually(lambda: reconciler.wakes >= 1, 5)  # the new pod woke it
-        # the grace over with no admission answered: the pod waits again (the webhook not shown reachable)
-        woke = reconciler.wakes
-        await eventually(lambda: reconciler.wakes > woke and "default/bare" in reconciler.seen, 5)
+        # the grace over with no admission answered: the pod waits again (the webhook not shown reachable),
+        # its creation time read from the API once, not at every grace
+        client = env.sched.client
+
+        def pod_gets() -> int:
+            return sum(n for key, n in client.requests.items() if key[0] == "get" and key[1] == "pods")
+
+        gets = pod_gets()
+        judged = reconciler.judged
+        await eventually(lambda: reconciler.judged >= judged + 3 and "default/bare" in reconciler.seen, 10)
+        assert pod_gets() - gets <= 1

@@ -84,6 +84,10 @@ class MissedPods:
         self.seen: dict[str, float] = {}  # "ns/name" -> loop time first seen missed
         self.noted = asyncio.Event()  # a pod was newly seen missed: the watcher's next wake may be sooner
         self.wakes = 0  # times run() woke (idle: none)
+        # "ns/name" -> the pod's creation time, as read from the API when its grace first ended: while
+        # the webhook is not shown reachable since, the watcher waits again without reading it again
+        # (the cache's projection has no creationTimestamp), so an idle cluster sees no pod GETs
+        self.created: dict[str, float] = {}
         self.done: set[str] = set()  # uids handled (a Warning is said once)
         self.deleted = 0
         self.warned = 0
@@ -96,6 +100,7 @@ class MissedPods:
         key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
         if new is None or meta.get("uid") in self.done:
             self.seen.pop(key, None)
+            self.created.pop(key, None)
             return
         # the cheap checks first: reading the request runs only for unbound pods of the default scheduler
         is_missed = missed(new, scheduler_name=self.scheduler_name,
@@ -111,9 +116,14 @@ class MissedPods:
                 self.noted.set()
         else:
             self.seen.pop(key, None)
+            self.created.pop(key, None)
 
     async def handle(self, key: str) -> None:
         ns, name = key.split("/", 1)
+        known = self.created.get(key)
+        if known is not None and known + 1.0 >= self.webhook_answered():
+            self.seen[key] = asyncio.get_running_loop().time()  # the webhook not shown reachable since: later
+            return
         try:
             pod = await self.client.get_pod(ns, name)
         except ApiError as exc:
@@ -126,6 +136,8 @@ class MissedPods:
                                           asks_for_devices=True):
             return
         created = created_at(pod)
+        if created is not None:
+            self.created[key] = created
         if created is None or created + 1.0 >= self.webhook_answered():
             self.seen[key] = asyncio.get_running_loop().time()  # the webhook not shown reachable since: later
             return
