@@ -44,6 +44,8 @@ ALLOWED: dict[str, tuple[int, str]] = {
         144, "to split: one function per branch of the diagnosis tree"),
     "whatif/timing.py:run_timed": (
         126, "to split: the cluster start, the pod creation schedule and the measurements"),
+    "doctor/dra.py:diagnose_dra_pod": (
+        86, "to split: the missing or templated claims, the allocator's verdict per node and the leaf texts"),
     "app.py:run_roles": (
         99, "to split: the role start, the readiness wait and the shutdown"),
     "cli/main.py:main": (
