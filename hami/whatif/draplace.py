@@ -74,6 +74,21 @@ def allocation_text(pod: Mapping, claims: Mapping[str, Mapping]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceFill:
+    """One published GPU as the report counts it: shares (HAMi's slots), memory in MiB, cores."""
+
+    name: str  # pool/device
+    type: str  # productName, else the device name
+    slots: int
+    slots_used: int
+    mem: int
+    mem_used: int
+    cores: int
+    cores_used: int
+    usable: bool  # no NoSchedule/NoExecute taint
+
+
+@dataclass(frozen=True, slots=True)
 class Placement:
     node: str = ""
     devices: str = ""  # allocation_text of the pod once placed
@@ -141,6 +156,32 @@ class DraReplay:
                 out.append((str(pc.get("name")), claim))
                 made.append(f"{ns}/{claim_name}")
         return out, made, None
+
+    def devices_of(self, node: str) -> list[DeviceFill]:
+        """The node's whole GPUs (partitions of a MIG-capable GPU are left out) with what is allocated."""
+        out = []
+        for pool in self.inventory.pools_for(self.node_objs.get(node) or node):
+            for dev in pool.devices:
+                if dev.counters:
+                    continue
+                cap, whole = dev.capacity, dev.key in self.usage.exclusive
+                consumed = self.usage.consumed.get(dev.key, {})
+
+                def amount(name: str, unit: int = 1, cap=cap, whole=whole, consumed=consumed) -> tuple[int, int]:
+                    total = int(cap.get(name, 0)) // unit
+                    return total, total if whole else min(total, int(consumed.get(name, 0)) // unit)
+                mem, mem_used = amount("memory", 1 << 20)
+                cores, cores_used = amount("cores")
+                if "shares" in cap:
+                    slots, slots_used = amount("shares")
+                else:
+                    slots, slots_used = 1, int(whole or dev.key in self.usage.shared)
+                attrs = dev.raw.get("attributes") if isinstance(dev.raw.get("attributes"), Mapping) else {}
+                product = attrs.get("productName") if isinstance(attrs.get("productName"), Mapping) else {}
+                out.append(DeviceFill(dev.label, str(product.get("string") or dev.name), slots, slots_used, mem,
+                                      mem_used, cores, cores_used,
+                                      not any(t.get("effect") in ("NoSchedule", "NoExecute") for t in dev.taints)))
+        return out
 
     def fill(self, node: str, usage: Usage | None = None) -> float:
         return claimfit.node_fill(self.inventory.pools_for(self.node_objs.get(node) or node), usage or self.usage)

@@ -45,7 +45,7 @@ from hami.scheduler.placement.policy import PolicyError
 from hami.scheduler.placement.usage import NodeUsage, UsageIndex
 
 from .cluster import TERMINAL, Cluster, NodeInfo, PodInfo, epoch, holds_devices
-from .draplace import DraReplay, uses_claims
+from .draplace import DeviceFill, DraReplay, uses_claims
 from .kubefilter import KubeFilter
 from .picker import Picker
 from .scenario import Changes, Plan, Scenario, Workload
@@ -549,7 +549,10 @@ class Replayer:
         """Per node and card fill after the replay; `pending_mem`: smallest pending MiB ask (0 = none)."""
         out = []
         for name in sorted(self.index.nodes):
-            out.append(_node_stats(self.index.nodes[name], self.nodes[name], pending_mem))
+            if self.nodes[name].dra:
+                out.append(_dra_node_stats(name, self.dra.devices_of(name), pending_mem))
+            else:
+                out.append(_node_stats(self.index.nodes[name], self.nodes[name], pending_mem))
         return tuple(out)
 
 
@@ -573,6 +576,24 @@ def _node_stats(usage: NodeUsage, info: NodeInfo, pending_mem: int) -> NodeStats
     largest = max(frees, default=0)
     frag = round(partial / total, 4) if total else 0.0
     return NodeStats(usage.name, tuple(cards), total, largest, partial, frag)
+
+
+def _dra_node_stats(name: str, devices: Sequence[DeviceFill], pending_mem: int) -> NodeStats:
+    """A DRA node's GPUs from its ResourceSlices and the claims allocated on them (draplace.py)."""
+    cards, frees, partial = [], [], 0
+    for d in devices:
+        free = max(0, d.mem - d.mem_used)
+        full = d.slots_used >= d.slots or (d.cores and d.cores_used >= d.cores)
+        stranded = free if d.usable and free and (full or (pending_mem and free < pending_mem)) else 0
+        if d.usable and not full and free:
+            frees.append(free)
+            if d.slots_used:
+                partial += free
+        cards.append(CardStats(d.name, d.type, d.slots, d.slots_used, d.mem, d.mem_used, d.mem, d.cores,
+                               d.cores_used, d.usable, stranded))
+    total = sum(frees)
+    return NodeStats(name, tuple(cards), total, max(frees, default=0), partial,
+                     round(partial / total, 4) if total else 0.0)
 
 
 def _smallest_pending_mem(replayer: Replayer, pending: list[dict]) -> int:
