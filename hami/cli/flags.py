@@ -95,7 +95,13 @@ def add_flag(group: Any, flag: Flag, dest: str | None = None, help_text: str | N
     opts = spellings(flag.spellings)
     dest = dest or flag.dest
     help_text = flag.help if help_text is None else help_text
-    if flag.kind == "list":
+    if flag.kind == "version":
+        from hami import __version__
+
+        group.add_argument(*opts, action="version", version=f"hami {__version__}", help=help_text)
+    elif flag.kind == "switch":
+        group.add_argument(*opts, dest=dest, action="store_true", default=argparse.SUPPRESS, help=help_text)
+    elif flag.kind == "list":
         group.add_argument(*opts, dest=dest, action="append", type=str, default=argparse.SUPPRESS, help=help_text)
     elif flag.kind == "bool":
         group.add_argument(*opts, dest=dest, nargs="?", const=True, type=parse_bool,

@@ -52,13 +52,6 @@ def _role_parser(help_roles: tuple[str, ...] | None = None) -> argparse.Argument
         "--cert_file tls.crt --key_file tls.key -v=4",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"hami {__version__}")
-    parser.add_argument("--role", dest="role", default=None,
-                        help="roles to run, comma separated: " + ", ".join(ROLES) + ", all")
-    parser.add_argument("--check-config", dest="check_config", action="store_true",
-                        help="parse flags, environment and config files as a start would, print the "
-                             "resolved configuration and exit (0 valid, 2 naming the bad flag or file); "
-                             "opens no socket and makes no API call")
     add_role_flags(parser, help_roles)
     return parser
 
@@ -92,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _role_parser(help_roles(argv)).parse_args(["--help"])
     parser = _role_parser()
     args = parser.parse_args(argv)
-    check_only = args.check_config
+    check_only = getattr(args, "check_config", False)
     flags = {k: v for k, v in vars(args).items() if k not in ("role", "check_config")}
     warnings: list[str] = []
     from hami.cli.aliases import take_aliases
@@ -103,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from hami.config import ConfigError, build_config
     from hami.obs.log import configure_logging, get_logger
 
-    role_spec = args.role
+    role_spec = getattr(args, "role", None)
     if role_spec is None:
         if flags.get("embedded"):
             role_spec = "all"

@@ -8,7 +8,8 @@ A row: `Flag(names, kind, to, help)`.
   argparse dest is the last name without dashes.
 - kind: str | int (>= 0) | float (> 0) | float0 (>= 0) | bool (Go's ParseBool) | duration (Go's syntax, 1m30s,
   or bare seconds) | list (repeatable) | selector (k=v[,k=v]) | goint, number (any value: the alias's config
-  key checks it) | refused (HAMi's flag with no equivalent; help says what to set instead).
+  key checks it) | refused (HAMi's flag with no equivalent; help says what to set instead) | switch (present
+  or not) | version.
 - to: the settings fields it sets, `group.field`, space separated ("" = read by name where noted); for an
   alias, `nvidia.<key>` of the device config.
 - roles: who reads it, for the help groups; by default the roles of its `to` groups, () = every role.
@@ -100,6 +101,12 @@ def refused(flag: str, instead: str) -> Flag:
 
 
 FLAGS: tuple[Flag, ...] = (
+    # the process: read by the CLI itself (hami.cli.main), not by a settings group
+    Flag("--version", "version", "", "print hami's version and exit", roles=()),
+    Flag("--role", "str", "", "roles to run, comma separated (the roles are listed below), or all", roles=()),
+    Flag("--check-config", "switch", "",
+         "parse flags, environment and config files as a start would, print the resolved configuration and exit "
+         "(0 valid, 2 naming the bad flag or file); opens no socket and makes no API call", roles=()),
     # process
     Flag("--kubeconfig", "str", "kube.kubeconfig", "kubeconfig file (else $KUBECONFIG, else in-cluster)"),
     Flag("--kube-qps", "float", "kube.qps",

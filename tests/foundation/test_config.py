@@ -14,7 +14,6 @@ from hami.config import ConfigError, build_config, parse_duration
 
 def _flags(argv):
     parser = argparse.ArgumentParser()
-    parser.add_argument("--role")
     add_role_flags(parser)
     return {k: v for k, v in vars(parser.parse_args(argv)).items() if k != "role"}
 
