@@ -24,6 +24,7 @@ from typing import Any
 from hami.dra import podclaims
 from hami.kube.client import KubeClient
 from hami.kube.informer import Informer
+from hami.kubesched import extendedres
 from hami.kubesched.allocator import Allocator, Inventory, Usage, inventory
 from hami.obs.log import get_logger
 from hami.scheduler.placement import claimfit
@@ -129,6 +130,24 @@ class ClaimPlacer:
             return {"Error": f'resourceclaim "{ns}/{missing[0]}" is not in the scheduler\'s cache yet'}
         return self._filter(pod, names, claims)
 
+    def serves(self, pod: dict) -> bool:
+        """A pod whose devices DRA allocates: claims, or extended resources a DeviceClass maps (KEP-5004)."""
+        return uses_claims(pod) or bool(extendedres.pod_wants(pod, extendedres.class_mapping(
+            self.classes.store.values())))
+
+    def node_claims(self, pod: dict, claims: list[dict], name: str) -> list[dict]:
+        """The claims to fit on one node: the pod's, plus the claim kube-scheduler builds for its mapped
+        extended resources where the node's allocatable lacks them (hami.kubesched.extendedres)."""
+        mapping = extendedres.class_mapping(self.classes.store.values())
+        wants = extendedres.pod_wants(pod, mapping) if mapping else {}
+        need = extendedres.needs_dra(wants, self.node_of(name) or {}) if wants else set()
+        if not need or extendedres.find_claim(pod, claims):
+            return claims
+        meta = pod.get("metadata") or {}
+        special, _ = extendedres.special_claim(
+            pod, need, mapping, name=f"{meta.get('name', '')}-extended-resources-pending-{meta.get('uid', '')[:8]}")
+        return [*claims, special]
+
     def policy_of(self, pod: dict) -> str:
         return node_policy_for((pod.get("metadata") or {}).get("annotations"), self.node_policy)
 
@@ -142,7 +161,8 @@ class ClaimPlacer:
         classes = dict(self.classes.store)
         fitting, failed, outcomes = [], {}, {}
         for name in claimfit.order(names, fills, self.policy_of(pod)):
-            outcome = self.allocator.allocate(claims, self.node_of(name) or name, self.devices(), usage, classes)
+            outcome = self.allocator.allocate(self.node_claims(pod, claims, name), self.node_of(name) or name,
+                                              self.devices(), usage, classes)
             if not outcome.ok:
                 failed[name] = claimfit.unfit_reason(outcome)
                 continue
@@ -158,7 +178,8 @@ class ClaimPlacer:
         if len(fitting) == 1 or not self.prioritize:
             until = self.clock() + ASSUME_SECONDS
             for claim_key, allocation in outcomes[fitting[0]].allocations.items():
-                self.assumed[claim_key] = (allocation, until)
+                if claim_key in self.claims.store:  # not an extended-resource claim kube-scheduler has yet to make
+                    self.assumed[claim_key] = (allocation, until)
         log.v(4).info("Claims placed", pod=key, node=fitting[0], fill=round(fills[fitting[0]], 2),
                       policy=self.policy_of(pod))
         return {"NodeNames": fitting, "FailedNodes": None if not self.prioritize else failed or None, "Error": ""}

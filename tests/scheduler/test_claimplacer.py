@@ -137,3 +137,23 @@ async def test_before_its_watches_list_the_placer_waits_rather_than_answer_from_
                                         "have not synced"}
     p.slices.synced.set()
     assert p.filter(_pod("p", "new"), ["n1"])["NodeNames"] == ["n1"]
+
+
+def test_an_extended_resource_pod_is_ranked_by_the_claim_kube_scheduler_will_build():
+    held = [_allocated(claim("a"), "n2", "gpu-0", 4000)]
+    nodes = {n: {"metadata": {"name": n}, "status": {"allocatable": {"cpu": "8"}}} for n in ("n1", "n2", "n3")}
+    p = _placer(held)
+    p.node_of = nodes.get
+    mapped = {**DEVICE_CLASS["spec"], "extendedResourceName": "nvidia.com/gpu"}
+    p.classes.store[DRIVER] = {**DEVICE_CLASS, "spec": mapped}
+    pod = {"metadata": {"name": "x", "namespace": "default", "uid": "u-x",
+                        "annotations": {"hami.io/node-scheduler-policy": "binpack"}},
+           "spec": {"schedulerName": "default-scheduler",
+                    "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}
+    assert p.serves(pod)
+    # two whole GPUs: n2 has one GPU shared already, so only n1 and n3 can give two free cards
+    out = p.filter(pod, ["n1", "n2", "n3"])
+    assert out["NodeNames"] == ["n1"] and out == {"NodeNames": ["n1"], "FailedNodes": None, "Error": ""}
+    assert p.assumed == {}  # the claim does not exist yet: nothing to hold under its name
+    p.classes.store[DRIVER] = DEVICE_CLASS
+    assert not p.serves(pod)

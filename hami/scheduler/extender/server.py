@@ -235,7 +235,7 @@ class Extender:
             # serves it from DRA nodes); only its claims are ranked.
             requests = ()
         if not any(r is not None and (r.__class__ is tuple or r.nums > 0) for r in requests):
-            if self.claims is not None and (pod.get("spec") or {}).get("resourceClaims"):
+            if self.claims is not None and self.claims.serves(pod):
                 if scanned is not None:
                     nodes = {"items": [n.node() for n in scanned]}
                 return self._filter_claims(pod, node_names if names is None else list(names.names), nodes)

@@ -170,7 +170,7 @@ class ExtraVerbs:
         if isinstance(preq, str):
             return {"Error": preq}
         if preq is None:
-            if self.claims is not None and (pod.get("spec") or {}).get("resourceClaims"):
+            if self.claims is not None and self.claims.serves(pod):
                 return self.claims.scores(pod, names)
             return [{"Host": n, "Score": 0} for n in names]
         meta = pod.get("metadata") or {}
