@@ -45,9 +45,7 @@ COOKIE = "hami_ui_token"
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; script-src 'self'; "
                                "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store",
 }
 FIGURES_EVERY = 5.0  # seconds between scrapes of the monitors (pages never wait on a scrape)
 
@@ -310,6 +308,7 @@ class Ui:
         raise web.HTTPSeeOther("/whatif")
 
     async def _run_whatif(self) -> None:
+        from hami.doctor.pod import off_loop
         from hami.whatif.cluster import SnapshotError, parse_snapshot
         from hami.whatif.engine import SchedulerDefaults, run_plan
         from hami.whatif.scenario import Plan, Scenario
@@ -328,7 +327,8 @@ class Ui:
                 base = run_plan(cluster, plan, defaults)[0]
                 return base, suggest(cluster, plan, defaults, baseline=base)
 
-            base, found = await asyncio.wait_for(asyncio.to_thread(work), timeout=self.config.ui.whatif_timeout)
+            limit = self.config.ui.whatif_timeout  # off_loop: tenants' DRA selectors stop at it too
+            base, found = await asyncio.wait_for(off_loop(work, seconds=limit), timeout=limit)
             t = base.totals()
             best = found[0] if found and found[0].gained > 0 else None
             self.whatif_result = {"at": time.strftime("%H:%M:%S"), "seconds": time.monotonic() - started,
