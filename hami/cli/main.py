@@ -92,39 +92,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     flags["nvidia_overrides"] = take_aliases(flags, warnings.append)
 
-    from hami.app import expand_roles, run_roles
     from hami.config import ConfigError, build_config
-    from hami.obs.log import configure_logging, get_logger
 
-    role_spec = getattr(args, "role", None)
-    if role_spec is None:
-        if flags.get("embedded"):
-            role_spec = "all"
-        else:
-            parser.print_usage(sys.stderr)
-            print("hami: error: --role is required (or a subcommand: " + ", ".join(SUBCOMMANDS) + ")",
-                  file=sys.stderr)
-            return 2
-    try:
-        roles = expand_roles(role_spec)
-    except ValueError as exc:
-        print(f"hami: error: {exc}", file=sys.stderr)
+    roles = _roles_to_run(getattr(args, "role", None), flags, parser)
+    if roles is None:
         return 2
-    if flags.get("embedded") and "sim" not in roles:
-        # The embedded cluster runs its own node agents (one per simulated node) and plays kubelet.
-        roles = ("sim",) + tuple(r for r in roles if r != "node-agent")
-    if flags.get("embedded") and "all" in {r.strip() for r in role_spec.split(",")} and "ui" not in roles:
-        roles += ("ui",)  # the whole system on one machine includes its web page (on 127.0.0.1:8090)
-
     keep_state = bool(flags.pop("sim_keep_state", False))
-    own_state = ""  # the temp folder this run made for itself: removed when it stops unless kept
-    if flags.get("embedded") and not flags.get("sim_state_dir"):
-        import tempfile
-
-        if check_only:  # a check writes nothing: name the directory a start would create
-            flags["sim_state_dir"] = os.path.join(tempfile.gettempdir(), "hami-embedded-XXXXXXXX")
-        else:
-            flags["sim_state_dir"] = own_state = tempfile.mkdtemp(prefix="hami-embedded-")
+    own_state = _embedded_state_dir(flags, check_only)  # removed when the run stops unless kept
     if flags.get("embedded") and not check_only:
         from hami.sim.instance import move_busy_defaults
 
@@ -143,6 +117,53 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"hami: warning: {message}", file=sys.stderr)
         sys.stdout.write(render(config))
         return 0
+    return _run(config, roles, warnings, own_state if not keep_state else "")
+
+
+def _roles_to_run(role_spec: str | None, flags: dict, parser: argparse.ArgumentParser) -> tuple[str, ...] | None:
+    """The roles `--role` names, with the embedded cluster's own (sim, ui); None after printing why not."""
+    from hami.app import expand_roles
+
+    if role_spec is None:
+        if not flags.get("embedded"):
+            parser.print_usage(sys.stderr)
+            print("hami: error: --role is required (or a subcommand: " + ", ".join(SUBCOMMANDS) + ")",
+                  file=sys.stderr)
+            return None
+        role_spec = "all"
+    try:
+        roles = expand_roles(role_spec)
+    except ValueError as exc:
+        print(f"hami: error: {exc}", file=sys.stderr)
+        return None
+    if flags.get("embedded") and "sim" not in roles:
+        # The embedded cluster runs its own node agents (one per simulated node) and plays kubelet.
+        roles = ("sim",) + tuple(r for r in roles if r != "node-agent")
+    if flags.get("embedded") and "all" in {r.strip() for r in role_spec.split(",")} and "ui" not in roles:
+        roles += ("ui",)  # the whole system on one machine includes its web page (on 127.0.0.1:8090)
+    return roles
+
+
+def _embedded_state_dir(flags: dict, check_only: bool) -> str:
+    """With --embedded and no --sim-state-dir: a new temp folder for this run (its path, to remove at the
+    end); a check writes nothing and names the folder a start would create. "" otherwise."""
+    if not flags.get("embedded") or flags.get("sim_state_dir"):
+        return ""
+    import tempfile
+
+    if check_only:
+        flags["sim_state_dir"] = os.path.join(tempfile.gettempdir(), "hami-embedded-XXXXXXXX")
+        return ""
+    flags["sim_state_dir"] = tempfile.mkdtemp(prefix="hami-embedded-")
+    return flags["sim_state_dir"]
+
+
+def _run(config, roles: tuple[str, ...], warnings: list[str], remove_after: str) -> int:
+    """Logging set up, the configuration's warnings logged once each, the roles run until stopped;
+    `remove_after`: the temp state folder to remove when they stop ("" = none)."""
+    from hami.app import run_roles
+    from hami.obs.log import configure_logging, get_logger
+
     shared: dict = {}
     if config.sim.embedded:
         # Keep recent lines so `kubectl logs -n kube-system -l app=hami-scheduler` works on the embedded cluster.
@@ -159,11 +180,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        if own_state and not keep_state:
+        if remove_after:
             import shutil
 
-            shutil.rmtree(own_state, ignore_errors=True)
-            print(f"hami: removed the embedded cluster's state folder {own_state} (--sim-keep-state keeps it)",
+            shutil.rmtree(remove_after, ignore_errors=True)
+            print(f"hami: removed the embedded cluster's state folder {remove_after} (--sim-keep-state keeps it)",
                   file=sys.stderr)
 
 

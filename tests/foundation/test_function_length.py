@@ -48,8 +48,6 @@ ALLOWED: dict[str, tuple[int, str]] = {
         86, "to split: the missing or templated claims, the allocator's verdict per node and the leaf texts"),
     "app.py:run_roles": (
         99, "to split: the role start, the readiness wait and the shutdown"),
-    "cli/main.py:main": (
-        94, "to split: the help, the role expansion, the embedded state folder and the run"),
     "whatif/cli.py:main": (
         83, "to split: the argument parse, the snapshot read and the report"),
 }
