@@ -57,6 +57,7 @@ from hami.scheduler.extender.verbs import ExtraVerbs
 from hami.scheduler.metrics import MigInstance, PodAlloc, QuotaUse, SchedulerMetrics, Snapshot, serve_metrics
 from hami.scheduler.placement import WRITES_PER_BIND, messages
 from hami.scheduler.placement.podshape import RequestMemo
+from hami.scheduler.placement.usage import Quota, QuotaView
 from hami.scheduler.placer import Placer
 from hami.scheduler.preemption.controller import PreemptController, gpu_preemption_counters
 from hami.scheduler.relay import Relay
@@ -249,15 +250,33 @@ def quota_ledger(client: KubeClient, config: Config, state: ClusterState, claims
     def in_ns(store: dict, ns: str) -> list:
         return [o for o in store.values() if (o.get("metadata") or {}).get("namespace") == ns]
 
+    def quotas_of(ns: str) -> list:
+        return in_ns(state.quotas.store if state.quotas is not None else {}, ns)
+
+    def device_plugin_pods(ns: str) -> draquota.Amounts:
+        view = state.index.quota_view(ns)
+        return draquota.device_plugin_usage(quotas_of(ns), nv.resource_count_name,
+                                            view.mem.used if view is not None and view.mem else 0,
+                                            view.cores.used if view is not None and view.cores else 0)
+
     return QuotaLedger(
         client,
         claims_of=lambda ns: in_ns(claims.claims.store, ns),
         pods_of=lambda ns: in_ns(state.pods.store if state.pods is not None else {}, ns),
         claim_exists=lambda key: key in claims.claims.store,
-        quotas_of=lambda ns: in_ns(state.quotas.store if state.quotas is not None else {}, ns),
+        quotas_of=quotas_of,
         device_class=DEVICE_CLASS,
         names=(nv.resource_count_name, nv.resource_memory_name, nv.resource_core_name),
-        memory_factor=nv.memory_factor)
+        memory_factor=nv.memory_factor, others_of=device_plugin_pods)
+
+
+def with_claims(view: QuotaView | None, held: draquota.Amounts) -> QuotaView | None:
+    """HAMi's quota view of a namespace with what its claims hold added (a mixed namespace, --dra)."""
+    if view is None or not (held.mem or held.cores):
+        return view
+    return QuotaView(Quota(view.mem.used + held.mem, view.mem.limit) if view.mem else None,
+                     Quota(view.cores.used + held.cores, view.cores.limit) if view.cores else None,
+                     view.memory_factor)
 
 
 async def reserve_then_answer(ledger: QuotaLedger, out: dict, ns: str, rid: str, want: draquota.Amounts) -> dict:
@@ -375,6 +394,15 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
                              node_of=state.node, sync_timeout=sc.sync_timeout)
         ledger = quota_ledger(client, config, state, claims)
 
+    def quota_view(ns: str) -> QuotaView | None:
+        """A device-plugin pod's quota check; with --dra it counts the namespace's claims too."""
+        view = state.index.quota_view(ns)
+        if claims is None or view is None:
+            return view
+        return with_claims(view, draquota.namespace_usage(
+            [c for c in claims.claims.store.values() if (c.get("metadata") or {}).get("namespace") == ns],
+            DEVICE_CLASS))
+
     def webhook(body: bytes) -> Any:
         try:
             review = orjson.loads(body)
@@ -382,7 +410,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
             raise ValueError(f"AdmissionReview: {exc}") from None
         reserved: list = []
         rid = secrets.token_hex(16) if ledger is not None else None
-        out = webhookmod.mutate(review, wh_settings, quota=state.index.quota_view,
+        out = webhookmod.mutate(review, wh_settings, quota=quota_view,
                                 vendor_quota=state.index.vendor_quota_view, mark=marks.issue(),
                                 dra_reservation=rid, reserved=reserved,
                                 namespace_labels=namespace_labels if namespaces is not None else None)

@@ -144,3 +144,47 @@ def test_doctor_pod_says_which_mode_and_why(cluster):
                           "--kubeconfig", kubeconfig], capture_output=True, text=True, timeout=60)
     assert ("GPU mode device-plugin: namespace legacy has the label hami.io/gpu-mode=device-plugin "
             "(the webhook's decision at admission)") in out.stdout, out.stdout + out.stderr
+
+
+SIZED = """
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: both
+  annotations: {{hami.io/gpu-mode: {mode}}}
+spec:
+  containers:
+  - name: cuda
+    image: nvidia/cuda:12.4.0-base-ubuntu22.04
+    resources:
+      limits: {{nvidia.com/gpu: "1", nvidia.com/gpumem: "{mem}"}}
+"""
+
+
+def test_a_namespace_with_both_modes_keeps_one_quota_across_them(cluster):
+    run = cluster["run"]
+    run("create", "namespace", "both")
+    run("label", "namespace", "both", "hami.io/gpu-mode=dra", "hami.io/gpu-mode-pod-choice=true")
+    run("create", "-f", "-", stdin="""
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: gpu, namespace: both}
+spec:
+  hard: {limits.nvidia.com/gpumem: "8000"}
+""")
+
+    def create(name, mode, mem):
+        return run("create", "-f", "-", check=False, stdin=SIZED.format(name=name, mode=mode, mem=mem))
+
+    assert create("dp", "device-plugin", 5000).returncode == 0
+    assert _running_on(run, "both", "dp") == "gpu-node-1"
+    # the device-plugin pod's 5000 MiB count against a claim pod's check
+    refused = create("claim-big", "dra", 5000)
+    assert refused.returncode != 0 and "exceeding resource quota" in refused.stderr, refused.stderr
+    assert create("claim-small", "dra", 2000).returncode == 0
+    assert _running_on(run, "both", "claim-small") == "gpu-node-2"
+    # ...and the claim's 2000 MiB against a device-plugin pod's: 5000 + 2000 + 2000 > 8000
+    refused = create("dp2", "device-plugin", 2000)
+    assert refused.returncode != 0 and "exceeding resource quota" in refused.stderr, refused.stderr
+    assert create("dp3", "device-plugin", 1000).returncode == 0

@@ -85,3 +85,10 @@ def test_the_ledger_parser_never_raises_and_keeps_only_well_formed_live_entries(
     for v in out.values():
         assert isinstance(v, list) and len(v) == 4 and v[3] > 0
         assert not any(isinstance(x, bool) for x in v)
+
+
+def test_device_plugin_pods_usage_takes_kubernetes_gpu_count_and_hamis_memory():
+    quotas = [{"status": {"used": {"requests.nvidia.com/gpu": "2", "cpu": "1"}}},
+              {"status": {"used": {"limits.nvidia.com/gpu": "3"}}}, {"spec": {}}]
+    assert draquota.device_plugin_usage(quotas, "nvidia.com/gpu", 5000, 30) == Amounts(3, 5000, 30)
+    assert draquota.device_plugin_usage([], "nvidia.com/gpu", 0, 0) == Amounts()

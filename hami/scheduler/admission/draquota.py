@@ -12,7 +12,10 @@ GPU count from `requests.nvidia.com/gpu` (the only form Kubernetes accepts for a
 resource) or `limits.nvidia.com/gpu`. Several ResourceQuotas in a namespace: the smallest wins.
 
 Reservations (hami.scheduler.admission.quotaledger) cover a pod between its admission and its
-claims' creation; `over` adds them.
+claims' creation; `over` adds them. In a namespace with pods of both modes (admission.gpumode), each
+check counts the other mode too: a claim pod's check adds what the namespace's device-plugin pods
+hold (`device_plugin_usage`: HAMi's own usage index, and Kubernetes' count of `requests.nvidia.com/gpu`
+in the quota's status), a device-plugin pod's check adds what the namespace's claims hold.
 """
 
 from __future__ import annotations
@@ -139,3 +142,15 @@ def over(limits: Limits, used: Amounts, want: Amounts) -> str:
         if have + more > limit:
             return f"{name}: {more} requested, {have} of {limit} used"
     return ""
+
+
+def device_plugin_usage(quotas: Iterable[Mapping], count: str, mem_used: int, cores_used: int) -> Amounts:
+    """What the namespace's device-plugin pods hold: GPUs as Kubernetes counts them (the largest
+    `status.used` of `requests.<count>` among the quotas), memory and cores as HAMi's index does."""
+    gpus = 0
+    for q in quotas:
+        used = (q.get("status") or {}).get("used") or {}
+        for key in (f"requests.{count}", f"limits.{count}"):
+            if key in used:
+                gpus = max(gpus, _int(used[key]) or 0)
+    return Amounts(gpus, mem_used, cores_used)

@@ -68,8 +68,10 @@ class QuotaLedger:
     def __init__(self, client: KubeClient, *, claims_of: Callable[[str], Iterable[Mapping]],
                  pods_of: Callable[[str], Iterable[Mapping]], claim_exists: Callable[[str], bool],
                  quotas_of: Callable[[str], Iterable[Mapping]], device_class: str, names: tuple[str, str, str],
-                 memory_factor: int = 1, clock: Callable[[], float] = time.time):
+                 memory_factor: int = 1, clock: Callable[[], float] = time.time,
+                 others_of: Callable[[str], Amounts] | None = None):
         self.client = client
+        self.others_of = others_of  # what the namespace's device-plugin pods hold (a mixed namespace)
         self.claims_of = claims_of
         self.pods_of = pods_of
         self.claim_exists = claim_exists
@@ -111,6 +113,8 @@ class QuotaLedger:
             done = satisfied(self.pods_of(ns), self.claim_exists, annotation)
             held = {k: v for k, v in parse(annos.get(LEDGER_ANNOTATION), now).items() if k not in done}
             used = draquota.namespace_usage(self.claims_of(ns), self.device_class)
+            if self.others_of is not None:
+                used += self.others_of(ns)
             for v in held.values():
                 used += Amounts(int(v[0]), int(v[1]), int(v[2]))
             why = draquota.over(limits, used, want)
