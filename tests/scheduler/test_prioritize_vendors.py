@@ -28,6 +28,7 @@ from hami.device import codec
 from hami.device.allocation import allocation_annotations
 from hami.device.model import NVIDIA
 from hami.device.vendors import Vendor
+from hami.scheduler.extender.hamiflow import patch_at_filter
 from hami.scheduler.placement.vendorrules import METAX_QOS
 from hami.sim.kubelet.vendornodes import vendor_registration
 from tests.kube.helpers import eventually, node_obj, pod_obj
@@ -127,7 +128,7 @@ async def test_a_placement_written_at_filter_for_another_node_leaves_no_key_the_
     v = TABLE.get("Ascend910B3")
     env_cm, env = await _two_nodes(apiserver, v, extender_prioritize=True)
     try:
-        env.sched.extender.write_at_filter = True
+        patch_at_filter(env.sched.extender)  # HAMi's flow: the placement is patched at /filter
         pod = env.create_pod(_pod(v, "hami-flow"))
         out = await env.filter(pod, ["pa", "pb"])
         assert sorted(out["NodeNames"]) == ["pa", "pb"], out
@@ -155,7 +156,7 @@ async def test_a_stale_placement_of_another_vendor_is_cleared_when_the_pod_fits_
     v = TABLE.get("Ascend910B3")
     env_cm, env = await _two_nodes(apiserver, v)
     try:
-        env.sched.extender.write_at_filter = True
+        patch_at_filter(env.sched.extender)  # HAMi's flow: the placement is patched at /filter
         pod = env.create_pod(_pod(v, "stale"))
         assert (await env.filter(pod, ["pa"]))["NodeNames"] == ["pa"]
         await eventually(lambda: v.allocated_key in (env.sched.state.pod("default", "stale") or {}).get(

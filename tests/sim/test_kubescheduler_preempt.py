@@ -20,6 +20,7 @@ import orjson
 import pytest
 
 from hami.device import codec
+from hami.scheduler.extender.hamiflow import patch_at_filter
 from tests.kube.helpers import eventually, gpu_uuid, pod_obj
 from tests.kube.scheduler_env import running_env
 from tests.sim._kubesched import gpu_node, running_cluster
@@ -115,7 +116,7 @@ async def post(env, body) -> tuple[int, dict]:
 
 async def test_preempt_drops_nodes_no_victim_set_helps_and_spares_what_it_can(apiserver):
     async with running_env(apiserver, [gpu_node("n0"), gpu_node("n1", mem=10240)]) as env:
-        env.sched.extender.write_at_filter = True  # HAMi's flow: the placements are on the pods at once
+        patch_at_filter(env.sched.extender)  # HAMi's flow: the placements are on the pods at once
         uids = {}
         for name, node, mem in (("a", "n0", 10240), ("b", "n0", 30720), ("c", "n1", 10240)):
             p = env.create_pod(prio(pod_obj(name, mem=mem), 0))
@@ -236,7 +237,7 @@ async def test_an_in_tree_shortage_keeps_kube_schedulers_victims(apiserver):
 
 async def test_preempt_adds_only_lower_priority_pods_beside_kube_schedulers(apiserver):
     async with running_env(apiserver, [gpu_node("n0")]) as env:
-        env.sched.extender.write_at_filter = True
+        patch_at_filter(env.sched.extender)
         uids = {}
         for name, mem, p in (("a", 10240, 0), ("peer", 20480, 1000), ("b", 10240, 0)):
             pod = env.create_pod(prio(pod_obj(name, mem=mem), p))

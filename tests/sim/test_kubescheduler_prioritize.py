@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from hami.device import codec
+from hami.scheduler.extender.hamiflow import patch_at_filter
 from tests.kube.helpers import eventually, gpu_uuid, pod_obj
 from tests.kube.scheduler_env import running_env
 from tests.sim._kubesched import gpu_node, running_cluster
@@ -90,7 +91,7 @@ async def test_prioritize_bad_shapes_get_an_error_naming_the_field(apiserver, bo
 
 async def test_bind_re_places_on_another_node_even_after_a_restart_forgot_the_filter(apiserver):
     async with running_env(apiserver, [labelled("n0"), labelled("n1")], extender_prioritize=True) as env:
-        env.sched.extender.write_at_filter = True  # a placement another replica (HAMi's flow) wrote at /filter
+        patch_at_filter(env.sched.extender)  # a placement another replica (HAMi's flow) wrote at /filter
         p = env.create_pod(pod_obj("moved", mem=10000))
         out = await env.filter(p, ["n0", "n1"])
         assert sorted(out["NodeNames"]) == ["n0", "n1"]
