@@ -208,3 +208,11 @@ class NodeDeviceConfig:
     enablegetpreferredallocation: bool = False
     # The operator's opt-in to honour CUDA_DISABLE_CONTROL in a container's env (hami's own key).
     allowdisablecontrol: bool = False
+
+
+def device_type_label(registered: str) -> str:
+    """The card's name once, for the metrics' `device_type`. HAMi's NVIDIA agent registers `NVIDIA-` plus
+    the NVML name, which already starts with NVIDIA ("NVIDIA-NVIDIA A100-SXM4-40GB"), and HAMi's metrics
+    repeat that (HAMi #2990); the label drops the doubled vendor and keeps any other type as registered."""
+    vendor, sep, rest = registered.partition("-")
+    return rest if sep and vendor and rest.startswith(vendor) else registered

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from hami.device.model import device_type_label
 from hami.gpu.health import GpuHealth, throttle_flags
 
 LABELS = ["node", "device_index", "device_uuid", "device_type"]
@@ -67,4 +68,4 @@ def health_families(samples: Iterable[tuple[str, GpuHealth, Sequence[str]]]) -> 
 
 def gpu_labels(gpus: Iterable) -> Mapping[str, tuple[str, str]]:
     """uuid -> (device_index, device_type) from the backend's GpuInfo list."""
-    return {g.uuid: (str(g.index), "NVIDIA-" + g.name) for g in gpus}
+    return {g.uuid: (str(g.index), device_type_label("NVIDIA-" + g.name)) for g in gpus}

@@ -12,7 +12,9 @@ hami_vgpu_memory_used_bytes, hami_vgpu_memory_limit_bytes, hami_container_device
 hami_container_device_utilization_ratio, hami_container_last_kernel_elapsed_seconds,
 hami_vgpu_memory_{context,module,buffer}_bytes, and the tuning guide's hami_vgpu_core_used_percent
 and hami_vgpu_core_limit_percent. Host metrics: hami_host_gpu_memory_used_bytes,
-hami_host_gpu_utilization_ratio, hami_host_gpu_memory_controller_utilization_ratio (no `node`),
+hami_host_gpu_utilization_ratio, hami_host_gpu_memory_controller_utilization_ratio (labels node,
+device_index, device_uuid, device_type = the card's name once, zone; HAMi leaves `node` off the last one
+and doubles the vendor in device_type, #2990: the legacy names keep HAMi's devicetype),
 and hami_mig_device_info from the pods' `hami.io/vgpu-mig-allocations` annotation.
 """
 
@@ -30,6 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.utils import floatToGoString
 
 from hami.device.codec import MIG_ALLOCATIONS_ANNOTATION, CodecError, decode_mig_allocations
+from hami.device.model import device_type_label
 from hami.gpu.health import HealthSource
 from hami.monitor import hostpid
 from hami.monitor.claimdirs import claim_container_dirs, claims_by_uid, claims_dir_for, list_claim_dirs
@@ -373,17 +376,17 @@ class MonitorCollector:
         for g in gpus:
             if g.utilization is None:
                 self._backend_error("utilization")
-            dtype = "NVIDIA-" + g.name
-            labels = [node, str(g.index), g.uuid, dtype, ZONE]
+            labels = [node, str(g.index), g.uuid, device_type_label("NVIDIA-" + g.name), ZONE]
+            legacy_labels = [node, str(g.index), g.uuid, "NVIDIA-" + g.name, ZONE]  # HAMi's devicetype, as is
             if getattr(g, "memory_supported", True):
                 fams.host("hami_host_gpu_memory_used_bytes", labels, g.memory_used_mib * MIB)
                 if self.legacy:
-                    fams.host("HostGPUMemoryUsage", labels, g.memory_used_mib * MIB)
+                    fams.host("HostGPUMemoryUsage", legacy_labels, g.memory_used_mib * MIB)
             fams.host("hami_host_gpu_utilization_ratio", labels, g.utilization)
-            fams.host("hami_host_gpu_memory_controller_utilization_ratio", labels[1:],
+            fams.host("hami_host_gpu_memory_controller_utilization_ratio", labels,
                       getattr(g, "memory_utilization", 0))
             if self.legacy:
-                fams.host("HostCoreUtilization", labels, g.utilization)
+                fams.host("HostCoreUtilization", legacy_labels, g.utilization)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -411,7 +414,7 @@ _HOST = {
     "hami_host_gpu_memory_used_bytes": ("GPU device memory usage in bytes", HOST_LABELS),
     "hami_host_gpu_utilization_ratio": ("GPU core utilization ratio (0-100)", HOST_LABELS),
     "hami_host_gpu_memory_controller_utilization_ratio": (
-        "GPU memory controller utilization ratio (0-100)", HOST_LABELS[1:]),
+        "GPU memory controller utilization ratio (0-100)", HOST_LABELS),
 }
 _LEGACY_CTR = {
     "vGPU_device_memory_usage_in_bytes": "vGPU device usage",

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from hami.device.model import DeviceUsage
+from hami.device.model import DeviceUsage, device_type_label
 from hami.httpaccept import GuardedSite
 from hami.httpguard import guarded_runner
 from hami.netaddr import split_host_port
@@ -50,6 +50,7 @@ class PodAlloc:
     usedmem: int  # MiB
     usedcores: int
     device_type: str = "NVIDIA"  # the vendor's device type (request type), e.g. Ascend910B3, MLU
+    container: str = ""  # the container's name (init containers first, as the device annotation counts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,10 @@ def device_label(node: str, index: int) -> str:
 _DEV = ("node", "device_uuid", "device_index", "device_type", "zone")
 _DEV_CORES = ("node", "device_uuid", "device_index", "device_cores", "device_type", "zone")
 _OVERVIEW = ("node", "device_uuid", "device_index", "device_cores", "device_memory_limit", "device_type", "zone")
-_POD = ("namespace", "node", "pod", "container_index", "device_uuid", "device_type", "zone")
+_POD = ("namespace", "node", "pod", "container_index", "device_uuid", "device_type", "container", "zone")
+# Who shares which card, keyed as DCGM exporter keys its GPUs (node name + index: `Hostname`, `gpu` after
+# a label_replace), so the join needs no UUID (UUIDs are opt-in here): docs/monitor.md.
+_SHARE_INFO = ("node", "device_index", "namespace", "pod", "container", "container_index", "zone")
 _MIG = ("node", "device_uuid", "device_index", "mig_uuid", "profile", "gpu_instance_id", "compute_instance_id",
         "placement_start", "placement_size", "zone")
 _L_DEV = ("nodeid", "deviceuuid", "deviceidx", "devicetype", "zone")
@@ -133,7 +137,8 @@ class UsageCollector:
         for node, d in snap.devices:
             idx = str(d.index)
             uid = shown[d.id]
-            dev = [node, uid, idx, d.type, ZONE]
+            card = device_type_label(d.type)  # HAMi's legacy families keep the registered type as HAMi does
+            dev = [node, uid, idx, card, ZONE]
             core_limit, core_alloc = amd_core_ratio(d.type, d.totalcore, d.usedcores)
             cores_of[d.id] = (d.type, d.totalcore)
             g["mem_limit"].add_metric(dev, d.totalmem * MIB)
@@ -141,10 +146,10 @@ class UsageCollector:
             # device_cores is the card's total (raw, AMD included), as HAMi's: a label that moved
             # with the allocation would start a new series on every placement.
             cores = str(d.totalcore)
-            g["mem_alloc"].add_metric([node, uid, idx, cores, d.type, ZONE], d.usedmem * MIB)
+            g["mem_alloc"].add_metric([node, uid, idx, cores, card, ZONE], d.usedmem * MIB)
             g["shared"].add_metric(dev, d.used)
             g["core_alloc"].add_metric(dev, core_alloc)
-            g["overview"].add_metric([node, uid, idx, cores, str(d.totalmem), d.type, ZONE], d.usedmem * MIB)
+            g["overview"].add_metric([node, uid, idx, cores, str(d.totalmem), card, ZONE], d.usedmem * MIB)
             if d.totalmem > 0:  # HAMi leaves the ratio out for a card without memory
                 g["mem_ratio"].add_metric(dev, d.usedmem / d.totalmem)
             if legacy:
@@ -178,11 +183,16 @@ class UsageCollector:
 
     def _pod_metrics(self, snap, shown: dict, cores_of: dict, g: dict, legacy: dict) -> None:
         """Each container's share of each card it holds."""
+        index_of = {d.id: str(d.index) for _, d in snap.devices}
         for p in snap.pods:
             if not p.device_uuid:
                 continue  # HAMi omits a device without a UUID
+            if p.device_uuid in index_of:
+                g["share_info"].add_metric([p.node, index_of[p.device_uuid], p.namespace, p.pod, p.container,
+                                            str(p.container_index), ZONE], 1)
             puid = shown.get(p.device_uuid, p.device_uuid if self.device_uuids else f"{p.node}/?")
-            labels = [p.namespace, p.node, p.pod, str(p.container_index), puid, p.device_type, ZONE]
+            labels = [p.namespace, p.node, p.pod, str(p.container_index), puid, device_type_label(p.device_type),
+                      p.container, ZONE]
             g["vmem"].add_metric(labels, p.usedmem * MIB)
             card_type, card_cores = cores_of.get(p.device_uuid, ("", 0))
             g["vcore"].add_metric(labels, amd_core_ratio(card_type, card_cores, p.usedcores)[1])
@@ -213,6 +223,9 @@ def _current_families() -> dict[str, GaugeMetricFamily]:
                                   "vGPU memory allocated from a container", labels=_POD),
         "vcore": GaugeMetricFamily("hami_vgpu_core_allocated_ratio",
                                    "vGPU core allocated from a container", labels=_POD),
+        "share_info": GaugeMetricFamily("hami_gpu_share_info",
+                                        "1 for each container holding a share of the GPU (node, device_index)",
+                                        labels=_SHARE_INFO),
     }
 
 

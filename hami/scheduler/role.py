@@ -97,9 +97,13 @@ def usage_snapshot(state: ClusterState) -> Snapshot:
         if rec is None:
             continue
         ns, _, pname = key.partition("/")
+        spec = ((state.pods.store.get(key) if state.pods is not None else None) or {}).get("spec") or {}
+        names = [str(c.get("name", "")) for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+                 if isinstance(c, dict)]
         for cidx, ctr in enumerate(rec.devices):
             for dev in ctr:
-                pods.append(PodAlloc(ns, rec.node, pname, cidx, dev.uuid, dev.usedmem, dev.usedcores, dev.type))
+                pods.append(PodAlloc(ns, rec.node, pname, cidx, dev.uuid, dev.usedmem, dev.usedcores, dev.type,
+                                     names[cidx] if cidx < len(names) else ""))
     migs = []
     for uid, key in state.uid_keys.items():
         pod = state.pods.store.get(key) if state.pods is not None else None

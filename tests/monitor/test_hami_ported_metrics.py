@@ -93,8 +93,8 @@ def test_host_metrics_node_label_and_memory_controller_utilization(tmp_path):
     host = {"node": "test-node", "device_index": "0", "device_uuid": "GPU-abc123", "device_type": "NVIDIA-A100",
             "zone": "vGPU"}
     assert g("hami_host_gpu_utilization_ratio", host) == 10
-    no_node = {k: v for k, v in host.items() if k != "node"}
-    assert g("hami_host_gpu_memory_controller_utilization_ratio", no_node) == 73
+    # HAMi leaves `node` off this one; every per-device series here carries it (a join needs it).
+    assert g("hami_host_gpu_memory_controller_utilization_ratio", host) == 73
     legacy = {"nodeid": "test-node", "deviceidx": "0", "deviceuuid": "GPU-abc123", "devicetype": "NVIDIA-A100",
               "zone": "vGPU"}
     assert g("HostCoreUtilization", legacy) == 10

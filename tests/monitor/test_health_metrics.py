@@ -55,7 +55,7 @@ def test_full_gpu_exports_every_health_metric_in_base_units(tmp_path):
     m = scrape(tmp_path, FakeBackend(str(path)))
     s = m["hami_gpu_temperature_celsius"][0]
     assert s.value == 83 and s.labels == {"node": "node-1", "device_index": "0", "device_uuid": U0,
-                                          "device_type": "NVIDIA-NVIDIA A100-SXM4-40GB"}
+                                          "device_type": "NVIDIA A100-SXM4-40GB"}
     assert by_uuid(m["hami_gpu_power_usage_watts"], U0) == [312.5]
     assert by_uuid(m["hami_gpu_power_limit_watts"], U0) == [400]
     assert by_uuid(m["hami_gpu_sm_clock_hertz"], U0) == [1.41e9]

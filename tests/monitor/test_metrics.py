@@ -100,11 +100,10 @@ def test_host_metrics_come_from_the_gpu_backend(tmp_path):
     ])
     reg, _ = make(tmp_path, [], backend=FakeBackend(f))
     host = {"node": "node-1", "device_index": "0", "device_uuid": U0,
-            "device_type": "NVIDIA-NVIDIA A100-SXM4-40GB", "zone": "vGPU"}
+            "device_type": "NVIDIA A100-SXM4-40GB", "zone": "vGPU"}
     assert reg.get_sample_value("hami_host_gpu_memory_used_bytes", host) == 1024 * 1024 * 1024
     assert reg.get_sample_value("hami_host_gpu_utilization_ratio", host) == 55
-    no_node = {k: v for k, v in host.items() if k != "node"}
-    assert reg.get_sample_value("hami_host_gpu_memory_controller_utilization_ratio", no_node) == 12
+    assert reg.get_sample_value("hami_host_gpu_memory_controller_utilization_ratio", host) == 12
     assert reg.get_sample_value("hami_host_gpu_utilization_ratio", {**host, "device_index": "1",
                                                                      "device_uuid": U1}) == 0
 
@@ -321,7 +320,7 @@ def test_nvml_errors_leave_that_gpus_metrics_out_and_are_counted_never_zero(tmp_
 
     reg, _ = make(tmp_path, [pod(UID, cids={"main": "cid-main"})], backend=LosingU0(), warn=lambda *a, **k: None)
     host0 = {"node": "node-1", "device_index": "0", "device_uuid": U0,
-             "device_type": "NVIDIA-NVIDIA Fake GPU", "zone": "vGPU"}
+             "device_type": "NVIDIA Fake GPU", "zone": "vGPU"}
     host1 = {**host0, "device_index": "1", "device_uuid": U1}
     assert reg.get_sample_value("hami_host_gpu_utilization_ratio", host0) is None
     assert reg.get_sample_value("hami_host_gpu_utilization_ratio", host1) == 20
