@@ -6,6 +6,7 @@ import dataclasses
 import functools
 
 from hami.device.model import NvidiaConfig
+from hami.device.vendorhooks import HOOKS
 from hami.device.vendors import VendorTable, parse_vendor_table
 
 
@@ -23,7 +24,7 @@ def default_vendor_table() -> VendorTable:
 def vendors_with_nvidia(table: VendorTable, nvidia: NvidiaConfig) -> VendorTable:
     """The NVIDIA row takes its resource names from the `nvidia:` section, as HAMi's does."""
     for v in table.vendors:
-        if v.hook == "nvidia":
+        if HOOKS[v.hook].nvidia:
             table = table.with_vendor(dataclasses.replace(
                 v, count_resource=nvidia.resource_count_name, memory_resource=nvidia.resource_memory_name,
                 percentage_resource=nvidia.resource_memory_percentage_name,

@@ -39,7 +39,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-HOOKS = ("nvidia", "generic", "ascend", "cambricon", "mthreads", "awsneuron", "kunlunxin", "metax", "amd", "enflame")
+from hami.device.vendorhooks import HOOKS
+
 REGISTER_SOURCES = ("annotation", "capacity")
 REGISTER_FORMATS = ("json", "legacy", "metax", "enflame-drs")
 
@@ -153,12 +154,13 @@ class Vendor:
         Ascend 910 chips (HAMi keys it on the commonWord prefix `Ascend910`), "board" for
         Kunlunxin's whole cards, "metax" for MetaX sGPU (online pods, MetaLink), "" for every other row
         (HAMi's ScoreNode returns 0)."""
-        if self.hook == "ascend" and self.name.startswith("Ascend910"):
+        hook = HOOKS[self.hook]
+        if hook.network_score_prefix and self.name.startswith(hook.network_score_prefix):
             return "network"
-        if self.hook == "kunlunxin" and not self.memory_resource:
-            return "board"
-        if self.hook == "metax":
-            return "metax"  # MetaX sGPU: online pods, and whole cards of topology-aware pods
+        if hook.whole_card_score and not self.memory_resource:
+            return hook.whole_card_score
+        if hook.score:
+            return hook.score  # MetaX sGPU: online pods, and whole cards of topology-aware pods
         if self.topology_losses_key or self.topology_scores_key:
             return "topology"  # MetaX GPU: the node's topology loss / score for the cards taken
         if self.die_groups:
@@ -169,7 +171,7 @@ class Vendor:
     def capacity_trigger(self) -> str:
         """The capacity whose presence means the node registers this capacity vendor: its cards
         (AWS Neuron, Kunlunxin, plain cards) or its cores (Cambricon, Mthreads)."""
-        if self.hook in ("awsneuron", "kunlunxin") or self.card_count:
+        if HOOKS[self.hook].counted_by_cards or self.card_count:
             return self.count_resource
         return self.core_resource
 
@@ -213,7 +215,7 @@ class VendorTable:
                     raise VendorError(f"resource {v.count_resource!r} belongs to both "
                                       f"{counts[v.count_resource].name} and {v.name}")
                 counts[v.count_resource] = v
-        others = tuple(v for v in self.vendors if v.hook != "nvidia")
+        others = tuple(v for v in self.vendors if not HOOKS[v.hook].nvidia)
         object.__setattr__(self, "by_name", names)
         object.__setattr__(self, "by_count", counts)
         object.__setattr__(self, "others", others)
@@ -221,7 +223,8 @@ class VendorTable:
             [v.count_resource for v in others if v.count_resource]
             + [v.core_resource for v in others if v.core_requests and v.core_resource]
             # AMD's and Enflame DRS's admission take a pod naming only their memory or cores.
-            + [r for v in others if v.hook in ("amd", "enflame") for r in (v.memory_resource, v.core_resource) if r]))
+            + [r for v in others if HOOKS[v.hook].admits_memory_or_cores
+               for r in (v.memory_resource, v.core_resource) if r]))
         object.__setattr__(self, "other_allocated",
                            tuple((v.allocated_key, v) for v in others if v.allocated_key))
         object.__setattr__(self, "register_annotations", frozenset(
@@ -384,13 +387,13 @@ def _check(v: Vendor, where: str, source: str) -> None:
         raise VendorError(f"{where}.register.key in {source}: required for annotation registration")
     # Cards counted by their cores (Cambricon, Mthreads), or by the count resource itself
     # (AWS Neuron, Kunlunxin XPU).
-    counted_by_cards = v.hook in ("awsneuron", "kunlunxin") or v.card_count > 0
+    counted_by_cards = HOOKS[v.hook].counted_by_cards or v.card_count > 0
     if v.register_source == "capacity" and (not (v.core_resource or counted_by_cards) or not v.capacity_id):
         raise VendorError(f"{where}.register in {source}: capacity registration needs resources.cores "
                           "and register.id")
     if v.memory_unit < 1:
         raise VendorError(f"{where}.memoryUnit in {source}: must be >= 1")
-    if v.hook != "nvidia" and not v.allocated_key:
+    if not HOOKS[v.hook].nvidia and not v.allocated_key:
         raise VendorError(f"{where}.allocation in {source}: allocated is required")
 
 
@@ -436,7 +439,7 @@ def _section_changes(section: str, sec: Mapping, row: Vendor, source: str) -> di
     keys = _SECTION_ROWS.get(section, {}).get(row.name) if section in _SECTION_ROWS else _SECTION_KEYS
     changes = {attr: sec[k] for k, attr in (keys or {}).items() if isinstance(sec.get(k), str) and sec[k]}
     changes.update({attr: sec[k] for k, attr in _SECTION_INTS.items() if type(sec.get(k)) is int and sec[k] >= 1})
-    if section == "metax" and row.hook == "metax" and isinstance(sec.get("sgpuTopologyAware"), bool):
+    if section == "metax" and HOOKS[row.hook].sgpu and isinstance(sec.get("sgpuTopologyAware"), bool):
         changes["topology_aware"] = sec["sgpuTopologyAware"]
     if section == "mthreads" and sec.get("memoryPerCard") is not None:
         sizes = card_sizes(sec["memoryPerCard"], f"{section}.memoryPerCard", source)
@@ -455,7 +458,7 @@ def apply_device_config(table: VendorTable, doc: Any, source: str) -> VendorTabl
         if not isinstance(sec, Mapping):
             continue
         for v in table.vendors:
-            if v.family == family and v.hook != "nvidia":
+            if v.family == family and not HOOKS[v.hook].nvidia:
                 changes = _section_changes(section, sec, v, source)
                 if changes:
                     table = table.with_vendor(replace(v, **changes))
@@ -473,7 +476,7 @@ def apply_device_config(table: VendorTable, doc: Any, source: str) -> VendorTabl
             table = table.with_vendor(_ascend_chip(chip, f"vnpus[{i}]", source))
     if every_chip:  # (hamiVnpuCore is the default: a node's hami-vnpu-core annotation wins)
         for v in table.vendors:
-            if v.hook == "ascend":
+            if HOOKS[v.hook].vnpu_chips:
                 table = table.with_vendor(replace(v, **every_chip))
     extra = doc.get("vendors")
     if isinstance(extra, list):

@@ -38,6 +38,7 @@ from hami.config import Config
 from hami.device import codec
 from hami.device.allocation import allocation_annotations
 from hami.device.model import ContainerDeviceRequest
+from hami.device.vendorhooks import HOOKS
 from hami.device.vendorregister import registration_signature
 from hami.device.vendorrequest import flat_requests
 from hami.obs.log import get_logger
@@ -122,7 +123,7 @@ class Placer:
         self._no_fit = no_fit if no_fit is not None else Relay()  # (pod, PodRequest, candidates, failed)
         # MetaX sGPU rows: a placement on them remembers the QoS policy its cards switch to.
         self._sgpu_types = frozenset(v.name for v in (config.vendors.others if config.vendors else ())
-                                     if v.hook == "metax")
+                                     if HOOKS[v.hook].sgpu)
         # uid -> decision held until its /bind; counted per node (pending work that contends for
         # its node in a burst, contention.py)
         self._held = Held()

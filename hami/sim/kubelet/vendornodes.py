@@ -30,6 +30,7 @@ import orjson
 from hami.device import codec
 from hami.device.codec import metax as metax_codec
 from hami.device.model import DeviceInfo
+from hami.device.vendorhooks import HOOKS
 from hami.device.vendors import Vendor, VendorTable
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
@@ -42,7 +43,7 @@ log = get_logger(__name__)
 def vendor_for_model(model: str, table: VendorTable) -> Vendor | None:
     """The non-NVIDIA row `model` names (exactly, else as a prefix, in table order); None: NVIDIA."""
     exact = table.get(model)
-    if exact is not None and exact.hook != "nvidia":
+    if exact is not None and not HOOKS[exact.hook].nvidia:
         return exact
     for v in table.others:
         if v.name.startswith(model):
@@ -53,7 +54,7 @@ def vendor_for_model(model: str, table: VendorTable) -> Vendor | None:
 def _count_per_card(v: Vendor) -> int:
     if v.templates and v.memory_allocatable:
         return max(1, v.memory_allocatable // min(t.memory for t in v.templates))
-    return 100 if v.hook == "cambricon" else 10
+    return HOOKS[v.hook].sim_shares_per_card
 
 
 def vendor_registration(node: str, node_index: int, shapes: Sequence[tuple[Vendor, int, int]]) -> tuple[dict, dict]:

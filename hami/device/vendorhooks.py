@@ -1,0 +1,48 @@
+"""What each vendor `hook` of the vendor table means, in one place: the traits its rows share.
+
+A row of config/vendors.yaml names its hook (`hook: ascend`); the hook's entry here says how the code
+that serves every vendor treats that row: which codec owns it, how its cards are counted, what admits a
+pod to it, which term it adds to the node score. Code reads these traits from `HOOKS[row.hook]`, never
+by comparing the hook's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Hook:
+    # HAMi's NVIDIA device: its own codec, requests and allocation keys; every other row is "another vendor".
+    nvidia: bool = False
+    # Cards counted by the count resource itself (AWS Neuron, Kunlunxin XPU), as a `card_count` row is.
+    counted_by_cards: bool = False
+    # The webhook takes a pod naming only the row's memory or cores (AMD, Enflame DRS).
+    admits_memory_or_cores: bool = False
+    # The device config's `vnpus:` settings for every chip apply to its rows (Ascend).
+    vnpu_chips: bool = False
+    # MetaX sGPU: the device config's `sgpuTopologyAware` switch applies, and a placement remembers the
+    # QoS policy its cards switch to.
+    sgpu: bool = False
+    # The term the row adds to the node score (scheduler.vendorscore): "network" for the chips whose name
+    # starts with this prefix (Ascend 910), "board" for whole cards (a row without a memory resource),
+    # a fixed term, or "" (then the row's own keys decide: topology, aic).
+    network_score_prefix: str = ""
+    whole_card_score: str = ""
+    score: str = ""
+    # Shares one card registers in the embedded cluster when the row has no templates (Cambricon: 100).
+    sim_shares_per_card: int = 10
+
+
+HOOKS: dict[str, Hook] = {
+    "nvidia": Hook(nvidia=True),
+    "generic": Hook(),
+    "ascend": Hook(vnpu_chips=True, network_score_prefix="Ascend910"),
+    "cambricon": Hook(sim_shares_per_card=100),
+    "mthreads": Hook(),
+    "awsneuron": Hook(counted_by_cards=True),
+    "kunlunxin": Hook(counted_by_cards=True, whole_card_score="board"),
+    "metax": Hook(sgpu=True, score="metax"),
+    "amd": Hook(admits_memory_or_cores=True),
+    "enflame": Hook(admits_memory_or_cores=True),
+}
