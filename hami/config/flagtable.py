@@ -112,12 +112,13 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--kube-qps", "float", "kube.qps",
          "critical-lane API requests per second: what a pending pod waits on (default per role: scheduler 150, "
          "node-agent 50, monitor 20; docs/kube-client.md)"),
-    Flag("--kube-burst", "int", "kube.burst", "critical-lane API request burst (default per role: 300, 100, 40)"),
+    Flag("--kube-burst", "int", "kube.burst",
+         "critical-lane API request burst (default per role: scheduler 1000, node-agent 100, monitor 40)"),
     Flag("--kube-background-qps", "float", "kube.background_qps",
          "background-lane API requests per second: events, handshakes, registrations, leases, re-lists "
          "(default per role: scheduler 50, node-agent 10, monitor 20)"),
     Flag("--kube-background-burst", "int", "kube.background_burst",
-         "background-lane API request burst (default per role: 100, 20, 40)"),
+         "background-lane API request burst (default per role: scheduler 100, node-agent 20, monitor 40)"),
     Flag("--kube-timeout", "duration", "kube.timeout",
          "deadline of one API request except watches, e.g. 30s; 0 = none (default 10s)"),
     Flag("-v --v", "int", "log.verbosity",

@@ -146,3 +146,19 @@ def test_dra_help_shows_what_the_dra_plugin_reads_and_not_the_device_plugins_fla
 def test_every_embedded_cluster_flag_is_in_the_sim_group():
     sim = [f.dest for f in ROLE_FLAGS if f.dest.startswith("sim_") or f.dest in ("embedded", "demo_workload")]
     assert sim and all(roles_of(dest) == ("sim",) for dest in sim), [(d, roles_of(d)) for d in sim]
+
+
+def test_the_lane_flags_help_states_each_roles_default_budget():
+    """The defaults a --kube-* flag's help names are ROLE_BUDGETS' (hami.kube.lanes), role by role."""
+    import re as _re
+
+    from hami.config.flagtable import BY_DEST
+    from hami.kube.lanes import ROLE_BUDGETS
+
+    for dest, lane, field in (("kube_qps", 0, "qps"), ("kube_burst", 0, "burst"),
+                              ("kube_background_qps", 1, "qps"), ("kube_background_burst", 1, "burst")):
+        text = BY_DEST[dest].help
+        for role in ("scheduler", "node-agent", "monitor"):
+            m = _re.search(rf"{role} (\d+(?:\.\d+)?)", text)
+            assert m, (dest, role, text)
+            assert float(m.group(1)) == float(getattr(ROLE_BUDGETS[role][lane], field)), (dest, role, text)
