@@ -3,7 +3,9 @@
 A row of config/vendors.yaml names its hook (`hook: ascend`); the hook's entry here says how the code
 that serves every vendor treats that row: which codec owns it, how its cards are counted, what admits a
 pod to it, which term it adds to the node score. Code reads these traits from `HOOKS[row.hook]`, never
-by comparing the hook's name.
+by comparing the hook's name. The steps a hook does its own way are functions in the module that owns
+the step, in a table keyed by hook beside it (hami.device.vendorrequest.OWN_REQUESTS, ...): the device
+package may not import the scheduler's, so one table per step layer; every other hook takes the shared step.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ class Hook:
     network_score_prefix: str = ""
     whole_card_score: str = ""
     score: str = ""
+    # A container's memory and cores are its total, split over the cards it asks (Mthreads).
+    split_request_per_card: bool = False
+    # A container naming only the row's memory or cores asks for it (Enflame DRS).
+    asks_by_memory_or_cores: bool = False
     # Shares one card registers in the embedded cluster when the row has no templates (Cambricon: 100).
     sim_shares_per_card: int = 10
 
@@ -39,10 +45,10 @@ HOOKS: dict[str, Hook] = {
     "generic": Hook(),
     "ascend": Hook(vnpu_chips=True, network_score_prefix="Ascend910"),
     "cambricon": Hook(sim_shares_per_card=100),
-    "mthreads": Hook(),
+    "mthreads": Hook(split_request_per_card=True),
     "awsneuron": Hook(counted_by_cards=True),
     "kunlunxin": Hook(counted_by_cards=True, whole_card_score="board"),
     "metax": Hook(sgpu=True, score="metax"),
     "amd": Hook(admits_memory_or_cores=True),
-    "enflame": Hook(admits_memory_or_cores=True),
+    "enflame": Hook(admits_memory_or_cores=True, asks_by_memory_or_cores=True),
 }

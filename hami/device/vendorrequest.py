@@ -44,6 +44,7 @@ from hami.device.request import (
     quantity_as_int64,
     quantity_value,
 )
+from hami.device.vendorhooks import HOOKS
 from hami.device.vendors import Vendor, VendorTable
 
 _INT32 = 1 << 31
@@ -218,18 +219,12 @@ def _lookup_raw(limits: Mapping, requests: Mapping, name: str) -> tuple[bool, ob
 def vendor_request(container: Mapping, vendor: Vendor) -> ContainerDeviceRequest | None:
     """One vendor's GenerateResourceRequests for one container; None when it asks for none."""
     limits, requests = container_resources(container)
-    if vendor.hook == "ascend":
-        return ascend_request(limits, requests, vendor)
-    if vendor.hook == "amd":
-        return amd_request(limits, vendor)
-    if vendor.hook == "enflame":
-        return drs_request(limits, requests, vendor)
-    if vendor.hook == "awsneuron":
-        return neuron_request(limits, requests, vendor)
-    if vendor.hook == "kunlunxin" and vendor.memory_resource:
-        return vxpu_request(limits, requests, vendor)
-    if vendor.hook == "metax":
-        return sgpu_request(limits, vendor)
+    return OWN_REQUESTS.get(vendor.hook, generic_request)(limits, requests, vendor)
+
+
+def generic_request(limits: Mapping, requests: Mapping, vendor: Vendor) -> ContainerDeviceRequest | None:
+    """The GenerateResourceRequests HAMi's vendor packages share: count, memory (in the row's unit),
+    cores (the row's default when not named)."""
     present, n = _value(limits, requests, vendor.count_resource)
     if not present or n is None or n <= 0 or n >= _INT32:
         return None  # HAMi: `n <= 0 || n > math.MaxInt32` is an empty request
@@ -247,9 +242,27 @@ def vendor_request(container: Mapping, vendor: Vendor) -> ContainerDeviceRequest
             return None
         cores = _int32(c)
     pct = 100 if memreq == 0 else 0
-    if vendor.hook == "mthreads":  # the container's total, split over its cards (Go int32 division)
+    if HOOKS[vendor.hook].split_request_per_card:  # the container's total over its cards (Go int32 division)
         memreq, cores = int(memreq / nums), int(cores / nums)
     return ContainerDeviceRequest(nums=nums, type=vendor.name, memreq=memreq, mempercentagereq=pct, coresreq=cores)
+
+
+def _vxpu_or_cards(limits: Mapping, requests: Mapping, vendor: Vendor) -> ContainerDeviceRequest | None:
+    """Kunlunxin: vXPU slices when the row has a memory resource, else whole XPUs as every vendor asks."""
+    if vendor.memory_resource:
+        return vxpu_request(limits, requests, vendor)
+    return generic_request(limits, requests, vendor)
+
+
+# A hook's own GenerateResourceRequests (limits and requests, the row); other hooks take generic_request.
+OWN_REQUESTS = {
+    "ascend": ascend_request,
+    "amd": lambda limits, _requests, vendor: amd_request(limits, vendor),
+    "enflame": drs_request,
+    "awsneuron": neuron_request,
+    "kunlunxin": _vxpu_or_cards,
+    "metax": lambda limits, _requests, vendor: sgpu_request(limits, vendor),
+}
 
 
 def container_vendor_requests(container: Mapping, table: VendorTable, cfg: NvidiaConfig):
@@ -265,7 +278,7 @@ def container_vendor_requests(container: Mapping, table: VendorTable, cfg: Nvidi
     for v in table.others:
         if v.count_resource in limits or v.count_resource in requests or (
                 v.core_requests and (v.core_resource in limits or v.core_resource in requests)) or (
-                v.hook == "enflame" and any(r and (r in limits or r in requests)
+                HOOKS[v.hook].asks_by_memory_or_cores and any(r and (r in limits or r in requests)
                                             for r in (v.memory_resource, v.core_resource))):
             r = vendor_request(container, v)
             if r is not None:
