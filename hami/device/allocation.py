@@ -36,6 +36,7 @@ from hami.device.codec import kunlunxin as kunlun_codec
 from hami.device.codec import metax as metax_codec
 from hami.device.model import NVIDIA, ContainerDevice, PodDevices
 from hami.device.request import quantity_as_int64
+from hami.device.vendorhooks import HOOKS
 from hami.device.vendors import Vendor, VendorTable
 
 VNPU_MODE = "huawei.com/vnpu-mode"  # Ascend: `hami-core` runs HAMi-core soft partitioning
@@ -66,20 +67,21 @@ def allocation_annotations(devices: PodDevices, table: VendorTable | None, now: 
     for name in vendors:
         part = only(devices, name)
         v = table.get(name)
-        if v is not None and v.hook == "amd" and node_usage is not None:
+        if v is not None and HOOKS[v.hook].card_type_in_string and node_usage is not None:
             # HAMi's AMD Fit keeps the card's registered product type in the device string (its
             # design doc 4.2: "The type field uses device product name"); the vendor stays AMD here.
             part = tuple(tuple(_with_card_type(cd, node_usage) for cd in ctr) for ctr in part)
         text = codec.encode_pod_devices(part)
-        if name == NVIDIA or v is None or v.hook == "nvidia":
+        if name == NVIDIA or v is None or HOOKS[v.hook].nvidia:
             out[codec.TO_ALLOCATE_ANNOTATION] = text
             out[codec.ALLOCATED_ANNOTATION] = text
             continue
         if v.to_allocate_key:
             out[v.to_allocate_key] = text
         out[v.allocated_key] = text
-        out.update(_drs_extras(part, now, pod or {}, drs) if v.hook == "enflame"
-                   else _vendor_extras(v, part, now, node, pod or {}))
+        extras = OWN_EXTRAS.get(v.hook)
+        if extras is not None:
+            out.update(extras(v, part, now, node, pod or {}, drs))
     return out
 
 
@@ -99,42 +101,59 @@ def _with_card_type(cd: ContainerDevice, node_usage) -> ContainerDevice:
     return ContainerDevice(cd.uuid, card.type, cd.usedmem, cd.usedcores, cd.idx)
 
 
-def _vendor_extras(v: Vendor, part: PodDevices, now: float, node: str, pod: Mapping) -> dict[str, str]:
+def _neuron(v: Vendor, part: PodDevices, now: float, node: str, pod: Mapping, drs) -> dict[str, str]:
+    return _neuron_extras(v, part, now, node, pod)
+
+
+def _metax(v: Vendor, part: PodDevices, now: float, node: str, pod: Mapping, drs) -> dict[str, str]:
+    return {metax_codec.ALLOCATED: metax_codec.encode_allocated(part),
+            metax_codec.PREDICATE_TIME: str(int(now) * 1_000_000_000 + int(now % 1 * 1e9))}
+
+
+def _kunlunxin(v: Vendor, part: PodDevices, now: float, node: str, pod: Mapping, drs) -> dict[str, str]:
+    if v.memory_resource:  # vXPU slices: the device string says it all
+        return {}
+    last = [ctr for ctr in part if ctr]  # whole XPUs: the last container's card indexes
+    return {kunlun_codec.DEVICE_IDX: ",".join(str(cd.idx) for cd in last[-1])} if last else {}
+
+
+def _mthreads(v: Vendor, part: PodDevices, now: float, node: str, pod: Mapping, drs) -> dict[str, str]:
+    # The card indexes of the last container with devices, the placement time in ns and node.
+    last = [ctr for ctr in part if ctr]
+    if not last:
+        return {}
+    return {"mthreads.com/gpu-index": ",".join(str(cd.idx) for cd in last[-1]),
+            "mthreads.com/predicate-time": str(int(now) * 1_000_000_000 + int(now % 1 * 1e9)),
+            "mthreads.com/predicate-node": node}
+
+
+def _ascend(v: Vendor, part: PodDevices, now: float, node: str, pod: Mapping, drs) -> dict[str, str]:
     flat = [cd for ctr in part for cd in ctr]
-    if v.hook == "awsneuron":
-        return _neuron_extras(v, part, now, node, pod)
-    if v.hook == "metax":
-        return {metax_codec.ALLOCATED: metax_codec.encode_allocated(part),
-                metax_codec.PREDICATE_TIME: str(int(now) * 1_000_000_000 + int(now % 1 * 1e9))}
-    if v.hook == "kunlunxin" and not v.memory_resource:  # whole XPUs: the last container's card indexes
-        last = [ctr for ctr in part if ctr]
-        return {kunlun_codec.DEVICE_IDX: ",".join(str(cd.idx) for cd in last[-1])} if last else {}
     pod_annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    if v.hook == "mthreads":
-        # The card indexes of the last container with devices, the placement time in ns and node.
-        last = [ctr for ctr in part if ctr]
-        if not last:
-            return {}
-        return {"mthreads.com/gpu-index": ",".join(str(cd.idx) for cd in last[-1]),
-                "mthreads.com/predicate-time": str(int(now) * 1_000_000_000 + int(now % 1 * 1e9)),
-                "mthreads.com/predicate-node": node}
-    if v.hook == "ascend":
-        extras = {"predicate-time": codec.encode_unix_seconds(now)}
-        if v.allocation_key and pod_annotations.get(VNPU_MODE) == "hami-core":
-            # HAMi-core soft partitioning: each NPU's memory and cores instead of a template.
-            extras[v.allocation_key] = ascend_codec.encode_runtime_info(
-                (cd.uuid, "", cd.usedmem, cd.usedcores) for cd in flat)
-        elif v.allocation_key:
-            # v2.10.0 (PR #2035): the template name and the device's memory and cores too.
-            extras[v.allocation_key] = ascend_codec.encode_runtime_info(
-                (cd.uuid, v.trim_memory(cd.usedmem)[1], cd.usedmem, cd.usedcores) for cd in flat)
-        return extras
-    if v.hook == "cambricon" and flat:
-        first = flat[0]
-        return {cambricon_codec.DSMLU_ASSIGNED: "false",
-                cambricon_codec.DSMLU_PROFILE: cambricon_codec.encode_dsmlu_profile(
-                    first.idx, first.usedcores, first.usedmem)}
-    return {}
+    extras = {"predicate-time": codec.encode_unix_seconds(now)}
+    if v.allocation_key and pod_annotations.get(VNPU_MODE) == "hami-core":
+        # HAMi-core soft partitioning: each NPU's memory and cores instead of a template.
+        extras[v.allocation_key] = ascend_codec.encode_runtime_info(
+            (cd.uuid, "", cd.usedmem, cd.usedcores) for cd in flat)
+    elif v.allocation_key:
+        # v2.10.0 (PR #2035): the template name and the device's memory and cores too.
+        extras[v.allocation_key] = ascend_codec.encode_runtime_info(
+            (cd.uuid, v.trim_memory(cd.usedmem)[1], cd.usedmem, cd.usedcores) for cd in flat)
+    return extras
+
+
+def _cambricon(v: Vendor, part: PodDevices, now: float, node: str, pod: Mapping, drs) -> dict[str, str]:
+    flat = [cd for ctr in part for cd in ctr]
+    if not flat:
+        return {}
+    first = flat[0]
+    return {cambricon_codec.DSMLU_ASSIGNED: "false",
+            cambricon_codec.DSMLU_PROFILE: cambricon_codec.encode_dsmlu_profile(
+                first.idx, first.usedcores, first.usedmem)}
+
+
+def _enflame(v: Vendor, part: PodDevices, now: float, node: str, pod: Mapping, drs) -> dict[str, str]:
+    return _drs_extras(part, now, pod, drs)
 
 
 def _drs_extras(part: PodDevices, now: float, pod: Mapping, drs) -> dict[str, str]:
@@ -201,6 +220,19 @@ def _neuron_extras(v: Vendor, part: PodDevices, now: float, node: str, pod: Mapp
     return out
 
 
+# A hook's own allocation annotations beside its device string (HAMi's PatchAnnotations): (row, the
+# pod's devices of the row, now, node, pod, the node's DRS profiles) -> annotations. Others add none.
+OWN_EXTRAS = {
+    "awsneuron": _neuron,
+    "metax": _metax,
+    "kunlunxin": _kunlunxin,
+    "mthreads": _mthreads,
+    "ascend": _ascend,
+    "cambricon": _cambricon,
+    "enflame": _enflame,
+}
+
+
 def takes_node_lock(devices: PodDevices, table: VendorTable | None) -> bool:
     """Whether binding these devices takes `hami.io/mutex.lock`, as each vendor's LockNode does:
     NVIDIA, Ascend, Hygon and Iluvatar use it (their plugins release it after Allocate); Mthreads
@@ -238,7 +270,7 @@ def allocated_devices(annotations: Mapping[str, str], table: VendorTable | None)
         if not other:
             continue
         part = codec.decode_pod_devices(other, field=key)
-        if vendor.hook == "amd":  # product types in AMD's string (HAMi's Fit): the devices are AMD's
+        if HOOKS[vendor.hook].card_type_in_string:  # product types in the string: the devices are the row's
             part = tuple(tuple(cd if cd.type == vendor.name else ContainerDevice(cd.uuid, vendor.name, cd.usedmem,
                                                                               cd.usedcores, cd.idx) for cd in ctr)
                          for ctr in part)

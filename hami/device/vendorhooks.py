@@ -36,6 +36,8 @@ class Hook:
     split_request_per_card: bool = False
     # A container naming only the row's memory or cores asks for it (Enflame DRS).
     asks_by_memory_or_cores: bool = False
+    # The device string carries the card's registered product type, the vendor's name elsewhere (AMD).
+    card_type_in_string: bool = False
     # Shares one card registers in the embedded cluster when the row has no templates (Cambricon: 100).
     sim_shares_per_card: int = 10
 
@@ -49,6 +51,6 @@ HOOKS: dict[str, Hook] = {
     "awsneuron": Hook(counted_by_cards=True),
     "kunlunxin": Hook(counted_by_cards=True, whole_card_score="board"),
     "metax": Hook(sgpu=True, score="metax"),
-    "amd": Hook(admits_memory_or_cores=True),
+    "amd": Hook(admits_memory_or_cores=True, card_type_in_string=True),
     "enflame": Hook(admits_memory_or_cores=True, asks_by_memory_or_cores=True),
 }
