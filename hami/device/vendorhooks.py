@@ -21,7 +21,8 @@ class Hook:
     counted_by_cards: bool = False
     # The webhook takes a pod naming only the row's memory or cores (AMD, Enflame DRS).
     admits_memory_or_cores: bool = False
-    # The device config's `vnpus:` settings for every chip apply to its rows (Ascend).
+    # The device config's `vnpus:` settings for every chip apply to its rows, and a node's hami-vnpu-core
+    # annotation (else the chip's default) sets its devices' mode (Ascend).
     vnpu_chips: bool = False
     # MetaX sGPU: the device config's `sgpuTopologyAware` switch applies, and a placement remembers the
     # QoS policy its cards switch to.
@@ -38,6 +39,10 @@ class Hook:
     asks_by_memory_or_cores: bool = False
     # The device string carries the card's registered product type, the vendor's name elsewhere (AMD).
     card_type_in_string: bool = False
+    # Registered as cards in the node's capacity (Kunlunxin XPU), as a `card_count` row is.
+    capacity_cards: bool = False
+    # Registered from capacity with the node's instance-type label (AWS Neuron: devices and cores).
+    capacity_with_instance_type: bool = False
     # Shares one card registers in the embedded cluster when the row has no templates (Cambricon: 100).
     sim_shares_per_card: int = 10
 
@@ -48,8 +53,8 @@ HOOKS: dict[str, Hook] = {
     "ascend": Hook(vnpu_chips=True, network_score_prefix="Ascend910"),
     "cambricon": Hook(sim_shares_per_card=100),
     "mthreads": Hook(split_request_per_card=True),
-    "awsneuron": Hook(counted_by_cards=True),
-    "kunlunxin": Hook(counted_by_cards=True, whole_card_score="board"),
+    "awsneuron": Hook(counted_by_cards=True, capacity_with_instance_type=True),
+    "kunlunxin": Hook(counted_by_cards=True, capacity_cards=True, whole_card_score="board"),
     "metax": Hook(sgpu=True, score="metax"),
     "amd": Hook(admits_memory_or_cores=True, card_type_in_string=True),
     "enflame": Hook(admits_memory_or_cores=True, asks_by_memory_or_cores=True),

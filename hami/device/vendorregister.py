@@ -31,6 +31,7 @@ from hami.device.codec import kunlunxin as kunlun_codec
 from hami.device.codec import metax as metax_codec
 from hami.device.model import DeviceInfo
 from hami.device.request import quantity_as_int64
+from hami.device.vendorhooks import HOOKS
 from hami.device.vendors import Vendor, VendorTable
 
 # Ascend: the node annotation saying its NPUs run HAMi-core soft partitioning (HAMi's
@@ -53,7 +54,7 @@ def registration_signature(annotations: Mapping[str, str], capacity: Mapping, ta
         raw = capacity.get(v.capacity_trigger)
         if raw is None:
             continue
-        if v.hook == "awsneuron":
+        if HOOKS[v.hook].capacity_with_instance_type:
             itype = (labels or {}).get(neuron_codec.INSTANCE_TYPE_LABEL, "")
             parts.append(f"{v.count_resource}={raw};{capacity.get(v.core_resource)};{itype}")
         elif v.capacity_trigger == v.count_resource:
@@ -93,7 +94,7 @@ def decode_one(v: Vendor, node: str, annotations: Mapping[str, str], capacity: M
                labels: Mapping[str, str] | None = None) -> tuple[DeviceInfo, ...]:
     """One vendor's devices on the node; () when the node does not register it. Raises
     CodecError (message prefixed by the key) when it registers it wrongly."""
-    if (v.hook == "kunlunxin" or v.card_count) and v.register_source == "capacity":
+    if (HOOKS[v.hook].capacity_cards or v.card_count) and v.register_source == "capacity":
         counted = _capacity_int(capacity, v.count_resource)
         if counted is None:
             return ()
@@ -107,7 +108,7 @@ def decode_one(v: Vendor, node: str, annotations: Mapping[str, str], capacity: M
                                                v.card_memory, v.cores_per_card, topology)
             return kunlun_codec.devices_from_capacity(node, cards, vendor=v.name, id_format=v.capacity_id,
                                                       resource=v.count_resource)
-    if v.hook == "awsneuron":
+    if HOOKS[v.hook].capacity_with_instance_type:
         counted = _capacity_int(capacity, v.count_resource)
         if counted is None:
             return ()
@@ -148,7 +149,7 @@ def decode_one(v: Vendor, node: str, annotations: Mapping[str, str], capacity: M
     if not devices:
         raise codec.CodecError(f"{v.register_key}: no device found on node", field=v.register_key, text=text)
     flag = annotations.get(NODE_VNPU_CORE)
-    if v.hook == "ascend" and (flag is not None or v.vnpu_core):
+    if HOOKS[v.hook].vnpu_chips and (flag is not None or v.vnpu_core):
         # The node's word (else the chip's default) decides; without either the devices stay as
         # registered (HAMi's Ascend plugin writes no mode), so the text re-encodes byte-exact.
         mode = MODE_HAMI_CORE if (flag == "true" if flag is not None else v.vnpu_core) else ""
