@@ -34,12 +34,29 @@ def _scheduler_args(docs):
     return next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "hami-scheduler")["command"]
 
 
+def _check_config(command: list[str], docs, tmp_path) -> subprocess.CompletedProcess:
+    """`hami ... --check-config` with the rendered args, the two mounted config files written out from the
+    ConfigMaps the chart renders (their in-container paths pointed at those copies)."""
+    maps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+    pod = one([d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"].endswith("-dra")],
+              "DaemonSet")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    device = tmp_path / "device-config.yaml"
+    device.write_text(maps[volumes["device-config"]["configMap"]["name"]]["data"]["device-config.yaml"])
+    node = tmp_path / "config.json"
+    node.write_text(maps[volumes["node-config"]["configMap"]["name"]]["data"]["config.json"])
+    args = [a.replace("=/device-config.yaml", f"={device}").replace("=/config/config.json", f"={node}")
+            for a in command[1:]]
+    return subprocess.run([sys.executable, "-m", "hami.cli.main", *args, "--node-name", "n1", "--check-config"],
+                          capture_output=True, text=True, timeout=60)
+
+
 def test_no_dra_unless_enabled():
     docs = rendered("default")
     assert _dra_objects(docs) == [] and "--dra" not in _scheduler_args(docs)
 
 
-def test_dra_enabled_installs_class_plugin_rbac_and_webhook_mode():
+def test_dra_enabled_installs_class_plugin_rbac_and_webhook_mode(tmp_path):
     docs = objects({"dra": {"enabled": True}})
     dra = _dra_objects(docs)
     assert sorted(d["kind"] for d in dra) == ["ClusterRole", "ClusterRole", "ClusterRoleBinding",
@@ -56,8 +73,7 @@ def test_dra_enabled_installs_class_plugin_rbac_and_webhook_mode():
     mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
     assert {"/var/lib/kubelet/plugins/hami-core-gpu.project-hami.io", "/var/lib/kubelet/plugins_registry",
             "/var/run/cdi"} <= mounts
-    res = subprocess.run([sys.executable, "-m", "hami.cli.main", *args[1:], "--node-name", "n1", "--check-config"],
-                         capture_output=True, text=True, timeout=60)
+    res = _check_config(args, docs, tmp_path)
     assert res.returncode == 0, res.stderr
     rules = {d["metadata"]["labels"]["hami.io/rbac-role"]: {(r["apiGroups"][0], res_, v) for r in d["rules"]
                                                             for res_ in r["resources"] for v in r["verbs"]}
@@ -128,7 +144,7 @@ def test_the_dra_plugin_mounts_the_agents_host_paths_and_creates_the_lock_dir():
     assert host_tmp == {"/tmp/vgpulock"}
 
 
-def test_the_dra_plugin_is_privileged_only_for_mig_partitions():
+def test_the_dra_plugin_is_privileged_only_for_mig_partitions(tmp_path):
     ctr = _plugin()["containers"][0]
     sc = ctr["securityContext"]
     assert sc["privileged"] is True and sc["readOnlyRootFilesystem"] is True  # MIG instances at prepare
@@ -139,6 +155,30 @@ def test_the_dra_plugin_is_privileged_only_for_mig_partitions():
     assert sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"] is True
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"} and sc["runAsUser"] == 0
     assert "--dra-mig-partitions=false" in ctr["command"]
-    res = subprocess.run([sys.executable, "-m", "hami.cli.main", *ctr["command"][1:], "--node-name", "n1",
-                          "--check-config"], capture_output=True, text=True, timeout=60)
+    res = _check_config(ctr["command"], objects({"dra": {"enabled": True, "migPartitions": False}}), tmp_path)
     assert res.returncode == 0, res.stderr
+
+
+def test_the_dra_plugin_reads_the_device_and_node_configs_the_chart_renders():
+    """Split count, scaling and filters reach DRA nodes too: the DaemonSet passes both config files and
+    mounts the ConfigMaps that hold them, which the chart renders (with the device plugin off as well)."""
+    for values in ({"dra": {"enabled": True}}, {"dra": {"enabled": True}, "devicePlugin": {"enabled": False}},
+                   {"dra": {"enabled": True}, "devicePlugin": {"nodeConfiguration": {
+                       "config": '{"nodeconfig": [{"name": "n1", "devicesplitcount": 4}]}'}}}):
+        docs = objects(values)
+        pod = one(_dra_objects(docs), "DaemonSet")["spec"]["template"]["spec"]
+        (ctr,) = pod["containers"]
+        assert "--device-config-file=/device-config.yaml" in ctr["command"], values
+        assert "--node-config-file=/config/config.json" in ctr["command"], values
+        mounts = {m["name"]: m for m in ctr["volumeMounts"]}
+        assert mounts["device-config"]["mountPath"] == "/device-config.yaml"
+        assert mounts["device-config"]["subPath"] == "device-config.yaml"
+        assert mounts["node-config"]["mountPath"] == "/config"
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        maps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+        node_cm = maps[volumes["node-config"]["configMap"]["name"]]
+        device_cm = maps[volumes["device-config"]["configMap"]["name"]]
+        assert "config.json" in node_cm["data"] and "device-config.yaml" in device_cm["data"]
+        wanted = ((values.get("devicePlugin") or {}).get("nodeConfiguration") or {}).get("config")
+        if wanted:
+            assert '"devicesplitcount": 4' in node_cm["data"]["config.json"]
