@@ -299,6 +299,7 @@ class Outcome:
     reason: str = ""  # one line: the claim, the request, what failed (node-independent)
     details: list[str] = field(default_factory=list)  # per device, for the doctor
     steps: int = 0  # search steps taken (upstream's allocateOne invocations)
+    undecided: bool = False  # the search stopped at its step budget: neither fit nor refusal is known
 
 
 def _claim_key(claim: Mapping) -> str:
@@ -381,8 +382,9 @@ class Allocator:
         self.new_share_id = new_share_id or (lambda: str(uuid.uuid4()))
 
     def allocate(self, claims: Sequence[Mapping], node: Mapping | str, inv: Inventory | Sequence[Pool],
-                 usage: Usage, classes: Mapping[str, Mapping]) -> Outcome:
-        """`node`: the Node object (labels matter for nodeSelector slices) or its name."""
+                 usage: Usage, classes: Mapping[str, Mapping], *, max_steps: int = MAX_STEPS) -> Outcome:
+        """`node`: the Node object (labels matter for nodeSelector slices) or its name. `max_steps`: the
+        search's budget (upstream's is MAX_STEPS); a search that spends it answers `undecided`."""
         view = NodeView.of(node)
         todo = []
         for claim in claims:
@@ -400,7 +402,7 @@ class Allocator:
         if not todo:
             return Outcome(True)
         pools = inv.pools_for(view) if isinstance(inv, Inventory) else list(inv)
-        search = _Search(self, todo, view, pools, usage, classes)
+        search = _Search(self, todo, view, pools, usage, classes, max_steps)
         try:
             return search.run()
         except (AllocationError, CelError) as exc:
@@ -411,7 +413,7 @@ class _Search:
     """One Allocate call: upstream's allocateOne recursion and its bookkeeping."""
 
     def __init__(self, owner: Allocator, claims: Sequence[Mapping], node: NodeView, pools: list[Pool],
-                 usage: Usage, classes: Mapping[str, Mapping]):
+                 usage: Usage, classes: Mapping[str, Mapping], max_steps: int = MAX_STEPS):
         self.owner, self.claims, self.node, self.pools = owner, claims, node, pools
         self.usage, self.classes = usage, classes
         self.current = _claim_key(claims[0])
@@ -427,6 +429,7 @@ class _Search:
         self.results: list[list[_Result]] = [[] for _ in claims]
         self.consumed: dict[tuple[int, tuple[str, str, str]], dict[str, tuple[Fraction, bool]]] = {}
         self.steps = 0
+        self.max_steps = max_steps
 
     # ------------------------------------------------------------------ preparation
 
@@ -606,7 +609,7 @@ class _Search:
             done = False
         except _Stop:
             return Outcome(False, reason=f"claim {self.current}: the allocation search gave up after "
-                                         f"{MAX_STEPS} tries", steps=self.steps)
+                                         f"{self.max_steps} tries", steps=self.steps, undecided=True)
         if not done:
             out = self.explain()
             out.steps = self.steps
@@ -616,7 +619,7 @@ class _Search:
 
     def one(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: tuple[int, int, int]) -> bool:
         self.steps += 1
-        if self.steps > MAX_STEPS:
+        if self.steps > self.max_steps:
             raise _Stop
         if ci >= len(self.claims):
             return True

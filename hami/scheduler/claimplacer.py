@@ -24,7 +24,7 @@ from typing import Any
 from hami.dra import podclaims
 from hami.kube.client import KubeClient
 from hami.kube.informer import Informer
-from hami.kubesched import extendedres
+from hami.kubesched import cel, extendedres
 from hami.kubesched.allocator import Allocator, Inventory, Usage, inventory
 from hami.obs.log import get_logger
 from hami.scheduler.placement import claimfit
@@ -34,6 +34,12 @@ log = get_logger(__name__)
 
 ASSUME_SECONDS = 30.0
 CLAIM_WAIT_SECONDS = 2.0  # a claim kube-scheduler has but our watch has not shown yet
+# The claims' selectors and search are the pod creator's: bound what one /filter may spend on them on the
+# event loop that also serves every other pod's /filter and /bind. Past either bound a node is left
+# undecided and passed on, because kube-scheduler's own allocator has the last word on the devices: a
+# node failed open costs at worst an allocation kube-scheduler refuses, never a node wrongly filtered out.
+FILTER_BUDGET_SECONDS = 0.05  # the walk over the candidates, selectors (hami.kubesched.cel) included
+FILTER_MAX_STEPS = 2_000  # search steps per node (upstream's cases take tens; MAX_STEPS is 20,000)
 
 
 def uses_claims(pod: dict) -> bool:
@@ -159,17 +165,32 @@ class ClaimPlacer:
         usage = self.usage()
         fills = self.fills(names, usage)
         classes = dict(self.classes.store)
-        fitting, failed, outcomes = [], {}, {}
-        for name in claimfit.order(names, fills, self.policy_of(pod)):
-            outcome = self.allocator.allocate(self.node_claims(pod, claims, name), self.node_of(name) or name,
-                                              self.devices(), usage, classes)
-            if not outcome.ok:
-                failed[name] = claimfit.unfit_reason(outcome)
-                continue
-            fitting.append(name)
-            outcomes[name] = outcome
-            if not self.prioritize:
-                break
+        fitting, failed, outcomes, undecided = [], {}, {}, []
+        ordered = claimfit.order(names, fills, self.policy_of(pod))
+        at = self.clock() + FILTER_BUDGET_SECONDS
+        with cel.deadline(FILTER_BUDGET_SECONDS, self.clock):
+            for i, name in enumerate(ordered):
+                if self.clock() > at:
+                    undecided += ordered[i:]
+                    break
+                outcome = self.allocator.allocate(self.node_claims(pod, claims, name), self.node_of(name) or name,
+                                                  self.devices(), usage, classes, max_steps=FILTER_MAX_STEPS)
+                if not outcome.ok and (outcome.undecided or self.clock() > at):
+                    undecided.append(name)  # stopped by a bound, not refused by the devices
+                    continue
+                if not outcome.ok:
+                    failed[name] = claimfit.unfit_reason(outcome)
+                    continue
+                fitting.append(name)
+                outcomes[name] = outcome
+                if not self.prioritize:
+                    break
+        if undecided:
+            log.v(2).info("The pod's claims were not worked out within /filter's bounds; kube-scheduler's "
+                          "allocator decides on the nodes left", pod=podclaims.pod_key(pod), nodes=len(undecided),
+                          seconds=FILTER_BUDGET_SECONDS, steps=FILTER_MAX_STEPS)
+            passed = {*fitting, *undecided}  # nothing assumed: which devices kube-scheduler takes is open
+            return {"NodeNames": [n for n in ordered if n in passed], "FailedNodes": failed or None, "Error": ""}
         key = podclaims.pod_key(pod)
         if not fitting:
             log.v(2).info("No node fits the pod's claims", pod=key, nodes=len(names))

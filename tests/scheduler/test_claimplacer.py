@@ -157,3 +157,45 @@ def test_an_extended_resource_pod_is_ranked_by_the_claim_kube_scheduler_will_bui
     assert p.assumed == {}  # the claim does not exist yet: nothing to hold under its name
     p.classes.store[DRIVER] = DEVICE_CLASS
     assert not p.serves(pod)
+
+
+class TickingClock(Clock):
+    """Each look at the clock is a second later: any budget is spent after the first look."""
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_a_walk_past_its_time_budget_passes_the_nodes_left_to_kube_scheduler():
+    never = [claim("big", memory_mib=50000)]  # fits no node: every node is refused when there is time
+    assert set(_placer(never).filter(_pod("p", "big"), ["n1", "n2", "n3"])["FailedNodes"]) == {"n1", "n2", "n3"}
+    p = _placer(never, clock=TickingClock())
+    out = p.filter(_pod("p", "big"), ["n1", "n2", "n3"])
+    # undecided is not refused: kube-scheduler's allocator has the last word; nothing assumed here
+    assert out["NodeNames"] == ["n1", "n2", "n3"] and not out["FailedNodes"] and not p.assumed
+
+
+def test_a_search_past_its_step_budget_leaves_the_node_undecided(monkeypatch):
+    from hami.scheduler import claimplacer
+
+    held = [_allocated(claim("b"), "n3", "gpu-0", 9000), claim("new", memory_mib=1000)]
+    monkeypatch.setattr(claimplacer, "FILTER_MAX_STEPS", 0)
+    p = _placer(held)
+    out = p.filter(_pod("p", "new", "binpack"), ["n1", "n2", "n3"])
+    assert out["NodeNames"] == ["n3", "n1", "n2"] and not out["FailedNodes"] and not p.assumed  # policy order kept
+    outcome = Allocator().allocate([claim("x", memory_mib=1000)], "n1", p.devices(), Usage(), dict(p.classes.store),
+                                   max_steps=0)
+    assert not outcome.ok and outcome.undecided and "gave up after 0 tries" in outcome.reason
+
+
+def test_a_tenants_costly_selector_cannot_hold_filter_past_its_budget():
+    """A selector of 10,000 innermost steps per device (seconds in celpy) on every device of every node: /filter
+    stops evaluating at its budget and passes the nodes on, where it would otherwise refuse them all late."""
+    ten = "[0,1,2,3,4,5,6,7,8,9]"
+    nested = f"!{ten}.all(a,{ten}.all(b,{ten}.all(c,{ten}.all(d,a+b+c+d>=0))))"  # false, after all 10,000 steps
+    import time
+
+    p = _placer([claim("sel", memory_mib=1000, selectors=(nested,))], clock=time.monotonic)
+    out = p.filter(_pod("p", "sel"), ["n1", "n2", "n3"])
+    assert sorted(out["NodeNames"]) == ["n1", "n2", "n3"] and not out["FailedNodes"] and not p.assumed
