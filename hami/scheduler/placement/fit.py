@@ -35,6 +35,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
+from typing import Any, NamedTuple
 
 from hami.device.codec import go_to_upper
 from hami.device.model import (
@@ -47,6 +48,7 @@ from hami.device.model import (
     PodDevices,
     ScoringWeights,
 )
+from hami.device.vendorhooks import HOOKS
 from hami.device.vendors import Vendor, VendorTable
 from hami.scheduler.placement.migplace import is_mig_request, mig_feasible, take_placement
 from hami.scheduler.placement.podfilter import split_types as _split_types
@@ -745,48 +747,14 @@ def fit_vendor_devices(
     `link_zones` their MetaLink zones, `qos_expected` the QoS policies cards are switching to. Ascend's vNPU modes, 910C
     module pairing and super-pod network grouping are `vendorrules`, as are AWS Neuron's and Kunlunxin's own
     selections. Kept whole: a faithful port of that Fit."""
-    if vendor.hook == "awsneuron":
-        ok, chosen, counts = fit_neuron(
-            devices, request, vendor, _split_uuids(annotations.get(vendor.use_uuid_key)),
-            _split_uuids(annotations.get(vendor.nouse_uuid_key)), is_mutex,
-            lambda d, mem, cores: ContainerDevice(d.id, request.type, mem, cores, d.index))
-        return ok, chosen, "" if ok else gen_reason(counts, len(devices))
-    if vendor.hook == "amd":
-        use_t, nouse_t = _split_types(annotations.get(vendor.use_type_key)), _split_types(
-            annotations.get(vendor.nouse_type_key))
-        use_u, nouse_u = _split_uuids(annotations.get(vendor.use_uuid_key)), _split_uuids(
-            annotations.get(vendor.nouse_uuid_key))
-        ok, chosen, counts = fit_amd(
-            devices, request,
-            lambda t: (use_t is None or any(u in go_to_upper(t) for u in use_t)) and (
-                nouse_t is None or not any(u in go_to_upper(t) for u in nouse_t)),
-            lambda i: (use_u is None or i in use_u) and (nouse_u is None or i not in nouse_u), is_mutex,
-            lambda d, mem, cores: ContainerDevice(d.id, request.type, mem, cores, d.index))
-        return ok, chosen, "" if ok else gen_reason(counts, len(devices))
-    if vendor.hook == "enflame":  # DRS vGCU: a profile of the node's, then its cards
-        use_u, nouse_u = _split_uuids(annotations.get(vendor.use_uuid_key)), _split_uuids(
-            annotations.get(vendor.nouse_uuid_key))
-        ok, chosen, counts = fit_drs(
-            devices, request, drs, request.mempercentagereq == 0,
-            lambda i: (use_u is None or i in use_u) and (nouse_u is None or i not in nouse_u), is_mutex,
-            lambda d, mem, cores: ContainerDevice(d.id, request.type, mem, cores, d.index))
-        return ok, chosen, "" if ok else gen_reason(counts, len(devices))
-    if vendor.hook == "kunlunxin":
-        ok, chosen, counts = fit_xpu(devices, request,
-                                     lambda d, mem, cores: ContainerDevice(d.id, request.type, mem, cores, d.index),
-                                     shared=bool(vendor.memory_resource), is_mutex=is_mutex,
-                                     uuid_ok=_kunlun_uuid_check(annotations))
-        return ok, chosen, "" if ok else gen_reason(counts, len(devices))
-    if vendor.hook == "metax":
-        ok, chosen, counts = fit_metax(
-            devices, request, _split_uuids(annotations.get(vendor.use_uuid_key)),
-            _split_uuids(annotations.get(vendor.nouse_uuid_key)), is_mutex, annotations,
-            lambda d, mem, cores: ContainerDevice(d.id, d.type, mem, cores, d.index), app_classes, link_zones,
-            qos_expected)
+    own = OWN_FITS.get(vendor.hook)
+    if own is not None:
+        ok, chosen, counts = own(devices, request, vendor, annotations, is_mutex,
+                                 _VendorFitContext(app_classes, link_zones, qos_expected, drs))
         return ok, chosen, "" if ok else gen_reason(counts, len(devices))
     pairs = topo = False
     total_core = None
-    if vendor.hook == "ascend":
+    if HOOKS[vendor.hook].vnpu_chips:  # Ascend's vNPU modes, 910C module pairs, super-pod networks
         mode = vnpu_mode(annotations)
         if mode:
             node_core = any(d.mode == VNPU_HAMI_CORE for d in devices)
@@ -961,3 +929,65 @@ def try_pod(node: NodeUsage, pod: PodRequest) -> str | tuple[PodDevices, tuple]:
     if init_allocs:
         return tuple(init_allocs) + tuple(app_allocs), tuple(mig)
     return tuple(app_allocs), tuple(mig)
+
+
+class _VendorFitContext(NamedTuple):
+    """What a vendor's own walk reads of the node beyond its devices (MetaX's pods and links, Enflame's DRS)."""
+    app_classes: Mapping[str, Sequence[int]] | None
+    link_zones: Mapping[str, int] | None
+    qos_expected: Mapping[str, str] | None
+    drs: Any
+
+
+def _card(request: ContainerDeviceRequest):
+    return lambda d, mem, cores: ContainerDevice(d.id, request.type, mem, cores, d.index)
+
+
+def _fit_neuron(devices, request, vendor: Vendor, annotations, is_mutex: bool, ctx: _VendorFitContext):
+    return fit_neuron(devices, request, vendor, _split_uuids(annotations.get(vendor.use_uuid_key)),
+                      _split_uuids(annotations.get(vendor.nouse_uuid_key)), is_mutex, _card(request))
+
+
+def _fit_amd(devices, request, vendor: Vendor, annotations, is_mutex: bool, ctx: _VendorFitContext):
+    use_t, nouse_t = _split_types(annotations.get(vendor.use_type_key)), _split_types(
+        annotations.get(vendor.nouse_type_key))
+    use_u, nouse_u = _split_uuids(annotations.get(vendor.use_uuid_key)), _split_uuids(
+        annotations.get(vendor.nouse_uuid_key))
+    return fit_amd(
+        devices, request,
+        lambda t: (use_t is None or any(u in go_to_upper(t) for u in use_t)) and (
+            nouse_t is None or not any(u in go_to_upper(t) for u in nouse_t)),
+        lambda i: (use_u is None or i in use_u) and (nouse_u is None or i not in nouse_u), is_mutex,
+        _card(request))
+
+
+def _fit_drs(devices, request, vendor: Vendor, annotations, is_mutex: bool, ctx: _VendorFitContext):
+    """Enflame DRS vGCU: a profile of the node's, then its cards."""
+    use_u, nouse_u = _split_uuids(annotations.get(vendor.use_uuid_key)), _split_uuids(
+        annotations.get(vendor.nouse_uuid_key))
+    return fit_drs(devices, request, ctx.drs, request.mempercentagereq == 0,
+                   lambda i: (use_u is None or i in use_u) and (nouse_u is None or i not in nouse_u), is_mutex,
+                   _card(request))
+
+
+def _fit_xpu(devices, request, vendor: Vendor, annotations, is_mutex: bool, ctx: _VendorFitContext):
+    return fit_xpu(devices, request, _card(request), shared=bool(vendor.memory_resource), is_mutex=is_mutex,
+                   uuid_ok=_kunlun_uuid_check(annotations))
+
+
+def _fit_metax(devices, request, vendor: Vendor, annotations, is_mutex: bool, ctx: _VendorFitContext):
+    return fit_metax(
+        devices, request, _split_uuids(annotations.get(vendor.use_uuid_key)),
+        _split_uuids(annotations.get(vendor.nouse_uuid_key)), is_mutex, annotations,
+        lambda d, mem, cores: ContainerDevice(d.id, d.type, mem, cores, d.index), ctx.app_classes, ctx.link_zones,
+        ctx.qos_expected)
+
+
+# A hook's own Fit walk (HAMi's vendor package's, where it is not the shared one): (ok, devices, reason counts).
+OWN_FITS = {
+    "awsneuron": _fit_neuron,
+    "amd": _fit_amd,
+    "enflame": _fit_drs,
+    "kunlunxin": _fit_xpu,
+    "metax": _fit_metax,
+}
