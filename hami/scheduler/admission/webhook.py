@@ -43,7 +43,7 @@ import base64
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from hami.device.codec.keys import ADMITTED_ANNOTATION
 from hami.device.model import NvidiaConfig
@@ -308,21 +308,17 @@ def _mutate_vendor(ctr: dict, v: Vendor, pod: dict | None = None) -> bool:
     """Another vendor's MutateAdmission: the count resource in limits means the container has
     that vendor's device. Ascend (pkg/device/ascend MutateAdmission) also rounds the memory limit
     up to a vNPU template (or the whole card) in limits and requests, and refuses a memory beyond
-    the card (`<memory resource> <value> is invalid`) and a vNPU for several devices."""
-    if v.hook == "awsneuron":
-        return _mutate_neuron(ctr, v)
+    the card (`<memory resource> <value> is invalid`) and a vNPU for several devices. A hook's own
+    steps are in OWN_MUTATIONS."""
+    own = OWN_MUTATIONS.get(v.hook, _NO_OWN_MUTATION)
+    pod = pod if pod is not None else {}
+    if own.whole is not None:
+        return own.whole(ctr, v)
     limits, _ = _resources(ctr)
-    if v.hook == "amd":
-        return _mutate_amd(limits, v)
-    if v.hook == "enflame":
-        return _mutate_drs(ctr, v)
     if v.count_resource not in limits:
         return False
-    if v.hook == "metax":
-        _mutate_sgpu(ctr, pod if pod is not None else {}, v)
-        return True
-    if v.hook == "mthreads":
-        _mutate_mthreads(ctr, pod if pod is not None else {}, v)
+    if own.counted is not None:
+        own.counted(ctr, pod, v)
         return True
     if v.multi_card_cores and v.core_resource and (quantity_value(limits[v.count_resource]) or 0) > 1:
         # Iluvatar: several cards are whole cards.
@@ -330,18 +326,47 @@ def _mutate_vendor(ctr: dict, v: Vendor, pod: dict | None = None) -> bool:
     if v.container_name_env and ctr.get("name") and not any(
             isinstance(e, dict) and e.get("name") == v.container_name_env for e in ctr.get("env") or ()):
         _add_env(ctr, v.container_name_env, ctr["name"])
-    if v.hook == "ascend" and v.memory_resource:
-        _mutate_ascend(ctr, pod if pod is not None else {}, v)
-    if v.hook == "kunlunxin" and v.memory_resource and v.memory_resource in limits:
-        # vXPU: the memory limit (and request) rounded up to a slice size, else the whole card
-        mem = quantity_value(limits[v.memory_resource]) or 0
-        trimmed = next((t.memory for t in v.templates if mem <= t.memory), v.memory_allocatable)
-        _set_limit(ctr, v.memory_resource, str(trimmed))
-        requests = ctr["resources"].get("requests")
-        if not isinstance(requests, dict):
-            requests = ctr["resources"]["requests"] = {}
-        requests[v.memory_resource] = str(trimmed)
+    if own.memory is not None and v.memory_resource:
+        own.memory(ctr, pod, v, limits)
     return True
+
+
+def _trim_vnpu(ctr: dict, pod: dict, v: Vendor, limits: dict) -> None:
+    _mutate_ascend(ctr, pod, v)
+
+
+def _trim_vxpu(ctr: dict, pod: dict, v: Vendor, limits: dict) -> None:
+    """vXPU: the memory limit (and request) rounded up to a slice size, else the whole card."""
+    if v.memory_resource not in limits:
+        return
+    mem = quantity_value(limits[v.memory_resource]) or 0
+    trimmed = next((t.memory for t in v.templates if mem <= t.memory), v.memory_allocatable)
+    _set_limit(ctr, v.memory_resource, str(trimmed))
+    requests = ctr["resources"].get("requests")
+    if not isinstance(requests, dict):
+        requests = ctr["resources"]["requests"] = {}
+    requests[v.memory_resource] = str(trimmed)
+
+
+class VendorMutation(NamedTuple):
+    """A hook's own MutateAdmission steps: `whole` replaces the shared one (container, row) -> has the
+    device; `counted` replaces what follows the count check (container, pod, row); `memory` runs last
+    for a row with a memory resource (container, pod, row, limits)."""
+    whole: Callable[[dict, Vendor], bool] | None = None
+    counted: Callable[[dict, dict, Vendor], None] | None = None
+    memory: Callable[[dict, dict, Vendor, dict], None] | None = None
+
+
+_NO_OWN_MUTATION = VendorMutation()
+OWN_MUTATIONS = {
+    "awsneuron": VendorMutation(whole=lambda ctr, v: _mutate_neuron(ctr, v)),
+    "amd": VendorMutation(whole=lambda ctr, v: _mutate_amd(_resources(ctr)[0], v)),
+    "enflame": VendorMutation(whole=lambda ctr, v: _mutate_drs(ctr, v)),
+    "metax": VendorMutation(counted=lambda ctr, pod, v: _mutate_sgpu(ctr, pod, v)),
+    "mthreads": VendorMutation(counted=lambda ctr, pod, v: _mutate_mthreads(ctr, pod, v)),
+    "ascend": VendorMutation(memory=_trim_vnpu),
+    "kunlunxin": VendorMutation(memory=_trim_vxpu),
+}
 
 
 def _neuron_value(raw: Any, name: str, most: int) -> int:
