@@ -417,6 +417,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
         out = webhookmod.mutate(review, wh_settings, quota=quota_view,
                                 vendor_quota=state.index.vendor_quota_view, mark=marks.issue(),
                                 dra_reservation=rid, reserved=reserved,
+                                gpu_count_check=ledger.device_plugin_gpus if ledger is not None else None,
                                 namespace_labels=namespace_labels if namespaces is not None else None)
         if not reserved or ledger is None or rid is None:
             return out

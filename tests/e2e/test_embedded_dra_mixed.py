@@ -188,3 +188,22 @@ spec:
     refused = create("dp2", "device-plugin", 2000)
     assert refused.returncode != 0 and "exceeding resource quota" in refused.stderr, refused.stderr
     assert create("dp3", "device-plugin", 1000).returncode == 0
+
+
+def test_a_device_plugin_pods_gpu_count_counts_the_namespaces_claims(cluster):
+    run = cluster["run"]
+    run("create", "namespace", "count")
+    run("label", "namespace", "count", "hami.io/gpu-mode=dra", "hami.io/gpu-mode-pod-choice=true")
+    run("create", "-f", "-", stdin="""
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: gpu, namespace: count}
+spec:
+  hard: {requests.nvidia.com/gpu: "2"}
+""")
+    for i in range(2):
+        assert _create(run, "count", f"c{i}").returncode == 0
+        assert _running_on(run, "count", f"c{i}") == "gpu-node-2"
+    refused = _create(run, "count", "dp", {"hami.io/gpu-mode": "device-plugin"})
+    assert refused.returncode != 0
+    assert "exceeding resource quota: nvidia.com/gpu: 1 requested, 2 of 2 used" in refused.stderr, refused.stderr

@@ -92,3 +92,18 @@ def test_device_plugin_pods_usage_takes_kubernetes_gpu_count_and_hamis_memory():
               {"status": {"used": {"limits.nvidia.com/gpu": "3"}}}, {"spec": {}}]
     assert draquota.device_plugin_usage(quotas, "nvidia.com/gpu", 5000, 30) == Amounts(3, 5000, 30)
     assert draquota.device_plugin_usage([], "nvidia.com/gpu", 0, 0) == Amounts()
+
+
+def test_a_device_plugin_pods_gpu_count_is_checked_with_the_claims_beside_it():
+    ledger = quotaledger.QuotaLedger(
+        None, claims_of=lambda ns: [claim("a", count=2)], pods_of=lambda ns: [], claim_exists=lambda k: True,
+        quotas_of=lambda ns: [{"metadata": {"name": "q"}, "spec": {"hard": {"requests.nvidia.com/gpu": "3"}},
+                               "status": {"used": {"requests.nvidia.com/gpu": "1"}}}],
+        device_class=DRIVER, names=NAMES,
+        others_of=lambda ns: draquota.device_plugin_usage([], "nvidia.com/gpu", 0, 0)._replace(gpus=1))
+    assert ledger.device_plugin_gpus("t", 1) == "exceeding resource quota: nvidia.com/gpu: 1 requested, 3 of 3 used"
+    assert ledger.device_plugin_gpus("t", 0) == ""
+    unlimited = quotaledger.QuotaLedger(
+        None, claims_of=lambda ns: [], pods_of=lambda ns: [], claim_exists=lambda k: True,
+        quotas_of=lambda ns: [], device_class=DRIVER, names=NAMES)
+    assert unlimited.device_plugin_gpus("t", 5) == ""

@@ -92,6 +92,18 @@ class QuotaLedger:
                 return str(q["metadata"]["name"]), limits
         return "", limits
 
+    def device_plugin_gpus(self, ns: str, gpus: int) -> str:
+        """A device-plugin pod in a namespace with claims: "" or why its GPU count would pass the limit
+        once the claims' GPUs are counted beside Kubernetes' count of the device-plugin pods."""
+        limits = draquota.hard_limits(self.quotas_of(ns), *self.names, memory_factor=self.memory_factor)
+        if limits.gpus is None or gpus <= 0:
+            return ""
+        used = Amounts(draquota.namespace_usage(self.claims_of(ns), self.device_class).gpus)
+        if self.others_of is not None:
+            used += Amounts(self.others_of(ns).gpus)
+        why = draquota.over(Limits(limits.gpus), used, Amounts(gpus))
+        return f"{draquota.EXCEEDING}: {why}" if why else ""
+
     async def reserve(self, ns: str, rid: str, want: Amounts, annotation: str) -> str:
         """"" when reserved (or the namespace has no such limit), else the refusal's text."""
         holder, limits = self._holder(ns)
