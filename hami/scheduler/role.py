@@ -288,7 +288,11 @@ async def reserve_then_answer(ledger: QuotaLedger, out: dict, ns: str, rid: str,
     response = out.get("response") or {}
     if not response.get("allowed"):
         return out
-    why = await ledger.reserve(ns, rid, want, webhookmod.RESERVATION_ANNOTATION)
+    try:
+        why = await ledger.reserve(ns, rid, want, webhookmod.RESERVATION_ANNOTATION)
+    except Exception as exc:  # noqa: BLE001 - refuse rather than answer 500 (a failing webhook admits unchecked)
+        log.warning("DRA quota reservation failed", namespace=ns, error=str(exc))
+        why = f"{draquota.EXCEEDING}: could not reserve: {exc}"
     if why:
         response.pop("patch", None)
         response.pop("patchType", None)
