@@ -264,20 +264,17 @@ def asked_vendors(pod: Mapping, vendors: VendorTable | None) -> list[tuple[Vendo
 
 
 def vendor_advice(key: str, v: Vendor) -> tuple[str, str]:
-    """REASON_ADVICE in the words of another vendor: its resources, annotations and rules."""
+    """REASON_ADVICE in the words of another vendor: its resources, annotations and rules (a hook's own
+    texts in OWN_ADVICE first)."""
+    own = OWN_ADVICE.get(v.hook)
+    said = own(key, v) if own is not None else None
+    if said is not None:
+        return said
     mem, core, count = v.memory_resource or "memory", v.core_resource or "cores", v.count_resource
     if key == "NodeInsufficientDevice":
         return (f"the node has fewer {v.name} devices than one container asks for",
                 f"ask for fewer {count} per container, or add nodes with more {v.name} devices")
     if key == "CardInsufficientMemory":
-        if v.hook == "ascend":
-            sizes = ", ".join(f"{t.name}={t.memory}" for t in v.templates)
-            return (f"no {v.name} card has the free memory of the vNPU template the request rounds up to "
-                    f"(templates {sizes}; more than the largest is a whole card, {v.memory_allocatable} MiB)",
-                    f"ask for a smaller template with {mem}, or wait for pods on the cards to finish")
-        if v.hook == "cambricon":
-            return (f"no MLU has enough free memory ({mem} counts 256 MiB units)",
-                    f"lower {mem} (1 = 256 MiB) or wait for pods to finish")
         return f"no {v.name} card has enough free memory", f"lower {mem} or wait for pods to finish"
     if key in ("CardInsufficientCore", "CardComputeUnitsExhausted", "ExclusiveDeviceAllocateConflict"):
         default = (f"; a container without {core} asks for {v.default_cores} (a whole card)"
@@ -293,31 +290,72 @@ def vendor_advice(key: str, v: Vendor) -> tuple[str, str]:
     if key == "CardTimeSlicingExhausted":
         return (f"every {v.name} card already runs as many tasks as its device plugin allows",
                 f"free cards, add {v.name} nodes, or raise the split count of the {v.family} device plugin")
-    if key == "ModeNotFit" and v.hook == "ascend":
+    return REASON_ADVICE.get(key, ("unknown reason code", "raise -v to 4 and read the filter log"))
+
+
+def _ascend_advice(key: str, v: Vendor) -> tuple[str, str] | None:
+    if key == "CardInsufficientMemory":
+        sizes = ", ".join(f"{t.name}={t.memory}" for t in v.templates)
+        return (f"no {v.name} card has the free memory of the vNPU template the request rounds up to "
+                f"(templates {sizes}; more than the largest is a whole card, {v.memory_allocatable} MiB)",
+                f"ask for a smaller template with {v.memory_resource or 'memory'}, or wait for pods on the cards "
+                "to finish")
+    if key == "ModeNotFit":
         return (f"the pod's huawei.com/vnpu-mode does not match the {v.name} node: hami-core needs a node "
                 "annotated hami-vnpu-core: \"true\" (or vnpus.hamiVnpuCore), template a node without it",
                 "pick the mode the nodes run (or drop the annotation and the core resource for templates), or "
                 "annotate the node hami-vnpu-core as its device plugin runs")
-    if key == "NumaNotFit" and v.hook == "awsneuron":
+    return None
+
+
+def _cambricon_advice(key: str, v: Vendor) -> tuple[str, str] | None:
+    if key == "CardInsufficientMemory":
+        mem = v.memory_resource or "memory"
+        return (f"no MLU has enough free memory ({mem} counts 256 MiB units)",
+                f"lower {mem} (1 = 256 MiB) or wait for pods to finish")
+    return None
+
+
+def _neuron_advice(key: str, v: Vendor) -> tuple[str, str] | None:
+    if key == "NumaNotFit":
         return (f"no free group of {v.name} devices next to each other: Inferentia nodes take any run of "
                 "free devices, others only 1, 4, 8 or 16 aligned ones",
-                f"ask for 1, 4, 8 or 16 {count} (or NeuronCores within one device), or wait for neighbours to free")
-    if key == "NumaNotFit" and v.hook == "kunlunxin":
+                f"ask for 1, 4, 8 or 16 {v.count_resource} (or NeuronCores within one device), or wait for "
+                "neighbours to free")
+    return None
+
+
+def _kunlunxin_advice(key: str, v: Vendor) -> tuple[str, str] | None:
+    if key == "NumaNotFit":
         return (f"the {v.name} cards free on the board do not form a group the XPU links allow (one wing, "
                 "linked pairs, a linked group of 4, or all 8)" + ("; vXPU cards only take slices of the size "
                                                                   "they already run" if v.memory_resource else ""),
-                f"ask for 1, 2, 4 or 8 {count}, or wait for cards in the same wing to free")
-    if key in ("CardQosPolicyMismatch", "CardUnhealthy", "CardAppClassMismatch") and v.hook == "metax":
-        if key == "CardQosPolicyMismatch":
-            return ("every used MetaX card runs another QoS policy than the pod's metax-tech.com/sgpu-qos-policy",
-                    "use the QoS policy of the shared cards, take a whole card (vcore 100), or wait for a card "
-                    "to empty")
-        if key == "CardUnhealthy":
-            return ("the MetaX device plugin reports the cards unhealthy (metax-tech.com/node-gpu-devices)",
-                    "check the MetaX sGPU device plugin and the cards on that node")
+                f"ask for 1, 2, 4 or 8 {v.count_resource}, or wait for cards in the same wing to free")
+    return None
+
+
+def _metax_advice(key: str, v: Vendor) -> tuple[str, str] | None:
+    if key == "CardQosPolicyMismatch":
+        return ("every used MetaX card runs another QoS policy than the pod's metax-tech.com/sgpu-qos-policy",
+                "use the QoS policy of the shared cards, take a whole card (vcore 100), or wait for a card "
+                "to empty")
+    if key == "CardUnhealthy":
+        return ("the MetaX device plugin reports the cards unhealthy (metax-tech.com/node-gpu-devices)",
+                "check the MetaX sGPU device plugin and the cards on that node")
+    if key == "CardAppClassMismatch":
         return ("online/offline pods and ordinary pods do not share a MetaX card",
                 "drop or change metax-tech.com/sgpu-app-class, or wait for a card without the other class")
-    return REASON_ADVICE.get(key, ("unknown reason code", "raise -v to 4 and read the filter log"))
+    return None
+
+
+# A hook's own doctor texts for a reason key: (what happened, what to do), or None for the shared text.
+OWN_ADVICE = {
+    "ascend": _ascend_advice,
+    "cambricon": _cambricon_advice,
+    "awsneuron": _neuron_advice,
+    "kunlunxin": _kunlunxin_advice,
+    "metax": _metax_advice,
+}
 
 
 def failed_reasons(events: Sequence[EventFact]) -> dict[str, list[str]]:
