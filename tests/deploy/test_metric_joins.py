@@ -150,3 +150,26 @@ def test_every_series_and_label_the_dashboard_and_rules_read_is_exported(tmp_pat
             assert wanted <= carried, (expr, wanted - carried)
         checked += 1
     assert checked >= 20
+
+
+def _documented() -> str:
+    """docs/monitor.md with `a_{b,c}_d` spelled out as `a_b_d a_c_d`."""
+    from tests.deploy.chart import ROOT
+
+    text = (ROOT / "docs" / "monitor.md").read_text()
+    return re.sub(r"(\w*)\{(\w+(?:,\w+)+)\}(\w*)",
+                  lambda m: " ".join(m.group(1) + p + m.group(3) for p in m.group(2).split(",")), text)
+
+
+def test_every_metric_the_roles_export_is_in_docs_monitor_md(tmp_path):
+    from tests.deploy.chart import ROOT
+
+    names = {f.name for text in (monitor_exposition(tmp_path), scheduler_exposition())
+             for f in text_string_to_metric_families(text)}
+    # The scheduler role's counters that need a running role to show (named where the role builds them).
+    for path in ("hami/scheduler/role.py", "hami/scheduler/preemption/controller.py"):
+        names |= set(re.findall(r'"(hami_scheduler_[a-z_]+)":', (ROOT / path).read_text()))
+    doc = _documented()
+    missing = sorted(n for n in names if n.startswith("hami_") and not n.endswith("_created")
+                     and not re.search(rf"\b{n}(_total)?\b", doc))
+    assert len(names) >= 50 and not missing, f"exported, not in docs/monitor.md: {missing}"
