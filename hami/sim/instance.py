@@ -8,7 +8,8 @@ never moved: a clash there is an error naming that flag.
 
 The state folder a run creates for itself is removed when it stops (`--sim-keep-state` keeps it), and
 `publish_kubeconfig` copies this run's kubeconfig to `~/.hami/embedded.kubeconfig`, a path in the user's
-own home that another user cannot plant (unlike a guess such as the newest /tmp/hami-embedded-*).
+own home that another user cannot plant (unlike a guess such as the newest /tmp/hami-embedded-*), and
+`publish_state` points `~/.hami/embedded-state` at the state folder (the cache files the README dumps).
 """
 
 from __future__ import annotations
@@ -64,6 +65,34 @@ def move_busy_defaults(flags: MutableMapping, *, is_free: Callable[[str], bool] 
 
 def pointer_path(home: str | None = None) -> str:
     return os.path.join(home or os.path.expanduser("~"), ".hami", "embedded.kubeconfig")
+
+
+def state_pointer_path(home: str | None = None) -> str:
+    return os.path.join(home or os.path.expanduser("~"), ".hami", "embedded-state")
+
+
+def publish_state(state_dir: str, pointer: str | None = None) -> str | None:
+    """Point `~/.hami/embedded-state` at this run's state folder (a symlink, swapped in atomically), so the
+    README's commands find the cache files; None when it cannot be made."""
+    pointer = pointer or state_pointer_path()
+    try:
+        os.makedirs(os.path.dirname(pointer), mode=0o700, exist_ok=True)
+        tmp = f"{pointer}.{os.getpid()}.tmp"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        os.symlink(os.path.abspath(state_dir), tmp)
+        os.replace(tmp, pointer)
+        return pointer
+    except OSError:
+        return None
+
+
+def withdraw_state(state_dir: str, pointer: str | None = None) -> None:
+    """On exit: remove the pointer if it still names this run's state folder (a newer instance keeps its own)."""
+    pointer = pointer or state_pointer_path()
+    with contextlib.suppress(OSError):
+        if os.readlink(pointer) == os.path.abspath(state_dir):
+            os.unlink(pointer)
 
 
 def publish_kubeconfig(kubeconfig: str, pointer: str | None = None) -> str | None:

@@ -85,7 +85,7 @@ async def run(ctx: Any) -> None:
         # --embedded: simulated GPU nodes, their agents and kubelets, and a kube-scheduler loop.
         from hami.sim.apiserver.admission import WebhookAdmission
         from hami.sim.cluster import SCHEDULER_POD, EmbeddedCluster, banner, extender_url
-        from hami.sim.instance import publish_kubeconfig, withdraw_kubeconfig
+        from hami.sim.instance import publish_kubeconfig, publish_state, withdraw_kubeconfig, withdraw_state
 
         # As kube-apiserver with the chart's MutatingWebhookConfiguration: pods go through /webhook.
         # CREATE and UPDATE; UPDATEs of hami's own accounts skip it, as the chart's matchConditions say.
@@ -99,11 +99,14 @@ async def run(ctx: Any) -> None:
         cluster.write_fake_gpus()  # before ready: the monitor role reads it at start
         ctx.ready.set()
         pointer = publish_kubeconfig(path) if cfg.embedded else None
+        state_pointer = publish_state(os.path.dirname(path)) if cfg.embedded else None
         print(banner(ctx.config, path, server.url, pointer), flush=True)
         try:
             await cluster.run(ctx.stop)
         finally:
             if pointer:
                 withdraw_kubeconfig(path, pointer)
+            if state_pointer:
+                withdraw_state(os.path.dirname(path), state_pointer)
     finally:
         await server.stop()

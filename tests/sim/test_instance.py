@@ -20,7 +20,14 @@ import time
 
 import pytest
 
-from hami.sim.instance import move_busy_defaults, port_is_free, publish_kubeconfig, withdraw_kubeconfig
+from hami.sim.instance import (
+    move_busy_defaults,
+    port_is_free,
+    publish_kubeconfig,
+    publish_state,
+    withdraw_kubeconfig,
+    withdraw_state,
+)
 from tests.tools import find_kubectl
 
 
@@ -55,6 +62,17 @@ def test_port_probe_sees_a_listener():
     assert not port_is_free(address)
     s.close()
     assert port_is_free(address)
+
+
+def test_state_pointer_names_the_newest_run_and_is_withdrawn_only_while_it_is_ours(tmp_path):
+    pointer = str(tmp_path / "home" / ".hami" / "embedded-state")
+    mine, newer = tmp_path / "run1", tmp_path / "run2"
+    assert publish_state(str(mine), pointer) == pointer and os.readlink(pointer) == str(mine)
+    publish_state(str(newer), pointer)  # a second instance started later
+    withdraw_state(str(mine), pointer)  # the first stops: the newer one's pointer stays
+    assert os.readlink(pointer) == str(newer)
+    withdraw_state(str(newer), pointer)
+    assert not os.path.lexists(pointer)
 
 
 def test_kubeconfig_pointer_is_private_and_withdrawn_only_while_it_is_ours(tmp_path):
@@ -126,7 +144,9 @@ def test_two_embedded_instances_at_once(tmp_path):
                 time.sleep(0.5)
             assert nodes(), f"no node on the API server of {kube}"
         assert open(tmp_path / ".hami" / "embedded.kubeconfig").read() == open(kube2).read()
+        assert os.readlink(tmp_path / ".hami" / "embedded-state") == os.path.dirname(kube2)  # the README's path
         rest = _stop(second)
+        assert not os.path.lexists(tmp_path / ".hami" / "embedded-state")  # withdrawn: it was the second's
         assert "removed the embedded cluster's state folder" in rest
         assert not os.path.exists(os.path.dirname(kube2))
         assert os.path.exists(kube1)  # the first keeps running, its folder untouched
