@@ -133,6 +133,9 @@ class Placer:
         self.binds_in_flight: Mapping[str, int] = MappingProxyType(self._binds)
         # node -> "ns/name" of the last pod our binder locked it for: the lock the watch shows is ours
         self._locked_for: dict[str, str] = {}
+        # node -> "ns/name" our binder is writing the lock for now: the watch can show that write
+        # before its answer returns, and it is ours, not another scheduler's.
+        self._locking: dict[str, str] = {}
         # In a burst, send a pod past the policy's best node when our own pending work contends
         # for it (contention.py); False: always the policy's best (HAMi's flow).
         self.avoid_locked = True
@@ -267,9 +270,9 @@ class Placer:
             return None
         now = self.monotonic()
         self.contention.observe(self.state.lock_hold.seconds, now, self._others_active(now))
-        if not (self._held.per_node or self._binds or any(self._own_lock(n) for n in self.state.locked)):
+        if not (self._held.per_node or self._binds or any(self.own_lock(n) for n in self.state.locked)):
             return None
-        return self.contention.keyer(own_pending(self._held.per_node, self._binds, self._own_lock),
+        return self.contention.keyer(own_pending(self._held.per_node, self._binds, self.own_lock),
                                      self._foreign_active(now))
 
     def _others_active(self, now: float) -> bool:
@@ -277,15 +280,18 @@ class Placer:
         at most every 0.1 s): then a burst is not packed (contention.py)."""
         if now - self._others_checked >= 0.1 or now < self._others_checked:
             self._others_checked = now
-            if any(not self._own_lock(n) for n in self.state.locked):
+            if any(not self.own_lock(n) for n in self.state.locked):
                 self._others_seen = now
         return now - self._others_seen < OTHERS_SEEN_S
 
-    def _own_lock(self, node: str) -> bool:
+    def own_lock(self, node: str) -> bool:
         """Whether the lock the node watch shows on `node` is one our binder took (until the device
         plugin releases it at Allocate)."""
         held = self.state.lock_holders.get(node)
-        return held is not None and self._locked_for.get(node) == f"{held[0]}/{held[1]}"
+        if held is None:
+            return False
+        key = f"{held[0]}/{held[1]}"
+        return self._locked_for.get(node) == key or self._locking.get(node) == key
 
     def _foreign_active(self, now: float) -> Callable[[str], bool]:
         """Nodes another scheduler is binding to: its lock on them now, or released within
@@ -490,9 +496,18 @@ class Placer:
     def bind_started(self, node: str) -> None:
         self._binds[node] = self._binds.get(node, 0) + 1
 
+    def lock_writing(self, node: str, key: str | None) -> None:
+        """Our binder is taking `node`'s lock for pod `key` ("ns/name"; None: it gave up): a lock
+        the watch shows for that pod is ours before lock_taken."""
+        if key is None:
+            self._locking.pop(node, None)
+        else:
+            self._locking[node] = key
+
     def lock_taken(self, node: str, key: str) -> None:
         """Our binder holds `node`'s lock for pod `key` ("ns/name") until the device plugin releases it."""
         self._locked_for[node] = key
+        self._locking.pop(node, None)
 
     def bind_ended(self, node: str) -> None:
         left = self._binds.get(node, 1) - 1

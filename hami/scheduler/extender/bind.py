@@ -303,6 +303,7 @@ class Binder:
         deadline = loop.time() + max(self.lock_queue, self.retry_timeout if _in_pod_group(pod) else 0.0)
         nodes = self.locker.nodes
         polite = False
+        self.placer.lock_writing(node, f"{ns}/{name}")  # the watch may show our lock before its answer
         while True:
             try:
                 await self.locker.lock(node, ns, name)
@@ -310,6 +311,8 @@ class Binder:
             except NodeLockError as exc:
                 polite = polite or exc.lost_race
                 left = deadline - loop.time()
+                if left <= 0 or "contention" not in str(exc):
+                    self.placer.lock_writing(node, None)
                 if left <= 0:
                     return str(exc)
                 if "contention" not in str(exc):
