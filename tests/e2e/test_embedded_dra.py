@@ -131,7 +131,7 @@ def test_claims_share_a_gpu_and_deletion_frees_it(dra):
     assert "not enough free memory on any matching device" in doc["summary"]
     assert any(e.startswith("gpu-node-1: gpu-node-1/hami-gpu-0: memory 4000Mi requested, 0 of 8000Mi free")
                for e in doc["evidence"]), doc["evidence"]
-    assert "does not replay DRA claims" in doc["whatif"]
+    assert "hami whatif replays pods with claims through this allocator" in doc["whatif"]
 
     out = run("get", "resourceslices,resourceclaims,deviceclasses")
     assert "resourceslice.resource.k8s.io/gpu-node-1-hami-core-gpu.project-hami.io" in out
