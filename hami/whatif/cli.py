@@ -135,7 +135,7 @@ async def main(args: argparse.Namespace) -> int:
     results = run_plan(cluster, plan, defaults)
     suggestions = None
     if args.suggest:
-        from .suggest import render_suggestions, suggest
+        from .suggest import suggest
 
         suggestions = suggest(cluster, plan, defaults, baseline=results[0])
     scale = None
@@ -147,20 +147,7 @@ async def main(args: argparse.Namespace) -> int:
     if args.timing:
         if args.timing_limit <= 0 or args.allocate_delay < 0 or args.timing_creators < 1:
             return _err("--timing-limit must be > 0, --allocate-delay >= 0 and --timing-creators >= 1")
-        from .timing import run_timed
-
-        timed = list(zip(plan.scenarios, results, strict=True))
-        if suggestions and suggestions[0].gained > 0:
-            # The best suggestion is timed too: how long its extra pods take to bind, not only that they fit.
-            best = suggestions[0]
-            timed.append((Scenario(f"suggested: {best.label}", best.changes, plan.scenarios[0].workloads),
-                          best.result))
-        timings = []
-        with quiet_logs(getattr(args, "v", 0) or 0):
-            for scenario, result in timed:
-                print(f"hami whatif: timing scenario {scenario.name} ...", file=sys.stderr)
-                timings.append(await run_timed(cluster, scenario, plan, defaults, result, limit=args.timing_limit,
-                                               allocate_delay=args.allocate_delay, creators=args.timing_creators))
+        timings = await _timed_runs(args, cluster, plan, defaults, results, suggestions)
     if args.html:
         from .html import write_report
 
@@ -168,8 +155,33 @@ async def main(args: argparse.Namespace) -> int:
             write_report(args.html, results, cluster.warnings, suggestions)
         except OSError as exc:
             return _err(f"--html {args.html}: {exc.strerror or exc}")
+    _print_results(args, results, cluster.warnings, suggestions, timings, scale)
+    return 0
+
+
+async def _timed_runs(args: argparse.Namespace, cluster, plan, defaults, results, suggestions) -> list:
+    """--timing: each scenario (and the best suggestion, when it places more) replayed against the clock."""
+    from .timing import run_timed
+
+    timed = list(zip(plan.scenarios, results, strict=True))
+    if suggestions and suggestions[0].gained > 0:
+        # The best suggestion is timed too: how long its extra pods take to bind, not only that they fit.
+        best = suggestions[0]
+        timed.append((Scenario(f"suggested: {best.label}", best.changes, plan.scenarios[0].workloads),
+                      best.result))
+    timings = []
+    with quiet_logs(getattr(args, "v", 0) or 0):
+        for scenario, result in timed:
+            print(f"hami whatif: timing scenario {scenario.name} ...", file=sys.stderr)
+            timings.append(await run_timed(cluster, scenario, plan, defaults, result, limit=args.timing_limit,
+                                           allocate_delay=args.allocate_delay, creators=args.timing_creators))
+    return timings
+
+
+def _print_results(args: argparse.Namespace, results, warnings, suggestions, timings, scale) -> None:
+    """The report on stdout: JSON, or text sections for the results, suggestions, timings and scale-up."""
     if args.format == "json":
-        doc = to_json(results, cluster.warnings,
+        doc = to_json(results, warnings,
                       [s.as_dict() for s in suggestions] if suggestions is not None else None)
         if timings is not None:
             doc["timing"] = [t.as_dict() for t in timings]
@@ -179,6 +191,8 @@ async def main(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_text(results))
         if suggestions is not None:
+            from .suggest import render_suggestions
+
             sys.stdout.write(render_suggestions(suggestions))
         if timings is not None:
             from .timing import render_timing
@@ -188,4 +202,3 @@ async def main(args: argparse.Namespace) -> int:
             from .scaleup import render_scale_up
 
             sys.stdout.write(render_scale_up(scale))
-    return 0
