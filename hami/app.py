@@ -101,6 +101,33 @@ async def run_roles(
     stop = stop or asyncio.Event()
     shared = {} if shared is None else shared
     loop = asyncio.get_running_loop()
+    if install_signals:
+        on_signal = _signal_handler(stop, drain_seconds)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal, sig.name)
+
+    tasks: dict[asyncio.Task, str] = {}
+    try:
+        failure = await _start_roles(config, roles, stop, shared, tasks)
+        if failure is None:
+            for name, coro in _support_tasks(config, stop):
+                tasks[asyncio.create_task(coro, name=name)] = name
+        failure = await _supervise(tasks, stop, drain_seconds, failure)
+    finally:
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+    if failure is not None:
+        return 1
+    log.info("Stopped")
+    return 0
+
+
+def _signal_handler(stop: asyncio.Event, drain_seconds: float) -> Callable[[str], None]:
+    """The first SIGTERM/SIGINT asks for a stop (roles drain); a second one exits at once."""
     signals_seen = 0
 
     def on_signal(signame: str) -> None:
@@ -113,77 +140,70 @@ async def run_roles(
             log.warning("Second signal: forcing exit", signal=signame)
             os._exit(130)
 
-    if install_signals:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, on_signal, sig.name)
+    return on_signal
 
-    tasks: dict[asyncio.Task, str] = {}
-    failure: RoleFailed | None = None
-    try:
-        for name in roles:
-            try:
-                runner = load_role(name)
-            except Exception as exc:  # an import error names the role, like any other failure
-                log.error("Role failed to load", role=name, error=f"{type(exc).__name__}: {exc}")
-                failure = RoleFailed(name, exc)
-                stop.set()
+
+async def _start_roles(config: Config, roles: tuple[str, ...], stop: asyncio.Event, shared: dict[str, Any],
+                       tasks: dict[asyncio.Task, str]) -> RoleFailed | None:
+    """Each role started as a task in `tasks`, in order; a FIRST role is waited for until ready (or dead).
+    Answers the failure of a role that did not load (the stop is then set)."""
+    for name in roles:
+        try:
+            runner = load_role(name)
+        except Exception as exc:  # an import error names the role, like any other failure
+            log.error("Role failed to load", role=name, error=f"{type(exc).__name__}: {exc}")
+            stop.set()
+            return RoleFailed(name, exc)
+        ctx = RoleContext(name=name, config=config, stop=stop, shared=shared)
+        task = asyncio.create_task(runner(ctx), name=f"role:{name}")
+        tasks[task] = name
+        log.info("Role started", role=name)
+        if name in FIRST:
+            # Others connect to what this role serves: wait until it is ready (or dies).
+            ready = asyncio.create_task(ctx.ready.wait())
+            done, _ = await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+            if task in done:
+                ready.cancel()
                 break
-            ctx = RoleContext(name=name, config=config, stop=stop, shared=shared)
-            task = asyncio.create_task(runner(ctx), name=f"role:{name}")
-            tasks[task] = name
-            log.info("Role started", role=name)
-            if name in FIRST:
-                # Others connect to what this role serves: wait until it is ready (or dies).
-                ready = asyncio.create_task(ctx.ready.wait())
-                done, _ = await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
-                if task in done:
-                    ready.cancel()
-                    break
-        if failure is None:
-            for name, coro in _support_tasks(config, stop):
-                tasks[asyncio.create_task(coro, name=name)] = name
-        stop_waiter = asyncio.create_task(stop.wait(), name="stop-waiter")
-        pending = set(tasks)
-        while pending:
-            done, _ = await asyncio.wait(pending | {stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                if task is stop_waiter:
-                    continue
-                pending.discard(task)
-                name = tasks[task]
-                if task.cancelled():
-                    continue
-                exc = task.exception()
-                if exc is not None:
-                    log.error("Role failed", role=name, error=f"{type(exc).__name__}: {exc}")
-                    failure = failure or RoleFailed(name, exc)
-                    stop.set()
-                elif not stop.is_set():
-                    log.warning("Role returned before shutdown was requested", role=name)
-                    failure = failure or RoleFailed(name, RuntimeError("returned early"))
-                    stop.set()
-            if stop.is_set() and pending:
-                _, still = await asyncio.wait(pending, timeout=drain_seconds)
-                for task in still:
-                    log.warning("Role did not stop within the drain deadline; cancelling", role=tasks[task])
-                    task.cancel()
-                if still:
-                    await asyncio.wait(still, timeout=2.0)
-                for task in pending - still:
-                    if not task.cancelled() and task.exception() is not None and failure is None:
-                        exc = task.exception()
-                        log.error("Role failed while stopping", role=tasks[task], error=str(exc))
-                        failure = RoleFailed(tasks[task], exc)
-                pending = set()
-        stop_waiter.cancel()
-    finally:
-        if install_signals:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)
-        for task in tasks:
-            if not task.done():
+    return None
+
+
+async def _supervise(tasks: dict[asyncio.Task, str], stop: asyncio.Event, drain_seconds: float,
+                     failure: RoleFailed | None) -> RoleFailed | None:
+    """Wait on the tasks until a stop: a role that fails or returns early sets it; then each gets
+    `drain_seconds` to stop before it is cancelled. Answers the first failure."""
+    stop_waiter = asyncio.create_task(stop.wait(), name="stop-waiter")
+    pending = set(tasks)
+    while pending:
+        done, _ = await asyncio.wait(pending | {stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is stop_waiter:
+                continue
+            pending.discard(task)
+            name = tasks[task]
+            if task.cancelled():
+                continue
+            exc = task.exception()
+            if exc is not None:
+                log.error("Role failed", role=name, error=f"{type(exc).__name__}: {exc}")
+                failure = failure or RoleFailed(name, exc)
+                stop.set()
+            elif not stop.is_set():
+                log.warning("Role returned before shutdown was requested", role=name)
+                failure = failure or RoleFailed(name, RuntimeError("returned early"))
+                stop.set()
+        if stop.is_set() and pending:
+            _, still = await asyncio.wait(pending, timeout=drain_seconds)
+            for task in still:
+                log.warning("Role did not stop within the drain deadline; cancelling", role=tasks[task])
                 task.cancel()
-    if failure is not None:
-        return 1
-    log.info("Stopped")
-    return 0
+            if still:
+                await asyncio.wait(still, timeout=2.0)
+            for task in pending - still:
+                if not task.cancelled() and task.exception() is not None and failure is None:
+                    exc = task.exception()
+                    log.error("Role failed while stopping", role=tasks[task], error=str(exc))
+                    failure = RoleFailed(tasks[task], exc)
+            pending = set()
+    stop_waiter.cancel()
+    return failure

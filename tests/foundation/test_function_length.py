@@ -49,8 +49,6 @@ ALLOWED: dict[str, tuple[int, str]] = {
         86, "to split: the missing or templated claims, the allocator's verdict per node and the leaf texts"),
     "scheduler/admission/webhook.py:mutate_pod": (
         83, "to split: the pod's shape checks, the per-container mutation and the quota and DRA checks"),
-    "app.py:run_roles": (
-        99, "to split: the role start, the readiness wait and the shutdown"),
 }
 
 
