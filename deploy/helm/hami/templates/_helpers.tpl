@@ -136,6 +136,24 @@ command-line items (use with `| trim | nindent N`); an empty value leaves the bi
 {{- end -}}
 
 {{/*
+The scheduler's listener budgets (hami.httpaccept) as command-line items (use with `| trim | nindent N`):
+an empty value leaves the binary's default. trustedSources always keeps loopback first, because
+kube-scheduler in the same pod calls the extender there and must never be closed at accept.
+*/}}
+{{- define "hami.listenerArgs" -}}
+{{- $flags := list (list "maxConnections" "http-max-connections") (list "maxTrustedConnections" "http-max-trusted-connections") -}}
+{{- range $flags }}
+{{- $v := index $ (index . 0) | default "" | toString }}
+{{- if ne $v "" }}
+- --{{ index . 1 }}={{ $v }}
+{{ end }}
+{{- end }}
+{{- with .trustedSources }}
+- --http-trusted-sources={{ concat (list "127.0.0.0/8" "::1/128") . | uniq | join "," }}
+{{ end }}
+{{- end -}}
+
+{{/*
 Who may write pod placement annotations (docs/security.md): this release's scheduler and device-plugin
 service accounts, plus scheduler.admissionWebhook.trustedPlacementWriters (e.g. a HAMi v2.10 scheduler
 replica's account). A JSON list of usernames.
