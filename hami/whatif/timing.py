@@ -251,6 +251,74 @@ def _load(store: Store, cluster: Cluster, nodes: dict[str, NodeInfo], scenario: 
         store.create("resourcequotas", ns, {"metadata": {"name": name, "namespace": ns}, "spec": {"hard": hard}})
 
 
+def _scheduler_config(cluster: Cluster, scenario: Scenario, defaults: SchedulerDefaults, kubeconfig: str) -> Config:
+    """The scheduler role's settings for a timed run: the scenario's policies over the defaults."""
+    policy = scenario.changes
+    return Config(kube=KubeSettings(kubeconfig=kubeconfig), nvidia=cluster.nvidia, node_configs=cluster.node_configs,
+                  scheduler=SchedulerSettings(
+                      http_bind="127.0.0.1:0", metrics_bind_address="", scheduler_name=defaults.scheduler_name,
+                      node_scheduler_policy=policy.node_policy or defaults.node_policy,
+                      gpu_scheduler_policy=policy.gpu_policy or defaults.gpu_policy,
+                      force_overwrite_default_scheduler=defaults.force_overwrite_default_scheduler,
+                      # This server issues no tokens, so the scheduler calls it as system:admin: that is the
+                      # account whose Bindings carry placements here.
+                      trusted_placement_writers=(ADMIN["username"],)))
+
+
+def _tally(out: TimingResult, created: dict[str, float], loop, start: float, replay: Result | None) -> None:
+    """Per pod: the wait for its first attempt, the time to bound or its end state, its attempts; the
+    makespan; how many placements match the instant replay's."""
+    stats = loop.stats
+    out.pods = len(created)
+    for key, t0 in created.items():
+        node = stats.node_of.get(key, "")
+        out.nodes[key] = node
+        if key in loop.first_attempt:
+            out.wait.append(loop.first_attempt[key] - t0)
+        if key in stats.bound_at:
+            out.bound += 1
+            out.to_bound.append(stats.bound_at[key] - t0)
+        elif loop.unschedulable(key):
+            out.unschedulable += 1
+        else:
+            out.unfinished += 1
+        n = stats.attempts.get(key, 0)
+        out.attempts += n
+        if n > 1:
+            out.retried += 1
+    out.makespan = (max(stats.bound_at[k] for k in created if k in stats.bound_at) - start) if out.bound else 0.0
+    if replay is not None:
+        placed = {o.pod: o.node for o in replay.outcomes if o.node}
+        out.replay_placed = len(placed)
+        out.same_as_replay = sum(1 for k, n in out.nodes.items() if n and placed.get(k) == n)
+
+
+async def _create_pods(player: KubeClient, pods: list[dict], creators: int, clock, out: TimingResult) -> dict:
+    """Create the queue's pods (`creators` at a time): "ns/name" -> when each was created, in queue order;
+    a creation the API refuses (the webhook, a quota) counts in `out.denied`."""
+    created: dict[str, float] = {}
+    order = {f"{b['metadata'].get('namespace') or 'default'}/{b['metadata']['name']}": i for i, b in enumerate(pods)}
+    gate = asyncio.Semaphore(max(1, creators))
+
+    async def create(body: dict) -> None:
+        meta = body["metadata"]
+        ns = meta.get("namespace") or "default"
+        async with gate:
+            try:
+                await player.create("pods", body, ns)
+            except ApiError:
+                out.denied += 1
+                return
+        created[f"{ns}/{meta['name']}"] = clock()
+
+    if creators <= 1:
+        for body in pods:
+            await create(body)
+    else:
+        await asyncio.gather(*(create(b) for b in pods))
+    return dict(sorted(created.items(), key=lambda kv: order[kv[0]]))  # report in arrival order
+
+
 async def run_timed(cluster: Cluster, scenario: Scenario, plan: Plan,
                     defaults: SchedulerDefaults = SchedulerDefaults(), replay: Result | None = None, *,
                     limit: float = 120.0, allocate_delay: float = 0.0, creators: int = 1,
@@ -274,17 +342,7 @@ async def run_timed(cluster: Cluster, scenario: Scenario, plan: Plan,
     kubeconfig = server.write_kubeconfig(os.path.join(tmp, "kubeconfig"))
     from hami.scheduler.role import start_scheduler  # the scheduler role: only this mode needs it
 
-    policy = scenario.changes
-    cfg = Config(kube=KubeSettings(kubeconfig=kubeconfig), nvidia=cluster.nvidia, node_configs=cluster.node_configs,
-                 scheduler=SchedulerSettings(
-                     http_bind="127.0.0.1:0", metrics_bind_address="", scheduler_name=defaults.scheduler_name,
-                     node_scheduler_policy=policy.node_policy or defaults.node_policy,
-                     gpu_scheduler_policy=policy.gpu_policy or defaults.gpu_policy,
-                     force_overwrite_default_scheduler=defaults.force_overwrite_default_scheduler,
-                     # This server issues no tokens, so the scheduler calls it as system:admin: that is the
-                     # account whose Bindings carry placements here.
-                     trusted_placement_writers=(ADMIN["username"],)))
-    sched = await start_scheduler(cfg, serve_metrics_too=False)
+    sched = await start_scheduler(_scheduler_config(cluster, scenario, defaults, kubeconfig), serve_metrics_too=False)
     player = await KubeClient.from_settings(KubeSettings(kubeconfig=kubeconfig, qps=0, burst=1000), role="sim")
     loop_client = await KubeClient.from_settings(KubeSettings(kubeconfig=kubeconfig, qps=50, burst=100), role="sim")
     stop = asyncio.Event()
@@ -306,29 +364,8 @@ async def run_timed(cluster: Cluster, scenario: Scenario, plan: Plan,
         await plugin.wait_synced(30)
         await loop.pods.wait_synced(30)
         await loop.nodes.wait_synced(30)
-        created: dict[str, float] = {}
-        order = {f"{b['metadata'].get('namespace') or 'default'}/{b['metadata']['name']}": i
-                 for i, b in enumerate(pods)}
-        gate = asyncio.Semaphore(max(1, creators))
         start = loop.clock()
-
-        async def create(body: dict) -> None:
-            meta = body["metadata"]
-            ns = meta.get("namespace") or "default"
-            async with gate:
-                try:
-                    await player.create("pods", body, ns)
-                except ApiError:
-                    out.denied += 1
-                    return
-            created[f"{ns}/{meta['name']}"] = loop.clock()
-
-        if creators <= 1:
-            for body in pods:
-                await create(body)
-        else:
-            await asyncio.gather(*(create(b) for b in pods))
-        created = dict(sorted(created.items(), key=lambda kv: order[kv[0]]))  # report in arrival order
+        created = await _create_pods(player, pods, creators, loop.clock, out)
         out.created_in = (max(created.values()) - start) if created else 0.0
         deadline = start + limit
         stats = loop.stats
@@ -340,28 +377,7 @@ async def run_timed(cluster: Cluster, scenario: Scenario, plan: Plan,
                 out.timed_out = True
                 break
             await asyncio.sleep(0.01)
-        out.pods = len(created)
-        for key, t0 in created.items():
-            node = stats.node_of.get(key, "")
-            out.nodes[key] = node
-            if key in loop.first_attempt:
-                out.wait.append(loop.first_attempt[key] - t0)
-            if key in stats.bound_at:
-                out.bound += 1
-                out.to_bound.append(stats.bound_at[key] - t0)
-            elif loop.unschedulable(key):
-                out.unschedulable += 1
-            else:
-                out.unfinished += 1
-            n = stats.attempts.get(key, 0)
-            out.attempts += n
-            if n > 1:
-                out.retried += 1
-        out.makespan = (max(stats.bound_at[k] for k in created if k in stats.bound_at) - start) if out.bound else 0.0
-        if replay is not None:
-            placed = {o.pod: o.node for o in replay.outcomes if o.node}
-            out.replay_placed = len(placed)
-            out.same_as_replay = sum(1 for k, n in out.nodes.items() if n and placed.get(k) == n)
+        _tally(out, created, loop, start, replay)
         return out
     finally:
         stop.set()  # the informers and the loop end on stop; cancelling them would orphan their watches

@@ -43,8 +43,6 @@ ALLOWED: dict[str, tuple[int, str]] = {
         158, "to split: the API server, the nodes and their kubelets, the roles and the shutdown"),
     "doctor/tree.py:diagnose_pod": (
         144, "to split: one function per branch of the diagnosis tree"),
-    "whatif/timing.py:run_timed": (
-        126, "to split: the cluster start, the pod creation schedule and the measurements"),
     "doctor/dra.py:diagnose_dra_pod": (
         86, "to split: the missing or templated claims, the allocator's verdict per node and the leaf texts"),
     "scheduler/admission/webhook.py:mutate_pod": (
