@@ -26,6 +26,7 @@ result is exactly the two NVIDIA keys. `allocated_devices(annotations, table)` r
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 
 from hami.device import codec
 from hami.device.codec import ascend as ascend_codec
@@ -222,7 +223,7 @@ def _neuron_extras(v: Vendor, part: PodDevices, now: float, node: str, pod: Mapp
 
 # A hook's own allocation annotations beside its device string (HAMi's PatchAnnotations): (row, the
 # pod's devices of the row, now, node, pod, the node's DRS profiles) -> annotations. Others add none.
-OWN_EXTRAS = {
+OWN_EXTRAS = MappingProxyType({
     "awsneuron": _neuron,
     "metax": _metax,
     "kunlunxin": _kunlunxin,
@@ -230,7 +231,7 @@ OWN_EXTRAS = {
     "ascend": _ascend,
     "cambricon": _cambricon,
     "enflame": _enflame,
-}
+})
 
 
 def takes_node_lock(devices: PodDevices, table: VendorTable | None) -> bool:

@@ -10,7 +10,9 @@ package may not import the scheduler's, so one table per step layer; every other
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +49,7 @@ class Hook:
     sim_shares_per_card: int = 10
 
 
-HOOKS: dict[str, Hook] = {
+HOOKS: Mapping[str, Hook] = MappingProxyType({
     "nvidia": Hook(nvidia=True),
     "generic": Hook(),
     "ascend": Hook(vnpu_chips=True, network_score_prefix="Ascend910"),
@@ -58,4 +60,4 @@ HOOKS: dict[str, Hook] = {
     "metax": Hook(sgpu=True, score="metax"),
     "amd": Hook(admits_memory_or_cores=True, card_type_in_string=True),
     "enflame": Hook(admits_memory_or_cores=True, asks_by_memory_or_cores=True),
-}
+})

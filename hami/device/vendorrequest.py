@@ -35,6 +35,7 @@ of NVIDIA containers pays nothing for the table. Builders, after each vendor's
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 
 from hami.device.model import ContainerDeviceRequest, NvidiaConfig
 from hami.device.request import (
@@ -255,14 +256,14 @@ def _vxpu_or_cards(limits: Mapping, requests: Mapping, vendor: Vendor) -> Contai
 
 
 # A hook's own GenerateResourceRequests (limits and requests, the row); other hooks take generic_request.
-OWN_REQUESTS = {
+OWN_REQUESTS = MappingProxyType({
     "ascend": ascend_request,
     "amd": lambda limits, _requests, vendor: amd_request(limits, vendor),
     "enflame": drs_request,
     "awsneuron": neuron_request,
     "kunlunxin": _vxpu_or_cards,
     "metax": lambda limits, _requests, vendor: sgpu_request(limits, vendor),
-}
+})
 
 
 def container_vendor_requests(container: Mapping, table: VendorTable, cfg: NvidiaConfig):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
 
 from hami.device import codec
 from hami.device.codec import keys
@@ -349,13 +350,13 @@ def _metax_advice(key: str, v: Vendor) -> tuple[str, str] | None:
 
 
 # A hook's own doctor texts for a reason key: (what happened, what to do), or None for the shared text.
-OWN_ADVICE = {
+OWN_ADVICE = MappingProxyType({
     "ascend": _ascend_advice,
     "cambricon": _cambricon_advice,
     "awsneuron": _neuron_advice,
     "kunlunxin": _kunlunxin_advice,
     "metax": _metax_advice,
-}
+})
 
 
 def failed_reasons(events: Sequence[EventFact]) -> dict[str, list[str]]:

@@ -43,6 +43,7 @@ import base64
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from hami.device.codec.keys import ADMITTED_ANNOTATION
@@ -358,7 +359,7 @@ class VendorMutation(NamedTuple):
 
 
 _NO_OWN_MUTATION = VendorMutation()
-OWN_MUTATIONS = {
+OWN_MUTATIONS = MappingProxyType({
     "awsneuron": VendorMutation(whole=lambda ctr, v: _mutate_neuron(ctr, v)),
     "amd": VendorMutation(whole=lambda ctr, v: _mutate_amd(_resources(ctr)[0], v)),
     "enflame": VendorMutation(whole=lambda ctr, v: _mutate_drs(ctr, v)),
@@ -366,7 +367,7 @@ OWN_MUTATIONS = {
     "mthreads": VendorMutation(counted=lambda ctr, pod, v: _mutate_mthreads(ctr, pod, v)),
     "ascend": VendorMutation(memory=_trim_vnpu),
     "kunlunxin": VendorMutation(memory=_trim_vxpu),
-}
+})
 
 
 def _neuron_value(raw: Any, name: str, most: int) -> int:

@@ -35,6 +35,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from hami.device.codec import go_to_upper
@@ -984,10 +985,10 @@ def _fit_metax(devices, request, vendor: Vendor, annotations, is_mutex: bool, ct
 
 
 # A hook's own Fit walk (HAMi's vendor package's, where it is not the shared one): (ok, devices, reason counts).
-OWN_FITS = {
+OWN_FITS = MappingProxyType({
     "awsneuron": _fit_neuron,
     "amd": _fit_amd,
     "enflame": _fit_drs,
     "kunlunxin": _fit_xpu,
     "metax": _fit_metax,
-}
+})
