@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import gc
 import hmac
 import os
 import time
@@ -110,6 +111,11 @@ class Ui:
         self.diagnoses = gate.DiagnosisBudget()
         self._view = None
         self._view_key: tuple | None = None
+        # Counters for tests and diagnostics: cluster views built, cluster pages rendered (once per view).
+        self.view_builds = 0
+        self.page_renders = 0
+        self._page = ""
+        self._page_key: tuple | None = None
 
     # ------------------------------------------------------------------ data
 
@@ -131,7 +137,29 @@ class Ui:
                                       self._events(), self.figures.usage, self.figures.health, time.time(),
                                       cfg.nvidia.resource_count_name, cfg.scheduler.node_lock_timeout)
             self._view_key = key
+            self.view_builds += 1
         return self._view
+
+    def cluster_html(self) -> str:
+        """The cluster page, rendered once per cluster view and DRA state: at 5,000 nodes it is a
+        2.4 MB page that took 150-200 ms to render on every request while nothing had changed."""
+        view = self.view()
+        key = (self.view_builds, self.slices.resource_version, self.claims.resource_version, self.dra_served)
+        if key != self._page_key:
+            self._page = render.cluster_page(view, self.dra(), **self.foot())
+            self._page_key = key
+            self.page_renders += 1
+        return self._page
+
+    async def freeze_caches(self) -> None:
+        """Once every informer has synced, move the caches out of the cyclic collector's sight: each
+        rebuild of the cluster view allocates hundreds of thousands of objects, and the full collections
+        they trigger otherwise walk every cached pod (a third of a rebuild at 5,000 nodes). The caches
+        are JSON trees, freed by reference counting all the same."""
+        for informer in self.informers():
+            await informer.synced.wait()
+        gc.collect()
+        gc.freeze()
 
     async def refresh_figures(self, stop: asyncio.Event) -> None:
         ui = self.config.ui
@@ -227,7 +255,7 @@ class Ui:
         return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
 
     async def h_cluster(self, request: web.Request) -> web.Response:
-        return self._html(render.cluster_page(self.view(), self.dra(), **self.foot()))
+        return self._html(self.cluster_html())
 
     async def h_node(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -383,6 +411,7 @@ async def run(ctx: Any) -> None:
     await runner.setup()
     tasks = [asyncio.create_task(i.run(ctx.stop), name=f"ui:{i.kind}-informer") for i in ui.informers()]
     tasks.append(asyncio.create_task(ui.refresh_figures(ctx.stop), name="ui:figures"))
+    tasks.append(asyncio.create_task(ui.freeze_caches(), name="ui:freeze-caches"))
     try:
         site = GuardedSite(runner, host, port)
         await site.start()

@@ -6,7 +6,8 @@ and nosniff headers on every answer; with a read-only token, a request without i
 header or `?token=` once (which sets an HttpOnly SameSite=Strict cookie) gets the page; the what-if
 runs on demand on the live cluster, one at a time and at most once per interval (429 otherwise), and
 shows the suggestion that places the pending pod; the UI writes nothing (the store's resource versions
-do not move while it serves).
+do not move while it serves); the cluster page is rendered once while nothing changes and again, with
+the new pod on it, once a pod is placed.
 """
 
 from __future__ import annotations
@@ -88,6 +89,26 @@ async def test_pages_show_the_cluster_and_escape_unknown_names(apiserver):
                 assert r.status == 404 and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
                 assert "<script>alert" not in body
         assert apiserver.store.rv == rv_before  # read-only: no write moved the store
+    finally:
+        await close()
+
+
+async def test_the_cluster_page_is_rendered_once_until_the_cluster_changes(apiserver):
+    ui, url, close = await _serve(apiserver)
+    try:
+        async with aiohttp.ClientSession() as http:
+            bodies = []
+            for _ in range(3):
+                async with http.get(url + "/") as r:
+                    assert r.status == 200
+                    bodies.append(await r.text())
+            assert ui.page_renders == 1 and bodies[0] == bodies[1] == bodies[2]
+            assert "29.3 GiB of 160.0 GiB" in bodies[0]
+            apiserver.store.create("pods", "default", pod("late", node="n2", mem=5000))
+            await eventually(lambda: "default/late" in ui.pods.store)
+            async with http.get(url + "/") as r:
+                assert "34.2 GiB of 160.0 GiB" in await r.text()  # 30000 + 5000 MiB placed
+            assert ui.page_renders == 2
     finally:
         await close()
 
