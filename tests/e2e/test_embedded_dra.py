@@ -90,6 +90,13 @@ def _pod(run, name):
 
 
 def test_claims_share_a_gpu_and_deletion_frees_it(dra):
+    try:
+        _claims_share_a_gpu(dra)
+    finally:
+        _delete_pods(dra["kubectl"], "p1", "p2", "p3")  # leave the cluster as this test found it, pass or fail
+
+
+def _claims_share_a_gpu(dra) -> None:
     run, state = dra["kubectl"], dra["state"]
     for name in ("p1", "p2"):
         run("create", "--validate=false", "-f", "-", stdin=POD.format(name=name))
@@ -142,12 +149,11 @@ def test_claims_share_a_gpu_and_deletion_frees_it(dra):
     _wait(lambda: not any(claim["metadata"]["uid"] in f for f in os.listdir(cdi_dir)), 30, what="p1 unprepared")
     _wait(lambda: claim_name not in run("get", "resourceclaims"), 30, what="p1's claim deleted")
     _wait(lambda: _pod(run, "p3")["status"].get("phase") == "Running", 30, what="p3 Running after p1 left")
-    _delete_pods(run, "p2", "p3")  # leave the cluster as this test found it
 
 
 def _delete_pods(run, *names: str) -> None:
     """Delete the pods and wait until their claims are gone (their GPU shares free for the next test)."""
-    run("delete", "pod", *names, "--wait=true")
+    run("delete", "pod", *names, "--wait=true", "--ignore-not-found")
     _wait(lambda: not any(c["metadata"]["name"].startswith(tuple(f"{n}-" for n in names))
                           for c in json.loads(run("get", "resourceclaims", "-o", "json"))["items"]),
           30, what=f"the claims of {', '.join(names)} deleted")
