@@ -35,6 +35,9 @@ MAX_HEAD = 8190  # aiohttp's max_line_size / max_field_size default; longer head
 _LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?)?[ \t]*")
 _PARTIAL_LINE = re.compile(rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+(?::[ \t]*(?:[\x21-\x7e][\x20-\x7e\t]*)?)?)?")
 _DIGITS = re.compile(rb"[0-9]{1,15}")
+# an unfinished Content-Length line whose value can still become one: llhttp refuses a non-digit the
+# moment it arrives, before the line ends
+_PARTIAL_LENGTH = re.compile(rb"content-length:[ \t]*[0-9]{0,15}[ \t]*", re.IGNORECASE)
 _REFUSED = frozenset((b"transfer-encoding", b"expect", b"upgrade", b"trailer"))
 # headers aiohttp refuses to see twice in a request (400 "Duplicate ... header found")
 _SINGLETONS = frozenset(name.lower().encode() for name in SINGLETON_HEADERS)
@@ -142,8 +145,20 @@ def _could_be_ours(head: bytes, paths) -> bool:
     last = lines.pop().removesuffix(b"\r")  # the line not yet ended
     if not lines:
         return any((b"POST %s HTTP/1.1" % p).startswith(last) for p in paths)
-    return (len(lines) <= MAX_HEADERS and _our_path(lines[0], paths) is not None
-            and _headers(lines) is not DELEGATE and _PARTIAL_LINE.fullmatch(last) is not None)
+    if len(lines) > MAX_HEADERS or _our_path(lines[0], paths) is None:
+        return False
+    got = _headers(lines)
+    if got is DELEGATE or _PARTIAL_LINE.fullmatch(last) is None:
+        return False
+    name, colon, _ = last.partition(b":")
+    if not colon:
+        return True
+    name = name.lower()
+    if name in _REFUSED:
+        return False  # llhttp refuses some of these (Transfer-Encoding beside Content-Length) at the name
+    if name == b"content-length":  # llhttp refuses a second one, or a non-digit in one, as the value arrives
+        return got[0] == -1 and _PARTIAL_LENGTH.fullmatch(last) is not None
+    return name not in _SINGLETONS or all(not line.lower().startswith(name + b":") for line in lines[1:])
 
 
 _SERVER = b""

@@ -197,3 +197,14 @@ async def test_a_bare_lf_request_gets_aiohttps_400_at_once():
         writer.close()
     finally:
         await runner.cleanup()
+
+
+def test_an_unfinished_line_llhttp_already_refuses_is_delegated():
+    """llhttp refuses some header lines before they end (a second Content-Length, a non-digit in one,
+    Transfer-Encoding beside Content-Length): the fast lane must not wait for more of those."""
+    head = b"POST /filter HTTP/1.1\r\nHost: x\r\n"
+    for partial in (b"content-length: x", b"Content-Length: 0\r\ncontent-length: 0", b"Content-Length: 5 5",
+                    b"Content-Length: 0\r\nTransfer-Encoding:", b"User-Agent: a\r\nuser-agent: b"):
+        assert check(head + partial) is httphead.DELEGATE, partial
+    for partial in (b"Content-Length: 1", b"Content-Length:  12 ", b"User-Agent: a"):  # may still become ours
+        assert check(head + partial) is httphead.NEED_MORE, partial
