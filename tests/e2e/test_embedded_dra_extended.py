@@ -103,9 +103,11 @@ def test_without_the_mapping_a_gpu_pod_finds_no_node(cluster):
         return any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conds)
 
     # NodeResourcesFit: the node advertises no nvidia.com/gpu and no DeviceClass maps it
-    _wait(pending_unschedulable, 60, what="unmapped refused")
-    assert not _pod(run, "unmapped")["spec"].get("nodeName")
-    run("delete", "pod", "unmapped", "--wait=true")
+    try:
+        _wait(pending_unschedulable, 180, what="unmapped refused")
+        assert not _pod(run, "unmapped")["spec"].get("nodeName")
+    finally:
+        run("delete", "pod", "unmapped", "--wait=true")
 
 
 def test_a_mapped_extended_resource_gets_a_claim_kube_scheduler_creates(cluster):
@@ -113,6 +115,16 @@ def test_a_mapped_extended_resource_gets_a_claim_kube_scheduler_creates(cluster)
     cls = json.loads(run("get", "deviceclass", DRIVER, "-o", "json"))
     cls["spec"]["extendedResourceName"] = "nvidia.com/gpu"
     run("replace", "-f", "-", stdin=json.dumps(cls))
+    try:
+        _mapped_pod_runs_with_its_claim(run)
+    finally:  # the module's other test needs the class unmapped, whatever order the tests run in
+        run("delete", "pod", "whole", "--ignore-not-found", "--wait=true")
+        cls = json.loads(run("get", "deviceclass", DRIVER, "-o", "json"))
+        cls["spec"].pop("extendedResourceName", None)
+        run("replace", "-f", "-", stdin=json.dumps(cls))
+
+
+def _mapped_pod_runs_with_its_claim(run) -> None:
     run("create", "-f", "-", stdin=POD.format(name="whole"))
     _wait(lambda: _pod(run, "whole")["status"].get("phase") == "Running", 60, what="whole Running")
     pod = _pod(run, "whole")
