@@ -14,16 +14,11 @@ spec). Deleting the pod deletes the claim. Without the mapping the same pod stay
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 
 import pytest
 
+from tests.e2e.embedded import embedded_system
 from tests.e2e.test_embedded import _wait
-from tests.ports import free_ports
-from tests.tools import find_kubectl
 
 pytestmark = pytest.mark.slow
 
@@ -45,45 +40,10 @@ spec:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    state = tmp_path_factory.mktemp("draext")
-    ports = dict(zip(("api", "ext", "smetrics", "mmetrics", "ui"), free_ports(5), strict=True))
-    cmd = [sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded", "--dra",
-           "--force-overwrite-default-scheduler=false",
-           "--sim-state-dir", str(state), "--sim-listen", f"127.0.0.1:{ports['api']}",
-           "--http_bind", f"127.0.0.1:{ports['ext']}",
-           "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
-           "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
-           "--ui-bind-address", f"127.0.0.1:{ports['ui']}",
-           "--sim-nodes", "1", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960", "-v=2"]
-    log = open(state / "hami.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    kubeconfig = str(state / "kubeconfig")
-    env = {**os.environ, "KUBECONFIG": kubeconfig}
-    kubectl = find_kubectl()
-
-    def run(*args, check=True, stdin=None):
-        res = subprocess.run([kubectl, *args], env=env, capture_output=True, text=True, input=stdin, timeout=60)
-        if check and res.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed: {res.stderr}")
-        return res.stdout
-
-    def published():
-        out = run("get", "resourceslices", "-o", "json", check=False)
-        return out and len(json.loads(out)["items"]) == 1
-
-    try:
-        _wait(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
-        _wait(published, 60, what="the node's ResourceSlice")
-        yield run
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        log.close()
+    with embedded_system(tmp_path_factory.mktemp("draext"), "--dra", "--force-overwrite-default-scheduler=false",
+                         "--sim-nodes", "1", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960", "-v=2") as system:
+        _wait(lambda: system.slices() == 1, 60, what="the node's ResourceSlice")
+        yield system.run
 
 
 def _pod(run, name):

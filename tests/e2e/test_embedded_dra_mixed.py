@@ -12,16 +12,13 @@ choose; elsewhere naming another mode is refused. `hami doctor pod` says which m
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 
 import pytest
 
+from tests.e2e.embedded import embedded_system
 from tests.e2e.test_embedded import _wait
-from tests.ports import free_ports
-from tests.tools import find_kubectl
 
 pytestmark = pytest.mark.slow
 
@@ -43,53 +40,25 @@ spec:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    state = tmp_path_factory.mktemp("dramixed")
-    ports = dict(zip(("api", "ext", "smetrics", "mmetrics", "ui"), free_ports(5), strict=True))
-    cmd = [sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded", "--dra", "--sim-dra-nodes", "1",
-           "--sim-state-dir", str(state), "--sim-listen", f"127.0.0.1:{ports['api']}",
-           "--http_bind", f"127.0.0.1:{ports['ext']}",
-           "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
-           "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
-           "--ui-bind-address", f"127.0.0.1:{ports['ui']}",
-           "--sim-nodes", "2", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960", "-v=2"]
-    log = open(state / "hami.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    kubeconfig = str(state / "kubeconfig")
-    env = {**os.environ, "KUBECONFIG": kubeconfig}
-    kubectl = find_kubectl()
+    with embedded_system(tmp_path_factory.mktemp("dramixed"), "--dra", "--sim-dra-nodes", "1", "--sim-nodes", "2",
+                         "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960", "-v=2", results=True) as system:
+        run = system.run
 
-    def run(*args, check=True, stdin=None):
-        res = subprocess.run([kubectl, *args], env=env, capture_output=True, text=True, input=stdin, timeout=60)
-        if check and res.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed: {res.stderr}")
-        return res if not check else res.stdout
+        def ready():
+            slices = run("get", "resourceslices", "-o", "json", check=False).stdout
+            nodes = run("get", "nodes", "-o", "json", check=False).stdout
+            if not slices or not nodes:
+                return False
+            registered = [n for n in json.loads(nodes)["items"]
+                          if "hami.io/node-nvidia-register" in (n["metadata"].get("annotations") or {})]
+            return len(json.loads(slices)["items"]) == 1 and len(registered) == 1
 
-    def ready():
-        slices = run("get", "resourceslices", "-o", "json", check=False).stdout
-        nodes = run("get", "nodes", "-o", "json", check=False).stdout
-        if not slices or not nodes:
-            return False
-        registered = [n for n in json.loads(nodes)["items"]
-                      if "hami.io/node-nvidia-register" in (n["metadata"].get("annotations") or {})]
-        return len(json.loads(slices)["items"]) == 1 and len(registered) == 1
-
-    try:
-        _wait(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
         _wait(ready, 90, what="one DRA node's slice and one device-plugin node's registration")
         run("create", "namespace", "legacy")
         run("label", "namespace", "legacy", "hami.io/gpu-mode=device-plugin")
         run("create", "namespace", "free")
         run("label", "namespace", "free", "hami.io/gpu-mode=dra", "hami.io/gpu-mode-pod-choice=true")
-        yield {"run": run, "env": env, "port": ports["api"]}
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        log.close()
+        yield {"run": run, "env": system.env, "port": system.ports["api"]}
 
 
 def _pod(run, ns, name):
