@@ -17,6 +17,10 @@ lives here and nowhere else:
   placement on a node kube-scheduler chose (`place_on`);
 * the share-failure refit the preemption controller asks for (`share_failures`: the fit without a
   decision) and the no-fit notices (`no_fit`, the requeue waker and the controller listen);
+* the decisions for pods with DRA claims (`--dra`, `filter_claims` / `claim_scores`): the pod's
+  node policy by GPU fill over the nodes its claims fit (placement.claimwalk, from the watches of
+  cache/drawatch.py), and the allocation answered on the chosen node held (`held.claims`, claim key
+  -> HeldClaim) until kube-scheduler writes the claim, so the next pod's fill counts it;
 * `commit`: the only function that makes a placement. It writes the annotations of every vendor
   row through the vendor table (`allocation_annotations`: each vendor's own keys), counts the
   devices in the usage index, remembers the QoS policy MetaX sGPU cards switch to, and holds the
@@ -27,7 +31,7 @@ lives here and nowhere else:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -41,7 +45,10 @@ from hami.device.model import ContainerDeviceRequest
 from hami.device.vendorhooks import HOOKS
 from hami.device.vendorregister import registration_signature
 from hami.device.vendorrequest import flat_requests
+from hami.dra import podclaims
+from hami.kubesched.allocator import Allocator, Usage
 from hami.obs.log import get_logger
+from hami.scheduler.cache.drawatch import DraWatch
 from hami.scheduler.cache.state import VGPU_NODE, ClusterState
 from hami.scheduler.placement import (
     METAX_APP_CLASS,
@@ -57,6 +64,8 @@ from hami.scheduler.placement import (
     UsageIndex,
     choose,
     chosen_ids,
+    claimfit,
+    claimwalk,
     evaluate_nodes,
     first_fit,
     ignored_policies,
@@ -70,7 +79,9 @@ from hami.scheduler.placement import (
     select_node,
     try_pod,
 )
+from hami.scheduler.placement.claimwalk import HeldClaim
 from hami.scheduler.placement.contention import FOREIGN_HOLDS, OTHERS_SEEN_S
+from hami.scheduler.placement.policy import node_policy_for
 from hami.scheduler.relay import Relay
 
 log = get_logger(__name__)
@@ -114,7 +125,8 @@ class Choice(NamedTuple):
 class Placer:
     def __init__(self, config: Config, state: ClusterState, *, requests_fn: RequestsFn,
                  no_fit: Relay | None = None, clock: Callable[[], float] = time.time, identity: str = "",
-                 lane_rate: float = 0.0):
+                 lane_rate: float = 0.0, dra: DraWatch | None = None, allocator: Allocator | None = None,
+                 monotonic: Callable[[], float] = time.monotonic):
         self.config = config
         self.cfg = config.scheduler
         self.state = state
@@ -127,7 +139,14 @@ class Placer:
         # uid -> decision held until its /bind; counted per node (pending work that contends for
         # its node in a burst, contention.py)
         self._held = Held()
-        self.held = HeldView(self._held)
+        # claim key -> the allocation /filter answered for a pod with DRA claims, until kube-scheduler
+        # writes the claim (`--dra`): read as `held.claims`
+        self._held_claims: dict[str, HeldClaim] = {}
+        self.held = HeldView(self._held, self._held_claims)
+        self.dra = dra  # the DRA watches (--dra): slices, claims, classes; None without DRA
+        self.allocator = allocator or Allocator()  # kube-scheduler's structured allocator, run per candidate
+        if dra is not None:
+            dra.claims.add_handler(self.claim_event)
         # node -> binds in flight there (the binder reports them: pending work, as held decisions)
         self._binds: dict[str, int] = {}
         self.binds_in_flight: Mapping[str, int] = MappingProxyType(self._binds)
@@ -144,7 +163,7 @@ class Placer:
         self.contention = Contention(self.cfg.burst_spread, lane_rate)
         self.identity = identity
         self._ranks: dict[str, int] = {}  # node -> rank(identity, node) (_tie_rank)
-        self.monotonic = time.monotonic  # the burst's clock (contention.py: decisions within a hold)
+        self.monotonic = monotonic  # the burst's (contention.py: decisions within a hold) and the DRA holds' clock
         self._others_checked = self._others_seen = -OTHERS_SEEN_S  # another scheduler's lock last seen
         self._swept = 0.0
         self._decoded: dict[str, tuple] = {}  # register text -> devices (full-Nodes mode)
@@ -561,6 +580,77 @@ class Placer:
             return False, None, failed.get(node, "")
         best = fits[0]
         return False, self.commit(pod, uid, node, best.devices, best.mig), ""
+
+    # ------------------------------------------------------------------ pods with DRA claims (--dra)
+
+    def serves_claims(self, pod: dict) -> bool:
+        """A pod whose devices DRA allocates (claims, or extended resources a DeviceClass maps) under --dra."""
+        return self.dra is not None and self.dra.serves(pod)
+
+    def filter_claims(self, pod: dict, names: list[str]) -> dict | Coroutine[Any, Any, dict]:
+        """/filter for a pod with claims: the answer, or, before the watches list or the pod's claims
+        are cached, a coroutine that waits for them (bounded) and answers."""
+        if self.dra.waits(pod):
+            return self._filter_claims_when_ready(pod, names)
+        return self.place_claims(pod, names, self.dra.claims_of(pod)[0])
+
+    async def _filter_claims_when_ready(self, pod: dict, names: list[str]) -> dict:
+        error = await self.dra.ready(pod)
+        return {"Error": error} if error else self.place_claims(pod, names, self.dra.claims_of(pod)[0])
+
+    def claim_usage(self) -> Usage:
+        """The DRA devices taken: allocated claims and the held allocations not written yet (expired dropped)."""
+        now = self.monotonic()
+        for key in [k for k, h in self._held_claims.items() if h.until <= now]:
+            del self._held_claims[key]
+        store = self.dra.claims.store
+        return claimwalk.usage_with(store.values(), self._held_claims, store)
+
+    def claim_fills(self, names: list[str], usage: Usage) -> dict[str, float]:
+        """Each node's GPU fill from the slices and `usage` (claimfit.node_fill)."""
+        inv = self.dra.devices()
+        return {n: claimfit.node_fill(inv.pools_for(self.state.node(n) or n), usage) for n in names}
+
+    def claim_policy(self, pod: dict) -> str:
+        return node_policy_for((pod.get("metadata") or {}).get("annotations"), self.cfg.node_scheduler_policy)
+
+    def place_claims(self, pod: dict, names: list[str], claims: list[dict]) -> dict:
+        """The pod's node policy over the nodes its claims fit (placement.claimwalk), the allocation on
+        the answered node held until kube-scheduler writes the claim."""
+        dra = self.dra
+        usage = self.claim_usage()
+        fills = self.claim_fills(names, usage)
+        policy = self.claim_policy(pod)
+        mapping = dra.class_mapping()
+        stored = dra.claims.store
+        out = claimwalk.walk(
+            claimfit.order(names, fills, policy),
+            lambda n: claimwalk.claims_on_node(pod, claims, mapping, self.state.node(n) or {}),
+            lambda n: self.state.node(n) or n, dra.devices(), usage, dict(dra.classes.store), self.allocator,
+            self.monotonic, prioritize=self.cfg.extender_prioritize, known=stored.__contains__)
+        key = podclaims.pod_key(pod)
+        if out.undecided:
+            log.v(2).info("The pod's claims were not worked out within /filter's bounds; kube-scheduler's "
+                          "allocator decides on the nodes left", pod=key, nodes=out.undecided,
+                          seconds=claimwalk.FILTER_BUDGET_SECONDS, steps=claimwalk.FILTER_MAX_STEPS)
+        elif out.node is None:
+            log.v(2).info("No node fits the pod's claims", pod=key, nodes=len(names))
+        else:
+            until = self.monotonic() + claimwalk.ASSUME_SECONDS
+            for claim_key, allocation in out.hold.items():
+                self._held_claims[claim_key] = HeldClaim(allocation, until, out.node)
+            log.v(4).info("Claims placed", pod=key, node=out.node, fill=round(fills[out.node], 2), policy=policy)
+        return out.answer
+
+    def claim_event(self, etype: str, old, new) -> None:
+        """The claim informer: a held allocation ends when its claim shows one (kube-scheduler wrote it) or goes."""
+        key = podclaims.pod_key(new or old or {})
+        if key in self._held_claims and (new is None or (new.get("status") or {}).get("allocation")):
+            del self._held_claims[key]
+
+    def claim_scores(self, pod: dict, names: list[str]) -> list[dict]:
+        """/prioritize for a pod with claims: 0..10 by fill, per its node policy."""
+        return claimfit.scores(names, self.claim_fills(names, self.claim_usage()), self.claim_policy(pod))
 
     # ------------------------------------------------------------------ /prioritize, GPU preemption
 

@@ -45,11 +45,11 @@ from hami.scheduler.admission import webhook as webhookmod
 from hami.scheduler.admission.admitted import AdmissionMarks
 from hami.scheduler.admission.missed import MissedPods
 from hami.scheduler.admission.quotaledger import QuotaLedger
+from hami.scheduler.cache.drawatch import DraWatch
 from hami.scheduler.cache.handshake import Handshaker, Verdict
 from hami.scheduler.cache.lockhistory import LockHistory
 from hami.scheduler.cache.state import ClusterState
 from hami.scheduler.cache.waker import Waker
-from hami.scheduler.claimplacer import ClaimPlacer
 from hami.scheduler.extender.bind import Binder
 from hami.scheduler.extender.labeler import PodLabeler
 from hami.scheduler.extender.server import CertReloader, Extender, bound_port, serve
@@ -247,7 +247,7 @@ def _node_labels(state: ClusterState, name: str) -> dict | None:
 
 
 
-def quota_ledger(client: KubeClient, config: Config, state: ClusterState, claims: ClaimPlacer) -> QuotaLedger:
+def quota_ledger(client: KubeClient, config: Config, state: ClusterState, dra: DraWatch) -> QuotaLedger:
     """--dra: the namespace quotas the webhook keeps against claims (admission.draquota, quotaledger)."""
     nv = config.nvidia
 
@@ -265,9 +265,9 @@ def quota_ledger(client: KubeClient, config: Config, state: ClusterState, claims
 
     return QuotaLedger(
         client,
-        claims_of=lambda ns: in_ns(claims.claims.store, ns),
+        claims_of=lambda ns: in_ns(dra.claims.store, ns),
         pods_of=lambda ns: in_ns(state.pods.store if state.pods is not None else {}, ns),
-        claim_exists=lambda key: key in claims.claims.store,
+        claim_exists=lambda key: key in dra.claims.store,
         quotas_of=quotas_of,
         device_class=DEVICE_CLASS,
         names=(nv.resource_count_name, nv.resource_memory_name, nv.resource_core_name),
@@ -340,8 +340,10 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     assert state.nodes is not None
     locker = NodeLocker(client, state.nodes, state.pod, timeout=sc.node_lock_timeout, clock=clock,
                         orphan_timeout=sc.node_lock_orphan_timeout)
+    # --dra: the watches of slices, claims and classes the Placer ranks pods with claims from (cache/drawatch.py)
+    dra = DraWatch(client, sync_timeout=sc.sync_timeout) if sc.dra else None
     placer = Placer(config, state, requests_fn=make_requests_fn(config), no_fit=no_fit, clock=clock,
-                    identity=identity, lane_rate=client.budgets[CRITICAL].qps / WRITES_PER_BIND)
+                    identity=identity, lane_rate=client.budgets[CRITICAL].qps / WRITES_PER_BIND, dra=dra)
     history = LockHistory()  # who held each node's lock last: when /bind's re-check trusts the cache
     state.nodes.add_handler(history.on_node)
     labeler = PodLabeler(client, state.pod)  # hami.io/vgpu-node, off the critical path
@@ -389,7 +391,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     assert state.pods is not None
     state.pods.add_handler(marks.on_pod)
 
-    claims = ledger = namespaces = None
+    ledger = namespaces = None
     if sc.dra:  # the GPU mode per namespace (admission.gpumode): the namespaces' labels
         namespaces = Informer(client, "namespaces")
 
@@ -397,18 +399,16 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
         got = namespaces.store.get(ns) if namespaces is not None else None
         return None if got is None else (got.get("metadata") or {}).get("labels") or {}
 
-    if sc.dra:  # pods with claims: node policy by GPU fill from the slices and allocated claims (claimplacer)
-        claims = ClaimPlacer(client, node_policy=sc.node_scheduler_policy, prioritize=sc.extender_prioritize,
-                             node_of=state.node, sync_timeout=sc.sync_timeout)
-        ledger = quota_ledger(client, config, state, claims)
+    if dra is not None:  # the namespace quotas the webhook keeps against claims
+        ledger = quota_ledger(client, config, state, dra)
 
     def quota_view(ns: str) -> QuotaView | None:
         """A device-plugin pod's quota check; with --dra it counts the namespace's claims too."""
         view = state.index.quota_view(ns)
-        if claims is None or view is None:
+        if dra is None or view is None:
             return view
         return with_claims(view, draquota.namespace_usage(
-            [c for c in claims.claims.store.values() if (c.get("metadata") or {}).get("namespace") == ns],
+            [c for c in dra.claims.store.values() if (c.get("metadata") or {}).get("namespace") == ns],
             DEVICE_CLASS))
 
     def webhook(body: bytes) -> Any:
@@ -429,7 +429,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
         return reserve_then_answer(ledger, out, ns, rid, draquota.Amounts(*reserved[0]))
 
     ext = Extender(config, state, placer, client, events, metrics=metrics, binder=binder,
-                   verbs=ExtraVerbs(placer, pdbs, claims=claims), webhook=webhook, claims=claims)
+                   verbs=ExtraVerbs(placer, pdbs), webhook=webhook)
     # A frozen or failing API server makes /readyz 503 within ~20 s, and 200 again a tick after it answers.
     liveness = ApiLiveness(client, probe_after=sc.api_probe_after, unready_after=sc.api_unready_after,
                            probe_timeout=min(5.0, sc.api_probe_after),
@@ -494,7 +494,7 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     spawn(missed.run(s.stop), "missed-webhook")
     if namespaces is not None:
         spawn(namespaces.run(s.stop), "namespace-informer")
-    for i, informer in enumerate(claims.informers if claims is not None else ()):
+    for i, informer in enumerate(dra.informers if dra is not None else ()):
         spawn(informer.run(s.stop), f"dra-informer-{i}")
     if templates is not None:
         state.pods.add_handler(templates.on_pod)

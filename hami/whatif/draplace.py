@@ -11,7 +11,7 @@ is placed as kube-scheduler with the DynamicResources plugin and HAMi's extender
    ResourceSlices (the Node object: `nodeSelector` slices match its labels), the DeviceClasses and
    what every allocated claim holds;
 3. among the nodes the claims fit, the extender's node policy by GPU fill
-   (`hami.scheduler.placement.claimfit`, as `hami.scheduler.claimplacer` answers /filter): binpack
+   (`hami.scheduler.placement.claimfit`, as the scheduler's Placer answers /filter): binpack
    the fullest, spread the emptiest, ties to the earlier name; that node's allocation is written
    to the claims with the pod in `reservedFor`.
 

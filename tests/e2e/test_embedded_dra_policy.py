@@ -3,7 +3,7 @@
 
 The embedded kube-scheduler calls the extender for pods with claims (filterVerb and, with
 --extender-prioritize, prioritizeVerb; kube-scheduler binds); the extender ranks nodes by GPU fill
-from the ResourceSlices and allocated claims (hami.scheduler.claimplacer):
+from the ResourceSlices and allocated claims (the Placer, placement.claimwalk):
 
 - three `binpack` pods land on one node, then two `spread` pods take the other (the emptier) one.
 

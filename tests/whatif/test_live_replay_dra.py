@@ -3,7 +3,7 @@
 Live: the embedded API server, three nodes publishing HAMi's ResourceSlices (GPUs with `memory`,
 `cores` and `shares` capacities, as hami.dra.slices builds them; one node labelled and with a larger
 GPU), HAMi's DeviceClass, the scheduler role with `--dra` (its extender ranks nodes for pods with
-claims by GPU fill: hami.scheduler.claimplacer), the embedded kube-scheduler loop with the
+claims by GPU fill: the Placer's filter_claims), the embedded kube-scheduler loop with the
 DynamicResources plugin calling that extender (no bindVerb, as hami.sim.cluster wires it) and the
 resourceclaim controller. Pods arrive one at a time: most as the `--dra` webhook makes them
 (hami.dra.claims.translate_pod: claim templates), some with hand-written claims (one claim shared by

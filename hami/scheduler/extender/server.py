@@ -132,7 +132,7 @@ class Extender:
 
     def __init__(self, config: Config, state: ClusterState, placer: Placer, client: KubeClient | None,
                  events: EventRecorder, *, metrics: SchedulerMetrics | None = None, binder: Any = None,
-                 verbs: Any = None, webhook: Callable[[bytes], Any] | None = None, claims: Any = None):
+                 verbs: Any = None, webhook: Callable[[bytes], Any] | None = None):
         self.config = config
         self.cfg = config.scheduler
         self.state = state
@@ -143,7 +143,6 @@ class Extender:
         self.binder = binder
         self.verbs = verbs  # hami.scheduler.extender.verbs.ExtraVerbs: /prioritize, /preempt
         self.webhook = webhook
-        self.claims = claims  # hami.scheduler.claimplacer.ClaimPlacer (--dra): node policy for pods with claims
         self._webhook_pool: ThreadPoolExecutor | None = None  # big admissions, one at a time, off the loop
         self.filters = 0
         self.args = ArgsDecoder()  # /filter bodies, the node name list cached (extargs.py)
@@ -228,14 +227,14 @@ class Extender:
             requests, num_init = self.placer.requests_fn(pod)
         except ValueError as exc:
             return {"Error": str(exc)}
-        if self.claims is not None and (pod.get("spec") or {}).get("schedulerName") not in (
+        if self.placer.dra is not None and (pod.get("spec") or {}).get("schedulerName") not in (
                 None, "", self.cfg.scheduler_name):
             # --dra: a pod another scheduler places (kube-scheduler's DynamicResources) is not HAMi's to
             # fit, even when it asks nvidia.com/gpu (KEP-5004: a DeviceClass's extendedResourceName
             # serves it from DRA nodes); only its claims are ranked.
             requests = ()
         if not any(r is not None and (r.__class__ is tuple or r.nums > 0) for r in requests):
-            if self.claims is not None and self.claims.serves(pod):
+            if self.placer.serves_claims(pod):
                 if scanned is not None:
                     nodes = {"items": [n.node() for n in scanned]}
                 return self._filter_claims(pod, node_names if names is None else list(names.names), nodes)
@@ -274,15 +273,15 @@ class Extender:
         return self.filter_succeeded(pod, ns, name, choice, node_names)
 
     def _filter_claims(self, pod: dict, node_names: list | None, nodes: Any) -> dict | Coroutine[Any, Any, dict]:
-        """A pod with DRA claims (--dra): its node policy over the nodes its claims fit (claimplacer)."""
+        """A pod with DRA claims (--dra): its node policy over the nodes its claims fit (the Placer's)."""
         if node_names is None:  # full-Nodes mode: answer the same Node objects, in the chosen order
             items = {(n.get("metadata") or {}).get("name", ""): n for n in (nodes or {}).get("items") or []
                      if isinstance(n, dict)}
-            out = self.claims.filter(pod, list(items))
+            out = self.placer.filter_claims(pod, list(items))
             if out.__class__ is not dict:
                 return self._nodes_answer(out, items)
             return _as_nodes(out, items)
-        return self.claims.filter(pod, list(node_names))
+        return self.placer.filter_claims(pod, list(node_names))
 
     async def _nodes_answer(self, answer: Coroutine[Any, Any, dict], items: dict) -> dict:
         return _as_nodes(await answer, items)

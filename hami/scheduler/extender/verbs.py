@@ -131,8 +131,7 @@ def _start_time(pod: dict | None) -> str:
 class ExtraVerbs:
     """/prioritize and /preempt over HTTP; the pod's request and the usage come from the Placer."""
 
-    def __init__(self, placer: Placer, pdbs: Informer | None = None, claims: Any = None):
-        self.claims = claims  # hami.scheduler.claimplacer.ClaimPlacer (--dra): pods with claims by GPU fill
+    def __init__(self, placer: Placer, pdbs: Informer | None = None):
         self.placer = placer
         self.state = placer.state
         self.pdbs = pdbs
@@ -170,8 +169,8 @@ class ExtraVerbs:
         if isinstance(preq, str):
             return {"Error": preq}
         if preq is None:
-            if self.claims is not None and self.claims.serves(pod):
-                return self.claims.scores(pod, names)
+            if self.placer.serves_claims(pod):  # --dra: pods with claims by GPU fill
+                return self.placer.claim_scores(pod, names)
             return [{"Host": n, "Score": 0} for n in names]
         meta = pod.get("metadata") or {}
         uid = meta.get("uid") or f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"

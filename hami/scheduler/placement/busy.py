@@ -54,13 +54,15 @@ class Held(dict):
 
 
 class HeldView(Mapping):
-    """A read-only view of a `Held` (uid -> decision, and `per_node`): what the readers of the
-    held decisions get; only their owner (the Placer) changes them."""
+    """A read-only view of a `Held` (uid -> decision, and `per_node`) and of the DRA allocations held
+    beside it (`claims`: claim key -> held allocation): what the readers of the held decisions get;
+    only their owner (the Placer) changes them."""
 
-    __slots__ = ("_held",)
+    __slots__ = ("_held", "claims")
 
-    def __init__(self, held: Held):
+    def __init__(self, held: Held, claims: dict | None = None):
         self._held = held
+        self.claims: Mapping = MappingProxyType(claims if claims is not None else {})
 
     def __getitem__(self, uid):
         return self._held[uid]
