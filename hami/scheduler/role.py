@@ -19,12 +19,13 @@ import gc
 import os
 import secrets
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from hami.config import Config, check_listener_trust, replace
+from hami.config import Config, SchedulerSettings, check_listener_trust, replace
 from hami.device import codec
 from hami.device.vendorrequest import pod_vendor_requests
 from hami.dra.claims import DEVICE_CLASS
@@ -310,7 +311,13 @@ async def _wait_either(a: asyncio.Event, b: asyncio.Event) -> None:
 
 async def start_scheduler(config: Config, *, client: KubeClient | None = None, serve_metrics_too: bool = True,
                           clock: Any = None, identity: str | None = None) -> Scheduler:
-    """Build and start every piece; returns once the servers listen (informers still syncing)."""
+    """Build and start every piece; returns once the servers listen (informers still syncing).
+
+    In order: the cache and its informers, placement and binding, the background controllers
+    (requeue waker, GPU preemption), the metrics, admission (the webhook and its quotas), the
+    extender and the controllers that watch admission (missed pods, claim templates); then the
+    listeners and the tasks.
+    """
     import time as _time
 
     clock = clock or _time.time
@@ -324,20 +331,12 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     # handshake verdicts -> the writer, capacity -> the requeue waker, /filter's no-fit -> the waker
     # and the GPU preemption controller.
     leadership, handshake_writes, capacity, no_fit = Relay(), Relay(), Relay(), Relay()
-    leader: LeaderElector | None = None
-    if sc.leader_elect:
-        leader = LeaderElector(client, sc.leader_elect_resource_namespace or config.kube.pod_namespace,
-                               sc.leader_elect_resource_name or "hami-scheduler", identity, on_change=leadership)
-    handshaker = Handshaker(client, resource=config.nvidia.resource_count_name, clock=clock,
-                            is_leader=(lambda: leader.is_leader) if leader else (lambda: True))
-    state = ClusterState(client, config.nvidia, node_label_selector=node_selector_text(sc.node_label_selector),
-                         handshaker=handshaker, vendors=config.vendors, on_handshake_write=handshake_writes,
-                         on_capacity=capacity)
-    leadership.connect(lambda is_leader: state.recheck(everything=True) if is_leader else None)
-    gc_around_lists = GcAroundLists()  # a re-list must not hold /filter behind full collections (listgc.py)
-    for informer in state.informers():
-        informer.on_list = gc_around_lists
-    assert state.nodes is not None
+    leader = lease_elector(client, config, identity, leadership) if sc.leader_elect else None
+    is_leader = leader_check(leader)
+    handshaker = Handshaker(client, resource=config.nvidia.resource_count_name, clock=clock, is_leader=is_leader)
+    state = cluster_cache(client, config, handshaker, leadership=leadership, handshake_writes=handshake_writes,
+                          capacity=capacity)
+    assert state.nodes is not None and state.pods is not None
     locker = NodeLocker(client, state.nodes, state.pod, timeout=sc.node_lock_timeout, clock=clock,
                         orphan_timeout=sc.node_lock_orphan_timeout)
     # --dra: the watches of slices, claims and classes the Placer ranks pods with claims from (cache/drawatch.py)
@@ -349,26 +348,104 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
     labeler = PodLabeler(client, state.pod)  # hami.io/vgpu-node, off the critical path
     binder = Binder(client, state, locker, events, placer, history=history, on_bound=labeler.bound,
                     retry_timeout=sc.node_lock_retry_timeout, clock=clock)
-    # Wakes of parked pods when GPU capacity frees (background, rate-limited): hami.scheduler.cache.waker.
+    waker = requeue_waker(client, state, sc, capacity=capacity, no_fit=no_fit)
+    pdbs = Informer(client, "poddisruptionbudgets")  # /preempt counts victims' PDBs
+    preempter = None
+    if sc.gpu_preemption:
+        preempter = gpu_preempter(client, state, events, placer, pdbs, sc, is_leader, capacity=capacity,
+                                  no_fit=no_fit)
+    metrics = scheduler_metrics(client, state, sc, events=events, labeler=labeler, handshaker=handshaker,
+                                waker=waker, preempter=preempter)
+    wh_settings = webhookmod.WebhookSettings.from_config(config)
+    # Reachability is judged from pods the API server admitted with this webhook's mark, never from
+    # reviews received (anyone who reaches /webhook can send one): hami.scheduler.admission.admitted.
+    marks = AdmissionMarks(clock=clock)
+    state.pods.add_handler(marks.on_pod)
+    ledger = namespaces = None
+    if dra is not None:
+        namespaces = Informer(client, "namespaces")  # the GPU mode per namespace (admission.gpumode)
+        ledger = quota_ledger(client, config, state, dra)  # the namespace quotas the webhook keeps against claims
+    webhook = admission_webhook(wh_settings, state, marks, dra=dra, ledger=ledger, namespaces=namespaces)
+    ext = Extender(config, state, placer, client, events, metrics=metrics, binder=binder,
+                   verbs=ExtraVerbs(placer, pdbs), webhook=webhook)
+    liveness = api_liveness(client, config, state)
+    missed = missed_pods(client, events, sc, placer, marks, is_leader)
+    templates = None
+    if wh_settings.dra:  # --dra: the claim templates of pods that exist, in their own namespaces (hami.dra.templates)
+        templates = TemplateReconciler(TemplateMaker(client), is_leader=is_leader)
+    s = Scheduler(config, client, state, events, ext, placer, binder, locker, handshaker, metrics, leader, waker,
+                  pdbs, AccessProbe(client), labeler=labeler, preempter=preempter, liveness=liveness, missed=missed,
+                  templates=templates)
+    handshake_writes.connect(s.queue_handshake)
+    s.health.add(s.readiness)
+    s.health.add(liveness.reasons)
+    reloaders = await listen(s, serve_metrics_too=serve_metrics_too)
+    spawn_tasks(s, namespaces=namespaces, dra=dra, reloaders=reloaders)
+    log.info("Scheduler extender listening", address=sc.http_bind, port=s.port, mtls=bool(sc.client_ca_file),
+             webhook=sc.webhook_bind_address or sc.http_bind, metrics=sc.metrics_bind_address,
+             scheduler_name=sc.scheduler_name, leader_elect=sc.leader_elect)
+    return s
+
+
+def lease_elector(client: KubeClient, config: Config, identity: str, leadership: Relay) -> LeaderElector:
+    """--leader-elect: the lease this replica competes for; `leadership` hears each change."""
+    sc = config.scheduler
+    return LeaderElector(client, sc.leader_elect_resource_namespace or config.kube.pod_namespace,
+                         sc.leader_elect_resource_name or "hami-scheduler", identity, on_change=leadership)
+
+
+def leader_check(leader: LeaderElector | None) -> Callable[[], bool]:
+    """Whether this replica may write now: the lease holder with --leader-elect, always without."""
+    return (lambda: leader.is_leader) if leader is not None else (lambda: True)
+
+
+def cluster_cache(client: KubeClient, config: Config, handshaker: Handshaker, *, leadership: Relay,
+                  handshake_writes: Relay, capacity: Relay) -> ClusterState:
+    """The informers' cache: nodes, pods and quotas, re-judged in full when this replica becomes leader."""
+    state = ClusterState(client, config.nvidia,
+                         node_label_selector=node_selector_text(config.scheduler.node_label_selector),
+                         handshaker=handshaker, vendors=config.vendors, on_handshake_write=handshake_writes,
+                         on_capacity=capacity)
+    leadership.connect(lambda is_leader: state.recheck(everything=True) if is_leader else None)
+    gc_around_lists = GcAroundLists()  # a re-list must not hold /filter behind full collections (listgc.py)
+    for informer in state.informers():
+        informer.on_list = gc_around_lists
+    return state
+
+
+def requeue_waker(client: KubeClient, state: ClusterState, sc: SchedulerSettings, *, capacity: Relay,
+                  no_fit: Relay) -> Waker:
+    """Wakes of parked pods when GPU capacity frees (background, rate-limited): hami.scheduler.cache.waker."""
     waker = Waker(client, lambda: state.index, rate=sc.requeue_wakes_per_second,
                   burst=max(1, int(sc.requeue_wakes_per_second)), labels_of=lambda n: _node_labels(state, n))
     capacity.connect(waker.capacity_changed)
     no_fit.connect(waker.note_failure)
     assert state.pods is not None
     state.pods.add_handler(waker.on_pod)
-    pdbs = Informer(client, "poddisruptionbudgets")  # /preempt counts victims' PDBs
-    preempter = None
-    if sc.gpu_preemption:  # hami.scheduler.preemption.controller: evictions for GPU-share-short pods
-        preempter = PreemptController(
-            client, state, events, placer, pdbs=pdbs, classes=Informer(client, "priorityclasses"),
-            hold_timeout=sc.gpu_preemption_hold_timeout,
-            is_leader=(lambda: leader.is_leader) if leader else (lambda: True),
-            scheduler_names=frozenset({sc.scheduler_name}) if sc.scheduler_name else frozenset())
-        no_fit.connect(preempter.note_failure)
-        state.pods.add_handler(preempter.on_pod)
-        capacity.connect(preempter.cluster_changed)  # what could help a pending pod: look at it again
-        preempter.watch_cluster()
-    metrics = SchedulerMetrics(
+    return waker
+
+
+def gpu_preempter(client: KubeClient, state: ClusterState, events: EventRecorder, placer: Placer, pdbs: Informer,
+                  sc: SchedulerSettings, is_leader: Callable[[], bool], *, capacity: Relay,
+                  no_fit: Relay) -> PreemptController:
+    """--gpu-preemption (hami.scheduler.preemption.controller): evictions for GPU-share-short pods."""
+    preempter = PreemptController(
+        client, state, events, placer, pdbs=pdbs, classes=Informer(client, "priorityclasses"),
+        hold_timeout=sc.gpu_preemption_hold_timeout, is_leader=is_leader,
+        scheduler_names=frozenset({sc.scheduler_name}) if sc.scheduler_name else frozenset())
+    no_fit.connect(preempter.note_failure)
+    assert state.pods is not None
+    state.pods.add_handler(preempter.on_pod)
+    capacity.connect(preempter.cluster_changed)  # what could help a pending pod: look at it again
+    preempter.watch_cluster()
+    return preempter
+
+
+def scheduler_metrics(client: KubeClient, state: ClusterState, sc: SchedulerSettings, *, events: EventRecorder,
+                      labeler: PodLabeler, handshaker: Handshaker, waker: Waker,
+                      preempter: PreemptController | None) -> SchedulerMetrics:
+    """/metrics: the cache's usage snapshot, the client's requests and every piece's counters."""
+    return SchedulerMetrics(
         lambda: usage_snapshot(state), lambda: client.requests, legacy=sc.legacy_metrics,
         device_uuids=sc.metrics_device_uuids,
         extra=lambda: {"hami_scheduler_events_dropped": float(events.dropped),
@@ -383,24 +460,16 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
                        **gpu_preemption_counters(preempter)},
         lanes=client.lane_report,
     )
-    wh_settings = webhookmod.WebhookSettings.from_config(config)
 
-    # Reachability is judged from pods the API server admitted with this webhook's mark, never from
-    # reviews received (anyone who reaches /webhook can send one): hami.scheduler.admission.admitted.
-    marks = AdmissionMarks(clock=clock)
-    assert state.pods is not None
-    state.pods.add_handler(marks.on_pod)
 
-    ledger = namespaces = None
-    if sc.dra:  # the GPU mode per namespace (admission.gpumode): the namespaces' labels
-        namespaces = Informer(client, "namespaces")
+def admission_webhook(wh_settings: webhookmod.WebhookSettings, state: ClusterState, marks: AdmissionMarks, *,
+                      dra: DraWatch | None, ledger: QuotaLedger | None,
+                      namespaces: Informer | None) -> Callable[[bytes], Any]:
+    """/webhook: an AdmissionReview body -> its answer; with --dra the quota counts claims and reserves."""
 
     def namespace_labels(ns: str) -> dict | None:
         got = namespaces.store.get(ns) if namespaces is not None else None
         return None if got is None else (got.get("metadata") or {}).get("labels") or {}
-
-    if dra is not None:  # the namespace quotas the webhook keeps against claims
-        ledger = quota_ledger(client, config, state, dra)
 
     def quota_view(ns: str) -> QuotaView | None:
         """A device-plugin pod's quota check; with --dra it counts the namespace's claims too."""
@@ -428,35 +497,35 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
         ns = (review.get("request") or {}).get("namespace") or ""
         return reserve_then_answer(ledger, out, ns, rid, draquota.Amounts(*reserved[0]))
 
-    ext = Extender(config, state, placer, client, events, metrics=metrics, binder=binder,
-                   verbs=ExtraVerbs(placer, pdbs), webhook=webhook)
-    # A frozen or failing API server makes /readyz 503 within ~20 s, and 200 again a tick after it answers.
-    liveness = ApiLiveness(client, probe_after=sc.api_probe_after, unready_after=sc.api_unready_after,
-                           probe_timeout=min(5.0, sc.api_probe_after),
-                           heard=lambda: [i.last_heard for i in (state.nodes, state.pods, state.quotas) if i],
-                           namespace=config.kube.pod_namespace or "default")
-    # Pods created while the webhook was down (hami.scheduler.admission.missed): recreated through their controller.
+    return webhook
+
+
+def api_liveness(client: KubeClient, config: Config, state: ClusterState) -> ApiLiveness:
+    """A frozen or failing API server makes /readyz 503 within ~20 s, and 200 again a tick after it answers."""
+    sc = config.scheduler
+    return ApiLiveness(client, probe_after=sc.api_probe_after, unready_after=sc.api_unready_after,
+                       probe_timeout=min(5.0, sc.api_probe_after),
+                       heard=lambda: [i.last_heard for i in (state.nodes, state.pods, state.quotas) if i],
+                       namespace=config.kube.pod_namespace or "default")
+
+
+def missed_pods(client: KubeClient, events: EventRecorder, sc: SchedulerSettings, placer: Placer, marks: AdmissionMarks,
+                is_leader: Callable[[], bool]) -> MissedPods:
+    """Pods created while the webhook was down (hami.scheduler.admission.missed): recreated through their controller."""
     requests_fn = placer.requests_fn
 
     def asks_for_devices(pod: dict) -> bool:
         return any(r is not None and r.nums > 0 for r in requests_fn(pod)[0])
 
-    missed = MissedPods(client, events, scheduler_name=sc.scheduler_name,
-                        force_overwrite_default=sc.force_overwrite_default_scheduler,
-                        asks_for_devices=asks_for_devices, webhook_answered=marks.last_admitted,
-                        grace=sc.missed_webhook_grace, recreate=sc.recreate_missed_pods,
-                        is_leader=(lambda: leader.is_leader) if leader is not None else (lambda: True))
-    templates = None
-    if wh_settings.dra:  # --dra: the claim templates of pods that exist, in their own namespaces (hami.dra.templates)
-        templates = TemplateReconciler(TemplateMaker(client),
-                                       is_leader=(lambda: leader.is_leader) if leader is not None else (lambda: True))
-    s = Scheduler(config, client, state, events, ext, placer, binder, locker, handshaker, metrics, leader, waker,
-                  pdbs, AccessProbe(client), labeler=labeler, preempter=preempter, liveness=liveness, missed=missed,
-                  templates=templates)
-    handshake_writes.connect(s.queue_handshake)
+    return MissedPods(client, events, scheduler_name=sc.scheduler_name,
+                      force_overwrite_default=sc.force_overwrite_default_scheduler,
+                      asks_for_devices=asks_for_devices, webhook_answered=marks.last_admitted,
+                      grace=sc.missed_webhook_grace, recreate=sc.recreate_missed_pods, is_leader=is_leader)
 
-    s.health.add(s.readiness)
-    s.health.add(liveness.reasons)
+
+async def listen(s: Scheduler, *, serve_metrics_too: bool) -> list[CertReloader]:
+    """The extender's listener, /webhook's own when configured, and /metrics; the TLS watchers to run."""
+    sc, config, ext = s.config.scheduler, s.config, s.extender
     reloaders: list[CertReloader] = []
     ext_ssl = webhook_ssl = None
     if sc.cert_file and sc.key_file:
@@ -476,45 +545,49 @@ async def start_scheduler(config: Config, *, client: KubeClient | None = None, s
         s.runners.append(wrunner)
         s.webhook_port = bound_port(wrunner)
     if serve_metrics_too and sc.metrics_bind_address:
-        mrunner = await serve_metrics(metrics, sc.metrics_bind_address, s.health, config.listen)
+        mrunner = await serve_metrics(s.metrics, sc.metrics_bind_address, s.health, config.listen)
         s.runners.append(mrunner)
         s.metrics_port = bound_port(mrunner)
+    return reloaders
+
+
+def spawn_tasks(s: Scheduler, *, namespaces: Informer | None, dra: DraWatch | None,
+                reloaders: list[CertReloader]) -> None:
+    """Every background task, named, each stopped by `s.stop`."""
+    state = s.state
 
     def spawn(coro, name: str) -> None:
         s.tasks.append(asyncio.create_task(coro, name=f"scheduler:{name}"))
 
     spawn(state.run(s.stop), "informers")
-    spawn(pdbs.run(s.stop), "pdb-informer")
-    assert s.access is not None
+    assert s.pdbs is not None and s.access is not None and s.waker is not None
+    assert s.liveness is not None and s.missed is not None and s.labeler is not None
+    spawn(s.pdbs.run(s.stop), "pdb-informer")
     spawn(s.access.run(s.stop), "access-review")
-    spawn(waker.run(s.stop), "requeue-waker")
-    spawn(liveness.run(s.stop), "api-liveness")
+    spawn(s.waker.run(s.stop), "requeue-waker")
+    spawn(s.liveness.run(s.stop), "api-liveness")
     assert state.pods is not None
-    state.pods.add_handler(missed.on_pod)
-    spawn(missed.run(s.stop), "missed-webhook")
+    state.pods.add_handler(s.missed.on_pod)
+    spawn(s.missed.run(s.stop), "missed-webhook")
     if namespaces is not None:
         spawn(namespaces.run(s.stop), "namespace-informer")
     for i, informer in enumerate(dra.informers if dra is not None else ()):
         spawn(informer.run(s.stop), f"dra-informer-{i}")
-    if templates is not None:
-        state.pods.add_handler(templates.on_pod)
-        spawn(templates.run(s.stop), "dra-templates")
-    if preempter is not None:
-        assert preempter.classes is not None
-        spawn(preempter.classes.run(s.stop), "priorityclass-informer")
-        spawn(preempter.run(s.stop), "gpu-preemption")
-    spawn(events.run(s.stop), "events")
-    spawn(labeler.run(s.stop), "labeler")
+    if s.templates is not None:
+        state.pods.add_handler(s.templates.on_pod)
+        spawn(s.templates.run(s.stop), "dra-templates")
+    if s.preempter is not None:
+        assert s.preempter.classes is not None
+        spawn(s.preempter.classes.run(s.stop), "priorityclass-informer")
+        spawn(s.preempter.run(s.stop), "gpu-preemption")
+    spawn(s.events.run(s.stop), "events")
+    spawn(s.labeler.run(s.stop), "labeler")
     spawn(s.handshake_writer(), "handshake")
     spawn(s.rechecker(), "recheck")
-    if leader is not None:
-        spawn(leader.run(s.stop), "leader")
+    if s.leader is not None:
+        spawn(s.leader.run(s.stop), "leader")
     for i, reloader in enumerate(reloaders):
         spawn(reloader.run(s.stop), f"tls-reload-{i}")
-    log.info("Scheduler extender listening", address=sc.http_bind, port=s.port, mtls=bool(sc.client_ca_file),
-             webhook=sc.webhook_bind_address or sc.http_bind, metrics=sc.metrics_bind_address,
-             scheduler_name=sc.scheduler_name, leader_elect=sc.leader_elect)
-    return s
 
 
 async def run(ctx) -> None:
