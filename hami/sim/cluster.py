@@ -582,136 +582,28 @@ class EmbeddedCluster:
         return self.paths["all_gpus"]
 
     async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
-        from hami.config import replace
-        from hami.device.nodeconfig import settings_for_node
-        from hami.gpu import make_backend
-        from hami.sim.kubelet.libstub import write_stub_library
-        from hami.sim.kubelet.vendornodes import VendorPodRunner, vendor_registration
-        from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
+        """The cluster until `stop`: its files, its objects, the nodes, kube-scheduler and the controllers.
 
-        if self.cfg.scheduler.dra:
-            from hami.dra.claims import device_class
-            from hami.dra.role import DraNode
-            from hami.sim.kubelet.drakubelet import DraKubelet
+        Every task started is in `tasks` as soon as it exists, so a start that fails half way stops
+        what it started (`_shutdown`).
+        """
+        from hami.config import replace
 
         cfg = self.cfg
-        gpu_file = self.write_fake_gpus()
-        for d in (self.paths["cache_dir"], os.path.join(self.paths["hook_path"], "vgpu")):
-            os.makedirs(d, exist_ok=True)
-        # What the image ships as HAMi-core; each simulated node's agent installs it under the hook path.
-        vgpu_lib = write_stub_library(os.path.join(cfg.sim.state_dir, "image", "libvgpu.so"))
-        proc_root = cfg.monitor.proc_root if cfg.sim.hostpid_bug else os.path.join(cfg.sim.state_dir, "proc")
-        os.makedirs(proc_root, exist_ok=True)
-        kube = replace(cfg.kube, kubeconfig=self.kubeconfig)
+        self._gpu_path, self._vgpu_lib, self._proc_root = self._write_node_files()
         # One client plays every simulated kubelet and kube-scheduler: each of those has its own
         # budget in a real cluster, so this one is not limited ("sim" in hami.kube.lanes).
-        self.client = client = await KubeClient.from_settings(kube, role="sim")
+        self.client = client = await KubeClient.from_settings(replace(cfg.kube, kubeconfig=self.kubeconfig),
+                                                              role="sim")
         tasks: list[asyncio.Task] = []
-        kubelets, backends, dra_kubelets = self._kubelets, self._backends, []
-        self._gpu_path, self._vgpu_lib, self._proc_root = gpu_file, vgpu_lib, proc_root
+        dra_kubelets: list = []
         try:
             shapes = self.node_shapes() if not cfg.sim.fake_gpus else [(None, [])] * len(self.names)
+            await self._create_objects(client, shapes)
             for ni, name in enumerate(self.names, start=1):
-                obj = node_object(name, 0)
-                vendors = shapes[ni - 1][1]
-                if vendors:  # registered as the vendor's own HAMi device plugin would
-                    annos, capacity = vendor_registration(name, ni, vendors)
-                    obj["metadata"]["annotations"] = annos
-                    obj["status"]["capacity"].update(capacity)
-                    obj["status"]["allocatable"].update(capacity)
-                with contextlib.suppress(ApiError):
-                    await client.create("nodes", obj)
-            await self._create_scheduler_objects(client)
-            if cfg.scheduler.dra:  # what the chart's dra.enabled installs
-                with contextlib.suppress(ApiError):
-                    await client.create("deviceclasses", device_class())
-            for ni, name in enumerate(self.names, start=1):
-                if shapes[ni - 1][0] == []:  # no NVIDIA GPU: the vendor's plugin, not our agent
-                    own = tuple(sorted({v.node_lock_key for v, _, _ in shapes[ni - 1][1]
-                                        if v.node_lock_key and v.node_lock_key != "hami.io/mutex.lock"}))
-                    vrunner = VendorPodRunner(client, name, own_locks=own)
-                    tasks.append(asyncio.create_task(vrunner.run(stop), name=f"vendor-kubelet-{name}"))
-                    continue
-                socket_dir = os.path.join(self.paths["nodes_dir"], str(ni))  # short: unix paths <= 107 bytes
-                os.makedirs(socket_dir, exist_ok=True)
-                if self.dra_node(ni):  # DRA mode: hami's kubelet DRA plugin instead of the device-plugin agent
-                    backend = make_backend("fake", gpu_file, name)
-                    backends.append(backend)
-                    cdi_root = os.path.join(socket_dir, "cdi")
-                    dra_node = DraNode(client, name, backend, settings_for_node(cfg.nvidia, cfg.node_configs, name),
-                                       plugin_dir=os.path.join(socket_dir, "plugin"),
-                                       registration_dir=os.path.join(socket_dir, "reg"), cdi_root=cdi_root,
-                                       hook_path=self.paths["hook_path"], tick=2.0)
-                    serving = asyncio.Event()
-                    tasks.append(asyncio.create_task(dra_node.run(stop, serving), name=f"dra-plugin-{name}"))
-                    await asyncio.wait([tasks[-1], asyncio.create_task(serving.wait())],
-                                       return_when=asyncio.FIRST_COMPLETED)
-                    dra_kubelet = DraKubelet(os.path.join(socket_dir, "reg"))  # kubelet's plugin watcher
-                    dra_kubelets.append(dra_kubelet)
-                    await dra_kubelet.register()
-                    runner = PodRunner(client, name, None, cfg, node_index=ni, hostpid_bug=cfg.sim.hostpid_bug,
-                                       proc_root=proc_root, gpu_file=self.gpu_file, dra=(dra_kubelet, cdi_root))
-                    tasks.append(asyncio.create_task(runner.run(stop), name=f"kubelet-{name}"))
-                    continue
-                started, _ = await self._start_agent_node(ni, name, stop, shapes[ni - 1][1])
-                tasks.extend(started)
-            extender = extender_url(cfg)
-            if cfg.scheduler.dra:
-                # DRA mode: claims are kube-scheduler's (DynamicResources), pods keep default-scheduler.
-                from hami.sim.controllers.resourceclaims import ResourceClaimController
-                from hami.sim.dynamicresources import DynamicResources
-
-                # The extender ranks nodes for pods with claims (node policy by GPU fill) and filters
-                # those their claims cannot fit; kube-scheduler's DynamicResources allocates and binds.
-                loop = KubeSchedulerLoop(client, ExtenderConfig(
-                    extender, bind_verb="",
-                    prioritize_verb="prioritize" if cfg.scheduler.extender_prioritize else ""),
-                    DEFAULT_SCHEDULER, dra=DynamicResources(client),
-                    dra_preemption=True)  # KEP-5690: a claim pod may preempt lower-priority claim pods
-                tasks.append(asyncio.create_task(ResourceClaimController(client).run(stop),
-                                                 name="resourceclaim-controller"))
-                if not all(self.dra_node(ni) for ni in range(1, len(self.names) + 1)):
-                    # Mid-migration (--sim-dra-nodes): device-plugin pods (admission.gpumode) go to
-                    # hami-scheduler, whose extender fits them on the device-plugin nodes.
-                    plugin_loop = KubeSchedulerLoop(client, ExtenderConfig(
-                        extender, preempt_verb="preempt",
-                        prioritize_verb="prioritize" if cfg.scheduler.extender_prioritize else ""),
-                        cfg.scheduler.scheduler_name)
-                    tasks.append(asyncio.create_task(plugin_loop.run(stop), name="kube-scheduler-device-plugin"))
-            else:
-                # The same extenders[] entry scheduler_objects() publishes in the kube-system ConfigMap.
-                loop = KubeSchedulerLoop(client, ExtenderConfig(
-                    extender, preempt_verb="preempt",
-                    prioritize_verb="prioritize" if cfg.scheduler.extender_prioritize else ""),
-                    cfg.scheduler.scheduler_name)
-            tasks.append(asyncio.create_task(loop.run(stop), name="kube-scheduler"))
-            from hami.sim.controllers.jobs import (
-                JobController,  # batch/v1 Jobs: the shipped examples hold some
-            )
-
-            tasks.append(asyncio.create_task(JobController(client).run(stop), name="job-controller"))
-            # Every simulated kubelet's stop half: graceful deletions (evictions) end after --sim-pod-stop-seconds.
-            from hami.sim.kubelet.termination import PodTerminator
-
-            terminator = PodTerminator(client, stop_seconds=cfg.sim.pod_stop_seconds)
-            tasks.append(asyncio.create_task(terminator.run(stop), name="kubelet-stop"))
-            if self.node_groups:
-                from hami.sim.autoscaler import ClusterAutoscaler, declared_template
-
-                autoscaler = ClusterAutoscaler(client, self.node_groups, self,
-                                               declared=lambda group: declared_template(group, cfg),
-                                               unneeded_seconds=cfg.sim.scale_down_unneeded,
-                                               # a node just added is not yet a scale-down candidate
-                                               delay_after_add=max(10.0, cfg.sim.scale_down_unneeded))
-                self.autoscaler = autoscaler
-                await autoscaler.start_min_nodes()
-                tasks.append(asyncio.create_task(autoscaler.run(stop), name="cluster-autoscaler"))
-            if cfg.sim.demo_workload:
-                from hami.sim.workload import run_workload
-
-                tasks.append(asyncio.create_task(run_workload(
-                    client, DEFAULT_SCHEDULER if cfg.scheduler.dra else cfg.scheduler.scheduler_name, stop),
-                                                 name="demo-workload"))
+                await self._start_node(ni, name, shapes[ni - 1], stop, tasks, dra_kubelets)
+            self._start_kube_schedulers(client, stop, tasks)
+            await self._start_controllers(client, stop, tasks)
             if ready is not None:
                 ready.set()
             done, _ = await asyncio.wait(tasks + [asyncio.create_task(stop.wait())],
@@ -721,25 +613,170 @@ class EmbeddedCluster:
                     raise RuntimeError(f"embedded cluster task {t.get_name()} failed: {t.exception()}") \
                         from t.exception()
         finally:
-            stop.set()
-            _, pending = await asyncio.wait(tasks, timeout=5.0) if tasks else (set(), set())
-            for t in pending:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for node_stop, node_tasks, _ in list(self._added.values()):
-                node_stop.set()
-                await asyncio.gather(*node_tasks, return_exceptions=True)
-            for dk in dra_kubelets:
-                with contextlib.suppress(Exception):
-                    await dk.close()
-            for k in kubelets:
-                with contextlib.suppress(Exception):
-                    await k.stop()
-            for b in backends:
-                with contextlib.suppress(Exception):
-                    b.close()
-            await client.close()
+            await self._shutdown(stop, tasks, dra_kubelets)
 
+    def _write_node_files(self) -> tuple[str, str, str]:
+        """What every agent node shares: the fake-GPU file, the image's HAMi-core and the /proc root."""
+        from hami.sim.kubelet.libstub import write_stub_library
+
+        cfg = self.cfg
+        gpu_file = self.write_fake_gpus()
+        for d in (self.paths["cache_dir"], os.path.join(self.paths["hook_path"], "vgpu")):
+            os.makedirs(d, exist_ok=True)
+        # What the image ships as HAMi-core; each simulated node's agent installs it under the hook path.
+        vgpu_lib = write_stub_library(os.path.join(cfg.sim.state_dir, "image", "libvgpu.so"))
+        proc_root = cfg.monitor.proc_root if cfg.sim.hostpid_bug else os.path.join(cfg.sim.state_dir, "proc")
+        os.makedirs(proc_root, exist_ok=True)
+        return gpu_file, vgpu_lib, proc_root
+
+    async def _create_objects(self, client: KubeClient, shapes: list) -> None:
+        """The Node objects (vendor nodes registered as their own plugin would), the scheduler's, the DeviceClass."""
+        from hami.sim.kubelet.vendornodes import vendor_registration
+
+        for ni, name in enumerate(self.names, start=1):
+            obj = node_object(name, 0)
+            vendors = shapes[ni - 1][1]
+            if vendors:  # registered as the vendor's own HAMi device plugin would
+                annos, capacity = vendor_registration(name, ni, vendors)
+                obj["metadata"]["annotations"] = annos
+                obj["status"]["capacity"].update(capacity)
+                obj["status"]["allocatable"].update(capacity)
+            with contextlib.suppress(ApiError):
+                await client.create("nodes", obj)
+        await self._create_scheduler_objects(client)
+        if self.cfg.scheduler.dra:  # what the chart's dra.enabled installs
+            from hami.dra.claims import device_class
+
+            with contextlib.suppress(ApiError):
+                await client.create("deviceclasses", device_class())
+
+    async def _start_node(self, ni: int, name: str, shape: tuple, stop: asyncio.Event, tasks: list,
+                          dra_kubelets: list) -> None:
+        """Node `ni`: a vendor's plugin stand-in, hami's DRA plugin, or the device-plugin node agent."""
+        from hami.sim.kubelet.vendornodes import VendorPodRunner
+
+        nvidia, vendors = shape
+        if nvidia == []:  # no NVIDIA GPU: the vendor's plugin, not our agent
+            own = tuple(sorted({v.node_lock_key for v, _, _ in vendors
+                                if v.node_lock_key and v.node_lock_key != "hami.io/mutex.lock"}))
+            vrunner = VendorPodRunner(self.client, name, own_locks=own)
+            tasks.append(asyncio.create_task(vrunner.run(stop), name=f"vendor-kubelet-{name}"))
+            return
+        if self.dra_node(ni):  # DRA mode: hami's kubelet DRA plugin instead of the device-plugin agent
+            await self._start_dra_node(ni, name, stop, tasks, dra_kubelets)
+            return
+        started, _ = await self._start_agent_node(ni, name, stop, vendors)
+        tasks.extend(started)
+
+    async def _start_dra_node(self, ni: int, name: str, stop: asyncio.Event, tasks: list,
+                              dra_kubelets: list) -> None:
+        """A DRA node: hami's kubelet plugin, registered with the simulated kubelet's plugin watcher."""
+        from hami.device.nodeconfig import settings_for_node
+        from hami.dra.role import DraNode
+        from hami.gpu import make_backend
+        from hami.sim.kubelet.drakubelet import DraKubelet
+
+        cfg, client = self.cfg, self.client
+        socket_dir = os.path.join(self.paths["nodes_dir"], str(ni))  # short: unix paths <= 107 bytes
+        os.makedirs(socket_dir, exist_ok=True)
+        backend = make_backend("fake", self._gpu_path, name)
+        self._backends.append(backend)
+        cdi_root = os.path.join(socket_dir, "cdi")
+        dra_node = DraNode(client, name, backend, settings_for_node(cfg.nvidia, cfg.node_configs, name),
+                           plugin_dir=os.path.join(socket_dir, "plugin"),
+                           registration_dir=os.path.join(socket_dir, "reg"), cdi_root=cdi_root,
+                           hook_path=self.paths["hook_path"], tick=2.0)
+        serving = asyncio.Event()
+        tasks.append(asyncio.create_task(dra_node.run(stop, serving), name=f"dra-plugin-{name}"))
+        await asyncio.wait([tasks[-1], asyncio.create_task(serving.wait())], return_when=asyncio.FIRST_COMPLETED)
+        dra_kubelet = DraKubelet(os.path.join(socket_dir, "reg"))  # kubelet's plugin watcher
+        dra_kubelets.append(dra_kubelet)
+        await dra_kubelet.register()
+        runner = PodRunner(client, name, None, cfg, node_index=ni, hostpid_bug=cfg.sim.hostpid_bug,
+                           proc_root=self._proc_root, gpu_file=self.gpu_file, dra=(dra_kubelet, cdi_root))
+        tasks.append(asyncio.create_task(runner.run(stop), name=f"kubelet-{name}"))
+
+    def _start_kube_schedulers(self, client: KubeClient, stop: asyncio.Event, tasks: list) -> None:
+        """kube-scheduler with hami's extender; with --dra its DynamicResources and the claim controller too."""
+        from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
+
+        cfg = self.cfg
+        extender = extender_url(cfg)
+        prioritize = "prioritize" if cfg.scheduler.extender_prioritize else ""
+        if cfg.scheduler.dra:
+            # DRA mode: claims are kube-scheduler's (DynamicResources), pods keep default-scheduler.
+            from hami.sim.controllers.resourceclaims import ResourceClaimController
+            from hami.sim.dynamicresources import DynamicResources
+
+            # The extender ranks nodes for pods with claims (node policy by GPU fill) and filters
+            # those their claims cannot fit; kube-scheduler's DynamicResources allocates and binds.
+            loop = KubeSchedulerLoop(client, ExtenderConfig(extender, bind_verb="", prioritize_verb=prioritize),
+                                     DEFAULT_SCHEDULER, dra=DynamicResources(client),
+                                     dra_preemption=True)  # KEP-5690: a claim pod may preempt lower-priority ones
+            tasks.append(asyncio.create_task(ResourceClaimController(client).run(stop),
+                                             name="resourceclaim-controller"))
+            if not all(self.dra_node(ni) for ni in range(1, len(self.names) + 1)):
+                # Mid-migration (--sim-dra-nodes): device-plugin pods (admission.gpumode) go to
+                # hami-scheduler, whose extender fits them on the device-plugin nodes.
+                plugin_loop = KubeSchedulerLoop(client, ExtenderConfig(
+                    extender, preempt_verb="preempt", prioritize_verb=prioritize), cfg.scheduler.scheduler_name)
+                tasks.append(asyncio.create_task(plugin_loop.run(stop), name="kube-scheduler-device-plugin"))
+        else:
+            # The same extenders[] entry scheduler_objects() publishes in the kube-system ConfigMap.
+            loop = KubeSchedulerLoop(client, ExtenderConfig(extender, preempt_verb="preempt",
+                                                            prioritize_verb=prioritize),
+                                     cfg.scheduler.scheduler_name)
+        tasks.append(asyncio.create_task(loop.run(stop), name="kube-scheduler"))
+
+    async def _start_controllers(self, client: KubeClient, stop: asyncio.Event, tasks: list) -> None:
+        """Jobs, the kubelets' stop half, the node groups' autoscaler and the demo workload."""
+        from hami.sim.controllers.jobs import JobController  # batch/v1 Jobs: the shipped examples hold some
+        from hami.sim.kubelet.termination import PodTerminator
+
+        cfg = self.cfg
+        tasks.append(asyncio.create_task(JobController(client).run(stop), name="job-controller"))
+        # Every simulated kubelet's stop half: graceful deletions (evictions) end after --sim-pod-stop-seconds.
+        terminator = PodTerminator(client, stop_seconds=cfg.sim.pod_stop_seconds)
+        tasks.append(asyncio.create_task(terminator.run(stop), name="kubelet-stop"))
+        if self.node_groups:
+            from hami.sim.autoscaler import ClusterAutoscaler, declared_template
+
+            autoscaler = ClusterAutoscaler(client, self.node_groups, self,
+                                           declared=lambda group: declared_template(group, cfg),
+                                           unneeded_seconds=cfg.sim.scale_down_unneeded,
+                                           # a node just added is not yet a scale-down candidate
+                                           delay_after_add=max(10.0, cfg.sim.scale_down_unneeded))
+            self.autoscaler = autoscaler
+            await autoscaler.start_min_nodes()
+            tasks.append(asyncio.create_task(autoscaler.run(stop), name="cluster-autoscaler"))
+        if cfg.sim.demo_workload:
+            from hami.sim.workload import run_workload
+
+            tasks.append(asyncio.create_task(run_workload(
+                client, DEFAULT_SCHEDULER if cfg.scheduler.dra else cfg.scheduler.scheduler_name, stop),
+                name="demo-workload"))
+
+    async def _shutdown(self, stop: asyncio.Event, tasks: list, dra_kubelets: list) -> None:
+        """Stop every task (5 s to end on `stop`, then cancelled), the added nodes, kubelets, backends, client."""
+        stop.set()
+        _, pending = await asyncio.wait(tasks, timeout=5.0) if tasks else (set(), set())
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for node_stop, node_tasks, _ in list(self._added.values()):
+            node_stop.set()
+            await asyncio.gather(*node_tasks, return_exceptions=True)
+        for dk in dra_kubelets:
+            with contextlib.suppress(Exception):
+                await dk.close()
+        for k in self._kubelets:
+            with contextlib.suppress(Exception):
+                await k.stop()
+        for b in self._backends:
+            with contextlib.suppress(Exception):
+                b.close()
+        if self.client is not None:
+            await self.client.close()
 
     async def _start_agent_node(self, ni: int, name: str, stop: asyncio.Event, mixed=()) -> tuple[list, object]:
         """A node's simulated kubelet, its real node agent and its pod runner, until `stop`."""

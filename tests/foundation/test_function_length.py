@@ -37,8 +37,6 @@ ALLOWED: dict[str, tuple[int, str]] = {
         85, "a byte scanner over one body: its positions are the state every step shares"),
     "sim/apiserver/server.py:ApiServer._dispatch": (
         99, "to split: static paths, discovery, the subresource routes and the verbs"),
-    "sim/cluster.py:EmbeddedCluster.run": (
-        158, "to split: the API server, the nodes and their kubelets, the roles and the shutdown"),
     "doctor/tree.py:diagnose_pod": (
         144, "to split: one function per branch of the diagnosis tree"),
     "doctor/dra.py:diagnose_dra_pod": (
