@@ -35,8 +35,6 @@ ALLOWED: dict[str, tuple[int, str]] = {
         93, "to split: the claim's results, the per-device share and the consumed-capacity parse"),
     "scheduler/extender/nodescan.py:NodeScanner.scan": (
         85, "a byte scanner over one body: its positions are the state every step shares"),
-    "sim/apiserver/server.py:ApiServer._dispatch": (
-        99, "to split: static paths, discovery, the subresource routes and the verbs"),
     "doctor/tree.py:diagnose_pod": (
         144, "to split: one function per branch of the diagnosis tree"),
     "doctor/dra.py:diagnose_dra_pod": (

@@ -292,14 +292,11 @@ class ApiServer:
         return {k: (v if isinstance(v, bytes) else orjson.dumps(v)) for k, v in docs.items()}
 
     async def _dispatch(self, request: web.Request, method: str) -> web.StreamResponse:
+        """Static documents, then the route's authorization, reviews, and the verb on the resource."""
         path = request.path.rstrip("/") or "/"
         static = self._static.get(path)
         if static is not None:
-            if method != "GET":
-                raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on {path}")
-            if path in ("/healthz", "/livez", "/readyz"):
-                return web.Response(body=static, content_type="text/plain")
-            return _json(static)
+            return self._static_document(path, static, method)
         res, ns, name, sub, watch_path = self._route(path)
         user = self.authn.user(request.headers.get("Authorization"))
         q = request.query
@@ -311,47 +308,12 @@ class ApiServer:
                 raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {res.plural}")
             return _json(review(self.authz, await self._read_json(request)), 201)
         if method == "GET":
-            if watch_path or (not name and q.get("watch", "").lower() in _TRUE):
-                if name:
-                    raise ApiError(405, "MethodNotAllowed", "watch a single object with a metadata.name field selector")
-                return await self._watch(request, res, ns, q)
-            if name:
-                if sub == "log" and res.key == "pods":
-                    return self._pod_log(ns, name, q)
-                if sub not in ("", "status"):
-                    raise ApiError(405, "MethodNotAllowed", f"GET is not supported on {res.plural}/{sub}")
-                entry = self.store.entry(res.key, ns, name)
-                if wants_table(request.headers.get("Accept", "")):
-                    return _json(table(res.key, [entry.obj], self.store.rv, q.get("includeObject", "Metadata"),
-                                       now=time.time()))
-                return _json(entry.raw)
-            return self._list(request, res, ns, q)
+            return await self._get(request, res, ns, name, sub, watch_path)
         if watch_path:
             raise ApiError(405, "MethodNotAllowed", "watch paths support GET only")
         dry = bool(q.get("dryRun"))
         if method == "POST":
-            if name and sub == "binding" and res.key == "pods":
-                binding = await self._read_json(request)
-                if self.admission is not None:  # a Binding's annotations land on the pod: admitted as such
-                    binding = await self.admission(res.key, ns, binding, self._ns_labels(ns), user=user,
-                                                   subresource="binding")
-                self.store.bind(ns, name, binding, dry_run=dry)
-                return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
-                             201)
-            if name and sub == "eviction" and res.key == "pods":
-                return _json(evict(self.store, ns, name, await self._read_json(request)), 201)
-            if name:
-                raise ApiError(405, "MethodNotAllowed", f"POST is not supported on {res.plural}/{name}")
-            if res.namespaced and not ns:
-                raise ApiError(404, "NotFound", f"a namespace is required to create {res.plural}")
-            obj = await self._read_json(request)
-            if res.key == "pods":  # built-in admission plugins run before the webhooks
-                admit_pod(obj, (e.obj for e in self.store.list("priorityclasses.scheduling.k8s.io")[1]))
-            elif res.key == "priorityclasses.scheduling.k8s.io":
-                validate_class(obj)
-            if self.admission is not None:
-                obj = await self.admission(res.key, ns, obj, self._ns_labels(ns), user=user)
-            return _json(self.store.create(res.key, ns, obj, owned=True, dry_run=dry).raw, 201)
+            return await self._post(request, res, ns, name, sub, user, dry)
         if not name:
             if method == "DELETE":
                 return self._delete_collection(res, ns, q)
@@ -364,32 +326,96 @@ class ApiServer:
                 await self._admit_update(res.key, ns, name, obj, user, subresource=sub)
             return _json(self.store.update(res.key, ns, name, obj, subresource=sub, owned=True, dry_run=dry).raw)
         if method == "PATCH":
-            body = await self._read_body(request)
-            ctype = request.headers.get("Content-Type", "")
-            if self.admission is not None:
-                old = self.store.entry(res.key, ns, name).obj
-                try:
-                    patched = apply_patch(old, body, ctype)
-                except PatchError:
-                    patched = None  # store.patch answers the error
-                if patched is not None:
-                    await self._admit_update(res.key, ns, name, patched, user, old, subresource=sub)
-            return _json(self.store.patch(res.key, ns, name, body, ctype, subresource=sub, dry_run=dry).raw)
+            return await self._patch(request, res, ns, name, sub, user, dry)
         if method == "DELETE":
-            opts = await self._read_body(request)
-            uid = rv = None
-            if opts.strip():
-                try:
-                    doc = orjson.loads(opts)
-                except orjson.JSONDecodeError as exc:
-                    raise ApiError(400, "BadRequest", f"invalid DeleteOptions: {exc}") from None
-                if not isinstance(doc, dict):
-                    raise ApiError(400, "BadRequest", "DeleteOptions must be a JSON object")
-                pre = doc.get("preconditions") or {}
-                uid, rv = pre.get("uid"), pre.get("resourceVersion")
-                dry = dry or bool(doc.get("dryRun"))
-            return _json(self.store.delete(res.key, ns, name, uid=uid, resource_version=rv, dry_run=dry).raw)
+            return await self._delete(request, res, ns, name, dry)
         raise ApiError(405, "MethodNotAllowed", f"method {method} is not supported")
+
+    @staticmethod
+    def _static_document(path: str, body: bytes, method: str) -> web.Response:
+        """/version, discovery, OpenAPI and the health paths: GET only."""
+        if method != "GET":
+            raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on {path}")
+        if path in ("/healthz", "/livez", "/readyz"):
+            return web.Response(body=body, content_type="text/plain")
+        return _json(body)
+
+    async def _get(self, request: web.Request, res: Resource, ns: str, name: str, sub: str,
+                   watch_path: bool) -> web.StreamResponse:
+        """A watch, an object (or its table row, or a pod's log), or a list."""
+        q = request.query
+        if watch_path or (not name and q.get("watch", "").lower() in _TRUE):
+            if name:
+                raise ApiError(405, "MethodNotAllowed", "watch a single object with a metadata.name field selector")
+            return await self._watch(request, res, ns, q)
+        if not name:
+            return self._list(request, res, ns, q)
+        if sub == "log" and res.key == "pods":
+            return self._pod_log(ns, name, q)
+        if sub not in ("", "status"):
+            raise ApiError(405, "MethodNotAllowed", f"GET is not supported on {res.plural}/{sub}")
+        entry = self.store.entry(res.key, ns, name)
+        if wants_table(request.headers.get("Accept", "")):
+            return _json(table(res.key, [entry.obj], self.store.rv, q.get("includeObject", "Metadata"),
+                               now=time.time()))
+        return _json(entry.raw)
+
+    async def _post(self, request: web.Request, res: Resource, ns: str, name: str, sub: str, user: dict,
+                    dry: bool) -> web.Response:
+        """A create (built-in admission, then the webhooks), a pod's binding or its eviction."""
+        if name and sub == "binding" and res.key == "pods":
+            binding = await self._read_json(request)
+            if self.admission is not None:  # a Binding's annotations land on the pod: admitted as such
+                binding = await self.admission(res.key, ns, binding, self._ns_labels(ns), user=user,
+                                               subresource="binding")
+            self.store.bind(ns, name, binding, dry_run=dry)
+            return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
+                         201)
+        if name and sub == "eviction" and res.key == "pods":
+            return _json(evict(self.store, ns, name, await self._read_json(request)), 201)
+        if name:
+            raise ApiError(405, "MethodNotAllowed", f"POST is not supported on {res.plural}/{name}")
+        if res.namespaced and not ns:
+            raise ApiError(404, "NotFound", f"a namespace is required to create {res.plural}")
+        obj = await self._read_json(request)
+        if res.key == "pods":  # built-in admission plugins run before the webhooks
+            admit_pod(obj, (e.obj for e in self.store.list("priorityclasses.scheduling.k8s.io")[1]))
+        elif res.key == "priorityclasses.scheduling.k8s.io":
+            validate_class(obj)
+        if self.admission is not None:
+            obj = await self.admission(res.key, ns, obj, self._ns_labels(ns), user=user)
+        return _json(self.store.create(res.key, ns, obj, owned=True, dry_run=dry).raw, 201)
+
+    async def _patch(self, request: web.Request, res: Resource, ns: str, name: str, sub: str, user: dict,
+                     dry: bool) -> web.Response:
+        """A patch; the webhooks judge the patched object (a patch that does not apply is the store's error)."""
+        body = await self._read_body(request)
+        ctype = request.headers.get("Content-Type", "")
+        if self.admission is not None:
+            old = self.store.entry(res.key, ns, name).obj
+            try:
+                patched = apply_patch(old, body, ctype)
+            except PatchError:
+                patched = None  # store.patch answers the error
+            if patched is not None:
+                await self._admit_update(res.key, ns, name, patched, user, old, subresource=sub)
+        return _json(self.store.patch(res.key, ns, name, body, ctype, subresource=sub, dry_run=dry).raw)
+
+    async def _delete(self, request: web.Request, res: Resource, ns: str, name: str, dry: bool) -> web.Response:
+        """A delete with its DeleteOptions: preconditions on uid and resourceVersion, dryRun."""
+        opts = await self._read_body(request)
+        uid = rv = None
+        if opts.strip():
+            try:
+                doc = orjson.loads(opts)
+            except orjson.JSONDecodeError as exc:
+                raise ApiError(400, "BadRequest", f"invalid DeleteOptions: {exc}") from None
+            if not isinstance(doc, dict):
+                raise ApiError(400, "BadRequest", "DeleteOptions must be a JSON object")
+            pre = doc.get("preconditions") or {}
+            uid, rv = pre.get("uid"), pre.get("resourceVersion")
+            dry = dry or bool(doc.get("dryRun"))
+        return _json(self.store.delete(res.key, ns, name, uid=uid, resource_version=rv, dry_run=dry).raw)
 
     async def _admit_update(self, key: str, ns: str, name: str, obj: dict, user: dict, old: dict | None = None,
                             subresource: str = "") -> None:
