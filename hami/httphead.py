@@ -51,6 +51,12 @@ _SEEN: dict[bytes, tuple[bytes, bytes]] = {}
 _SEEN_MAX = 256
 
 
+
+def forget_seen_lines() -> None:
+    """Empty the cache of header lines already matched (the answer never depends on it)."""
+    _SEEN.clear()
+
+
 @dataclass(frozen=True, slots=True)
 class Head:
     path: bytes

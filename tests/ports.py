@@ -44,5 +44,5 @@ async def serve_app(app) -> tuple[str, object]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+    port = runner.addresses[0][1]
     return f"http://127.0.0.1:{port}", runner

@@ -168,7 +168,7 @@ def plan_allocation(
 # --------------------------------------------------------------------------- finding the pod
 
 
-def _has_devices_left(pod: Mapping) -> bool:
+def has_devices_left(pod: Mapping) -> bool:
     return bool(_annotations(pod).get(ANN_TO_ALLOCATE, "").strip(";"))
 
 
@@ -203,7 +203,7 @@ def unlocked_claim_message(node_name: str, pod: Mapping) -> str:
             f"the node lock {ANN_NODE_LOCK}; only pods placed by hami's scheduler are served")
 
 
-def _age_key(pod: Mapping) -> tuple:
+def age_key(pod: Mapping) -> tuple:
     meta = pod.get("metadata") or {}
     bt = (meta.get("annotations") or {}).get(ANN_BIND_TIME, "")
     try:  # strconv.ParseInt(bt, 10, 64), the codec's one reader (int() would take " 5" and "1_0")
@@ -220,7 +220,7 @@ def allocating_pods(pods: Iterable[Mapping], node_name: str) -> list[Mapping]:
         if (p.get("spec") or {}).get("nodeName") not in (None, "", node_name):
             continue
         anns = _annotations(p)
-        if anns.get(ANN_BIND_PHASE) not in (PHASE_ALLOCATING, PHASE_SUCCESS) or not _has_devices_left(p):
+        if anns.get(ANN_BIND_PHASE) not in (PHASE_ALLOCATING, PHASE_SUCCESS) or not has_devices_left(p):
             continue  # HAMi GetPendingPod accepts both phases (multi-container pods)
         if anns.get(ANN_VGPU_NODE) != node_name:
             continue  # HAMi GetPendingPod: hami.io/vgpu-node must name this node
@@ -231,5 +231,5 @@ def allocating_pods(pods: Iterable[Mapping], node_name: str) -> list[Mapping]:
         if ANN_BIND_TIME not in anns:
             continue  # HAMi GetPendingPod: bind-time must be present
         out.append(p)
-    out.sort(key=_age_key)
+    out.sort(key=age_key)
     return out

@@ -450,7 +450,7 @@ class PodAllocator:
             return f"{base}.{self.lib_version}"
         return base
 
-    def _prepare_dirs(self, containers: Sequence[alloc.ContainerAllocation]) -> None:
+    def prepare_dirs(self, containers: Sequence[alloc.ContainerAllocation]) -> None:
         for c in containers:
             if not c.cache_dir:
                 continue
@@ -482,7 +482,7 @@ class PodAllocator:
                     license_exists=_exists(f"{self.hook_path}/vgpu/license"),
                 )
                 self._check_hamicore(plan.containers)
-                await asyncio.to_thread(self._prepare_dirs, plan.containers)
+                await asyncio.to_thread(self.prepare_dirs, plan.containers)
                 containers, mig_text = list(plan.containers), None
                 if self.mig is not None and self.settings().mode == MODE_MIG:
                     containers, mig_text = await self.mig.apply(pod, plan.containers, self.gpus())

@@ -35,7 +35,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _role_parser(help_roles: tuple[str, ...] | None = None) -> argparse.ArgumentParser:
+def role_parser(help_roles: tuple[str, ...] | None = None) -> argparse.ArgumentParser:
     """The role-run parser; `help_roles` limits the flags to those roles' and the common ones (what
     `hami --role R --help` prints; a run always parses every flag)."""
     from hami.app import ROLES
@@ -82,8 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "-h" in argv or "--help" in argv:
         from hami.cli.rolehelp import help_roles
 
-        _role_parser(help_roles(argv)).parse_args(["--help"])
-    parser = _role_parser()
+        role_parser(help_roles(argv)).parse_args(["--help"])
+    parser = role_parser()
     args = parser.parse_args(argv)
     check_only = getattr(args, "check_config", False)
     flags = {k: v for k, v in vars(args).items() if k not in ("role", "check_config")}

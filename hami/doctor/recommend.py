@@ -136,7 +136,7 @@ def merge_peaks(scrapes: Iterable[Iterable[MetricSample]]) -> dict[DeviceKey, Pe
 # --------------------------------------------------------------------------- pods
 
 
-def _int(v) -> int:
+def quantity_number(v) -> int:
     """A resource quantity as the scheduler reads it (Quantity.Value()); 0 when not one."""
     return quantity_value(v if isinstance(v, int) else str(v)) or 0
 
@@ -150,13 +150,13 @@ def pod_info(pod: Mapping, count: str = "nvidia.com/gpu", mem: str = "nvidia.com
     for c in spec.get("containers") or []:
         res = c.get("resources") or {}
         vals = {**(res.get("requests") or {}), **(res.get("limits") or {})}
-        n = _int(vals.get(count, 0))
+        n = quantity_number(vals.get(count, 0))
         if n <= 0:
             continue
         gpus += n
         if mem in vals:
-            mems.append(_int(vals[mem]))
-        cores = max(cores, _int(vals.get(core, 0)))
+            mems.append(quantity_number(vals[mem]))
+        cores = max(cores, quantity_number(vals.get(core, 0)))
     if gpus == 0:
         return None
     node = spec.get("nodeName") or (meta.get("annotations") or {}).get(codec.VGPU_NODE_ANNOTATION, "")
@@ -185,7 +185,7 @@ def vendor_pod(pod: Mapping, table: VendorTable) -> VendorPod | None:
         vals = {**(res.get("requests") or {}), **(res.get("limits") or {})}
         for v in table.others:
             names = (v.count_resource, v.core_resource if v.core_requests else "")
-            if v.name not in found and any(n and _int(vals.get(n, 0)) > 0 for n in names):
+            if v.name not in found and any(n and quantity_number(vals.get(n, 0)) > 0 for n in names):
                 found.append(v.name)
     if not found:
         return None

@@ -93,6 +93,11 @@ class NvmlBackend:
             self._thread = threading.Thread(target=self._watch, args=(ignored,), name="nvml-health", daemon=True)
             self._thread.start()
 
+    @property
+    def watching_health(self) -> bool:
+        """Whether the health watcher (NVML events, XIDs) was started."""
+        return self._thread is not None
+
     # ------------------------------------------------------------------ discovery
 
     def list_gpus(self) -> list[GpuInfo]:

@@ -160,6 +160,11 @@ class EventRecorder:
     def pending(self) -> int:
         return len(self._pending)
 
+    @property
+    def pending_keys(self) -> list[tuple]:
+        """The events waiting to be written, oldest first, as (namespace, name, type, reason)."""
+        return list(self._pending)
+
     # ------------------------------------------------------------------ writer
 
     def _allow_object(self, ns: str, name: str, etype: str = "", reason: str = "") -> bool:

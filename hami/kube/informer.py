@@ -324,7 +324,7 @@ class Informer:
         self.watches += 1
         self._call_worked()
         delivered = False
-        transport = _small_reads(resp)
+        transport = small_reads(resp)
         try:
             while True:
                 try:
@@ -455,7 +455,7 @@ class Informer:
 WATCH_READ_SIZE = 16 * 1024
 
 
-def _small_reads(resp) -> Any:
+def small_reads(resp) -> Any:
     """Read this watch in WATCH_READ_SIZE chunks; returns the transport to restore, or None (TLS
     transports read into one reused buffer and have no per-read allocation to shrink)."""
     conn = getattr(resp, "connection", None)

@@ -135,6 +135,11 @@ class TokenBucket:
         self._urgent_waiting = 0
         self.waited = 0.0
 
+    @property
+    def tokens(self) -> float:
+        """The tokens banked at the last refill (never below zero while the bucket keeps its contract)."""
+        return self._tokens
+
     def _refill(self) -> None:
         now = self._clock()
         self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)

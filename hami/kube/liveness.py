@@ -37,7 +37,7 @@ log = get_logger(__name__)
 WRITES = frozenset({"create", "patch", "update", "delete"})
 
 
-def _is_failure(code: str) -> bool:
+def is_failure(code: str) -> bool:
     """A request outcome that says the API server is not serving (client error codes: it is)."""
     if code == "error":  # timeout, refused, reset: no answer at all
         return True
@@ -69,7 +69,7 @@ class ApiLiveness:
             if previous is not None:
                 previous(verb, resource, code, seconds)
             critical_write = verb in WRITES and lane_for(verb, resource) == CRITICAL
-            if _is_failure(code):
+            if is_failure(code):
                 self.failed(f"{verb} {resource}: {'no answer' if code == 'error' else 'HTTP ' + code}",
                             write=critical_write)
             elif critical_write or not self.writes_failing:

@@ -55,7 +55,7 @@ def _pods_plot(results: list[Result]) -> str:
     ax.bar(names, pending, bottom=placed, color="#c62828", label="pending")
     ax.set_ylabel("replayed pods")
     ax.set_title("Replayed pods placed and pending")
-    _legend_outside(ax)
+    legend_outside(ax)
     ax.tick_params(axis="x", labelrotation=20)
     return _png(fig)
 
@@ -74,12 +74,12 @@ def _memory_plot(results: list[Result]) -> str:
     ax.bar(names, free, bottom=[a + s for a, s in zip(alloc, stranded, strict=True)], color="#b0bec5", label="free")
     ax.set_ylabel("GiB (registered)")
     ax.set_title("GPU memory")
-    _legend_outside(ax)
+    legend_outside(ax)
     ax.tick_params(axis="x", labelrotation=20)
     return _png(fig)
 
 
-def _legend_outside(ax) -> None:
+def legend_outside(ax) -> None:
     """Right of the plot, so it never covers a bar."""
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
 

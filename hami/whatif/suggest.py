@@ -260,14 +260,14 @@ def single_change_fits(cluster: Cluster, namespace: str, name: str,
     if any(q.namespace == namespace for q in cluster.quotas):
         tries.append((f"the GPU ResourceQuota of namespace {namespace} were lifted", alone,
                       Changes(quotas=(QuotaChange(namespace, memory=0, cores=0),))))
-    tries += [(_wording(label), alone, c) for label, c in candidates(cluster, defaults)]
+    tries += [(wording(label), alone, c) for label, c in candidates(cluster, defaults)]
     for text, probe, changes in tries:
         if placed(probe, changes):
             return text
     return None
 
 
-def _wording(label: str) -> str:
+def wording(label: str) -> str:
     knob, _, change = label.partition(" ")
     value = change.split(" -> ")[-1]
     if knob == "deviceMemoryScaling" and _over_one(value):

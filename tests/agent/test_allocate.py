@@ -226,4 +226,4 @@ def test_serving_every_slot_in_turn_leaves_nothing_and_sets_limits(slots):
         assert c.envs["CUDA_DEVICE_SM_LIMIT"] == str(s[0][2])
         p = pod(result.remaining_text, containers=containers)
         served += 1
-    assert not alloc._has_devices_left(p)
+    assert not alloc.has_devices_left(p)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from hami.scheduler.cache.state import _pair_scores
+from hami.scheduler.cache.state import pair_scores_of
 from tests.agent.harness import NODE, NodeHarness
 
 SCORE = "hami.io/node-nvidia-score"
@@ -41,7 +41,7 @@ async def test_scores_published_in_hami_format_and_repatched_only_on_change():
         u = [f"GPU-{i:08d}-0000-4000-8000-000000000000" for i in range(3)]
         text = await _wait_score(h, lambda doc: len(doc) == 3)
         assert json.loads(text)[0] == {"uuid": u[0], "score": {u[1]: 50, u[2]: 10}}
-        assert _pair_scores(text)[u[1]] == {u[0]: 50, u[2]: 10}
+        assert pair_scores_of(text)[u[1]] == {u[0]: 50, u[2]: 10}
         patches = h.agent.register_patches
         await h.passes(10)  # ten device-loop passes with nothing changed
         assert h.agent.register_patches == patches

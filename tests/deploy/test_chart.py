@@ -199,7 +199,7 @@ def test_external_node_config_map_replaces_the_chart_one():
 
 @pytest.mark.parametrize("which", ["default", "prod", "dev"])
 def test_every_hami_command_parses_with_the_hami_cli_and_builds_a_config(which, tmp_path):
-    from hami.cli.main import _role_parser
+    from hami.cli.main import role_parser
 
     docs = rendered(which)
     files = {
@@ -218,7 +218,7 @@ def test_every_hami_command_parses_with_the_hami_cli_and_builds_a_config(which, 
                     local = tmp_path / path.strip("/").replace("/", "_")
                     local.write_text(text)
                     argv = [a.replace(f"={path}", f"={local}") for a in argv]
-                args = _role_parser().parse_args(argv[1:])
+                args = role_parser().parse_args(argv[1:])
                 flags = {k: v for k, v in vars(args).items() if k != "role"}
                 cfg = build_config({**flags, "roles": (args.role,)}, env={"NODE_NAME": "n1"},
                                    warn=lambda m: pytest.fail(m))
@@ -415,7 +415,7 @@ def test_gpu_preemption_value_reaches_the_flags_and_its_rbac():
     """scheduler.gpuPreemption.enabled (off by default) turns on --gpu-preemption with its hold timeout,
     and only then grants patch pods/status (the only write it adds; reading PriorityClasses is granted
     always, see deploy/rbac-calls.yaml); the flags build a Config."""
-    from hami.cli.main import _role_parser
+    from hami.cli.main import role_parser
 
     def rules(docs) -> list[dict]:
         return [r for cr in find(docs, "ClusterRole") if "scheduler" in cr["metadata"]["name"]
@@ -430,7 +430,7 @@ def test_gpu_preemption_value_reaches_the_flags_and_its_rbac():
     granted = {(res, verb) for r in rules(docs) for res in r["resources"] for verb in r["verbs"]}
     assert {("pods/status", "patch"), ("priorityclasses", "list"), ("priorityclasses", "watch"),
             ("pods/eviction", "create")} <= granted
-    args = _role_parser().parse_args(["--role", "scheduler", "--gpu-preemption=true",
+    args = role_parser().parse_args(["--role", "scheduler", "--gpu-preemption=true",
                                       "--gpu-preemption-hold-timeout=90s"])
     cfg = build_config({**{k: v for k, v in vars(args).items() if k != "role"}, "roles": ("scheduler",)},
                        env={}, warn=lambda m: pytest.fail(m))
@@ -454,12 +454,12 @@ def test_gpu_preemption_shortens_kube_schedulers_max_backoff_only_when_on():
 def test_report_node_capacity_value_reaches_the_node_agent(value):
     """devicePlugin.reportNodeCapacity -> `--report-node-capacity`, which the agent's config reads (off
     must be said out loud too: the agent removes what an earlier run reported only when told it is off)."""
-    from hami.cli.main import _role_parser
+    from hami.cli.main import role_parser
 
     agent = container(objects({"devicePlugin": {"reportNodeCapacity": value}}), "DaemonSet", "device-plugin")
     argv = _args(agent)
     assert f"--report-node-capacity={str(value).lower()}" in argv
-    args = _role_parser().parse_args([a for a in argv[1:] if not a.startswith(("--device-config-file",
+    args = role_parser().parse_args([a for a in argv[1:] if not a.startswith(("--device-config-file",
                                                                                 "--node-config-file"))])
     cfg = build_config({k: v for k, v in vars(args).items() if k != "role"} | {"roles": (args.role,)},
                        env={"NODE_NAME": "n1"})

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from hami.cli.main import _role_parser
+from hami.cli.main import role_parser
 from hami.config import build_config
 from hami.config.settings import ConfigError
 from tests.deploy.chart import container, objects, one, rendered
@@ -24,7 +24,7 @@ def _listen(args: list[str], tmp_path):
     device = one(rendered("default"), "ConfigMap", "hami-scheduler-device")["data"]["device-config.yaml"]
     (tmp_path / "device-config.yaml").write_text(device)
     args = [a.replace("=/device-config.yaml", f"={tmp_path}/device-config.yaml") for a in args]
-    parsed = _role_parser().parse_args(args)
+    parsed = role_parser().parse_args(args)
     flags = {k: v for k, v in vars(parsed).items() if k != "role"}
     return build_config({**flags, "roles": (parsed.role,)}, env={}).listen
 

@@ -13,7 +13,7 @@ import ssl
 import aiohttp
 import orjson
 
-from hami.cli.main import _role_parser
+from hami.cli.main import role_parser
 from hami.config import build_config, replace
 from hami.scheduler.role import start_scheduler
 from tests.deploy.chart import container, objects, one, rendered
@@ -36,7 +36,7 @@ def _chart_scheduler_config(tmp_path, kubeconfig: str):
             a = PORT.sub(":0", a)  # the chart's hosts, free ports
         a = a.replace("=/tls/", f"={tmp_path}/").replace("=/device-config.yaml", f"={tmp_path}/device-config.yaml")
         argv.append(a)
-    args = _role_parser().parse_args(argv)
+    args = role_parser().parse_args(argv)
     flags = {k: v for k, v in vars(args).items() if k != "role"}
     config = build_config({**flags, "roles": (args.role,)}, env={})
     return replace(config, kube=replace(config.kube, kubeconfig=kubeconfig)), str(tmp_path / "ca.crt")

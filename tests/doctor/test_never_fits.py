@@ -11,7 +11,7 @@ from __future__ import annotations
 from hami.device.model import PERCENTAGE_UNSET, ContainerDeviceRequest, DeviceInfo
 from hami.doctor.neverfit import never_fits
 from hami.doctor.pod import diagnose
-from hami.whatif.suggest import _wording
+from hami.whatif.suggest import wording
 
 from .conftest import doctor_args
 
@@ -81,9 +81,9 @@ async def test_doctor_pod_gpu_count_and_cores_never_fit(cluster, kube):
 
 
 def test_whatif_memory_scaling_suggestion_says_over_commit():
-    assert "over-commit" in _wording("deviceMemoryScaling 1 -> 2")
-    assert "over-commit" not in _wording("deviceMemoryScaling 2 -> 1")
-    assert _wording("deviceSplitCount 10 -> 2") == "deviceSplitCount were 2"
+    assert "over-commit" in wording("deviceMemoryScaling 1 -> 2")
+    assert "over-commit" not in wording("deviceMemoryScaling 2 -> 1")
+    assert wording("deviceSplitCount 10 -> 2") == "deviceSplitCount were 2"
 
 
 def test_doctor_nodes_explains_the_handshake_values_it_shows():

@@ -320,7 +320,7 @@ async def test_bad_claim_gets_a_per_claim_error_and_no_cdi_file(node, client, ap
         # store it unvalidated, standing for a server that let it through (version skew): the plugin
         # must refuse it on its own.
         assert exc.status == 422
-        monkeypatch.setattr(apiserver.store, "_validate_kind", lambda *a, **k: None)
+        monkeypatch.setattr(apiserver.store, "validate_kind", lambda *a, **k: None)
         stored = await client.get("resourceclaims", "bad", "default")
         stored["status"] = {"allocation": {"devices": {"results": results} if isinstance(results, list) else results}}
         await client.request("update", "resourceclaims", "PUT",

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.e2e.test_embedded import _wait
+from tests.e2e.test_embedded import wait_until
 from tests.ports import free_ports
 from tests.tools import find_kubectl
 
@@ -63,7 +63,7 @@ def embedded_system(state: Path, *flags: str, results: bool = False) -> Iterator
     kubeconfig = str(state / "kubeconfig")
     env = {**os.environ, "KUBECONFIG": kubeconfig}
     try:
-        _wait(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
+        wait_until(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
         yield System(state, env, kubeconfig, ports, kubectl_runner(env, results=results))
     finally:
         if proc.poll() is None:

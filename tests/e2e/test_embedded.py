@@ -28,7 +28,7 @@ from tests.tools import find_kubectl
 pytestmark = pytest.mark.slow
 
 
-def _wait(predicate, timeout=60.0, interval=0.3, what="condition"):
+def wait_until(predicate, timeout=60.0, interval=0.3, what="condition"):
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -94,8 +94,8 @@ def running_embedded(state):
                                        for n in nodes)
 
     try:
-        _wait(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
-        _wait(registered, 120, what="both nodes registered")
+        wait_until(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
+        wait_until(registered, 120, what="both nodes registered")
         yield {"proc": proc, "kubectl": run, "state": state, "ports": ports, "env": env}
     finally:
         if proc.poll() is None:
@@ -116,7 +116,7 @@ def test_pod_runs_with_its_memory_limit_and_shows_in_metrics(embedded):
         pod = json.loads(run("get", "pod", "e2e-small", "-o", "json"))
         return pod if pod["status"].get("phase") == "Running" else None
 
-    pod = _wait(running, 120, what="e2e-small Running")
+    pod = wait_until(running, 120, what="e2e-small Running")
     assert pod["spec"]["schedulerName"] == "hami-scheduler"  # set by the webhook
     ann = pod["metadata"]["annotations"]
     env = json.loads(ann["sim.hami.io/allocated-env"])["cuda"]
@@ -136,7 +136,7 @@ def test_pod_runs_with_its_memory_limit_and_shows_in_metrics(embedded):
                  if line.startswith("hami_vgpu_memory_limit_bytes{") and 'pod="e2e-small"' in line]
         return lines
 
-    (line,) = _wait(in_metrics, 30, what="e2e-small in monitor metrics")
+    (line,) = wait_until(in_metrics, 30, what="e2e-small in monitor metrics")
     assert float(line.rsplit(" ", 1)[1]) == 3000 * 1024 * 1024
 
 
@@ -150,7 +150,7 @@ def test_pod_that_cannot_fit_gets_filtering_failed_and_doctor_explains_it(embedd
         items = json.loads(out)["items"]
         return items or None
 
-    events = _wait(failed_event, 60, what="FilteringFailed event")
+    events = wait_until(failed_event, 60, what="FilteringFailed event")
     messages = " | ".join(e["message"] for e in events)
     assert "CardInsufficientMemory" in messages
     pod = json.loads(run("get", "pod", "e2e-huge", "-o", "json"))
@@ -167,7 +167,7 @@ def test_pod_that_cannot_fit_gets_filtering_failed_and_doctor_explains_it(embedd
 def test_whatif_on_the_embedded_cluster_warns_about_nothing_hami_wrote(embedded):
     # Nodes carry hami.io/hami-core, the scheduler pod hami.io/embedded, pods the placement keys.
     embedded["kubectl"]("apply", "--validate=false", "-f", "-", stdin=POD.format(name="e2e-snap", mem=2000))
-    _wait(lambda: json.loads(embedded["kubectl"]("get", "pod", "e2e-snap", "-o", "json"))["status"].get("phase")
+    wait_until(lambda: json.loads(embedded["kubectl"]("get", "pod", "e2e-snap", "-o", "json"))["status"].get("phase")
           == "Running", 120, what="e2e-snap Running")
     res = subprocess.run([sys.executable, "-m", "hami.cli.main", "whatif", "--suggest"],
                          env=embedded["env"], capture_output=True, text=True, timeout=120)
@@ -250,7 +250,7 @@ def test_a_tenant_cannot_strip_its_placement_nor_raise_its_priority(embedded):
         pod = json.loads(run("get", "pod", "e2e-strip", "-o", "json"))
         return pod if (pod["metadata"].get("annotations") or {}).get("hami.io/bind-phase") == "success" else None
 
-    _wait(placed, 120, what="e2e-strip placed")
+    wait_until(placed, 120, what="e2e-strip placed")
 
     def kubectl(*args):
         return subprocess.run([find_kubectl(), *args], env=embedded["env"], capture_output=True, text=True,
@@ -269,7 +269,7 @@ def test_kubectl_hami_top_shows_every_gpu_and_a_pods_share(embedded):
     """The real kubectl finds the `kubectl-hami` console script on PATH and runs it on the current context."""
     run = embedded["kubectl"]
     run("apply", "--validate=false", "-f", "-", stdin=POD.format(name="e2e-top", mem=1500))
-    _wait(lambda: json.loads(run("get", "pod", "e2e-top", "-o", "json"))["status"].get("phase") == "Running",
+    wait_until(lambda: json.loads(run("get", "pod", "e2e-top", "-o", "json"))["status"].get("phase") == "Running",
           120, what="e2e-top Running")
     env = {**embedded["env"], "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
     metrics = f"http://127.0.0.1:{embedded['ports']['mmetrics']}/metrics"

@@ -25,7 +25,7 @@ import sys
 import pytest
 import yaml
 
-from tests.e2e.test_embedded import _wait
+from tests.e2e.test_embedded import wait_until
 from tests.ports import free_ports
 from tests.tools import find_kubectl
 
@@ -82,7 +82,7 @@ def embedded_cluster(tmp_path, *extra):
         return res.stdout
 
     try:
-        _wait(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
+        wait_until(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
         run.env = env
         yield run
     finally:
@@ -129,18 +129,18 @@ def _events(run, pod, reason):
 
 def test_with_reported_capacity_a_pending_share_pod_grows_the_group_and_the_node_goes_when_unneeded(tmp_path):
     with embedded_cluster(tmp_path, "--report-node-capacity") as run:
-        _wait(lambda: _nodes(run) == ["pool-1"], 60, what="the group at its min size")
-        node = _wait(lambda: (lambda n: n if n["status"]["allocatable"].get("nvidia.com/gpumem") else None)(
+        wait_until(lambda: _nodes(run) == ["pool-1"], 60, what="the group at its min size")
+        node = wait_until(lambda: (lambda n: n if n["status"]["allocatable"].get("nvidia.com/gpumem") else None)(
             json.loads(run("get", "node", "pool-1", "-o", "json"))), 60, what="pool-1 reporting its capacity")
         assert node["status"]["allocatable"]["nvidia.com/gpumem"] == "40960"
         assert node["status"]["allocatable"]["nvidia.com/gpucores"] == "100"
         for name, mem in (("first", 20000), ("keeper", 1000)):
             run("apply", "--validate=false", "-f", "-", stdin=POD.format(name=name, mem=mem))
-            assert _wait(lambda n=name: _running_on(run, n), 120, what=f"{name} Running") == "pool-1"
+            assert wait_until(lambda n=name: _running_on(run, n), 120, what=f"{name} Running") == "pool-1"
 
         # 19960 MiB left on pool-1: the Job's pod needs a new node, and gets one
         run("apply", "--validate=false", "-f", "-", stdin=JOB.format(name="second", mem=30000))
-        pod = _wait(lambda: _job_pod(run, "second"), 120, what="second's pod Running")
+        pod = wait_until(lambda: _job_pod(run, "second"), 120, what="second's pod Running")
         assert pod["spec"]["nodeName"] == "pool-2"
         assert _nodes(run) == ["pool-1", "pool-2"]
         messages = _events(run, pod["metadata"]["name"], "TriggeredScaleUp")
@@ -152,7 +152,7 @@ def test_with_reported_capacity_a_pending_share_pod_grows_the_group_and_the_node
             got = _status(run)["scaleDown"]["blockers"]
             return got if "added too recently" not in got.values() and len(got) == 2 else None
 
-        got = _wait(blockers, 60, what="both nodes' blockers")
+        got = wait_until(blockers, 60, what="both nodes' blockers")
         assert got["pool-2"] == f"pod default/{pod['metadata']['name']} fits no other node by the in-tree filters"
         assert "is not replicated" in got["pool-1"], got
         assert _nodes(run) == ["pool-1", "pool-2"]
@@ -160,28 +160,28 @@ def test_with_reported_capacity_a_pending_share_pod_grows_the_group_and_the_node
         # room on pool-1: pool-2's pod can move, so pool-2 is drained (its pod evicted and recreated by
         # the Job controller, then placed on pool-1 by the extender) and removed
         run("delete", "pod", "first", "--wait=false")
-        _wait(lambda: _nodes(run) == ["pool-1"], 120, what="pool-2 removed")
-        moved = _wait(lambda: _job_pod(run, "second"), 120, what="second's pod Running again")
+        wait_until(lambda: _nodes(run) == ["pool-1"], 120, what="pool-2 removed")
+        moved = wait_until(lambda: _job_pod(run, "second"), 120, what="second's pod Running again")
         assert moved["spec"]["nodeName"] == "pool-1" and moved["metadata"]["name"] != pod["metadata"]["name"]
         def removed(st: dict) -> dict | None:
             kept = st["nodeGroups"][0]["nodes"] == ["pool-1"]
             return st if kept and "min size" in st["scaleDown"]["blockers"].get("pool-1", "") else None
 
-        status = _wait(lambda: removed(_status(run)), 30, what="the status after the removal")
+        status = wait_until(lambda: removed(_status(run)), 30, what="the status after the removal")
         assert status["scaleDown"]["removed"] == ["pool-2"]
         assert status["scaleDown"]["blockers"] == {"pool-1": "node group pool is at its min size 1"}
 
 
 def test_without_reported_capacity_a_pending_share_pod_never_triggers_a_scale_up(tmp_path):
     with embedded_cluster(tmp_path) as run:
-        _wait(lambda: _nodes(run) == ["pool-1"], 60, what="the group at its min size")
+        wait_until(lambda: _nodes(run) == ["pool-1"], 60, what="the group at its min size")
         run("apply", "--validate=false", "-f", "-", stdin=POD.format(name="first", mem=30000))
-        assert _wait(lambda: _running_on(run, "first"), 120, what="first Running") == "pool-1"
+        assert wait_until(lambda: _running_on(run, "first"), 120, what="first Running") == "pool-1"
         node = json.loads(run("get", "node", "pool-1", "-o", "json"))
         assert "nvidia.com/gpumem" not in node["status"]["allocatable"]
         run("apply", "--validate=false", "-f", "-", stdin=POD.format(name="second", mem=30000))
         # Cluster Autoscaler looked at the pod and refused it: the template (a copy of pool-1) is short
-        messages = _wait(lambda: _events(run, "second", "NotTriggerScaleUp"), 60, what="NotTriggerScaleUp")
+        messages = wait_until(lambda: _events(run, "second", "NotTriggerScaleUp"), 60, what="NotTriggerScaleUp")
         assert messages == ["pod didn't trigger scale-up: Insufficient nvidia.com/gpumem"]
         assert _nodes(run) == ["pool-1"]
         assert _status(run)["scaleUp"] == []

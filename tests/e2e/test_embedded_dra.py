@@ -24,7 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.embedded import embedded_system
-from tests.e2e.test_embedded import _wait
+from tests.e2e.test_embedded import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +45,7 @@ spec:
 def dra(tmp_path_factory):
     with embedded_system(tmp_path_factory.mktemp("dra"), "--dra", "--sim-nodes", "1",
                          "--sim-gpus", "1xNVIDIA A100-SXM4-40GB:8000", "-v=2") as system:
-        _wait(lambda: system.slices() == 1, 60, what="the node's ResourceSlice")
+        wait_until(lambda: system.slices() == 1, 60, what="the node's ResourceSlice")
         yield {"kubectl": system.run, "state": system.state, "env": system.env,
                "monitor": f"127.0.0.1:{system.ports['mmetrics']}"}
 
@@ -66,7 +66,7 @@ def _claims_share_a_gpu(dra) -> None:
     for name in ("p1", "p2"):
         run("create", "--validate=false", "-f", "-", stdin=POD.format(name=name))
     for name in ("p1", "p2"):
-        _wait(lambda n=name: _pod(run, n)["status"].get("phase") == "Running", 30, what=f"{name} Running")
+        wait_until(lambda n=name: _pod(run, n)["status"].get("phase") == "Running", 30, what=f"{name} Running")
     env = json.loads(run("get", "pod", "p1", "-o", "jsonpath={.metadata.annotations.sim\\.hami\\.io/allocated-env}"))
     assert env["cuda"]["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4000m"
     assert env["cuda"]["NVIDIA_VISIBLE_DEVICES"].startswith("GPU-")
@@ -92,7 +92,7 @@ def _claims_share_a_gpu(dra) -> None:
             if c["type"] == "PodScheduled" and c["status"] == "False" and "cannot allocate" in c["message"]:
                 return c["message"]
         return None
-    message = _wait(refused, 30, what="p3 unschedulable")
+    message = wait_until(refused, 30, what="p3 unschedulable")
     assert "cannot allocate all claims: claim default/p3-cuda-nvidia-" in message
     assert "not enough free memory on any matching device" in message
 
@@ -111,15 +111,15 @@ def _claims_share_a_gpu(dra) -> None:
     assert out.count("allocated,reserved") == 2 and "pending" in out
 
     run("delete", "pod", "p1")
-    _wait(lambda: not any(claim["metadata"]["uid"] in f for f in os.listdir(cdi_dir)), 30, what="p1 unprepared")
-    _wait(lambda: claim_name not in run("get", "resourceclaims"), 30, what="p1's claim deleted")
-    _wait(lambda: _pod(run, "p3")["status"].get("phase") == "Running", 30, what="p3 Running after p1 left")
+    wait_until(lambda: not any(claim["metadata"]["uid"] in f for f in os.listdir(cdi_dir)), 30, what="p1 unprepared")
+    wait_until(lambda: claim_name not in run("get", "resourceclaims"), 30, what="p1's claim deleted")
+    wait_until(lambda: _pod(run, "p3")["status"].get("phase") == "Running", 30, what="p3 Running after p1 left")
 
 
 def _delete_pods(run, *names: str) -> None:
     """Delete the pods and wait until their claims are gone (their GPU shares free for the next test)."""
     run("delete", "pod", *names, "--wait=true", "--ignore-not-found")
-    _wait(lambda: not any(c["metadata"]["name"].startswith(tuple(f"{n}-" for n in names))
+    wait_until(lambda: not any(c["metadata"]["name"].startswith(tuple(f"{n}-" for n in names))
                           for c in json.loads(run("get", "resourceclaims", "-o", "json"))["items"]),
           30, what=f"the claims of {', '.join(names)} deleted")
 
@@ -134,7 +134,7 @@ def test_monitor_reports_a_dra_pods_usage_under_its_pod(dra):
 
 
 def _monitor_reports(dra, run) -> None:
-    _wait(lambda: _pod(run, "m1")["status"].get("phase") == "Running", 30, what="m1 Running")
+    wait_until(lambda: _pod(run, "m1")["status"].get("phase") == "Running", 30, what="m1 Running")
     running = [_pod(run, "m1")]
     name = running[0]["metadata"]["name"]
     claim_uid = json.loads(run("get", "resourceclaim", running[0]["status"]["resourceClaimStatuses"][0][
@@ -146,7 +146,7 @@ def _monitor_reports(dra, run) -> None:
             text = resp.read().decode()
         return {(s.name, s.labels.get("pod")): s for f in text_string_to_metric_families(text) for s in f.samples
                 if s.labels.get("namespace") == "default"}
-    got = _wait(lambda: samples().get(("hami_vgpu_memory_used_bytes", name)) and samples(), 20,
+    got = wait_until(lambda: samples().get(("hami_vgpu_memory_used_bytes", name)) and samples(), 20,
                 what=f"{name}'s usage on /metrics")
     used = got[("hami_vgpu_memory_used_bytes", name)]
     assert used.labels["container"] == "cuda" and used.labels["device_uuid"].startswith("GPU-")

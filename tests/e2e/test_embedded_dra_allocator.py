@@ -17,7 +17,7 @@ import json
 import pytest
 
 from tests.e2e.embedded import embedded_system
-from tests.e2e.test_embedded import _wait
+from tests.e2e.test_embedded import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ MIB = 1 << 20
 def cluster(tmp_path_factory):
     with embedded_system(tmp_path_factory.mktemp("dra136"), "--dra", "--sim-nodes", "1",
                          "--sim-gpus", "1xNVIDIA A100-SXM4-40GB:8000", "-v=2", results=True) as system:
-        _wait(lambda: system.slices() >= 1, 60, what="the node's ResourceSlice")
+        wait_until(lambda: system.slices() >= 1, 60, what="the node's ResourceSlice")
         yield system.run
 
 
@@ -53,7 +53,7 @@ def _running(run, name: str, ns: str = "default") -> dict:
     def phase():
         pod = json.loads(run("get", "pod", name, "-n", ns, "-o", "json"))
         return pod if pod["status"].get("phase") == "Running" else None
-    return _wait(phase, 60, what=f"{ns}/{name} Running")
+    return wait_until(phase, 60, what=f"{ns}/{name} Running")
 
 
 def _results(run, name: str, ns: str = "default") -> list[dict]:

@@ -18,7 +18,7 @@ import json
 import pytest
 
 from tests.e2e.embedded import embedded_system
-from tests.e2e.test_embedded import _wait
+from tests.e2e.test_embedded import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,7 @@ spec:
 def cluster(tmp_path_factory):
     with embedded_system(tmp_path_factory.mktemp("draext"), "--dra", "--force-overwrite-default-scheduler=false",
                          "--sim-nodes", "1", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960", "-v=2") as system:
-        _wait(lambda: system.slices() == 1, 60, what="the node's ResourceSlice")
+        wait_until(lambda: system.slices() == 1, 60, what="the node's ResourceSlice")
         yield system.run
 
 
@@ -64,7 +64,7 @@ def test_without_the_mapping_a_gpu_pod_finds_no_node(cluster):
 
     # NodeResourcesFit: the node advertises no nvidia.com/gpu and no DeviceClass maps it
     try:
-        _wait(pending_unschedulable, 180, what="unmapped refused")
+        wait_until(pending_unschedulable, 180, what="unmapped refused")
         assert not _pod(run, "unmapped")["spec"].get("nodeName")
     finally:
         run("delete", "pod", "unmapped", "--wait=true")
@@ -86,7 +86,7 @@ def test_a_mapped_extended_resource_gets_a_claim_kube_scheduler_creates(cluster)
 
 def _mapped_pod_runs_with_its_claim(run) -> None:
     run("create", "-f", "-", stdin=POD.format(name="whole"))
-    _wait(lambda: _pod(run, "whole")["status"].get("phase") == "Running", 60, what="whole Running")
+    wait_until(lambda: _pod(run, "whole")["status"].get("phase") == "Running", 60, what="whole Running")
     pod = _pod(run, "whole")
     assert "resourceClaims" not in pod["spec"]  # untouched by the webhook
     status = pod["status"]["extendedResourceClaimStatus"]
@@ -108,5 +108,5 @@ def _mapped_pod_runs_with_its_claim(run) -> None:
     # counts only: no memory was asked, so the claim holds the whole card (the policy's default)
     assert result["consumedCapacity"]["memory"] == str(40960 << 20)
     run("delete", "pod", "whole", "--wait=true")
-    _wait(lambda: not any(c["metadata"]["name"] == status["resourceClaimName"] for c in _claims(run)), 60,
+    wait_until(lambda: not any(c["metadata"]["name"] == status["resourceClaimName"] for c in _claims(run)), 60,
           what="the extended-resource claim deleted with its pod")

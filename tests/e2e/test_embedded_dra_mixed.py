@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from tests.e2e.embedded import embedded_system
-from tests.e2e.test_embedded import _wait
+from tests.e2e.test_embedded import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +53,7 @@ def cluster(tmp_path_factory):
                           if "hami.io/node-nvidia-register" in (n["metadata"].get("annotations") or {})]
             return len(json.loads(slices)["items"]) == 1 and len(registered) == 1
 
-        _wait(ready, 90, what="one DRA node's slice and one device-plugin node's registration")
+        wait_until(ready, 90, what="one DRA node's slice and one device-plugin node's registration")
         run("create", "namespace", "legacy")
         run("label", "namespace", "legacy", "hami.io/gpu-mode=device-plugin")
         run("create", "namespace", "free")
@@ -66,7 +66,7 @@ def _pod(run, ns, name):
 
 
 def _running_on(run, ns, name):
-    _wait(lambda: _pod(run, ns, name)["status"].get("phase") == "Running", 90, what=f"{ns}/{name} Running")
+    wait_until(lambda: _pod(run, ns, name)["status"].get("phase") == "Running", 90, what=f"{ns}/{name} Running")
     return _pod(run, ns, name)["spec"]["nodeName"]
 
 

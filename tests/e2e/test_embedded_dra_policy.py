@@ -22,7 +22,7 @@ import subprocess
 import pytest
 
 from tests.e2e.embedded import embedded_system
-from tests.e2e.test_embedded import _wait
+from tests.e2e.test_embedded import wait_until
 from tests.tools import find_kubectl
 
 pytestmark = pytest.mark.slow
@@ -47,7 +47,7 @@ spec:
 def cluster(tmp_path_factory):
     with embedded_system(tmp_path_factory.mktemp("drapolicy"), "--dra", "--sim-nodes", "2",
                          "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960", "-v=4") as system:
-        _wait(lambda: system.slices() == 2, 60, what="both nodes' ResourceSlices")
+        wait_until(lambda: system.slices() == 2, 60, what="both nodes' ResourceSlices")
         yield {"kubectl": system.run, "log": system.log}
 
 
@@ -56,7 +56,7 @@ def _pod(run, name):
 
 
 def _node_when_running(run, name):
-    _wait(lambda: _pod(run, name)["status"].get("phase") == "Running", 60, what=f"{name} Running")
+    wait_until(lambda: _pod(run, name)["status"].get("phase") == "Running", 60, what=f"{name} Running")
     return _pod(run, name)["spec"]["nodeName"]
 
 
@@ -105,7 +105,7 @@ def test_a_namespaces_gpumem_quota_holds_against_its_claims(cluster):
     run = cluster["kubectl"]
     _quota_ns(run, "team-q")
     run("create", "-f", "-", stdin=NS_POD.format(name="q1", ns="team-q", mem=6000))
-    _wait(lambda: json.loads(run("get", "pod", "q1", "-n", "team-q", "-o", "json"))["status"].get("phase")
+    wait_until(lambda: json.loads(run("get", "pod", "q1", "-n", "team-q", "-o", "json"))["status"].get("phase")
           == "Running", 60, what="q1 Running")
     res = subprocess.run([find_kubectl(), "create", "-f", "-"], input=NS_POD.format(name="q2", ns="team-q", mem=6000),
                          env={**os.environ, "KUBECONFIG": str(cluster["log"].parent / "kubeconfig")},
@@ -123,7 +123,7 @@ def test_a_namespaces_gpumem_quota_holds_against_its_claims(cluster):
                            capture_output=True, text=True, timeout=60)
         return r.returncode == 0
 
-    _wait(admitted, 60, what="q4 admitted once q1's claim is gone")
+    wait_until(admitted, 60, what="q4 admitted once q1's claim is gone")
 
 
 def test_two_pods_admitted_at_once_cannot_both_overflow_the_quota(cluster):

@@ -15,7 +15,7 @@ import json
 import pytest
 
 from tests.e2e.embedded import embedded_system
-from tests.e2e.test_embedded import _wait
+from tests.e2e.test_embedded import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +51,7 @@ def cluster(tmp_path_factory):
     with embedded_system(tmp_path_factory.mktemp("drapreempt"), "--dra", "--sim-nodes", "1",
                          "--sim-gpus", "1xNVIDIA A100-SXM4-40GB:40960", "--sim-pod-stop-seconds", "0",
                          "-v=4") as system:
-        _wait(lambda: system.slices() == 1, 60, what="the node's ResourceSlice")
+        wait_until(lambda: system.slices() == 1, 60, what="the node's ResourceSlice")
         yield {"kubectl": system.run, "kubeconfig": system.kubeconfig, "log": system.log}
 
 
@@ -64,9 +64,9 @@ def test_a_high_priority_claim_pod_preempts_the_low_priority_one_on_a_full_node(
     run = cluster["kubectl"]
     run("create", "-f", "-", stdin=CLASSES)
     run("create", "-f", "-", stdin=POD.format(name="low", priority="low", mem=30000))
-    _wait(lambda: (_pod(run, "low") or {}).get("status", {}).get("phase") == "Running", 60, what="low Running")
+    wait_until(lambda: (_pod(run, "low") or {}).get("status", {}).get("phase") == "Running", 60, what="low Running")
     run("create", "-f", "-", stdin=POD.format(name="high", priority="high", mem=20000))
-    _wait(lambda: (_pod(run, "high") or {}).get("status", {}).get("phase") == "Running", 90, what="high Running")
+    wait_until(lambda: (_pod(run, "high") or {}).get("status", {}).get("phase") == "Running", 90, what="high Running")
     assert _pod(run, "low") is None  # the victim is gone
     claims = json.loads(run("get", "resourceclaims", "-o", "json"))["items"]
     owners = {ref["name"] for c in claims for ref in c["metadata"].get("ownerReferences") or []}

@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from tests.e2e.test_embedded import _wait
+from tests.e2e.test_embedded import wait_until
 from tests.ports import free_ports
 from tests.tools import find_kubectl
 
@@ -109,8 +109,8 @@ def mixed(tmp_path_factory):
         return res.stdout
 
     try:
-        _wait(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
-        _wait(lambda: "hami.io/node-nvidia-register" in run("get", "node", "gpu-node-1", "-o", "json"), 120,
+        wait_until(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
+        wait_until(lambda: "hami.io/node-nvidia-register" in run("get", "node", "gpu-node-1", "-o", "json"), 120,
               what="the NVIDIA node registered")
         yield {"kubectl": run, "env": env}
     finally:
@@ -146,7 +146,7 @@ def test_each_vendor_registers_and_its_pods_run_on_its_nodes(mixed):
         got = {p["metadata"]["name"]: p for p in items if p["status"].get("phase") == "Running"}
         return got if {"npu", "mlu", "gpu", "npu-mixed"} <= set(got) else None
 
-    pods = _wait(running, 120, what="npu, mlu, gpu and npu-mixed Running")
+    pods = wait_until(running, 120, what="npu, mlu, gpu and npu-mixed Running")
     assert (pods["gpu"]["spec"]["nodeName"], pods["npu"]["spec"]["nodeName"], pods["mlu"]["spec"]["nodeName"]) == (
         "gpu-node-1", "gpu-node-2", "gpu-node-3")
     npu = pods["npu"]
@@ -178,7 +178,7 @@ def test_doctor_shows_vendor_registrations_and_explains_a_vendor_pod(mixed):
                                "involvedObject.name=npu-big,reason=FilteringFailed", "-o", "json")
         return json.loads(out)["items"] or None
 
-    _wait(failed, 60, what="FilteringFailed for npu-big")
+    wait_until(failed, 60, what="FilteringFailed for npu-big")
     res = _doctor(mixed, "pod", "default/npu-big", "--json", "--no-whatif")
     report = json.loads(res.stdout)
     assert report["leaf"] == "filtering-failed"

@@ -254,10 +254,10 @@ def test_report_node_capacity_from_flag_or_hamis_environment_variable():
 
 
 def test_sim_node_groups_are_repeatable_flags():
-    from hami.cli.main import _role_parser
+    from hami.cli.main import role_parser
     from hami.config import build_config
 
-    args = _role_parser().parse_args(["--role", "sim", "--sim-node-group", "a:0:2:1xT4:15360",
+    args = role_parser().parse_args(["--role", "sim", "--sim-node-group", "a:0:2:1xT4:15360",
                                       "--sim-node-group=b:1:1:2xT4:15360", "--sim-scale-down-unneeded", "5s"])
     cfg = build_config({k: v for k, v in vars(args).items() if k != "role"}, env={})
     assert cfg.sim.node_groups == ("a:0:2:1xT4:15360", "b:1:1:2xT4:15360")

@@ -154,7 +154,7 @@ def test_wait_error_marks_every_gpu_unhealthy(env):
 def test_healthchecks_disabled_starts_no_watcher(env):
     b = NvmlBackend(env={"DP_DISABLE_HEALTHCHECKS": "all"}, sysfs_root=env.sysfs)
     env.events.put(NVMLError(UNKNOWN))
-    assert b._thread is None
+    assert not b.watching_health
     assert all(g.healthy for g in b.list_gpus())
     b.close()
 

@@ -163,5 +163,5 @@ async def test_a_full_queue_evicts_a_filter_event_for_a_bind_event_never_the_rev
     rec.record(("default", "d", "ud"), NORMAL, "BindingSucceed", "bound d")  # nothing evictable: dropped
     rec.record(("default", "e", "ue"), NORMAL, "FilteringSucceed", "filtered e")  # dropped
     assert rec.pending == 2 and rec.dropped == 3
-    kept = [k[1] for k in rec._pending]
+    kept = [k[1] for k in rec.pending_keys]
     assert kept == ["b", "c"]

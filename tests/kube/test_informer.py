@@ -298,11 +298,11 @@ async def test_health_names_missing_sync_and_a_watch_broken_past_its_bound(apise
 async def test_watch_reads_in_small_chunks_and_still_delivers_big_events(apiserver, client):
     """Idle allocation: each read of a watch allocates its read size, so watches read 16 KiB at a
     time (not asyncio's 256 KiB); an event far bigger than that still arrives whole."""
-    from hami.kube.informer import WATCH_READ_SIZE, _small_reads
+    from hami.kube.informer import WATCH_READ_SIZE, small_reads
 
     resp = await client.open_watch("nodes", [("watch", "true"), ("resourceVersion", "0")], 10)
     try:
-        transport = _small_reads(resp)
+        transport = small_reads(resp)
         assert transport is not None and transport.max_size == WATCH_READ_SIZE
         del transport.max_size
         assert transport.max_size == type(transport).max_size > WATCH_READ_SIZE  # restored for the pool

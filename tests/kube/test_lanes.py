@@ -260,5 +260,5 @@ async def test_urgent_waiters_take_the_next_token_ahead_of_the_queue():
     await asyncio.gather(*queued, late)
     assert order[0] == "bind-under-lock"
     assert order[1:] == ["lock-0", "lock-1", "lock-2", "lock-3"]
-    assert bucket._tokens >= 0.0
+    assert bucket.tokens >= 0.0
 

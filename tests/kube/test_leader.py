@@ -4,6 +4,8 @@ incremented; release hands the lease back."""
 
 from __future__ import annotations
 
+import asyncio
+
 from hami.kube.leader import LeaderElector
 from tests.kube.helpers import Clock
 
@@ -36,9 +38,11 @@ async def test_release_lets_the_other_candidate_in_at_once(client):
     clock = Clock(1_800_000_000.0)
     a = LeaderElector(client, "default", "hami", "a", clock=clock)
     b = LeaderElector(client, "default", "hami", "b", clock=clock)
-    assert await a.try_acquire_or_renew()
-    a._set(True)
-    await a.release()
+    stop = asyncio.Event()
+    running = asyncio.create_task(a.run(stop))
+    await asyncio.wait_for(a.became_leader.wait(), 10)
+    stop.set()
+    await running  # the loop ends with release()
     assert not a.is_leader
     clock.now += 2
     assert await b.try_acquire_or_renew()

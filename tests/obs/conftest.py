@@ -20,7 +20,7 @@ async def pprof_app():
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+    port = runner.addresses[0][1]
     async with aiohttp.ClientSession() as session:
         yield f"http://127.0.0.1:{port}", session
     await runner.cleanup()

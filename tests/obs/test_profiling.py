@@ -87,7 +87,7 @@ def test_wall_mode_counts_idle_threads_too():
     sampler = CpuSampler(interval=0.005, mode="wall")
     sampler.start()
     deadline = time.monotonic() + 5
-    while sampler._acc.ticks < 5 and time.monotonic() < deadline:
+    while sampler.ticks < 5 and time.monotonic() < deadline:
         time.sleep(0.01)
     profile = sampler.stop()
     stop.set()
@@ -206,7 +206,7 @@ def test_cpu_mode_off_the_main_thread_falls_back_to_the_sampler_thread():
         sampler = CpuSampler(interval=0.005)
         sampler.start()
         deadline = time.monotonic() + 5
-        while sampler._acc.ticks < 20 and time.monotonic() < deadline:
+        while sampler.ticks < 20 and time.monotonic() < deadline:
             time.sleep(0.01)
         box["profile"] = sampler.stop()
         box["sampler"] = sampler
@@ -215,7 +215,7 @@ def test_cpu_mode_off_the_main_thread_falls_back_to_the_sampler_thread():
     worker.start()
     worker.join()
     stop.set()
-    assert box["sampler"]._main_acc.ticks == 0  # no SIGPROF off the main thread
+    assert box["sampler"].signal_ticks == 0  # no SIGPROF off the main thread
     assert f"{HERE}.spin_in_thread" in {s.stack[0].function for s in box["profile"].samples if s.stack}
 
 
@@ -251,9 +251,9 @@ def test_sigprof_is_left_ignored_after_a_profile_and_a_second_profile_uses_it_ag
     for _ in range(2):
         sampler = CpuSampler(interval=0.002)
         sampler.start()
-        assert sampler._main_ident is not None and sampler._thread is None  # SIGPROF, no sampler thread
+        assert sampler.by_signal and not sampler.by_thread  # SIGPROF, no sampler thread
         x, deadline = 0, time.monotonic() + 5
-        while sampler._main_acc.ticks < 3 and time.monotonic() < deadline:
+        while sampler.signal_ticks < 3 and time.monotonic() < deadline:
             x += 1
         sampler.stop()
         assert signal.getsignal(signal.SIGPROF) == signal.SIG_IGN

@@ -50,8 +50,8 @@ class CountingUid(str):
 
 async def test_preempt_compares_victims_linearly(apiserver, monkeypatch):
     n = 3000
-    decode = verbs._victims_arg
-    monkeypatch.setattr(verbs, "_victims_arg", lambda args: {
+    decode = verbs.victims_arg
+    monkeypatch.setattr(verbs, "victims_arg", lambda args: {
         node: [CountingUid(u) for u in uids] for node, uids in decode(args).items()})
     async with running_env(apiserver, [gpu_node("n0")]) as env:
         patch_at_filter(env.sched.extender)

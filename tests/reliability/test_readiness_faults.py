@@ -21,7 +21,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from hami.kube.liveness import _is_failure
+from hami.kube.liveness import is_failure
 from hami.scheduler.role import start_scheduler
 from tests.kube.helpers import config_for, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env
@@ -112,7 +112,7 @@ async def test_failing_critical_writes_make_the_scheduler_unready_until_a_write_
 @pytest.mark.parametrize("code,failure", [("200", False), ("404", False), ("409", False), ("422", False),
                                           ("500", True), ("503", True), ("429", True), ("error", True)])
 def test_what_counts_as_an_answer(code, failure):
-    assert _is_failure(code) is failure
+    assert is_failure(code) is failure
 
 
 async def test_the_liveness_watch_sleeps_until_a_probe_is_due_instead_of_ticking(apiserver):

@@ -26,7 +26,7 @@ from fractions import Fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami.agent.allocate import _age_key
+from hami.agent.allocate import age_key
 from hami.device import codec
 from hami.device.model import DeviceInfo, NvidiaConfig
 from hami.device.request import quantity_value
@@ -172,7 +172,7 @@ def test_allocatable_and_limits_read_as_quantity_value_everywhere(q):
     assert webhook.quantity_value(q) == want
     ctr = {"resources": {"limits": {"nvidia.com/gpu": q}}}
     assert tree.pod_gpu_counts({"spec": {"containers": [ctr]}}, NvidiaConfig()) == [want]
-    assert recommend._int(q) == want
+    assert recommend.quantity_number(q) == want
 
 
 def test_values_python_int_would_take_but_go_rejects_read_as_no_quantity():
@@ -197,4 +197,4 @@ def go_parse_int64(text: str) -> int | None:
 def test_bind_time_orders_pods_by_strconv_parseint(text):
     pod = {"metadata": {"name": "p", "namespace": "default", "annotations": {codec.BIND_TIME_ANNOTATION: text}}}
     want = go_parse_int64(text)
-    assert _age_key(pod)[0] == (want if want is not None else 1 << 62)
+    assert age_key(pod)[0] == (want if want is not None else 1 << 62)

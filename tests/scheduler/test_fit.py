@@ -288,7 +288,7 @@ def test_hami_fit_in_certain_device_cases(name, devices, request_, want_fit, wan
 )
 def test_use_gpuuuid_members_are_trimmed_like_go_strings_trimspace(annotation, fits):
     """devices.go trims members with strings.TrimSpace: Unicode spaces yes, \\x1c-\\x1f (which str.strip drops) no."""
-    from hami.scheduler.placement.fit import _split_uuids
+    from hami.scheduler.placement.podfilter import split_uuids
 
-    allowed = _split_uuids(annotation)
+    allowed = split_uuids(annotation)
     assert ("GPU-a" in allowed) is fits

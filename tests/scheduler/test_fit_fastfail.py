@@ -1,4 +1,4 @@
-"""Failure fast path of the fit (`fit._fast_fail`): same reasons as the per-device walk.
+"""Failure fast path of the fit (`fit.fast_fail`): same reasons as the per-device walk.
 
 Property (hypothesis, random nodes and pods): a node's cached summary, when it says no device
 has the memory asked for, gives the byte-identical reason `fit_devices` gives walking every
@@ -87,10 +87,10 @@ def slow(pod: fit.PodRequest) -> fit.PodRequest:
 def test_fast_reason_equals_full_walk(specs, req, parts):
     node = make_node(specs)
     opts = make_pod(parts).options
-    fast = fit._fast_fail(node, req)
+    fast = fit.fast_fail(node, req)
     if fast is None:
         return
-    order = fit._sorted(node.devices, req, opts)
+    order = fit.device_order(node.devices, req, opts)
     type_devs = [d for d in order if d.is_nvidia]
     ok, chosen, reason = fit.fit_devices(type_devs, req, opts, node.cordoned, node.pair_scores)
     assert (ok, chosen, reason) == (False, [], fast)
@@ -150,7 +150,7 @@ def test_percentage_memory_request_takes_the_full_walk():
     for i in range(2):
         idx.add_pod(f"ns/p{i}", "n1", ((ContainerDevice(f"G{i}", "NVIDIA", 7000, 0),),))
     req = ContainerDeviceRequest(1, "NVIDIA", 0, 50, 0)
-    assert fit._fast_fail(idx.node("n1"), req) is None
+    assert fit.fast_fail(idx.node("n1"), req) is None
     pod = fit.pod_request([req], 0, {})
     assert fit.try_pod(idx.node("n1"), pod) == "2/2 CardInsufficientMemory"
 

@@ -17,7 +17,7 @@ from hami.device import codec
 from hami.kubesched import pdb
 from hami.scheduler.cache.handshake import gpu_allocatable
 from hami.scheduler.cache.project import Shared, project_node, project_pod
-from hami.scheduler.extender.verbs import _priority, _start_time
+from hami.scheduler.extender.verbs import pod_priority, start_time
 from hami.scheduler.placement.usage import init_released
 from hami.scheduler.role import make_requests_fn
 from tests.kube.helpers import eventually, node_obj, pod_obj
@@ -82,7 +82,7 @@ def test_readers_see_the_same_answers_on_the_projection():
     requests = make_requests_fn(Config())
     assert requests(p) == requests(pod)
     assert init_released(p) is init_released(pod) is True
-    assert (_priority(p), _start_time(p)) == (_priority(pod), _start_time(pod))
+    assert (pod_priority(p), start_time(p)) == (pod_priority(pod), start_time(pod))
     budget = {"metadata": {"namespace": "team"}, "spec": {"selector": {"matchLabels": {"app": "train"}}}}
     assert pdb.selects(budget, p) and pdb.selects(budget, pod)
 

@@ -290,7 +290,7 @@ async def test_agent_health_debug_and_embedded_api_listeners_close_slow_connecti
             writer.write(b"GET /readyz HTTP/1.1\r\n")
             assert await closed(reader) == b"", port
             writer.close()
-        for runner in (api._runner, health, debug):
+        for runner in (api.runner, health, debug):
             assert isinstance(runner, GuardedRunner) and runner.guard.header_timeouts == 1
     finally:
         await api.stop()

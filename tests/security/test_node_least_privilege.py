@@ -81,7 +81,7 @@ def test_the_agent_keeps_the_lock_dir_sticky(tmp_path):
     from hami.agent.deviceplugin import VGPU_LOCK_DIR_MODE, PodAllocator
 
     lock, cache = tmp_path / "vgpulock", tmp_path / "c1"
-    PodAllocator._prepare_dirs(SimpleNamespace(vgpu_lock_dir=str(lock)), [SimpleNamespace(cache_dir=str(cache))])
+    PodAllocator.prepare_dirs(SimpleNamespace(vgpu_lock_dir=str(lock)), [SimpleNamespace(cache_dir=str(cache))])
     assert VGPU_LOCK_DIR_MODE == 0o1777
     assert stat.S_IMODE(os.stat(lock).st_mode) == 0o1777
 

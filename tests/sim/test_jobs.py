@@ -16,7 +16,7 @@ import os
 import pytest
 
 from hami.sim.controllers.jobspec import JOB_NAME_LABEL, FieldInvalid, job_plan, validate
-from tests.e2e.test_embedded import _wait, embedded  # noqa: F401  (the module-scoped embedded system)
+from tests.e2e.test_embedded import embedded, wait_until  # noqa: F401  (the module-scoped embedded system)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -75,13 +75,13 @@ def test_every_shipped_example_applies_and_jobs_run(embedded):  # noqa: F811
             pods = json.loads(run("get", "pods", "-l", f"{JOB_NAME_LABEL}={name}", "-o", "json"))["items"]
             return pods if pods and pods[0]["status"].get("phase") == "Running" else None
 
-        (pod,) = _wait(job_pod_running, 120, what=f"the pod of job {name} Running")
+        (pod,) = wait_until(job_pod_running, 120, what=f"the pod of job {name} Running")
         owner = pod["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["name"], owner["controller"]) == ("Job", name, True)
         assert "CUDA_DEVICE_SM_LIMIT" in pod["metadata"]["annotations"]["sim.hami.io/allocated-env"]
-    _wait(lambda: json.loads(run("get", "job", jobs[0], "-o", "json")).get("status", {}).get("active") == 1, 30,
+    wait_until(lambda: json.loads(run("get", "job", jobs[0], "-o", "json")).get("status", {}).get("active") == 1, 30,
           what="job status active")
     assert jobs[0] in run("get", "jobs")
     run("delete", "job", jobs[0], "--wait=false")
-    _wait(lambda: not json.loads(run("get", "pods", "-l", f"{JOB_NAME_LABEL}={jobs[0]}", "-o", "json"))["items"],
+    wait_until(lambda: not json.loads(run("get", "pods", "-l", f"{JOB_NAME_LABEL}={jobs[0]}", "-o", "json"))["items"],
           60, what="the deleted job's pod gone")

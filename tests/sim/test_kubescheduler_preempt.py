@@ -257,11 +257,11 @@ async def test_preempt_adds_only_lower_priority_pods_beside_kube_schedulers(apis
 
 
 def test_extra_victims_are_only_bound_lower_priority_pods_not_terminating():
-    from hami.scheduler.extender.verbs import _may_go
+    from hami.scheduler.extender.verbs import may_go
     bound = {"spec": {"priority": 1, "nodeName": "n0"}, "metadata": {}}
-    assert _may_go(bound, 2, "n0") is True
-    assert _may_go(bound, 1, "n0") is False                                   # not lower priority
-    assert _may_go(bound, 2, "n1") is False                                   # on another node
-    assert _may_go({"spec": {"priority": 1}, "metadata": {}}, 2, "n0") is False  # placed, not yet bound
-    assert _may_go({**bound, "metadata": {"deletionTimestamp": "2026-11-25T10:00:00Z"}}, 2, "n0") is False
-    assert _may_go(None, 2, "n0") is False
+    assert may_go(bound, 2, "n0") is True
+    assert may_go(bound, 1, "n0") is False                                   # not lower priority
+    assert may_go(bound, 2, "n1") is False                                   # on another node
+    assert may_go({"spec": {"priority": 1}, "metadata": {}}, 2, "n0") is False  # placed, not yet bound
+    assert may_go({**bound, "metadata": {"deletionTimestamp": "2026-11-25T10:00:00Z"}}, 2, "n0") is False
+    assert may_go(None, 2, "n0") is False

@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from tests.e2e.test_embedded import _wait
+from tests.e2e.test_embedded import wait_until
 from tests.ports import free_ports
 from tests.tools import chromium, find_kubectl, stop_process
 
@@ -57,16 +57,17 @@ def test_every_page_in_headless_chromium(tmp_path):
                              timeout=60, check=True).stdout
         return json.loads(out)["items"]
     try:
-        _wait(lambda: urllib.request.urlopen(base + "/healthz", timeout=2).status == 200, 90, what="the UI")
-        pods = _wait(lambda: [p for p in kubectl_json("get", "pods") if p["metadata"]["name"].startswith("demo-huge")]
-                     and kubectl_json("get", "pods"), 90, what="the demo's never-fitting pod")
-        running = _wait(lambda: [p for p in kubectl_json("get", "pods") if p["status"].get("phase") == "Running"],
+        wait_until(lambda: urllib.request.urlopen(base + "/healthz", timeout=2).status == 200, 90, what="the UI")
+        pods = wait_until(lambda: [p for p in kubectl_json("get", "pods")
+                                   if p["metadata"]["name"].startswith("demo-huge")]
+                          and kubectl_json("get", "pods"), 90, what="the demo's never-fitting pod")
+        running = wait_until(lambda: [p for p in kubectl_json("get", "pods") if p["status"].get("phase") == "Running"],
                         60, what="a running demo pod")
         page = urllib.request.urlopen(base + "/whatif", timeout=10).read().decode()
         token = re.search(r"name='form_token' value='([0-9a-f]+)'", page).group(1)  # the form's own token
         req = urllib.request.Request(base + "/whatif", data=f"form_token={token}".encode(), method="POST")
         urllib.request.urlopen(req, timeout=10)
-        _wait(lambda: "gained" in urllib.request.urlopen(base + "/whatif", timeout=5).read().decode(), 60,
+        wait_until(lambda: "gained" in urllib.request.urlopen(base + "/whatif", timeout=5).read().decode(), 60,
               what="the what-if result")
 
         pages = {"cluster": "/", "node": "/node/gpu-node-1",

@@ -75,7 +75,7 @@ def test_legends_sit_outside_the_bars():
 
     fig, ax = plt.subplots()
     ax.bar(["a"], [1], label="placed")
-    html._legend_outside(ax)
+    html.legend_outside(ax)
     fig.canvas.draw()
     legend = ax.get_legend().get_window_extent()
     assert legend.x0 >= ax.get_window_extent().x1  # right of the axes: it cannot cover a bar

@@ -69,6 +69,26 @@ class CpuSampler:
         self.idle_ns = 0  # CPU seen on threads that were blocked at the tick: not charged
         self.handler_cpu_ns = 0  # CPU the SIGPROF handler used on the main thread: overhead too
 
+    @property
+    def ticks(self) -> int:
+        """Ticks the sampler thread has taken (wall mode, or cpu mode off the main thread)."""
+        return self._acc.ticks
+
+    @property
+    def signal_ticks(self) -> int:
+        """Ticks SIGPROF has taken on the main thread (cpu mode started there)."""
+        return self._main_acc.ticks
+
+    @property
+    def by_signal(self) -> bool:
+        """Whether SIGPROF samples now (cpu mode on the main thread), rather than a sampler thread."""
+        return self._main_ident is not None
+
+    @property
+    def by_thread(self) -> bool:
+        """Whether a sampler thread was started (wall mode, or cpu mode off the main thread)."""
+        return self._thread is not None
+
     def start(self) -> None:
         self._start_ns = time.time_ns()
         if self.mode == "cpu" and threading.current_thread() is threading.main_thread() \

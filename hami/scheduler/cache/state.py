@@ -367,7 +367,7 @@ class ClusterState:
             nv_healthy = True
         healthy = nv_healthy and not dec.error and bool(dec.devices)
         cordon = frozenset(codec.decode_device_cordon(annos.get(CORDON_KEY)))  # the one cordon parser
-        pair = _pair_scores(annos.get(SCORE_KEY))
+        pair = pair_scores_of(annos.get(SCORE_KEY))
         existing = self.index.node(name)
         if healthy:
             if (existing is None or prev is None or prev.register != sig or name not in self.usable
@@ -609,7 +609,7 @@ def _quota_hard(obj: dict) -> dict[str, int]:
     return out
 
 
-def _pair_scores(text: str | None) -> dict[str, dict[str, int]]:
+def pair_scores_of(text: str | None) -> dict[str, dict[str, int]]:
     if not text:
         return {}
     try:

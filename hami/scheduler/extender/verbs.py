@@ -61,7 +61,7 @@ def _pod_of(args: dict, what: str) -> dict:
     return pod
 
 
-def _victims_arg(args: dict) -> dict[str, list[str]]:
+def victims_arg(args: dict) -> dict[str, list[str]]:
     """node -> victim UIDs, from NodeNameToMetaVictims or NodeNameToVictims."""
     what = "extender preemption args"
     out: dict[str, list[str]] = {}
@@ -117,14 +117,14 @@ def _answer(result: list | dict) -> web.Response:
     return web.Response(body=orjson.dumps(result), content_type="application/json", status=400 if bad else 200)
 
 
-def _may_go(pod: dict | None, preemptor_priority: int, node: str) -> bool:
+def may_go(pod: dict | None, preemptor_priority: int, node: str) -> bool:
     """A pod preemption may evict: bound to the node (kube-scheduler refuses a victim its cache
     does not hold there), lower priority than the preemptor and not already terminating."""
     return (pod is not None and (pod.get("spec") or {}).get("nodeName") == node
-            and _priority(pod) < preemptor_priority and not (pod.get("metadata") or {}).get("deletionTimestamp"))
+            and pod_priority(pod) < preemptor_priority and not (pod.get("metadata") or {}).get("deletionTimestamp"))
 
 
-def _start_time(pod: dict | None) -> str:
+def start_time(pod: dict | None) -> str:
     return ((pod or {}).get("status") or {}).get("startTime") or "9999"
 
 
@@ -183,7 +183,7 @@ class ExtraVerbs:
         try:
             args = _load(body, "extender preemption args")
             pod = _pod_of(args, "extender preemption args")
-            candidates = _victims_arg(args)
+            candidates = victims_arg(args)
         except ShapeError as exc:
             return {"Error": str(exc)}
         preq = self._request(pod)
@@ -200,7 +200,7 @@ class ExtraVerbs:
                 for n, uids in candidates.items() if uids}}
         meta = pod.get("metadata") or {}
         own = meta.get("uid") or ""
-        prio = _priority(pod)
+        prio = pod_priority(pod)
         out = {}
         for node, uids in sorted(candidates.items()):
             usage = index.node(node)
@@ -212,9 +212,9 @@ class ExtraVerbs:
             pods = {u: state.pod_by_uid(u) for u in uids}
             on_node = {u: rec for u in index.pods_on(node) if u != own and (rec := index.pod(u)) is not None}
             for u in on_node:
-                if u not in pods and _may_go(p := state.pod_by_uid(u), prio, node):
+                if u not in pods and may_go(p := state.pod_by_uid(u), prio, node):
                     pods[u] = p
-            by_importance = sorted(pods, key=lambda u: (-_priority(pods[u]), _start_time(pods[u])))
+            by_importance = sorted(pods, key=lambda u: (-pod_priority(pods[u]), start_time(pods[u])))
             asked = set(uids)  # a set: 100,000 victims must not cost 10^10 list scans on the loop
             ordered = [u for u in by_importance if u in asked]
             extra = [u for u in by_importance if u not in asked]
@@ -235,6 +235,6 @@ class ExtraVerbs:
         return {"NodeNameToMetaVictims": out}
 
 
-def _priority(pod: dict | None) -> int:
+def pod_priority(pod: dict | None) -> int:
     value = ((pod or {}).get("spec") or {}).get("priority")
     return value if isinstance(value, int) else 0

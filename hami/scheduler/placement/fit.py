@@ -517,7 +517,7 @@ def memory_need(pod: PodRequest) -> int | None:
     return None if first.mempercentagereq != PERCENTAGE_UNSET else 0
 
 
-def _fast_fail(node: NodeUsage, request: ContainerDeviceRequest) -> str | None:
+def fast_fail(node: NodeUsage, request: ContainerDeviceRequest) -> str | None:
     """The reason `fit_devices` would give when no device has the memory asked for, else None.
 
     Only for `FitOptions.plain` requests of type NVIDIA on a fresh copy of the node; see
@@ -543,7 +543,8 @@ def _fast_fail(node: NodeUsage, request: ContainerDeviceRequest) -> str | None:
 
 # --------------------------------------------------------------------------- per container
 
-def _sorted(devices: Sequence[DeviceState], request: ContainerDeviceRequest, opts: FitOptions) -> list[DeviceState]:
+def device_order(devices: Sequence[DeviceState], request: ContainerDeviceRequest,
+                 opts: FitOptions) -> list[DeviceState]:
     """Compute every device's score for this container and sort as Go's sort.Sort would."""
     reqs = (request,)
     weights = opts.weights
@@ -577,10 +578,10 @@ def _order_for(
             key = (opts.policy, opts.numa_bind, opts.weights)
             order = node.orders.get(key)
             if order is None:
-                order = node.orders[key] = _sorted(node.devices, request, opts)
+                order = node.orders[key] = device_order(node.devices, request, opts)
             return order
-        return _sorted(node.devices, request, opts)
-    return _sorted(work, request, opts)
+        return device_order(node.devices, request, opts)
+    return device_order(work, request, opts)
 
 
 def _fit_container(
@@ -606,7 +607,7 @@ def _fit_container(
     ):
         return None, NODE_INSUFFICIENT_DEVICE, work
     if work is None and opts.plain:
-        reason = _fast_fail(node, request)
+        reason = fast_fail(node, request)
         if reason is not None:
             return None, reason, work
     order = _order_for(node, work, request, opts)
@@ -688,7 +689,7 @@ def _fit_vendor(
     base = node.devices if work is None else work
     if request.nums > sum(1 for d in base if d.vendor == vtype):
         return None, NODE_INSUFFICIENT_DEVICE, work
-    order = _sorted(base, request, opts)
+    order = device_order(base, request, opts)
     ok, chosen, reason = fit_vendor_devices(
         [d for d in order if d.vendor == vtype], request, vendor, opts.annotations or {}, node.cordoned,
         opts.is_mutex, same_card, node.networks, node.app_classes, node.link_zones, node.qos_expected,
@@ -890,7 +891,7 @@ def try_pod(node: NodeUsage, pod: PodRequest) -> str | tuple[PodDevices, tuple]:
             if not node.has_mig:
                 return NODE_INSUFFICIENT_DEVICE
         elif opts.plain:
-            reason = _fast_fail(node, first)
+            reason = fast_fail(node, first)
             if reason is not None:
                 return reason
     num_init = pod.num_init

@@ -100,7 +100,7 @@ class DeviceState:
         self.usedcores = usedcores
         self.mig_in_use = mig_in_use if mig_in_use is not None else []
         self.is_nvidia = "nvidia" in type.lower()
-        # fit._sorted's last device score: (weights, used, usedcores, usedmem, score); valid while
+        # fit.device_order's last device score: (weights, used, usedcores, usedmem, score); valid while
         # those match (the score of a device whose type is not the request's depends on nothing else)
         self.score_memo: tuple | None = None
 

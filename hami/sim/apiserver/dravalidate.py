@@ -52,7 +52,7 @@ class FieldInvalid(ValueError):
 CelCheck = Callable[[str], None]  # raises ValueError with the compile error
 
 
-def _obj(v: Any, field: str, required: bool = False) -> Mapping:
+def _dict(v: Any, field: str, required: bool = False) -> Mapping:
     if v is None and not required:
         return {}
     if not isinstance(v, Mapping):
@@ -82,7 +82,7 @@ def _quantity(v: Any, field: str, *, non_negative: bool = True) -> None:
 
 def _selectors(v: Any, field: str, cel: CelCheck) -> None:
     for i, s in enumerate(_list(v, field, MAX_SELECTORS)):
-        expr = _obj(_obj(s, f"{field}[{i}]", True).get("cel"), f"{field}[{i}].cel", True).get("expression")
+        expr = _dict(_dict(s, f"{field}[{i}]", True).get("cel"), f"{field}[{i}].cel", True).get("expression")
         at = f"{field}[{i}].cel.expression"
         if not isinstance(expr, str) or not expr.strip():
             raise FieldInvalid(at, "Required value")
@@ -94,7 +94,7 @@ def _selectors(v: Any, field: str, cel: CelCheck) -> None:
 
 def _tolerations(v: Any, field: str) -> None:
     for i, t in enumerate(_list(v, field, MAX_TOLERATIONS)):
-        t = _obj(t, f"{field}[{i}]", True)
+        t = _dict(t, f"{field}[{i}]", True)
         op = t.get("operator", "Equal")
         if op not in ("Equal", "Exists"):
             raise FieldInvalid(f"{field}[{i}].operator",
@@ -108,11 +108,11 @@ def _tolerations(v: Any, field: str) -> None:
 
 
 def _claim_spec(spec: Any, field: str, cel: CelCheck, admin_access_allowed: bool = False) -> None:
-    devices = _obj(_obj(spec, field).get("devices"), f"{field}.devices")
+    devices = _dict(_dict(spec, field).get("devices"), f"{field}.devices")
     names = set()
     for i, r in enumerate(_list(devices.get("requests"), f"{field}.devices.requests", MAX_REQUESTS)):
         at = f"{field}.devices.requests[{i}]"
-        r = _obj(r, at, True)
+        r = _dict(r, at, True)
         name = r.get("name")
         if not isinstance(name, str) or not _DNS_LABEL.fullmatch(name) or len(name) > 63:
             raise FieldInvalid(f"{at}.name", f"Invalid value: {name!r}: must be a DNS label")
@@ -128,7 +128,7 @@ def _claim_spec(spec: Any, field: str, cel: CelCheck, admin_access_allowed: bool
             raise FieldInvalid(f"{at}.firstAvailable", "Required value: at least one subrequest")
         sub_names: set[str] = set()
         for sat, ex in subs:
-            ex = _obj(ex, sat, True)
+            ex = _dict(ex, sat, True)
             if "firstAvailable" in r:
                 sub = ex.get("name")
                 if not isinstance(sub, str) or not _DNS_LABEL.fullmatch(sub) or len(sub) > 63:
@@ -156,14 +156,14 @@ def _claim_spec(spec: Any, field: str, cel: CelCheck, admin_access_allowed: bool
                                          or not 1 <= count <= MAX_COUNT):
                 raise FieldInvalid(f"{sat}.count", f"Invalid value: {count!r}: must be between 1 and {MAX_COUNT}")
             _selectors(ex.get("selectors"), f"{sat}.selectors", cel)
-            reqs = _obj(_obj(ex.get("capacity"), f"{sat}.capacity").get("requests"), f"{sat}.capacity.requests")
+            reqs = _dict(_dict(ex.get("capacity"), f"{sat}.capacity").get("requests"), f"{sat}.capacity.requests")
             for k, v in reqs.items():
                 if not _QUALIFIED.fullmatch(str(k)):
                     raise FieldInvalid(f"{sat}.capacity.requests", f"Invalid value: {k!r}: not a qualified name")
                 _quantity(v, f"{sat}.capacity.requests[{k}]")
     for i, c in enumerate(_list(devices.get("constraints"), f"{field}.devices.constraints", MAX_CONSTRAINTS)):
         at = f"{field}.devices.constraints[{i}]"
-        c = _obj(c, at, True)
+        c = _dict(c, at, True)
         kinds = [k for k in ("matchAttribute", "distinctAttribute") if c.get(k) is not None]
         if len(kinds) != 1:
             raise FieldInvalid(at, "Invalid value: exactly one of matchAttribute or distinctAttribute is required")
@@ -178,20 +178,20 @@ def _claim_spec(spec: Any, field: str, cel: CelCheck, admin_access_allowed: bool
 
 
 def _claim_status(status: Any) -> None:
-    status = _obj(status, "status")
-    alloc = _obj(status.get("allocation"), "status.allocation")
-    results = _list(_obj(alloc.get("devices"), "status.allocation.devices").get("results"),
+    status = _dict(status, "status")
+    alloc = _dict(status.get("allocation"), "status.allocation")
+    results = _list(_dict(alloc.get("devices"), "status.allocation.devices").get("results"),
                     "status.allocation.devices.results", MAX_RESULTS)
     for i, r in enumerate(results):
         at = f"status.allocation.devices.results[{i}]"
-        r = _obj(r, at, True)
+        r = _dict(r, at, True)
         for key in ("request", "driver", "pool", "device"):
             if not isinstance(r.get(key), str) or not r.get(key):
                 raise FieldInvalid(f"{at}.{key}", "Required value")
-        for k, v in _obj(r.get("consumedCapacity"), f"{at}.consumedCapacity").items():
+        for k, v in _dict(r.get("consumedCapacity"), f"{at}.consumedCapacity").items():
             _quantity(v, f"{at}.consumedCapacity[{k}]")
     for i, ref in enumerate(_list(status.get("reservedFor"), "status.reservedFor", MAX_RESERVED_FOR)):
-        ref = _obj(ref, f"status.reservedFor[{i}]", True)
+        ref = _dict(ref, f"status.reservedFor[{i}]", True)
         for key in ("resource", "name", "uid"):
             if not isinstance(ref.get(key), str) or not ref.get(key):
                 raise FieldInvalid(f"status.reservedFor[{i}].{key}", "Required value")
@@ -199,10 +199,10 @@ def _claim_status(status: Any) -> None:
 
 def _slice_spec(spec: Any) -> None:
     """kube-apiserver's ValidateResourceSliceSpec, field by field in its order (kept whole: a faithful port)."""
-    spec = _obj(spec, "spec", True)
+    spec = _dict(spec, "spec", True)
     if not isinstance(spec.get("driver"), str) or not spec["driver"]:
         raise FieldInvalid("spec.driver", "Required value")
-    pool = _obj(spec.get("pool"), "spec.pool", True)
+    pool = _dict(spec.get("pool"), "spec.pool", True)
     if not isinstance(pool.get("name"), str) or not pool["name"]:
         raise FieldInvalid("spec.pool.name", "Required value")
     for key, least in (("generation", 0), ("resourceSliceCount", 1)):
@@ -215,44 +215,44 @@ def _slice_spec(spec: Any) -> None:
                                    f"perDeviceNodeSelection is required (got {len(where)})")
     sets: dict[str, set[str]] = {}
     for i, cs in enumerate(_list(spec.get("sharedCounters"), "spec.sharedCounters", MAX_COUNTER_SETS)):
-        cs = _obj(cs, f"spec.sharedCounters[{i}]", True)
+        cs = _dict(cs, f"spec.sharedCounters[{i}]", True)
         name = cs.get("name")
         if not isinstance(name, str) or not _DNS_LABEL.fullmatch(name):
             raise FieldInvalid(f"spec.sharedCounters[{i}].name", f"Invalid value: {name!r}: must be a DNS label")
         if name in sets:
             raise FieldInvalid(f"spec.sharedCounters[{i}].name", f"Duplicate value: {name!r}")
-        counters = _obj(cs.get("counters"), f"spec.sharedCounters[{i}].counters", True)
+        counters = _dict(cs.get("counters"), f"spec.sharedCounters[{i}].counters", True)
         if not counters or len(counters) > MAX_COUNTERS:
             raise FieldInvalid(f"spec.sharedCounters[{i}].counters", f"Invalid value: 1 to {MAX_COUNTERS} counters")
         for k, v in counters.items():
-            _quantity(_obj(v, f"spec.sharedCounters[{i}].counters[{k}]", True).get("value"),
+            _quantity(_dict(v, f"spec.sharedCounters[{i}].counters[{k}]", True).get("value"),
                       f"spec.sharedCounters[{i}].counters[{k}].value")
         sets[name] = set(counters)
     names = set()
     for i, d in enumerate(_list(spec.get("devices"), "spec.devices", MAX_DEVICES_PER_SLICE)):
         at = f"spec.devices[{i}]"
-        d = _obj(d, at, True)
+        d = _dict(d, at, True)
         name = d.get("name")
         if not isinstance(name, str) or not _DNS_LABEL.fullmatch(name) or len(name) > 63:
             raise FieldInvalid(f"{at}.name", f"Invalid value: {name!r}: must be a DNS label")
         if name in names:
             raise FieldInvalid(f"{at}.name", f"Duplicate value: {name!r}")
         names.add(name)
-        attrs = _obj(d.get("attributes"), f"{at}.attributes")
-        caps = _obj(d.get("capacity"), f"{at}.capacity")
+        attrs = _dict(d.get("attributes"), f"{at}.attributes")
+        caps = _dict(d.get("capacity"), f"{at}.capacity")
         if len(attrs) + len(caps) > MAX_ATTRIBUTES_AND_CAPACITY:
             raise FieldInvalid(at, f"Too many: {len(attrs) + len(caps)}: attributes and capacity together "
                                    f"must have at most {MAX_ATTRIBUTES_AND_CAPACITY}")
         for k, v in attrs.items():
-            v = _obj(v, f"{at}.attributes[{k}]", True)
+            v = _dict(v, f"{at}.attributes[{k}]", True)
             kinds = [t for t in ("int", "bool", "string", "version") if t in v]
             if len(kinds) != 1:
                 raise FieldInvalid(f"{at}.attributes[{k}]", "Invalid value: exactly one of int, bool, string or "
                                                             "version is required")
         for k, v in caps.items():
-            v = _obj(v, f"{at}.capacity[{k}]", True)
+            v = _dict(v, f"{at}.capacity[{k}]", True)
             _quantity(v.get("value"), f"{at}.capacity[{k}].value")
-            policy = _obj(v.get("requestPolicy"), f"{at}.capacity[{k}].requestPolicy")
+            policy = _dict(v.get("requestPolicy"), f"{at}.capacity[{k}].requestPolicy")
             if policy.get("default") is not None:
                 _quantity(policy["default"], f"{at}.capacity[{k}].requestPolicy.default")
             if policy.get("validValues") is not None and policy.get("validRange") is not None:
@@ -261,14 +261,14 @@ def _slice_spec(spec: Any) -> None:
             for j, q in enumerate(_list(policy.get("validValues"), f"{at}.capacity[{k}].requestPolicy.validValues",
                                         10)):
                 _quantity(q, f"{at}.capacity[{k}].requestPolicy.validValues[{j}]")
-            rng = _obj(policy.get("validRange"), f"{at}.capacity[{k}].requestPolicy.validRange")
+            rng = _dict(policy.get("validRange"), f"{at}.capacity[{k}].requestPolicy.validRange")
             for part in ("min", "max", "step"):
                 if rng.get(part) is not None:
                     _quantity(rng[part], f"{at}.capacity[{k}].requestPolicy.validRange.{part}")
             if rng and rng.get("min") is None:
                 raise FieldInvalid(f"{at}.capacity[{k}].requestPolicy.validRange.min", "Required value")
         for j, t in enumerate(_list(d.get("taints"), f"{at}.taints", MAX_TAINTS)):
-            t = _obj(t, f"{at}.taints[{j}]", True)
+            t = _dict(t, f"{at}.taints[{j}]", True)
             if not isinstance(t.get("key"), str) or not _QUALIFIED.fullmatch(t["key"]):
                 raise FieldInvalid(f"{at}.taints[{j}].key", f"Invalid value: {t.get('key')!r}: a qualified name")
             if t.get("effect") not in TAINT_EFFECTS:
@@ -281,11 +281,11 @@ def _slice_spec(spec: Any) -> None:
         if d.get("bindingFailureConditions") and not d.get("bindingConditions"):
             raise FieldInvalid(f"{at}.bindingConditions", "Required value: when bindingFailureConditions are set")
         for j, cc in enumerate(_list(d.get("consumesCounters"), f"{at}.consumesCounters", MAX_COUNTER_SETS)):
-            cc = _obj(cc, f"{at}.consumesCounters[{j}]", True)
+            cc = _dict(cc, f"{at}.consumesCounters[{j}]", True)
             if not isinstance(cc.get("counterSet"), str) or not cc["counterSet"]:
                 raise FieldInvalid(f"{at}.consumesCounters[{j}].counterSet", "Required value")
-            for k, v in _obj(cc.get("counters"), f"{at}.consumesCounters[{j}].counters", True).items():
-                _quantity(_obj(v, f"{at}.consumesCounters[{j}].counters[{k}]", True).get("value"),
+            for k, v in _dict(cc.get("counters"), f"{at}.consumesCounters[{j}].counters", True).items():
+                _quantity(_dict(v, f"{at}.consumesCounters[{j}].counters[{k}]", True).get("value"),
                           f"{at}.consumesCounters[{j}].counters[{k}].value")
 
 
@@ -294,7 +294,7 @@ def validate(key: str, obj: Mapping, cel: CelCheck, *, subresource: str = "", ol
     """Raise FieldInvalid when `obj` (of store key `key`) is not a valid object of its kind.
     `admin_access_allowed`: the object's namespace carries the admin-access label."""
     if key == "deviceclasses.resource.k8s.io":
-        spec = _obj(obj.get("spec"), "spec")
+        spec = _dict(obj.get("spec"), "spec")
         _selectors(spec.get("selectors"), "spec.selectors", cel)
         _list(spec.get("config"), "spec.config", MAX_REQUESTS)
     elif key == "resourceclaims.resource.k8s.io":
@@ -305,7 +305,7 @@ def validate(key: str, obj: Mapping, cel: CelCheck, *, subresource: str = "", ol
             raise FieldInvalid("spec", "Invalid value: field is immutable")
         _claim_spec(obj.get("spec"), "spec", cel, admin_access_allowed)
     elif key == "resourceclaimtemplates.resource.k8s.io":
-        spec = _obj(obj.get("spec"), "spec", True)
+        spec = _dict(obj.get("spec"), "spec", True)
         _claim_spec(spec.get("spec"), "spec.spec", cel, admin_access_allowed)
     elif key == "resourceslices.resource.k8s.io":
         _slice_spec(obj.get("spec"))

@@ -158,6 +158,11 @@ class ApiServer:
         return f"http://{url_host(self.host)}:{self.port}"
 
     @property
+    def runner(self) -> web.AppRunner | None:
+        """The aiohttp runner serving the API (hami.httpguard's guarded one), None before start."""
+        return self._runner
+
+    @property
     def running(self) -> bool:
         return self._runner is not None
 

@@ -474,7 +474,7 @@ class Store:
             raise _invalid(res, "", "metadata.name", "Required value: name or generateName is required")
         self._validate_name(res, name)
         _validate_meta_maps(res, name, meta)
-        self._validate_kind(res, name, obj)
+        self.validate_kind(res, name, obj)
         if name in self._objs[key].get(ns, {}):
             qual = res.plural + ("." + res.group if res.group else "")
             raise ApiError(409, "AlreadyExists", f'{qual} "{name}" already exists',
@@ -557,7 +557,7 @@ class Store:
             self._validate_pod_update(res, name, old.obj, new)
         if new.get("spec") != old.obj.get("spec"):
             meta["generation"] = oldmeta.get("generation", 1) + 1
-        self._validate_kind(res, name, new, subresource, old.obj)
+        self.validate_kind(res, name, new, subresource, old.obj)
         return new
 
     @staticmethod
@@ -577,7 +577,7 @@ class Store:
                            {"name": name, "group": res.group, "kind": res.kind,
                             "causes": [{"reason": reason, "message": detail, "field": exc.field}]}) from None
 
-    def _validate_kind(self, res: Resource, name: str, obj: dict, subresource: str = "",
+    def validate_kind(self, res: Resource, name: str, obj: dict, subresource: str = "",
                        old: dict | None = None) -> None:
         """The resource's own validation hook (its row's `validate`); 422 naming the field."""
         if res.validate is None:
