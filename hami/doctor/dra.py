@@ -66,33 +66,11 @@ def diagnose_dra_pod(pod: Mapping, claims: Mapping[str, Mapping], slices: Iterab
     `nodes`: the Node objects (names alone match no `nodeSelector` slice); `templates` by "ns/name"
     and the pod namespace's labels, when known, say why a templated claim was not made."""
     key = podclaims.pod_key(pod)
-    meta = pod.get("metadata") or {}
-    ns = meta.get("namespace", "")
-    path = ["pending", "dra"]
+    ns = (pod.get("metadata") or {}).get("namespace", "")
+    path = ("pending", "dra")
     names, waiting = podclaims.claim_names(pod)
-    if waiting and templates is not None:
-        tname = _template_of(pod, waiting[0])
-        tmpl = templates.get(f"{ns}/{tname}")
-        if tmpl is None:
-            return Diagnosis(key, "dra-template-missing",
-                             f"ResourceClaimTemplate {ns}/{tname} for pod claim {waiting[0]!r} does not exist", (),
-                             "create the template in the pod's namespace (with --dra the scheduler makes HAMi's "
-                             "templates for the pods it admitted: check it runs)", (*path, "template-missing"))
-        refused = _admin_refused((tmpl.get("spec") or {}).get("spec") or {}, ns, namespace_labels)
-        if refused:
-            return Diagnosis(key, "dra-admin-access-refused",
-                             f"the claim for pod claim {waiting[0]!r} cannot be made: {refused}",
-                             (f"template {ns}/{tname}",),
-                             f"label the namespace {ADMIN_LABEL}=true (cluster admins only), or drop adminAccess",
-                             (*path, "admin-access-refused"))
     if waiting:
-        return Diagnosis(key, "dra-claim-not-created",
-                         f"the ResourceClaim for pod claim {waiting[0]!r} has not been created from its template",
-                         tuple(f"spec.resourceClaims: {pc}" for pc in (pod.get("spec") or {}).get("resourceClaims")
-                               or []),
-                         "the resourceclaim controller of kube-controller-manager makes it (DRA is GA in 1.34: "
-                         "check the controller runs); the template must exist in the pod's namespace",
-                         (*path, "claim-not-created"))
+        return _claim_not_made(pod, waiting[0], templates, namespace_labels, path)
     mine = []
     for name in names:
         claim = claims.get(f"{ns}/{name}")
@@ -116,6 +94,43 @@ def diagnose_dra_pod(pod: Mapping, claims: Mapping[str, Mapping], slices: Iterab
         refused = "" if alloc else _admin_refused(c.get("spec") or {}, ns, namespace_labels)
         if refused:
             evidence.append(f"claim {podclaims.pod_key(c)}: {refused} (labelled when it was made?)")
+    fits, reasons = _allocator_per_node(mine, nodes, devices, usage, classes, evidence)
+    return _verdict(key, fits, reasons, evidence, path)
+
+
+def _claim_not_made(pod: Mapping, pod_claim: str, templates: Mapping[str, Mapping] | None,
+                    namespace_labels: Mapping[str, str] | None, path: tuple[str, ...]) -> Diagnosis:
+    """A templated claim not made yet: its template missing, its adminAccess refused, or the controller."""
+    key = podclaims.pod_key(pod)
+    ns = (pod.get("metadata") or {}).get("namespace", "")
+    if templates is not None:
+        tname = _template_of(pod, pod_claim)
+        tmpl = templates.get(f"{ns}/{tname}")
+        if tmpl is None:
+            return Diagnosis(key, "dra-template-missing",
+                             f"ResourceClaimTemplate {ns}/{tname} for pod claim {pod_claim!r} does not exist", (),
+                             "create the template in the pod's namespace (with --dra the scheduler makes HAMi's "
+                             "templates for the pods it admitted: check it runs)", (*path, "template-missing"))
+        refused = _admin_refused((tmpl.get("spec") or {}).get("spec") or {}, ns, namespace_labels)
+        if refused:
+            return Diagnosis(key, "dra-admin-access-refused",
+                             f"the claim for pod claim {pod_claim!r} cannot be made: {refused}",
+                             (f"template {ns}/{tname}",),
+                             f"label the namespace {ADMIN_LABEL}=true (cluster admins only), or drop adminAccess",
+                             (*path, "admin-access-refused"))
+    return Diagnosis(key, "dra-claim-not-created",
+                     f"the ResourceClaim for pod claim {pod_claim!r} has not been created from its template",
+                     tuple(f"spec.resourceClaims: {pc}" for pc in (pod.get("spec") or {}).get("resourceClaims")
+                           or []),
+                     "the resourceclaim controller of kube-controller-manager makes it (DRA is GA in 1.34: "
+                     "check the controller runs); the template must exist in the pod's namespace",
+                     (*path, "claim-not-created"))
+
+
+def _allocator_per_node(mine: list, nodes: Iterable[Mapping | str], devices, usage: Usage,
+                        classes: Mapping[str, Mapping], evidence: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """The allocator's answer on every node: the nodes that fit now, and the others by reason (their
+    device lines added to `evidence`)."""
     objects: dict[str, Mapping | str] = {}
     for n in nodes:
         objects[str((n.get("metadata") or {}).get("name", "")) if isinstance(n, Mapping) else str(n)] = n
@@ -129,6 +144,12 @@ def diagnose_dra_pod(pod: Mapping, claims: Mapping[str, Mapping], slices: Iterab
         reasons.setdefault(out.reason, []).append(node)
         for d in out.details:
             evidence.append(f"{node}: {d}")
+    return fits, reasons
+
+
+def _verdict(key: str, fits: list[str], reasons: dict[str, list[str]], evidence: list[str],
+             path: tuple[str, ...]) -> Diagnosis:
+    """Fits somewhere now (kube-scheduler's next attempt), or the reason most nodes give, with the evidence."""
     for reason, where in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
         evidence.insert(0, f"{len(where)} node(s): {reason}")
     if len(evidence) > MAX_EVIDENCE:

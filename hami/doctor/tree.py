@@ -524,17 +524,15 @@ def _ev(e: EventFact, now: float) -> str:
 
 
 def diagnose_pod(f: PodFacts) -> Diagnosis:
+    """The runbook's tree (module docstring): the first branch that explains the pod answers."""
     pod = f.pod
     meta = _meta(pod)
     ref = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
     annos = _annos(pod)
     spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
-    phase = status.get("phase", "Pending")
+    phase = (pod.get("status") or {}).get("phase", "Pending")
     path: list[str] = [f"pod phase {phase}"]
     evidence: list[str] = []
-    alive = "running" if f.scheduler.alive else "not running" if f.scheduler.alive is False else "unknown"
-    sched_line = f"scheduler: {alive} ({f.scheduler.how})"
 
     def done(leaf: str, summary: str, fix: str) -> Diagnosis:
         return Diagnosis(ref, leaf, summary, tuple(evidence), fix, tuple(path))
@@ -542,131 +540,165 @@ def diagnose_pod(f: PodFacts) -> Diagnosis:
     bind_phase = annos.get(codec.BIND_PHASE_ANNOTATION)
     node_name = spec.get("nodeName") or annos.get(codec.VGPU_NODE_ANNOTATION, "")
     if bind_phase == "failed":
-        path.append("bind-phase=failed")
-        evidence.append(f"annotation {codec.BIND_PHASE_ANNOTATION}=failed on node {node_name or '?'}")
-        if codec.BIND_TIME_ANNOTATION in annos:
-            evidence.append(f"annotation {codec.BIND_TIME_ANNOTATION}={annos[codec.BIND_TIME_ANNOTATION]}")
-        evidence.extend(_ev(e, f.now) for e in f.events if e.type == "Warning" and e.reason not in HAMI_EVENT_REASONS)
-        return done("allocate-failed", f"the device plugin's Allocate failed on node {node_name or '?'}",
-                    f"read the node agent log on {node_name or 'the node'} (hami --role node-agent -v=4) for the "
-                    "Allocate error; delete the pod so its controller recreates it")
-
+        return _allocate_failed(f, annos, node_name, path, evidence, done)
     if phase == "Pending" and not spec.get("nodeName"):
-        impossible = never_fits(pod_requests(pod, f.nvidia),
-                                {n.name: register_state(n)[1] or () for n in f.nodes if is_gpu_node(n)})
+        impossible = _never_fits(f, path, evidence, done)
         if impossible is not None:
-            path.append(f"request never fits ({impossible.what})")
-            seen: set[str] = set()  # the scheduler's own words: each distinct filter message, newest first
-            for e in reversed(_hami_events(f)):
-                if e.reason == "FilteringFailed" and e.message not in seen and len(seen) < 3:
-                    seen.add(e.message)
-                    evidence.append(_ev(e, f.now))
-            return done("never-fits", impossible.line, impossible.fix)
-
+            return impossible
     hami = _hami_events(f)
     if phase != "Pending" and not hami:
         return done("not-pending", f"the pod is {phase}, not Pending", "nothing to do")
-
     if not hami:
-        path.append("no HAMi event")
-        evidence.append(sched_line)
-        if f.scheduler.alive is False:
-            return done("scheduler-not-running", "the HAMi scheduler is not running",
-                        f"restart it: kubectl -n {f.hami_namespace} rollout restart deployment/hami-scheduler, "
-                        f"then read its log (kubectl -n {f.hami_namespace} logs -l {SCHEDULER_SELECTOR} "
-                        "-c hami-scheduler)")
-        path.append("scheduler running" if f.scheduler.alive else "scheduler state unknown")
-        requested = requested_hami_resources(pod, f.nvidia, f.vendors)
-        if not requested:
-            evidence.append("containers ask for none of " + ", ".join(hami_resources(f.nvidia)))
-            return done("no-hami-resource", "the pod asks for no HAMi resource, so HAMi does not schedule it",
-                        f"add resources.limits {f.nvidia.resource_count_name} (and {f.nvidia.resource_memory_name} "
-                        "or gpumem-percentage, gpucores) to the container")
-        path.append("asks for " + ", ".join(f"{k}={v}" for k, v in requested.items()))
-        got = spec.get("schedulerName") or "default-scheduler"
-        evidence.append(f"spec.schedulerName={got}")
-        if got != f.scheduler_name:
-            return done("wrong-scheduler-name", f"schedulerName is {got!r}, HAMi's is {f.scheduler_name!r}",
-                        f"set spec.schedulerName: {f.scheduler_name} (the webhook does this for pods that ask "
-                        "for HAMi resources: check the MutatingWebhookConfiguration is installed)")
-        path.append("schedulerName ok")
-        return done("no-event", "no HAMi event although the pod should be scheduled by HAMi",
-                    "raise the scheduler's log level to -v=5 and follow the pod in its log")
-
+        return _no_hami_event(f, path, evidence, done)
     last = hami[-1]
     evidence.append(_ev(last, f.now))
     path.append(f"latest HAMi event {last.reason}")
-
     if last.reason == "BindingFailed":
-        node = next((n for n in f.nodes if n.name == node_name), None)
-        if "lock" in last.message and ("contention" in last.message or "locked within" in last.message):
-            if node is not None:
-                h = node_health(node, f.now, f.lock_timeout)
-                evidence.append(f"node {node.name} lock holder {h.lock_holder}, "
-                                f"{_age(f.now, f.now - h.lock_age if h.lock_age is not None else None)}")
-            return done("binding-lock-contention", "binding failed: another pod holds the node lock",
-                        "usually transient: kube-scheduler retries. If the holder is gone or stuck, the lock "
-                        f"expires after nodeLockExpire ({int(f.lock_timeout)}s); lower it if it blocks too long")
-        return done("binding-api-error", "binding failed: the API server refused a write",
-                    "check the API server and etcd health, and that the scheduler's ServiceAccount may patch "
-                    "nodes and pods and create pods/binding (kubectl auth can-i patch nodes --as ...)")
-
+        return _binding_failed(f, last, node_name, evidence, done)
     if last.reason == "FilteringFailed":
-        failed_events = [e for e in hami if e.reason == "FilteringFailed"]
-        reasons = failed_reasons(failed_events)
-        seen_msgs = {last.message}
-        for e in reversed(failed_events):
-            if e.message not in seen_msgs:
-                seen_msgs.add(e.message)
-                evidence.append(_ev(e, f.now))
-        path.append("reasons " + (", ".join(f"{k}({','.join(v)})" for k, v in sorted(reasons.items())) or "none given"))
-        over = []
-        want = pod_quota_request(pod, f.nvidia)
-        for q in f.quotas:
-            for key, add in want.items():
-                if add and key in q.hard and q.used.get(key, 0) + add > q.hard[key]:
-                    over.append(f"ResourceQuota {q.name}: {key} used {q.used.get(key, 0)} + {add} > hard {q.hard[key]}")
-        if "ResourceQuotaNotFit" in reasons or over:
-            evidence.extend(over or [f"ResourceQuota {q.name} hard {dict(q.hard)} used {dict(q.used)}"
-                                     for q in f.quotas])
-            return done("resource-quota", "a ResourceQuota in the namespace leaves no room for the pod",
-                        REASON_ADVICE["ResourceQuotaNotFit"][1])
-        asked = asked_vendors(pod, f.vendors)
-        if asked:
-            return _diagnose_vendor_filter(f, asked, reasons, path, evidence, done,
-                                           nvidia=bool(pod_gpu_counts(pod, f.nvidia)))
-        gpu_nodes = [n for n in f.nodes if is_gpu_node(n)]
-        if not set(reasons) - {"NodeUnfitPod"}:
-            nv = _nvidia_registration(f, gpu_nodes, path, evidence, done)
-            if nv is not None:
-                return nv
-            counts = pod_gpu_counts(pod, f.nvidia)
-            biggest = max((len(register_state(n)[1] or ()) for n in gpu_nodes), default=0)
-            if counts and max(counts) > biggest:
-                reasons.setdefault("NodeInsufficientDevice", [])
-                evidence.append(f"a container asks for {max(counts)} GPUs, the largest node has {biggest}")
-        advice = []
-        for key in sorted(reasons):
-            meaning, todo = REASON_ADVICE.get(key, ("unknown reason code", "raise -v to 4 and read the filter log"))
-            advice.append(f"{key}: {meaning} -> {todo}")
-        if not advice:
-            advice.append("no reason code in the events: raise -v to 4 and read the per-node filter log")
-        return done("filtering-failed", "no node fits the pod's GPU request", "; ".join(advice))
-
-    if last.reason == "FilteringSucceed":
-        if phase == "Pending" and not spec.get("nodeName"):
-            for c in status.get("conditions") or []:
-                if c.get("type") == "PodScheduled" and c.get("status") == "False":
-                    evidence.append(f"condition PodScheduled=False {c.get('reason', '')}: {c.get('message', '')}")
-            evidence.extend(_ev(e, f.now) for e in f.events if e.reason == "FailedScheduling")
-            return done("filter-succeed-pending", "HAMi found a node but the pod is still Pending",
-                        "another scheduler plugin (affinity, taints, volumes, ports) rejects it or binding never "
-                        "happened: read kube-scheduler's events/log for the pod at -v=5")
+        return _filtering_failed(f, hami, path, evidence, done)
+    if last.reason == "FilteringSucceed" and phase == "Pending" and not spec.get("nodeName"):
+        return _filter_succeeded_pending(f, evidence, done)
     if bind_phase == "allocating" and phase == "Pending":
         evidence.append(f"annotation {codec.BIND_PHASE_ANNOTATION}=allocating on {node_name}")
         return done("allocating", f"bound to {node_name}, waiting for the node agent's Allocate",
                     f"check the node agent on {node_name} is running and registered with kubelet")
     return done("not-pending", f"the pod is {phase}", "nothing to do")
+
+
+def _allocate_failed(f: PodFacts, annos: Mapping, node_name: str, path: list, evidence: list, done) -> Diagnosis:
+    """bind-phase=failed: the device plugin's Allocate failed on the node."""
+    path.append("bind-phase=failed")
+    evidence.append(f"annotation {codec.BIND_PHASE_ANNOTATION}=failed on node {node_name or '?'}")
+    if codec.BIND_TIME_ANNOTATION in annos:
+        evidence.append(f"annotation {codec.BIND_TIME_ANNOTATION}={annos[codec.BIND_TIME_ANNOTATION]}")
+    evidence.extend(_ev(e, f.now) for e in f.events if e.type == "Warning" and e.reason not in HAMI_EVENT_REASONS)
+    return done("allocate-failed", f"the device plugin's Allocate failed on node {node_name or '?'}",
+                f"read the node agent log on {node_name or 'the node'} (hami --role node-agent -v=4) for the "
+                "Allocate error; delete the pod so its controller recreates it")
+
+
+def _never_fits(f: PodFacts, path: list, evidence: list, done) -> Diagnosis | None:
+    """A pending pod whose request exceeds what the biggest card or node registers (hami.doctor.neverfit)."""
+    impossible = never_fits(pod_requests(f.pod, f.nvidia),
+                            {n.name: register_state(n)[1] or () for n in f.nodes if is_gpu_node(n)})
+    if impossible is None:
+        return None
+    path.append(f"request never fits ({impossible.what})")
+    seen: set[str] = set()  # the scheduler's own words: each distinct filter message, newest first
+    for e in reversed(_hami_events(f)):
+        if e.reason == "FilteringFailed" and e.message not in seen and len(seen) < 3:
+            seen.add(e.message)
+            evidence.append(_ev(e, f.now))
+    return done("never-fits", impossible.line, impossible.fix)
+
+
+def _no_hami_event(f: PodFacts, path: list, evidence: list, done) -> Diagnosis:
+    """No HAMi event yet: the scheduler is down, the pod asks for nothing HAMi serves, or not HAMi's name."""
+    alive = "running" if f.scheduler.alive else "not running" if f.scheduler.alive is False else "unknown"
+    path.append("no HAMi event")
+    evidence.append(f"scheduler: {alive} ({f.scheduler.how})")
+    if f.scheduler.alive is False:
+        return done("scheduler-not-running", "the HAMi scheduler is not running",
+                    f"restart it: kubectl -n {f.hami_namespace} rollout restart deployment/hami-scheduler, "
+                    f"then read its log (kubectl -n {f.hami_namespace} logs -l {SCHEDULER_SELECTOR} "
+                    "-c hami-scheduler)")
+    path.append("scheduler running" if f.scheduler.alive else "scheduler state unknown")
+    requested = requested_hami_resources(f.pod, f.nvidia, f.vendors)
+    if not requested:
+        evidence.append("containers ask for none of " + ", ".join(hami_resources(f.nvidia)))
+        return done("no-hami-resource", "the pod asks for no HAMi resource, so HAMi does not schedule it",
+                    f"add resources.limits {f.nvidia.resource_count_name} (and {f.nvidia.resource_memory_name} "
+                    "or gpumem-percentage, gpucores) to the container")
+    path.append("asks for " + ", ".join(f"{k}={v}" for k, v in requested.items()))
+    got = (f.pod.get("spec") or {}).get("schedulerName") or "default-scheduler"
+    evidence.append(f"spec.schedulerName={got}")
+    if got != f.scheduler_name:
+        return done("wrong-scheduler-name", f"schedulerName is {got!r}, HAMi's is {f.scheduler_name!r}",
+                    f"set spec.schedulerName: {f.scheduler_name} (the webhook does this for pods that ask "
+                    "for HAMi resources: check the MutatingWebhookConfiguration is installed)")
+    path.append("schedulerName ok")
+    return done("no-event", "no HAMi event although the pod should be scheduled by HAMi",
+                "raise the scheduler's log level to -v=5 and follow the pod in its log")
+
+
+def _binding_failed(f: PodFacts, last: EventFact, node_name: str, evidence: list, done) -> Diagnosis:
+    """The latest HAMi event is BindingFailed: the node lock was held, or the API server refused a write."""
+    if "lock" in last.message and ("contention" in last.message or "locked within" in last.message):
+        node = next((n for n in f.nodes if n.name == node_name), None)
+        if node is not None:
+            h = node_health(node, f.now, f.lock_timeout)
+            evidence.append(f"node {node.name} lock holder {h.lock_holder}, "
+                            f"{_age(f.now, f.now - h.lock_age if h.lock_age is not None else None)}")
+        return done("binding-lock-contention", "binding failed: another pod holds the node lock",
+                    "usually transient: kube-scheduler retries. If the holder is gone or stuck, the lock "
+                    f"expires after nodeLockExpire ({int(f.lock_timeout)}s); lower it if it blocks too long")
+    return done("binding-api-error", "binding failed: the API server refused a write",
+                "check the API server and etcd health, and that the scheduler's ServiceAccount may patch "
+                "nodes and pods and create pods/binding (kubectl auth can-i patch nodes --as ...)")
+
+
+def _filtering_failed(f: PodFacts, hami: list[EventFact], path: list, evidence: list, done) -> Diagnosis:
+    """The latest HAMi event is FilteringFailed: a quota, another vendor, NVIDIA's registration, or the reasons."""
+    pod, last = f.pod, hami[-1]
+    failed_events = [e for e in hami if e.reason == "FilteringFailed"]
+    reasons = failed_reasons(failed_events)
+    seen_msgs = {last.message}
+    for e in reversed(failed_events):
+        if e.message not in seen_msgs:
+            seen_msgs.add(e.message)
+            evidence.append(_ev(e, f.now))
+    path.append("reasons " + (", ".join(f"{k}({','.join(v)})" for k, v in sorted(reasons.items())) or "none given"))
+    quota = _quota_full(f, reasons, evidence, done)
+    if quota is not None:
+        return quota
+    asked = asked_vendors(pod, f.vendors)
+    if asked:
+        return _diagnose_vendor_filter(f, asked, reasons, path, evidence, done,
+                                       nvidia=bool(pod_gpu_counts(pod, f.nvidia)))
+    gpu_nodes = [n for n in f.nodes if is_gpu_node(n)]
+    if not set(reasons) - {"NodeUnfitPod"}:
+        nv = _nvidia_registration(f, gpu_nodes, path, evidence, done)
+        if nv is not None:
+            return nv
+        counts = pod_gpu_counts(pod, f.nvidia)
+        biggest = max((len(register_state(n)[1] or ()) for n in gpu_nodes), default=0)
+        if counts and max(counts) > biggest:
+            reasons.setdefault("NodeInsufficientDevice", [])
+            evidence.append(f"a container asks for {max(counts)} GPUs, the largest node has {biggest}")
+    advice = []
+    for key in sorted(reasons):
+        meaning, todo = REASON_ADVICE.get(key, ("unknown reason code", "raise -v to 4 and read the filter log"))
+        advice.append(f"{key}: {meaning} -> {todo}")
+    if not advice:
+        advice.append("no reason code in the events: raise -v to 4 and read the per-node filter log")
+    return done("filtering-failed", "no node fits the pod's GPU request", "; ".join(advice))
+
+
+def _quota_full(f: PodFacts, reasons: Mapping, evidence: list, done) -> Diagnosis | None:
+    """ResourceQuotaNotFit, or a ResourceQuota in the namespace the pod's request would go over."""
+    over = []
+    want = pod_quota_request(f.pod, f.nvidia)
+    for q in f.quotas:
+        for key, add in want.items():
+            if add and key in q.hard and q.used.get(key, 0) + add > q.hard[key]:
+                over.append(f"ResourceQuota {q.name}: {key} used {q.used.get(key, 0)} + {add} > hard {q.hard[key]}")
+    if "ResourceQuotaNotFit" not in reasons and not over:
+        return None
+    evidence.extend(over or [f"ResourceQuota {q.name} hard {dict(q.hard)} used {dict(q.used)}" for q in f.quotas])
+    return done("resource-quota", "a ResourceQuota in the namespace leaves no room for the pod",
+                REASON_ADVICE["ResourceQuotaNotFit"][1])
+
+
+def _filter_succeeded_pending(f: PodFacts, evidence: list, done) -> Diagnosis:
+    """HAMi found a node but the pod is still Pending: another plugin rejects it, or binding never happened."""
+    for c in (f.pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            evidence.append(f"condition PodScheduled=False {c.get('reason', '')}: {c.get('message', '')}")
+    evidence.extend(_ev(e, f.now) for e in f.events if e.reason == "FailedScheduling")
+    return done("filter-succeed-pending", "HAMi found a node but the pod is still Pending",
+                "another scheduler plugin (affinity, taints, volumes, ports) rejects it or binding never "
+                "happened: read kube-scheduler's events/log for the pod at -v=5")
 
 
 def _nvidia_registration(f: PodFacts, gpu_nodes: list, path: list, evidence: list, done) -> Diagnosis | None:

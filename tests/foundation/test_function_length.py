@@ -35,10 +35,6 @@ ALLOWED: dict[str, tuple[int, str]] = {
         93, "to split: the claim's results, the per-device share and the consumed-capacity parse"),
     "scheduler/extender/nodescan.py:NodeScanner.scan": (
         85, "a byte scanner over one body: its positions are the state every step shares"),
-    "doctor/tree.py:diagnose_pod": (
-        144, "to split: one function per branch of the diagnosis tree"),
-    "doctor/dra.py:diagnose_dra_pod": (
-        86, "to split: the missing or templated claims, the allocator's verdict per node and the leaf texts"),
     "scheduler/admission/webhook.py:mutate_pod": (
         83, "to split: the pod's shape checks, the per-container mutation and the quota and DRA checks"),
 }
