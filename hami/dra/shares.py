@@ -140,39 +140,8 @@ def shares(claim: Mapping, *, driver: str, pool: str, published: Mapping[str, Pu
         path = f"status.allocation.devices.results[{i}]"
         if _field(r, "driver", path, str) != driver:
             continue
-        rpool = _field(r, "pool", path, str)
-        name = _field(r, "device", path, str)
-        request = _field(r, "request", path, str, "")
-        admin = _field(r, "adminAccess", path, bool, False)
-        if admin and request not in admin_requests(claim):
-            raise ClaimError(f"{path}: adminAccess, but the claim's request {request!r} does not ask for it "
-                             f"(spec.devices.requests[].exactly.adminAccess)")
-        if rpool != pool:
-            raise ClaimError(f"{path}: device {rpool}/{name} is allocated to pool {rpool!r}, "
-                             f"not this node's pool {pool!r}")
-        gpu = published.get(name)
-        if gpu is None and name in (withdrawn or {}):
-            raise ClaimError(f"{path}: device {name!r} was withdrawn from this node's slice: {withdrawn[name]}")
-        if gpu is None:
-            raise ClaimError(f"{path}: device {name!r} is not published by this node "
-                             f"(known: {', '.join(sorted(published)) or 'none'})")
-        consumed = _field(r, "consumedCapacity", path, Mapping, {})
-        known = CAPACITIES if gpu.shares else tuple(c for c in CAPACITIES if c != SHARES)
-        unknown = sorted(set(consumed) - set(known))
-        if unknown:
-            raise ClaimError(f"{path}.consumedCapacity: unknown capacity {', '.join(map(repr, unknown))} "
-                             f"(this driver has {', '.join(known)})")
-        mem = _quantity(consumed["memory"], f"{path}.consumedCapacity.memory") \
-            if "memory" in consumed else Fraction(gpu.memory_mib * MIB)
-        cores = _quantity(consumed["cores"], f"{path}.consumedCapacity.cores") \
-            if "cores" in consumed else Fraction(min(MAX_CORES, gpu.cores))
-        if SHARES in consumed:
-            count = _quantity(consumed[SHARES], f"{path}.consumedCapacity.shares")
-        else:  # the whole device without consumable capacity; else the policy's default, 1
-            count = Fraction(gpu.shares if not consumed else min(1, gpu.shares))
-        for what, q in (("cores", cores), (SHARES, count)):
-            if q.denominator != 1:
-                raise ClaimError(f"{path}.consumedCapacity.{what}: {consumed[what]!r} is not a whole number")
+        name, request, admin, gpu = _result_device(r, path, claim, pool, published, withdrawn or {})
+        mem, cores, count = _consumed(r, path, gpu)
         m = merged.setdefault(name, {"gpu": gpu, "mem": Fraction(0), "cores": Fraction(0), "shares": Fraction(0),
                                      "requests": [], "admin": set()})
         m["admin"].add(admin)
@@ -182,33 +151,7 @@ def shares(claim: Mapping, *, driver: str, pool: str, published: Mapping[str, Pu
             m["shares"] += count
         if request and request not in m["requests"]:
             m["requests"].append(request)
-    out = []
-    for name, m in merged.items():
-        gpu: PublishedGpu = m["gpu"]
-        if m["admin"] == {True}:
-            out.append(Share(name, gpu.uuid, gpu.memory_mib, 0, tuple(m["requests"]), gpu.mig, 0, True,
-                             gpu.kind, gpu.profile, gpu.start, gpu.size))
-            continue
-        if len(m["admin"]) > 1:
-            raise ClaimError(f"device {name}: the claim has it for adminAccess and for ordinary use at once")
-        mib = int(m["mem"] // MIB)  # HAMi-core limits in whole MiB; a partial MiB is not handed out
-        if m["mem"] > gpu.memory_mib * MIB:
-            raise ClaimError(f"device {name}: claim consumes {int(m['mem'])} bytes of memory, "
-                             f"the device has {gpu.memory_mib * MIB}")
-        if m["cores"] > gpu.cores:
-            raise ClaimError(f"device {name}: claim consumes {int(m['cores'])} cores, the device has {gpu.cores}")
-        if m["cores"] > MAX_CORES:
-            raise ClaimError(f"device {name}: claim consumes {int(m['cores'])} cores, one claim takes at most "
-                             f"{MAX_CORES} (the GPU's SMs)")
-        if m["shares"] > gpu.shares:
-            raise ClaimError(f"device {name}: claim consumes {int(m['shares'])} shares, the device has {gpu.shares}")
-        if mib < 1:
-            raise ClaimError(f"device {name}: claim consumes {int(m['mem'])} bytes of memory, less than 1 MiB")
-        if gpu.mig and (mib, int(m["cores"])) != (gpu.memory_mib, MAX_CORES):
-            raise ClaimError(f"device {name} is a MIG instance: it is taken whole, not a share of "
-                             f"{mib} MiB and {int(m['cores'])}%")
-        out.append(Share(name, gpu.uuid, mib, int(m["cores"]), tuple(m["requests"]), gpu.mig, int(m["shares"]),
-                         False, gpu.kind, gpu.profile, gpu.start, gpu.size))
+    out = [_device_share(name, m) for name, m in merged.items()]
     if not out:
         raise ClaimError(f"claim has no device of driver {driver} in status.allocation.devices.results")
     if len({s.mig for s in out}) > 1:
@@ -218,3 +161,75 @@ def shares(claim: Mapping, *, driver: str, pool: str, published: Mapping[str, Pu
         raise ClaimError("claim mixes adminAccess and ordinary devices: HAMi-core's limits cannot apply to "
                          "one container's GPUs and not to others")
     return tuple(out)
+
+
+def _result_device(r: Mapping, path: str, claim: Mapping, pool: str, published: Mapping[str, PublishedGpu],
+                   withdrawn: Mapping[str, str]) -> tuple[str, str, bool, PublishedGpu]:
+    """One result's device, request and adminAccess: in this node's pool, published, asked for as given."""
+    rpool = _field(r, "pool", path, str)
+    name = _field(r, "device", path, str)
+    request = _field(r, "request", path, str, "")
+    admin = _field(r, "adminAccess", path, bool, False)
+    if admin and request not in admin_requests(claim):
+        raise ClaimError(f"{path}: adminAccess, but the claim's request {request!r} does not ask for it "
+                         f"(spec.devices.requests[].exactly.adminAccess)")
+    if rpool != pool:
+        raise ClaimError(f"{path}: device {rpool}/{name} is allocated to pool {rpool!r}, "
+                         f"not this node's pool {pool!r}")
+    gpu = published.get(name)
+    if gpu is None and name in withdrawn:
+        raise ClaimError(f"{path}: device {name!r} was withdrawn from this node's slice: {withdrawn[name]}")
+    if gpu is None:
+        raise ClaimError(f"{path}: device {name!r} is not published by this node "
+                         f"(known: {', '.join(sorted(published)) or 'none'})")
+    return name, request, admin, gpu
+
+
+def _consumed(r: Mapping, path: str, gpu: PublishedGpu) -> tuple[Fraction, Fraction, Fraction]:
+    """One result's consumedCapacity: (memory bytes, cores, shares); the device's whole where not given."""
+    consumed = _field(r, "consumedCapacity", path, Mapping, {})
+    known = CAPACITIES if gpu.shares else tuple(c for c in CAPACITIES if c != SHARES)
+    unknown = sorted(set(consumed) - set(known))
+    if unknown:
+        raise ClaimError(f"{path}.consumedCapacity: unknown capacity {', '.join(map(repr, unknown))} "
+                         f"(this driver has {', '.join(known)})")
+    mem = _quantity(consumed["memory"], f"{path}.consumedCapacity.memory") \
+        if "memory" in consumed else Fraction(gpu.memory_mib * MIB)
+    cores = _quantity(consumed["cores"], f"{path}.consumedCapacity.cores") \
+        if "cores" in consumed else Fraction(min(MAX_CORES, gpu.cores))
+    if SHARES in consumed:
+        count = _quantity(consumed[SHARES], f"{path}.consumedCapacity.shares")
+    else:  # the whole device without consumable capacity; else the policy's default, 1
+        count = Fraction(gpu.shares if not consumed else min(1, gpu.shares))
+    for what, q in (("cores", cores), (SHARES, count)):
+        if q.denominator != 1:
+            raise ClaimError(f"{path}.consumedCapacity.{what}: {consumed[what]!r} is not a whole number")
+    return mem, cores, count
+
+
+def _device_share(name: str, m: Mapping) -> Share:
+    """One device's share from its results merged: admin access, or the sums within what the device has."""
+    gpu: PublishedGpu = m["gpu"]
+    if m["admin"] == {True}:
+        return Share(name, gpu.uuid, gpu.memory_mib, 0, tuple(m["requests"]), gpu.mig, 0, True,
+                     gpu.kind, gpu.profile, gpu.start, gpu.size)
+    if len(m["admin"]) > 1:
+        raise ClaimError(f"device {name}: the claim has it for adminAccess and for ordinary use at once")
+    mib = int(m["mem"] // MIB)  # HAMi-core limits in whole MiB; a partial MiB is not handed out
+    if m["mem"] > gpu.memory_mib * MIB:
+        raise ClaimError(f"device {name}: claim consumes {int(m['mem'])} bytes of memory, "
+                         f"the device has {gpu.memory_mib * MIB}")
+    if m["cores"] > gpu.cores:
+        raise ClaimError(f"device {name}: claim consumes {int(m['cores'])} cores, the device has {gpu.cores}")
+    if m["cores"] > MAX_CORES:
+        raise ClaimError(f"device {name}: claim consumes {int(m['cores'])} cores, one claim takes at most "
+                         f"{MAX_CORES} (the GPU's SMs)")
+    if m["shares"] > gpu.shares:
+        raise ClaimError(f"device {name}: claim consumes {int(m['shares'])} shares, the device has {gpu.shares}")
+    if mib < 1:
+        raise ClaimError(f"device {name}: claim consumes {int(m['mem'])} bytes of memory, less than 1 MiB")
+    if gpu.mig and (mib, int(m["cores"])) != (gpu.memory_mib, MAX_CORES):
+        raise ClaimError(f"device {name} is a MIG instance: it is taken whole, not a share of "
+                         f"{mib} MiB and {int(m['cores'])}%")
+    return Share(name, gpu.uuid, mib, int(m["cores"]), tuple(m["requests"]), gpu.mig, int(m["shares"]),
+                 False, gpu.kind, gpu.profile, gpu.start, gpu.size)

@@ -31,8 +31,6 @@ ALLOWED: dict[str, tuple[int, str]] = {
         90, "faithful port of kube-apiserver's ValidateResourceSliceSpec, field by field in its order"),
     "sim/kubescheduler.py:KubeSchedulerLoop._preempt": (
         84, "faithful port of kube-scheduler's DefaultPreemption PostFilter, step by step"),
-    "dra/shares.py:shares": (
-        93, "to split: the claim's results, the per-device share and the consumed-capacity parse"),
     "scheduler/extender/nodescan.py:NodeScanner.scan": (
         85, "a byte scanner over one body: its positions are the state every step shares"),
     "scheduler/admission/webhook.py:mutate_pod": (
