@@ -31,6 +31,8 @@ from hami.device import codec
 from hami.device.codec.keys import EMBEDDED_ANNOTATION
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
+from hami.kubesched.schedconfig import FIT_PLUGIN
+from hami.kubesched.schedconfig import profile as scheduler_profile
 from hami.netaddr import dial_url
 from hami.obs.log import get_logger
 from hami.sim.kubelet.queuewait import STOPPED, next_or_stop
@@ -42,7 +44,7 @@ ENV_ANNOTATION = "sim.hami.io/allocated-env"
 # and the GPUs that resolved to, whatever --device-list-strategy the agents answer with.
 DEVICES_ANNOTATION = "sim.hami.io/allocated-devices"
 NODE_PREFIX = "gpu-node-"
-DEFAULT_SCHEDULER = "default-scheduler"  # DRA mode: pods and their claims are kube-scheduler's own
+DEFAULT_SCHEDULER = "default-scheduler"  # the cluster's own kube-scheduler (DRA mode: pods the webhook left alone)
 _GPU_SPEC = re.compile(r"^\s*(?:(\d+)\s*x\s*)?(.+?)\s*:\s*(\d+)\s*$")
 
 
@@ -155,22 +157,32 @@ def scheduler_objects(cfg: Config) -> list[tuple[str, str, dict]]:
               "containerStatuses": [{"name": "vgpu-scheduler-extender", "ready": True, "restartCount": 0,
                                      "image": "hami (embedded)", "imageID": "", "started": True,
                                      "state": {"running": {"startedAt": now}}}]}
-    scheduler_config = yaml.safe_dump({
-        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-        "leaderElection": {"leaderElect": False},
-        "profiles": [{"schedulerName": name}],
-        "extenders": [{
-            "urlPrefix": extender_url(cfg), "filterVerb": "filter", "bindVerb": "bind", "preemptVerb": "preempt",
-            **({"prioritizeVerb": "prioritize"} if cfg.scheduler.extender_prioritize else {}), "enableHTTPS": False,
-            "nodeCacheCapable": True, "weight": 1, "httpTimeout": "30s",
-            "managedResources": [{"name": r, "ignoredByScheduler": True} for r in cfg.nvidia.resource_names],
-        }],
-    }, sort_keys=False)
+    scheduler_config = yaml.safe_dump(kube_scheduler_configuration(cfg), sort_keys=False)
     configmap = {"apiVersion": "v1", "kind": "ConfigMap",
                  "metadata": {"name": f"{name}-config", "namespace": "kube-system", "labels": labels},
                  "data": {"config.yaml": scheduler_config}}
     return [("pods", "kube-system", pod), ("pods/status", "kube-system", {"status": status}),
             ("configmaps", "kube-system", configmap)]
+
+
+def kube_scheduler_configuration(cfg: Config) -> dict:
+    """The chart's KubeSchedulerConfiguration for hami's scheduler profile (pure). Device-plugin mode:
+    the extender manages HAMi's resources (kube-scheduler calls it only for pods asking one, and
+    NodeResourcesFit ignores them). DRA mode (`dra.enabled`): claim pods ask no such resource, so the
+    extender manages none (kube-scheduler calls it for every pod of the profile) and NodeResourcesFit's
+    own args ignore HAMi's resources, so device-plugin pods of a mixed cluster still fit."""
+    ignored = list(cfg.nvidia.resource_names)
+    dra = bool(cfg.scheduler.dra)
+    prof: dict = {"schedulerName": cfg.scheduler.scheduler_name}
+    if dra:
+        prof["pluginConfig"] = [{"name": FIT_PLUGIN, "args": {"ignoredResources": ignored}}]
+    ext = {"urlPrefix": extender_url(cfg), "filterVerb": "filter", "bindVerb": "bind", "preemptVerb": "preempt",
+           **({"prioritizeVerb": "prioritize"} if cfg.scheduler.extender_prioritize else {}), "enableHTTPS": False,
+           "nodeCacheCapable": True, "weight": 1, "httpTimeout": "30s"}
+    if not dra:
+        ext["managedResources"] = [{"name": r, "ignoredByScheduler": True} for r in ignored]
+    return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "leaderElection": {"leaderElect": False}, "profiles": [prof], "extenders": [ext]}
 
 
 def _limit_bytes(env: Mapping[str, str], i: int) -> int:
@@ -548,6 +560,28 @@ class EmbeddedCluster:
                     log.warning("Could not create the embedded scheduler's objects", resource=resource,
                                 error=str(exc))
 
+    def _dra_schedulers(self, client: KubeClient, extender: str, stop: asyncio.Event) -> list[asyncio.Task]:
+        """DRA mode's kube-scheduler, as the chart configures it (kube_scheduler_configuration): hami's
+        profile, whose pods the webhook sends there (claim pods and, mid-migration, device-plugin ones),
+        with the extender called for every pod (it ranks claim pods by GPU fill and fits device-plugin
+        pods), DynamicResources allocating the claims and KEP-5690's preemption; beside it the cluster's
+        default-scheduler with DynamicResources and no extender (pods the webhook left as written, such
+        as KEP-5004 extended-resource pods); and the resourceclaim controller."""
+        from hami.sim.controllers.resourceclaims import ResourceClaimController
+        from hami.sim.dynamicresources import DynamicResources
+        from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
+
+        cfg = self.cfg
+        prof = scheduler_profile(kube_scheduler_configuration(cfg), cfg.scheduler.scheduler_name)
+        hami = KubeSchedulerLoop(client, ExtenderConfig.from_entry(prof.extenders[0], extender),
+                                 cfg.scheduler.scheduler_name, dra=DynamicResources(client), dra_preemption=True,
+                                 fit_ignored=prof.fit_ignored, fit_ignored_groups=prof.fit_ignored_groups)
+        default = KubeSchedulerLoop(client, ExtenderConfig(""), DEFAULT_SCHEDULER, dra=DynamicResources(client),
+                                    dra_preemption=True)
+        return [asyncio.create_task(hami.run(stop), name="kube-scheduler"),
+                asyncio.create_task(default.run(stop), name="kube-scheduler-default"),
+                asyncio.create_task(ResourceClaimController(client).run(stop), name="resourceclaim-controller")]
+
     def dra_node(self, ni: int) -> bool:
         """Node `ni` (1-based) runs the DRA plugin: with --dra, all of them, or the last --sim-dra-nodes."""
         if not self.cfg.scheduler.dra:
@@ -697,35 +731,19 @@ class EmbeddedCluster:
         tasks.append(asyncio.create_task(runner.run(stop), name=f"kubelet-{name}"))
 
     def _start_kube_schedulers(self, client: KubeClient, stop: asyncio.Event, tasks: list) -> None:
-        """kube-scheduler with hami's extender; with --dra its DynamicResources and the claim controller too."""
+        """kube-scheduler with hami's extender; with --dra as the chart configures it (_dra_schedulers)."""
         from hami.sim.kubescheduler import ExtenderConfig, KubeSchedulerLoop
 
         cfg = self.cfg
         extender = extender_url(cfg)
-        prioritize = "prioritize" if cfg.scheduler.extender_prioritize else ""
         if cfg.scheduler.dra:
-            # DRA mode: claims are kube-scheduler's (DynamicResources), pods keep default-scheduler.
-            from hami.sim.controllers.resourceclaims import ResourceClaimController
-            from hami.sim.dynamicresources import DynamicResources
-
-            # The extender ranks nodes for pods with claims (node policy by GPU fill) and filters
-            # those their claims cannot fit; kube-scheduler's DynamicResources allocates and binds.
-            loop = KubeSchedulerLoop(client, ExtenderConfig(extender, bind_verb="", prioritize_verb=prioritize),
-                                     DEFAULT_SCHEDULER, dra=DynamicResources(client),
-                                     dra_preemption=True)  # KEP-5690: a claim pod may preempt lower-priority ones
-            tasks.append(asyncio.create_task(ResourceClaimController(client).run(stop),
-                                             name="resourceclaim-controller"))
-            if not all(self.dra_node(ni) for ni in range(1, len(self.names) + 1)):
-                # Mid-migration (--sim-dra-nodes): device-plugin pods (admission.gpumode) go to
-                # hami-scheduler, whose extender fits them on the device-plugin nodes.
-                plugin_loop = KubeSchedulerLoop(client, ExtenderConfig(
-                    extender, preempt_verb="preempt", prioritize_verb=prioritize), cfg.scheduler.scheduler_name)
-                tasks.append(asyncio.create_task(plugin_loop.run(stop), name="kube-scheduler-device-plugin"))
-        else:
-            # The same extenders[] entry scheduler_objects() publishes in the kube-system ConfigMap.
-            loop = KubeSchedulerLoop(client, ExtenderConfig(extender, preempt_verb="preempt",
-                                                            prioritize_verb=prioritize),
-                                     cfg.scheduler.scheduler_name)
+            tasks.extend(self._dra_schedulers(client, extender, stop))
+            return
+        # The extenders[] entry scheduler_objects() publishes, except managedResources: every pod reaches
+        # the extender, so the embedded cluster's other vendors' pods do too.
+        loop = KubeSchedulerLoop(client, ExtenderConfig(
+            extender, preempt_verb="preempt",
+            prioritize_verb="prioritize" if cfg.scheduler.extender_prioritize else ""), cfg.scheduler.scheduler_name)
         tasks.append(asyncio.create_task(loop.run(stop), name="kube-scheduler"))
 
     async def _start_controllers(self, client: KubeClient, stop: asyncio.Event, tasks: list) -> None:
@@ -752,9 +770,8 @@ class EmbeddedCluster:
         if cfg.sim.demo_workload:
             from hami.sim.workload import run_workload
 
-            tasks.append(asyncio.create_task(run_workload(
-                client, DEFAULT_SCHEDULER if cfg.scheduler.dra else cfg.scheduler.scheduler_name, stop),
-                name="demo-workload"))
+            tasks.append(asyncio.create_task(run_workload(client, cfg.scheduler.scheduler_name, stop),
+                                             name="demo-workload"))
 
     async def _shutdown(self, stop: asyncio.Event, tasks: list, dra_kubelets: list) -> None:
         """Stop every task (5 s to end on `stop`, then cancelled), the added nodes, kubelets, backends, client."""

@@ -15,9 +15,11 @@ for nodeSelector and required node affinity, NodeResourcesFit, PodTopologySpread
 the last three in `hami.kubesched.intree`, which says what of them is modelled), each node checked with
 the pods nominated to it (priority at least the pod's) and without them, as
 `RunFilterPluginsWithNominatedPods` does; then the extender's `filterVerb` with NodeNames
-(`nodeCacheCapable: true`). One feasible node is taken as is; several are scored: NodeAffinity's
-preferred terms (normalised to 0..100, weight 2 as in the default profile), InterPodAffinity and
-PodTopologySpread (weight 2), NodeResourcesFit's LeastAllocated and BalancedAllocation (weight 1),
+(`nodeCacheCapable: true`), for a pod the extender is interested in (`HTTPExtender.IsInterested`: it
+manages no resource, or the pod asks one it manages; otherwise the extender's filter, prioritize,
+preempt and bind are skipped and DefaultBinder binds). One feasible node is taken as is; several
+are scored: NodeAffinity's preferred terms (normalised to 0..100, weight 2 as in the default profile),
+InterPodAffinity and PodTopologySpread (weight 2), NodeResourcesFit's LeastAllocated and BalancedAllocation (weight 1),
 TaintToleration's PreferNoSchedule count (weight 3) plus, with a `prioritizeVerb`, the extender's 0..10 scores times its
 weight times 10 (MaxNodeScore / MaxExtenderPriority). An assigned pod's arrival or label change moves the parked pods it
 could help (`getUnschedulablePodsWithCrossTopologyTerm`: rejected by PodTopologySpread in its namespace, or with
@@ -65,9 +67,10 @@ import orjson
 
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
-from hami.kubesched import intree, nodeaffinity, preemption, taints
+from hami.kubesched import intree, nodeaffinity, preemption, schedconfig, taints
 from hami.kubesched import schedqueue as sq
 from hami.kubesched.pdb import victims_violating
+from hami.kubesched.schedconfig import is_interested
 from hami.obs.log import get_logger
 from hami.sim.dynamicresources import PLUGIN as DRA_PLUGIN
 from hami.sim.dynamicresources import DynamicResources
@@ -104,6 +107,20 @@ class ExtenderConfig:
     # False (the default): exactly kube-scheduler 1.31. True, a divergence only tests ask for: hand the
     # extender every lower-priority pod on such a node instead.
     gpu_only_preemption: bool = False
+    # `managedResources[].name`: when any, the extender sees only pods that ask one of them
+    # (HTTPExtender.IsInterested); none: every pod of the profile.
+    managed_resources: frozenset[str] = frozenset()
+
+    def interested(self, pod: Mapping) -> bool:
+        """HTTPExtender.IsInterested (hami.kubesched.schedconfig)."""
+        return is_interested(self.managed_resources, pod)
+
+    @classmethod
+    def from_entry(cls, entry: schedconfig.ExtenderEntry, url: str = "") -> ExtenderConfig:
+        """A KubeSchedulerConfiguration's `extenders[]` entry (`url` in place of its urlPrefix)."""
+        return cls(url or entry.url, filter_verb=entry.filter_verb, bind_verb=entry.bind_verb,
+                   prioritize_verb=entry.prioritize_verb, preempt_verb=entry.preempt_verb, weight=entry.weight,
+                   http_timeout=entry.http_timeout, managed_resources=entry.managed)
 
 
 @dataclass
@@ -349,8 +366,12 @@ class KubeSchedulerLoop:
     def __init__(self, client: KubeClient, extender_url: str | ExtenderConfig, scheduler_name: str,
                  *, http_timeout: float = 30.0, clock=time.monotonic, timings: sq.QueueTimings | None = None,
                  queueing_hints: bool = False, extender_parks: bool = False, dra: DynamicResources | None = None,
-                 dra_preemption: bool = False):
+                 dra_preemption: bool = False, fit_ignored: frozenset[str] | None = None,
+                 fit_ignored_groups: frozenset[str] = frozenset()):
         self.client = client
+        # NodeResourcesFitArgs.ignoredResources / ignoredResourceGroups of the profile (None: without
+        # DRA no extended resource is checked, as if each were an extender's ignoredByScheduler one)
+        self.fit_ignored, self.fit_ignored_groups = fit_ignored, fit_ignored_groups
         self.ext = extender_url if isinstance(extender_url, ExtenderConfig) else ExtenderConfig(
             extender_url, http_timeout=http_timeout)
         self.url = self.ext.url.rstrip("/")
@@ -541,7 +562,7 @@ class KubeSchedulerLoop:
             if error:
                 log.v(2).info("Claim reservation failed", pod=key, node=node, error=error)
                 return False
-        if not self.url or not self.ext.bind_verb:  # no binding extender: kube-scheduler's own DefaultBinder
+        if not self.url or not self.ext.bind_verb or not self.ext.interested(pod):  # DefaultBinder
             try:
                 await self.client.bind_pod(meta.get("namespace", "default"), meta["name"], meta.get("uid", ""), node)
             except ApiError as exc:
@@ -599,8 +620,9 @@ class KubeSchedulerLoop:
                 feasible.append(name)
             else:
                 statuses[name] = verdict
-        chosen: list[str] = [] if self.url else feasible
-        if feasible and self.url:
+        calls_extender = bool(self.url) and self.ext.interested(pod)
+        chosen: list[str] = [] if calls_extender else feasible
+        if feasible and calls_extender:
             self.stats.filters += 1
             result = await self._post(http, self.ext.filter_verb,
                                       {"Pod": pod, "NodeNames": feasible, "Nodes": None})
@@ -649,7 +671,7 @@ class KubeSchedulerLoop:
         view = self._cluster_view(pod)
         for n, s in self.in_tree_scores(pod, feasible, view).items():
             totals[n] += s
-        if self.ext.prioritize_verb:
+        if self.ext.prioritize_verb and self.ext.interested(pod):
             self.stats.prioritizes += 1
             scores = await self._post(http, self.ext.prioritize_verb, {"Pod": pod, "NodeNames": chosen, "Nodes": None})
             if isinstance(scores, list):
@@ -703,13 +725,16 @@ class KubeSchedulerLoop:
         return None
 
     def _extended_fit(self, node: dict) -> dict:
-        """NodeResourcesFit's extended resources: the HAMi loop leaves them to its extender (HAMi's
-        managedResources are ignoredByScheduler); the DRA loop checks them, except those a DeviceClass
-        maps (KEP-5004) on a node whose allocatable does not list them: DynamicResources serves those."""
+        """NodeResourcesFit's extended resources: checked, except the profile's ignored ones
+        (`fit_ignored`) and those a DeviceClass maps (KEP-5004) on a node whose allocatable does not list
+        them (DynamicResources serves those). Without DRA and without `fit_ignored` none is checked:
+        the HAMi loop leaves them to its extender (HAMi's managedResources are ignoredByScheduler)."""
+        ignored, groups = self.fit_ignored or frozenset(), self.fit_ignored_groups
         if self.dra is None:
-            return {}
+            return {} if self.fit_ignored is None else {"extended": True, "ignored": ignored, "ignored_groups": groups}
         alloc = (node.get("status") or {}).get("allocatable") or {}
-        return {"extended": True, "ignored": frozenset(r for r in self.dra.mapping() if r not in alloc)}
+        return {"extended": True, "ignored": ignored | frozenset(r for r in self.dra.mapping() if r not in alloc),
+                "ignored_groups": groups}
 
     def in_tree_scores(self, pod: dict, feasible: list[dict], view: ClusterView) -> dict[str, int]:
         """The default profile's scores, weighted and summed, per feasible node."""
@@ -789,7 +814,7 @@ class KubeSchedulerLoop:
             return None, self.fit_error_message(len(node_statuses), node_statuses)
         self.stats.preemptions += 1
         candidates: dict[str, tuple[list[dict], int]] = {}
-        if not self.ext.preempt_verb:  # callExtenders skips an extender that does not preempt
+        if not self.ext.preempt_verb or not self.ext.interested(pod):  # callExtenders skips it then
             candidates = picked_on
             result = {}
         else:

@@ -17,8 +17,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import yaml
+
+from hami.config.build import build_config
 from hami.dra.claims import class_selector
+from hami.kubesched import schedconfig
 from hami.kubesched.cel import SelectorCompiler
+from hami.sim.cluster import kube_scheduler_configuration
 
 from .chart import find, objects, one, rendered
 
@@ -182,3 +187,53 @@ def test_the_dra_plugin_reads_the_device_and_node_configs_the_chart_renders():
         wanted = ((values.get("devicePlugin") or {}).get("nodeConfiguration") or {}).get("config")
         if wanted:
             assert '"devicesplitcount": 4' in node_cm["data"]["config.json"]
+
+
+# --------------------------------------------------------------------------- kube-scheduler's extender entry
+
+HAMI_RESOURCES = frozenset({"nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage",
+                            "nvidia.com/gpucores", "nvidia.com/priority"})
+CLAIM_POD = {"spec": {"schedulerName": "hami-scheduler", "resourceClaims": [
+    {"name": "cuda-nvidia", "resourceClaimTemplateName": "hami-gpu-0123456789abcdef"}],
+    "containers": [{"name": "cuda", "resources": {"claims": [{"name": "cuda-nvidia"}],
+                                                  "limits": {"cpu": "1"}}}]}}
+GPU_POD = {"spec": {"schedulerName": "hami-scheduler", "initContainers": [
+    {"name": "warm", "resources": {"requests": {"nvidia.com/gpumem": "1000"}}}],
+    "containers": [{"name": "app", "resources": {"limits": {"cpu": "1"}}}]}}
+
+
+def _hami_profile(docs):
+    conf = yaml.safe_load(one(docs, "ConfigMap", "hami-scheduler-config")["data"]["config.yaml"])
+    return schedconfig.profile(conf, "hami-scheduler")
+
+
+def test_device_plugin_mode_calls_the_extender_only_for_pods_asking_hamis_resources():
+    """kube-scheduler's reading of the default render (HTTPExtender.IsInterested, buildExtenders): the
+    extender manages HAMi's resources, so a claim pod would never reach it; NodeResourcesFit ignores them."""
+    prof = _hami_profile(rendered("default"))
+    (ext,) = prof.extenders
+    assert ext.managed == HAMI_RESOURCES and ext.ignored_by_scheduler == HAMI_RESOURCES
+    assert ext.interested(GPU_POD)  # an init container's request is enough
+    assert not ext.interested(CLAIM_POD)
+    assert prof.fit_ignored == HAMI_RESOURCES
+
+
+def test_dra_mode_calls_the_extender_for_every_pod_and_fit_still_ignores_hamis_resources():
+    """With dra.enabled the entry has no managedResources (every pod of hami's profile, claim pods
+    included, reaches the extender: filter, bind, preempt) and the profile's own NodeResourcesFit args
+    ignore HAMi's resources, so a device-plugin pod of a mixed cluster still fits; the embedded cluster
+    builds the same entry (hami.sim.cluster.kube_scheduler_configuration) and its loop reads it."""
+    prof = _hami_profile(objects({"dra": {"enabled": True}}))
+    (ext,) = prof.extenders
+    assert ext.managed == frozenset() and ext.interested(CLAIM_POD) and ext.interested(GPU_POD)
+    assert (ext.filter_verb, ext.bind_verb, ext.preempt_verb) == ("filter", "bind", "preempt")
+    assert prof.fit_ignored == HAMI_RESOURCES and prof.fit_ignored_groups == frozenset()
+    embedded = schedconfig.profile(kube_scheduler_configuration(build_config(
+        {"roles": ("scheduler",), "dra": True}, env={})), "hami-scheduler")
+    (own,) = embedded.extenders
+    assert (own.managed, own.filter_verb, own.bind_verb, own.preempt_verb, own.prioritize_verb) == (
+        ext.managed, ext.filter_verb, ext.bind_verb, ext.preempt_verb, ext.prioritize_verb)
+    assert embedded.fit_ignored == prof.fit_ignored
+    # custom resource names follow into the ignored list
+    custom = _hami_profile(objects({"dra": {"enabled": True}, "resourceName": "example.com/vgpu"}))
+    assert "example.com/vgpu" in custom.fit_ignored and "nvidia.com/gpu" not in custom.fit_ignored

@@ -33,7 +33,7 @@ from hami.dra.claims import (
     translate_pod,
 )
 from hami.kubesched.cel import SelectorCompiler, device_activation
-from hami.scheduler.admission.webhook import WebhookSettings, mutate
+from hami.scheduler.admission.webhook import WebhookSettings, mutate, mutate_pod
 from tests.dra._objects import DRIVER, MIB, gpu_device
 
 CFG = NvidiaConfig()
@@ -131,7 +131,8 @@ def test_the_admission_review_carries_the_claim_and_its_shape_and_makes_nothing(
     out = mutate(review, WebhookSettings(dra=True))
     assert out["response"]["allowed"] is True
     patched = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(out["response"]["patch"])))
-    assert "schedulerName" not in patched["spec"]  # DRA pods stay with kube-scheduler
+    # handed to hami's scheduler profile, whose extender ranks claim pods by GPU fill
+    assert patched["spec"]["schedulerName"] == "hami-scheduler"
     # The pod in the API rebuilds exactly the template it references (hami.dra.templates makes it).
     (made,) = templates_of(patched).values()
     assert patched["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == made["metadata"]["name"]
@@ -144,6 +145,34 @@ def test_the_admission_review_carries_the_claim_and_its_shape_and_makes_nothing(
     priv["spec"]["containers"][0]["securityContext"] = {"privileged": True}
     out = mutate({**review, "request": {**review["request"], "object": priv}}, WebhookSettings(dra=True))
     assert out["response"]["allowed"] is False and "privileged" in out["response"]["status"]["message"]
+
+
+def test_a_claim_pod_goes_to_hamis_scheduler_unless_it_names_another_or_a_node():
+    """The webhook hands a pod it turns into claims to hami's scheduler profile (the chart's extender
+    entry there has no managedResources, so kube-scheduler calls the extender for it); a pod naming
+    another scheduler is left as written, a pod with a node already assigned is refused."""
+    for named in ("", "default-scheduler", "hami-scheduler"):
+        pod = _pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"})
+        if named:
+            pod["spec"]["schedulerName"] = named
+        d = mutate_pod(pod, WebhookSettings(dra=True))
+        assert d.allowed and d.pod["spec"]["schedulerName"] == "hami-scheduler", named
+        assert d.pod["spec"]["resourceClaims"]
+    foreign = _pod({"nvidia.com/gpu": "1"})
+    foreign["spec"]["schedulerName"] = "volcano"
+    d = mutate_pod(foreign, WebhookSettings(dra=True))
+    assert d.allowed and (d.pod is None or "resourceClaims" not in d.pod["spec"])
+    kept = _pod({"nvidia.com/gpu": "1"})
+    kept["spec"]["schedulerName"] = "default-scheduler"
+    d = mutate_pod(kept, WebhookSettings(dra=True, force_overwrite_default_scheduler=False))
+    assert d.allowed and (d.pod is None or d.pod["spec"]["schedulerName"] == "default-scheduler")
+    pinned = _pod({"nvidia.com/gpu": "1"})
+    pinned["spec"]["nodeName"] = "n1"
+    d = mutate_pod(pinned, WebhookSettings(dra=True))
+    assert not d.allowed and d.message == "pod has node assigned"
+    plain = _pod({"cpu": "1"})  # no GPU: no claim, its scheduler untouched
+    d = mutate_pod(plain, WebhookSettings(dra=True))
+    assert d.allowed and "schedulerName" not in (d.pod or plain)["spec"]
 
 
 def test_a_pod_rebuilds_only_the_templates_its_spec_references_from_its_own_shapes():

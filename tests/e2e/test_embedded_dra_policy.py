@@ -1,9 +1,12 @@
 """End to end: node policies and quotas for pods with DRA claims, on `hami --role all --embedded --dra`
 (2 nodes x 2 A100 40GB), driven by real kubectl.
 
-The embedded kube-scheduler calls the extender for pods with claims (filterVerb and, with
---extender-prioritize, prioritizeVerb; kube-scheduler binds); the extender ranks nodes by GPU fill
-from the ResourceSlices and allocated claims (the Placer, placement.claimwalk):
+The webhook sets the claim pods' schedulerName to hami-scheduler; the embedded kube-scheduler runs
+that profile with the chart's DRA configuration (hami.sim.cluster.kube_scheduler_configuration: the
+extender entry has no managedResources, so kube-scheduler calls it for every pod of the profile;
+NodeResourcesFit's args ignore HAMi's resources), so the extender filters, ranks (with
+--extender-prioritize) and binds claim pods after DynamicResources wrote their allocation; it ranks
+nodes by GPU fill from the ResourceSlices and allocated claims (the Placer, placement.claimwalk):
 
 - three `binpack` pods land on one node, then two `spread` pods take the other (the emptier) one.
 
@@ -57,7 +60,12 @@ def _pod(run, name):
 
 def _node_when_running(run, name):
     wait_until(lambda: _pod(run, name)["status"].get("phase") == "Running", 60, what=f"{name} Running")
-    return _pod(run, name)["spec"]["nodeName"]
+    pod = _pod(run, name)
+    # the webhook hands claim pods to hami's profile, whose extender entry (the chart's DRA one: no
+    # managedResources) kube-scheduler calls for them; bound by the extender without HAMi's bind phase
+    assert pod["spec"]["schedulerName"] == "hami-scheduler" and pod["spec"]["resourceClaims"]
+    assert "hami.io/bind-phase" not in pod["metadata"].get("annotations", {})
+    return pod["spec"]["nodeName"]
 
 
 def test_binpack_fills_one_node_and_spread_takes_the_emptier(cluster):

@@ -606,7 +606,7 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
                 return Decision(True, pod=pod)  # the annotation only matters to a GPU pod
             if mode.refused:
                 return Decision(False, code=403, reason="Forbidden", message=mode.refused)
-            return _with_mode(_dra_decision(pod, cfg, privileged), mode)
+            return _with_mode(_dra_decision(pod, cfg, privileged, settings.scheduler_name), mode)
     has_resource = False
     others = settings.vendors.others if settings.vendors is not None else ()
     counts = settings.vendors.other_counts if settings.vendors is not None else frozenset()
@@ -673,8 +673,10 @@ def _with_mode(d: Decision, mode: gpumode.ModeChoice) -> Decision:
     return d
 
 
-def _dra_decision(pod: dict, cfg: NvidiaConfig, privileged: str | None) -> Decision:
-    """--dra: the pod's GPU resources as claims (hami.dra.claims); its scheduler is left alone."""
+def _dra_decision(pod: dict, cfg: NvidiaConfig, privileged: str | None, scheduler_name: str) -> Decision:
+    """--dra: the pod's GPU resources as claims (hami.dra.claims), and the pod handed to our scheduler
+    profile as in device-plugin mode: kube-scheduler calls an extender only for its own profile's pods,
+    and the chart's profile sends every pod to the extender, which ranks claim pods by GPU fill."""
     try:
         t = dra_claims.translate_pod(pod, cfg)
     except dra_claims.ClaimError as exc:
@@ -683,6 +685,10 @@ def _dra_decision(pod: dict, cfg: NvidiaConfig, privileged: str | None) -> Decis
         return Decision(True, pod=pod)
     if privileged is not None:
         return Decision(False, code=403, reason="Forbidden", message=f"container {privileged} is privileged")
+    if scheduler_name:
+        t.pod["spec"]["schedulerName"] = scheduler_name
+        if t.pod["spec"].get("nodeName"):  # no scheduler would allocate its claims
+            return Decision(False, code=403, reason="Forbidden", message="pod has node assigned")
     # its templates are made from the pod in the API (hami.dra.templates)
     return Decision(True, pod=t.pod, dra_amounts=pod_amounts(pod, cfg))
 

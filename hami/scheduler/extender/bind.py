@@ -73,6 +73,10 @@ def _lock_holder(node: dict | None) -> str:
     return "" if held.legacy else f"{held.namespace}/{held.name}"
 
 
+def _uses_claims(pod: dict | None) -> bool:
+    return bool(((pod or {}).get("spec") or {}).get("resourceClaims"))
+
+
 def _in_pod_group(pod: dict | None) -> bool:
     if pod is None:
         return False
@@ -276,8 +280,11 @@ class Binder:
             stale = self._stale_keys(ns, name, pod, placement)
             if stale:  # a placement elsewhere left keys the new one lacks: a Binding cannot remove them
                 await self.client.patch_pod(ns, name, {"metadata": {"annotations": dict.fromkeys(stale)}})
-            marks = {**placement, codec.BIND_PHASE_ANNOTATION: "allocating",
-                     codec.BIND_TIME_ANNOTATION: codec.encode_unix_seconds(self.clock())}
+            # HAMi marks every pod it binds as allocating until its device plugin's Allocate; a pod whose
+            # GPUs are DRA claims (kube-scheduler allocated them) never gets one, so it is bound unmarked
+            marks = {} if not placement and _uses_claims(pod) else {
+                **placement, codec.BIND_PHASE_ANNOTATION: "allocating",
+                codec.BIND_TIME_ANNOTATION: codec.encode_unix_seconds(self.clock())}
             log.v(5).info("Binding with the placement", pod=f"{ns}/{name}", node=node, checked=locked)
             await self.client.bind_pod(ns, name, ref[2], node, annotations=marks)
         except ApiError as exc:

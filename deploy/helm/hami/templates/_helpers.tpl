@@ -98,6 +98,15 @@ imagePullSecrets:
 {{- end }}
 {{- end -}}
 
+{{/* The same names as NodeResourcesFitArgs.ignoredResources (DRA mode: the extender manages none). */}}
+{{- define "hami.fitIgnoredResources" -}}
+{{- $names := list .Values.resourceName .Values.resourceMem .Values.resourceMemPercentage .Values.resourceCores .Values.resourcePriority -}}
+{{- range $i, $n := $names }}
+{{- if $i }}{{ "\n" }}{{ end -}}
+- {{ $n | quote }}
+{{- end }}
+{{- end -}}
+
 {{/* The scheduler's HTTPS port (extender, webhook, health). ------------------------------------ */}}
 
 {{- define "hami.httpTargetPort" -}}
