@@ -33,8 +33,6 @@ ALLOWED: dict[str, tuple[int, str]] = {
         84, "faithful port of kube-scheduler's DefaultPreemption PostFilter, step by step"),
     "scheduler/extender/nodescan.py:NodeScanner.scan": (
         85, "a byte scanner over one body: its positions are the state every step shares"),
-    "scheduler/admission/webhook.py:mutate_pod": (
-        83, "to split: the pod's shape checks, the per-container mutation and the quota and DRA checks"),
 }
 
 

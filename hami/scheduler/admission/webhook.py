@@ -607,43 +607,14 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
             if mode.refused:
                 return Decision(False, code=403, reason="Forbidden", message=mode.refused)
             return _with_mode(_dra_decision(pod, cfg, privileged, settings.scheduler_name), mode)
-    has_resource = False
-    others = settings.vendors.others if settings.vendors is not None else ()
-    counts = settings.vendors.other_counts if settings.vendors is not None else frozenset()
-    hide = settings.vendors.overwrite_env if settings.vendors is not None else ()
     try:
-        for group in ("initContainers", "containers"):
-            for ctr in spec.get(group) or ():
-                if _mutate_container(ctr, pod, cfg):
-                    has_resource = True
-                if counts and any(k in counts for part in _resources(ctr) for k in part):
-                    for v in others:
-                        if _mutate_vendor(ctr, v, pod):
-                            has_resource = True
-                for v in hide:  # Ascend overwriteEnv: once per such chip the container does not ask for
-                    if v.count_resource not in _resources(ctr)[0]:
-                        _add_env(ctr, ASCEND_VISIBLE_DEVICES, "")
-                _check_quantities(ctr, settings)  # after the vendors' own checks, so HAMi's texts come first
+        has_resource = _mutate_containers(spec, pod, settings)
     except _Reject as r:
         return Decision(False, code=r.code, message=r.message)
-    if has_resource:  # HAMi denies bad device-scoring weights at admission, before scheduling
-        try:
-            weights_for((pod.get("metadata") or {}).get("annotations"))
-        except PolicyError as exc:
-            return Decision(False, code=403, reason="Forbidden", message=str(exc))
-    if privileged is not None and has_resource:
-        return Decision(False, code=403, reason="Forbidden", message=f"container {privileged} is privileged")
-    if has_resource and not settings.allow_disable_control:
-        uncontrolled = _control_disabled(spec)
-        if uncontrolled is not None:
-            return Decision(False, code=403, reason="Forbidden", message=(
-                f"container {uncontrolled} sets {DISABLE_CONTROL_ENV}: turning HAMi-core's limits off in a "
-                f"pod whose GPU slice is counted is the operator's choice (node config allowDisableControl "
-                f"and --allow-tenant-disable-control), not a pod's"))
-    if has_resource and settings.scheduler_name:
-        spec["schedulerName"] = settings.scheduler_name
-        if spec.get("nodeName"):
-            return Decision(False, code=403, reason="Forbidden", message="pod has node assigned")
+    if has_resource:
+        refused = _device_pod_refusal(pod, spec, settings, privileged)
+        if refused is not None:
+            return refused
     ns = (pod.get("metadata") or {}).get("namespace") or namespace
     view = quota(ns) if callable(quota) else quota
     if not _fits_quota(pod, cfg, view):
@@ -657,6 +628,51 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
             return Decision(False, code=403, reason="Forbidden", message=why)
         return _with_mode(Decision(True, pod=pod), mode)
     return Decision(True, pod=pod)
+
+
+def _mutate_containers(spec: dict, pod: dict, settings: WebhookSettings) -> bool:
+    """Every container's mutation (NVIDIA's, then the other vendors'), then HAMi's quantity checks;
+    whether any asks for a device. Raises _Reject with the first refusal."""
+    has_resource = False
+    others = settings.vendors.others if settings.vendors is not None else ()
+    counts = settings.vendors.other_counts if settings.vendors is not None else frozenset()
+    hide = settings.vendors.overwrite_env if settings.vendors is not None else ()
+    for group in ("initContainers", "containers"):
+        for ctr in spec.get(group) or ():
+            if _mutate_container(ctr, pod, settings.nvidia):
+                has_resource = True
+            if counts and any(k in counts for part in _resources(ctr) for k in part):
+                for v in others:
+                    if _mutate_vendor(ctr, v, pod):
+                        has_resource = True
+            for v in hide:  # Ascend overwriteEnv: once per such chip the container does not ask for
+                if v.count_resource not in _resources(ctr)[0]:
+                    _add_env(ctr, ASCEND_VISIBLE_DEVICES, "")
+            _check_quantities(ctr, settings)  # after the vendors' own checks, so HAMi's texts come first
+    return has_resource
+
+
+def _device_pod_refusal(pod: dict, spec: dict, settings: WebhookSettings, privileged: str | None) -> Decision | None:
+    """A pod asking for a device: its scoring weights, privilege, HAMi-core control and node; the
+    scheduler name set. The refusal, or None."""
+    try:  # HAMi denies bad device-scoring weights at admission, before scheduling
+        weights_for((pod.get("metadata") or {}).get("annotations"))
+    except PolicyError as exc:
+        return Decision(False, code=403, reason="Forbidden", message=str(exc))
+    if privileged is not None:
+        return Decision(False, code=403, reason="Forbidden", message=f"container {privileged} is privileged")
+    if not settings.allow_disable_control:
+        uncontrolled = _control_disabled(spec)
+        if uncontrolled is not None:
+            return Decision(False, code=403, reason="Forbidden", message=(
+                f"container {uncontrolled} sets {DISABLE_CONTROL_ENV}: turning HAMi-core's limits off in a "
+                f"pod whose GPU slice is counted is the operator's choice (node config allowDisableControl "
+                f"and --allow-tenant-disable-control), not a pod's"))
+    if settings.scheduler_name:
+        spec["schedulerName"] = settings.scheduler_name
+        if spec.get("nodeName"):
+            return Decision(False, code=403, reason="Forbidden", message="pod has node assigned")
+    return None
 
 
 def _asks_gpu(spec: Mapping, cfg: NvidiaConfig) -> bool:
