@@ -93,6 +93,9 @@ class NodeScanner:
         self._last: tuple[bytes, list[ScannedNode]] = (b"", [])
 
     def scan(self, body: bytes) -> tuple[dict, list[ScannedNode]] | None:
+        """The body's first array of Node objects, each item decoded or reused by its bytes; None when
+        the body holds none the scanner can read. Kept whole: a byte scanner over one body, whose
+        positions are the state every step shares."""
         # The first array of objects whose first item has a metadata name soon (a pod's own
         # `items`, e.g. a configMap volume's, has none).
         start = body.find(_START)

@@ -147,7 +147,8 @@ def first_fit(
     idle) the busy nodes are those with anything pending; they are passed by without being
     fitted and, when no idle node fits, fitted least pending first (in order within a level). `need` (fit.memory_need)
     lets the walk pass by nodes whose `free_memory_bound` is below it without fitting them. `failed` is complete only
-    when nothing fits (then every node is fitted, in order, for its reason).
+    when nothing fits (then every node is fitted, in order, for its reason). Kept whole: one walk whose
+    levels (idle, busy) and memory bound are state every branch shares.
     """
     order = names.order(descending)
     order.refresh(nodes, log)
