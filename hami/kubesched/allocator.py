@@ -67,8 +67,9 @@ class AllocationError(ValueError):
     """A claim that cannot be allocated at all on this node (names the field or the cause)."""
 
 
-def inventory(slices: Iterable[Mapping]) -> Inventory:
-    return Inventory(slices)
+def inventory(slices: Iterable[Mapping], previous: Inventory | None = None) -> Inventory:
+    """The devices the slices publish; `previous`: the inventory this one replaces (its reads reused)."""
+    return Inventory(slices, previous)
 
 
 # --------------------------------------------------------------------------- usage

@@ -74,6 +74,7 @@ class DynamicResources:
         # an extended-resource claim not created yet (its in-memory key) -> (pod ns, pod name, request mappings)
         self._extended: dict[str, tuple[str, str, list[dict]]] = {}
         self._inventory: Inventory | None = None
+        self._slices_changed = False  # a slice event since the inventory was built: rebuilt at the next use
         self.reserved = 0
         self.binding_checks = 0  # PreBind's looks at a claim's binding conditions that found them unmet
 
@@ -88,7 +89,7 @@ class DynamicResources:
             self.on_event(event, old, new)
 
     def _slice_event(self, etype: str, old, new) -> None:
-        self._inventory = None
+        self._slices_changed = True
         self._emit((sq.RESOURCE_SLICE, sq.ADD if old is None else sq.UPDATE), old, new)
 
     def _class_event(self, etype: str, old, new) -> None:
@@ -153,8 +154,9 @@ class DynamicResources:
         return ""
 
     def devices(self) -> Inventory:
-        if self._inventory is None:
-            self._inventory = inventory(self.slices.store.values())
+        if self._inventory is None or self._slices_changed:
+            self._slices_changed = False
+            self._inventory = inventory(self.slices.store.values(), self._inventory)
         return self._inventory
 
     # ------------------------------------------------------------------ the plugin

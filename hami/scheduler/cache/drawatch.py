@@ -26,6 +26,7 @@ class DraWatch:
         self.claims = Informer(client, "resourceclaims")
         self.classes = Informer(client, "deviceclasses")
         self._inventory: Inventory | None = None
+        self._slices_changed = False
 
     @property
     def informers(self) -> list[Informer]:
@@ -36,11 +37,13 @@ class DraWatch:
         return all(i.synced.is_set() for i in self.informers)
 
     def _slice_event(self, etype: str, old, new) -> None:
-        self._inventory = None
+        self._slices_changed = True
 
     def devices(self) -> Inventory:
-        if self._inventory is None:
-            self._inventory = inventory(self.slices.store.values())
+        """The devices the slices publish, rebuilt after a slice event (the unchanged slices' reads kept)."""
+        if self._inventory is None or self._slices_changed:
+            self._slices_changed = False
+            self._inventory = inventory(self.slices.store.values(), self._inventory)
         return self._inventory
 
     def class_mapping(self) -> dict:
