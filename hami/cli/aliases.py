@@ -16,30 +16,21 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from hami.cli.flags import REFUSED, add_flag
 from hami.config.flagtable import ALIAS_DEST_PREFIX, ALIAS_FLAGS, REFUSED_FLAGS
+
+__all__ = ["ALIASES", "REFUSED", "add_alias_flags", "take_aliases"]
 
 # flag -> (the nvidia: key it sets, its kind in the flag table)
 ALIASES: dict[str, tuple[str, str]] = {f.spellings[0]: (f.nvidia_key, f.kind) for f in ALIAS_FLAGS}
-# flag -> what to set instead
-REFUSED: dict[str, str] = {f.spellings[0]: f.help for f in REFUSED_FLAGS}
-
-
-class _Refuse(argparse.Action):
-    def __call__(self, parser, namespace, values, option_string=None):
-        parser.error(f"{option_string} is HAMi's flag and has no equivalent here: set {REFUSED[self.dest]} instead")
 
 
 def add_alias_flags(parser: argparse.ArgumentParser) -> None:
-    from hami.cli.flags import add_flag
-
     group = parser.add_argument_group(
         "HAMi's flags (deprecated aliases: each sets the device config key named, which hami reads from "
         "--device-config-file)")
-    for flag in ALIAS_FLAGS:
+    for flag in (*ALIAS_FLAGS, *REFUSED_FLAGS):
         add_flag(group, flag)
-    for flag in REFUSED_FLAGS:
-        group.add_argument(flag.spellings[0], dest=flag.dest, nargs="?", action=_Refuse, default=argparse.SUPPRESS,
-                           metavar="VALUE", help=f"refused: set {flag.help}")
 
 
 def take_aliases(flags: dict[str, Any], warn: Callable[[str], None]) -> dict[str, tuple[str, Any]]:

@@ -1,7 +1,9 @@
 """The argparse side of the flag table (hami.config.flagtable): `_` and `-` spellings are both accepted.
 
-Flags are registered with `default=SUPPRESS`, so the parsed namespace holds only the flags the user
-actually set; defaults live in `hami.config.settings` and nowhere else.
+Role flags are registered with `default=SUPPRESS`, so the parsed namespace holds only the flags the user
+actually set; their defaults live in `hami.config.settings` and nowhere else. A tool subcommand's own
+options (`option` rows) carry their defaults in the table. This module is the only one that declares an
+argparse option (`add_flag`); the role parser, HAMi's aliases and every subcommand's parser call it.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hami.config.flagtable import ROLE_FLAGS, Flag
+from hami.config.flagtable import REFUSED_FLAGS, ROLE_FLAGS, Flag, command_flags
 from hami.config.settings import ConfigError, parse_duration
 
 
@@ -90,25 +92,45 @@ def spellings(names: tuple[str, ...]) -> list[str]:
     return out
 
 
-def add_flag(group: Any, flag: Flag, dest: str | None = None, help_text: str | None = None) -> None:
-    """One row of the flag table as an argparse option; absent unless the user sets it."""
+REFUSED: dict[str, str] = {f.spellings[0]: f.help for f in REFUSED_FLAGS}  # flag -> what to set instead
+
+
+class _Refuse(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} is HAMi's flag and has no equivalent here: set {REFUSED[self.dest]} instead")
+
+
+def add_flag(group: Any, flag: Flag, *, suppress: bool = False) -> None:
+    """One row of the flag table as an argparse option. A role flag is absent unless the user sets it;
+    a subcommand's option has its row's default, or is absent too with `suppress` (a flag accepted
+    again after a subcommand must not overwrite the value given before it)."""
+    if flag.positional:
+        optional = {"nargs": "?", "default": flag.default} if flag.default is not None else {}
+        group.add_argument(flag.names, metavar=flag.metavar, choices=flag.choices, help=flag.help, **optional)
+        return
     opts = spellings(flag.spellings)
-    dest = dest or flag.dest
-    help_text = flag.help if help_text is None else help_text
+    dest, help_text = flag.dest, flag.help
+    default = flag.default if flag.option and not suppress else argparse.SUPPRESS
+    if isinstance(default, tuple):
+        default = list(default)  # argparse appends to it: each parser gets a list of its own
     if flag.kind == "version":
         from hami import __version__
 
         group.add_argument(*opts, action="version", version=f"hami {__version__}", help=help_text)
-    elif flag.kind == "switch":
-        group.add_argument(*opts, dest=dest, action="store_true", default=argparse.SUPPRESS, help=help_text)
+    elif flag.kind == "refused":
+        group.add_argument(flag.spellings[0], dest=dest, nargs="?", action=_Refuse, default=argparse.SUPPRESS,
+                           metavar="VALUE", help=f"refused: set {help_text}")
+    elif flag.kind in ("switch", "off"):
+        action = "store_true" if flag.kind == "switch" else "store_false"
+        group.add_argument(*opts, dest=dest, action=action, default=default, help=help_text)
     elif flag.kind == "list":
-        group.add_argument(*opts, dest=dest, action="append", type=str, default=argparse.SUPPRESS, help=help_text)
+        group.add_argument(*opts, dest=dest, action="append", type=str, default=default, help=help_text)
     elif flag.kind == "bool":
         group.add_argument(*opts, dest=dest, nargs="?", const=True, type=parse_bool,
-                           default=argparse.SUPPRESS, metavar="BOOL", help=help_text)
+                           default=default, metavar="BOOL", help=help_text)
     else:
-        metavar = {"goint": "INT", "number": "FLOAT", "str": "STR"}[flag.kind] if flag.alias else None
-        group.add_argument(*opts, dest=dest, type=_KIND_TYPES[flag.kind], default=argparse.SUPPRESS,
+        metavar = {"goint": "INT", "number": "FLOAT", "str": "STR"}[flag.kind] if flag.alias else flag.metavar
+        group.add_argument(*opts, dest=dest, type=_KIND_TYPES[flag.kind], default=default, choices=flag.choices,
                            metavar=metavar, help=help_text)
 
 
@@ -131,12 +153,9 @@ def add_role_flags(parser: argparse.ArgumentParser, roles: tuple[str, ...] | Non
         add_alias_flags(parser)
 
 
-KUBE_FLAGS = ("kubeconfig", "kube_qps", "kube_burst", "kube_background_qps", "kube_background_burst",
-              "kube_timeout", "v", "log_format")
+def add_command_flags(parser: Any, command: str, *, suppress: bool = False) -> None:
+    """Every row subcommand `command` takes (hami.config.flagtable.COMMANDS), in table order: the role
+    flags it shares (the API connection) and its own options."""
+    for flag in command_flags(command):
+        add_flag(parser, flag, suppress=suppress)
 
-
-def add_kube_flags(parser: argparse.ArgumentParser) -> None:
-    """The connection flags subcommands need (doctor, tune)."""
-    for flag in ROLE_FLAGS:
-        if flag.dest in KUBE_FLAGS:
-            add_flag(parser, flag)

@@ -56,12 +56,17 @@ def role_parser(help_roles: tuple[str, ...] | None = None) -> argparse.ArgumentP
     return parser
 
 
-def _run_subcommand(name: str, argv: Sequence[str]) -> int:
+def subcommand_parser(name: str) -> argparse.ArgumentParser:
+    """`hami NAME`'s parser: its module's `configure` adds the flag table's rows for it (hami.cli.flags)."""
     module_name, help_text = SUBCOMMANDS[name]
     parser = argparse.ArgumentParser(prog=f"hami {name}", description=help_text)
-    module = importlib.import_module(module_name)
-    module.configure(parser)
-    args = parser.parse_args(list(argv))
+    importlib.import_module(module_name).configure(parser)
+    return parser
+
+
+def _run_subcommand(name: str, argv: Sequence[str]) -> int:
+    args = subcommand_parser(name).parse_args(list(argv))
+    module = importlib.import_module(SUBCOMMANDS[name][0])
     from hami.obs.log import configure_logging
 
     configure_logging(getattr(args, "v", 0) or 0, getattr(args, "log_format", "text") or "text")

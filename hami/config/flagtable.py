@@ -1,7 +1,9 @@
 """Every flag of `hami`, declared once: its spellings, type, where it lands in the settings, who reads it, help.
 
 The CLI's parser (hami.cli.flags), `--help` and `--role R --help` (hami.cli.rolehelp), build_config's flag
-step (hami.config.build) and HAMi's legacy aliases (hami.cli.aliases) are all generated from FLAGS.
+step (hami.config.build), HAMi's legacy aliases (hami.cli.aliases) and the options of the tool subcommands
+(`hami doctor`, `tune`, `whatif`, `cache`, `kubectl hami`: COMMANDS) are all generated from FLAGS; no
+module outside hami.cli.flags declares an argparse option (tests/foundation/test_cli_subcommand_flags.py).
 
 A row: `Flag(names, kind, to, help)`.
 - names: the spellings as HAMi writes them, space separated; `_` and `-` variants are accepted too, and the
@@ -14,11 +16,18 @@ A row: `Flag(names, kind, to, help)`.
   alias, `nvidia.<key>` of the device config.
 - roles: who reads it, for the help groups; by default the roles of its `to` groups, () = every role.
 - weak: sets its fields only where no other flag did (HAMi's one flag beside role-specific ones).
+- commands: the tool subcommands (COMMANDS) whose parser takes the row too, next to the roles that read it:
+  the API connection flags are the roles' rows. A subcommand's own option (`option(...)`) sets no settings
+  field: its value is the subcommand's argument, with `default` when not given; its kinds are str, goint,
+  number, switch, off (store_false), list and arg (a positional; optional when it has a default).
+  A spelling may be a role flag and a subcommand option with another meaning (`--scheduler-name`: the name
+  the webhook sets; to `hami doctor`, the scheduler to look at): two rows, never in one parser.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from hami.config.settings import parse_duration, parse_label_selector
 
@@ -30,6 +39,10 @@ ROLE_ORDER = ("scheduler", "node-agent", "monitor", "ui", "dra", "sim")
 DRA_AGENT_FIELDS = frozenset({"node_name", "gpu_backend", "fake_gpus", "hook_path", "health_bind_address",
                               "node_config_file", "cdi_root"})
 ALIAS_DEST_PREFIX = "hami_alias:"
+# The tool subcommands whose options are rows here, by their words (`hami doctor pod`, `kubectl hami top`).
+COMMANDS = ("doctor pod", "doctor nodes", "tune", "whatif", "cache dump", "kubectl hami", "kubectl hami top")
+API_COMMANDS = ("doctor pod", "doctor nodes", "tune", "whatif")  # the ones that talk to the API server
+DOCTOR = ("doctor pod", "doctor nodes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +54,16 @@ class Flag:
     roles: tuple[str, ...] | None = None
     weak: bool = False
     alias: bool = False  # HAMi's deprecated spelling of a device config key (`to` = nvidia.<key>)
+    commands: tuple[str, ...] = ()  # the subcommands (COMMANDS) that take this row too
+    option: bool = False  # a subcommand's own option: no settings field, a default of its own
+    default: Any = None  # an option's value when not given (a role flag's lives in hami.config.settings)
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    dest_name: str = ""  # an option's argparse dest when not its last spelling's
+
+    @property
+    def positional(self) -> bool:
+        return self.kind == "arg"
 
     @property
     def spellings(self) -> tuple[str, ...]:
@@ -48,6 +71,8 @@ class Flag:
 
     @property
     def dest(self) -> str:
+        if self.dest_name:
+            return self.dest_name
         if self.alias:
             return ALIAS_DEST_PREFIX + self.nvidia_key
         if self.kind == "refused":
@@ -100,6 +125,13 @@ def refused(flag: str, instead: str) -> Flag:
     return Flag(flag, "refused", "", instead, roles=("scheduler", "node-agent"))
 
 
+def option(names: str, kind: str, help: str, commands: tuple[str, ...], default: Any = None, *,  # noqa: A002
+           choices: tuple[str, ...] | None = None, metavar: str | None = None, dest: str = "") -> Flag:
+    """A tool subcommand's own option (or positional argument, kind "arg"): no settings field behind it."""
+    return Flag(names, kind, "", help, roles=(), commands=commands, option=True, default=default, choices=choices,
+                metavar=metavar, dest_name=dest)
+
+
 FLAGS: tuple[Flag, ...] = (
     # the process: read by the CLI itself (hami.cli.main), not by a settings group
     Flag("--version", "version", "", "print hami's version and exit", roles=()),
@@ -108,22 +140,25 @@ FLAGS: tuple[Flag, ...] = (
          "parse flags, environment and config files as a start would, print the resolved configuration and exit "
          "(0 valid, 2 naming the bad flag or file); opens no socket and makes no API call", roles=()),
     # process
-    Flag("--kubeconfig", "str", "kube.kubeconfig", "kubeconfig file (else $KUBECONFIG, else in-cluster)"),
+    Flag("--kubeconfig", "str", "kube.kubeconfig", "kubeconfig file (else $KUBECONFIG, else in-cluster)",
+         commands=API_COMMANDS),
     Flag("--kube-qps", "float", "kube.qps",
          "critical-lane API requests per second: what a pending pod waits on (default per role: scheduler 150, "
-         "node-agent 50, monitor 20; docs/kube-client.md)"),
+         "node-agent 50, monitor 20; docs/kube-client.md)", commands=API_COMMANDS),
     Flag("--kube-burst", "int", "kube.burst",
-         "critical-lane API request burst (default per role: scheduler 1000, node-agent 100, monitor 40)"),
+         "critical-lane API request burst (default per role: scheduler 1000, node-agent 100, monitor 40)",
+         commands=API_COMMANDS),
     Flag("--kube-background-qps", "float", "kube.background_qps",
          "background-lane API requests per second: events, handshakes, registrations, leases, re-lists "
-         "(default per role: scheduler 50, node-agent 10, monitor 20)"),
+         "(default per role: scheduler 50, node-agent 10, monitor 20)", commands=API_COMMANDS),
     Flag("--kube-background-burst", "int", "kube.background_burst",
-         "background-lane API request burst (default per role: scheduler 100, node-agent 20, monitor 40)"),
+         "background-lane API request burst (default per role: scheduler 100, node-agent 20, monitor 40)",
+         commands=API_COMMANDS),
     Flag("--kube-timeout", "duration", "kube.timeout",
-         "deadline of one API request except watches, e.g. 30s; 0 = none (default 10s)"),
+         "deadline of one API request except watches, e.g. 30s; 0 = none (default 10s)", commands=API_COMMANDS),
     Flag("-v --v", "int", "log.verbosity",
-         "log verbosity: 0 errors and key events, 2 scores, 4 filter decisions, 5 trace"),
-    Flag("--log-format", "str", "log.format", "text (klog style) or json"),
+         "log verbosity: 0 errors and key events, 2 scores, 4 filter decisions, 5 trace", commands=API_COMMANDS),
+    Flag("--log-format", "str", "log.format", "text (klog style) or json", commands=API_COMMANDS),
     Flag("--debug", "bool", "log.debug", "debug mode; implies -v=4"),
     Flag("--profiling", "bool", "debug.profiling",
          "serve /debug/pprof on the loopback debug listener (off by default; reach it with kubectl "
@@ -317,6 +352,80 @@ FLAGS: tuple[Flag, ...] = (
          "how long a node group's node stays empty before the stand-in removes it (default 30s)"),
     Flag("--demo-workload", "bool", "sim.demo_workload", "submit a stream of sample GPU pods"),
 
+    # `hami doctor pod|nodes`: what the doctor must know about the scheduler it looks at
+    option("pod", "arg", "the pod to diagnose (NAME alone: namespace default)", ("doctor pod",),
+           metavar="NAMESPACE/NAME"),
+    option("--scheduler-name", "str",
+           "the HAMi scheduler's name, its --scheduler-name (schedulerName of its pods, component of its events)",
+           (*DOCTOR, "whatif"), "hami-scheduler"),
+    option("--scheduler-url", "str", "base URL of the scheduler's HTTP server; its /healthz tells if it runs",
+           DOCTOR, ""),
+    option("--hami-namespace", "str",
+           "namespace HAMi is installed in (the Helm release namespace); default: the namespace of the chart's "
+           "device ConfigMap (label app.kubernetes.io/component=hami-scheduler)", DOCTOR, ""),
+    option("--scheduler-namespace", "str",
+           "namespace of the scheduler's leader Lease (default: the HAMi namespace)", DOCTOR, ""),
+    option("--lease-name", "str", "name of the leader Lease", DOCTOR, "hami-scheduler"),
+    option("--node-lock-timeout", "str", "nodeLockExpire, e.g. 5m (default 5m)", DOCTOR, "5m"),
+    option("--json", "switch", "print JSON instead of text", (*DOCTOR, "tune"), False),
+    option("--no-whatif", "off", "skip the whatif probe (one snapshot of nodes, pods and quotas)", ("doctor pod",),
+           True, dest="whatif"),
+    # `hami tune`
+    option("--metrics-url", "list", "a monitor's /metrics URL (repeatable: one per node)", ("tune",), ()),
+    option("--prometheus-url", "str", "Prometheus base URL (instead of --metrics-url)", ("tune",), ""),
+    option("--window", "str", "Prometheus range for max_over_time (default 7d)", ("tune",), "7d"),
+    option("--samples", "goint", "scrapes per --metrics-url (peak over them)", ("tune",), 1),
+    option("--interval", "number", "seconds between scrapes (default 10)", ("tune",), 10.0),
+    option("--device-memory-scaling", "number", "the current deviceMemoryScaling", ("tune",), 1.0),
+    option("--device-split-count", "goint", "the current deviceSplitCount", ("tune",), 10),
+    option("--whatif-scenario", "str",
+           "also write the recommendation as a `hami whatif --scenario` file, to try it first", ("tune",), "",
+           metavar="FILE"),
+    # `hami whatif`
+    option("command", "arg", "run (default): replay scenarios; snapshot: save the live cluster to -o FILE",
+           ("whatif",), "run", choices=("run", "snapshot")),
+    option("--snapshot", "str", "read this snapshot instead of the live cluster", ("whatif",), "",
+           dest="snapshot_file"),
+    option("-o --output", "str", "snapshot: the file to write", ("whatif",), ""),
+    option("--scenario", "str", "scenario YAML (workloads, changes, scenarios)", ("whatif",), ""),
+    option("--format", "str", "output format", ("whatif",), "text", choices=("text", "json")),
+    option("--html", "str", "also write a self-contained HTML report with plots here", ("whatif",), ""),
+    option("--suggest", "switch",
+           "search split count, memory scaling and policies for the change that places most pods", ("whatif",),
+           False),
+    option("--scale-up", "switch",
+           "how many nodes of which node group would place the pending pods (Cluster Autoscaler's count with the "
+           "in-tree filters, and HAMi's)", ("whatif",), False),
+    option("--node-scheduler-policy", "str", "the scheduler's --node-scheduler-policy (default binpack)",
+           ("doctor pod", "whatif"), "binpack", choices=("binpack", "spread")),
+    option("--gpu-scheduler-policy", "str", "the scheduler's --gpu-scheduler-policy (default spread)",
+           ("doctor pod", "whatif"), "spread"),
+    option("--timing", "switch",
+           "also schedule each scenario through the embedded cluster and kube-scheduler loop, timed (time to "
+           "bind the batch, pods/s, queue waits)", ("whatif",), False),
+    option("--timing-limit", "number", "--timing: stop a scenario's run after this many seconds (default 120)",
+           ("whatif",), 120.0),
+    option("--timing-creators", "goint",
+           "--timing: pods created at once (1, the default, keeps the arrival order exact; more makes a burst)",
+           ("whatif",), 1),
+    option("--allocate-delay", "number",
+           "--timing: seconds the node side takes per bound pod before releasing the node lock", ("whatif",), 0.0),
+    # `hami cache dump`
+    option("file", "arg", "a HAMi-core cache file (.../containers/<uid>_<ctr>/*.cache)", ("cache dump",),
+           metavar="FILE"),
+    option("--json", "switch", "print JSON (schema: docs/cache-dump.md)", ("cache dump",), False),
+    # `kubectl hami`: the cluster as kubectl picks it, accepted before and after the subcommand
+    option("--kubeconfig", "str", "kubeconfig file (else $KUBECONFIG, else ~/.kube/config)", ("kubectl hami",)),
+    option("--context", "str", "kubeconfig context (else its current-context)", ("kubectl hami",)),
+    option("-n --namespace", "str", "namespace (else the context's, else default)", ("kubectl hami",)),
+    option("what", "arg", "what to list: gpus, nodes or pods", ("kubectl hami top",),
+           choices=("gpus", "nodes", "pods")),
+    option("-A --all-namespaces", "switch", "top pods: every namespace", ("kubectl hami top",), False),
+    option("-o --output", "str", "table (default), json or yaml", ("kubectl hami top",), "table",
+           choices=("table", "json", "yaml")),
+    option("--metrics-url", "list",
+           "a monitor's (or Prometheus-federated) /metrics for the used figures; repeatable", ("kubectl hami top",)),
+
     # HAMi's scheduler flags from before the device config file existed
     alias("--default-mem", "defaultMemory", "goint"),
     alias("--default-cores", "defaultCores", "goint"),
@@ -341,10 +450,17 @@ FLAGS: tuple[Flag, ...] = (
     refused("--cdi-annotation-prefix", "--device-list-strategy cdi-annotations (the prefix is NVIDIA's cdi.k8s.io/)"),
 )
 
-ROLE_FLAGS: tuple[Flag, ...] = tuple(f for f in FLAGS if not f.alias and f.kind != "refused")
+ROLE_FLAGS: tuple[Flag, ...] = tuple(f for f in FLAGS if not f.alias and f.kind != "refused" and not f.option)
 ALIAS_FLAGS: tuple[Flag, ...] = tuple(f for f in FLAGS if f.alias)
 REFUSED_FLAGS: tuple[Flag, ...] = tuple(f for f in FLAGS if f.kind == "refused")
 BY_DEST: dict[str, Flag] = {f.dest: f for f in ROLE_FLAGS}
+
+
+def command_flags(command: str) -> tuple[Flag, ...]:
+    """The rows subcommand `command` (one of COMMANDS) takes, in table order."""
+    if command not in COMMANDS:
+        raise KeyError(command)
+    return tuple(f for f in FLAGS if command in f.commands)
 
 
 def flag_named(group: str, field: str) -> str:

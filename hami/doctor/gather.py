@@ -77,25 +77,6 @@ async def installation(client: KubeClient, args: argparse.Namespace) -> Installa
     return Installation(ns, nvidia, source, tuple(notes), vendors)
 
 
-def add_common_flags(parser: argparse.ArgumentParser) -> None:
-    """Connection flags plus what the doctor must know about the scheduler."""
-    from hami.cli.flags import add_kube_flags
-
-    add_kube_flags(parser)
-    parser.add_argument("--scheduler-name", default="hami-scheduler",
-                        help="the HAMi scheduler's name (schedulerName of its pods, component of its events)")
-    parser.add_argument("--scheduler-url", default="",
-                        help="base URL of the scheduler's HTTP server; its /healthz tells if it runs")
-    parser.add_argument("--hami-namespace", default="",
-                        help="namespace HAMi is installed in (the Helm release namespace); default: the "
-                             "namespace of the chart's device ConfigMap (label " + SCHEDULER_LABEL + ")")
-    parser.add_argument("--scheduler-namespace", default="",
-                        help="namespace of the scheduler's leader Lease (default: the HAMi namespace)")
-    parser.add_argument("--lease-name", default="hami-scheduler", help="name of the leader Lease")
-    parser.add_argument("--node-lock-timeout", default="5m", help="nodeLockExpire, e.g. 5m (default 5m)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-
-
 async def client_from_args(args: argparse.Namespace) -> KubeClient:
     settings = KubeSettings(
         kubeconfig=getattr(args, "kubeconfig", None),

@@ -26,7 +26,10 @@ from hami.doctor.tree import NodeHealth, node_health, render_nodes
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    gather.add_common_flags(parser)
+    """The options are the flag table's (hami.config.flagtable, command "doctor nodes")."""
+    from hami.cli.flags import add_command_flags
+
+    add_command_flags(parser, "doctor nodes")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -44,12 +44,10 @@ OK_LEAVES = ("not-pending",)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("pod", metavar="NAMESPACE/NAME", help="the pod to diagnose (NAME alone: namespace default)")
-    gather.add_common_flags(parser)
-    parser.add_argument("--node-scheduler-policy", default="binpack", help="the scheduler's node policy (for whatif)")
-    parser.add_argument("--gpu-scheduler-policy", default="spread", help="the scheduler's GPU policy (for whatif)")
-    parser.add_argument("--no-whatif", dest="whatif", action="store_false",
-                        help="skip the whatif probe (one snapshot of nodes, pods and quotas)")
+    """The argument and options are the flag table's (hami.config.flagtable, command "doctor pod")."""
+    from hami.cli.flags import add_command_flags
+
+    add_command_flags(parser, "doctor pod")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

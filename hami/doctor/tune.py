@@ -39,27 +39,10 @@ from hami.doctor.recommend import (
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from hami.cli.flags import add_kube_flags
+    """The options are the flag table's (hami.config.flagtable, command "tune")."""
+    from hami.cli.flags import add_command_flags
 
-    add_kube_flags(parser)
-    parser.add_argument("--metrics-url", action="append", default=[],
-                        help="a monitor's /metrics URL (repeatable: one per node)")
-    parser.add_argument("--prometheus-url", default="", help="Prometheus base URL (instead of --metrics-url)")
-    parser.add_argument("--window", default="7d", help="Prometheus range for max_over_time (default 7d)")
-    parser.add_argument("--samples", type=int, default=1, help="scrapes per --metrics-url (peak over them)")
-    parser.add_argument("--interval", type=float, default=10.0, help="seconds between scrapes (default 10)")
-    parser.add_argument("--device-memory-scaling", type=float, default=1.0, help="the current deviceMemoryScaling")
-    parser.add_argument("--device-split-count", type=int, default=10, help="the current deviceSplitCount")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-    parser.add_argument("--whatif-scenario", default="", metavar="FILE",
-                        help="also write the recommendation as a `hami whatif --scenario` file, to try it first")
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("tune", help="tuning recommendations", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    configure(p)
-    return p
+    add_command_flags(parser, "tune")
 
 
 async def scrape(session: aiohttp.ClientSession, url: str) -> list[MetricSample]:

@@ -27,34 +27,23 @@ from collections.abc import Sequence
 
 import yaml
 
+from hami.cli.flags import add_command_flags
 from hami.kubectlhami import top
 from hami.kubectlhami.kubeconfig import KubeconfigError, Target, resolve
 
 PASS_THROUGH = ("doctor", "whatif")
 
 
-def _target_flags(parser: argparse.ArgumentParser, suppress: bool) -> None:
-    """The kubectl-style flags, accepted before and after the subcommand (`top pods -A`)."""
-    d = {"default": argparse.SUPPRESS} if suppress else {}
-    parser.add_argument("--kubeconfig", help="kubeconfig file (else $KUBECONFIG, else ~/.kube/config)",
-                        **(d or {"default": None}))
-    parser.add_argument("--context", help="kubeconfig context (else its current-context)", **(d or {"default": None}))
-    parser.add_argument("-n", "--namespace", help="namespace (else the context's, else default)",
-                        **(d or {"default": None}))
-
-
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The options are the flag table's (hami.config.flagtable, commands "kubectl hami" and "kubectl hami top");
+    the kubectl-style ones are accepted before and after the subcommand (`top pods -A`)."""
     p = argparse.ArgumentParser(prog="kubectl hami", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    _target_flags(p, suppress=False)
+    add_command_flags(p, "kubectl hami")
     sub = p.add_subparsers(dest="command", required=True, metavar="{top,doctor,whatif}")
     t = sub.add_parser("top", help="GPU allocation and use per GPU, node or pod")
-    t.add_argument("what", choices=("gpus", "nodes", "pods"))
-    _target_flags(t, suppress=True)
-    t.add_argument("-A", "--all-namespaces", action="store_true", help="top pods: every namespace")
-    t.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
-    t.add_argument("--metrics-url", action="append", default=None,
-                   help="a monitor's (or Prometheus-federated) /metrics for the used figures; repeatable")
+    add_command_flags(t, "kubectl hami top")
+    add_command_flags(t, "kubectl hami", suppress=True)
     for name in PASS_THROUGH:
         sub.add_parser(name, help=f"hami {name} on this context (its own flags: kubectl hami {name} --help)",
                        add_help=False)
@@ -139,14 +128,14 @@ def _remove(path: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _parser()
+    parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if args.command not in PASS_THROUGH and rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command in PASS_THROUGH:
         rest = argv[argv.index(args.command) + 1:]
         picked = argparse.ArgumentParser(add_help=False)
-        _target_flags(picked, suppress=False)
+        add_command_flags(picked, "kubectl hami")
         flags, rest = picked.parse_known_args(rest)
         for key in ("kubeconfig", "context", "namespace"):
             if getattr(flags, key) is None:

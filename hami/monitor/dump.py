@@ -151,9 +151,10 @@ def dump(path: str, as_json: bool, out: TextIO, err: TextIO) -> int:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """Arguments of `dump`: FILE and --json."""
-    parser.add_argument("file", metavar="FILE", help="a HAMi-core cache file (…/containers/<uid>_<ctr>/*.cache)")
-    parser.add_argument("--json", action="store_true", help="print JSON (schema: docs/cache-dump.md)")
+    """Arguments of `dump`: FILE and --json (the flag table's, hami.config.flagtable, command "cache dump")."""
+    from hami.cli.flags import add_command_flags
+
+    add_command_flags(parser, "cache dump")
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:

@@ -30,42 +30,16 @@ from hami.config import KubeSettings
 from .cluster import SnapshotError, parse_snapshot
 from .engine import SchedulerDefaults, run_plan
 from .report import render_text, to_json
-from .scenario import NODE_POLICIES, Plan, Scenario, ScenarioError, parse_plan_text
+from .scenario import Plan, Scenario, ScenarioError, parse_plan_text
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from hami.cli.flags import add_kube_flags
+    """The argument and options are the flag table's (hami.config.flagtable, command "whatif")."""
+    from hami.cli.flags import add_command_flags
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.description = __doc__
-    add_kube_flags(parser)
-    parser.add_argument("command", nargs="?", default="run", choices=("run", "snapshot"),
-                        help="run (default): replay scenarios; snapshot: save the live cluster to -o FILE")
-    parser.add_argument("--snapshot", dest="snapshot_file", default="",
-                        help="read this snapshot instead of the live cluster")
-    parser.add_argument("-o", "--output", default="", help="snapshot: the file to write")
-    parser.add_argument("--scenario", default="", help="scenario YAML (workloads, changes, scenarios)")
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
-    parser.add_argument("--html", default="", help="also write a self-contained HTML report with plots here")
-    parser.add_argument("--suggest", action="store_true",
-                        help="search split count, memory scaling and policies for the change that places most pods")
-    parser.add_argument("--scale-up", action="store_true",
-                        help="how many nodes of which node group would place the pending pods (Cluster Autoscaler's "
-                             "count with the in-tree filters, and HAMi's)")
-    parser.add_argument("--node-scheduler-policy", default="binpack", choices=NODE_POLICIES,
-                        help="the scheduler's --node-scheduler-policy (default binpack)")
-    parser.add_argument("--gpu-scheduler-policy", default="spread", help="the scheduler's --gpu-scheduler-policy")
-    parser.add_argument("--scheduler-name", default="hami-scheduler", help="the scheduler's --scheduler-name")
-    parser.add_argument("--timing", action="store_true",
-                        help="also schedule each scenario through the embedded cluster and kube-scheduler loop, "
-                             "timed (time to bind the batch, pods/s, queue waits)")
-    parser.add_argument("--timing-limit", type=float, default=120.0,
-                        help="--timing: stop a scenario's run after this many seconds (default 120)")
-    parser.add_argument("--timing-creators", type=int, default=1,
-                        help="--timing: pods created at once (1, the default, keeps the arrival order exact; "
-                             "more makes a burst)")
-    parser.add_argument("--allocate-delay", type=float, default=0.0,
-                        help="--timing: seconds the node side takes per bound pod before releasing the node lock")
+    add_command_flags(parser, "whatif")
 
 
 def _kube_settings(args: argparse.Namespace) -> KubeSettings:
