@@ -490,7 +490,6 @@ def admission_webhook(wh_settings: webhookmod.WebhookSettings, state: ClusterSta
         out = webhookmod.mutate(review, wh_settings, quota=quota_view,
                                 vendor_quota=state.index.vendor_quota_view, mark=marks.issue(),
                                 dra_reservation=rid, reserved=reserved,
-                                gpu_count_check=ledger.device_plugin_gpus if ledger is not None else None,
                                 namespace_labels=namespace_labels if namespaces is not None else None)
         if not reserved or ledger is None or rid is None:
             return out

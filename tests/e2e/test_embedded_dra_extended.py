@@ -110,3 +110,42 @@ def _mapped_pod_runs_with_its_claim(run) -> None:
     run("delete", "pod", "whole", "--wait=true")
     wait_until(lambda: not any(c["metadata"]["name"] == status["resourceClaimName"] for c in _claims(run)), 60,
           what="the extended-resource claim deleted with its pod")
+
+
+QUOTA_POD = """
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: kep-quota}}
+spec:
+  schedulerName: default-scheduler
+  containers:
+  - name: cuda
+    image: nvidia/cuda:12.4.0-base-ubuntu22.04
+    resources:
+      limits: {{nvidia.com/gpu: "1"}}
+"""
+
+
+def test_kubernetes_own_quota_counts_the_gpus_of_pods_that_bypass_the_webhook(cluster):
+    run = cluster
+    run("create", "namespace", "kep-quota")
+    run("create", "-f", "-", stdin="""
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: gpu, namespace: kep-quota}
+spec:
+  hard: {requests.nvidia.com/gpu: "1"}
+""")
+    run("create", "-f", "-", stdin=QUOTA_POD.format(name="first"))
+    first = json.loads(run("get", "pod", "first", "-n", "kep-quota", "-o", "json"))
+    assert "resourceClaims" not in first["spec"]  # the webhook left it as written
+    quota = json.loads(run("get", "resourcequota", "gpu", "-n", "kep-quota", "-o", "json"))
+    assert quota["status"]["used"] == {"requests.nvidia.com/gpu": "1"}
+    try:
+        run("create", "-f", "-", stdin=QUOTA_POD.format(name="second"))
+    except AssertionError as exc:
+        assert ('exceeded quota: gpu, requested: requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=1, '
+                'limited: requests.nvidia.com/gpu=1') in str(exc), exc
+    else:
+        raise AssertionError("a second one-GPU pod was admitted past requests.nvidia.com/gpu: 1")
+    run("delete", "pod", "first", "-n", "kep-quota", "--wait=true")

@@ -19,6 +19,7 @@ import pytest
 
 from tests.e2e.embedded import embedded_system
 from tests.e2e.test_embedded import wait_until
+from tests.tools import find_kubectl
 
 pytestmark = pytest.mark.slow
 
@@ -176,3 +177,34 @@ spec:
     refused = _create(run, "count", "dp", {"hami.io/gpu-mode": "device-plugin"})
     assert refused.returncode != 0
     assert "exceeding resource quota: nvidia.com/gpu: 1 requested, 2 of 2 used" in refused.stderr, refused.stderr
+
+
+def test_device_plugin_pods_admitted_at_once_cannot_together_pass_the_gpu_count(cluster):
+    """Kubernetes' own quota check counts the device-plugin pods' `requests.nvidia.com/gpu` (the
+    embedded API server does as kube-apiserver: hami.sim.apiserver.quota) but not the claims, and
+    hami's check of the claims beside them ran without a reservation: four device-plugin pods created
+    at once in a namespace whose claims hold 1 of 3 GPUs all passed both. Each now reserves its count
+    on the quota (written with its resourceVersion), so exactly the two that fit are admitted."""
+    run = cluster["run"]
+    run("create", "namespace", "race")
+    run("label", "namespace", "race", "hami.io/gpu-mode=dra", "hami.io/gpu-mode-pod-choice=true")
+    run("create", "-f", "-", stdin="""
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: gpu, namespace: race}
+spec:
+  hard: {requests.nvidia.com/gpu: "3"}
+""")
+    assert _create(run, "race", "claim").returncode == 0
+    assert _running_on(run, "race", "claim") == "gpu-node-2"
+    procs = [subprocess.Popen([find_kubectl(), "create", "-f", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=cluster["env"]) for _ in range(4)]
+    outs = [p.communicate(POD.format(ns="race", name=f"dp{i}", annotations=json.dumps(
+        {"hami.io/gpu-mode": "device-plugin"})), timeout=60) for i, p in enumerate(procs)]
+    admitted = [i for i, p in enumerate(procs) if p.returncode == 0]
+    refused = [outs[i][1] for i, p in enumerate(procs) if p.returncode != 0]
+    assert len(admitted) == 2, (admitted, refused)
+    assert all("exceeding resource quota: nvidia.com/gpu: 1 requested, 3 of 3 used" in e for e in refused), refused
+    quota = json.loads(run("get", "resourcequota", "gpu", "-n", "race", "-o", "json"))
+    assert "hami.io/dra-quota-reservations" in quota["metadata"]["annotations"]
+    assert quota["status"]["used"]["requests.nvidia.com/gpu"] == "2"  # Kubernetes' count: the two pods

@@ -3,9 +3,13 @@ limits read as HAMi reads them, the refusal text, and the reservation ledger's p
 
 from __future__ import annotations
 
+import asyncio
+
+import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hami.kube.client import ApiError
 from hami.scheduler.admission import draquota, quotaledger
 from hami.scheduler.admission.draquota import Amounts, Limits
 from tests.dra._objects import DRIVER, claim
@@ -65,8 +69,10 @@ def test_a_reservation_is_satisfied_only_once_every_claim_of_its_pod_exists():
            "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu"}]}}
     assert quotaledger.satisfied([pod], lambda k: k == "ns/p-gpu", "r") == {"id1"}
     assert quotaledger.satisfied([pod], lambda k: False, "r") == set()
+    # a device-plugin pod (no claims in its immutable spec) counts through Kubernetes' quota once it exists
     no_claims = {"metadata": {"name": "q", "namespace": "ns", "annotations": {"r": "id2"}}, "spec": {}}
-    assert quotaledger.satisfied([no_claims], lambda k: True, "r") == set()  # a pod without claims proves nothing
+    assert quotaledger.satisfied([no_claims], lambda k: False, "r") == {"id2"}
+    assert quotaledger.satisfied([{"metadata": {"name": "u"}, "spec": {}}], lambda k: True, "r") == set()
 
 
 def test_the_ledger_parser_drops_expired_and_corrupt_entries():
@@ -94,16 +100,56 @@ def test_device_plugin_pods_usage_takes_kubernetes_gpu_count_and_hamis_memory():
     assert draquota.device_plugin_usage([], "nvidia.com/gpu", 0, 0) == Amounts()
 
 
-def test_a_device_plugin_pods_gpu_count_is_checked_with_the_claims_beside_it():
-    ledger = quotaledger.QuotaLedger(
-        None, claims_of=lambda ns: [claim("a", count=2)], pods_of=lambda ns: [], claim_exists=lambda k: True,
-        quotas_of=lambda ns: [{"metadata": {"name": "q"}, "spec": {"hard": {"requests.nvidia.com/gpu": "3"}},
-                               "status": {"used": {"requests.nvidia.com/gpu": "1"}}}],
-        device_class=DRIVER, names=NAMES,
-        others_of=lambda ns: draquota.device_plugin_usage([], "nvidia.com/gpu", 0, 0)._replace(gpus=1))
-    assert ledger.device_plugin_gpus("t", 1) == "exceeding resource quota: nvidia.com/gpu: 1 requested, 3 of 3 used"
-    assert ledger.device_plugin_gpus("t", 0) == ""
-    unlimited = quotaledger.QuotaLedger(
-        None, claims_of=lambda ns: [], pods_of=lambda ns: [], claim_exists=lambda k: True,
-        quotas_of=lambda ns: [], device_class=DRIVER, names=NAMES)
-    assert unlimited.device_plugin_gpus("t", 5) == ""
+class _Quotas:
+    """The API's ResourceQuota `q` for the ledger: GET answers it, a replace with a stale resourceVersion
+    is 409, as the API server's precondition."""
+
+    def __init__(self, quota: dict):
+        self.quota = {**quota, "metadata": {**quota["metadata"], "resourceVersion": "1"}}
+        self.writes = 0
+
+    async def get(self, kind, name, ns):
+        got = orjson.loads(orjson.dumps(self.quota))
+        await asyncio.sleep(0)  # the other admission reads too before either writes
+        return got
+
+    async def replace(self, kind, name, obj, ns):
+        if obj["metadata"]["resourceVersion"] != self.quota["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", "the object has been modified")
+        self.writes += 1
+        self.quota = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self.writes + 1)}}
+        return self.quota
+
+
+def _dp_ledger(api, claims, k8s_cached_gpus=0, pods=()):
+    return quotaledger.QuotaLedger(
+        api, claims_of=lambda ns: claims, pods_of=lambda ns: list(pods), claim_exists=lambda k: True,
+        quotas_of=lambda ns: [api.quota], device_class=DRIVER, names=NAMES, clock=lambda: 100.0,
+        others_of=lambda ns: Amounts(k8s_cached_gpus, 0, 0))
+
+
+async def test_device_plugin_pods_reserve_their_gpu_count_beside_the_claims():
+    """Claims hold 1 of 3 GPUs; device-plugin pods reserve 1 each: the third is refused while the first
+    two are reserved (Kubernetes' own count does not see the claims), and once a reserved pod exists
+    its reservation gives way to Kubernetes' count, read from the quota just fetched."""
+    api = _Quotas({"metadata": {"name": "q"}, "spec": {"hard": {"requests.nvidia.com/gpu": "3"}},
+                   "status": {"used": {"requests.nvidia.com/gpu": "0"}}})
+    ledger = _dp_ledger(api, [claim("a", count=1)])
+    assert await ledger.reserve("t", "r1", Amounts(1, 0, 0), "r") == ""
+    assert await ledger.reserve("t", "r2", Amounts(1, 0, 0), "r") == ""
+    assert await ledger.reserve("t", "r3", Amounts(1, 0, 0), "r") == \
+        "exceeding resource quota: nvidia.com/gpu: 1 requested, 3 of 3 used"
+    # pod r1 exists: its GPU is in the quota's status.used though the informer's copy (0) lags
+    api.quota["status"] = {"used": {"requests.nvidia.com/gpu": "1"}}
+    created = [{"metadata": {"name": "p1", "namespace": "t", "annotations": {"r": "r1"}}, "spec": {}}]
+    ledger = _dp_ledger(api, [claim("a", count=1)], pods=created)
+    assert await ledger.reserve("t", "r4", Amounts(1, 0, 0), "r") == \
+        "exceeding resource quota: nvidia.com/gpu: 1 requested, 3 of 3 used"  # claim 1 + used 1 + r2 1
+
+
+async def test_two_device_plugin_reservations_at_once_one_rereads_the_other():
+    api = _Quotas({"metadata": {"name": "q"}, "spec": {"hard": {"requests.nvidia.com/gpu": "2"}}})
+    ledger = _dp_ledger(api, [claim("a", count=1)])
+    got = await asyncio.gather(*(ledger.reserve("t", f"r{i}", Amounts(1, 0, 0), "r") for i in range(2)))
+    assert sorted(got) == ["", "exceeding resource quota: nvidia.com/gpu: 1 requested, 2 of 2 used"]
+    assert ledger.conflicts >= 1 and api.writes == 1

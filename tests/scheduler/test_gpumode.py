@@ -56,6 +56,7 @@ def test_the_webhook_gives_claims_or_hamis_resources_per_mode_and_records_why():
     d = mutate_pod(_pod("legacy"), settings, namespace_labels=labels.get)
     assert d.allowed and "resourceClaims" not in d.pod["spec"] and d.pod["spec"]["schedulerName"] == "hami-scheduler"
     assert d.pod["metadata"]["annotations"][gpumode.DECISION_ANNOTATION].startswith("device-plugin: namespace legacy")
+    assert d.dra_amounts == (1, 0, 0)  # a device-plugin pod reserves its GPU count beside the claims
     d = mutate_pod(_pod("other"), settings, namespace_labels=labels.get)
     assert d.allowed and d.pod["spec"]["resourceClaims"] and d.dra_amounts == (1, 3000, 0)
     assert d.pod["metadata"]["annotations"][gpumode.DECISION_ANNOTATION].startswith("dra: the scheduler's default")

@@ -10,6 +10,13 @@ a pod carrying its id (webhook.RESERVATION_ANNOTATION) has every claim it names 
 claim cache (then the claims count), or after `TTL` (a pod the API server then refused, or never
 created).
 
+A device-plugin pod of a namespace that also has claims (a mixed namespace) reserves its GPU count
+the same way: Kubernetes' own quota check counts `requests.nvidia.com/gpu` of pods but not claims, so
+two such pods admitted at once could each fit beside the claims and together pass the limit. Its
+reservation stops counting once the pod exists in the scheduler's cache: the API server's quota
+admission has then added it to the quota's `status.used`, which the decision reads from the quota
+it just fetched (the largest of that and the cached quotas' counts).
+
 Tenants cannot reach the ledger: writing a ResourceQuota is the namespace admin's right, not a pod
 creator's. Ids are random per admission, and only the webhook writes a pod's id: a pod creator who
 sets, changes or removes the annotation is refused (it is one of the webhook's guarded keys with
@@ -37,11 +44,16 @@ ATTEMPTS = 8
 
 
 def satisfied(pods: Iterable[Mapping], claim_exists: Callable[[str], bool], annotation: str) -> set[str]:
-    """Reservation ids whose pod's claims all exist (at least one): they count through the claims."""
+    """Reservation ids that count elsewhere now: a claim pod's once all its claims exist (they count),
+    a device-plugin pod's (no claims in its spec, which is immutable) once it exists (Kubernetes'
+    quota usage counts it). Only the webhook writes the id (a guarded annotation)."""
     out = set()
     for pod in pods:
         rid = ((pod.get("metadata") or {}).get("annotations") or {}).get(annotation)
         if not rid:
+            continue
+        if not ((pod.get("spec") or {}).get("resourceClaims")):
+            out.add(str(rid))
             continue
         names, waiting = podclaims.claim_names(pod)
         ns = (pod.get("metadata") or {}).get("namespace") or ""
@@ -92,18 +104,6 @@ class QuotaLedger:
                 return str(q["metadata"]["name"]), limits
         return "", limits
 
-    def device_plugin_gpus(self, ns: str, gpus: int) -> str:
-        """A device-plugin pod in a namespace with claims: "" or why its GPU count would pass the limit
-        once the claims' GPUs are counted beside Kubernetes' count of the device-plugin pods."""
-        limits = draquota.hard_limits(self.quotas_of(ns), *self.names, memory_factor=self.memory_factor)
-        if limits.gpus is None or gpus <= 0:
-            return ""
-        used = Amounts(draquota.namespace_usage(self.claims_of(ns), self.device_class).gpus)
-        if self.others_of is not None:
-            used += Amounts(self.others_of(ns).gpus)
-        why = draquota.over(Limits(limits.gpus), used, Amounts(gpus))
-        return f"{draquota.EXCEEDING}: {why}" if why else ""
-
     async def reserve(self, ns: str, rid: str, want: Amounts, annotation: str) -> str:
         """"" when reserved (or the namespace has no such limit), else the refusal's text."""
         holder, limits = self._holder(ns)
@@ -126,7 +126,10 @@ class QuotaLedger:
             held = {k: v for k, v in parse(annos.get(LEDGER_ANNOTATION), now).items() if k not in done}
             used = draquota.namespace_usage(self.claims_of(ns), self.device_class)
             if self.others_of is not None:
-                used += self.others_of(ns)
+                others = self.others_of(ns)
+                # the quota just read counts a pod the cache may not show in its quotas yet
+                fresh = draquota.device_plugin_usage([quota], self.names[0], 0, 0).gpus
+                used += others._replace(gpus=max(others.gpus, fresh))
             for v in held.values():
                 used += Amounts(int(v[0]), int(v[1]), int(v[2]))
             why = draquota.over(limits, used, want)

@@ -128,7 +128,9 @@ class Decision:
     code: int = 200
     message: str = ""
     reason: str = ""
-    dra_amounts: tuple[int, int, int] | None = None  # --dra: the GPUs, MiB and cores its claims will ask
+    # --dra: what to reserve on the namespace's quota before admitting (quotaledger): the GPUs, MiB and
+    # cores a claim pod's claims will ask; a device-plugin pod's GPUs (its memory and cores are HAMi's)
+    dra_amounts: tuple[int, int, int] | None = None
 
 
 # --------------------------------------------------------------------------- quantities
@@ -569,14 +571,10 @@ QuotaSource = Callable[[str], QuotaView | None] | QuotaView | None
 VendorQuotaSource = Callable[[str, str], QuotaView | None] | None
 # namespace -> its labels (--dra: the GPU mode, admission.gpumode); None when unknown.
 NamespaceLabels = Callable[[str], Mapping | None] | None
-# --dra: (namespace, GPUs a device-plugin pod asks) -> "" or why the namespace's GPU count quota refuses
-# it, counting its claims too (Kubernetes' own check of nvidia.com/gpu does not see them).
-GpuCountCheck = Callable[[str, int], str] | None
 
 
 def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = None, namespace: str = "",
-               vendor_quota: VendorQuotaSource = None, namespace_labels: NamespaceLabels = None,
-               gpu_count_check: GpuCountCheck = None) -> Decision:
+               vendor_quota: VendorQuotaSource = None, namespace_labels: NamespaceLabels = None) -> Decision:
     """Apply HAMi's admission rules to a pod dict (not modified); see the module docstring."""
     if not isinstance(pod, Mapping):
         raise WebhookError("request.object", "expected a Pod object")
@@ -623,10 +621,8 @@ def mutate_pod(pod: Mapping, settings: WebhookSettings, quota: QuotaSource = Non
             pod, settings.vendors, lambda vendor: vendor_quota(ns, vendor)):
         return Decision(False, code=403, reason="Forbidden", message="exceeding resource quota")
     if mode is not None and has_resource:
-        why = gpu_count_check(ns, pod_amounts(pod, cfg)[0]) if gpu_count_check is not None else ""
-        if why:
-            return Decision(False, code=403, reason="Forbidden", message=why)
-        return _with_mode(Decision(True, pod=pod), mode)
+        # the GPU count is reserved beside the namespace's claims (Kubernetes' own check does not see them)
+        return _with_mode(Decision(True, pod=pod, dra_amounts=(pod_amounts(pod, cfg)[0], 0, 0)), mode)
     return Decision(True, pod=pod)
 
 
@@ -801,14 +797,14 @@ def _check_shape(request: Mapping) -> None:
 
 def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None,
            vendor_quota: VendorQuotaSource = None, mark: str | None = None, dra_reservation: str | None = None,
-           reserved: list | None = None, namespace_labels: NamespaceLabels = None,
-           gpu_count_check: GpuCountCheck = None) -> dict:
+           reserved: list | None = None, namespace_labels: NamespaceLabels = None) -> dict:
     """AdmissionReview in, AdmissionReview out (v1 or v1beta1, echoing the request's version).
     `mark`: a nonce put on every pod CREATE allowed, as `hami.io/admitted` (hami.scheduler.admission.admitted:
     the pod seen in the API proves the API server applies this webhook's answers).
-    `dra_reservation`: --dra, the quota reservation id a pod turned into claims carries
-    (`RESERVATION_ANNOTATION`, hami.scheduler.admission.quotaledger); its (GPUs, MiB, cores) are
-    appended to `reserved`, for the caller to reserve before the answer goes out."""
+    `dra_reservation`: --dra, the quota reservation id a GPU pod of either mode carries
+    (`RESERVATION_ANNOTATION`, hami.scheduler.admission.quotaledger); what it reserves (GPUs, MiB,
+    cores: `Decision.dra_amounts`) is appended to `reserved`, for the caller to reserve before the
+    answer goes out."""
     if not isinstance(review, Mapping):
         raise WebhookError("AdmissionReview", "expected an object")
     api_version = review.get("apiVersion") or "admission.k8s.io/v1"
@@ -830,7 +826,7 @@ def mutate(review: Mapping, settings: WebhookSettings, quota: QuotaSource = None
         response.update(allowed=False, status={"code": 400, "message": "request.object: expected a Pod object"})
     else:
         d = mutate_pod(obj, settings, quota, namespace=request.get("namespace") or "", vendor_quota=vendor_quota,
-                       namespace_labels=namespace_labels, gpu_count_check=gpu_count_check)
+                       namespace_labels=namespace_labels)
         response["allowed"] = d.allowed
         pod = d.pod
         if d.allowed and d.dra_amounts is not None and dra_reservation is not None and d.dra_amounts[0] > 0:

@@ -7,7 +7,8 @@ create / get / update / patch / delete, `/status` and `pods/<name>/binding`, `po
 (hami.sim.apiserver.eviction: PDB-checked graceful deletion), kube-apiserver's Priority admission on pod
 CREATE from scheduling.k8s.io/v1 PriorityClasses (hami.sim.apiserver.priority), its pod update
 validation (hami.sim.apiserver.podupdate, in the store: immutable spec fields), the mutating webhook on
-pod CREATE, UPDATE and pods/binding (hami.sim.apiserver.admission), and
+pod CREATE, UPDATE and pods/binding (hami.sim.apiserver.admission), ResourceQuota admission of a pod
+CREATE after it and the quota controller's `status.used` (hami.sim.apiserver.quota, in the store), and
 SelfSubjectAccessReviews answered by `authz` (hami.sim.apiserver.authz: allow-all unless a test denies rules,
 which then also answer those requests 403). Every error is a Kubernetes `Status`. Plain HTTP, meant
 for loopback.
@@ -389,6 +390,8 @@ class ApiServer:
             validate_class(obj)
         if self.admission is not None:
             obj = await self.admission(res.key, ns, obj, self._ns_labels(ns), user=user)
+        if res.key == "pods":  # ResourceQuota: a validating plugin, after the mutating webhooks
+            self.store.admit_pod_quota(ns, obj)  # no await until the create: judged and counted at once
         return _json(self.store.create(res.key, ns, obj, owned=True, dry_run=dry).raw, 201)
 
     async def _patch(self, request: web.Request, res: Resource, ns: str, name: str, sub: str, user: dict,

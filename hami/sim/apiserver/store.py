@@ -30,6 +30,7 @@ import orjson
 from hami.apierror import ApiError as ApiError  # the one API error shape (hami.apierror)
 from hami.sim.apiserver import patch as patchmod
 from hami.sim.apiserver import podupdate
+from hami.sim.apiserver import quota as quotamod
 from hami.sim.apiserver.resources import (
     BY_KEY,
     STATUS_ONLY_ON_SUBRESOURCE,
@@ -238,6 +239,7 @@ class Store:
         self._key_cache: dict[str, dict[str, list[tuple[str, str]]]] = {k: {} for k in BY_KEY}  # for paging
         self._node_watchers: dict[str, set[Watcher]] = {}
         self._cel: Any = None  # hami.kubesched.cel.SelectorCompiler, made on the first DRA write
+        self._recounting = False  # a quota's status write must not recount again
         for ns in SEED_NAMESPACES:
             self.create("namespaces", "", {"metadata": {"name": ns}})
 
@@ -304,7 +306,36 @@ class Store:
                 line = w._filter(ev)
                 if line is not None:
                     w.push(line)
+        if res.key in ("pods", "resourcequotas") and not self._recounting:
+            self._recount_quotas(ns)
         return entry
+
+    def _recount_quotas(self, ns: str) -> None:
+        """The quota controller: every ResourceQuota of the namespace gets `status.used` (and `hard`) as
+        its pods now count (hami.sim.apiserver.quota), written when it changed."""
+        quotas = self._objs["resourcequotas"].get(ns)
+        if not quotas:
+            return
+        pods = [e.obj for e in self._objs["pods"].get(ns, {}).values()]
+        res = self.resource("resourcequotas")
+        self._recounting = True
+        try:
+            for name, entry in list(quotas.items()):
+                status = quotamod.status(entry.obj, pods)
+                if entry.obj.get("status") != status:
+                    new = orjson.loads(entry.raw)
+                    new["status"] = status
+                    self._commit(res, ns, name, new, MODIFIED, entry)
+        finally:
+            self._recounting = False
+
+    def admit_pod_quota(self, ns: str, pod: dict) -> None:
+        """kube-apiserver's ResourceQuota admission of a pod CREATE (hami.sim.apiserver.quota): raises
+        its 403 when the namespace's quotas cannot take the pod."""
+        quotas = self._objs["resourcequotas"].get(ns)
+        if quotas:
+            quotamod.admit(pod, [e.obj for e in quotas.values()],
+                           [e.obj for e in self._objs["pods"].get(ns, {}).values()])
 
     def _index_pod(self, ns: str, name: str, type_: str, obj: dict, old: Entry | None,
                    watchers: set[Watcher]) -> set[Watcher] | list[Watcher]:
