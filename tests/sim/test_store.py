@@ -198,3 +198,26 @@ def test_byte_budget_drops_a_watcher_with_few_large_events():
     for i in range(3):
         s.create("configmaps", "default", {"metadata": {"name": f"big{i}"}, "data": {"k": "x" * 20_000}})
     assert w.dropped and "buffer full" in w.drop_reason
+
+
+def test_pod_updates_are_judged_by_the_pods_rows_hooks():
+    """kube-apiserver's pod update rules come from the pods row (validate, prepare_update), as every
+    resource's checks come from its own row: a changed priority is 422 FieldValueForbidden, a body
+    without the priority keeps the stored one, and the status subresource is not judged on its spec."""
+    from hami.sim.apiserver import podupdate, validation
+    from hami.sim.apiserver.resources import RESOURCES
+
+    row = next(r for r in RESOURCES.values() if r.key == "pods")
+    assert (row.validate, row.prepare_update) == (validation.pod_update, podupdate.prepare_update)
+    s = Store()
+    created = s.create("pods", "default", {"metadata": {"name": "p"},
+                                           "spec": {"containers": [{"name": "c", "image": "i"}], "priority": 5}})
+    with pytest.raises(ApiError) as exc:
+        s.patch("pods", "default", "p", b'{"spec":{"priority":100}}', MERGE)
+    cause = exc.value.details["causes"][0]
+    assert exc.value.code == 422 and cause["reason"] == "FieldValueForbidden" and cause["field"] == "spec"
+    spec = {k: v for k, v in created.obj["spec"].items() if k != "priority"}  # no priority: the stored one kept
+    body = {**created.obj, "spec": {**spec, "containers": [{"name": "c", "image": "j"}]}}
+    assert s.update("pods", "default", "p", body).obj["spec"]["priority"] == 5
+    status = s.patch("pods", "default", "p", b'{"status":{"phase":"Running"}}', MERGE, subresource="status")
+    assert status.obj["status"]["phase"] == "Running"

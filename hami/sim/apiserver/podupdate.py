@@ -36,6 +36,19 @@ class PodUpdateInvalid(ValueError):
         super().__init__(f"{field}: {kind}: {detail}")
 
 
+def prepare_update(old: Mapping, new: dict, subresource: str) -> None:
+    """The pods row's update hook (hami.sim.apiserver.resources: `prepare_update`): on a write of the pod
+    itself, a spec that is not an object is an empty one, and the Priority admission plugin's rule
+    (`carry_priority`) applies before the validation hook compares the specs."""
+    if subresource:
+        return
+    old_spec = old.get("spec") if isinstance(old.get("spec"), dict) else {}
+    spec = new.get("spec")
+    if not isinstance(spec, dict):
+        spec = new["spec"] = {}
+    carry_priority(old_spec, spec)
+
+
 def carry_priority(old_spec: Mapping, new_spec: dict) -> None:
     """The Priority admission plugin on UPDATE: keep the stored priority and preemption policy where
     the body has none."""

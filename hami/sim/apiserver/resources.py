@@ -2,14 +2,16 @@
 
 Pure data. `RESOURCES` is keyed by `(group, version, plural)`; group "" is the core API (`/api/v1`).
 A row brings its own validation hook (`validate`, hami.sim.apiserver.validation), which the store calls
-on every write of that resource.
+on every write of that resource, and, where the stored object keeps what an update's body leaves out,
+its update hook (`prepare_update`, kube's PrepareForUpdate), which the store calls before validating.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from hami.sim.apiserver import validation
+from hami.sim.apiserver import podupdate, validation
 from hami.sim.apiserver.validation import Validator
 
 # Fields every resource can be selected on.
@@ -31,6 +33,8 @@ class Resource:
     storage: str = ""  # another resource's key when this one is a view of its objects
     verbs: tuple[str, ...] = ()  # discovery's verbs when not the usual CRUD set (create-only reviews)
     validate: Validator | None = None  # the API server's checks of a write (422 naming the field)
+    # (stored object, the update's new object, subresource): fills in what the body may leave out
+    prepare_update: Callable[[dict, dict, str], None] | None = None
 
     @property
     def api_version(self) -> str:
@@ -87,7 +91,8 @@ _ALL = (
              _META_FIELDS | {"status.phase"}),
     Resource("", "v1", "nodes", "node", "Node", False, ("no",), ("status",),
              _META_FIELDS | {"spec.unschedulable"}, validate=validation.node_quantities),
-    Resource("", "v1", "pods", "pod", "Pod", True, ("po",), ("status", "binding", "log", "eviction"), _POD_FIELDS),
+    Resource("", "v1", "pods", "pod", "Pod", True, ("po",), ("status", "binding", "log", "eviction"), _POD_FIELDS,
+             validate=validation.pod_update, prepare_update=podupdate.prepare_update),
     Resource("", "v1", "events", "event", "Event", True, ("ev",), (), _EVENT_FIELDS),
     Resource("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",)),
     Resource("", "v1", "resourcequotas", "resourcequota", "ResourceQuota", True, ("quota",), ("status",)),

@@ -6,8 +6,8 @@ field selectors, WATCH (chunked JSON lines, bookmarks, timeoutSeconds, 410 Gone 
 create / get / update / patch / delete, `/status` and `pods/<name>/binding`, `pods/<name>/eviction`
 (hami.sim.apiserver.eviction: PDB-checked graceful deletion), kube-apiserver's Priority admission on pod
 CREATE from scheduling.k8s.io/v1 PriorityClasses (hami.sim.apiserver.priority), its pod update
-validation (hami.sim.apiserver.podupdate, in the store: immutable spec fields), the mutating webhook on
-pod CREATE, UPDATE and pods/binding (hami.sim.apiserver.admission), ResourceQuota admission of a pod
+validation (hami.sim.apiserver.podupdate, the pods row's hooks: immutable spec fields), the mutating
+webhook on pod CREATE, UPDATE and pods/binding (hami.sim.apiserver.admission), ResourceQuota admission of a pod
 CREATE after it and the quota controller's `status.used` (hami.sim.apiserver.quota, in the store), and
 SelfSubjectAccessReviews answered by `authz` (hami.sim.apiserver.authz: allow-all unless a test denies rules,
 which then also answer those requests 403). Every error is a Kubernetes `Status`. Plain HTTP, meant

@@ -29,7 +29,6 @@ import orjson
 
 from hami.apierror import ApiError as ApiError  # the one API error shape (hami.apierror)
 from hami.sim.apiserver import patch as patchmod
-from hami.sim.apiserver import podupdate
 from hami.sim.apiserver import quota as quotamod
 from hami.sim.apiserver.resources import (
     BY_KEY,
@@ -95,10 +94,10 @@ def _go_json_type(value: object) -> str:
     return {dict: "object", list: "array", str: "string"}.get(type(value), "value")
 
 
-def _invalid(res: Resource, name: str, field: str, message: str) -> ApiError:
+def _invalid(res: Resource, name: str, field: str, message: str, reason: str = "FieldValueInvalid") -> ApiError:
     return ApiError(422, "Invalid", f'{res.kind} "{name}" is invalid: {field}: {message}',
                     {"name": name, "group": res.group, "kind": res.kind,
-                     "causes": [{"reason": "FieldValueInvalid", "message": message, "field": field}]})
+                     "causes": [{"reason": reason, "message": message, "field": field}]})
 
 
 def _now() -> str:
@@ -584,29 +583,12 @@ class Store:
                 new["status"] = old.obj["status"]
             else:
                 new.pop("status", None)
-        if res.key == "pods" and subresource == "":
-            self._validate_pod_update(res, name, old.obj, new)
+        if res.prepare_update is not None:
+            res.prepare_update(old.obj, new, subresource)
         if new.get("spec") != old.obj.get("spec"):
             meta["generation"] = oldmeta.get("generation", 1) + 1
         self.validate_kind(res, name, new, subresource, old.obj)
         return new
-
-    @staticmethod
-    def _validate_pod_update(res: Resource, name: str, old: dict, new: dict) -> None:
-        """kube-apiserver's ValidatePodUpdate (hami.sim.apiserver.podupdate): 422 naming what may change."""
-        old_spec = old.get("spec") if isinstance(old.get("spec"), dict) else {}
-        spec = new.get("spec")
-        if not isinstance(spec, dict):
-            spec = new["spec"] = {}
-        podupdate.carry_priority(old_spec, spec)
-        try:
-            podupdate.validate_update(old_spec, spec)
-        except podupdate.PodUpdateInvalid as exc:
-            detail = f"{exc.kind}: {exc.detail}" if exc.detail else exc.kind
-            reason = "FieldValueForbidden" if exc.kind == "Forbidden" else "FieldValueInvalid"
-            raise ApiError(422, "Invalid", f'{res.kind} "{name}" is invalid: {exc.field}: {detail}',
-                           {"name": name, "group": res.group, "kind": res.kind,
-                            "causes": [{"reason": reason, "message": detail, "field": exc.field}]}) from None
 
     def validate_kind(self, res: Resource, name: str, obj: dict, subresource: str = "",
                        old: dict | None = None) -> None:

@@ -1,7 +1,8 @@
 """The validation hooks the resource table's rows bring (hami.sim.apiserver.resources: `validate`).
 
-A hook sees one write and answers the first invalid field as `(field, message)`, or None; the store turns
-that into the API server's 422 naming the field. The store's own state a hook may need (the CEL compiler,
+A hook sees one write and answers the first invalid field as `(field, message)` (or `(field, message,
+reason)` when the cause is not FieldValueInvalid), or None; the store turns that into the API server's 422
+naming the field. A create has no `old`. The store's own state a hook may need (the CEL compiler,
 a namespace's labels) comes through `WriteContext`, so every hook stays a pure function of its write.
 """
 
@@ -11,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from hami.sim.apiserver import dravalidate, nodestatus
+from hami.sim.apiserver import dravalidate, nodestatus, podupdate
 from hami.sim.controllers import jobspec
 
 
@@ -32,7 +33,7 @@ class Write:
     context: WriteContext
 
 
-Problem = tuple[str, str] | None
+Problem = tuple[str, str] | tuple[str, str, str] | None
 Validator = Callable[[Write], Problem]
 
 
@@ -40,6 +41,20 @@ def node_quantities(write: Write) -> Problem:
     """Nodes: their capacity and allocatable quantities."""
     errors = nodestatus.resource_errors(write.obj)
     return errors[0] if errors else None
+
+
+def pod_update(write: Write) -> Problem:
+    """Pods: kube-apiserver's ValidatePodUpdate on an update of the pod itself (hami.sim.apiserver.podupdate),
+    after the row's `prepare_update`; a create, and the status subresource (its spec is the stored one), pass."""
+    if write.old is None or write.subresource:
+        return None
+    old_spec = write.old.get("spec") if isinstance(write.old.get("spec"), dict) else {}
+    try:
+        podupdate.validate_update(old_spec, write.obj.get("spec") or {})
+    except podupdate.PodUpdateInvalid as exc:
+        detail = f"{exc.kind}: {exc.detail}" if exc.detail else exc.kind
+        return exc.field, detail, "FieldValueForbidden" if exc.kind == "Forbidden" else "FieldValueInvalid"
+    return None
 
 
 def job_spec(write: Write) -> Problem:
