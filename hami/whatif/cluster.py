@@ -78,8 +78,11 @@ class NodeInfo:
     # extended resources in status.allocatable (nvidia.com/gpu, and nvidia.com/gpumem where the agent
     # reports it): what Cluster Autoscaler's simulation checks (hami.whatif.scaleup)
     extended: Mapping[str, int] = field(default_factory=dict)
-    # the Node as read: DRA slices with a nodeSelector match its labels; {} for nodes a scenario adds
+    # the Node as read: DRA slices with a nodeSelector match its labels; {} for device-plugin nodes a
+    # scenario adds
     obj: Mapping = field(default_factory=dict)
+    # the ResourceSlices of a DRA node a scenario adds (hami.dra.slices, as its plugin would publish)
+    slices: tuple[Mapping, ...] = ()
 
     @property
     def dra(self) -> bool:

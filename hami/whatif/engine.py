@@ -37,6 +37,8 @@ from hami.device import codec
 from hami.device import request as devrequest
 from hami.device.model import PERCENTAGE_UNSET, DeviceInfo
 from hami.device.nodeconfig import DeviceSettings, resolve_node_config, settings_for_node
+from hami.dra.slices import build_slice, devices_for
+from hami.gpu.backend import GpuInfo
 from hami.scheduler.admission import webhook as webhookmod
 from hami.scheduler.placement import fit as fitmod
 from hami.scheduler.placement import messages
@@ -48,7 +50,7 @@ from .cluster import TERMINAL, Cluster, NodeInfo, PodInfo, epoch, holds_devices
 from .draplace import DeviceFill, DraReplay, uses_claims
 from .kubefilter import KubeFilter
 from .picker import Picker
-from .scenario import Changes, Plan, Scenario, Workload
+from .scenario import AddNodes, Changes, Plan, Scenario, Workload
 
 # Pending reasons that are not HAMi fit codes (the step that refused the pod).
 ADMISSION_DENIED = "AdmissionDenied"
@@ -206,6 +208,26 @@ def _added_node_settings(cluster: Cluster, add, name: str) -> DeviceSettings:
     return Counter(n.settings for n in pool).most_common(1)[0][0]
 
 
+def _added_node(cluster: Cluster, changes: Changes, add: AddNodes, name: str) -> NodeInfo:
+    """A node a scenario adds: registered by HAMi's device plugin, or (mode dra) publishing the
+    ResourceSlice hami's DRA plugin would publish for its cards (hami.dra.slices), with the scenario's
+    split count and scalings, so claim pods can land there."""
+    settings = _settings_change(_added_node_settings(cluster, add, name), add.split_count or changes.split_count,
+                                changes.memory_scaling, changes.core_scaling)
+    labels = dict(add.labels)
+    if add.mode == "dra" or (not add.mode and cluster.nodes and all(n.dra for n in cluster.nodes.values())):
+        gpus = [GpuInfo(f"GPU-whatif-{name}-{j}", j, add.type, add.memory, minor=j) for j in range(add.gpus)]
+        obj = {"kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}}}
+        return NodeInfo(name, (), (), settings, labels=labels, obj=obj,
+                        slices=(build_slice(name, devices_for(gpus, settings), 1),))
+    devices = tuple(
+        DeviceInfo(id=f"GPU-whatif-{name}-{j}", count=settings.split_count, devmem=settings.devmem(add.memory),
+                   devcore=settings.devcore(), type=add.type, index=j, numa=0, mode="hami-core", health=True)
+        for j in range(add.gpus)
+    )
+    return NodeInfo(name, devices, (add.memory,) * add.gpus, settings, labels=labels)
+
+
 def apply_changes(cluster: Cluster, changes: Changes) -> tuple[dict[str, NodeInfo], list[str]]:
     """The nodes after `changes`, and the names of removed nodes (their pods are queued again)."""
     nodes: dict[str, NodeInfo] = {}
@@ -231,15 +253,7 @@ def apply_changes(cluster: Cluster, changes: Changes) -> tuple[dict[str, NodeInf
     for add in changes.add_nodes:
         for i in range(add.count):
             name = f"{add.name}-{i}"
-            settings = _settings_change(_added_node_settings(cluster, add, name),
-                                        add.split_count or changes.split_count, changes.memory_scaling,
-                                        changes.core_scaling)
-            devices = tuple(
-                DeviceInfo(id=f"GPU-whatif-{name}-{j}", count=settings.split_count, devmem=settings.devmem(add.memory),
-                           devcore=settings.devcore(), type=add.type, index=j, numa=0, mode="hami-core", health=True)
-                for j in range(add.gpus)
-            )
-            nodes[name] = NodeInfo(name, devices, (add.memory,) * add.gpus, settings, labels=dict(add.labels))
+            nodes[name] = _added_node(cluster, changes, add, name)
     for target in changes.cordon_gpus:
         node_name, sep, idx = target.partition("/")
         for name, node in nodes.items():
@@ -413,7 +427,9 @@ class Replayer:
                                    init_released=p.init_released, mig=p.mig)
         self.kube = KubeFilter(nodes, cluster.pods, taken)  # what kube-scheduler filters first
         # pods with claims: the DRA allocator over the snapshot's slices and claims (draplace.py)
-        self.dra = DraReplay(cluster.dra, {n: info.obj for n, info in nodes.items()}, taken, self.node_policy)
+        added = tuple(s for info in nodes.values() for s in info.slices)  # a scenario's added DRA nodes
+        self.dra = DraReplay(replace(cluster.dra, slices=tuple(cluster.dra.slices) + added) if added else cluster.dra,
+                             {n: info.obj for n, info in nodes.items()}, taken, self.node_policy)
         self.schedulable = self.kube.schedulable
         # kept_order: select_node's answer from the scheduler's kept node order with the fit's
         # refusals remembered (picker.py); False calls score.select_node per pod (the reference).

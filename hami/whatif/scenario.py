@@ -26,6 +26,8 @@ scenarios:                    # the baseline (no change) is always run first
       scoringWeights: "slot=1,core=1,memory=3"
       nodes: [{name: "pool-a-*", deviceSplitCount: 2, cordon: true}]
       addNodes: [{name: h100, count: 10, gpus: 8, type: NVIDIA-H100-80GB-HBM3, memory: 81920}]
+                              # mode: dra (ResourceSlices) or device-plugin; default: dra when every
+                              # node of the snapshot is a DRA node, else device-plugin
       removeNodes: ["old-*"]
       cordonGPUs: ["GPU-1234", "node-3/2"]   # a UUID, or NODE/INDEX
       quotas: [{namespace: ml, memory: 200000, cores: 400}]
@@ -47,6 +49,7 @@ from .cluster import spec_shape_error
 ARRIVALS = ("sequential", "interleaved", "shuffled")
 NODE_POLICIES = ("binpack", "spread")
 GPU_POLICIES = ("binpack", "spread", "topology-aware")
+ADD_MODES = ("dra", "device-plugin")  # an added node publishes ResourceSlices, or registers its device plugin
 
 
 class ScenarioError(ValueError):
@@ -95,6 +98,7 @@ class AddNodes:
     memory: int = 81920  # physical MiB per card
     split_count: int | None = None  # default: the scenario's, else the device config's
     labels: tuple[tuple[str, str], ...] = ()
+    mode: str = ""  # ADD_MODES, "": dra when every node of the snapshot is a DRA node
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +288,7 @@ def _changes(r: _Reader, raw: Any, path: str) -> Changes:
     adds = []
     for i, raw_add in enumerate(r.seq(c.get("addNodes"), f"{path}.addNodes")):
         p = f"{path}.addNodes[{i}]"
-        a = r.mapping(raw_add, p, ("name", "count", "gpus", "type", "memory", "deviceSplitCount", "labels"))
+        a = r.mapping(raw_add, p, ("name", "count", "gpus", "type", "memory", "deviceSplitCount", "labels", "mode"))
         if not isinstance(raw_add, dict):
             raise r.fail(p, "expected a mapping")
         adds.append(AddNodes(
@@ -295,6 +299,7 @@ def _changes(r: _Reader, raw: Any, path: str) -> Changes:
             memory=r.int_(a.get("memory"), f"{p}.memory", 1) or 81920,
             split_count=r.int_(a.get("deviceSplitCount"), f"{p}.deviceSplitCount", 1),
             labels=r.pairs(a.get("labels"), f"{p}.labels"),
+            mode=r.str_(a.get("mode"), f"{p}.mode", ADD_MODES) or "",
         ))
     quotas = []
     for i, raw_q in enumerate(r.seq(c.get("quotas"), f"{path}.quotas")):

@@ -103,3 +103,28 @@ def test_missing_claims_templates_and_slices_are_named():
     assert any("snapshot has no ResourceSlices" in w for w in cluster.warnings)
     plan = parse_plan({}, "p")
     assert [o.reasons for o in run_scenario(cluster, plan.scenarios[0], plan).outcomes] == [("NoCandidateNode",)]
+
+
+def test_added_nodes_publish_resource_slices_so_claim_pods_can_use_them():
+    """Two DRA nodes of one 40 GB GPU; three 30000 MiB claim pods: the third fits nowhere. A scenario
+    adding a node (in a snapshot of DRA nodes it is a DRA node unless it says `mode: device-plugin`)
+    gives it the ResourceSlice hami's plugin publishes, with the scenario's split count: the third pod
+    lands there; added as a device-plugin node it cannot take a claim pod."""
+    items = []
+    for i in range(3):
+        pod, templates = _pod(f"p{i}", 30000, i)
+        items += [pod, *[t for t in templates if t not in items]]
+    add = {"name": "extra", "gpus": 2, "type": "NVIDIA H100 80GB HBM3", "memory": 81920,
+           "labels": {"pool": "new"}}
+    plan = {"scenarios": [{"name": "dra", "changes": {"addNodes": [add], "deviceSplitCount": 2}},
+                          {"name": "plugin", "changes": {"addNodes": [{**add, "mode": "device-plugin"}]}}]}
+    base = _run(_listing(*items), plan, 0)
+    assert [o.node for o in base.outcomes] == ["n0", "n1", ""]
+    grown = _run(_listing(*items), plan, 1)
+    placed = [o.node for o in grown.outcomes]
+    assert all(placed) and "extra-0" in placed, placed
+    cards = [c for n in grown.nodes if n.name == "extra-0" for c in n.cards]
+    assert [(c.type, c.slots) for c in cards] == [("NVIDIA H100 80GB HBM3", 2)] * 2
+    assert sum(c.slots_used for c in cards) == placed.count("extra-0")
+    plugin = _run(_listing(*items), plan, 2)
+    assert [o.node for o in plugin.outcomes] == ["n0", "n1", ""]

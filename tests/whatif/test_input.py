@@ -75,6 +75,8 @@ def test_scenario_errors_name_the_path_and_field():
         "workloads: [{pod: {spec: {}}}]": "plan.yaml: workloads[0].pod.spec.containers: expected a non-empty list",
         "scenarios: [{name: a}, {name: a}]": "plan.yaml: scenarios[1].name: duplicate scenario name 'a'",
         "workloads: [{name: w\n": "plan.yaml: line ",
+        "scenarios: [{name: x, changes: {addNodes: [{name: n, mode: mig}]}}]":
+            "plan.yaml: scenarios[0].changes.addNodes[0].mode: expected one of dra, device-plugin, got 'mig'",
     }
     for text, expected in cases.items():
         with pytest.raises(ScenarioError) as err:
