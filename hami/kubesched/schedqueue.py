@@ -133,6 +133,12 @@ class SchedulingQueue:
         self.plugin_events = plugin_events
         self.pods: dict[str, QueuedPod] = {}     # every pod the queue knows (incl. in flight)
         self.where: dict[str, str] = {}          # key -> ACTIVE | BACKOFF | UNSCHEDULABLE (absent: in flight)
+        # The parked keys (where UNSCHEDULABLE, in the order they were parked) and the keys in
+        # flight: a cluster event visits these, never every queued pod (upstream's
+        # unschedulablePods map and inFlightPods list), so a burst of thousands of pending pods does
+        # not make each of its events cost thousands of steps.
+        self._parked: dict[str, None] = {}
+        self._in_flight: dict[str, None] = {}
         self._active: list[tuple[int, float, int, str]] = []
         self._seq = itertools.count()
         self.scheduling_cycle = 0
@@ -153,6 +159,8 @@ class SchedulingQueue:
     def delete(self, key: str) -> None:
         self.pods.pop(key, None)
         self.where.pop(key, None)  # heap entries of removed pods are skipped lazily
+        self._parked.pop(key, None)
+        self._in_flight.pop(key, None)
 
     def update(self, key: str, old: dict, new: dict, now: float) -> str | None:
         """Update: returns the queue the pod moved to, when it moved."""
@@ -182,6 +190,7 @@ class SchedulingQueue:
             if qp is None or self.where.get(key) != ACTIVE or qp.seq != seq:
                 continue
             del self.where[key]
+            self._in_flight[key] = None
             self.scheduling_cycle += 1
             qp.cycle = self.scheduling_cycle
             qp.attempts += 1
@@ -211,6 +220,8 @@ class SchedulingQueue:
             return BACKOFF
         qp.unschedulable_since = now
         self.where[qp.key] = UNSCHEDULABLE
+        self._in_flight.pop(qp.key, None)
+        self._parked[qp.key] = None
         return UNSCHEDULABLE
 
     def add_error(self, qp: QueuedPod, now: float) -> str:
@@ -225,18 +236,15 @@ class SchedulingQueue:
         if not self._of_interest(event):
             return 0
         moved = 0
-        for key, where in list(self.where.items()):
-            if where != UNSCHEDULABLE:
-                continue
+        for key in list(self._parked):
             qp = self.pods[key]
             if only is not None and not only(qp):
                 continue
             if self._interested(qp, event, old, new):
                 self._requeue(qp, now, f"{event[0]}{event[1]}")
                 moved += 1
-        for qp in self.pods.values():  # in-flight pods remember it for the hint check on failure
-            if qp.key not in self.where:
-                qp.inflight_events.append((event, old, new))
+        for key in self._in_flight:  # in-flight pods remember it for the hint check on failure
+            self.pods[key].inflight_events.append((event, old, new))
         self.move_request_cycle = self.scheduling_cycle
         return moved
 
@@ -311,8 +319,12 @@ class SchedulingQueue:
 
     def _to_backoff(self, qp: QueuedPod) -> None:
         self.where[qp.key] = BACKOFF
+        self._parked.pop(qp.key, None)
+        self._in_flight.pop(qp.key, None)
 
     def _to_active(self, qp: QueuedPod) -> None:
         qp.seq = next(self._seq)
         self.where[qp.key] = ACTIVE
+        self._parked.pop(qp.key, None)
+        self._in_flight.pop(qp.key, None)
         heapq.heappush(self._active, (-qp.priority, qp.timestamp, qp.seq, qp.key))

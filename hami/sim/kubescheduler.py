@@ -74,6 +74,8 @@ from hami.kubesched.schedconfig import is_interested
 from hami.obs.log import get_logger
 from hami.sim.dynamicresources import PLUGIN as DRA_PLUGIN
 from hami.sim.dynamicresources import DynamicResources
+from hami.sim.snapshot import PlacedPods
+from hami.sim.snapshot import assigned_active as _assigned_active
 
 log = get_logger(__name__)
 
@@ -148,12 +150,6 @@ def _pending_for_us(pod: dict, scheduler_name: str) -> bool:
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return False
     return (pod.get("status") or {}).get("phase", "Pending") == "Pending"
-
-
-def _assigned_active(pod: dict | None) -> bool:
-    if not pod or not (pod.get("spec") or {}).get("nodeName"):
-        return False
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
 def _cross_topology(assigned: dict):
@@ -381,6 +377,7 @@ class KubeSchedulerLoop:
         self.queue = sq.SchedulingQueue(self.timings, queueing_hints=queueing_hints, extender_parks=extender_parks,
                                         plugin_events=HINTED_EVENTS if queueing_hints else sq.PLUGIN_EVENTS)
         self.pods = Informer(client, "pods", handler=self._on_pod)
+        self.placed = PlacedPods()  # the cycle's view of placed pods, kept per node (snapshot.py)
         self.nodes = Informer(client, "nodes", handler=self._on_node)
         # KEP-5690 (DRA preemption, beta in 1.37): DefaultPreemption runs without an extender's
         # preemptVerb, and its dry run counts the claims only the victims reserve as released.
@@ -409,6 +406,7 @@ class KubeSchedulerLoop:
     # ------------------------------------------------------------------ events (eventhandlers.go)
 
     def _on_pod(self, etype: str, old: dict | None, new: dict | None) -> None:
+        self.placed.event(old, new)
         now = self.clock()
         key = _key(new or old)
         self._gated.pop(key, None)
@@ -684,23 +682,19 @@ class KubeSchedulerLoop:
     # ------------------------------------------------------------------ in-tree plugins
 
     def _cluster_view(self, pod: dict) -> ClusterView:
-        """The snapshot a cycle filters against: assigned pods per node and the nominated pods."""
-        pods_on: dict[str, list[dict]] = {}
+        """The snapshot a cycle filters against: assigned pods per node and the nominated pods
+        (kept from the pod watch, only changed nodes rebuilt, as upstream's UpdateSnapshot)."""
+        placed = self.placed
+        pods_on = placed.pods_on()
         nominated: dict[str, list[dict]] = {}
         key, prio = _key(pod), sq.pod_priority(pod)
-        for p in self.pods.store.values():
-            spec = p.get("spec") or {}
-            if spec.get("nodeName"):
-                if _assigned_active(p):
-                    pods_on.setdefault(spec["nodeName"], []).append(p)
-                continue
-            nnn = (p.get("status") or {}).get("nominatedNodeName")
-            if nnn and _key(p) != key and sq.pod_priority(p) >= prio and _pending_for_us(p, self.scheduler_name):
+        for p in placed.nominated():
+            nnn = p["status"]["nominatedNodeName"]
+            if _key(p) != key and sq.pod_priority(p) >= prio and _pending_for_us(p, self.scheduler_name):
                 nominated.setdefault(nnn, []).append(p)
         eligible = [n for n in self.nodes.store.values() if _node_affinity_ok(pod, n)]
         ns_labels = {name: (ns.get("metadata") or {}).get("labels") or {} for name, ns in self.namespaces.store.items()}
-        return ClusterView(self.nodes.store, pods_on, nominated, eligible, intree.anti_affinity_holders(pods_on),
-                           ns_labels)
+        return ClusterView(self.nodes.store, pods_on, nominated, eligible, placed.holders(), ns_labels)
 
     def filter_in_tree(
         self, pod: dict, node: dict, view: ClusterView,
