@@ -140,6 +140,10 @@ class Ui:
             self.view_builds += 1
         return self._view
 
+    def forget_view(self) -> None:
+        """Drop the cached cluster view: the next request builds it again, as after a change in the cluster."""
+        self._view_key = None
+
     def cluster_html(self) -> str:
         """The cluster page, rendered once per cluster view and DRA state: at 5,000 nodes it is a
         2.4 MB page that took 150-200 ms to render on every request while nothing had changed."""
