@@ -168,7 +168,7 @@ def test_whatif_on_the_embedded_cluster_warns_about_nothing_hami_wrote(embedded)
     # Nodes carry hami.io/hami-core, the scheduler pod hami.io/embedded, pods the placement keys.
     embedded["kubectl"]("apply", "--validate=false", "-f", "-", stdin=POD.format(name="e2e-snap", mem=2000))
     wait_until(lambda: json.loads(embedded["kubectl"]("get", "pod", "e2e-snap", "-o", "json"))["status"].get("phase")
-          == "Running", 120, what="e2e-snap Running")
+               == "Running", 120, what="e2e-snap Running")
     res = subprocess.run([sys.executable, "-m", "hami.cli.main", "whatif", "--suggest"],
                          env=embedded["env"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
@@ -270,7 +270,7 @@ def test_kubectl_hami_top_shows_every_gpu_and_a_pods_share(embedded):
     run = embedded["kubectl"]
     run("apply", "--validate=false", "-f", "-", stdin=POD.format(name="e2e-top", mem=1500))
     wait_until(lambda: json.loads(run("get", "pod", "e2e-top", "-o", "json"))["status"].get("phase") == "Running",
-          120, what="e2e-top Running")
+               120, what="e2e-top Running")
     env = {**embedded["env"], "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
     metrics = f"http://127.0.0.1:{embedded['ports']['mmetrics']}/metrics"
 

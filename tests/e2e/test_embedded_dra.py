@@ -120,8 +120,8 @@ def _delete_pods(run, *names: str) -> None:
     """Delete the pods and wait until their claims are gone (their GPU shares free for the next test)."""
     run("delete", "pod", *names, "--wait=true", "--ignore-not-found")
     wait_until(lambda: not any(c["metadata"]["name"].startswith(tuple(f"{n}-" for n in names))
-                          for c in json.loads(run("get", "resourceclaims", "-o", "json"))["items"]),
-          30, what=f"the claims of {', '.join(names)} deleted")
+                               for c in json.loads(run("get", "resourceclaims", "-o", "json"))["items"]),
+               30, what=f"the claims of {', '.join(names)} deleted")
 
 
 def test_monitor_reports_a_dra_pods_usage_under_its_pod(dra):
@@ -147,7 +147,7 @@ def _monitor_reports(dra, run) -> None:
         return {(s.name, s.labels.get("pod")): s for f in text_string_to_metric_families(text) for s in f.samples
                 if s.labels.get("namespace") == "default"}
     got = wait_until(lambda: samples().get(("hami_vgpu_memory_used_bytes", name)) and samples(), 20,
-                what=f"{name}'s usage on /metrics")
+                     what=f"{name}'s usage on /metrics")
     used = got[("hami_vgpu_memory_used_bytes", name)]
     assert used.labels["container"] == "cuda" and used.labels["device_uuid"].startswith("GPU-")
     assert 0 < used.value <= 4000 << 20

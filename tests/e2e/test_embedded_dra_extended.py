@@ -109,7 +109,7 @@ def _mapped_pod_runs_with_its_claim(run) -> None:
     assert result["consumedCapacity"]["memory"] == str(40960 << 20)
     run("delete", "pod", "whole", "--wait=true")
     wait_until(lambda: not any(c["metadata"]["name"] == status["resourceClaimName"] for c in _claims(run)), 60,
-          what="the extended-resource claim deleted with its pod")
+               what="the extended-resource claim deleted with its pod")
 
 
 QUOTA_POD = """

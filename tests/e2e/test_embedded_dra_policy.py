@@ -114,7 +114,7 @@ def test_a_namespaces_gpumem_quota_holds_against_its_claims(cluster):
     _quota_ns(run, "team-q")
     run("create", "-f", "-", stdin=NS_POD.format(name="q1", ns="team-q", mem=6000))
     wait_until(lambda: json.loads(run("get", "pod", "q1", "-n", "team-q", "-o", "json"))["status"].get("phase")
-          == "Running", 60, what="q1 Running")
+               == "Running", 60, what="q1 Running")
     res = subprocess.run([find_kubectl(), "create", "-f", "-"], input=NS_POD.format(name="q2", ns="team-q", mem=6000),
                          env={**os.environ, "KUBECONFIG": str(cluster["log"].parent / "kubeconfig")},
                          capture_output=True, text=True, timeout=60)

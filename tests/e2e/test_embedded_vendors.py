@@ -111,7 +111,7 @@ def mixed(tmp_path_factory):
     try:
         wait_until(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
         wait_until(lambda: "hami.io/node-nvidia-register" in run("get", "node", "gpu-node-1", "-o", "json"), 120,
-              what="the NVIDIA node registered")
+                   what="the NVIDIA node registered")
         yield {"kubectl": run, "env": env}
     finally:
         if proc.poll() is None:

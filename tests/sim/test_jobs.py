@@ -80,8 +80,8 @@ def test_every_shipped_example_applies_and_jobs_run(embedded):  # noqa: F811
         assert (owner["kind"], owner["name"], owner["controller"]) == ("Job", name, True)
         assert "CUDA_DEVICE_SM_LIMIT" in pod["metadata"]["annotations"]["sim.hami.io/allocated-env"]
     wait_until(lambda: json.loads(run("get", "job", jobs[0], "-o", "json")).get("status", {}).get("active") == 1, 30,
-          what="job status active")
+               what="job status active")
     assert jobs[0] in run("get", "jobs")
     run("delete", "job", jobs[0], "--wait=false")
     wait_until(lambda: not json.loads(run("get", "pods", "-l", f"{JOB_NAME_LABEL}={jobs[0]}", "-o", "json"))["items"],
-          60, what="the deleted job's pod gone")
+               60, what="the deleted job's pod gone")

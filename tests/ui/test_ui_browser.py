@@ -62,13 +62,13 @@ def test_every_page_in_headless_chromium(tmp_path):
                                    if p["metadata"]["name"].startswith("demo-huge")]
                           and kubectl_json("get", "pods"), 90, what="the demo's never-fitting pod")
         running = wait_until(lambda: [p for p in kubectl_json("get", "pods") if p["status"].get("phase") == "Running"],
-                        60, what="a running demo pod")
+                             60, what="a running demo pod")
         page = urllib.request.urlopen(base + "/whatif", timeout=10).read().decode()
         token = re.search(r"name='form_token' value='([0-9a-f]+)'", page).group(1)  # the form's own token
         req = urllib.request.Request(base + "/whatif", data=f"form_token={token}".encode(), method="POST")
         urllib.request.urlopen(req, timeout=10)
         wait_until(lambda: "gained" in urllib.request.urlopen(base + "/whatif", timeout=5).read().decode(), 60,
-              what="the what-if result")
+                   what="the what-if result")
 
         pages = {"cluster": "/", "node": "/node/gpu-node-1",
                  "pod-running": f"/pod/default/{running[0]['metadata']['name']}",
