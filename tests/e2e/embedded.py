@@ -1,5 +1,6 @@
 """One `hami --role all --embedded` process for an e2e module: free ports, its state folder, kubectl
-against its kubeconfig, and a stop that never leaves the process behind."""
+against its kubeconfig, and a stop that never leaves the process behind; `wait_until`, the e2e tests'
+one wait on a condition."""
 
 from __future__ import annotations
 
@@ -9,13 +10,27 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.e2e.test_embedded import wait_until
 from tests.ports import free_ports
 from tests.tools import find_kubectl
+
+
+def wait_until(predicate, timeout=60.0, interval=0.3, what="condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except Exception as exc:  # noqa: BLE001 - keep polling; report the last error on timeout
+            last = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}: last={last!r}")
 
 
 @dataclass
@@ -25,6 +40,7 @@ class System:
     kubeconfig: str
     ports: dict[str, int]
     run: Callable  # kubectl: stdout, or with results=True the CompletedProcess when check=False
+    proc: subprocess.Popen
 
     @property
     def log(self) -> Path:
@@ -58,13 +74,14 @@ def embedded_system(state: Path, *flags: str, results: bool = False) -> Iterator
            "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
            "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
            "--ui-bind-address", f"127.0.0.1:{ports['ui']}", *flags]
+    state.mkdir(parents=True, exist_ok=True)
     log = open(state / "hami.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     kubeconfig = str(state / "kubeconfig")
     env = {**os.environ, "KUBECONFIG": kubeconfig}
     try:
         wait_until(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
-        yield System(state, env, kubeconfig, ports, kubectl_runner(env, results=results))
+        yield System(state, env, kubeconfig, ports, kubectl_runner(env, results=results), proc)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -17,29 +17,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 
-from tests.ports import free_ports
+from tests.e2e.embedded import embedded_system, wait_until
 from tests.tools import find_kubectl
 
 pytestmark = pytest.mark.slow
-
-
-def wait_until(predicate, timeout=60.0, interval=0.3, what="condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except Exception as exc:  # noqa: BLE001 - keep polling; report the last error on timeout
-            last = exc
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}: last={last!r}")
 
 
 POD = """
@@ -63,49 +48,18 @@ def embedded(tmp_path_factory):
 
 @contextlib.contextmanager
 def running_embedded(state):
-    """`hami --role all --embedded` in its own process group until the block ends (then SIGTERM)."""
-    ports = dict(zip(("api", "ext", "smetrics", "mmetrics", "ui"), free_ports(5), strict=True))
-    cmd = [
-        sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded",
-        "--sim-state-dir", str(state), "--sim-listen", f"127.0.0.1:{ports['api']}",
-        "--http_bind", f"127.0.0.1:{ports['ext']}",
-        "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
-        "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
-        "--ui-bind-address", f"127.0.0.1:{ports['ui']}",
-        "--sim-nodes", "2", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960", "-v=2",
-    ]
-    state.mkdir(parents=True, exist_ok=True)
-    log = open(state / "hami.log", "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    kubeconfig = str(state / "kubeconfig")
-    kubectl = find_kubectl()
-    env = {**os.environ, "KUBECONFIG": kubeconfig}
+    """`hami --role all --embedded` (tests/e2e/embedded.py) with two A100 nodes, once both registered."""
+    with embedded_system(state, "--sim-nodes", "2", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960", "-v=2") as system:
+        run = system.run
 
-    def run(*args, check=True, stdin=None):
-        res = subprocess.run([kubectl, *args], env=env, capture_output=True, text=True, input=stdin, timeout=60)
-        if check and res.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed: {res.stderr}")
-        return res.stdout
+        def registered():
+            out = run("get", "nodes", "-o", "json", check=False)
+            nodes = json.loads(out)["items"] if out else []
+            return len(nodes) == 2 and all("hami.io/node-nvidia-register" in (n["metadata"].get("annotations") or {})
+                                           for n in nodes)
 
-    def registered():
-        out = run("get", "nodes", "-o", "json", check=False)
-        nodes = json.loads(out)["items"] if out else []
-        return len(nodes) == 2 and all("hami.io/node-nvidia-register" in (n["metadata"].get("annotations") or {})
-                                       for n in nodes)
-
-    try:
-        wait_until(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
         wait_until(registered, 120, what="both nodes registered")
-        yield {"proc": proc, "kubectl": run, "state": state, "ports": ports, "env": env}
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        log.close()
+        yield {"proc": system.proc, "kubectl": run, "state": state, "ports": system.ports, "env": system.env}
 
 
 def test_pod_runs_with_its_memory_limit_and_shows_in_metrics(embedded):

@@ -17,17 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
 
 import pytest
 import yaml
 
-from tests.e2e.test_embedded import wait_until
-from tests.ports import free_ports
-from tests.tools import find_kubectl
+from tests.e2e.embedded import embedded_system, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -60,40 +56,12 @@ spec:
 
 @contextlib.contextmanager
 def embedded_cluster(tmp_path, *extra):
-    ports = dict(zip(("api", "ext", "smetrics", "mmetrics", "ui"), free_ports(5), strict=True))
-    cmd = [sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded",
-           "--sim-state-dir", str(tmp_path), "--sim-listen", f"127.0.0.1:{ports['api']}",
-           "--http_bind", f"127.0.0.1:{ports['ext']}",
-           "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
-           "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
-           "--ui-bind-address", f"127.0.0.1:{ports['ui']}", "--sim-nodes", "0", "--sim-node-group", GROUP,
-           "--sim-scale-down-unneeded", "1s",
-           "--sim-pod-stop-seconds", "0.2s", *extra]
-    log = open(tmp_path / "hami.log", "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    kubeconfig = str(tmp_path / "kubeconfig")
-    env = {**os.environ, "KUBECONFIG": kubeconfig}
-    kubectl = find_kubectl()
-
-    def run(*args, stdin=None):
-        res = subprocess.run([kubectl, *args], env=env, capture_output=True, text=True, input=stdin, timeout=60)
-        if res.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed: {res.stderr}")
-        return res.stdout
-
-    try:
-        wait_until(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
-        run.env = env
+    """The embedded system with the node group; yields its kubectl, whose `env` reaches the cluster."""
+    with embedded_system(tmp_path, "--sim-nodes", "0", "--sim-node-group", GROUP, "--sim-scale-down-unneeded", "1s",
+                         "--sim-pod-stop-seconds", "0.2s", *extra) as system:
+        run = system.run
+        run.env = system.env
         yield run
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        log.close()
 
 
 def _pod(run, name):

@@ -23,8 +23,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.embedded import embedded_system
-from tests.e2e.test_embedded import wait_until
+from tests.e2e.embedded import embedded_system, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,7 @@ import sys
 
 import pytest
 
-from tests.e2e.embedded import embedded_system
-from tests.e2e.test_embedded import wait_until
+from tests.e2e.embedded import embedded_system, wait_until
 from tests.tools import find_kubectl
 
 pytestmark = pytest.mark.slow

@@ -24,8 +24,7 @@ import subprocess
 
 import pytest
 
-from tests.e2e.embedded import embedded_system
-from tests.e2e.test_embedded import wait_until
+from tests.e2e.embedded import embedded_system, wait_until
 from tests.tools import find_kubectl
 
 pytestmark = pytest.mark.slow

@@ -14,8 +14,7 @@ import json
 
 import pytest
 
-from tests.e2e.embedded import embedded_system
-from tests.e2e.test_embedded import wait_until
+from tests.e2e.embedded import embedded_system, wait_until
 
 pytestmark = pytest.mark.slow
 

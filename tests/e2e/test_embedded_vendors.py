@@ -13,16 +13,12 @@ that cannot fit in Ascend's words.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 
 import pytest
 
-from tests.e2e.test_embedded import wait_until
-from tests.ports import free_ports
-from tests.tools import find_kubectl
+from tests.e2e.embedded import embedded_system, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -84,44 +80,13 @@ spec:
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory):
-    state = tmp_path_factory.mktemp("mixed")
-    ports = dict(zip(("api", "ext", "smetrics", "mmetrics", "ui"), free_ports(5), strict=True))
-    cmd = [
-        sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded",
-        "--sim-state-dir", str(state), "--sim-listen", f"127.0.0.1:{ports['api']}",
-        "--http_bind", f"127.0.0.1:{ports['ext']}",
-        "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
-        "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
-        "--ui-bind-address", f"127.0.0.1:{ports['ui']}",
-        "--sim-nodes", "4", "--sim-gpus", "2xNVIDIA A100-SXM4-40GB:40960;2xAscend910B3:65536;2xMLU:24576;"
-        "1xNVIDIA A100-SXM4-40GB:40960,1xAscend910B3:65536",
-    ]
-    log = open(state / "hami.log", "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    kubeconfig = str(state / "kubeconfig")
-    env = {**os.environ, "KUBECONFIG": kubeconfig}
-    kubectl = find_kubectl()
-
-    def run(*args, stdin=None):
-        res = subprocess.run([kubectl, *args], env=env, capture_output=True, text=True, input=stdin, timeout=60)
-        if res.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed: {res.stderr}")
-        return res.stdout
-
-    try:
-        wait_until(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
+    with embedded_system(tmp_path_factory.mktemp("mixed"), "--sim-nodes", "4", "--sim-gpus",
+                         "2xNVIDIA A100-SXM4-40GB:40960;2xAscend910B3:65536;2xMLU:24576;"
+                         "1xNVIDIA A100-SXM4-40GB:40960,1xAscend910B3:65536") as system:
+        run = system.run
         wait_until(lambda: "hami.io/node-nvidia-register" in run("get", "node", "gpu-node-1", "-o", "json"), 120,
                    what="the NVIDIA node registered")
-        yield {"kubectl": run, "env": env}
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        log.close()
+        yield {"kubectl": run, "env": system.env}
 
 
 def _doctor(mixed, *args):

@@ -16,7 +16,8 @@ import os
 import pytest
 
 from hami.sim.controllers.jobspec import JOB_NAME_LABEL, FieldInvalid, job_plan, validate
-from tests.e2e.test_embedded import embedded, wait_until  # noqa: F401  (the module-scoped embedded system)
+from tests.e2e.embedded import wait_until
+from tests.e2e.test_embedded import embedded  # noqa: F401  (the module-scoped embedded system)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from tests.e2e.test_embedded import wait_until
+from tests.e2e.embedded import wait_until
 from tests.ports import free_ports
 from tests.tools import chromium, find_kubectl, stop_process
 
