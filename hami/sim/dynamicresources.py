@@ -109,17 +109,20 @@ class DynamicResources:
     def claim(self, key: str) -> dict | None:
         return self._assumed.get(key) or self.claims.store.get(key)
 
-    def usage(self) -> Usage:
+    def current_claims(self) -> dict[str, dict]:
+        """Every claim as this scheduler sees it: the informer's, with what it assumed over them."""
         current = dict(self.claims.store)
         current.update(self._assumed)
-        return Usage.of(current.values())
+        return current
+
+    def usage(self) -> Usage:
+        return Usage.of(self.current_claims().values())
 
     def usage_without(self, pods: frozenset[str]) -> Usage:
         """The usage with every claim reserved only by the pods (uids) `pods` released: what the
         resourceclaim controller deallocates once they are deleted (a claim another pod still
         reserves stays allocated)."""
-        current = dict(self.claims.store)
-        current.update(self._assumed)
+        current = self.current_claims()
         if pods:
             current = {k: c for k, c in current.items() if not released_by(c, pods)}
         return Usage.of(current.values())

@@ -72,6 +72,7 @@ from hami.kubesched import schedqueue as sq
 from hami.kubesched.pdb import victims_violating
 from hami.kubesched.schedconfig import is_interested
 from hami.obs.log import get_logger
+from hami.sim.dranominate import ClaimNominations
 from hami.sim.dynamicresources import PLUGIN as DRA_PLUGIN
 from hami.sim.dynamicresources import DynamicResources
 from hami.sim.snapshot import PlacedPods
@@ -382,6 +383,8 @@ class KubeSchedulerLoop:
         # KEP-5690 (DRA preemption, beta in 1.37): DefaultPreemption runs without an extender's
         # preemptVerb, and its dry run counts the claims only the victims reserve as released.
         self.dra_preemption = dra_preemption and dra is not None
+        # KEP-5690's claim nominations: what a preemption freed is held for its preemptor (dranominate)
+        self.nominations = ClaimNominations(dra) if self.dra_preemption else None
         self.pdbs = Informer(client, "poddisruptionbudgets") if self.preempts else None
         self.namespaces = Informer(client, "namespaces")  # InterPodAffinity's namespaceSelector
         self.stats = SchedulerStats()
@@ -410,6 +413,8 @@ class KubeSchedulerLoop:
         now = self.clock()
         key = _key(new or old)
         self._gated.pop(key, None)
+        if self.nominations is not None and (new is None or (new.get("spec") or {}).get("nodeName")):
+            self.nominations.forget(key)  # bound or gone: its nomination ends
         if new is None:  # deleted
             self.queue.delete(key)
             if _assigned_active(old):
@@ -609,7 +614,7 @@ class KubeSchedulerLoop:
             verdict = self.filter_in_tree(pod, node, view)
             if verdict is None and claims is not None:  # DynamicResources Filter
                 node_claims, extended[name] = self.dra.with_extended(pod, claims, node)
-                outcome = self.dra.filter(node_claims, node, usage)
+                outcome = self.dra.filter(node_claims, node, self._usage_on(name, pod, usage))
                 if outcome.ok:
                     outcomes[name] = outcome
                 else:
@@ -766,6 +771,8 @@ class KubeSchedulerLoop:
         spec = pod.get("spec") or {}
         if spec.get("preemptionPolicy") == "Never":
             return None, ""
+        if claims is not None and self.nominations is not None and self.nominations.settling(_key(pod)):
+            return None, "not eligible due to resource claims still being deallocated on the nominated node."
         prio = sq.pod_priority(pod)
         by_node: dict[str, list[dict]] = {}
         for p in self.pods.store.values():
@@ -842,7 +849,27 @@ class KubeSchedulerLoop:
                 "patch", "pods/status", "PATCH",
                 resource_path("pods", meta.get("namespace", "default"), meta["name"], "status"),
                 body={"status": {"nominatedNodeName": node}}, content_type="application/merge-patch+json")
+        self._hold_claims(pod, node, candidates[node][0], claims)
         return node, ""
+
+    def _hold_claims(self, pod: dict, node: str, victims: list[dict], claims: list[dict] | None) -> None:
+        """KEP-5690: the preemptor's allocation on its nominated node with its victims' claims released,
+        held for it until it is bound (hami.sim.dranominate)."""
+        if claims is None or self.nominations is None:
+            return
+        uids = frozenset(preemption.uid_of(v) for v in victims)
+        node_obj = self.nodes.store.get(node)
+        outcome = self.dra.filter(claims, node_obj, self.dra.usage_without(uids)) if node_obj is not None else None
+        if outcome is not None and outcome.ok:
+            self.nominations.nominate(_key(pod), node, sq.pod_priority(pod), claims, outcome, uids)
+        else:
+            self.nominations.forget(_key(pod))
+
+    def _usage_on(self, node: str, pod: dict, usage):
+        """The DRA usage a pod is filtered against on `node`: with what is held there for nominated
+        preemptors of at least its priority (KEP-5690)."""
+        held = self.nominations.usage_on(node, sq.pod_priority(pod), _key(pod)) if self.nominations else None
+        return usage if held is None else held
 
     # ------------------------------------------------------------------ helpers
 

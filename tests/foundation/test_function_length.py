@@ -30,7 +30,8 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "sim/apiserver/dravalidate.py:_slice_spec": (
         90, "faithful port of kube-apiserver's ValidateResourceSliceSpec, field by field in its order"),
     "sim/kubescheduler.py:KubeSchedulerLoop._preempt": (
-        84, "faithful port of kube-scheduler's DefaultPreemption PostFilter, step by step"),
+        87, "faithful port of kube-scheduler's DefaultPreemption PostFilter, step by step, with KEP-5690's "
+            "eligibility and claim nomination"),
     "scheduler/extender/nodescan.py:NodeScanner.scan": (
         85, "a byte scanner over one body: its positions are the state every step shares"),
 }

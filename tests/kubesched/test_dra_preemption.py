@@ -72,7 +72,7 @@ async def _until(check, what: str, timeout: float = 15.0):
 
 
 @contextlib.asynccontextmanager
-async def _cluster(apiserver, *, dra_preemption: bool):
+async def _cluster(apiserver, *, dra_preemption: bool, controller: bool = True):
     client = await client_for(apiserver.kubeconfig)
     apiserver.store.create("nodes", "", {"metadata": {"name": "n1"},
                                          "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}}})
@@ -86,8 +86,10 @@ async def _cluster(apiserver, *, dra_preemption: bool):
     loop = KubeSchedulerLoop(client, ExtenderConfig(""), "default-scheduler", timings=FAST,
                              dra=DynamicResources(client), dra_preemption=dra_preemption)
     stop = asyncio.Event()
-    tasks = [asyncio.create_task(loop.run(stop)), asyncio.create_task(ResourceClaimController(client).run(stop)),
+    tasks = [asyncio.create_task(loop.run(stop)),
              asyncio.create_task(PodTerminator(client, stop_seconds=0.0).run(stop))]
+    if controller:
+        tasks.append(asyncio.create_task(ResourceClaimController(client).run(stop)))
 
     async def node_of(name: str) -> str:
         try:
@@ -188,3 +190,78 @@ def test_postfilter_picks_an_own_claim_allocated_elsewhere(reserved):
     assert dra.unavailable_claim(pod, [claim], ["n1"]) is None  # refused only where it is allocated
     other = {**claim, "status": {**claim["status"], "reservedFor": [*reserved, {"uid": "other"}]}}
     assert dra.unavailable_claim(pod, [other], ["n2"]) is None
+
+
+async def test_a_preemptor_holds_what_it_freed_and_does_not_preempt_again_while_it_is_reclaimed(apiserver):
+    """KEP-5690's claim nomination: once `high` has preempted `low`, its allocation on the nominated node
+    (gpu-0, with low's claim released) is recorded; while low's claim is still allocated (no
+    resourceclaim controller runs) `high` is not eligible to preempt again and says why; once the
+    claim is deallocated `high` is bound there and its nomination ends."""
+    async with _cluster(apiserver, dra_preemption=True, controller=False) as c:
+        await c["create"](_pod("low", 10, claim="low-whole"), _claim("low-whole", "whole"))
+        assert await _until(lambda: c["node_of"]("low"), "low bound") == "n1"
+        await c["create"](_pod("high", 1000, claim="high-whole"), _claim("high-whole", "whole"))
+        await _until(lambda: c["gone"]("low"), "low preempted")
+        loop = c["loop"]
+        nom = loop.nominations.by_pod["default/high"]
+        assert nom.node == "n1" and nom.victim_claims == {"default/low-whole"}
+        (held,) = nom.held
+        assert [r["device"] for r in held["status"]["allocation"]["devices"]["results"]] == ["gpu-0"]
+        assert loop.nominations.settling("default/high")
+        text = await _until(lambda: _with(c["message"]("high"), "not eligible"), "high's next attempt")
+        assert "preemption: not eligible due to resource claims still being deallocated on the nominated node" in text
+        assert loop.stats.preemptions == 1
+        # the resourceclaim controller's deallocation of the victim's claim, done here
+        low = apiserver.store.get("resourceclaims.resource.k8s.io", "default", "low-whole")
+        apiserver.store.update("resourceclaims.resource.k8s.io", "default", "low-whole", {**low, "status": {}},
+                               subresource="status")
+        assert await _until(lambda: c["node_of"]("high"), "high bound once low's claim is deallocated") == "n1"
+        await _until(lambda: _true(not loop.nominations.by_pod), "the nomination ended")
+
+
+async def _with(text, needle: str) -> str:
+    got = await text
+    return got if needle in got else ""
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+class _Claims:
+    """What ClaimNominations reads of DynamicResources: the claims as the scheduler sees them."""
+
+    def __init__(self, claims: dict):
+        self.claims = claims
+
+    def current_claims(self) -> dict:
+        return dict(self.claims)
+
+
+def _allocated(name: str, device: str, uid: str = "") -> dict:
+    return {"metadata": {"name": name, "namespace": "default"}, "spec": {"devices": {"requests": [_request("whole")]}},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": device}]}},
+                "reservedFor": [{"resource": "pods", "name": uid, "uid": uid}] if uid else []}}
+
+
+def test_held_capacity_counts_for_pods_of_lower_or_equal_priority_on_that_node_only():
+    from hami.kubesched.allocator import Outcome
+    from hami.sim.dranominate import ClaimNominations
+
+    victim = _allocated("low-whole", "gpu-0", uid="u-low")
+    claims = _Claims({"default/low-whole": victim})
+    noms = ClaimNominations(claims)
+    mine = _claim("high-whole", "whole")
+    alloc = {"devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]}}
+    noms.nominate("default/high", "n1", 1000, [mine], Outcome(True, {"default/high-whole": alloc}),
+                  frozenset({"u-low"}))
+    assert noms.settling("default/high")
+    claims.claims["default/low-whole"] = {**victim, "status": {}}  # the controller deallocated it
+    assert not noms.settling("default/high")
+    held = noms.usage_on("n1", 500, "default/mid")
+    assert held is not None and held != noms.usage_on("n1", 500, "default/high")  # its own hold is not in its way
+    assert noms.usage_on("n1", 2000, "default/top") is None  # a more important pod may take it
+    assert noms.usage_on("n2", 500, "default/mid") is None
+    noms.forget("default/high")
+    assert noms.usage_on("n1", 500, "default/mid") is None
