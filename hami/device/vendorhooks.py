@@ -6,6 +6,7 @@ pod to it, which term it adds to the node score. Code reads these traits from `H
 by comparing the hook's name. The steps a hook does its own way are functions in the module that owns
 the step, in a table keyed by hook beside it (hami.device.vendorrequest.OWN_REQUESTS, ...): the device
 package may not import the scheduler's, so one table per step layer; every other hook takes the shared step.
+hami.vendorsteps assembles every step's table into one view (hook -> step -> function) for reading and tests.
 """
 
 from __future__ import annotations

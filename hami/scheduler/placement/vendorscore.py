@@ -29,7 +29,8 @@ pod asking for them is scored on every fitting node (score.select_node):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 
 from hami.device.codec.cards import TOPOLOGY_LOSSES, TOPOLOGY_SCORES, topology_value
 from hami.device.model import PodDevices
@@ -49,28 +50,33 @@ WING = 4  # cards per wing of a Kunlunxin board (indexes 0-3 and 4-7)
 _BOARD_TERMS = ((-1, 3000.0), (0, 2000.0), (1, 1000.0), (2, 0.0))
 
 
+# A row's term (Vendor.node_score: from its hook's traits, else from its own keys) -> the term:
+# (node, the pod's devices, the row, the node policy, the pod's annotations) -> float.
+Term = Callable[[NodeUsage, PodDevices, Vendor, str, Mapping[str, str]], float]
+TERMS: Mapping[str, Term] = MappingProxyType({
+    "network": lambda node, devices, v, _policy, _annos: network_score(
+        [[cd.uuid for cd in ctr if cd.type == v.name] for ctr in devices], node.networks),
+    "board": lambda node, devices, v, _policy, _annos: board_score(
+        node, [cd.idx for ctr in devices for cd in ctr if cd.type == v.name]),
+    "topology": lambda node, devices, v, policy, _annos: topology_score(
+        node, sum(1 for ctr in devices for cd in ctr if cd.type == v.name), policy),
+    "aic": lambda node, devices, v, _policy, _annos: aic_score(
+        [[cd.uuid for cd in ctr if cd.type == v.name] for ctr in devices], node.dies),
+    "metax": lambda node, devices, v, policy, annos: metax_score(
+        node, [cd for ctr in devices for cd in ctr if cd.type == v.name], policy, annos, v.topology_aware),
+})
+
+
 def vendor_score(node: NodeUsage, devices: PodDevices, scored: Sequence[Vendor], policy: str = "binpack",
                  annotations: Mapping[str, str] | None = None) -> float:
-    """The sum of the scored vendors' terms for the pod's `devices` on `node` (float32);
+    """The sum of the scored vendors' terms (TERMS) for the pod's `devices` on `node` (float32);
     `policy` is the pod's node scheduler policy (MetaX weighs its term by it), `annotations` the
     pod's (MetaX: app class, topology awareness)."""
     total = 0.0
     for v in scored:
-        if v.node_score == "network":
-            containers = [[cd.uuid for cd in ctr if cd.type == v.name] for ctr in devices]
-            term = network_score(containers, node.networks)
-        elif v.node_score == "board":
-            term = board_score(node, [cd.idx for ctr in devices for cd in ctr if cd.type == v.name])
-        elif v.node_score == "topology":
-            term = topology_score(node, sum(1 for ctr in devices for cd in ctr if cd.type == v.name), policy)
-        elif v.node_score == "aic":
-            term = aic_score([[cd.uuid for cd in ctr if cd.type == v.name] for ctr in devices], node.dies)
-        elif v.node_score == "metax":
-            term = metax_score(node, [cd for ctr in devices for cd in ctr if cd.type == v.name], policy,
-                               annotations or {}, v.topology_aware)
-        else:
-            continue
-        total = f32(total + term)
+        term = TERMS.get(v.node_score)
+        if term is not None:
+            total = f32(total + term(node, devices, v, policy, annotations or {}))
     return total
 
 
