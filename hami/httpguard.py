@@ -74,6 +74,15 @@ class Guard:
         self.body_timeouts = 0
         self.too_large = 0
         self.encoded = 0
+        # The clock the header, body and idle deadlines are measured on (seconds): the event loop's
+        # unless a caller sets its own before connections arrive (a test holds time still with it,
+        # then moves it and calls expire_overdue, so no deadline depends on how fast the machine is).
+        self.clock: Callable[[], float] | None = None
+
+    def expire_overdue(self) -> int:
+        """Expire, now, every connection deadline that has passed on `clock`, instead of when its
+        timer next looks (at most the shortest timeout later); returns how many expired."""
+        return sum(proto.deadline.expire_if_due() for proto in list(self.open.values()))
 
     @property
     def refused(self) -> int:
@@ -134,7 +143,8 @@ class _GuardedProtocol(asyncio.Protocol):
         # One deadline at a time (HEADERS, BODY or IDLE, or None) behind one lazy timer: a request
         # answered within its deadlines moves the deadline and makes no timer (_Deadline).
         limits = guard.limits
-        self.deadline = _Deadline(self._expired, min(limits.header_timeout, limits.body_timeout, limits.idle_timeout))
+        self.deadline = _Deadline(self._expired, min(limits.header_timeout, limits.body_timeout, limits.idle_timeout),
+                                  guard.clock)
         # the fast lane: bytes not yet answered, the parsed head waiting for its body, an answer in flight
         self.fast = guard.fast
         self.fbuf = bytearray()
@@ -386,24 +396,25 @@ class _Deadline:
     listener's timeouts) and either calls `on_expiry(phase)` or comes back for the deadline that
     replaced its own. Every deadline lies at least `tick` after it is set, so a pending timer always
     fires before a new one is due and is never moved. A kept-alive connection answering request
-    after request needs one timer per `tick` instead of three made and cancelled for each request."""
+    after request needs one timer per `tick` instead of three made and cancelled for each request.
+    Deadlines are times on `clock` (the running loop's time when None, Guard.clock)."""
 
-    __slots__ = ("phase", "at", "on_expiry", "tick", "timer")
+    __slots__ = ("phase", "at", "on_expiry", "tick", "timer", "clock")
 
-    def __init__(self, on_expiry: Callable[[str], None], tick: float):
+    def __init__(self, on_expiry: Callable[[str], None], tick: float, clock: Callable[[], float] | None = None):
         self.phase: str | None = None
         self.at = 0.0
         self.on_expiry = on_expiry
         self.tick = tick
         self.timer: asyncio.TimerHandle | None = None
+        self.clock = clock
 
     def set(self, phase: str, seconds: float) -> None:
         loop = asyncio.get_running_loop()
-        now = loop.time()
         self.phase = phase
-        self.at = now + seconds
+        self.at = (loop.time() if self.clock is None else self.clock()) + seconds
         if self.timer is None:
-            self.timer = loop.call_at(now + min(seconds, self.tick), self._fire)
+            self.timer = loop.call_later(min(seconds, self.tick), self._fire)
 
     def clear(self) -> None:
         self.phase = None
@@ -414,18 +425,26 @@ class _Deadline:
             self.timer.cancel()
             self.timer = None
 
-    def _fire(self) -> None:
-        self.timer = None
+    def expire_if_due(self) -> bool:
+        """Call `on_expiry` now if the deadline has passed on the clock; True when it did."""
         phase = self.phase
         if phase is None:
-            return
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        if now < self.at:  # a later deadline replaced the one this timer was made for
-            self.timer = loop.call_at(min(self.at, now + self.tick), self._fire)
-            return
+            return False
+        now = asyncio.get_running_loop().time() if self.clock is None else self.clock()
+        if now < self.at:
+            return False
         self.phase = None
         self.on_expiry(phase)
+        return True
+
+    def _fire(self) -> None:
+        self.timer = None
+        if self.phase is None or self.expire_if_due():
+            return
+        # a later deadline replaced the one this timer was made for (or the clock is a test's, held still)
+        loop = asyncio.get_running_loop()
+        now = loop.time() if self.clock is None else self.clock()
+        self.timer = loop.call_later(max(0.0, min(self.at - now, self.tick)), self._fire)
 
 
 class _GuardedFactory:

@@ -41,19 +41,21 @@ async def test_scheduler_not_running_from_a_stale_lease(cluster, kube):
 
 async def test_scheduler_not_running_from_healthz(cluster, kube):
     sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", 0))  # held bound and never listening: refused, and no other test can take it
     port = sock.getsockname()[1]
-    sock.close()  # nothing listens there
     cluster.node("n1")
-    cluster.lease(renewed_ago=1)  # the URL wins over the lease
+    cluster.live_lease()  # the URL wins over the lease
     cluster.pod("p")
-    d = await run(kube, scheduler_url=f"http://127.0.0.1:{port}")
+    try:
+        d = await run(kube, scheduler_url=f"http://127.0.0.1:{port}")
+    finally:
+        sock.close()
     assert d.leaf == "scheduler-not-running"
     assert f"127.0.0.1:{port}/healthz" in d.evidence[0]
 
 
 async def test_no_hami_resource(cluster, kube):
-    cluster.lease(renewed_ago=1)
+    cluster.live_lease()
     cluster.pod("p", gpu=None)
     d = await run(kube)
     assert d.leaf == "no-hami-resource"
@@ -61,7 +63,7 @@ async def test_no_hami_resource(cluster, kube):
 
 
 async def test_wrong_scheduler_name(cluster, kube):
-    cluster.lease(renewed_ago=1)
+    cluster.live_lease()
     cluster.pod("p", scheduler="default-scheduler")
     d = await run(kube)
     assert d.leaf == "wrong-scheduler-name"
@@ -191,7 +193,7 @@ async def test_running_pod_is_fine(cluster, kube, apiserver):
 
 
 async def test_cli_prints_text_and_json_with_exit_code(cluster, apiserver):
-    cluster.lease(renewed_ago=1)
+    cluster.live_lease()
     cluster.pod("p", scheduler="other")
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     base = [sys.executable, "-m", "hami.cli.main", "doctor", "pod", "default/p", "--kubeconfig", apiserver.kubeconfig]

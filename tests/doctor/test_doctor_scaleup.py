@@ -75,7 +75,7 @@ def test_pods_without_extended_resources_or_already_bound_get_no_line():
 
 
 async def test_doctor_pod_prints_the_scale_up_line(cluster, apiserver):
-    cluster.lease(renewed_ago=1)
+    cluster.live_lease()
     cluster.node("n1")  # HAMi registered, no nvidia.com/gpumem in allocatable
     cluster.pod("p", mem=4000)
     env = {**os.environ, "PYTHONPATH": os.getcwd()}

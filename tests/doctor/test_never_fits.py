@@ -57,7 +57,7 @@ def test_requests_that_fit_an_idle_cluster_get_no_verdict():
 
 async def test_doctor_pod_memory_never_fits_comes_first(cluster, kube):
     cluster.node("n1")  # 2 x 40960 MiB
-    cluster.lease(renewed_ago=1)
+    cluster.live_lease()
     cluster.pod("p", mem=50000)
     cluster.event("p", "FilteringFailed", "no available node, 1 nodes do not meet: n1: CardInsufficientMemory")
     d = await diagnose(kube, doctor_args(pod="default/p"))
@@ -68,7 +68,7 @@ async def test_doctor_pod_memory_never_fits_comes_first(cluster, kube):
 
 async def test_doctor_pod_gpu_count_and_cores_never_fit(cluster, kube):
     cluster.node("n1")
-    cluster.lease(renewed_ago=1)
+    cluster.live_lease()
     cluster.pod("many", gpu=3)
     d = await diagnose(kube, doctor_args(pod="default/many"))
     assert d.leaf == "never-fits" and "3 GPUs" in d.summary and "registers 2" in d.summary

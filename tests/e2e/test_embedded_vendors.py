@@ -86,6 +86,8 @@ def mixed(tmp_path_factory):
         run = system.run
         wait_until(lambda: "hami.io/node-nvidia-register" in run("get", "node", "gpu-node-1", "-o", "json"), 120,
                    what="the NVIDIA node registered")
+        # the pods every test reads, applied here so that the tests may run in any order
+        run("apply", "--validate=false", "-f", "-", stdin=PODS)
         yield {"kubectl": run, "env": system.env}
 
 
@@ -103,8 +105,6 @@ def test_each_vendor_registers_and_its_pods_run_on_its_nodes(mixed):
     mlu_node = json.loads(run("get", "node", "gpu-node-3", "-o", "json"))
     assert mlu_node["status"]["capacity"]["cambricon.com/mlu.smlu.vcore"] == "200"
     assert not any(k.startswith("hami.io/node-") for k in mlu_node["metadata"].get("annotations") or {})
-
-    run("apply", "--validate=false", "-f", "-", stdin=PODS)
 
     def running():
         items = json.loads(run("get", "pods", "-o", "json"))["items"]

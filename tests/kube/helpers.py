@@ -21,6 +21,14 @@ class Clock:
         return self.now
 
 
+def server_side(guard, writer: asyncio.StreamWriter):
+    """The hami.httpguard protocol serving the connection `writer` is the client side of, or None
+    while the listener has not accepted it yet."""
+    local = writer.get_extra_info("sockname")
+    return next((proto for transport, proto in list(guard.open.items())
+                 if transport.get_extra_info("peername") == local), None)
+
+
 def gpu_uuid(node: str, i: int) -> str:
     return f"GPU-{_uuid.uuid5(_uuid.NAMESPACE_DNS, f'{node}-{i}')}"
 

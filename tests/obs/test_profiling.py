@@ -82,13 +82,31 @@ async def test_cpu_profile_charges_busy_thread_and_task_not_idle_thread(pprof_ap
     assert labels_of[f"{HERE}.burn_on_loop"]["thread"] == threading.current_thread().name
 
 
+def _inside(thread: threading.Thread, function: str) -> bool:
+    """Whether `thread` is running `function` now (anywhere on its stack)."""
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None:
+        if frame.f_code.co_name == function:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _wait_until(pred, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
+        time.sleep(0.01)
+
+
 def test_wall_mode_counts_idle_threads_too():
     stop, threads = _threads(idle_waiter)
+    # a started thread may not have reached its function yet (a loaded machine can take a while):
+    # only a thread already waiting can show up waiting in the samples
+    _wait_until(lambda: _inside(threads[0], "idle_waiter"), "the idle thread waiting")
     sampler = CpuSampler(interval=0.005, mode="wall")
     sampler.start()
-    deadline = time.monotonic() + 5
-    while sampler.ticks < 5 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _wait_until(lambda: sampler.ticks >= 5, "5 sampler ticks")
     profile = sampler.stop()
     stop.set()
     names = {f.function for s in profile.samples for f in s.stack}

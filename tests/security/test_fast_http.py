@@ -25,7 +25,8 @@ answers like aiohttp and keeps every limit of the guard, with real sockets:
 - parse_head (hypothesis): never raises on any bytes, takes a request only when its head is whole,
   a prefix of a plain request is NEED_MORE until the blank line, and its cache of header lines
   already matched never changes an answer.
-Deadlines are shortened through ListenSettings; no test measures time."""
+Deadlines are shortened through ListenSettings and run on a clock each test moves (Guard.clock); no
+test measures time."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ from hami.config import ListenSettings
 from hami.httpaccept import GuardedSite
 from hami.httpguard import guarded_runner
 from hami.scheduler.role import start_scheduler
-from tests.kube.helpers import config_for, pod_obj
+from tests.kube.helpers import Clock, config_for, eventually, pod_obj, server_side
 from tests.kube.scheduler_env import Env, hami_nodes, stop_env
 
 pytestmark = pytest.mark.timeout(60)
@@ -97,6 +98,8 @@ async def start(fast, limits: ListenSettings = SHORT):
     app.router.add_post("/filter", h_filter)
     app.router.add_get("/ok", ok)
     runner = guarded_runner(app, limits, access_log=None, fast={b"/filter": fast} if fast else None)
+    # deadlines on a clock the test moves: a loaded machine's slowness never expires one
+    runner.guard.clock = Clock()
     await runner.setup()
     await GuardedSite(runner, "127.0.0.1", 0).start()
     return runner, runner.addresses[0][1]
@@ -183,6 +186,11 @@ async def test_slowloris_and_stalled_body_are_cut_while_others_are_answered(both
     body_r, body_w = await asyncio.open_connection("127.0.0.1", port)
     body_w.write(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123")  # 96 bytes never come
     assert (await exchange(port, post(b"[5]"))).endswith(b'{"Echo":[5],"Error":""}')
+    slow = await eventually(lambda: server_side(runner.guard, slow_w), 10)
+    body = await eventually(lambda: server_side(runner.guard, body_w), 10)
+    await eventually(lambda: slow.fbuf and body.deadline.phase == "body", 10)  # every byte sent is read
+    runner.guard.clock.now += 0.3
+    assert runner.guard.expire_overdue() == 2
     assert await asyncio.wait_for(slow_r.read(), 10) == b""
     out = await asyncio.wait_for(body_r.read(), 10)
     assert out.startswith(b"HTTP/1.1 408") and b"request body not received within 0.3 s" in out
@@ -325,19 +333,18 @@ async def test_the_fast_lane_serves_tls_listeners(apiserver, tmp_path):
 
 async def test_a_body_dripped_byte_by_byte_still_meets_its_deadline(both):
     (runner, port), _ = both
+    clock = runner.guard.clock
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n")
-
-    async def drip():
-        for _ in range(400):  # one byte every 20 ms: 8 s in all, far past the 0.3 s body deadline
-            if writer.is_closing():
-                return
-            writer.write(b"1")
-            await asyncio.sleep(0.02)
-
-    dripping = asyncio.create_task(drip())
+    head = b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n"
+    writer.write(head)
+    proto = await eventually(lambda: server_side(runner.guard, writer), 10)
+    await eventually(lambda: proto.deadline.phase == "body", 10)  # from the end of the headers
+    for i in range(1, 4):  # a byte every 0.1 s, each received before the clock moves: 0.3 s in all
+        writer.write(b"1")
+        await eventually(lambda i=i: len(proto.fbuf) == len(head) + i, 10)
+        clock.now += 0.1 if i < 3 else 0.15
+        assert runner.guard.expire_overdue() == (i == 3), i  # the bytes never moved the deadline
     out = await asyncio.wait_for(reader.read(), 10)
-    dripping.cancel()
     assert out.startswith(b"HTTP/1.1 408") and runner.guard.body_timeouts == 1
     writer.close()
 
@@ -405,15 +412,20 @@ async def test_keep_alive_requests_do_not_make_a_timer_each(handler):
 
 async def test_the_idle_deadline_counts_from_the_last_answer():
     runner, port = await start(sync_filter, dataclasses.replace(SHORT, idle_timeout=1.5))
+    clock = runner.guard.clock
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         for i in range(5):  # 0.5 s apart: 2.5 s in all, past the 1.5 s idle timeout, never idle that long
             writer.write(post(b"[%d]" % i))
             await asyncio.wait_for(reader.readuntil(b'"Error":""}'), 10)
-            await asyncio.sleep(0.5)
+            clock.now += 0.5
+            assert runner.guard.expire_overdue() == 0, i
         writer.write(post(b"[9]"))
         await asyncio.wait_for(reader.readuntil(b'"Error":""}'), 10)  # still open
-        assert await asyncio.wait_for(reader.read(), 10) == b""  # then closed once idle
+        clock.now += 1.5
+        # then closed once idle: by the connection's own lazy timer, made long before, which comes back
+        # for the deadline the last answer set
+        assert await asyncio.wait_for(reader.read(), 10) == b""
         writer.close()
     finally:
         await runner.cleanup()

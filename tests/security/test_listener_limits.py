@@ -4,7 +4,8 @@
 - untrusted connections beyond their cap are closed on accept while the ones inside it, and the trusted
   class's own budget, keep working; at the listener's total accept pauses and the queued connections
   are answered once slots free, none reset;
-- keep-alive still works: each request on a connection gets its own header deadline;
+- keep-alive still works: each request on a connection gets its own header deadline (on a clock the
+  test moves, Guard.clock);
 - a body with a Content-Encoding is refused 415 (aiohttp would inflate a gzip bomb first);
 - the webhook takes at most 3 MiB: a larger Content-Length is refused 413 before the body is read, a
   chunked body is cut off at 3 MiB with 413; the extender's own verbs keep their larger limit;
@@ -12,7 +13,8 @@
   deadline (--http-header-timeout, shortened here) while /filter and the probes keep answering; the
   metrics listener, the node agent's health listener, the monitor, the debug listener and the embedded
   API server are built on the same guard (asserted by their runner type).
-Deadlines are shortened through flags; no test measures time, each waits on a socket's EOF."""
+Deadlines are shortened through flags, and the header deadline runs on a clock the test moves
+(Guard.clock); no test measures time, each waits on a socket's EOF."""
 
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from hami.httpaccept import GuardedSite
 from hami.httpguard import GuardedRunner, guarded_runner
 from hami.scheduler.extender.server import WEBHOOK_MAX_BODY
 from hami.scheduler.role import start_scheduler
-from tests.kube.helpers import config_for, eventually, pod_obj
+from tests.kube.helpers import Clock, config_for, eventually, pod_obj, server_side
 from tests.kube.scheduler_env import Env, hami_nodes, stop_env
 from tests.reliability._record import record
 
@@ -52,6 +54,8 @@ async def server():
     app.router.add_post("/small", echo)
     app.router.add_get("/ok", ok)
     runner = guarded_runner(app, SHORT, body_limits={"/small": 1000}, access_log=None)
+    # the header deadline on a clock the test moves: a loaded machine's slowness never expires one
+    runner.guard.clock = Clock()
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -82,18 +86,15 @@ async def test_silent_and_slowloris_connections_are_closed_at_the_header_deadlin
     silent_r, silent_w = await connect(port)
     slow_r, slow_w = await connect(port)
     slow_w.write(b"GET /ok HTTP/1.1\r\nHost: x\r\n")
-
-    async def drip():
-        for _ in range(100):  # one byte at a time, never the blank line that ends the headers
-            if slow_w.is_closing():
-                return
-            slow_w.write(b"X")
-            await asyncio.sleep(0.05)
-
-    dripping = asyncio.create_task(drip())
+    slow = await eventually(lambda: server_side(guard, slow_w), 10)
+    await eventually(lambda: server_side(guard, silent_w), 10)  # both accepted at 0: deadlines at 0.3
+    for i, byte in enumerate(b"abc", 1):  # one byte a tenth of a second, never the blank line that ends the headers
+        slow_w.write(bytes([byte]))
+        await eventually(lambda byte=byte: slow.tail.endswith(bytes([byte])), 10)  # the server has read it
+        guard.clock.now += 0.1
+        assert guard.expire_overdue() == (2 if i == 3 else 0), i  # the bytes never moved the deadline
     assert await closed(silent_r) == b""
     assert await closed(slow_r) == b""  # closed without an answer: the headers never ended
-    dripping.cancel()
     assert guard.header_timeouts == 2
     for w in (silent_w, slow_w):
         w.close()
@@ -177,13 +178,25 @@ async def test_at_the_total_accept_pauses_and_the_queued_connections_are_served_
 
 async def test_keep_alive_requests_each_get_their_own_header_deadline(server):
     guard, port = server
+    clock = guard.clock
     reader, writer = await connect(port)
+    await eventually(lambda: server_side(guard, writer), 10)  # accepted at 0: a header deadline at 0.3 runs
     for i in range(3):
         writer.write(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
         head = await asyncio.wait_for(reader.readuntil(b"hello"), 10)
         assert head.startswith(b"HTTP/1.1 200"), i
-        await asyncio.sleep(0.2)  # under the 0.3 s deadline each time, 0.6 s in all
+        clock.now += 0.2  # under the 0.3 s deadline each time, 0.6 s in all
+        assert guard.expire_overdue() == 0, i  # no deadline left over from accepting or an earlier request
     assert guard.header_timeouts == 0
+    # the next request's deadline starts at its first byte: its headers never end, and 0.3 s later it closes
+    writer.write(b"POST /echo HTTP/1.1\r\nHost: x\r\n")
+    proto = server_side(guard, writer)
+    await eventually(lambda: proto.deadline.phase is not None, 10)  # the server has the bytes
+    clock.now += 0.2
+    assert guard.expire_overdue() == 0
+    clock.now += 0.2
+    assert guard.expire_overdue() == 1
+    assert await closed(reader) == b"" and guard.header_timeouts == 1
     writer.close()
 
 
