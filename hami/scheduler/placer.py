@@ -288,11 +288,19 @@ class Placer:
         if not self.avoid_locked:
             return None
         now = self.monotonic()
-        self.contention.observe(self.state.lock_hold.seconds, now, self._others_active(now))
+        others = self._others_active(now)
+        self.contention.observe(self.state.lock_hold.seconds, now, others)
         if not (self._held.per_node or self._binds or any(self.own_lock(n) for n in self.state.locked)):
             return None
-        return self.contention.keyer(own_pending(self._held.per_node, self._binds, self.own_lock),
-                                     self._foreign_active(now))
+        pending = own_pending(self._held.per_node, self._binds, self.own_lock)
+        if not others:
+            # No other scheduler's lock seen (OTHERS_SEEN_S; the node watch looked within 0.1 s):
+            # only our own burst contends, and a table of its nodes answers the walk with a dict
+            # read per node instead of a key worked out per node (docs/performance.md).
+            table = self.contention.table(pending)
+            if table is not None:
+                return table.get
+        return self.contention.keyer(pending, self._foreign_active(now))
 
     def _others_active(self, now: float) -> bool:
         """Whether another scheduler's lock was seen within OTHERS_SEEN_S (the node watch, looked

@@ -108,3 +108,26 @@ def test_two_identities_rank_nodes_differently():
     b = [max(nodes[i:i + 4], key=lambda n: contention.rank("replica-b", n)) for i in range(46)]
     assert sum(x == y for x, y in zip(a, b, strict=True)) < 0.6 * len(a)
     assert a == [max(nodes[i:i + 4], key=lambda n: contention.rank("replica-a", n)) for i in range(46)]
+
+
+@given(st.lists(st.sampled_from("abcdefgh"), max_size=60), st.integers(1, 70),
+       st.sets(st.sampled_from("abcdefgh")), st.booleans())
+def test_the_table_of_a_decision_gives_every_nodes_key(decided, width, pending, small):
+    """The walk reads a table of the burst's nodes (one dict read a node) instead of asking each
+    node's key: both say the same of every node, also with a width past the decisions kept."""
+    c = Contention(spread=2.0)
+    if small:
+        c.nodes = contention.deque(maxlen=8)
+    for node in decided:
+        c.decided(node, 0.0)
+    c.width = width
+    own = lambda n: int(n in pending)  # noqa: E731
+    table = c.table(own)
+    key = c.keyer(own)
+    if table is None:  # the width reaches past the decisions kept: the caller asks `keyer`
+        assert width > min(len(decided), 8 if small else contention.RECENT_DECISIONS)
+        return
+    for node in "abcdefghz":
+        assert (table.get(node) or 0) == key(node) == c.key(node, own(node))
+    c.width = 0
+    assert c.table(own) is None and c.keyer(own) is None

@@ -37,6 +37,7 @@ import hashlib
 import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from itertools import islice
 from typing import TypeVar
 
 # The node lock's hold before any is seen released: kubelet's admission, the device plugin's
@@ -54,6 +55,8 @@ OTHERS_SEEN_S = 5.0
 WIDE = 1 << 30  # the width while another scheduler binds: every node this replica has work on is contended
 # Decision sequence numbers kept for nodes not decided for this long (decisions) are dropped.
 FORGET_AFTER = 65536
+# The latest decisions kept in order (`Contention.table`): a width up to this is answered from them.
+RECENT_DECISIONS = 8192
 
 T = TypeVar("T")
 
@@ -88,7 +91,7 @@ class LockHold:
 class Contention:
     """This replica's decisions in sequence and the burst's width (see the module docstring)."""
 
-    __slots__ = ("spread", "lane_rate", "seq", "last", "recent", "width")
+    __slots__ = ("spread", "lane_rate", "seq", "last", "recent", "width", "nodes")
 
     def __init__(self, spread: float = 2.0, lane_rate: float = 0.0):
         self.spread = spread
@@ -97,6 +100,7 @@ class Contention:
         self.last: dict[str, int] = {}  # node -> seq of the latest decision for it
         self.recent: deque[float] = deque()  # times of the decisions within the last hold
         self.width = 0
+        self.nodes: deque[tuple[int, str]] = deque(maxlen=RECENT_DECISIONS)  # (seq, node) of the latest decisions
 
     def observe(self, hold: float, now: float, others_active: bool = False) -> int:
         """The width for the next decision, from the lock hold and the decisions made within it
@@ -121,9 +125,25 @@ class Contention:
         self.seq += 1
         self.last[node] = self.seq
         self.recent.append(now)
+        self.nodes.append((self.seq, node))
         if len(self.last) > 4 * FORGET_AFTER:  # nodes that went away: keep only the recent ones
             floor = self.seq - FORGET_AFTER
             self.last = {n: s for n, s in self.last.items() if s > floor}
+
+    def table(self, own_pending: Callable[[str], int]) -> dict[str, int] | None:
+        """`key` of every node this replica decided for within the width, in one dict for one
+        decision (a node absent or 0 is not contended by this replica), built from the latest
+        decisions: O(width) once, then a dict read per node the walk passes. None when the width
+        is 0 or reaches past the decisions kept (then `keyer`: a width wider than every decision
+        made, as WIDE is, counts nodes never decided for too)."""
+        width, seq = self.width, self.seq
+        if width <= 0 or width > len(self.nodes):
+            return None
+        keys: dict[str, int] = {}
+        for decided, node in islice(reversed(self.nodes), width):
+            if node not in keys:  # the node's latest decision comes first
+                keys[node] = width - (seq - decided) if own_pending(node) else 0
+        return keys
 
     def since(self, node: str) -> int:
         """Decisions made after the latest one for `node` (0: it was the latest)."""
@@ -140,12 +160,23 @@ class Contention:
 
     def keyer(self, own_pending: Callable[[str], int],
               foreign: Callable[[str], bool] = lambda node: False) -> Callable[[str], int] | None:
-        """The contention key of every node (None: no node is contended, the policy decides): ours,
-        else `width` (last in line) for a node another scheduler is binding to."""
+        """The contention key of every node for one decision (None: no node is contended, the
+        policy decides): `key`'s, else `width` (last in line) for a node another scheduler is
+        binding to. The walk asks it of every node ahead of its fit (the burst's ~width nodes), so
+        it costs one call and a dict read for a node outside the width, and asks `own_pending`
+        only of the nodes inside it."""
         if self.width <= 0:
             return None
-        width = self.width
-        return lambda node: self.key(node, own_pending(node)) or (width if foreign(node) else 0)
+        width, seq, last = self.width, self.seq, self.last
+
+        def key(node: str) -> int:
+            latest = last.get(node)
+            gap = seq + 1 if latest is None else seq - latest
+            if gap < width and own_pending(node):
+                return width - gap
+            return width if foreign(node) else 0
+
+        return key
 
 
 def rank(identity: str, node: str) -> int:
@@ -165,7 +196,7 @@ def choose(fits: Sequence[T], key: Callable[[str], int] | None, tie_rank: Callab
     best, best_key = None, None
     for i, f in enumerate(fits):
         k = key(node_of(f))
-        if k == 0:
+        if not k:  # 0, or None from a table's get: not contended
             if i == 0 or tie_rank is None:
                 return f
             tied = [g for g in fits[i:] if score_of(g) == score_of(f) and not key(node_of(g))]
@@ -177,5 +208,6 @@ def choose(fits: Sequence[T], key: Callable[[str], int] | None, tie_rank: Callab
 
 def own_pending(held: Mapping[str, int], in_flight: Mapping[str, int],
                 own_lock: Callable[[str], bool]) -> Callable[[str], int]:
-    """A node's pending work of this replica: decisions held, binds in flight, its lock if ours."""
-    return lambda node: held.get(node, 0) + in_flight.get(node, 0) + own_lock(node)
+    """Whether a node has pending work of this replica (0: none): decisions held, binds in flight,
+    its lock if ours, asked in that order until one answers."""
+    return lambda node: held.get(node, 0) or in_flight.get(node, 0) or own_lock(node)
