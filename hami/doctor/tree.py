@@ -28,6 +28,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -392,8 +393,15 @@ def register_state(node: NodeFacts) -> tuple[str, tuple[DeviceInfo, ...] | None]
     value = node.annotations.get(codec.REGISTER_ANNOTATION)
     if value is None:
         return "missing", None
+    return _register_state(value) if isinstance(value, str) else _register_state.__wrapped__(value)
+
+
+# The UI judges every node's health at each rebuild of its cluster view, while most registrations
+# stay the same: each text is decoded once.
+@functools.lru_cache(maxsize=1 << 13)
+def _register_state(value: str) -> tuple[str, tuple[DeviceInfo, ...] | None]:
     try:
-        devices = codec.decode_node_devices(value)
+        devices = tuple(codec.decode_node_devices(value))
     except codec.CodecError as exc:
         return f"invalid: {exc}", None
     return f"ok ({len(devices)} GPUs)", devices

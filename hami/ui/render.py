@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from hami.ui.view import MIB, Card, ClusterView, DraDevice, NodeView
+from hami.ui.draview import DraDevice
+from hami.ui.view import MIB, Card, ClusterView, NodeView
 
 CSS = """body{font-family:system-ui,sans-serif;margin:0;color:#212121;background:#fafafa}
 header{background:#263238;color:#fff;padding:10px 20px;display:flex;gap:20px;align-items:center}
@@ -124,7 +125,43 @@ def dra_section(devices: Sequence[DraDevice], pod_links: bool = True) -> str:
                     rows, left=4, cls=""))
 
 
-def cluster_page(v: ClusterView, dra: Sequence[DraDevice] = (), **foot) -> str:
+class NodeRows:
+    """Each node's row of the cluster page, kept for the next render while the node's cards are the same
+    objects (view.ViewMemo keeps them while nothing they are built from changed) and its health verdict
+    is the same: a render after a change formats the changed nodes' rows only."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, tuple[tuple, bool, tuple[str, ...], tuple[str, ...]]] = {}
+        self.built = 0  # rows formatted (not found kept), for tests and diagnostics
+
+    def rows(self, nodes: Sequence[NodeView]) -> list[tuple[str, ...]]:
+        old, new, out = self._rows, {}, []
+        for n in nodes:
+            problems = tuple(n.health.problems)
+            hit = old.get(n.name)
+            if hit is None or hit[0] is not n.cards or hit[1] != n.health.healthy or hit[2] != problems:
+                hit = (n.cards, n.health.healthy, problems, _node_row(n))
+                self.built += 1
+            new[n.name] = hit
+            out.append(hit[3])
+        self._rows = new  # the nodes gone are let go
+        return out
+
+
+def _node_row(n: NodeView) -> tuple[str, ...]:
+    reg = sum(c.mem for c in n.cards)
+    alloc = sum(c.mem_allocated for c in n.cards)
+    used = [c.used_bytes for c in n.cards if c.used_bytes is not None]
+    return (f'<a href="/node/{q(n.name)}">{e(n.name)}</a>', str(len(n.cards)),
+            f'<span data-v="{alloc}">{mib(alloc)} / {mib(reg)}</span> '
+            + bar([(alloc, "#1565c0", "allocated")], reg, 100, "memory"),
+            f"{sum(c.cores_allocated for c in n.cards)}% / {sum(c.cores for c in n.cards)}%",
+            str(sum(len(c.slices) for c in n.cards)),
+            mib(sum(used) // MIB) if used else "-", _status(n.health.healthy, n.health.problems))
+
+
+def cluster_page(v: ClusterView, dra: Sequence[DraDevice] = (), node_rows: NodeRows | None = None, **foot) -> str:
+    """The cluster page; `node_rows`: the last render's node rows to reuse (None: every row formatted)."""
     t = v.totals()
     cards = [
         ("GPU nodes", str(t["nodes"]), ""),
@@ -141,17 +178,7 @@ def cluster_page(v: ClusterView, dra: Sequence[DraDevice] = (), **foot) -> str:
     summary = "<div class='cards'>" + "".join(
         f"<div class='card' data-figure='{e(k)}'>{e(k)}<b>{val}</b>{extra}</div>" for k, val, extra in cards) + "</div>"
     models = table(["model", "nodes", "GPUs"], [(e(m), str(n), str(c)) for m, (n, c) in v.models.items()])
-    rows = []
-    for n in v.nodes:
-        reg = sum(c.mem for c in n.cards)
-        alloc = sum(c.mem_allocated for c in n.cards)
-        used = [c.used_bytes for c in n.cards if c.used_bytes is not None]
-        rows.append((f'<a href="/node/{q(n.name)}">{e(n.name)}</a>', str(len(n.cards)),
-                     f'<span data-v="{alloc}">{mib(alloc)} / {mib(reg)}</span> '
-                     + bar([(alloc, "#1565c0", "allocated")], reg, 100, "memory"),
-                     f"{sum(c.cores_allocated for c in n.cards)}% / {sum(c.cores for c in n.cards)}%",
-                     str(sum(len(c.slices) for c in n.cards)),
-                     mib(sum(used) // MIB) if used else "-", _status(n.health.healthy, n.health.problems)))
+    rows = (node_rows if node_rows is not None else NodeRows()).rows(v.nodes)
     nodes = table(["node", "GPUs", "memory allocated / registered", "cores", "slices", "used", "status"], rows)
     by_reason = table(["reason", "pods"], [(e(k), str(c)) for k, c in v.pending_by_reason().items()])
     pending = table(["pod", "reasons"], [(_pod_link(p.namespace, p.name), e(", ".join(p.reasons) or "-"))

@@ -37,8 +37,9 @@ from hami.kube.informer import Informer
 from hami.netaddr import split_host_port
 from hami.obs.log import get_logger
 from hami.ui import gate, render
+from hami.ui.draview import dra_devices
 from hami.ui.metrics import Figures, MetricsError, parse_exposition, parse_query
-from hami.ui.view import NodeView, cluster_view, dra_devices, quota_rows
+from hami.ui.view import NodeView, ViewMemo, cluster_view, quota_rows
 
 log = get_logger(__name__)
 
@@ -111,6 +112,9 @@ class Ui:
         self.diagnoses = gate.DiagnosisBudget()
         self._view = None
         self._view_key: tuple | None = None
+        # A rebuild reads only the objects that changed and formats only the changed nodes' rows.
+        self.view_memo = ViewMemo()
+        self.node_rows = render.NodeRows()
         # Counters for tests and diagnostics: cluster views built, cluster pages rendered (once per view).
         self.view_builds = 0
         self.page_renders = 0
@@ -135,7 +139,8 @@ class Ui:
         if self._view_key != key:
             self._view = cluster_view(list(self.nodes.store.values()), list(self.pods.store.values()),
                                       self._events(), self.figures.usage, self.figures.health, time.time(),
-                                      cfg.nvidia.resource_count_name, cfg.scheduler.node_lock_timeout)
+                                      cfg.nvidia.resource_count_name, cfg.scheduler.node_lock_timeout,
+                                      memo=self.view_memo)
             self._view_key = key
             self.view_builds += 1
         return self._view
@@ -150,7 +155,7 @@ class Ui:
         view = self.view()
         key = (self.view_builds, self.slices.resource_version, self.claims.resource_version, self.dra_served)
         if key != self._page_key:
-            self._page = render.cluster_page(view, self.dra(), **self.foot())
+            self._page = render.cluster_page(view, self.dra(), node_rows=self.node_rows, **self.foot())
             self._page_key = key
             self.page_renders += 1
         return self._page

@@ -14,11 +14,12 @@ import functools
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from hami.device import codec
 from hami.device.model import DeviceInfo
 from hami.doctor.gather import event_fact, node_facts
-from hami.doctor.tree import NodeHealth, failed_reasons, is_gpu_node, node_health
+from hami.doctor.tree import NodeFacts, NodeHealth, failed_reasons, is_gpu_node, node_health
 
 MIB = 1 << 20
 TERMINAL = ("Succeeded", "Failed")
@@ -172,52 +173,151 @@ def _registered(node: Mapping) -> list[DeviceInfo]:
     return list(_register(text)) if isinstance(text, str) else []
 
 
+class PodPart(NamedTuple):
+    """What the cluster view reads of one pod: the node it is placed on ("" when not placed), its
+    name, the devices it holds as (container index, device), its MIG allocations text ("" when none),
+    and whether it may be a pending GPU pod (pending_pods judges those only)."""
+
+    node: str
+    namespace: str
+    name: str
+    devices: tuple[tuple[int, codec.ContainerDevice], ...]
+    mig: str
+    waiting: bool = False
+
+
+_NOT_PLACED = PodPart("", "", "", (), "")
+
+
+def _waiting(pod: Mapping) -> bool:
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
+    return not spec.get("nodeName") and status.get("phase", "Pending") == "Pending"
+
+
+def pod_part(pod: Mapping) -> PodPart:
+    node, devices = placed_devices(pod)
+    if not node:
+        return PodPart("", "", "", (), "", True) if _waiting(pod) else _NOT_PLACED
+    meta = _meta(pod)
+    mig = _annos(pod).get(codec.MIG_ALLOCATIONS_ANNOTATION)
+    return PodPart(node, str(meta.get("namespace", "")), str(meta.get("name", "")), tuple(devices),
+                   mig if isinstance(mig, str) else "")
+
+
+class NodePart(NamedTuple):
+    """What the cluster view reads of one node: its facts and its registered cards by index."""
+
+    facts: NodeFacts
+    devices: tuple[DeviceInfo, ...]
+
+
+class ViewMemo:
+    """What one cluster view's build read, for the next build to reuse (hami.ui.role keeps one): each
+    pod's and node's reading, keyed by the object itself (an informer replaces an object on every
+    change and never edits one, so the same object reads the same), and each node's cards, keyed by
+    what they are built from (the node's reading, the slices on each card, their measured use, each
+    card's temperature and power and MIG instances). A rebuild after a change reads the changed
+    objects and builds the changed nodes' cards; the rest is looked up."""
+
+    def __init__(self) -> None:
+        self._pods: dict[int, tuple[Mapping, PodPart]] = {}
+        self._nodes: dict[int, tuple[Mapping, NodePart]] = {}
+        self._cards: dict[str, tuple[tuple, tuple[Card, ...]]] = {}
+        self.reads = 0  # pod and node objects read (not found in the memo), for tests and diagnostics
+        self.card_builds = 0  # nodes whose cards were built (not found in the memo)
+
+    def pod_parts(self, pods: Iterable[Mapping]) -> list[PodPart]:
+        old, new, out = self._pods, {}, []
+        for pod in pods:
+            hit = old.get(id(pod))
+            if hit is None or hit[0] is not pod:
+                hit = (pod, pod_part(pod))
+                self.reads += 1
+            new[id(pod)] = hit
+            out.append(hit[1])
+        self._pods = new  # the objects gone are let go
+        return out
+
+    def node_parts(self, nodes: Iterable[Mapping], gpu_resource: str) -> list[NodePart]:
+        old, new, out = self._nodes, {}, []
+        for node in nodes:
+            hit = old.get(id(node))
+            if hit is None or hit[0] is not node:
+                hit = (node, NodePart(node_facts(dict(node), gpu_resource),
+                                      tuple(sorted(_registered(node), key=lambda d: d.index))))
+                self.reads += 1
+            new[id(node)] = hit
+            out.append(hit[1])
+        self._nodes = new
+        return out
+
+
 def cluster_view(nodes: Iterable[Mapping], pods: Iterable[Mapping], events: Iterable[Mapping] = (),
                  usage: Mapping[tuple[str, str, str], int] | None = None,
                  health: Mapping[str, tuple[float | None, float | None]] | None = None,
                  now: float = 0.0, gpu_resource: str = "nvidia.com/gpu",
-                 lock_timeout: float = 300.0) -> ClusterView:
-    """`usage`: (namespace, pod, device uuid) -> bytes used; `health`: uuid -> (temperature C, power W)."""
+                 lock_timeout: float = 300.0, memo: ViewMemo | None = None) -> ClusterView:
+    """`usage`: (namespace, pod, device uuid) -> bytes used; `health`: uuid -> (temperature C, power W);
+    `memo`: the last build's readings to reuse (None: every object is read)."""
     usage = usage or {}
     health = health or {}
+    memo = memo if memo is not None else ViewMemo()
     pods = list(pods)
-    slices: dict[str, list[Slice]] = defaultdict(list)  # uuid -> slices
+    held: dict[str, list[tuple[PodPart, int, codec.ContainerDevice]]] = defaultdict(list)  # uuid -> slices
     mig: dict[str, list[str]] = defaultdict(list)  # node -> MIG lines
     mig_held: dict[str, list[tuple[int, int, str, str]]] = defaultdict(list)  # uuid -> instances
-    for pod in pods:
-        node, devices = placed_devices(pod)
-        if not node:
+    parts = memo.pod_parts(pods)
+    for part in parts:
+        if not part.node:
             continue
-        meta = _meta(pod)
-        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-        for ctr, d in devices:
-            slices[d.uuid].append(Slice(ns, name, ctr, d.usedmem, d.usedcores, usage.get((ns, name, d.uuid))))
-        mig_text = _annos(pod).get(codec.MIG_ALLOCATIONS_ANNOTATION)
-        if isinstance(mig_text, str) and mig_text:
-            mig[node].append(f"{mig_text} -> {ns}/{name}")
-            for a in _mig_allocations(mig_text):
-                mig_held[a.gpu_uuid].append((a.placement.start, a.placement.size, a.profile, f"{ns}/{name}"))
+        for ctr, d in part.devices:
+            held[d.uuid].append((part, ctr, d))
+        if part.mig:
+            mig[part.node].append(f"{part.mig} -> {part.namespace}/{part.name}")
+            for a in _mig_allocations(part.mig):
+                mig_held[a.gpu_uuid].append((a.placement.start, a.placement.size, a.profile,
+                                             f"{part.namespace}/{part.name}"))
     views = []
     models: dict[str, set[str]] = defaultdict(set)
     model_cards: Counter[str] = Counter()
-    for node in nodes:
-        facts = node_facts(dict(node), gpu_resource)
+    cards_before, cards_now = memo._cards, {}
+    for npart in memo.node_parts(nodes, gpu_resource):
+        facts = npart.facts
         if not is_gpu_node(facts):
             continue
-        cards = []
-        for d in sorted(_registered(node), key=lambda d: d.index):
-            temp, power = health.get(d.id, (None, None))
-            width = max((p.start + p.size for prof in d.mig_profiles for p in prof.placements), default=0)
-            held = tuple(sorted(mig_held.get(d.id, ())))
-            cards.append(Card(facts.name, d.index, d.id, d.type, d.devmem, d.devcore, d.count, d.health, d.mode,
-                              tuple(slices.get(d.id, ())), temp, power,
-                              max(width, max((a + b for a, b, _, _ in held), default=0)), held))
+        key = (npart, tuple(_card_inputs(d, held, mig_held, usage, health) for d in npart.devices))
+        hit = cards_before.get(facts.name)
+        if hit is None or hit[0] != key:
+            hit = (key, tuple(_card(facts.name, d, inputs) for d, inputs in zip(npart.devices, key[1], strict=True)))
+            memo.card_builds += 1
+        cards_now[facts.name] = hit
+        for d in npart.devices:
             models[d.type].add(facts.name)
             model_cards[d.type] += 1
-        views.append(NodeView(facts.name, tuple(cards), node_health(facts, now, lock_timeout),
+        views.append(NodeView(facts.name, hit[1], node_health(facts, now, lock_timeout),
                               tuple(mig.get(facts.name, ()))))
-    return ClusterView(tuple(sorted(views, key=lambda v: v.name)), pending_pods(pods, events, gpu_resource),
+    memo._cards = cards_now
+    waiting = [pod for pod, part in zip(pods, parts, strict=True) if part.waiting]
+    return ClusterView(tuple(sorted(views, key=lambda v: v.name)), pending_pods(waiting, events, gpu_resource),
                        {m: (len(models[m]), model_cards[m]) for m in sorted(models)})
+
+
+def _card_inputs(d: DeviceInfo, held: Mapping, mig_held: Mapping, usage: Mapping, health: Mapping) -> tuple:
+    """What one card of the view is built from: its slices, their measured use, its temperature and
+    power, the MIG instances on it (equal inputs build an equal card)."""
+    slices = tuple(held.get(d.id, ()))
+    used = tuple(usage.get((p.namespace, p.name, cd.uuid)) for p, _, cd in slices) if usage else ()
+    return slices, used, health.get(d.id, (None, None)), tuple(sorted(mig_held.get(d.id, ())))
+
+
+def _card(node: str, d: DeviceInfo, inputs: tuple) -> Card:
+    slices, used, (temp, power), instances = inputs
+    width = max((p.start + p.size for prof in d.mig_profiles for p in prof.placements), default=0)
+    return Card(node, d.index, d.id, d.type, d.devmem, d.devcore, d.count, d.health, d.mode,
+                tuple(Slice(p.namespace, p.name, ctr, cd.usedmem, cd.usedcores, used[i] if used else None)
+                      for i, (p, ctr, cd) in enumerate(slices)),
+                temp, power, max(width, max((a + b for a, b, _, _ in instances), default=0)), instances)
 
 
 def asks_for_gpu(pod: Mapping, gpu_resource: str = "nvidia.com/gpu") -> bool:
@@ -265,91 +365,3 @@ def quota_rows(quotas: Iterable[Mapping], memory_name: str = "nvidia.com/gpumem"
                      str(used.get(keys[0], "0")), str(hard.get(keys[0], "-")),
                      str(used.get(keys[1], "0")), str(hard.get(keys[1], "-"))))
     return sorted(rows)
-
-
-# --------------------------------------------------------------------------- DRA (resource.k8s.io/v1)
-
-
-@dataclass(frozen=True, slots=True)
-class DraShare:
-    claim: str  # namespace/name
-    pods: tuple[str, ...]  # reservedFor pods
-    memory_bytes: int
-    cores: int
-
-
-@dataclass(frozen=True, slots=True)
-class DraDevice:
-    node: str
-    driver: str
-    pool: str
-    name: str
-    uuid: str
-    model: str
-    memory_bytes: int
-    cores: int
-    shares: tuple[DraShare, ...] = ()
-
-    @property
-    def memory_allocated(self) -> int:
-        return sum(s.memory_bytes for s in self.shares)
-
-    @property
-    def cores_allocated(self) -> int:
-        return sum(s.cores for s in self.shares)
-
-
-def _quantity(value, default: int = 0) -> int:
-    from hami.device.request import parse_quantity
-
-    try:
-        return int(parse_quantity(value)) if value is not None else default
-    except (codec.CodecError, ValueError, TypeError, OverflowError):
-        return default
-
-
-def _attr(attrs: Mapping, key: str) -> str:
-    a = attrs.get(key) if isinstance(attrs, Mapping) else None
-    if not isinstance(a, Mapping):
-        return ""
-    for kind in ("string", "version", "int", "bool"):
-        if kind in a:
-            return str(a[kind])
-    return ""
-
-
-def dra_devices(slices: Iterable[Mapping], claims: Iterable[Mapping]) -> tuple[DraDevice, ...]:
-    """Every device the ResourceSlices publish, with the claims' allocations on it (consumed capacity;
-    a whole-device allocation without consumedCapacity takes all of it)."""
-    by_device: dict[tuple[str, str, str], list[DraShare]] = defaultdict(list)
-    for c in claims:
-        meta = _meta(c)
-        status = c.get("status") if isinstance(c.get("status"), Mapping) else {}
-        alloc = status.get("allocation") if isinstance(status.get("allocation"), Mapping) else {}
-        results = (alloc.get("devices") or {}).get("results") if isinstance(alloc.get("devices"), Mapping) else None
-        pods = tuple(str(r.get("name", "")) for r in status.get("reservedFor") or [] if isinstance(r, Mapping))
-        for r in results if isinstance(results, list) else []:
-            if not isinstance(r, Mapping):
-                continue
-            used = r.get("consumedCapacity") if isinstance(r.get("consumedCapacity"), Mapping) else None
-            share = DraShare(f"{meta.get('namespace', '')}/{meta.get('name', '')}", pods,
-                             _quantity((used or {}).get("memory"), -1), _quantity((used or {}).get("cores"), -1))
-            by_device[(str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", "")))].append(share)
-    out = []
-    for s in slices:
-        spec = s.get("spec") if isinstance(s.get("spec"), Mapping) else {}
-        driver, node = str(spec.get("driver", "")), str(spec.get("nodeName", ""))
-        pool = str((spec.get("pool") or {}).get("name", "")) if isinstance(spec.get("pool"), Mapping) else ""
-        for d in spec.get("devices") or []:
-            if not isinstance(d, Mapping):
-                continue
-            cap = d.get("capacity") if isinstance(d.get("capacity"), Mapping) else {}
-            mem = _quantity((cap.get("memory") or {}).get("value")) if isinstance(cap.get("memory"), Mapping) else 0
-            cores = _quantity((cap.get("cores") or {}).get("value")) if isinstance(cap.get("cores"), Mapping) else 0
-            shares = tuple(DraShare(x.claim, x.pods, mem if x.memory_bytes < 0 else x.memory_bytes,
-                                    cores if x.cores < 0 else x.cores)
-                           for x in by_device.get((driver, pool, str(d.get("name", ""))), ()))
-            attrs = d.get("attributes") or {}
-            out.append(DraDevice(node, driver, pool, str(d.get("name", "")), _attr(attrs, "uuid"),
-                                 _attr(attrs, "productName"), mem, cores, shares))
-    return tuple(sorted(out, key=lambda d: (d.node, d.name)))

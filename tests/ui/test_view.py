@@ -122,7 +122,7 @@ def _claim(name: str, node_name: str, memory: str | None, cores: str | None) -> 
 
 
 def test_dra_devices_show_what_each_claim_consumes():
-    from hami.ui.view import dra_devices
+    from hami.ui.draview import dra_devices
 
     devices = dra_devices([_slice("n1")], [_claim("a", "n1", "4000Mi", "30"), _claim("b", "n1", "8Gi", None),
                                            {"metadata": {"name": "pending"}, "status": {}}])
@@ -165,3 +165,50 @@ def test_the_pod_page_says_which_gpu_mode_the_pod_got_and_escapes_it():
     text = render.pod_page(pod("p"), [], [], d, {})
     assert "GPU mode dra: namespace ns has the label &lt;script&gt;" in text
     assert "DRA: 1 ResourceSlice(s)" not in text
+
+
+def test_a_rebuild_reads_only_what_changed_and_formats_only_the_changed_nodes_rows():
+    from hami.ui.render import NodeRows, cluster_page
+    from hami.ui.view import ViewMemo
+
+    nodes = [node(f"n{i}") for i in range(4)]
+    pods = [pod(f"p{i}", node=f"n{i % 4}", card=i % 2, mem=1000 + i) for i in range(12)] + [pod("w")]
+    memo, rows = ViewMemo(), NodeRows()
+    first = cluster_view(nodes, pods, now=100.0, memo=memo)
+    cluster_page(first, node_rows=rows)
+    reads, builds, formatted = memo.reads, memo.card_builds, rows.built
+    assert (reads, builds, formatted) == (17, 4, 4)
+    pods[5] = pod("p5", node="n1", card=1, mem=9000)  # the watch's new object: p5 takes more of n1's card 1
+    again = cluster_view(nodes, pods, now=100.0, memo=memo)
+    page = cluster_page(again, node_rows=rows)
+    assert (memo.reads - reads, memo.card_builds - builds, rows.built - formatted) == (1, 1, 1)
+    assert again == cluster_view(nodes, pods, now=100.0)  # what a build from nothing gives
+    assert page.split("<footer")[0] == cluster_page(cluster_view(nodes, pods, now=100.0)).split("<footer")[0]
+
+
+def test_a_kept_view_equals_a_build_from_nothing_after_any_changes():
+    import random
+
+    from hami.ui.view import ViewMemo
+
+    rng = random.Random(7)
+    nodes = {f"n{i}": node(f"n{i}") for i in range(5)}
+    pods = {f"p{i}": pod(f"p{i}", node=f"n{i % 5}", card=i % 2, mem=500 + i) for i in range(20)}
+    memo = ViewMemo()
+    usage: dict = {}
+    for step in range(60):
+        kind = rng.choice(("add", "delete", "move", "node", "usage", "pending"))
+        name = f"p{rng.randrange(30)}"
+        if kind == "add" or kind == "move":
+            pods[name] = pod(name, node=f"n{rng.randrange(5)}", card=rng.randrange(2), mem=rng.randrange(100, 9000))
+        elif kind == "delete":
+            pods.pop(name, None)
+        elif kind == "node":
+            n = f"n{rng.randrange(6)}"
+            nodes[n] = node(n, gpus=rng.choice((1, 2, 3)))
+        elif kind == "usage":
+            usage = {("default", name, f"GPU-n{rng.randrange(5)}-{rng.randrange(2)}"): rng.randrange(1 << 30)}
+        else:
+            pods[name] = pod(name)
+        kept = cluster_view(list(nodes.values()), list(pods.values()), usage=usage, now=50.0, memo=memo)
+        assert kept == cluster_view(list(nodes.values()), list(pods.values()), usage=usage, now=50.0), step
