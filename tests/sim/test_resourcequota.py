@@ -5,7 +5,8 @@ Covers: what a pod counts (requests defaulting to limits, init containers agains
 sum, overhead, extended resources only as `requests.<r>`, terminal pods nothing); a create that would
 pass a hard limit answered 403 with kube-apiserver's text and stored nothing; `status.used` following
 creates, terminal phases and deletions; a hard key Kubernetes does not count (`limits.nvidia.com/gpumem`,
-HAMi's) keeps whatever was written; twenty creates at once never pass the limit together.
+HAMi's) keeps whatever was written; twenty creates at once never pass the limit together; the
+store's running count equals a recount from scratch after any sequence of creates, ends and deletes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import asyncio
 from fractions import Fraction
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami.kube.client import ApiError
@@ -52,7 +53,7 @@ def test_a_pod_counts_what_kubernetes_pod_evaluator_counts():
                                         "requests.hugepages-2Mi", "count/pods", "services",
                                         "requests.example.kubernetes.io/x"]), st.just("1")))
 def test_the_evaluator_counts_only_keys_kubernetes_counts(hard):
-    st_ = quota.status({"spec": {"hard": hard}, "status": {"used": dict.fromkeys(hard, "7")}}, [])
+    st_ = quota.status({"spec": {"hard": hard}, "status": {"used": dict.fromkeys(hard, "7")}}, {})
     for key in hard:  # counted keys are recounted (no pods: 0), the others keep the value written
         expected = "0" if key in ("pods", "cpu", "requests.cpu", "limits.cpu", "limits.memory",
                                   "requests.nvidia.com/gpu", "requests.hugepages-2Mi", "count/pods") else "7"
@@ -116,3 +117,32 @@ async def test_creates_at_one_instant_never_pass_the_limit_together(apiserver):
         assert (await client.get("resourcequotas", "gpu", "q"))["status"]["used"] == {"requests.nvidia.com/gpu": "5"}
     finally:
         await client.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["create", "end", "delete", "relabel"]), st.integers(0, 5),
+                          st.integers(1, 3)), max_size=25))
+def test_the_running_count_equals_a_recount_from_scratch(ops):
+    """The store keeps each namespace's pod totals running (count in on create, out on end or delete);
+    after any sequence the quota's status.used is what counting the pods afresh gives."""
+    from hami.sim.apiserver.store import Store
+
+    store = Store()
+    store.create("namespaces", "", {"metadata": {"name": "q"}})
+    store.create("resourcequotas", "q", _quota({"requests.nvidia.com/gpu": "1000", "pods": "1000"}))
+    for op, i, gpus in ops:
+        name = f"p{i}"
+        exists = name in {p["metadata"]["name"] for p in (e.obj for e in store.iter_entries("pods", "q"))}
+        if op == "create" and not exists:
+            store.create("pods", "q", _pod(name, limits={"nvidia.com/gpu": str(gpus)}))
+        elif op == "end" and exists:
+            store.update("pods", "q", name, {**store.get("pods", "q", name), "status": {"phase": "Failed"}},
+                         subresource="status")
+        elif op == "relabel" and exists:
+            pod = store.get("pods", "q", name)
+            store.update("pods", "q", name, {**pod, "metadata": {**pod["metadata"], "labels": {"x": str(gpus)}}})
+        elif op == "delete" and exists:
+            store.delete("pods", "q", name)
+    pods = [e.obj for e in store.iter_entries("pods", "q")]
+    assert store.get("resourcequotas", "q", "gpu")["status"] == quota.status(
+        store.get("resourcequotas", "q", "gpu"), quota.totals_of(pods))

@@ -12,11 +12,11 @@ container, plus `spec.overhead`. A container's request defaults to its limit (th
 `nvidia.com/gpu: 1` in limits counts `requests.nvidia.com/gpu` 1. A pod counts until it is terminal
 (Succeeded or Failed).
 
-`admit(pod, quotas, pods)` is the ResourceQuota admission plugin on a pod CREATE (after the mutating
+`admit(pod, quotas, totals)` is the ResourceQuota admission plugin on a pod CREATE (after the mutating
 webhooks, as kube-apiserver orders them): a quota whose `spec.hard` names a key the pod adds to, and
 that the namespace's usage plus the pod would pass, refuses it with kube-apiserver's 403 text
 (`exceeded quota: <name>, requested: <key>=<n>, used: <key>=<n>, limited: <key>=<n>`). `status(quota,
-pods)` is what the controller writes: `hard` as the spec says, `used` of each hard key the evaluator
+totals)` is what the controller writes: `hard` as the spec says, `used` of each hard key the evaluator
 counts (others keep their last value). The embedded server admits and recounts in one step, so two
 creates at one instant are judged one after the other, as kube-apiserver's compare-and-swap on the
 quota's status makes them.
@@ -108,6 +108,15 @@ def pod_usage(pod: Mapping) -> dict[str, Fraction]:
     return out
 
 
+def counts_differ(old: Mapping | None, new: Mapping) -> bool:
+    """A pod update can change what it counts only by ending (its spec's resources do not change): the
+    quota controller need not recount for the rest (conditions, annotations, binding)."""
+    if old is None:
+        return True
+    return (((old.get("status") or {}).get("phase")) in TERMINAL) != (((new.get("status") or {}).get("phase"))
+                                                                       in TERMINAL)
+
+
 def _hard(quota: Mapping) -> dict[str, Fraction]:
     out = {}
     for key, raw in (((quota.get("spec") or {}).get("hard")) or {}).items():
@@ -118,14 +127,20 @@ def _hard(quota: Mapping) -> dict[str, Fraction]:
     return out
 
 
-def usage(pods: Iterable[Mapping], keys: Iterable[str]) -> dict[str, Fraction]:
-    keys = set(keys)
-    total = dict.fromkeys(keys, Fraction(0))
+def totals_of(pods: Iterable[Mapping]) -> dict[str, Fraction]:
+    """Every quota key the pods add to, summed (what the controller recounts from)."""
+    total: dict[str, Fraction] = {}
     for p in pods:
-        for key, v in pod_usage(p).items():
-            if key in keys:
-                total[key] += v
+        add(total, p, 1)
     return total
+
+
+def add(total: dict[str, Fraction], pod: Mapping | None, sign: int) -> None:
+    """Count a pod in (`sign` 1) or out (-1) of a namespace's running totals."""
+    if pod is None:
+        return
+    for key, v in pod_usage(pod).items():
+        total[key] = total.get(key, Fraction(0)) + sign * v
 
 
 def format_quantity(v: Fraction) -> str:
@@ -135,19 +150,19 @@ def format_quantity(v: Fraction) -> str:
     return f"{-((-v * 1000).numerator // (v * 1000).denominator)}m"
 
 
-def admit(pod: Mapping, quotas: Iterable[Mapping], pods: Iterable[Mapping]) -> None:
-    """Raise kube-apiserver's 403 when the pod would pass a quota of its namespace."""
+def admit(pod: Mapping, quotas: Iterable[Mapping], totals: Mapping[str, Fraction]) -> None:
+    """Raise kube-apiserver's 403 when the pod would pass a quota of its namespace, whose pods count
+    `totals` (totals_of)."""
     quotas = list(quotas)
     mine = pod_usage(pod)
     if not mine or not quotas:
         return
-    pods = list(pods)
     for q in sorted(quotas, key=lambda q: (q.get("metadata") or {}).get("name", "")):
         hard = _hard(q)
         asked = {k: v for k, v in mine.items() if k in hard and v > 0}
         if not asked:
             continue
-        used = usage(pods, asked)
+        used = {k: totals.get(k, Fraction(0)) for k in asked}
         over = sorted(k for k, v in asked.items() if used[k] + v > hard[k])
         if over:
             name = str((pod.get("metadata") or {}).get("name") or (pod.get("metadata") or {}).get("generateName") or "")
@@ -160,11 +175,12 @@ def _each(values: Mapping[str, Fraction], keys: list[str]) -> str:
     return ",".join(f"{k}={format_quantity(values[k])}" for k in keys)
 
 
-def status(quota: Mapping, pods: Iterable[Mapping]) -> dict:
-    """The quota's status as the controller writes it (syncResourceQuota): `hard` from the spec; `used`
-    of each hard key, the evaluator's count where it counts the key, else the last value written."""
+def status(quota: Mapping, totals: Mapping[str, Fraction]) -> dict:
+    """The quota's status as the controller writes it (syncResourceQuota) from its namespace's pod
+    `totals`: `hard` from the spec; `used` of each hard key, the evaluator's count where it counts the
+    key, else the last value written."""
     hard = (quota.get("spec") or {}).get("hard") or {}
     before = ((quota.get("status") or {}).get("used")) or {}
-    counts = usage(pods, [k for k in hard if counted(k)])
+    counts = {k: totals.get(k, Fraction(0)) for k in hard if counted(k)}
     used = {k: format_quantity(counts[k]) if k in counts else before[k] for k in hard if k in counts or k in before}
     return {"hard": dict(hard), "used": dict(sorted(used.items()))}

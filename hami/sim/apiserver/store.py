@@ -239,6 +239,7 @@ class Store:
         self._node_watchers: dict[str, set[Watcher]] = {}
         self._cel: Any = None  # hami.kubesched.cel.SelectorCompiler, made on the first DRA write
         self._recounting = False  # a quota's status write must not recount again
+        self._pod_totals: dict[str, dict] = {}  # namespace -> its pods by quota key, once a quota needs it
         for ns in SEED_NAMESPACES:
             self.create("namespaces", "", {"metadata": {"name": ns}})
 
@@ -305,9 +306,20 @@ class Store:
                 line = w._filter(ev)
                 if line is not None:
                     w.push(line)
-        if res.key in ("pods", "resourcequotas") and not self._recounting:
+        if not self._recounting and (res.key == "resourcequotas" or (res.key == "pods" and (
+                type_ != MODIFIED or quotamod.counts_differ(old.obj if old is not None else None, obj)))):
+            if res.key == "pods" and ns in self._pod_totals:
+                quotamod.add(self._pod_totals[ns], old.obj if old is not None else None, -1)
+                quotamod.add(self._pod_totals[ns], obj if type_ != DELETED else None, 1)
             self._recount_quotas(ns)
         return entry
+
+    def _totals(self, ns: str) -> dict:
+        """The namespace's pods summed by quota key: counted once, then kept running by _commit."""
+        got = self._pod_totals.get(ns)
+        if got is None:
+            got = self._pod_totals[ns] = quotamod.totals_of(e.obj for e in self._objs["pods"].get(ns, {}).values())
+        return got
 
     def _recount_quotas(self, ns: str) -> None:
         """The quota controller: every ResourceQuota of the namespace gets `status.used` (and `hard`) as
@@ -315,12 +327,12 @@ class Store:
         quotas = self._objs["resourcequotas"].get(ns)
         if not quotas:
             return
-        pods = [e.obj for e in self._objs["pods"].get(ns, {}).values()]
+        totals = self._totals(ns)
         res = self.resource("resourcequotas")
         self._recounting = True
         try:
             for name, entry in list(quotas.items()):
-                status = quotamod.status(entry.obj, pods)
+                status = quotamod.status(entry.obj, totals)
                 if entry.obj.get("status") != status:
                     new = orjson.loads(entry.raw)
                     new["status"] = status
@@ -333,8 +345,7 @@ class Store:
         its 403 when the namespace's quotas cannot take the pod."""
         quotas = self._objs["resourcequotas"].get(ns)
         if quotas:
-            quotamod.admit(pod, [e.obj for e in quotas.values()],
-                           [e.obj for e in self._objs["pods"].get(ns, {}).values()])
+            quotamod.admit(pod, [e.obj for e in quotas.values()], self._totals(ns))
 
     def _index_pod(self, ns: str, name: str, type_: str, obj: dict, old: Entry | None,
                    watchers: set[Watcher]) -> set[Watcher] | list[Watcher]:
