@@ -871,6 +871,8 @@ class _Search:
                        f"or tainted: {why})")
         elif stage == 4:
             summary = f"every matching device is {why}"
+        elif stage == 0:  # every device could serve: the request asks more of them than there are
+            summary = "too few matching devices"
         return found, summary, details
 
     def _availability(self, req: Request, dev: Device) -> tuple[int, str] | None:

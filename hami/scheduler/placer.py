@@ -126,7 +126,8 @@ class Placer:
     def __init__(self, config: Config, state: ClusterState, *, requests_fn: RequestsFn,
                  no_fit: Relay | None = None, clock: Callable[[], float] = time.time, identity: str = "",
                  lane_rate: float = 0.0, dra: DraWatch | None = None, allocator: Allocator | None = None,
-                 monotonic: Callable[[], float] = time.monotonic):
+                 monotonic: Callable[[], float] = time.monotonic,
+                 work_clock: Callable[[], float] = time.thread_time):
         self.config = config
         self.cfg = config.scheduler
         self.state = state
@@ -164,6 +165,10 @@ class Placer:
         self.identity = identity
         self._ranks: dict[str, int] = {}  # node -> rank(identity, node) (_tie_rank)
         self.monotonic = monotonic  # the burst's (contention.py: decisions within a hold) and the DRA holds' clock
+        # The claim walk's budget bounds the work a tenant's claim makes this thread do, so it runs on the
+        # thread's CPU clock: a busy machine that deschedules the process does not cut an honest walk short
+        # (which would hand the nodes to kube-scheduler's own scoring and lose the pod's node policy).
+        self.work_clock = work_clock
         self._others_checked = self._others_seen = -OTHERS_SEEN_S  # another scheduler's lock last seen
         self._swept = 0.0
         self._decoded: dict[str, tuple] = {}  # register text -> devices (full-Nodes mode)
@@ -635,7 +640,7 @@ class Placer:
             claimfit.order(names, fills, policy),
             lambda n: claimwalk.claims_on_node(pod, claims, mapping, self.state.node(n) or {}),
             lambda n: self.state.node(n) or n, dra.devices(), usage, dict(dra.classes.store), self.allocator,
-            self.monotonic, prioritize=self.cfg.extender_prioritize, known=stored.__contains__)
+            self.work_clock, prioritize=self.cfg.extender_prioritize, known=stored.__contains__)
         key = podclaims.pod_key(pod)
         if out.undecided:
             log.v(2).info("The pod's claims were not worked out within /filter's bounds; kube-scheduler's "

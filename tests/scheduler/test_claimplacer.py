@@ -50,7 +50,8 @@ def _placer(claims: list[dict], *, prioritize: bool = False, policy: str = "binp
         state.nodes = Informer(None, "nodes")
         state.nodes.store.update(nodes)
     dra = DraWatch(None)
-    p = Placer(config, state, requests_fn=make_requests_fn(config), dra=dra, monotonic=clock or Clock())
+    clock = clock or Clock()
+    p = Placer(config, state, requests_fn=make_requests_fn(config), dra=dra, monotonic=clock, work_clock=clock)
     for node in ("n1", "n2", "n3"):
         dra.slices.store[node] = slice_for(node, [gpu_device(0, memory_mib=10000), gpu_device(1, memory_mib=10000)])
     dra.classes.store[DRIVER] = DEVICE_CLASS
@@ -214,6 +215,14 @@ def test_a_tenants_costly_selector_cannot_hold_filter_past_its_budget():
     nested = f"!{ten}.all(a,{ten}.all(b,{ten}.all(c,{ten}.all(d,a+b+c+d>=0))))"  # false, after all 10,000 steps
     import time
 
-    p = _placer([claim("sel", memory_mib=1000, selectors=(nested,))], clock=time.monotonic)
+    p = _placer([claim("sel", memory_mib=1000, selectors=(nested,))], clock=time.thread_time)  # production clock
     out = p.filter_claims(_pod("p", "sel"), ["n1", "n2", "n3"])
     assert sorted(out["NodeNames"]) == ["n1", "n2", "n3"] and not out["FailedNodes"] and not p.held.claims
+
+
+def test_a_request_for_more_devices_than_the_node_has_names_what_is_short():
+    """Every device could serve, there are just too few: the reason says so, not an empty cause."""
+    p = _placer([])
+    outcome = Allocator().allocate([claim("three", count=3)], "n1", p.dra.devices(), Usage(),
+                                   dict(p.dra.classes.store))
+    assert not outcome.ok and "too few matching devices (2 of 3 devices)" in outcome.reason, outcome.reason
