@@ -171,7 +171,9 @@ def kube_scheduler_configuration(cfg: Config) -> dict:
     NodeResourcesFit ignores them). DRA mode (`dra.enabled`): claim pods ask no such resource, so the
     extender manages none (kube-scheduler calls it for every pod of the profile) and NodeResourcesFit's
     own args ignore HAMi's resources, so device-plugin pods of a mixed cluster still fit."""
-    ignored = list(cfg.nvidia.resource_names)
+    # NVIDIA's names and every other vendor row's, as the chart lists them (files/vendor-resources.yaml)
+    ignored = list(dict.fromkeys([*cfg.nvidia.resource_names,
+                                  *(n for v in cfg.vendors.others for n in v.resource_names)]))
     dra = bool(cfg.scheduler.dra)
     prof: dict = {"schedulerName": cfg.scheduler.scheduler_name}
     if dra:

@@ -11,13 +11,16 @@ host paths and environment (spec node.md §0).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import kubernetes_validate
 import pytest
 import yaml
 
 from hami.config import build_config, parse_device_config, parse_node_configs
-from tests.deploy.chart import CHART, NAMESPACE, container, find, objects, one, rendered, with_pushed_image
+from hami.config.vendortable import default_vendor_table
+from tests.deploy.chart import CHART, NAMESPACE, ROOT, container, find, objects, one, rendered, with_pushed_image
 
 K8S_VERSIONS = ("1.30", "1.33")
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "Issuer", "Certificate"}
@@ -97,10 +100,23 @@ def test_kube_scheduler_configuration_registers_the_extender_like_hami(which):
     assert ext["enableHTTPS"] is True and ext["tlsConfig"]["insecure"] is False
     assert "prioritizeVerb" not in ext
     managed = {m["name"]: m["ignoredByScheduler"] for m in ext["managedResources"]}
-    assert managed == {
-        "nvidia.com/gpu": True, "nvidia.com/gpumem": True, "nvidia.com/gpumem-percentage": True,
-        "nvidia.com/gpucores": True, "nvidia.com/priority": True,
-    }
+    nvidia = ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores",
+              "nvidia.com/priority"]
+    # every vendor row's resources too: kube-scheduler calls the extender only for pods asking one of them
+    others = [n for v in default_vendor_table().others for n in v.resource_names]
+    assert managed == dict.fromkeys([*nvidia, *others], True)
+    assert {"huawei.com/Ascend910B3", "cambricon.com/mlu", "hygon.com/dcumem", "metax-tech.com/vcore"} <= set(managed)
+
+
+def test_the_chart_vendor_file_is_generated_from_the_vendor_table():
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen-chart-vendors"), "--check"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+
+
+def test_extra_managed_resources_reach_the_extender_entry():
+    ext = _kube_scheduler_config(objects({"scheduler": {"extraManagedResources": ["example.com/npu"]}}))["extenders"][0]
+    assert {"name": "example.com/npu", "ignoredByScheduler": True} in ext["managedResources"]
 
 
 def test_custom_resource_names_reach_managed_resources_and_device_config():

@@ -20,6 +20,7 @@ import sys
 import yaml
 
 from hami.config.build import build_config
+from hami.config.vendortable import default_vendor_table
 from hami.dra.claims import class_selector
 from hami.kubesched import schedconfig
 from hami.kubesched.cel import SelectorCompiler
@@ -192,7 +193,8 @@ def test_the_dra_plugin_reads_the_device_and_node_configs_the_chart_renders():
 # --------------------------------------------------------------------------- kube-scheduler's extender entry
 
 HAMI_RESOURCES = frozenset({"nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage",
-                            "nvidia.com/gpucores", "nvidia.com/priority"})
+                            "nvidia.com/gpucores", "nvidia.com/priority",
+                            *(n for v in default_vendor_table().others for n in v.resource_names)})
 CLAIM_POD = {"spec": {"schedulerName": "hami-scheduler", "resourceClaims": [
     {"name": "cuda-nvidia", "resourceClaimTemplateName": "hami-gpu-0123456789abcdef"}],
     "containers": [{"name": "cuda", "resources": {"claims": [{"name": "cuda-nvidia"}],

@@ -89,9 +89,19 @@ imagePullSecrets:
 
 {{/* Every HAMi resource name the extender manages (kube-scheduler ignores them itself). -------- */}}
 
-{{- define "hami.managedResources" -}}
+{{/* Every resource the webhook sends to hami's scheduler (a JSON list): NVIDIA's names from the values,
+every other vendor row's from files/vendor-resources.yaml (scripts/gen-chart-vendors), and rows a device
+config adds or renames from scheduler.extraManagedResources. kube-scheduler calls the extender only for
+pods asking one of them, as HAMi's chart lists each vendor's. */}}
+{{- define "hami.extenderResources" -}}
 {{- $names := list .Values.resourceName .Values.resourceMem .Values.resourceMemPercentage .Values.resourceCores .Values.resourcePriority -}}
-{{- range $i, $n := $names }}
+{{- range (.Files.Get "files/vendor-resources.yaml" | fromYamlArray) }}{{ $names = append $names . }}{{ end -}}
+{{- range .Values.scheduler.extraManagedResources }}{{ $names = append $names . }}{{ end -}}
+{{- $names | uniq | toJson -}}
+{{- end -}}
+
+{{- define "hami.managedResources" -}}
+{{- range $i, $n := (include "hami.extenderResources" . | fromJsonArray) }}
 {{- if $i }}{{ "\n" }}{{ end -}}
 - name: {{ $n | quote }}
   ignoredByScheduler: true
@@ -100,8 +110,7 @@ imagePullSecrets:
 
 {{/* The same names as NodeResourcesFitArgs.ignoredResources (DRA mode: the extender manages none). */}}
 {{- define "hami.fitIgnoredResources" -}}
-{{- $names := list .Values.resourceName .Values.resourceMem .Values.resourceMemPercentage .Values.resourceCores .Values.resourcePriority -}}
-{{- range $i, $n := $names }}
+{{- range $i, $n := (include "hami.extenderResources" . | fromJsonArray) }}
 {{- if $i }}{{ "\n" }}{{ end -}}
 - {{ $n | quote }}
 {{- end }}
