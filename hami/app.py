@@ -9,6 +9,7 @@ SIGINT sets `ctx.stop` and gives roles `drain_seconds` to return; a second signa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
 import signal
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami.config import DEFAULT_DEBUG_BIND, Config
+from hami.listeners import BoundListeners, write_ports_file
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
@@ -47,6 +49,7 @@ class RoleContext:
     stop: asyncio.Event
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     shared: dict[str, Any] = field(default_factory=dict)
+    listeners: BoundListeners = field(default_factory=BoundListeners)  # the process's one, shared by its roles
 
 
 def expand_roles(spec: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
@@ -72,20 +75,50 @@ def load_role(name: str) -> Callable[[RoleContext], Awaitable[None]]:
     return module.run
 
 
-def _support_tasks(config: Config, stop: asyncio.Event) -> list[tuple[str, Any]]:
-    """Process-wide debugging aids, supervised like roles; off unless asked for."""
+def _support_tasks(config: Config, stop: asyncio.Event, listeners: BoundListeners,
+                   readies: list[asyncio.Event]) -> list[tuple[str, Any]]:
+    """Process-wide debugging aids, supervised like roles; off unless asked for. Each listener's
+    bound event joins `readies` (the ports file waits for them)."""
     out: list[tuple[str, Any]] = []
     if config.debug.profiling:
         # Profiling is only ever served here, on loopback (checked in config), never on a Service port.
         from hami.obs.profiling import run_debug_server
 
         address = config.debug.debug_bind_address or DEFAULT_DEBUG_BIND
-        out.append(("debug-server", run_debug_server(address, stop, config.listen)))
+        bound = asyncio.Event()
+        readies.append(bound)
+
+        def on_bound(runner) -> None:
+            listeners.add_runner("debug", runner)
+            bound.set()
+
+        out.append(("debug-server", run_debug_server(address, stop, config.listen, on_bound=on_bound)))
     if config.debug.aiomonitor:
         from hami.obs.aiomon import run_aiomonitor
 
         out.append(("aiomonitor", run_aiomonitor(config.debug, stop)))
     return out
+
+
+async def _ports_file(path: str, listeners: BoundListeners, readies: list[asyncio.Event],
+                      stop: asyncio.Event) -> None:
+    """--ports-file: every listener's address, written once every role is ready (so all are bound);
+    removed again at a clean stop so that a stale file never names ports nobody holds."""
+    waits = [asyncio.ensure_future(ready.wait()) for ready in readies]
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({stopping, asyncio.gather(*waits)}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+    if stop.is_set():
+        return
+    write_ports_file(path, listeners.addresses)
+    try:
+        await stopping
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 async def run_roles(
@@ -107,11 +140,16 @@ async def run_roles(
             loop.add_signal_handler(sig, on_signal, sig.name)
 
     tasks: dict[asyncio.Task, str] = {}
+    listeners = BoundListeners()
+    readies: list[asyncio.Event] = []
     try:
-        failure = await _start_roles(config, roles, stop, shared, tasks)
+        failure = await _start_roles(config, roles, stop, shared, tasks, listeners, readies)
         if failure is None:
-            for name, coro in _support_tasks(config, stop):
+            for name, coro in _support_tasks(config, stop, listeners, readies):
                 tasks[asyncio.create_task(coro, name=name)] = name
+            if config.listen.ports_file:
+                coro = _ports_file(config.listen.ports_file, listeners, readies, stop)
+                tasks[asyncio.create_task(coro, name="ports-file")] = "ports-file"
         failure = await _supervise(tasks, stop, drain_seconds, failure)
     finally:
         if install_signals:
@@ -144,9 +182,11 @@ def _signal_handler(stop: asyncio.Event, drain_seconds: float) -> Callable[[str]
 
 
 async def _start_roles(config: Config, roles: tuple[str, ...], stop: asyncio.Event, shared: dict[str, Any],
-                       tasks: dict[asyncio.Task, str]) -> RoleFailed | None:
-    """Each role started as a task in `tasks`, in order; a FIRST role is waited for until ready (or dead).
-    Answers the failure of a role that did not load (the stop is then set)."""
+                       tasks: dict[asyncio.Task, str], listeners: BoundListeners,
+                       readies: list[asyncio.Event]) -> RoleFailed | None:
+    """Each role started as a task in `tasks`, in order, reporting its listeners to `listeners`, its
+    ready event in `readies`; a FIRST role is waited for until ready (or dead). Answers the failure of a
+    role that did not load (the stop is then set)."""
     for name in roles:
         try:
             runner = load_role(name)
@@ -154,7 +194,8 @@ async def _start_roles(config: Config, roles: tuple[str, ...], stop: asyncio.Eve
             log.error("Role failed to load", role=name, error=f"{type(exc).__name__}: {exc}")
             stop.set()
             return RoleFailed(name, exc)
-        ctx = RoleContext(name=name, config=config, stop=stop, shared=shared)
+        ctx = RoleContext(name=name, config=config, stop=stop, shared=shared, listeners=listeners)
+        readies.append(ctx.ready)
         task = asyncio.create_task(runner(ctx), name=f"role:{name}")
         tasks[task] = name
         log.info("Role started", role=name)

@@ -517,13 +517,16 @@ async def serve_probes(component: str, readiness, address: str, limits: ListenSe
 
 async def run_with_probes(role, component: str, address: str, limits: ListenSettings | None,
                           stop: asyncio.Event, ready: asyncio.Event | None = None,
-                          on_port: Callable[[int], None] | None = None) -> None:
+                          on_port: Callable[[int], None] | None = None, listeners=None) -> None:
     """`role.run(stop, ready)` with its `/healthz` and `/readyz` (`role.readiness`) served on `address`
-    while it runs (kubelet's probes; "" serves none); `on_port(bound port)` once they listen."""
+    while it runs (kubelet's probes; "" serves none); `on_port(bound port)` once they listen, and the
+    bound address reported to `listeners` (hami.listeners.BoundListeners) as `<component>-health`."""
     runner = None
     if address:
         runner, port = await serve_probes(component, role.readiness, address, limits)
         log.info("Health probes listening", component=component, address=address, port=port)
+        if listeners is not None:
+            listeners.add_runner(f"{component}-health", runner)
         if on_port is not None:
             on_port(port)
     try:

@@ -2,8 +2,9 @@
 
 `serve_app`: an aiohttp app on a port the kernel picks at bind time (no race). `refusing_port`: a port
 held bound but not listening for as long as the test runs, so connecting is refused and no other test
-can take it. `free_ports`: numbers for a child process's flags, released before the child binds them:
-another process can take one meanwhile, so use it only where the child cannot report a port it bound.
+can take it. hami's own listeners take port 0 and report what they bound (`--ports-file`,
+hami.listeners). `free_ports`: numbers chosen ahead and released before they are bound, so another
+process can take one meanwhile: only for aiomonitor, which binds inside the library and reports no port.
 """
 
 from __future__ import annotations
@@ -22,10 +23,6 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
-
-
-def free_port() -> int:
-    return free_ports(1)[0]
 
 
 @contextlib.contextmanager

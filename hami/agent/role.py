@@ -352,7 +352,7 @@ async def run(ctx) -> None:
 
         health_ports = ctx.shared.setdefault("node-agent-health", {})
         await run_with_probes(agent, "node-agent", cfg.agent.health_bind_address, cfg.listen, ctx.stop, ctx.ready,
-                              on_port=lambda port: health_ports.update({node_name: port}))
+                              on_port=lambda port: health_ports.update({node_name: port}), listeners=ctx.listeners)
     finally:
         backend.close()
         await client.close()

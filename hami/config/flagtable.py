@@ -320,6 +320,9 @@ FLAGS: tuple[Flag, ...] = (
          "comma list of CIDRs whose connections count as trusted (default loopback: 127.0.0.0/8,::1/128; list "
          "it too when kube-scheduler also calls over loopback)"),
     Flag("--http-idle-timeout", "duration", "listen.idle_timeout", "keep-alive between requests (default 30s)"),
+    Flag("--ports-file", "str", "listen.ports_file",
+         "once every listener is bound, write a JSON object listener name -> host:port here (atomically); "
+         "with port 0 in the bind flags the kernel picks each port"),
     Flag("--sim-listen", "str", "sim.listen", "embedded API server listener (default 127.0.0.1:6443)"),
     Flag("--sim-listen-insecure", "bool", "sim.listen_insecure",
          "serve the embedded API server (no authentication) on a non-loopback --sim-listen anyway"),

@@ -68,6 +68,7 @@ class ListenSettings:
     # kernel's queue holds the rest (hami.httpaccept).
     trusted_connections: int = 2048
     trusted_sources: tuple[str, ...] = ("127.0.0.0/8", "::1/128")  # CIDRs of trusted clients: loopback
+    ports_file: str = ""  # --ports-file: where the bound listeners' addresses are written (hami.listeners)
 
 
 @dataclass(frozen=True, slots=True)

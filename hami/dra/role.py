@@ -304,7 +304,8 @@ async def run(ctx) -> None:
         from hami.httpguard import run_with_probes
 
         await run_with_probes(node, "dra", cfg.agent.health_bind_address, cfg.listen, ctx.stop, ctx.ready,
-                              on_port=lambda port: ctx.shared.setdefault("dra-health", {}).update({node_name: port}))
+                              on_port=lambda port: ctx.shared.setdefault("dra-health", {}).update({node_name: port}),
+                              listeners=ctx.listeners)
     finally:
         backend.close()
         await client.close()

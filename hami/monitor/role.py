@@ -237,6 +237,7 @@ async def run(ctx: Any) -> None:
         site = GuardedSite(runner, host, port)
         await site.start()
         bound = runner.addresses[0] if runner.addresses else (host, port)
+        ctx.listeners.add("monitor-metrics", bound[0], bound[1])
         ctx.shared.setdefault("monitor", {})[node or "*"] = {"address": f"{bound[0]}:{bound[1]}", "monitor": mon,
                                                              "informer": informer}
         tasks.append(asyncio.create_task(informer.run(ctx.stop), name="monitor:pod-informer"))

@@ -152,6 +152,7 @@ class Scheduler:
     preempter: Any = None  # hami.scheduler.preemption.controller.PreemptController with --gpu-preemption
     labeler: PodLabeler | None = None  # hami.io/vgpu-node after the binding (labeler.py)
     runners: list = field(default_factory=list)
+    listeners: list = field(default_factory=list)  # (name, runner) of each listener (hami.listeners' names)
     tasks: list = field(default_factory=list)
     port: int = 0
     metrics_port: int = 0
@@ -537,15 +538,18 @@ async def listen(s: Scheduler, *, serve_metrics_too: bool) -> list[CertReloader]
     runner = await serve(app, sc.http_bind, ext_ssl, config.listen,
                          fast=ext.fast_routes() if sc.extender_fast_http else None)
     s.runners.append(runner)
+    s.listeners.append(("scheduler-extender", runner))
     s.port = bound_port(runner)
     if own_webhook:
         wrunner = await serve(ext.make_app(extender=False, health=s.health), sc.webhook_bind_address, webhook_ssl,
                               config.listen)
         s.runners.append(wrunner)
+        s.listeners.append(("scheduler-webhook", wrunner))
         s.webhook_port = bound_port(wrunner)
     if serve_metrics_too and sc.metrics_bind_address:
         mrunner = await serve_metrics(s.metrics, sc.metrics_bind_address, s.health, config.listen)
         s.runners.append(mrunner)
+        s.listeners.append(("scheduler-metrics", mrunner))
         s.metrics_port = bound_port(mrunner)
     return reloaders
 
@@ -595,6 +599,8 @@ async def run(ctx) -> None:
         config = replace(config, kube=replace(config.kube, kubeconfig=ctx.shared["kubeconfig"]))
     s = await start_scheduler(config)
     ctx.shared["scheduler_url"] = s.url
+    for name, runner in s.listeners:
+        ctx.listeners.add_runner(name, runner)
     try:
         await s.wait_synced(config.scheduler.sync_timeout)
         ctx.ready.set()

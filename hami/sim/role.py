@@ -58,6 +58,7 @@ async def run(ctx: Any) -> None:
         await server.start()
     except OSError as exc:
         raise RuntimeError(f"--sim-listen {cfg.listen}: cannot listen: {exc.strerror or exc}") from None
+    ctx.listeners.add("api", server.host, server.port)
     try:
         path = cfg.kubeconfig or default_kubeconfig(cfg.state_dir)
         node_kubeconfig = ""
@@ -83,24 +84,29 @@ async def run(ctx: Any) -> None:
             await ctx.stop.wait()
             return
         # --embedded: simulated GPU nodes, their agents and kubelets, and a kube-scheduler loop.
+        from hami.listeners import BIND_FIELDS, with_bound_addresses
         from hami.sim.apiserver.admission import WebhookAdmission
         from hami.sim.cluster import SCHEDULER_POD, EmbeddedCluster, banner, extender_url
         from hami.sim.instance import publish_kubeconfig, publish_state, withdraw_kubeconfig, withdraw_state
 
-        # As kube-apiserver with the chart's MutatingWebhookConfiguration: pods go through /webhook.
-        # CREATE and UPDATE; UPDATEs of hami's own accounts skip it, as the chart's matchConditions say.
-        trusted = ctx.config.scheduler.trusted_placement_writers
-        server.admission = WebhookAdmission(extender_url(ctx.config) + "/webhook", operations=("CREATE", "UPDATE"),
-                                            skip_users=trusted)
         ring = ctx.shared.get("log_ring")
         if ring is not None:
             server.pod_logs = lambda ns, name: ring.tail() if (ns, name) == ("kube-system", SCHEDULER_POD) else None
         cluster = EmbeddedCluster(ctx.config, node_kubeconfig)
         cluster.write_fake_gpus()  # before ready: the monitor role reads it at start
         ctx.ready.set()
+        # Listeners given port 0 are dialled at the address they bound, once the other roles bound them.
+        config = await with_bound_addresses(ctx.config, ctx.listeners, ctx.stop, tuple(BIND_FIELDS))
+        if config is None:  # stopped first
+            return
+        cluster.cfg = config
+        # As kube-apiserver with the chart's MutatingWebhookConfiguration: pods go through /webhook.
+        # CREATE and UPDATE; UPDATEs of hami's own accounts skip it, as the chart's matchConditions say.
+        server.admission = WebhookAdmission(extender_url(config) + "/webhook", operations=("CREATE", "UPDATE"),
+                                            skip_users=config.scheduler.trusted_placement_writers)
         pointer = publish_kubeconfig(path) if cfg.embedded else None
         state_pointer = publish_state(os.path.dirname(path)) if cfg.embedded else None
-        print(banner(ctx.config, path, server.url, pointer), flush=True)
+        print(banner(config, path, server.url, pointer), flush=True)
         try:
             await cluster.run(ctx.stop)
         finally:

@@ -406,7 +406,12 @@ class Ui:
 
 
 async def run(ctx: Any) -> None:
-    config: Config = ctx.config
+    from hami.listeners import with_bound_addresses
+
+    # the monitor of this process on port 0: its /metrics is scraped where it bound
+    config: Config | None = await with_bound_addresses(ctx.config, ctx.listeners, ctx.stop, ("monitor-metrics",))
+    if config is None:  # stopped first
+        return
     kube = config.kube
     if not kube.kubeconfig and ctx.shared.get("kubeconfig"):
         kube = dataclasses.replace(kube, kubeconfig=ctx.shared["kubeconfig"])
@@ -426,6 +431,7 @@ async def run(ctx: Any) -> None:
         await site.start()
         bound = runner.addresses[0] if runner.addresses else (host, port)
         ctx.shared["ui"] = {"address": f"{bound[0]}:{bound[1]}", "ui": ui}
+        ctx.listeners.add("ui", bound[0], bound[1])
         log.info("Web UI serving", url=f"http://{bound[0]}:{bound[1]}/", token=bool(token))
         ctx.ready.set()
         await ctx.stop.wait()

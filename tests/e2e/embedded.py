@@ -1,4 +1,5 @@
-"""One `hami --role all --embedded` process for an e2e module: free ports, its state folder, kubectl
+"""One `hami --role all --embedded` process for an e2e module: every listener on port 0 (the kernel
+picks the port at bind time; the process reports them in its --ports-file), its state folder, kubectl
 against its kubeconfig, and a stop that never leaves the process behind; `wait_until`, the e2e tests'
 one wait on a condition."""
 
@@ -15,7 +16,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.ports import free_ports
 from tests.tools import find_kubectl
 
 
@@ -38,7 +38,7 @@ class System:
     state: Path
     env: dict
     kubeconfig: str
-    ports: dict[str, int]
+    ports: dict[str, int]  # api, ext (the extender), smetrics, mmetrics (the monitor), ui
     run: Callable  # kubectl: stdout, or with results=True the CompletedProcess when check=False
     proc: subprocess.Popen
 
@@ -63,25 +63,34 @@ def kubectl_runner(env: dict, *, results: bool = False) -> Callable:
     return run
 
 
+# the keys of System.ports -> the listener names of the --ports-file (hami.listeners)
+PORT_NAMES = {"api": "api", "ext": "scheduler-extender", "smetrics": "scheduler-metrics",
+              "mmetrics": "monitor-metrics", "ui": "ui"}
+
+
+def bound_ports(ports_file: Path) -> dict[str, int]:
+    """System.ports from a --ports-file."""
+    addresses = json.loads(ports_file.read_text())
+    return {key: int(addresses[name].rsplit(":", 1)[1]) for key, name in PORT_NAMES.items()}
+
+
 @contextlib.contextmanager
 def embedded_system(state: Path, *flags: str, results: bool = False) -> Iterator[System]:
-    """`hami --role all --embedded` with `flags`, every listener on a free loopback port; yields once its
-    kubeconfig is written."""
-    ports = dict(zip(("api", "ext", "smetrics", "mmetrics", "ui"), free_ports(5), strict=True))
-    cmd = [sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded",
-           "--sim-state-dir", str(state), "--sim-listen", f"127.0.0.1:{ports['api']}",
-           "--http_bind", f"127.0.0.1:{ports['ext']}",
-           "--scheduler-metrics-bind-address", f"127.0.0.1:{ports['smetrics']}",
-           "--monitor-metrics-bind-address", f"127.0.0.1:{ports['mmetrics']}",
-           "--ui-bind-address", f"127.0.0.1:{ports['ui']}", *flags]
+    """`hami --role all --embedded` with `flags`, every listener on a loopback port the kernel picks; yields
+    once every role is ready (its --ports-file is written)."""
     state.mkdir(parents=True, exist_ok=True)
+    ports_file = state / "ports.json"
+    cmd = [sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded",
+           "--sim-state-dir", str(state), "--sim-listen", "127.0.0.1:0", "--http_bind", "127.0.0.1:0",
+           "--scheduler-metrics-bind-address", "127.0.0.1:0", "--monitor-metrics-bind-address", "127.0.0.1:0",
+           "--ui-bind-address", "127.0.0.1:0", "--ports-file", str(ports_file), *flags]
     log = open(state / "hami.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     kubeconfig = str(state / "kubeconfig")
     env = {**os.environ, "KUBECONFIG": kubeconfig}
     try:
-        wait_until(lambda: proc.poll() is None and os.path.exists(kubeconfig), 60, what="kubeconfig")
-        yield System(state, env, kubeconfig, ports, kubectl_runner(env, results=results), proc)
+        wait_until(lambda: proc.poll() is None and ports_file.exists(), 180, what="the ports file")
+        yield System(state, env, kubeconfig, bound_ports(ports_file), kubectl_runner(env, results=results), proc)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

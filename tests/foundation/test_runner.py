@@ -2,9 +2,11 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -107,22 +109,28 @@ def test_version_and_help_list_roles_and_flags():
 def test_debug_server_and_aiomonitor_start_on_loopback_only_when_asked():
     import urllib.request
 
-    dbg, tel, web_ui, con = free_ports(4)
+    # aiomonitor binds inside the library and reports no port it bound: its ports are chosen ahead;
+    # the debug listener takes port 0 and the process names it in its --ports-file
+    tel, web_ui, con = free_ports(3)
+    state = tempfile.mkdtemp(prefix="hami-test-runner-")
+    ports_file = os.path.join(state, "ports.json")
     proc = subprocess.Popen(
         [sys.executable, "-m", "hami.cli.main", "--role", "sim", "--sim-listen", "127.0.0.1:0",
-         "--sim-kubeconfig", f"/tmp/hami-test-kc-{dbg}", "--profiling", "--debug-bind-address", f":{dbg}",
+         "--sim-kubeconfig", os.path.join(state, "kubeconfig"), "--profiling", "--debug-bind-address", ":0",
+         "--ports-file", ports_file,
          "--aiomonitor", "--aiomonitor-port", str(tel), "--aiomonitor-webui-port", str(web_ui),
          "--aiomonitor-console-port", str(con)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        body = ""
-        while time.monotonic() < deadline and not body:
-            try:
-                body = urllib.request.urlopen(f"http://127.0.0.1:{dbg}/debug/pprof/", timeout=2).read().decode()
-            except OSError:
-                time.sleep(0.3)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None and not os.path.exists(ports_file):
+            time.sleep(0.1)
+        with open(ports_file) as f:
+            bound = json.load(f)
+        assert set(bound) == {"api", "debug"}, bound
+        dbg = int(bound["debug"].rsplit(":", 1)[1])
+        body = urllib.request.urlopen(f"http://{bound['debug']}/debug/pprof/", timeout=10).read().decode()
         assert "goroutine" in body
         listening = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True).stdout
         for port in (dbg, tel, web_ui):
@@ -131,4 +139,7 @@ def test_debug_server_and_aiomonitor_start_on_loopback_only_when_asked():
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
+        left = os.path.exists(ports_file)
+        shutil.rmtree(state, ignore_errors=True)
     assert proc.returncode == 0
+    assert not left  # a clean stop removes the ports file: it never names ports nobody holds

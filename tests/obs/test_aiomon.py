@@ -16,6 +16,7 @@ from tests.ports import free_ports
 
 
 async def test_aiomonitor_serves_task_list_and_webui_on_loopback():
+    # aiomonitor binds inside the library and reports no port it bound (hami.listeners): chosen ahead
     term, webui, console = free_ports(3)
     settings = DebugSettings(aiomonitor=True, aiomonitor_port=term, aiomonitor_webui_port=webui,
                              aiomonitor_console_port=console)

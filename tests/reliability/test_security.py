@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import secrets
 import socket
@@ -25,7 +26,7 @@ import yaml
 from hami.config import DebugSettings, build_config
 from tests.kube.helpers import eventually, node_obj, pod_obj
 from tests.kube.scheduler_env import requesting_now, start_env, stop_env
-from tests.ports import free_port, free_ports
+from tests.ports import free_ports
 from tests.reliability._record import ROOT, record
 from tests.reliability._roles import gpu_doc, write_yaml
 
@@ -75,6 +76,7 @@ async def test_aiomonitor_and_debug_server_bind_loopback_only_when_on():
     from hami.obs.aiomon import run_aiomonitor
     from hami.obs.profiling import start_debug_server
 
+    # aiomonitor binds inside the library and reports no port it bound: ports chosen ahead, the one place
     ports = free_ports(3)
     settings = DebugSettings(aiomonitor=True, aiomonitor_port=ports[0], aiomonitor_webui_port=ports[1],
                              aiomonitor_console_port=ports[2])
@@ -86,8 +88,7 @@ async def test_aiomonitor_and_debug_server_bind_loopback_only_when_on():
     finally:
         stop.set()
         await asyncio.wait_for(task, 20)
-    debug_port = free_port()
-    runner, _ = await start_debug_server(f":{debug_port}")  # no host given: loopback, never all interfaces
+    runner, debug_port = await start_debug_server(":0")  # no host given: loopback, never all interfaces
     try:
         assert listening(debug_port) == {"127.0.0.1"}
     finally:
@@ -111,11 +112,11 @@ async def run_roles(apiserver, tmp_path, verbosity: int, token: str) -> str:
     write_yaml(gpus, gpu_doc())
     sock_dir = f"/tmp/hami-sec-{os.getpid()}-{verbosity}"
     os.makedirs(sock_dir, exist_ok=True)
-    ext_port, sm_port, mm_port = free_ports(3)
+    ports_file = tmp_path / f"ports-{verbosity}.json"  # every listener on port 0: the child says which it bound
     envs = {**os.environ, "PYTHONPATH": ROOT, "KUBE_TOKEN": token, "NODE_NAME": "n1"}
     cmd = HAMI + ["--role", "scheduler,node-agent,monitor", "--kubeconfig", kubeconfig, f"-v={verbosity}",
-                  "--http_bind", f"127.0.0.1:{ext_port}", "--scheduler-metrics-bind-address", f"127.0.0.1:{sm_port}",
-                  "--monitor-metrics-bind-address", f"127.0.0.1:{mm_port}", "--node-name", "n1",
+                  "--http_bind", "127.0.0.1:0", "--scheduler-metrics-bind-address", "127.0.0.1:0",
+                  "--monitor-metrics-bind-address", "127.0.0.1:0", "--ports-file", str(ports_file), "--node-name", "n1",
                   "--gpu-backend", "fake", "--fake-gpus", gpus, "--kubelet-socket-dir", sock_dir,
                   "--hook-path", str(tmp_path / "hook"), "--cache-dir", str(tmp_path / "containers"),
                   "--register-interval", "1s"]
@@ -131,18 +132,10 @@ async def run_roles(apiserver, tmp_path, verbosity: int, token: str) -> str:
     reader = asyncio.create_task(drain())
     try:
         async with aiohttp.ClientSession() as http:
-            async def up() -> bool:
-                try:
-                    async with http.get(f"http://127.0.0.1:{ext_port}/healthz") as r:
-                        return r.status == 200
-                except aiohttp.ClientError:
-                    return False
-
-            for _ in range(300):
-                if proc.returncode is not None or await up():
-                    break
-                await asyncio.sleep(0.1)
+            await eventually(lambda: proc.returncode is not None or ports_file.exists(), timeout=120, interval=0.1)
             assert proc.returncode is None, output.decode(errors="replace")[-3000:]
+            bound = json.loads(ports_file.read_text())
+            ext, metrics = bound["scheduler-extender"], (bound["scheduler-metrics"], bound["monitor-metrics"])
             # Real work: the agent registers n1; the scheduler filters and binds a pod; scrapes.
             await eventually(lambda: "hami.io/node-nvidia-register" in (
                 apiserver.store.get("nodes", "", "n1")["metadata"].get("annotations") or {}), timeout=20)
@@ -151,10 +144,10 @@ async def run_roles(apiserver, tmp_path, verbosity: int, token: str) -> str:
                                ("/bind", {"PodName": pod["metadata"]["name"], "PodNamespace": "default",
                                           "PodUID": pod["metadata"]["uid"], "Node": "n0"}),
                                ("/filter", {"Pod": "garbage"})):
-                async with http.post(f"http://127.0.0.1:{ext_port}{path}", json=body) as r:
+                async with http.post(f"http://{ext}{path}", json=body) as r:
                     assert r.status == 200
-            for port in (sm_port, mm_port):
-                async with http.get(f"http://127.0.0.1:{port}/metrics") as r:
+            for address in metrics:
+                async with http.get(f"http://{address}/metrics") as r:
                     assert r.status == 200
             await asyncio.sleep(1.0)
     finally:

@@ -20,7 +20,6 @@ import urllib.request
 import pytest
 
 from tests.e2e.embedded import wait_until
-from tests.ports import free_ports
 from tests.tools import chromium, find_kubectl, stop_process
 
 pytestmark = pytest.mark.slow
@@ -41,15 +40,14 @@ def _text(dom: str) -> str:
 
 
 def test_every_page_in_headless_chromium(tmp_path):
-    api, ext, sm, mm, ui = free_ports(5)
     state = tmp_path / "state"
+    ports_file = tmp_path / "ports.json"  # every listener on port 0: the process says which it bound
     cmd = [sys.executable, "-m", "hami.cli.main", "--role", "all", "--embedded", "--demo-workload",
-           "--sim-state-dir", str(state), "--sim-listen", f"127.0.0.1:{api}", "--http_bind", f"127.0.0.1:{ext}",
-           "--scheduler-metrics-bind-address", f"127.0.0.1:{sm}", "--monitor-metrics-bind-address", f"127.0.0.1:{mm}",
-           "--ui-bind-address", f"127.0.0.1:{ui}"]
+           "--sim-state-dir", str(state), "--sim-listen", "127.0.0.1:0", "--http_bind", "127.0.0.1:0",
+           "--scheduler-metrics-bind-address", "127.0.0.1:0", "--monitor-metrics-bind-address", "127.0.0.1:0",
+           "--ui-bind-address", "127.0.0.1:0", "--ports-file", str(ports_file)]
     log = open(tmp_path / "hami.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{ui}"
     env = {**os.environ, "KUBECONFIG": str(state / "kubeconfig")}
 
     def kubectl_json(*args):
@@ -57,6 +55,8 @@ def test_every_page_in_headless_chromium(tmp_path):
                              timeout=60, check=True).stdout
         return json.loads(out)["items"]
     try:
+        wait_until(lambda: proc.poll() is None and ports_file.exists(), 180, what="the ports file")
+        base = f"http://{json.loads(ports_file.read_text())['ui']}"
         wait_until(lambda: urllib.request.urlopen(base + "/healthz", timeout=2).status == 200, 90, what="the UI")
         pods = wait_until(lambda: [p for p in kubectl_json("get", "pods")
                                    if p["metadata"]["name"].startswith("demo-huge")]

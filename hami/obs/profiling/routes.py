@@ -164,9 +164,11 @@ async def start_debug_server(address: str, limits=None) -> tuple[web.AppRunner, 
     return runner, bound
 
 
-async def run_debug_server(address: str, stop: asyncio.Event, limits=None) -> None:
-    """Run the `--debug-bind-address` listener until `stop` is set."""
+async def run_debug_server(address: str, stop: asyncio.Event, limits=None, on_bound=None) -> None:
+    """Run the `--debug-bind-address` listener until `stop` is set; `on_bound(runner)` once it listens."""
     runner, _ = await start_debug_server(address, limits)
+    if on_bound is not None:
+        on_bound(runner)
     try:
         await stop.wait()
     finally:
