@@ -7,7 +7,8 @@ yields gauges with HAMi's names, labels and units. A bad file is skipped, counte
 `hami_monitor_cache_errors_total{reason}` and warned about once per file per `warn_interval`;
 nothing a file contains can fail a scrape.
 
-Container metrics (labels namespace, pod, container, vdevice_index, device_uuid, zone="vGPU"):
+Container metrics (labels namespace, pod, container, node, vdevice_index, device_uuid, zone="vGPU"; `node` is
+the pod's node, so a per-container series joins the per-device ones without a UUID):
 hami_vgpu_memory_used_bytes, hami_vgpu_memory_limit_bytes, hami_container_device_memory_bytes,
 hami_container_device_utilization_ratio, hami_container_last_kernel_elapsed_seconds,
 hami_vgpu_memory_{context,module,buffer}_bytes, and the tuning guide's hami_vgpu_core_used_percent
@@ -42,7 +43,7 @@ from hami.monitor.shm import REASONS, ShmError
 
 ZONE = "vGPU"
 MIB = 1024 * 1024
-CTR_LABELS = ["namespace", "pod", "container", "vdevice_index", "device_uuid", "zone"]
+CTR_LABELS = ["namespace", "pod", "container", "node", "vdevice_index", "device_uuid", "zone"]
 HOST_LABELS = ["node", "device_index", "device_uuid", "device_type", "zone"]
 LEGACY_CTR_LABELS = ["podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid", "zone"]
 LEGACY_HOST_LABELS = ["nodeid", "deviceidx", "deviceuuid", "devicetype", "zone"]
@@ -295,11 +296,13 @@ class MonitorCollector:
     def _container(self, fams: _Families, item: Loaded, sm_override: dict[int, int] | None, now: float) -> None:
         meta = item.pod.get("metadata") or {}
         ns, pod, ctr = meta.get("namespace", ""), meta.get("name", ""), item.dir.container
+        node = self.pod_node(item.pod)
         lk = item.region.last_kernel_time
         for dev in item.region.devices(sm_override):
             if dev.label_uuid is None:
                 continue  # UUID not initialised yet, or not UTF-8: HAMi skips the device
-            labels = [ns, pod, ctr, str(dev.index), dev.label_uuid, ZONE]
+            labels = [ns, pod, ctr, node, str(dev.index), dev.label_uuid, ZONE]
+            legacy = [ns, pod, ctr, str(dev.index), dev.label_uuid, ZONE]  # HAMi's names keep HAMi's labels
             fams.ctr("hami_vgpu_memory_used_bytes", labels, dev.used)
             fams.ctr("hami_vgpu_memory_limit_bytes", labels, dev.limit)
             fams.ctr("hami_container_device_memory_bytes", labels, dev.used)
@@ -314,13 +317,17 @@ class MonitorCollector:
                 elapsed = max(int(now) - lk, 0)
                 fams.ctr("hami_container_last_kernel_elapsed_seconds", labels, elapsed)
             if self.legacy:
-                fams.ctr("vGPU_device_memory_usage_in_bytes", labels, dev.used)
-                fams.ctr("vGPU_device_memory_limit_in_bytes", labels, dev.limit)
+                fams.ctr("vGPU_device_memory_usage_in_bytes", legacy, dev.used)
+                fams.ctr("vGPU_device_memory_limit_in_bytes", legacy, dev.limit)
                 offset = dev.used - dev.context - dev.module - dev.buffer
-                fams.legacy_memory(labels, dev, offset)
-                fams.ctr("Device_utilization_desc_of_container", labels, dev.sm_util)
+                fams.legacy_memory(legacy, dev, offset)
+                fams.ctr("Device_utilization_desc_of_container", legacy, dev.sm_util)
                 if elapsed is not None:
-                    fams.ctr("Device_last_kernel_of_container", labels, elapsed)
+                    fams.ctr("Device_last_kernel_of_container", legacy, elapsed)
+
+    def pod_node(self, pod: dict) -> str:
+        """The node a container runs on: its pod's, else the node this monitor serves (NODE_NAME)."""
+        return (pod.get("spec") or {}).get("nodeName") or self.node_name
 
     def _mig(self, fams: _Families, pods: Iterable[dict]) -> None:
         """hami_mig_device_info from `hami.io/vgpu-mig-allocations` once the plugin filled in the
@@ -348,7 +355,8 @@ class MonitorCollector:
                 base = [meta.get("namespace", ""), meta.get("name", ""), names[a.container_index],
                         str(a.device_index), a.gpu_uuid]
                 fams.f["hami_mig_device_info"].add_metric(
-                    base + [a.mig_uuid, a.profile, str(a.gpu_instance_id), str(a.compute_instance_id), ZONE], 1)
+                    base[:3] + [self.pod_node(p)] + base[3:]
+                    + [a.mig_uuid, a.profile, str(a.gpu_instance_id), str(a.compute_instance_id), ZONE], 1)
                 if self.legacy:
                     fams.f["MigInfo"].add_metric(base + [str(a.gpu_instance_id), ZONE], 1)
 

@@ -2,7 +2,7 @@
 
 - every per-device series (a family with `device_index` or a GPU's `device_uuid`, no pod) carries
   `node` and `device_index`; every per-container series (a family with `pod` and a device) carries
-  `namespace`, `pod` and `container`;
+  `namespace`, `pod`, `container` and `node` (HAMi #2152);
 - `device_type` is the card's name once (never `NVIDIA-NVIDIA ...`);
 - `hami_gpu_share_info` maps (node, device_index) to the containers sharing the GPU;
 - every series the shipped Grafana dashboard and PrometheusRule read is one we export (or DCGM
@@ -81,7 +81,7 @@ def test_per_device_and_per_container_series_carry_the_join_labels(tmp_path):
             if not name.startswith("hami_") or name.endswith("_created"):
                 continue
             if "pod" in labels and labels & {"device_uuid", "device_index"}:
-                assert {"namespace", "pod", "container"} <= labels, (role, name, labels)
+                assert {"namespace", "pod", "container", "node"} <= labels, (role, name, labels)
                 seen_container += 1
             elif labels & {"device_index", "device_uuid"} and "mig_uuid" not in labels:
                 assert {"node", "device_index"} <= labels, (role, name, labels)

@@ -33,7 +33,7 @@ def trainer(uid=UID):
     return p
 
 
-LABELS = {"namespace": "team-a", "pod": "trainer-0", "container": "worker", "vdevice_index": "0",
+LABELS = {"namespace": "team-a", "pod": "trainer-0", "container": "worker", "node": "n1", "vdevice_index": "0",
           "device_uuid": TEST_UUID, "zone": "vGPU"}
 
 

@@ -38,7 +38,7 @@ def make(tmp_path, pods, *, backend=None, legacy=False, warn=None):
 
 
 def lbl(container="main", d=0, uuid=U0, name="p1"):
-    return {"namespace": "ns", "pod": name, "container": container, "vdevice_index": str(d),
+    return {"namespace": "ns", "pod": name, "container": container, "node": "n1", "vdevice_index": str(d),
             "device_uuid": uuid, "zone": "vGPU"}
 
 
@@ -278,7 +278,7 @@ def test_mig_device_info_comes_from_the_allocations_annotation(tmp_path):
     bad = pod(UID2, name="p2")
     bad["metadata"]["annotations"] = {"hami.io/vgpu-mig-allocations": "[{"}
     reg, _ = make(tmp_path, [p, bad], legacy=True)
-    want = {"namespace": "ns", "pod": "p1", "container": "main", "vdevice_index": "0", "device_uuid": U0,
+    want = {"namespace": "ns", "pod": "p1", "container": "main", "node": "n1", "vdevice_index": "0", "device_uuid": U0,
             "mig_uuid": "MIG-aaaa", "profile": "1g.10gb", "gpu_instance_id": "13", "compute_instance_id": "0",
             "zone": "vGPU"}
     assert reg.get_sample_value("hami_mig_device_info", want) == 1

@@ -83,7 +83,7 @@ async def test_role_serves_metrics_for_pods_of_this_node(apiserver, tmp_path):
         status, ctype, body = await scrape(address)
         assert status == 200 and ctype.startswith("text/plain")
         want = (f'hami_vgpu_memory_used_bytes{{container="main",device_uuid="{U0}",namespace="default",'
-                'pod="mine",vdevice_index="0",zone="vGPU"} 77.0')
+                'node="node-1",pod="mine",vdevice_index="0",zone="vGPU"} 77.0')
         assert want in body
         assert 'pod="other"' not in body
         assert 'hami_host_gpu_utilization_ratio{device_index="0"' in body
