@@ -100,8 +100,8 @@ def test_scrape_reports_a_dra_pods_usage_with_its_labels(tmp_path):
     reg = CollectorRegistry(auto_describe=False)
     reg.register(MonitorCollector(cache_dir=str(tmp_path / "containers"), node_name="n1",
                                   pods=lambda: [dra_pod()], claims=lambda: [claim()], proc_root=str(tmp_path)))
-    labels = {"namespace": "ns", "pod": "p1", "container": "cuda", "node": "n1", "vdevice_index": "0", "device_uuid": U0,
-              "zone": "vGPU"}
+    labels = {"namespace": "ns", "pod": "p1", "container": "cuda", "node": "n1", "vdevice_index": "0",
+              "device_uuid": U0, "zone": "vGPU"}
     assert reg.get_sample_value("hami_vgpu_memory_used_bytes", labels) == 3 << 30
     assert reg.get_sample_value("hami_vgpu_memory_limit_bytes", labels) == 4 << 30
     assert reg.get_sample_value("hami_vgpu_core_limit_percent", labels) == 50
@@ -119,8 +119,8 @@ def test_hostpid_repair_reaches_a_claim_region(tmp_path):
     reg = CollectorRegistry(auto_describe=False)
     reg.register(MonitorCollector(cache_dir=str(tmp_path / "containers"), node_name="n1", pods=lambda: [pod],
                                   claims=lambda: [claim()], proc_root=proc, backend=FakeBackend(gpus)))
-    labels = {"namespace": "ns", "pod": "p1", "container": "cuda", "node": "n1", "vdevice_index": "0", "device_uuid": U0,
-              "zone": "vGPU"}
+    labels = {"namespace": "ns", "pod": "p1", "container": "cuda", "node": "n1", "vdevice_index": "0",
+              "device_uuid": U0, "zone": "vGPU"}
     assert reg.get_sample_value("hami_container_device_utilization_ratio", labels) == 41
     assert reg.get_sample_value("hami_monitor_hostpid_repaired_slots_current") == 1
 
