@@ -9,7 +9,8 @@
   the same port; the store, its resourceVersion and watch window survive;
 - `apiserver.store.set_watch_window(n)` / `apiserver.store.compact()`: make watches from older
   versions answer 410 Gone;
-- `apiserver.bookmark_interval`: seconds between BOOKMARK events of idle watches (default 5);
+- `apiserver.bookmark_interval`: seconds between BOOKMARK events of idle watches (default 60, as
+  kube-apiserver; one more is sent 2 s before a watch's deadline);
 - `apiserver.faults`: `delay` / `write_delay` (seconds before answering), `fail_next_writes(n, 429|500)`,
   `silent_watch = True` (watches answer 200 and then stay silent), `reset()`.
 

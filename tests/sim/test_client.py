@@ -393,6 +393,23 @@ async def test_watch_sends_bookmarks_with_a_resumable_version(kube_api, apiserve
     assert int(bookmark["metadata"]["resourceVersion"]) == apiserver.store.rv > int(rv)
 
 
+async def test_an_idle_watch_gets_its_last_bookmark_before_its_deadline(kube_api, apiserver):
+    """kube-apiserver's rhythm: a bookmark a minute (the default here too), and one just before the
+    watch's deadline, so the client resumes from a fresh version; then the watch ends."""
+    assert apiserver.bookmark_interval == 60.0
+    v1 = client.CoreV1Api(kube_api)
+    rv = (await v1.list_node()).metadata.resource_version
+    await v1.create_namespaced_config_map("default", {"metadata": {"name": "moves-the-version"}})
+    w = watch.Watch()
+    events = []
+    async with asyncio.timeout(30):
+        async for ev in w.stream(v1.list_node, resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=3):
+            events.append(ev)
+    await w.close()
+    assert [ev["type"] for ev in events] == ["BOOKMARK"]  # the stream ended at its deadline, after one bookmark
+    assert int(events[0]["raw_object"]["metadata"]["resourceVersion"]) == apiserver.store.rv
+
+
 @pytest.mark.parametrize("path", ["/api/v1/nodes?watch=true", "/api/v1/nodes?watch=True", "/api/v1/nodes?watch=1",
                                   "/api/v1/watch/nodes?x=1", "/api/v1/watch/namespaces/default/pods?x=1",
                                   "/api/v1/namespaces/default/pods?watch=TRUE"])

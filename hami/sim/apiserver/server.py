@@ -123,11 +123,18 @@ def _refusal(status: int, text: str) -> web.Response:
     return _error(ApiError(status, _REFUSAL_REASONS.get(status, "BadRequest"), text))
 
 
+# kube-apiserver's watch cache sends an idle watch a BOOKMARK every minute (cacher.go
+# defaultBookmarkFrequency) and one more just before the watch's deadline: clients are tuned to that
+# rhythm, and a faster one would make every informer of an idle cluster wake for nothing.
+BOOKMARK_INTERVAL_S = 60.0
+BOOKMARK_BEFORE_DEADLINE_S = 2.0
+
+
 class ApiServer:
     """The HTTP face of a Store; `url` is valid after `start()`."""
 
     def __init__(self, store: Store | None = None, host: str = "127.0.0.1", port: int = 0, *,
-                 faults: Faults | None = None, bookmark_interval: float = 5.0, max_body: int = MAX_BODY,
+                 faults: Faults | None = None, bookmark_interval: float = BOOKMARK_INTERVAL_S, max_body: int = MAX_BODY,
                  listen: ListenSettings | None = None):
         self.store = store if store is not None else Store()
         self.host, self.port = host, port
@@ -596,9 +603,11 @@ class ApiServer:
                     continue
                 wait = self.bookmark_interval if bookmarks else 3600.0
                 if deadline is not None:
-                    wait = min(wait, deadline - loop.time())
-                    if wait <= 0:
+                    left = deadline - loop.time()
+                    if left <= 0:
                         break
+                    ahead = left - BOOKMARK_BEFORE_DEADLINE_S  # the last bookmark, before the deadline
+                    wait = min(wait, ahead if bookmarks and ahead > 0 else left)
                 try:
                     if bookmarks or deadline is not None:
                         async with asyncio.timeout(wait):
