@@ -108,8 +108,11 @@ def test_a_pods_annotation_wins_only_where_its_namespace_lets_pods_choose(cluste
 
 
 def test_doctor_pod_says_which_mode_and_why(cluster):
-    kubeconfig = cluster["env"]["KUBECONFIG"]
-    out = subprocess.run([sys.executable, "-m", "hami.cli.main", "doctor", "pod", "legacy/dp0",
+    """Its own pod (the mode is decided at admission, so whether it runs yet does not matter): the tests of
+    this module run in any order."""
+    run, kubeconfig = cluster["run"], cluster["env"]["KUBECONFIG"]
+    assert _create(run, "legacy", "doctored").returncode == 0
+    out = subprocess.run([sys.executable, "-m", "hami.cli.main", "doctor", "pod", "legacy/doctored",
                           "--kubeconfig", kubeconfig], capture_output=True, text=True, timeout=60)
     assert ("GPU mode device-plugin: namespace legacy has the label hami.io/gpu-mode=device-plugin "
             "(the webhook's decision at admission)") in out.stdout, out.stdout + out.stderr
