@@ -25,6 +25,10 @@ namespace that does not exist gives 404 (`default`, `kube-system`, `kube-public`
 
 from __future__ import annotations
 
+import fcntl
+import os
+import tempfile
+
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -57,3 +61,12 @@ async def kube_api(apiserver):
     await config.load_kube_config(config_file=apiserver.kubeconfig, client_configuration=cfg)
     async with client.ApiClient(cfg) as api:
         yield api
+
+
+@pytest.fixture
+def default_ports():
+    """Held while a test runs hami on its default ports and ~/.hami pointers, as the README does: one such
+    test at a time across xdist workers (a file lock; --dist loadfile ignores xdist groups)."""
+    with open(os.path.join(tempfile.gettempdir(), "hami-default-ports.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

@@ -133,7 +133,7 @@ def test_check_config_for_every_role_from_the_wheel(wheel_venv, role):
 
 
 @pytest.mark.xdist_group("default-ports")  # with --dist loadgroup: hami on its default ports, as the README runs it
-def test_the_embedded_system_runs_from_the_wheel_at_the_floors(wheel_venv):
+def test_the_embedded_system_runs_from_the_wheel_at_the_floors(wheel_venv, default_ports):
     """All roles in one process from the floors venv: pods are scheduled, allocated over gRPC and
     reported Running by the demo workload, none failed."""
     env = _clean_env(wheel_venv["tmp"])

@@ -120,7 +120,7 @@ def _stop(proc) -> str:
 
 
 @pytest.mark.xdist_group("default-ports")  # both instances start on the defaults, as users do
-def test_two_embedded_instances_at_once(tmp_path):
+def test_two_embedded_instances_at_once(tmp_path, default_ports):
     first = _start(tmp_path)
     second = None
     try:
