@@ -148,7 +148,14 @@ def _could_be_ours(head: bytes, paths) -> bool:
     if head.count(b"\n") != crlf or head.count(b"\r") - crlf > head.endswith(b"\r"):
         return False
     lines = head.split(b"\r\n")
-    last = lines.pop().removesuffix(b"\r")  # the line not yet ended
+    last = lines.pop()  # the line not yet ended
+    if last.endswith(b"\r"):  # whole but for its LF: llhttp judges it now, so it must be one we take whole
+        last = last[:-1]
+        if not lines:
+            return _our_path(last, paths) is not None
+        if last:
+            lines.append(last)
+            last = b""
     if not lines:
         return any((b"POST %s HTTP/1.1" % p).startswith(last) for p in paths)
     if len(lines) > MAX_HEADERS or _our_path(lines[0], paths) is None:
