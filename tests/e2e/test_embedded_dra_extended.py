@@ -26,7 +26,7 @@ DRIVER = "hami-core-gpu.project-hami.io"
 POD = """
 apiVersion: v1
 kind: Pod
-metadata: {{name: {name}, namespace: default}}
+metadata: {{name: {name}, namespace: {ns}}}
 spec:
   schedulerName: default-scheduler
   containers:
@@ -55,7 +55,7 @@ def _claims(run):
 
 def test_without_the_mapping_a_gpu_pod_finds_no_node(cluster):
     run = cluster
-    run("create", "-f", "-", stdin=POD.format(name="unmapped"))
+    run("create", "-f", "-", stdin=POD.format(name="unmapped", ns="default"))
 
     def pending_unschedulable():
         conds = _pod(run, "unmapped")["status"].get("conditions") or []
@@ -84,7 +84,7 @@ def test_a_mapped_extended_resource_gets_a_claim_kube_scheduler_creates(cluster)
 
 
 def _mapped_pod_runs_with_its_claim(run) -> None:
-    run("create", "-f", "-", stdin=POD.format(name="whole"))
+    run("create", "-f", "-", stdin=POD.format(name="whole", ns="default"))
     wait_until(lambda: _pod(run, "whole")["status"].get("phase") == "Running", 60, what="whole Running")
     pod = _pod(run, "whole")
     assert "resourceClaims" not in pod["spec"]  # untouched by the webhook
@@ -111,20 +111,6 @@ def _mapped_pod_runs_with_its_claim(run) -> None:
                what="the extended-resource claim deleted with its pod")
 
 
-QUOTA_POD = """
-apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, namespace: kep-quota}}
-spec:
-  schedulerName: default-scheduler
-  containers:
-  - name: cuda
-    image: nvidia/cuda:12.4.0-base-ubuntu22.04
-    resources:
-      limits: {{nvidia.com/gpu: "1"}}
-"""
-
-
 def test_kubernetes_own_quota_counts_the_gpus_of_pods_that_bypass_the_webhook(cluster):
     run = cluster
     run("create", "namespace", "kep-quota")
@@ -135,13 +121,13 @@ metadata: {name: gpu, namespace: kep-quota}
 spec:
   hard: {requests.nvidia.com/gpu: "1"}
 """)
-    run("create", "-f", "-", stdin=QUOTA_POD.format(name="first"))
+    run("create", "-f", "-", stdin=POD.format(name="first", ns="kep-quota"))
     first = json.loads(run("get", "pod", "first", "-n", "kep-quota", "-o", "json"))
     assert "resourceClaims" not in first["spec"]  # the webhook left it as written
     quota = json.loads(run("get", "resourcequota", "gpu", "-n", "kep-quota", "-o", "json"))
     assert quota["status"]["used"] == {"requests.nvidia.com/gpu": "1"}
     try:
-        run("create", "-f", "-", stdin=QUOTA_POD.format(name="second"))
+        run("create", "-f", "-", stdin=POD.format(name="second", ns="kep-quota"))
     except AssertionError as exc:
         assert ('exceeded quota: gpu, requested: requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=1, '
                 'limited: requests.nvidia.com/gpu=1') in str(exc), exc

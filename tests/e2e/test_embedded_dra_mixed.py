@@ -17,8 +17,7 @@ import sys
 
 import pytest
 
-from tests.e2e.embedded import embedded_system, wait_until
-from tests.tools import find_kubectl
+from tests.e2e.embedded import create_at_once, embedded_system, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -59,6 +58,19 @@ def cluster(tmp_path_factory):
         run("create", "namespace", "free")
         run("label", "namespace", "free", "hami.io/gpu-mode=dra", "hami.io/gpu-mode-pod-choice=true")
         yield {"run": run, "env": system.env, "port": system.ports["api"]}
+
+
+def _choosing_namespace(run, ns: str, hard: str) -> None:
+    """A namespace on DRA by default whose pods may choose their mode, with a ResourceQuota `hard`."""
+    run("create", "namespace", ns)
+    run("label", "namespace", ns, "hami.io/gpu-mode=dra", "hami.io/gpu-mode-pod-choice=true")
+    run("create", "-f", "-", stdin=f"""
+apiVersion: v1
+kind: ResourceQuota
+metadata: {{name: gpu, namespace: {ns}}}
+spec:
+  hard: {{{hard}}}
+""")
 
 
 def _pod(run, ns, name):
@@ -136,15 +148,7 @@ spec:
 
 def test_a_namespace_with_both_modes_keeps_one_quota_across_them(cluster):
     run = cluster["run"]
-    run("create", "namespace", "both")
-    run("label", "namespace", "both", "hami.io/gpu-mode=dra", "hami.io/gpu-mode-pod-choice=true")
-    run("create", "-f", "-", stdin="""
-apiVersion: v1
-kind: ResourceQuota
-metadata: {name: gpu, namespace: both}
-spec:
-  hard: {limits.nvidia.com/gpumem: "8000"}
-""")
+    _choosing_namespace(run, "both", 'limits.nvidia.com/gpumem: "8000"')
 
     def create(name, mode, mem):
         return run("create", "-f", "-", check=False, stdin=SIZED.format(name=name, mode=mode, mem=mem))
@@ -164,15 +168,7 @@ spec:
 
 def test_a_device_plugin_pods_gpu_count_counts_the_namespaces_claims(cluster):
     run = cluster["run"]
-    run("create", "namespace", "count")
-    run("label", "namespace", "count", "hami.io/gpu-mode=dra", "hami.io/gpu-mode-pod-choice=true")
-    run("create", "-f", "-", stdin="""
-apiVersion: v1
-kind: ResourceQuota
-metadata: {name: gpu, namespace: count}
-spec:
-  hard: {requests.nvidia.com/gpu: "2"}
-""")
+    _choosing_namespace(run, "count", 'requests.nvidia.com/gpu: "2"')
     for i in range(2):
         assert _create(run, "count", f"c{i}").returncode == 0
         assert _running_on(run, "count", f"c{i}") == "gpu-node-2"
@@ -188,23 +184,13 @@ def test_device_plugin_pods_admitted_at_once_cannot_together_pass_the_gpu_count(
     at once in a namespace whose claims hold 1 of 3 GPUs all passed both. Each now reserves its count
     on the quota (written with its resourceVersion), so exactly the two that fit are admitted."""
     run = cluster["run"]
-    run("create", "namespace", "race")
-    run("label", "namespace", "race", "hami.io/gpu-mode=dra", "hami.io/gpu-mode-pod-choice=true")
-    run("create", "-f", "-", stdin="""
-apiVersion: v1
-kind: ResourceQuota
-metadata: {name: gpu, namespace: race}
-spec:
-  hard: {requests.nvidia.com/gpu: "3"}
-""")
+    _choosing_namespace(run, "race", 'requests.nvidia.com/gpu: "3"')
     assert _create(run, "race", "claim").returncode == 0
     assert _running_on(run, "race", "claim") == "gpu-node-2"
-    procs = [subprocess.Popen([find_kubectl(), "create", "-f", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=cluster["env"]) for _ in range(4)]
-    outs = [p.communicate(POD.format(ns="race", name=f"dp{i}", annotations=json.dumps(
-        {"hami.io/gpu-mode": "device-plugin"})), timeout=60) for i, p in enumerate(procs)]
-    admitted = [i for i, p in enumerate(procs) if p.returncode == 0]
-    refused = [outs[i][1] for i, p in enumerate(procs) if p.returncode != 0]
+    outs = create_at_once(cluster["env"], [POD.format(ns="race", name=f"dp{i}", annotations=json.dumps(
+        {"hami.io/gpu-mode": "device-plugin"})) for i in range(4)])
+    admitted = [i for i, (rc, _) in enumerate(outs) if rc == 0]
+    refused = [err for rc, err in outs if rc != 0]
     assert len(admitted) == 2, (admitted, refused)
     assert all("exceeding resource quota: nvidia.com/gpu: 1 requested, 3 of 3 used" in e for e in refused), refused
     quota = json.loads(run("get", "resourcequota", "gpu", "-n", "race", "-o", "json"))

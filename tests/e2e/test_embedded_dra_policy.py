@@ -24,7 +24,7 @@ import subprocess
 
 import pytest
 
-from tests.e2e.embedded import embedded_system, wait_until
+from tests.e2e.embedded import create_at_once, embedded_system, wait_until
 from tests.tools import find_kubectl
 
 pytestmark = pytest.mark.slow
@@ -137,12 +137,9 @@ def test_two_pods_admitted_at_once_cannot_both_overflow_the_quota(cluster):
     run = cluster["kubectl"]
     _quota_ns(run, "team-r")
     env = {**os.environ, "KUBECONFIG": str(cluster["log"].parent / "kubeconfig")}
-    procs = [subprocess.Popen([find_kubectl(), "create", "-f", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(4)]
-    outs = [p.communicate(NS_POD.format(name=f"r{i}", ns="team-r", mem=5000), timeout=60)
-            for i, p in enumerate(procs)]
-    admitted = [i for i, p in enumerate(procs) if p.returncode == 0]
-    refused = [outs[i][1] for i, p in enumerate(procs) if p.returncode != 0]
+    outs = create_at_once(env, [NS_POD.format(name=f"r{i}", ns="team-r", mem=5000) for i in range(4)])
+    admitted = [i for i, (rc, _) in enumerate(outs) if rc == 0]
+    refused = [err for rc, err in outs if rc != 0]
     assert len(admitted) == 1, (admitted, refused)
     assert all("exceeding resource quota" in e for e in refused), refused
     quota = json.loads(run("get", "resourcequota", "gpu", "-n", "team-r", "-o", "json"))
