@@ -94,11 +94,15 @@ def embedded_system(state: Path, *flags: str, results: bool = False) -> Iterator
            "--scheduler-metrics-bind-address", "127.0.0.1:0", "--monitor-metrics-bind-address", "127.0.0.1:0",
            "--ui-bind-address", "127.0.0.1:0", "--ports-file", str(ports_file), *flags]
     log = open(state / "hami.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # HOME: the instance's ~/.hami pointers go to its own folder, never over the user's embedded default
+    # (the README's commands, running beside, read ~/.hami/embedded.kubeconfig)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "HOME": str(state)})
     kubeconfig = str(state / "kubeconfig")
     env = {**os.environ, "KUBECONFIG": kubeconfig}
     try:
         wait_until(lambda: proc.poll() is None and ports_file.exists(), 180, what="the ports file")
+        assert (state / ".hami" / "embedded.kubeconfig").exists()  # its pointer went to its own HOME
         yield System(state, env, kubeconfig, bound_ports(ports_file), kubectl_runner(env, results=results), proc)
     finally:
         if proc.poll() is None:

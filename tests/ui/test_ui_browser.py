@@ -47,7 +47,9 @@ def test_every_page_in_headless_chromium(tmp_path):
            "--scheduler-metrics-bind-address", "127.0.0.1:0", "--monitor-metrics-bind-address", "127.0.0.1:0",
            "--ui-bind-address", "127.0.0.1:0", "--ports-file", str(ports_file)]
     log = open(tmp_path / "hami.log", "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # HOME: its ~/.hami pointers stay in tmp_path, never over the user's embedded default
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "HOME": str(tmp_path)})
     env = {**os.environ, "KUBECONFIG": str(state / "kubeconfig")}
 
     def kubectl_json(*args):
