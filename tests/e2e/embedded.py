@@ -52,13 +52,14 @@ class System:
         return len(json.loads(res.stdout)["items"]) if res.returncode == 0 and res.stdout else 0
 
 
-def create_at_once(env: dict, manifests: list[str], timeout: float = 60) -> list[tuple[int, str]]:
+def create_at_once(env: dict, manifests: list[str], timeout: float = 60) -> tuple[list[int], list[str]]:
     """`kubectl create -f -` of each manifest, every process started before any is waited on (admission
-    races): (return code, stderr) of each, in order."""
+    races): the indexes of the manifests admitted, and the stderr of each refused one."""
     procs = [subprocess.Popen([find_kubectl(), "create", "-f", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env) for _ in manifests]
     errs = [p.communicate(m, timeout=timeout)[1] for p, m in zip(procs, manifests, strict=True)]
-    return [(p.returncode, e) for p, e in zip(procs, errs, strict=True)]
+    return ([i for i, p in enumerate(procs) if p.returncode == 0],
+            [e for p, e in zip(procs, errs, strict=True) if p.returncode != 0])
 
 
 def kubectl_runner(env: dict, *, results: bool = False) -> Callable:

@@ -187,10 +187,8 @@ def test_device_plugin_pods_admitted_at_once_cannot_together_pass_the_gpu_count(
     _choosing_namespace(run, "race", 'requests.nvidia.com/gpu: "3"')
     assert _create(run, "race", "claim").returncode == 0
     assert _running_on(run, "race", "claim") == "gpu-node-2"
-    outs = create_at_once(cluster["env"], [POD.format(ns="race", name=f"dp{i}", annotations=json.dumps(
+    admitted, refused = create_at_once(cluster["env"], [POD.format(ns="race", name=f"dp{i}", annotations=json.dumps(
         {"hami.io/gpu-mode": "device-plugin"})) for i in range(4)])
-    admitted = [i for i, (rc, _) in enumerate(outs) if rc == 0]
-    refused = [err for rc, err in outs if rc != 0]
     assert len(admitted) == 2, (admitted, refused)
     assert all("exceeding resource quota: nvidia.com/gpu: 1 requested, 3 of 3 used" in e for e in refused), refused
     quota = json.loads(run("get", "resourcequota", "gpu", "-n", "race", "-o", "json"))

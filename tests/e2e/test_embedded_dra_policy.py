@@ -137,9 +137,7 @@ def test_two_pods_admitted_at_once_cannot_both_overflow_the_quota(cluster):
     run = cluster["kubectl"]
     _quota_ns(run, "team-r")
     env = {**os.environ, "KUBECONFIG": str(cluster["log"].parent / "kubeconfig")}
-    outs = create_at_once(env, [NS_POD.format(name=f"r{i}", ns="team-r", mem=5000) for i in range(4)])
-    admitted = [i for i, (rc, _) in enumerate(outs) if rc == 0]
-    refused = [err for rc, err in outs if rc != 0]
+    admitted, refused = create_at_once(env, [NS_POD.format(name=f"r{i}", ns="team-r", mem=5000) for i in range(4)])
     assert len(admitted) == 1, (admitted, refused)
     assert all("exceeding resource quota" in e for e in refused), refused
     quota = json.loads(run("get", "resourcequota", "gpu", "-n", "team-r", "-o", "json"))
