@@ -113,13 +113,15 @@ def test_every_readme_command_is_classified():
     assert sorted(classified - set(commands)) == [], "classified commands README no longer shows"
 
 
-def fresh_env() -> dict[str, str]:
-    """A newcomer's shell: no venv activated, kubectl on PATH."""
+def fresh_env(home: Path) -> dict[str, str]:
+    """A newcomer's shell: no venv activated, kubectl on PATH, and a home of its own (a fresh machine's: the
+    demo's ~/.hami pointers and kubectl's ~/.kube cache are this test's alone, whatever else runs beside)."""
     venv_bin = str(ROOT / ".venv" / "bin")
     path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != venv_bin]
     path.insert(0, str(Path(find_kubectl()).parent))
-    keep = ("HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "CI")
-    return {**{k: os.environ[k] for k in keep if k in os.environ}, "PATH": os.pathsep.join(path)}
+    keep = ("LANG", "LC_ALL", "TMPDIR", "USER", "CI", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
+    home.mkdir(parents=True, exist_ok=True)
+    return {**{k: os.environ[k] for k in keep if k in os.environ}, "HOME": str(home), "PATH": os.pathsep.join(path)}
 
 
 @contextlib.contextmanager
@@ -162,7 +164,7 @@ def second_terminal(command: str, env: dict[str, str]) -> subprocess.CompletedPr
 @pytest.mark.xdist_group("default-ports")
 def test_readme_commands_run_as_written_against_the_embedded_default(tmp_path, default_ports):
     text = (ROOT / "README.md").read_text()
-    env = fresh_env()
+    env = fresh_env(tmp_path / "home")
     log = tmp_path / "demo.log"
     with started("exec scripts/demo", env, log) as demo:
         until(lambda: "hami is running on an embedded Kubernetes API server" in log.read_text(), 300,
