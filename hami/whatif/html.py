@@ -129,14 +129,28 @@ th{background:#eceff1}td:first-child,td:nth-child(2){text-align:left}
 .warn{color:#b71c1c}img{max-width:100%;margin:6px 0}section{margin-bottom:28px}"""
 
 
-def render(results: list[Result], warnings: tuple[str, ...] | list[str] = (), suggestions: Any = None) -> str:
-    import matplotlib
+NO_CHARTS = ("charts left out: they need matplotlib, which the runtime install (scripts/demo) leaves out; "
+             "pip install 'hami[report]' adds it")
 
+
+def charts_available() -> bool:
+    """Whether matplotlib (the `report` extra) is installed; the tables need nothing more."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
     matplotlib.use("Agg")  # no display: draw into memory
+    return True
+
+
+def render(results: list[Result], warnings: tuple[str, ...] | list[str] = (), suggestions: Any = None) -> str:
+    charts = charts_available()
     keys = list(COLUMNS)
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>hami whatif report</title>",
              f"<style>{CSS}</style></head><body><h1>hami whatif</h1>"]
     parts += [f"<p class='warn'>warning: {html.escape(w)}</p>" for w in warnings]
+    if not charts:
+        parts.append(f"<p class='note'>{html.escape(NO_CHARTS)}</p>")
     rows = [[r.scenario, _changes_text(r)] + [r.totals()[k] for k in keys] for r in results]
     parts.append("<section><h2>Scenarios</h2><p class='note'>" + html.escape(PLACED_NOTE) + "</p>"
                  + _table(rows, ["scenario", "changes"] + [COLUMNS[k] for k in keys]) + "</section>")
@@ -149,8 +163,9 @@ def render(results: list[Result], warnings: tuple[str, ...] | list[str] = (), su
         parts.append("<section><h2>Against the baseline</h2>" + _table(
             drows, ["scenario", "replayed pods placed (±)", "still pending (±)", "GPUs used (±)",
                     "stranded memory (±MiB)", "pods moved", "newly placed", "newly pending"]) + "</section>")
-    parts.append("<section><h2>Pods and memory</h2>" + _img(_pods_plot(results), "pods placed and pending")
-                 + _img(_memory_plot(results), "GPU memory allocated, stranded and free") + "</section>")
+    if charts:
+        parts.append("<section><h2>Pods and memory</h2>" + _img(_pods_plot(results), "pods placed and pending")
+                     + _img(_memory_plot(results), "GPU memory allocated, stranded and free") + "</section>")
     for r in results:
         reasons = r.pending_reasons()
         parts.append(f"<section><h2>{html.escape(r.scenario)}</h2><p>{html.escape(_changes_text(r))}; "
@@ -162,7 +177,7 @@ def render(results: list[Result], warnings: tuple[str, ...] | list[str] = (), su
             parts.append(_table([[n.name, f"{n.fragmentation:.2f}", n.free_mem, n.largest_free,
                                   f"{n.gpus_used}/{len(n.cards)}"] for n in frag],
                                 ["most fragmented node", "fragmentation", "free MiB", "largest free MiB", "GPUs used"]))
-        parts.append(_img(_heatmap(r), f"{r.scenario}: card fill heat map") + "</section>")
+        parts.append((_img(_heatmap(r), f"{r.scenario}: card fill heat map") if charts else "") + "</section>")
     if suggestions:
         srows = [[s.label, s.result.placed, s.gained, s.tradeoff] for s in suggestions]
         verdict = ("<p>No change places more pods than the baseline; the closest:</p>"

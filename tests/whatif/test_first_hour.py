@@ -11,6 +11,8 @@ cluster is in tests/e2e/test_embedded.py).
 from __future__ import annotations
 
 import subprocess
+import sys
+from pathlib import Path
 
 from hami.whatif import html
 from hami.whatif.cluster import parse_snapshot
@@ -94,3 +96,27 @@ def test_report_screenshot_shows_the_unit_headers(tmp_path):
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "memory allocated (MiB)" in proc.stdout and "replayed pods placed" in proc.stdout
+
+
+def test_the_report_without_matplotlib_keeps_its_tables_and_says_how_to_get_the_charts():
+    """scripts/demo installs the runtime dependencies only, and README runs `hami whatif --suggest --html`
+    right after it: without the `report` extra the page has every table and a note instead of charts.
+    A child interpreter where importing matplotlib fails (nothing in this process is patched)."""
+    child = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from hami.whatif import html\n"
+        "from hami.whatif.cluster import parse_snapshot\n"
+        "from hami.whatif.engine import run_plan\n"
+        "from hami.whatif.scenario import parse_plan_text\n"
+        "from tests.whatif import snap\n"
+        "cluster = parse_snapshot(snap.listing(*(snap.node(f'n{i}', gpus=2) for i in range(3))), 's.json')\n"
+        "print(html.render(run_plan(cluster, parse_plan_text("
+        "'workloads: [{name: s, count: 4, memory: 9000}]', 'p.yaml'))))\n")
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120,
+                          cwd=str(Path(__file__).resolve().parents[2]))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    page = proc.stdout
+    assert html.NO_CHARTS.replace("'", "&#x27;") in page and "<table>" in page and "<img" not in page
+    assert "data:image/png" in html.render(run_plan(
+        parse_snapshot(snap.listing(snap.node("n0", gpus=2)), "s.json"),
+        parse_plan_text("workloads: [{name: s, count: 1, memory: 9000}]", "p.yaml")))  # with it: the charts
