@@ -497,16 +497,10 @@ class Replayer:
         except PolicyError as exc:
             return Outcome(key, reasons=(INVALID_POD,), message=str(exc))
         kube = self.kube
-        names, names_key = kube.candidates(pod)
-        if names and kube.wants_pod_filter(pod):
-            try:
-                names = kube.pod_filter(pod, names)
-            except (TypeError, AttributeError, KeyError, ValueError) as exc:
-                return Outcome(key, reasons=(INVALID_POD,),
-                               message=f"spec.affinity or spec.topologySpreadConstraints cannot be read: {exc!r}")
-            names_key = None  # this pod's own list
-        if not names:
-            return Outcome(key, reasons=(NO_CANDIDATE_NODE,), message="no schedulable node matches the pod")
+        got = self._candidate_nodes(pod, key)
+        if isinstance(got, Outcome):
+            return got
+        names, names_key = got
         screen = screen_key = None
         want = kube.requests(pod)
         if want is not None:
@@ -532,19 +526,30 @@ class Replayer:
         kube.placed(uid, sel.node, pod, want)
         return Outcome(key, node=sel.node, devices=codec.encode_pod_devices(sel.devices))
 
-    def schedule_claims(self, pod: dict, key: str, uid: str) -> Outcome:
-        """A pod with claims: kube-scheduler's in-tree filters, then its DynamicResources filter and
-        the extender's node policy by GPU fill (draplace.py)."""
+    def _candidate_nodes(self, pod: dict, key: str) -> tuple[list[str], object] | Outcome:
+        """The nodes kube-scheduler's in-tree filters leave the pod, with the key their list is memoised
+        under (None: the pod's own list); an Outcome when none is left or the pod cannot be read."""
         kube = self.kube
-        names, _ = kube.candidates(pod)
+        names, names_key = kube.candidates(pod)
         if names and kube.wants_pod_filter(pod):
             try:
                 names = kube.pod_filter(pod, names)
             except (TypeError, AttributeError, KeyError, ValueError) as exc:
                 return Outcome(key, reasons=(INVALID_POD,),
                                message=f"spec.affinity or spec.topologySpreadConstraints cannot be read: {exc!r}")
+            names_key = None  # this pod's own list
         if not names:
             return Outcome(key, reasons=(NO_CANDIDATE_NODE,), message="no schedulable node matches the pod")
+        return names, names_key
+
+    def schedule_claims(self, pod: dict, key: str, uid: str) -> Outcome:
+        """A pod with claims: kube-scheduler's in-tree filters, then its DynamicResources filter and
+        the extender's node policy by GPU fill (draplace.py)."""
+        kube = self.kube
+        got = self._candidate_nodes(pod, key)
+        if isinstance(got, Outcome):
+            return got
+        names, _ = got
         want = kube.requests(pod)
         got = self.dra.place(pod, names, None if want is None else lambda name: kube.refuse(name, want))
         if got.problem is not None:
