@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from hami.config import Config
 from hami.device import codec
 from hami.kubesched import pdb
+from hami.scheduler.admission.missed import created_at
 from hami.scheduler.cache.handshake import gpu_allocatable
 from hami.scheduler.cache.project import Shared, project_node, project_pod
 from hami.scheduler.extender.verbs import pod_priority, start_time
@@ -74,6 +75,17 @@ def test_pod_projection_keeps_every_read_field_and_drops_the_rest():
                            "initContainerStatuses": [{"name": "init", "state": {"terminated": {"exitCode": 0}}}],
                            "resourceClaimStatuses": [{"name": "main-nvidia", "resourceClaimName": "p-main-nvidia-x1"}]}
     assert "apiVersion" not in p and "kind" not in p
+
+
+def test_a_pending_pod_keeps_its_creation_time_and_a_bound_one_does_not():
+    """The missed-webhook watcher waits on an unbound pod's creationTimestamp from the cache (no GET);
+    bound pods (nearly all of them) do not carry it."""
+    pending = full_pod()
+    del pending["spec"]["nodeName"]
+    meta = project_pod(pending, Shared())["metadata"]
+    assert meta["creationTimestamp"] == "2026-01-01T00:00:00Z"
+    assert created_at(project_pod(full_pod(), Shared())) is None
+    assert created_at({"metadata": meta}) == created_at(full_pod())
 
 
 def test_readers_see_the_same_answers_on_the_projection():

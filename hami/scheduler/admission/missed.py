@@ -9,9 +9,11 @@ So the scheduler watches for them (its pod informer, no extra API reads in stead
 is Pending, unbound, asks for a device hami schedules (the same request reading /filter uses), and
 has a scheduler the webhook would have replaced (`default-scheduler` with
 --force-overwrite-default-scheduler, or none) is a missed pod. After `grace` seconds (it may still be
-bound by someone else), one GET reads it; nothing is done until a pod this webhook admitted has been
-seen in the API since the pod was created (the webhook is reachable again: recreating a pod while
-it is still down would only loop, and with the webhook disabled nothing ever happens). A review
+bound by someone else) nothing is done until a pod this webhook admitted has been seen in the API
+since the pod was created (the webhook is reachable again: recreating a pod while it is still down
+would only loop, and with the webhook disabled nothing ever happens). The creation time comes from
+the cache (the projection keeps an unbound pod's creationTimestamp), so waiting costs no API read;
+once the webhook is shown reachable, one GET reads the pod fresh before acting on it. A review
 received proves nothing (anyone who reaches /webhook can send one): the evidence is a pod carrying
 the mark the webhook put in its answer (hami.scheduler.admission.admitted). Then:
 - owned by a controller (ReplicaSet, Job, StatefulSet, ...): the pod is evicted (pods/eviction: a
@@ -84,9 +86,9 @@ class MissedPods:
         self.seen: dict[str, float] = {}  # "ns/name" -> loop time first seen missed
         self.noted = asyncio.Event()  # a pod was newly seen missed: the watcher's next wake may be sooner
         self.wakes = 0  # times run() woke (idle: none)
-        # "ns/name" -> the pod's creation time, as read from the API when its grace first ended: while
-        # the webhook is not shown reachable since, the watcher waits again without reading it again
-        # (the cache's projection has no creationTimestamp), so an idle cluster sees no pod GETs
+        # "ns/name" -> the pod's creation time (from the cache, else from the one GET): while the
+        # webhook is not shown reachable since, the watcher waits again without reading the pod, so an
+        # idle cluster with a missed pod sees no pod GETs
         self.created: dict[str, float] = {}
         self.done: set[str] = set()  # uids handled (a Warning is said once)
         self.deleted = 0
@@ -111,6 +113,9 @@ class MissedPods:
             except ValueError:  # a request /filter would refuse: not ours to recreate
                 is_missed = False
         if is_missed:
+            created = created_at(new)
+            if created is not None:
+                self.created[key] = created
             if key not in self.seen:
                 self.seen[key] = asyncio.get_running_loop().time()
                 self.noted.set()

@@ -13,7 +13,8 @@ Pods keep
             resourceClaims (--dra: the templates a pod references, hami.dra.templates),
             containers and initContainers as {name, resources} (the device requests); of a pod
             without nodeName also priorityClassName, preemptionPolicy, nodeSelector, affinity, tolerations
-            (GPU preemption)
+            (GPU preemption), and its metadata.creationTimestamp (the missed-webhook watcher waits on it
+            from the cache instead of reading the pod from the API)
   status:   phase, startTime (/preempt order), initContainerStatuses as {name, state.terminated.exitCode},
             resourceClaimStatuses (--dra: a quota reservation counts until the pod's claims exist);
             of a pod without nodeName also nominatedNodeName and a PodScheduled=False condition
@@ -156,6 +157,9 @@ def project_pod(obj: dict, shared: Shared) -> dict:
         ps = _pick(spec, _POD_SPEC)
         if not spec.get("nodeName"):
             ps.update(_pick(spec, _PENDING_SPEC))
+            created = (obj.get("metadata") or {}).get("creationTimestamp")
+            if created is not None:
+                meta["creationTimestamp"] = created
         for key in ("nodeName", "schedulerName"):
             if key in ps:
                 ps[key] = _intern(ps[key])
