@@ -4,8 +4,17 @@ A replica whose RBAC lacks `create pods/binding` (or `patch pods`, `patch nodes`
 then fails every /bind; readiness should say so before kube-scheduler sends it pods. `AccessProbe`
 posts one SelfSubjectAccessReview per need (authorization.k8s.io/v1, which every authenticated
 identity may create through the default `system:basic-user` ClusterRole), on the background lane,
-at start and every `recheck` seconds (a RoleBinding can change at any time), and `reasons()` gives
-one readiness line per denied need.
+and `reasons()` gives one readiness line per denied need.
+
+When it reviews (idle is idle: no review on a timer while everything is allowed):
+- at start;
+- when the API server says RBAC or the credentials may have changed: any request of this client
+  answered 401 or 403 (a RoleBinding removed shows as a /bind write refused), at most once per
+  `min_gap` seconds however many requests fail;
+- while a need is denied, every `denied_recheck` seconds (the replica is unready, so no write
+  comes to show that a RoleBinding was added);
+- otherwise after `max_age` seconds at the latest: a safety net for a permission withdrawn while
+  no write was attempted (the next write would show it anyway).
 
 An API server that does not serve the review (404) or forbids it (403) leaves the answer unknown:
 that is logged once and not held against readiness, since the real writes will say more. Other
@@ -55,18 +64,36 @@ SCHEDULER_NEEDS = (
 )
 
 
+SSAR_RESOURCE = "selfsubjectaccessreviews"
+REFUSED = frozenset({"401", "403"})  # answers that say RBAC or the credentials may have changed
+
+
 class AccessProbe:
     def __init__(self, client: KubeClient, needs: tuple[Need, ...] = SCHEDULER_NEEDS, *,
-                 recheck: float = 60.0, retry_initial: float = 0.2, retry_max: float = 5.0):
+                 max_age: float = 600.0, denied_recheck: float = 60.0, min_gap: float = 30.0,
+                 retry_initial: float = 0.2, retry_max: float = 5.0):
         self.client = client
         self.needs = needs
-        self.recheck = recheck
+        self.max_age = max_age
+        self.denied_recheck = denied_recheck
+        self.min_gap = min_gap
         self.retry_initial, self.retry_max = retry_initial, retry_max
         self.denied: dict[Need, str] = {}  # need -> the server's reason (may be empty)
         self.answered = asyncio.Event()
+        self.refused = asyncio.Event()  # a request was answered 401/403 since the last review
         self.unknown = ""  # why the server cannot tell (no reviews served, reviews forbidden)
         self.last_error = ""
         self.checks = 0
+        self.asleep_for = 0.0  # how long run()'s current wait lasts at most, unless a request is refused
+        previous = client.on_request
+
+        def observe(verb: str, resource: str, code: str, seconds: float) -> None:
+            if previous is not None:
+                previous(verb, resource, code, seconds)
+            if code in REFUSED and resource != SSAR_RESOURCE:
+                self.refused.set()
+
+        client.on_request = observe
 
     def reasons(self) -> list[str]:
         """Readiness lines: one per denied need; one while no answer has come yet."""
@@ -83,7 +110,7 @@ class AccessProbe:
         for need in self.needs:
             try:
                 with background():
-                    out = await self.client.request("create", "selfsubjectaccessreviews", "POST", SSAR_PATH,
+                    out = await self.client.request("create", SSAR_RESOURCE, "POST", SSAR_PATH,
                                                      body=need.review(), content_type="application/json")
             except ApiError as exc:
                 if exc.code in (403, 404):
@@ -116,17 +143,39 @@ class AccessProbe:
         except TimeoutError:
             return False
 
+    def next_review_in(self) -> float:
+        """Seconds until the next review with nothing refused: sooner while a need is denied."""
+        return self.denied_recheck if self.denied else self.max_age
+
     async def run(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
         delay = self.retry_initial
-        while not stop.is_set():
-            try:
-                await self.check_once()
-                wait, delay = self.recheck, self.retry_initial
-            except (ApiError, OSError, TimeoutError, RuntimeError) as exc:
-                self.last_error = str(exc) or repr(exc)
-                log.v(2).info("Write permission review failed; retrying", error=self.last_error, retry_in=delay)
-                wait, delay = delay, min(delay * 2, self.retry_max)
-            try:
-                await asyncio.wait_for(stop.wait(), wait)
-            except TimeoutError:
-                pass
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                self.refused.clear()  # what failed before this review is what it answers
+                reviewed_at = loop.time()
+                try:
+                    await self.check_once()
+                    wait, delay = self.next_review_in(), self.retry_initial
+                except (ApiError, OSError, TimeoutError, RuntimeError) as exc:
+                    self.last_error = str(exc) or repr(exc)
+                    log.v(2).info("Write permission review failed; retrying", error=self.last_error, retry_in=delay)
+                    await self.pause(stopped, delay)
+                    delay = min(delay * 2, self.retry_max)
+                    continue
+                self.asleep_for = wait
+                refused = asyncio.ensure_future(self.refused.wait())
+                await asyncio.wait([stopped, refused], timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                refused.cancel()
+                if self.refused.is_set() and not stop.is_set():
+                    log.v(2).info("A request was refused (401/403); reviewing write permissions again")
+                    # at most one review per min_gap, however many requests are refused
+                    await self.pause(stopped, reviewed_at + self.min_gap - loop.time())
+        finally:
+            stopped.cancel()
+
+    @staticmethod
+    async def pause(stopped: asyncio.Future, seconds: float) -> None:
+        if seconds > 0:
+            await asyncio.wait([stopped], timeout=seconds)

@@ -6,7 +6,8 @@ kube-apiserver's forbidden text (namespaced and cluster-scoped); a review with n
 resourceAttributes / nonResourceAttributes is 422; discovery lists the resource create-only; real
 kubectl `auth can-i` agrees. The scheduler is unready naming each denied need (pods/binding, pods
 patch, nodes patch) and ready again once RBAC allows it; a server that does not serve reviews (404)
-leaves readiness to the other checks.
+leaves readiness to the other checks. The review runs at start and again only when a request is
+refused (401/403), while a need is denied, or after its max age: never on a timer while idle.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ import asyncio
 
 import pytest
 
-from hami.kube.access import SSAR_PATH, AccessProbe
+from hami.kube.access import SSAR_PATH, SSAR_RESOURCE, AccessProbe
 from hami.kube.client import ApiError
 from hami.sim.apiserver.authz import Attributes, forbidden
-from tests.kube.helpers import client_for, pod_obj
+from tests.kube.helpers import client_for, eventually, pod_obj
 from tests.kube.scheduler_env import hami_nodes, running_env
 from tests.tools import find_kubectl
 
@@ -115,7 +116,7 @@ async def test_the_scheduler_is_unready_while_rbac_denies_its_writes(apiserver):
             text = await r.text()
             assert r.status == 503 and "RBAC denies create pods/binding" in text
         apiserver.authz.allow_all()
-        await env.sched.access.check_once()  # what the periodic re-check (every 60 s) does
+        await env.sched.access.check_once()  # what the re-check while a need is denied (every 60 s) does
         assert env.sched.readiness() == []
         async with env.http.get(env.sched.url + "/readyz") as r:
             assert r.status == 200
@@ -130,4 +131,61 @@ async def test_a_server_without_reviews_leaves_readiness_to_the_other_checks(api
         await probe.check_once()
         assert probe.reasons() == [] and probe.unknown.startswith("HTTP 403")
     finally:
+        await client.close()
+
+
+async def test_the_review_waits_for_a_refused_request_not_a_timer(apiserver):
+    """Allowed and answering: the review sleeps for its max age (no SSAR while idle), successful
+    requests do not wake it; a write refused 403 (a RoleBinding removed) reviews at once and makes the
+    need denied; while denied it re-reviews every denied_recheck, so granting RBAC back is seen."""
+    client = await client_for(apiserver.kubeconfig)
+    probe = AccessProbe(client, max_age=600.0, denied_recheck=0.05, min_gap=0.0)
+    stop = asyncio.Event()
+    task = asyncio.create_task(probe.run(stop))
+    try:
+        await eventually(lambda: probe.checks == 1 and probe.asleep_for == 600.0, 5)
+        reviews = client.total_requests("create", SSAR_RESOURCE)
+        assert reviews == 3
+        apiserver.store.create("pods", "default", pod_obj("p"))
+        for _ in range(20):  # answered requests are no reason to review again
+            await client.get_pod("default", "p")
+        await client.patch("pods", "p", {"metadata": {"labels": {"a": "b"}}}, "default")
+        await asyncio.sleep(0)
+        assert client.total_requests("create", SSAR_RESOURCE) == reviews and probe.checks == 1
+
+        apiserver.authz.deny("patch", "pods")
+        with pytest.raises(ApiError) as refused:
+            await client.patch("pods", "p", {"metadata": {"labels": {"a": "c"}}}, "default")
+        assert refused.value.code == 403
+        await eventually(lambda: probe.reasons() == ["RBAC denies patch pods: /bind cannot write device placements"],
+                         5)
+        assert probe.asleep_for == 0.05  # denied: no write will come to say it is granted again
+        apiserver.authz.allow_all()
+        await eventually(lambda: probe.reasons() == [] and probe.asleep_for == 600.0, 5)
+    finally:
+        stop.set()
+        await task
+        await client.close()
+
+
+async def test_an_unauthorized_answer_reviews_again_at_most_once_per_min_gap(apiserver):
+    """A 401 (credentials rotated) anywhere asks for a review too; a burst of refusals is one review
+    after min_gap, not one each; the review's own refusals (reviews forbidden) ask for nothing."""
+    client = await client_for(apiserver.kubeconfig)
+    probe = AccessProbe(client, max_age=600.0, min_gap=0.3)
+    stop = asyncio.Event()
+    task = asyncio.create_task(probe.run(stop))
+    try:
+        await eventually(lambda: probe.checks == 1, 5)
+        assert client.on_request is not None
+        for _ in range(10):
+            client.on_request("list", "pods", "401", 0.01)
+        await eventually(lambda: probe.checks == 2, 5)
+        await asyncio.sleep(0.4)  # past another min_gap: the burst was answered by one review
+        assert probe.checks == 2 and not probe.refused.is_set()
+        client.on_request("create", SSAR_RESOURCE, "403", 0.01)
+        assert not probe.refused.is_set()
+    finally:
+        stop.set()
+        await task
         await client.close()
