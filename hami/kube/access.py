@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.lanes import background
+from hami.kube.readsize import SMALL_ANSWER
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
@@ -111,7 +112,8 @@ class AccessProbe:
             try:
                 with background():
                     out = await self.client.request("create", SSAR_RESOURCE, "POST", SSAR_PATH,
-                                                     body=need.review(), content_type="application/json")
+                                                     body=need.review(), content_type="application/json",
+                                                     read_size=SMALL_ANSWER)
             except ApiError as exc:
                 if exc.code in (403, 404):
                     if not self.unknown:

@@ -45,6 +45,7 @@ from hami.kube.lanes import (
     lane_for,
     retry_after_seconds,
 )
+from hami.kube.readsize import SizedReadRequest, reads_of
 
 __all__ = ["ApiError", "KubeClient", "KubeConfigError", "TokenBucket", "resource_path",
            "MERGE_PATCH", "JSON_PATCH", "STRATEGIC_PATCH"]
@@ -138,7 +139,7 @@ class KubeClient:
                 ) from None
         cfg.connection_pool_maxsize = max(getattr(cfg, "connection_pool_maxsize", 0) or 0, 64)
         api = k8s_client.ApiClient(configuration=cfg)
-        _no_env_lookups(api)
+        _own_session(api)
         return cls(api, settings, clock, role=role)
 
     async def close(self) -> None:
@@ -188,9 +189,12 @@ class KubeClient:
 
     async def request(self, verb: str, resource: str, method: str, path: str, *,
                       query: list[tuple[str, Any]] | None = None, body: Any = None,
-                      content_type: str | None = None, retry_throttled: bool = True) -> Any:
+                      content_type: str | None = None, retry_throttled: bool = True,
+                      read_size: int | None = None) -> Any:
         """One rate-limited, counted request; returns the decoded JSON body (or None if empty).
-        `retry_throttled=False`: a 429 is the answer (an eviction a PodDisruptionBudget refuses), not retried."""
+        `retry_throttled=False`: a 429 is the answer (an eviction a PodDisruptionBudget refuses), not retried.
+        `read_size`: read the answer that many bytes at a time (hami.kube.readsize; for answers known
+        to be small, so that each does not cost asyncio's 256 KiB read)."""
         lane = lane_for(verb, resource)
         bucket, stats = self.buckets[lane], self.lane_stats[lane]
         timeout = self.timeout if self.timeout > 0 else None
@@ -204,7 +208,8 @@ class KubeClient:
             started = time.perf_counter()
             left = None if deadline is None else max(0.001, deadline - loop.time())
             try:
-                resp = await self._send(method, path, query, body, content_type, left)
+                with reads_of(read_size):
+                    resp = await self._send(method, path, query, body, content_type, left)
                 try:
                     data = await resp.read()
                 finally:
@@ -359,15 +364,22 @@ class KubeClient:
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
-def _no_env_lookups(api: k8s_client.ApiClient) -> None:
-    """kubernetes-asyncio opens its aiohttp session with trust_env=True, which makes aiohttp look
-    up proxy settings and ~/.netrc in a worker thread on *every* request (a thread hop and GIL
-    contention per call: ~1 ms under load). Without proxy variables there is nothing to find."""
-    if any(os.environ.get(v) for v in _PROXY_VARS):
+def _own_session(api: k8s_client.ApiClient) -> None:
+    """kubernetes-asyncio's aiohttp session, opened again on the same connector (its TLS settings and
+    pool) with two changes:
+    * trust_env only when a proxy variable is set: with it, aiohttp looks up proxy settings and
+      ~/.netrc in a worker thread on *every* request (a thread hop and GIL contention per call:
+      ~1 ms under load); without proxy variables there is nothing to find;
+    * its requests are `SizedReadRequest`s: one made under `readsize.reads_of` reads its answer in
+      small pieces instead of asyncio's 256 KiB (the liveness probe, the RBAC review)."""
+    old = getattr(api.rest_client, "pool_manager", None)
+    if not isinstance(old, aiohttp.ClientSession) or old.connector is None:
         return
-    session = getattr(api.rest_client, "pool_manager", None)
-    if session is not None and hasattr(session, "_trust_env"):
-        session._trust_env = False
+    api.rest_client.pool_manager = aiohttp.ClientSession(
+        connector=old.connector, trust_env=any(os.environ.get(v) for v in _PROXY_VARS),
+        read_bufsize=2**21,  # kubernetes-asyncio's: a watch event can be as large as etcd's 1.5 MiB limit
+        request_class=SizedReadRequest)
+    old.detach()  # the connector is the new session's now: closing it is that session's job
 
 
 def _api_error(status: int, reason: str, data: bytes) -> ApiError:

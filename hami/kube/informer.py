@@ -38,6 +38,7 @@ import aiohttp
 import orjson
 
 from hami.kube.client import ApiError, KubeClient
+from hami.kube.readsize import set_read_size
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
@@ -350,7 +351,7 @@ class Informer:
                     raise _Resync()
         finally:
             if transport is not None:
-                del transport.max_size  # back to the class default before the pool reuses it
+                set_read_size(transport, None)  # back to asyncio's default before the pool reuses it
             resp.release()
 
     def _apply(self, ev: dict) -> None:
@@ -449,21 +450,18 @@ class Informer:
                     fut.set_result(None)
 
 
-# A plain-TCP asyncio transport reads with recv(max_size), 256 KiB by default: every bookmark on an
-# idle watch allocated a 256 KiB buffer before shrinking it to a few hundred bytes (most of the idle
-# scheduler's allocation). A watch reads events of a few KiB; a burst only costs more recv calls.
+# asyncio reads a connection max_size bytes at a time, 256 KiB by default, over plain TCP and TLS
+# alike (hami.kube.readsize): every bookmark on an idle watch allocated a 256 KiB buffer before
+# shrinking it to a few hundred bytes (most of the idle scheduler's allocation). A watch reads events
+# of a few KiB; a burst only costs more reads.
 WATCH_READ_SIZE = 16 * 1024
 
 
 def small_reads(resp) -> Any:
-    """Read this watch in WATCH_READ_SIZE chunks; returns the transport to restore, or None (TLS
-    transports read into one reused buffer and have no per-read allocation to shrink)."""
-    conn = getattr(resp, "connection", None)
-    transport = getattr(conn, "transport", None)
-    if transport is None or not isinstance(getattr(type(transport), "max_size", None), int):
-        return None
-    transport.max_size = WATCH_READ_SIZE
-    return transport
+    """Read this watch in WATCH_READ_SIZE chunks; returns the transport to restore, or None (a
+    transport without a read size to set)."""
+    transport = getattr(getattr(resp, "connection", None), "transport", None)
+    return transport if set_read_size(transport, WATCH_READ_SIZE) else None
 
 
 class _Gone(Exception):

@@ -18,8 +18,9 @@ every /bind failed. Here:
 
 Worst case to unready under a freeze: probe_after + tick + probe_timeout + unready_after
 (10 + 1 + 5 + 5 = 21 s at the defaults); back to ready: at most a tick after the API answers.
-Idle cost: a probe only when no watch line or bookmark came for `probe_after` (the embedded server
-bookmarks every 5 s, kube-apiserver about once a minute): at most 6 GETs a minute per scheduler.
+Idle cost: a probe only when no watch line, bookmark or answer came for `probe_after` (kube-apiserver
+bookmarks each watch about once a minute, and so does the embedded server): at most 6 GETs a minute
+per scheduler, each answer read in `readsize.SMALL_ANSWER` pieces (not asyncio's 256 KiB read).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Callable, Iterable
 
 from hami.kube.client import ApiError, KubeClient
 from hami.kube.lanes import CRITICAL, lane_for
+from hami.kube.readsize import SMALL_ANSWER
 from hami.obs.log import get_logger
 
 log = get_logger(__name__)
@@ -112,7 +114,8 @@ class ApiLiveness:
                  "involvedObject": {"kind": "Namespace", "name": self.namespace}, "reason": "Probe",
                  "message": "dry run: is the API server writing?", "type": "Normal"}
         return self.client.request("create", "events", "POST", f"/api/v1/namespaces/{self.namespace}/events",
-                                   query=[("dryRun", "All")], body=event, content_type="application/json")
+                                   query=[("dryRun", "All")], body=event, content_type="application/json",
+                                   read_size=SMALL_ANSWER)
 
     async def probe(self) -> None:
         self.probes += 1
@@ -120,7 +123,8 @@ class ApiLiveness:
         what = "dry-run create events" if write else "GET /version"
         try:
             await asyncio.wait_for(self._write_probe() if write else
-                                   self.client.request("get", "version", "GET", "/version"), self.probe_timeout)
+                                   self.client.request("get", "version", "GET", "/version",
+                                                       read_size=SMALL_ANSWER), self.probe_timeout)
         except (TimeoutError, ApiError) as exc:
             self.probe_failures += 1
             if not isinstance(exc, ApiError) or exc.status in (0, 429) or exc.status >= 500:

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import aiohttp
@@ -132,5 +133,41 @@ async def test_the_liveness_watch_sleeps_until_a_probe_is_due_instead_of_ticking
         assert live.asleep_for > 20.0 and live.probes == 0
         stop.set()
         await running
+    finally:
+        await client.close()
+
+
+async def traced_transient(work) -> int:
+    """Bytes allocated and freed again while `work` (an awaitable) ran: the traced peak above its
+    start and end, as scripts/soak's meter counts it."""
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        await work
+        after, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak - max(before, after)
+
+
+async def test_a_liveness_probe_reads_its_answer_without_a_256_kib_read(sim_process):
+    """Idle is cheap: each probe (GET /version after probe_after of silence, ~6 a minute while watches
+    only bookmark) reads its small answer in SMALL_ANSWER pieces, far below the 256 KiB read the same
+    GET made plainly costs. The API server is its own process: only the scheduler's side is traced."""
+    from hami.kube.liveness import ApiLiveness
+    from tests.kube.helpers import client_for
+
+    _, kubeconfig = sim_process
+    client = await client_for(kubeconfig)
+    try:
+        live = ApiLiveness(client)
+        await live.probe()  # connections open, code paths warm
+        await client.request("get", "version", "GET", "/version")
+        probe = min([await traced_transient(live.probe()) for _ in range(3)])
+        plain = min([await traced_transient(client.request("get", "version", "GET", "/version")) for _ in range(3)])
+        assert live.probes == 4 and live.probe_failures == 0 and live.failing_since is None
+        assert probe < 64 * 1024, probe
+        assert plain >= 200 * 1024, plain  # what each probe cost before
     finally:
         await client.close()
