@@ -145,6 +145,7 @@ class Extender:
         self.webhook = webhook
         self._webhook_pool: ThreadPoolExecutor | None = None  # big admissions, one at a time, off the loop
         self.filters = 0
+        self._filter_timers: dict[str, Any] = {}  # result label -> filter_seconds' child
         self.args = ArgsDecoder()  # /filter bodies, the node name list cached (extargs.py)
         self.nodescan = NodeScanner()  # full-Nodes bodies, each Node decoded once per change (nodescan.py)
 
@@ -191,7 +192,10 @@ class Extender:
     def _observe(self, started: float, result: str) -> None:
         self.filters += 1
         if self.metrics is not None:
-            self.metrics.filter_seconds.labels(result).observe(time.perf_counter() - started)
+            timer = self._filter_timers.get(result)
+            if timer is None:  # each result's labelled child, looked up once
+                timer = self._filter_timers[result] = self.metrics.filter_seconds.labels(result)
+            timer.observe(time.perf_counter() - started)
 
     def _filter(self, body: bytes) -> dict | Coroutine[Any, Any, dict]:
         """The decision; a coroutine where it must wait on the API server (filter_now)."""
@@ -290,9 +294,10 @@ class Extender:
         sel, fit_scores, node = choice.selection, choice.fit_scores, choice.decision.node
         self.events.record(pod, NORMAL, messages.FILTERING_SUCCEED,
                            messages.filtering_succeed_message(node, fit_scores, len(node_names)))
-        log.v(4).info("Pod filtered", pod=f"{ns}/{name}", node=node,
-                      devices=choice.decision.annotations.get(codec.ALLOCATED_ANNOTATION, ""),
-                      score=round(sel.score, 2), tried=sel.tried)
+        if log.enabled(4):  # (its fields are not worked out for a log line nobody keeps)
+            log.v(4).info("Pod filtered", pod=f"{ns}/{name}", node=node,
+                          devices=choice.decision.annotations.get(codec.ALLOCATED_ANNOTATION, ""),
+                          score=round(sel.score, 2), tried=sel.tried)
         if self.cfg.extender_prioritize:  # every fitting node, best first: kube-scheduler's scoring picks
             return {"NodeNames": [n for n, _ in fit_scores], "FailedNodes": sel.failed_nodes or None, "Error": ""}
         return {"NodeNames": [node], "FailedNodes": None, "Error": ""}

@@ -130,19 +130,22 @@ class Contention:
             floor = self.seq - FORGET_AFTER
             self.last = {n: s for n, s in self.last.items() if s > floor}
 
-    def table(self, own_pending: Callable[[str], int]) -> dict[str, int] | None:
+    def table(self, own_pending: Callable[[str], int], held: Mapping[str, int] | None = None) -> dict[str, int] | None:
         """`key` of every node this replica decided for within the width, in one dict for one
         decision (a node absent or 0 is not contended by this replica), built from the latest
         decisions: O(width) once, then a dict read per node the walk passes. None when the width
         is 0 or reaches past the decisions kept (then `keyer`: a width wider than every decision
-        made, as WIDE is, counts nodes never decided for too)."""
+        made, as WIDE is, counts nodes never decided for too). `held`: the decisions held per node,
+        the first thing `own_pending` asks, read here first (a burst's nodes mostly have one) so
+        that `own_pending` is called only for the others."""
         width, seq = self.width, self.seq
         if width <= 0 or width > len(self.nodes):
             return None
         keys: dict[str, int] = {}
+        quick = (held if held is not None else {}).get
         for decided, node in islice(reversed(self.nodes), width):
             if node not in keys:  # the node's latest decision comes first
-                keys[node] = width - (seq - decided) if own_pending(node) else 0
+                keys[node] = width - (seq - decided) if quick(node) or own_pending(node) else 0
         return keys
 
     def since(self, node: str) -> int:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Container, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from hami.scheduler.placement.changelog import ChangeLog
@@ -36,7 +37,7 @@ _REBUILD_SHARE = 8
 class NameList:
     """One `NodeNames` list as the request gave it, validated once (every member a string)."""
 
-    __slots__ = ("names", "pos", "orders")
+    __slots__ = ("names", "pos", "orders", "ranked")
 
     def __init__(self, names: Sequence[str]):
         self.names = tuple(names)
@@ -45,9 +46,20 @@ class NameList:
             pos.setdefault(n, i)  # a repeated name keeps its first place (stable sort's answer)
         self.pos = pos
         self.orders: dict[bool, ScoreOrder] = {}
+        # (tie_rank, its answers by position, None where not asked yet): a tie is walked decision
+        # after decision over the same names, so each name is ranked once (`ranks`)
+        self.ranked: tuple[Callable[[str], int], list[int | None]] | None = None
 
     def __len__(self) -> int:
         return len(self.names)
+
+    def ranks(self, tie_rank: Callable[[str], int]) -> list[int | None]:
+        """`tie_rank`'s answers by position, filled as they are asked (`tie_rank` must answer the
+        same for a name every time, as a replica's rank does)."""
+        ranked = self.ranked
+        if ranked is None or ranked[0] != tie_rank:
+            ranked = self.ranked = (tie_rank, [None] * len(self.names))
+        return ranked[1]
 
     def order(self, descending: bool) -> ScoreOrder:
         o = self.orders.get(descending)
@@ -162,7 +174,7 @@ def first_fit(
         caps = order.caps
         skip = need is not None
         skipped = False
-        deferred: list[tuple[int, int, str, Any]] = []  # (pending, walk index, name, usage)
+        deferred: list[tuple[int, str, Any]] = []  # (pending, name, usage), in walk order
         for k, p in order.entries:
             if skip and caps[p] < need:
                 skipped = True
@@ -175,7 +187,7 @@ def first_fit(
             if pending is not None:
                 queued = pending(name)
                 if queued:
-                    deferred.append((queued, len(deferred), name, n))
+                    deferred.append((queued, name, n))
                     continue
             tried += 1
             r = try_fit(n)
@@ -195,9 +207,9 @@ def first_fit(
         if busy_fit is not None:
             return Walk(busy_fit[0], busy_fit[1], busy_fit[2], failed, tried)
         if deferred:
-            walked = dict.fromkeys(n for _, _, n, _ in sorted(deferred, key=lambda d: d[1]))
-            deferred.sort(key=lambda d: (d[0], d[1]))
-            for _, _, name, n in deferred:
+            walked = dict.fromkeys(d[1] for d in deferred)
+            deferred.sort(key=itemgetter(0))  # stable: within a level, in walk order
+            for _, name, n in deferred:
                 tried += 1
                 r = try_fit(n)
                 if r.__class__ is not str:
@@ -227,16 +239,24 @@ def _ranked_tie(order, key, pos, name, usage, fit, failed, tried, nodes, try_fit
     Only a node ranked above the best fit so far can change the answer, so only those are asked
     whether they are pending and fitted: with T nodes of equal score (identical nodes, a fresh
     cluster) that is a few fits, the record ranks of the walk, instead of T fits; the rest cost a
-    rank each (`tie_rank` is cheap: the Placer keeps each node's)."""
-    best_rank, best = tie_rank(name), (name, usage, fit)
+    rank each, read by position from the NameList's (`NameList.ranks`: asked of `tie_rank` once)."""
+    ranks = order.names.ranks(tie_rank)
+    best_rank = ranks[pos]
+    if best_rank is None:
+        best_rank = ranks[pos] = tie_rank(name)
+    best = (name, usage, fit)
     name_of, entries = order.names.names, order.entries
     for i in range(bisect_left(entries, (key, pos)) + 1, len(entries)):
         k, p = entries[i]
         if k != key:
             break
+        rank = ranks[p]
+        if rank is None:
+            rank = ranks[p] = tie_rank(name_of[p])
+        if rank <= best_rank:
+            continue
         other = name_of[p]
-        rank = tie_rank(other)
-        if rank <= best_rank or pending(other):
+        if pending(other):
             continue
         n = nodes.get(other)
         if n is None:
