@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import fields as dataclass_fields
+from sys import intern
 
 from hami.device.codec.errors import CodecError
 from hami.device.codec.golang import (
@@ -186,10 +187,10 @@ def decode_node_devices_json(text: str | bytes) -> tuple[DeviceInfo, ...]:
                 set_count(d, count)
                 set_devmem(d, devmem)
                 set_devcore(d, devcore)
-                set_type(d, type_)
+                set_type(d, intern(type_))  # one string per GPU model and mode, not one per GPU
                 set_index(d, index)
                 set_numa(d, numa)
-                set_mode(d, mode)
+                set_mode(d, intern(mode))
                 set_health(d, health)
                 set_migs(d, ())
                 set_vendor(d, NVIDIA)

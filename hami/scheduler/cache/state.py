@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -585,7 +586,7 @@ class ClusterState:
                 log.warning("Pod MIG allocation annotation unreadable", pod=key, error=str(exc))
         n_init = len(((pod or {}).get("spec") or {}).get("initContainers") or [])
         released = init_released(pod) if pod is not None else False
-        ns = key.partition("/")[0]
+        ns = sys.intern(key.partition("/")[0])  # one string per namespace, not one per counted pod
         before = self.index.pod(uid)
         if self.index.add_pod(uid, node, devices, namespace=ns, num_init=n_init, init_released=released, mig=mig,
                               app_class=annos.get(METAX_APP_CLASS, "")):

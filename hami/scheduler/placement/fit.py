@@ -638,7 +638,7 @@ def _fit_container(
             prof, pl = sel
             cd = ContainerDevice(cd.uuid, cd.type, prof.memory_mb, prof.core, cd.idx)
             if keep:
-                d.mig_in_use.append(pl)
+                d.hold_mig(pl)
             mig_out.append((cidx, pos, d.id, prof.name, pl))
         if keep:
             d.used += 1

@@ -56,6 +56,7 @@ from hami.scheduler.placement.policy import F32_EXACT, F32_PACK, F32_UNPACK, f32
 from hami.scheduler.placement.vendorrules import jittery_qos
 
 _TEN = f32(10.0)
+_NO_PLACEMENTS: tuple[()] = ()
 
 
 class DeviceState:
@@ -82,7 +83,7 @@ class DeviceState:
         usedcores: int = 0,
         vendor: str = "NVIDIA",
         mig_profiles: tuple[MigProfile, ...] = (),
-        mig_in_use: list[MigPlacement] | None = None,
+        mig_in_use: list[MigPlacement] | tuple[()] | None = None,
     ):
         self.id = id
         self.index = index
@@ -98,7 +99,9 @@ class DeviceState:
         self.used = used
         self.usedmem = usedmem
         self.usedcores = usedcores
-        self.mig_in_use = mig_in_use if mig_in_use is not None else []
+        # Until a MIG placement is taken here (`hold_mig` makes it a list) every GPU shares one
+        # empty tuple: an empty list per GPU is 56 bytes times every GPU of the cluster.
+        self.mig_in_use = mig_in_use if mig_in_use is not None else _NO_PLACEMENTS
         self.is_nvidia = "nvidia" in type.lower()
         # fit.device_order's last device score: (weights, used, usedcores, usedmem, score); valid while
         # those match (the score of a device whose type is not the request's depends on nothing else)
@@ -112,6 +115,12 @@ class DeviceState:
             type=sys.intern(d.type), numa=d.numa, mode=sys.intern(d.mode), health=d.health, vendor=d.vendor,
             mig_profiles=d.mig_profiles,
         )
+
+    def hold_mig(self, placement: MigPlacement) -> None:
+        """A MIG placement taken on this GPU."""
+        if self.mig_in_use.__class__ is not list:
+            self.mig_in_use = list(self.mig_in_use)
+        self.mig_in_use.append(placement)
 
     def clone(self) -> DeviceState:
         c = DeviceState.__new__(DeviceState)
@@ -129,7 +138,7 @@ class DeviceState:
         c.used = self.used
         c.usedmem = self.usedmem
         c.usedcores = self.usedcores
-        c.mig_in_use = list(self.mig_in_use)
+        c.mig_in_use = list(self.mig_in_use) if self.mig_in_use.__class__ is list else self.mig_in_use
         c.is_nvidia = self.is_nvidia
         c.score_memo = self.score_memo
         return c
@@ -368,13 +377,23 @@ class QuotaView:
 class PodRecord:
     node: str
     namespace: str
-    usage: tuple[tuple[str, int, int, int], ...]  # (uuid, mem, cores, slots) sorted by uuid
     devices: tuple[ContainerDevices, ...]
     num_init: int
     init_released: bool
     mig: tuple[tuple[str, MigPlacement], ...] = ()
     # MetaX sGPU `metax-tech.com/sgpu-app-class` (online / offline; "" for any other pod).
     app_class: str = ""
+
+    @property
+    def usage(self) -> tuple[tuple[str, int, int, int], ...]:
+        """The collapsed usage, (uuid, mem, cores, slots) sorted by uuid.
+
+        Worked out from `devices` at each read instead of stored: it is read when the pod leaves,
+        when its node registers again and by preemption's quota moves, while a stored copy cost two
+        tuples per pod for every cached pod.
+        """
+        collapsed = (steady_usage if self.init_released else collapse_usage)(self.devices, self.num_init)
+        return tuple((u, m, c, s) for u, (m, c, s) in collapsed.items())
 
 
 APP_CLASSES = ("online", "offline")
@@ -399,7 +418,8 @@ class UsageIndex:
         # Names whose score, registration or cordon changed, for /filter's kept candidate order (nodeorder.py).
         self.changes = ChangeLog()
         self._pods: dict[str, PodRecord] = {}
-        self._pods_by_node: dict[str, set[str]] = {}
+        # node -> its pods' keys, a dict used as a set: at 8 keys 272 bytes against a set's 728
+        self._pods_by_node: dict[str, dict[str, None]] = {}
         # namespace -> resource name -> quota; quota objects: (namespace, name) -> {resource: limit}
         self._quota: dict[str, dict[str, Quota]] = {}
         self._quota_objects: dict[tuple[str, str], dict[str, int]] = {}
@@ -518,14 +538,13 @@ class UsageIndex:
             return False
         if old is not None:
             self.remove_pod(pod_key)
-        collapsed = steady_usage(devices, num_init) if init_released else collapse_usage(devices, num_init)
-        usage = tuple((u, m, c, s) for u, (m, c, s) in collapsed.items())
-        rec = PodRecord(node, namespace, usage, devices, num_init, init_released, mig, app_class)
+        rec = PodRecord(node, namespace, devices, num_init, init_released, mig, app_class)
+        usage = rec.usage
         self._pods[pod_key] = rec
         keys = self._pods_by_node.get(node)
         if keys is None:
-            keys = self._pods_by_node[node] = set()
-        keys.add(pod_key)
+            keys = self._pods_by_node[node] = {}
+        keys[pod_key] = None
         n = self.nodes.get(node)
         if n is not None:
             self._apply(n, usage, +1, mig)
@@ -540,15 +559,16 @@ class UsageIndex:
             return False
         keys = self._pods_by_node.get(rec.node)
         if keys is not None:
-            keys.discard(pod_key)
+            keys.pop(pod_key, None)
             if not keys:
                 del self._pods_by_node[rec.node]
+        usage = rec.usage
         n = self.nodes.get(rec.node)
         if n is not None:
-            self._apply(n, rec.usage, -1, rec.mig)
+            self._apply(n, usage, -1, rec.mig)
             if rec.app_class:
                 _count_class(n, rec, -1)
-        self._quota_add(rec.namespace, rec.usage, -1, rec.devices)
+        self._quota_add(rec.namespace, usage, -1, rec.devices)
         return True
 
     def pods_on(self, node: str) -> tuple[str, ...]:
@@ -569,7 +589,7 @@ class UsageIndex:
             if d is None:
                 continue
             if sign > 0:
-                d.mig_in_use.append(placement)
+                d.hold_mig(placement)
             elif placement in d.mig_in_use:
                 d.mig_in_use.remove(placement)
         node.invalidate()
