@@ -1,7 +1,8 @@
 """`scripts/soak --quick` (the CI smoke size of the load and memory soak): it completes, the
 scheduler counts every bound pod, /filter over every node answers with one of them, the idle
 window makes no API request but the API liveness probe (no RBAC review on a timer, no pod GET), and
-the one table names each figure with its goal and floor. No time or byte figure is asserted: those depend on the machine."""
+the one table names each figure with its goal and floor. No time or byte figure is asserted: those
+depend on the machine."""
 
 from __future__ import annotations
 
