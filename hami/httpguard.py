@@ -74,6 +74,7 @@ class Guard:
         self.body_timeouts = 0
         self.too_large = 0
         self.encoded = 0
+        self.heads: dict[bytes, httphead.Head] = {}  # fast-lane heads by their bytes (_parse_head)
         # The clock the header, body and idle deadlines are measured on (seconds): the event loop's
         # unless a caller sets its own before connections arrive (a test holds time still with it,
         # then moves it and calls expire_overdue, so no deadline depends on how fast the machine is).
@@ -274,22 +275,27 @@ class _GuardedProtocol(asyncio.Protocol):
                 and not self.transport.is_closing():
             head = self.head
             if head is None:
-                self._arm()  # the header deadline, from this request's first byte
-                head = httphead.parse_head(self.fbuf, self.guard.fast, self.guard.fast_max_body)
+                head = self._parse_head()
                 if head is httphead.NEED_MORE:
+                    self._arm()  # the header deadline, from this request's first byte
                     return
                 if head is httphead.DELEGATE:
+                    self._arm()  # aiohttp's, from here
                     self._hand_over()
                     return
                 self.head = head
                 self.awaiting_headers = False
-                # the body deadline, from the end of the headers (more bytes do not move it)
-                self.deadline.set(BODY, self.guard.limits.body_timeout)
-            end = head.body_at + head.length
-            if len(self.fbuf) < end:
+                if len(self.fbuf) < head.body_at + head.length:
+                    # the body deadline, from the end of the headers (more bytes do not move it)
+                    self.deadline.set(BODY, self.guard.limits.body_timeout)
+                    return
+            elif len(self.fbuf) < head.body_at + head.length:
                 return
+            # (a request whole in one read never needed its header or body deadline)
             self.deadline.clear()
-            body = bytes(self.fbuf[head.body_at:end])
+            end = head.body_at + head.length
+            with memoryview(self.fbuf) as view:  # one copy of the body, not a slice's and then a bytes'
+                body = bytes(view[head.body_at:end])
             del self.fbuf[:end]
             if not self.reading and len(self.fbuf) <= self.guard.fast_max_body + httphead.MAX_HEAD:
                 self.reading = True
@@ -310,6 +316,23 @@ class _GuardedProtocol(asyncio.Protocol):
                     return
                 continue
             self.task = asyncio.get_running_loop().create_task(self._finish(head, out))
+
+    def _parse_head(self) -> httphead.Head | None | bool:
+        """httphead.parse_head of the buffer, looked up by the head's bytes when the same head came
+        before (kube-scheduler sends the same few heads: one per body length)."""
+        fbuf, guard = self.fbuf, self.guard
+        end = fbuf.find(b"\r\n\r\n", 0, httphead.MAX_HEAD + 4)
+        if end < 0:
+            return httphead.parse_head(fbuf, guard.fast, guard.fast_max_body)
+        key = bytes(fbuf[:end])
+        head = guard.heads.get(key)
+        if head is None:
+            head = httphead.parse_head(fbuf, guard.fast, guard.fast_max_body)
+            if head.__class__ is httphead.Head:  # (parse_head answers from the head's bytes alone)
+                if len(guard.heads) >= HEADS_KEPT:
+                    guard.heads.clear()
+                guard.heads[key] = head
+        return head
 
     async def _finish(self, head: httphead.Head, answer: Awaitable[bytes]) -> None:
         """A handler's answer that has to wait (I/O), then the requests pipelined behind it."""
@@ -386,6 +409,9 @@ class _GuardedProtocol(asyncio.Protocol):
 
 
 HEADERS, BODY, IDLE = "headers", "body", "idle"
+# Fast-lane request heads kept parsed, by their bytes (_GuardedProtocol._parse_head); a client
+# sending ever new heads only empties it.
+HEADS_KEPT = 256
 # Answers given at once from one read callback before the rest of a pipeline waits a loop turn.
 ANSWERS_PER_TURN = 16
 

@@ -235,7 +235,8 @@ class Placer:
         scoring annotations are bad. `names`: the candidates' NameList (nodeorder.py) or None."""
         index = self.state.index
         dropped = index.pod(uid)
-        index.remove_pod(uid)
+        if dropped is not None:
+            index.remove_pod(uid)
         self._held.pop(uid, None)
         preq = self.pod_request(requests, num_init, annos, ns, name)
         if isinstance(preq, str):

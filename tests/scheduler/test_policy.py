@@ -30,6 +30,7 @@ from hami.scheduler.placement.policy import (
     parse_scoring_weights,
     policy_contains,
     sort_devices,
+    sorted_devices,
 )
 
 from ._helpers import dev, req
@@ -39,6 +40,20 @@ def order(devs_scores, pol, numa_bind=False):
     items = [(s, d) for d, s in devs_scores]
     sort_devices(items, pol, numa_bind)
     return [d.id for _, d in items]
+
+
+@given(scores=st.lists(st.tuples(st.sampled_from([0.0, 1.5, 2.25, 7.0, -0.0]), st.integers(0, 2)),
+                       min_size=0, max_size=16),
+       pol=st.sampled_from(["binpack", "spread", "mutex", "numa", " spread", "binpack,numa"]),
+       numa_bind=st.booleans())
+def test_sorted_devices_gives_sort_devices_order(scores, pol, numa_bind):
+    """The keyed-tuple sort of the plain policies answers the order sort_devices gives, ties
+    (equal scores, equal NUMA nodes, 0.0 and -0.0) included, for every policy and size."""
+    devs = [dev(f"d{i}", numa=numa, used=i % 3) for i, (_, numa) in enumerate(scores)]
+    items = [(s, d) for (s, _), d in zip(scores, devs, strict=True)]
+    want = list(items)
+    sort_devices(want, pol, numa_bind)
+    assert [d.id for d in sorted_devices(list(items), pol, numa_bind)] == [d.id for _, d in want]
 
 
 def test_binpack_sorts_score_ascending_so_fullest_card_is_tried_first():

@@ -10,6 +10,8 @@ answers like aiohttp and keeps every limit of the guard, with real sockets:
 - every case above and below with a fast handler that is a coroutine (answered from a task) and
   with one that answers at once (bytes, written from the read callback; a request that must wait
   still gets a task);
+- request heads kept parsed by their bytes: the same head again with other bodies answers each
+  body, and the store stays bounded under ever new heads;
 - a pipeline of 200 requests answered in order, a handler answering at once giving the loop back
   every few answers;
 - one lazy timer per connection: 60 keep-alive requests schedule at most two timers, and the idle
@@ -43,7 +45,7 @@ from hypothesis import strategies as st
 from hami import httphead
 from hami.config import ListenSettings
 from hami.httpaccept import GuardedSite
-from hami.httpguard import guarded_runner
+from hami.httpguard import HEADS_KEPT, guarded_runner
 from hami.scheduler.role import start_scheduler
 from tests.kube.helpers import Clock, config_for, eventually, pod_obj, server_side
 from tests.kube.scheduler_env import Env, hami_nodes, stop_env
@@ -158,6 +160,7 @@ CASES = {
     "no Host": b"POST /filter HTTP/1.1\r\nContent-Length: 1\r\n\r\n1",
     "handler raises, connection closed": post(b"boom") + post(b"4"),
     "no Content-Length": b"POST /filter HTTP/1.1\r\nHost: x\r\n\r\n",
+    "the same head again, other bodies": post(b"[1]") + post(b"[2]") + post(b"{x}") + post(b"[1]"),
 }
 
 
@@ -177,6 +180,20 @@ async def test_plain_requests_take_the_fast_lane_and_others_do_not(both):
     assert fast_runner.guard.fast_served == 2
     await exchange(port, b"GET /ok HTTP/1.1\r\nHost: x\r\n\r\n" + post(b"3"))  # sticky: aiohttp's from the GET on
     assert fast_runner.guard.fast_served == 2
+
+
+async def test_heads_seen_before_are_kept_parsed_and_bounded(both):
+    """A head seen before is looked up by its bytes (each request still gets its own body's
+    answer); a client sending ever new heads only empties the bounded store."""
+    (fast_runner, port), _ = both
+    out = await exchange(port, post(b"[1]") + post(b"[2]"))
+    assert out.count(b'{"Echo":[1],"Error":""}') == 1 and out.count(b'{"Echo":[2],"Error":""}') == 1
+    assert list(fast_runner.guard.heads.values()) == [httphead.parse_head(post(b"[1]"), {b"/filter"}, LIMIT)]
+    raw = b"".join(post(b"%d" % i, extra=b"X-N: %d\r\n" % i) for i in range(HEADS_KEPT + 10))
+    out = await exchange(port, raw)
+    assert out.count(b"HTTP/1.1 200 OK") == HEADS_KEPT + 10
+    assert fast_runner.guard.fast_served == 2 + HEADS_KEPT + 10
+    assert 0 < len(fast_runner.guard.heads) <= HEADS_KEPT
 
 
 async def test_slowloris_and_stalled_body_are_cut_while_others_are_answered(both):

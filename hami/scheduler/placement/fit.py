@@ -63,7 +63,7 @@ from hami.scheduler.placement.policy import (
     node_policy_for,
     parse_bool,
     policy_contains,
-    sort_devices,
+    sorted_devices,
     weights_for,
 )
 from hami.scheduler.placement.usage import DeviceState, NodeUsage, QuotaView, collapse_usage
@@ -560,8 +560,7 @@ def device_order(devices: Sequence[DeviceState], request: ContainerDeviceRequest
         if m is None or m[0] is not weights or m[1] != d.used or m[2] != d.usedcores or m[3] != d.usedmem:
             m = d.score_memo = (weights, d.used, d.usedcores, d.usedmem, device_score(d, reqs, weights))
         items.append((m[4], d))
-    sort_devices(items, opts.policy, opts.numa_bind)
-    return [d for _, d in items]
+    return sorted_devices(items, opts.policy, opts.numa_bind)
 
 
 def _order_for(

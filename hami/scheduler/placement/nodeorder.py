@@ -113,7 +113,7 @@ class ScoreOrder:
         if not changed:
             return
         pos, keys, entries, caps = self.names.pos, self.keys, self.entries, self.caps
-        for name in set(changed):
+        for name in (changed if len(changed) == 1 else set(changed)):
             p = pos.get(name)
             if p is None:
                 continue

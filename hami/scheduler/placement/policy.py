@@ -18,7 +18,8 @@ Public functions
   has `.numa`, `.used` and `.index`. Go's sort is insertion sort (stable) up to 12 elements;
   for longer lists `sort_devices` runs `gosort.go_sort` (Go's pdqsort) so ties land where Go
   puts them; `go_sort` is re-exported here.
-- `sort_devices(items, policy, numa_bind)`: sort a list of (score, device) pairs in place.
+- `sort_devices(items, policy, numa_bind)`: sort a list of (score, device) pairs in place;
+  `sorted_devices(items, policy, numa_bind)`: their devices in that order.
 
 Fit walks the sorted list from its end, so the device that sorts last is tried first.
 """
@@ -232,6 +233,22 @@ def device_sort_key(policy: str, numa_bind: bool) -> Callable[[tuple[float, Any]
     if binpack:
         return lambda it: (it[0], it[1].numa)
     return lambda it: (-it[0], it[1].numa)
+
+
+def sorted_devices(items: list, policy: str, numa_bind: bool) -> list:
+    """The devices of (score, device) pairs in `sort_devices`' order. For the plain binpack and
+    spread policies on a node of up to 12 devices each pair is sorted as a tuple of its key,
+    (score or -score, numa, position): the same order as list.sort by `device_sort_key`, which
+    is stable, without a key call per device."""
+    if len(items) <= 12 and not numa_bind and (policy == SPREAD or policy == BINPACK):
+        if policy == BINPACK:
+            keyed = [(s, d.numa, i, d) for i, (s, d) in enumerate(items)]
+        else:
+            keyed = [(-s, d.numa, i, d) for i, (s, d) in enumerate(items)]
+        keyed.sort()
+        return [k[3] for k in keyed]
+    sort_devices(items, policy, numa_bind)
+    return [d for _, d in items]
 
 
 def sort_devices(items: list, policy: str, numa_bind: bool) -> None:

@@ -393,7 +393,7 @@ class PodRecord:
         tuples per pod for every cached pod.
         """
         collapsed = (steady_usage if self.init_released else collapse_usage)(self.devices, self.num_init)
-        return tuple((u, m, c, s) for u, (m, c, s) in collapsed.items())
+        return tuple([(u, m, c, s) for u, (m, c, s) in collapsed.items()])
 
 
 APP_CLASSES = ("online", "offline")
@@ -525,7 +525,7 @@ class UsageIndex:
         `mig` lists (gpu uuid, placement) pairs from `hami.io/vgpu-mig-allocations`; `app_class`
         the pod's MetaX sGPU app class, counted per card it uses (NodeUsage.app_classes).
         """
-        devices = tuple(tuple(_interned(cd) for cd in c) for c in pod_devices)
+        devices = tuple([tuple([_interned(cd) for cd in c]) for c in pod_devices])
         mig = tuple(mig)
         if app_class not in APP_CLASSES:
             app_class = ""
@@ -609,8 +609,10 @@ class UsageIndex:
         self._quota_put(namespace, self.mem_resource, self.core_resource, usage, sign)
 
     def _quota_put(self, namespace: str, mem_resource: str, core_resource: str, usage, sign: int) -> None:
-        mem = sum(u[1] for u in usage)
-        cores = sum(u[2] for u in usage)
+        mem = cores = 0
+        for u in usage:
+            mem += u[1]
+            cores += u[2]
         if not mem and not cores:
             return
         ns = self._quota.setdefault(namespace, {})
