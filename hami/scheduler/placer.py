@@ -492,9 +492,10 @@ class Placer:
             index.remove_pod(uid)
         num_init = len((pod.get("spec") or {}).get("initContainers") or [])
         index.add_pod(uid, node, devices, namespace=ns, num_init=num_init,
-                      mig=tuple((u, pl) for _, _, u, _, pl in mig), app_class=annos.get(METAX_APP_CLASS, ""))
+                      mig=tuple([(u, pl) for _, _, u, _, pl in mig]) if mig else (),
+                      app_class=annos.get(METAX_APP_CLASS, ""))
         sgpu = self._sgpu_types
-        if sgpu and any(cd.type in sgpu for ctr in devices for cd in ctr):
+        if sgpu and not sgpu.isdisjoint([cd.type for ctr in devices for cd in ctr]):
             index.expect_qos(node, devices, annos.get(METAX_QOS, ""), sgpu)
         self.sweep(now)
         decision = Assumed(node, ns, name, devices, now, None if written else annotations)

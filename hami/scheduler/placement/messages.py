@@ -52,6 +52,9 @@ def no_available_node_message(node_count: int) -> str:
 
 def filtering_succeed_message(node: str, fit_scores: Sequence[tuple[str, float]], total: int) -> str:
     """`find fit node(n1), 1 nodes not fit, 1 nodes fit(n1:15.00)`; `total` = candidate count."""
+    if len(fit_scores) == 1:  # /filter past FULL_EVALUATION_MAX_NODES names the node it stopped at
+        (n, s), = fit_scores
+        return f"find fit node({node}), {total - 1} nodes not fit, 1 nodes fit({n}:{s:.2f})"
     fits = ",".join(f"{n}:{s:.2f}" for n, s in fit_scores)
     return f"find fit node({node}), {total - len(fit_scores)} nodes not fit, {len(fit_scores)} nodes fit({fits})"
 
