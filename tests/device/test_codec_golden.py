@@ -260,6 +260,16 @@ def test_marshal_node_devices_golden_devices_decode_equal():
     )
 
 
+def test_a_registrations_gpu_types_and_modes_are_one_string_each_across_nodes():
+    text = ('[{"id":"GPU-a","count":10,"devmem":81920,"devcore":100,"type":"NVIDIA A100","mode":"hami-core",'
+            '"health":true},{"id":"GPU-b","count":10,"devmem":81920,"devcore":100,"type":"NVIDIA A100",'
+            '"mode":"hami-core","health":true}]')
+    one, other = codec.decode_node_devices(text), codec.decode_node_devices(text.replace("GPU-", "GPU-x"))
+    assert [d.id for d in one + other] == ["GPU-a", "GPU-b", "GPU-xa", "GPU-xb"]
+    assert len({id(d.type) for d in one + other}) == 1 and len({id(d.mode) for d in one + other}) == 1
+    assert (one[0].type, one[0].mode) == ("NVIDIA A100", "hami-core")
+
+
 def test_marshal_node_devices_empty_list():
     """devices_test.go TestMarshalNodeDevices "test empty"."""
     assert codec.encode_node_devices([]) == "[]"

@@ -167,6 +167,52 @@ def test_equal_parts_are_stored_once_and_dropped_when_unused():
     assert len(shared) == 0 < held
 
 
+def test_annotations_no_reader_uses_are_dropped_and_a_done_to_allocate_is_stored_once():
+    shared = Shared()
+    pods = []
+    for name, to_allocate in (("a", ";"), ("b", ";"), ("c", "GPU-1,NVIDIA,4000,30:;")):
+        pod = full_pod(name)
+        pod["metadata"]["annotations"].update({
+            codec.VGPU_TIME_ANNOTATION: "1790000000", codec.TO_ALLOCATE_ANNOTATION: to_allocate,
+            "kubectl.kubernetes.io/last-applied-configuration": "{" + "x" * 4000 + "}"})
+        pods.append(project_pod(orjson_copy(pod), shared))
+    a, b, c = (p["metadata"]["annotations"] for p in pods)
+    want = {**full_pod()["metadata"]["annotations"], codec.TO_ALLOCATE_ANNOTATION: ";"}
+    assert a == b == want  # every other key and value as listed, the tenant's own ("other") too
+    assert a[codec.TO_ALLOCATE_ANNOTATION] is b[codec.TO_ALLOCATE_ANNOTATION]
+    assert c[codec.TO_ALLOCATE_ANNOTATION] == "GPU-1,NVIDIA,4000,30:;"  # devices still to allocate: as listed
+    assert codec.VGPU_TIME_ANNOTATION not in c and "kubectl.kubernetes.io/last-applied-configuration" not in c
+
+
+def bound(name: str, node: str = "n1", **spec) -> dict:
+    return {"metadata": {"name": name, "namespace": "team", "uid": f"uid-{name}"},
+            "spec": {"nodeName": node, "schedulerName": "hami-scheduler",
+                     "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}], **spec},
+            "status": {"phase": "Running"}}
+
+
+def test_equal_bound_specs_are_stored_once_and_any_difference_keeps_its_own():
+    shared = Shared(min_sweep=1)
+    a, b = project_pod(bound("a"), shared), project_pod(bound("b"), shared)
+    assert a["spec"] is b["spec"] and a["spec"] == bound("a")["spec"] | {
+        "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    differing = [bound("c", node="n2"), bound("d", priority=5), bound("e", priority=None),
+                 bound("f", containers=[{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]),
+                 bound("g", schedulerName=None), bound("h", initContainers=[{"name": "i"}]),
+                 bound("i", schedulingGroup={"podGroupName": "g"}), bound("j", priority=True)]
+    specs = [project_pod(p, shared)["spec"] for p in differing]
+    for pod, spec in zip(differing, specs, strict=True):
+        assert spec is not a["spec"] and spec == project_pod(pod, Shared())["spec"]
+    assert "priority" not in a["spec"] and specs[2]["priority"] is None  # a null is not an absent key
+    assert specs[7]["priority"] is True
+    pending = {**bound("k"), "spec": {**bound("k")["spec"], "nodeName": ""}}
+    assert project_pod(pending, shared)["spec"] is not project_pod(pending, shared)["spec"]
+    del a, b, specs, spec
+    gc.collect()
+    shared.sweep()
+    assert len(shared) == 0
+
+
 async def test_running_scheduler_caches_hold_projections(apiserver):
     async with running_env(apiserver, [node_obj("n1")]) as env:
         for name in ("a", "b"):

@@ -138,6 +138,34 @@ def test_mig_placements_are_tracked():
     assert idx.nodes["n1"].by_id["GPU-0"].mig_in_use == []
 
 
+def test_a_gpu_without_mig_placements_shares_one_empty_tuple_and_a_clone_gets_its_own_list():
+    idx = index()
+    a, b = idx.nodes["n1"].by_id["GPU-0"], idx.nodes["n1"].by_id["GPU-1"]
+    assert a.mig_in_use == () and a.mig_in_use is b.mig_in_use
+    pl = MigPlacement(0, 1)
+    idx.add_pod("ns/a", "n1", ((cd("GPU-0", 4864, 15),),), mig=(("GPU-0", pl),))
+    assert a.mig_in_use == [pl] and b.mig_in_use == ()
+    copy = a.clone()
+    copy.hold_mig(MigPlacement(1, 1))
+    assert a.mig_in_use == [pl] and copy.mig_in_use == [pl, MigPlacement(1, 1)]
+    other = b.clone()
+    other.hold_mig(pl)
+    assert b.mig_in_use == () and other.mig_in_use == [pl]
+
+
+def test_a_pods_usage_is_worked_out_from_its_devices_as_counted():
+    idx = index()
+    devs = ((cd("GPU-1", 300, 5),), (cd("GPU-0", 1000, 30), cd("GPU-1", 200, 10)))
+    idx.add_pod("ns/a", "n1", devs, num_init=1)
+    rec = idx.pod("ns/a")
+    assert rec.usage == (("GPU-0", 1000, 30, 1), ("GPU-1", 300, 10, 1))  # init's 300 > app's 200 on GPU-1
+    idx.add_pod("ns/a", "n1", devs, num_init=1, init_released=True)
+    assert idx.pod("ns/a").usage == (("GPU-0", 1000, 30, 1), ("GPU-1", 200, 10, 1))
+    assert usage(idx) == {"GPU-0": (1, 1000, 30), "GPU-1": (1, 200, 10)}
+    idx.remove_pod("ns/a")
+    assert usage(idx) == {"GPU-0": (0, 0, 0), "GPU-1": (0, 0, 0)}
+
+
 def test_usage_for_builds_unstored_node_with_known_pods():
     idx = index()
     idx.add_pod("ns/a", "n2", ((cd("X", 100),),))

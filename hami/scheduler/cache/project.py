@@ -8,7 +8,8 @@ lists them).
 
 Pods keep
   metadata: name, namespace, uid, resourceVersion, labels (PDB selectors), annotations (HAMi's
-            placement, bind phase, use/nouse filters, every vendor's keys), deletionTimestamp
+            placement, bind phase, use/nouse filters, every vendor's keys; all but HAMi's vgpu-time
+            and kubectl's last-applied-configuration, which nothing reads), deletionTimestamp
   spec:     nodeName, schedulerName, priority (/preempt order), schedulingGroup (gang binds),
             resourceClaims (--dra: the templates a pod references, hami.dra.templates),
             containers and initContainers as {name, resources} (the device requests); of a pod
@@ -26,9 +27,10 @@ Nodes keep
   status:   capacity, allocatable (handshake counts, vendors registered by capacity)
 
 Identical parts (the containers of one ReplicaSet, equal label sets, a status that is only a
-phase) are stored once through `Shared`, and the short strings many objects repeat (namespace,
-node names, scheduler name, phase, the placement node and bind phase) are interned. Cached objects
-are never mutated (the informer contract), which is what makes sharing safe.
+phase, a bound pod's spec shared by its replicas on one node, a done devices-to-allocate) are stored
+once through `Shared`, and the short strings many objects repeat (namespace, node names, scheduler
+name, phase, the placement node and bind phase) are interned. Cached objects are never mutated (the
+informer contract), which is what makes sharing safe.
 """
 
 from __future__ import annotations
@@ -48,17 +50,28 @@ _NODE_STATUS = ("capacity", "allocatable")
 _NODE_SPEC = ("taints", "unschedulable")  # GPU preemption's refit on the leader (hami.kubesched.taints)
 # Annotation values shared by many pods: the node they are placed on, the bind phase.
 _INTERNED_ANNOTATIONS = (codec.VGPU_NODE_ANNOTATION, codec.BIND_PHASE_ANNOTATION)
+# Annotations no reader of the cache uses, not kept: HAMi's placement time (written with the
+# placement, never read back) and kubectl's copy of the whole applied object (kilobytes a pod).
+_UNREAD_ANNOTATIONS = frozenset((codec.VGPU_TIME_ANNOTATION, "kubectl.kubernetes.io/last-applied-configuration"))
+# Once every container's devices are allocated, devices-to-allocate is `;` per container on every
+# bound pod: stored once per value (through `Shared`, so a value no pod holds any more goes).
+_DONE_TO_ALLOCATE_MAX = 16
+# A bound pod's spec with only these keys is stored once per node, scheduler, priority and
+# containers: the replicas of one ReplicaSet on one node (4 kept dicts a pod become 3).
+_SHAREABLE_SPEC = frozenset(("nodeName", "schedulerName", "priority", "initContainers", "containers"))
+_ABSENT = object()  # a key the spec lacks (a null value is another spec)
 
 
 class Shared:
     """Equal JSON values stored once: `share(value)` returns the first equal value seen.
 
-    Keyed by the value's JSON bytes. Values no cached object holds any more are dropped when the
-    table has doubled since the last sweep, so it stays proportional to the distinct values in use.
+    Keyed by the value's JSON bytes, or by a key the caller builds (`share_as`). Values no cached
+    object holds any more are dropped when the table has doubled since the last sweep, so it stays
+    proportional to the distinct values in use.
     """
 
     def __init__(self, min_sweep: int = 1024):
-        self._by_json: dict[bytes, object] = {}
+        self._by_json: dict[object, object] = {}
         self._min_sweep = min_sweep
         self._sweep_at = min_sweep
 
@@ -68,7 +81,12 @@ class Shared:
     def share(self, value):
         if value is None:
             return None
-        key = orjson.dumps(value)
+        return self.share_as(orjson.dumps(value), value)
+
+    def share_as(self, key: tuple | bytes, value):
+        """`value` under a key equal for equal values only; a key naming an object by `id()` is
+        sound only if `value` holds that object (then no other object can take its id while the
+        entry lives)."""
         got = self._by_json.get(key)
         if got is not None:
             return got
@@ -79,7 +97,9 @@ class Shared:
 
     def sweep(self) -> None:
         table = self._by_json
-        for key in list(table):
+        # Newest first: a shared value holding another (a spec its containers) came in after it,
+        # so dropping it first lets the one it held go in the same sweep.
+        for key in reversed(list(table)):
             if sys.getrefcount(table[key]) <= 2:  # the table's reference and the call's argument
                 del table[key]
         self._sweep_at = max(self._min_sweep, 2 * len(table))
@@ -95,6 +115,18 @@ def _pick(obj, keys: tuple[str, ...]) -> dict:
     return {k: obj[k] for k in keys if k in obj}
 
 
+def _annotations(annos: dict, shared: Shared) -> dict:
+    if not _UNREAD_ANNOTATIONS.isdisjoint(annos):
+        annos = {k: v for k, v in annos.items() if k not in _UNREAD_ANNOTATIONS}
+    for key in _INTERNED_ANNOTATIONS:
+        if key in annos:
+            annos[key] = _intern(annos[key])
+    done = annos.get(codec.TO_ALLOCATE_ANNOTATION)
+    if type(done) is str and len(done) <= _DONE_TO_ALLOCATE_MAX:
+        annos[codec.TO_ALLOCATE_ANNOTATION] = shared.share(done)
+    return annos
+
+
 def _containers(items, shared: Shared):
     if not isinstance(items, list):
         return items
@@ -104,6 +136,23 @@ def _containers(items, shared: Shared):
             c = {k: c[k] for k in ("name", "resources") if k in c}
         out.append(c)
     return shared.share(out)
+
+
+def _bound_spec(ps: dict, shared: Shared) -> dict:
+    """A bound pod's spec stored once for equal ones (_SHAREABLE_SPEC); any other spec as it is.
+
+    Keyed without serialising it: the containers are already shared, so equal ones are the same
+    objects and their ids stand for them (the shared spec holds them, so the ids stay theirs).
+    """
+    node, scheduler, priority = ps.get("nodeName"), ps.get("schedulerName"), ps.get("priority")
+    if (type(node) is not str or not node or not (scheduler is None or type(scheduler) is str)
+            or not (priority is None or type(priority) is int) or not ps.keys() <= _SHAREABLE_SPEC):
+        return ps
+    absent = _ABSENT
+    key = ("spec", node, scheduler if "schedulerName" in ps else absent, priority if "priority" in ps else absent,
+           id(ps["initContainers"]) if "initContainers" in ps else absent,
+           id(ps["containers"]) if "containers" in ps else absent)
+    return shared.share_as(key, ps)
 
 
 def _init_statuses(items):
@@ -148,9 +197,7 @@ def project_pod(obj: dict, shared: Shared) -> dict:
         meta["labels"] = shared.share(meta["labels"])
     annos = meta.get("annotations")
     if isinstance(annos, dict):
-        for key in _INTERNED_ANNOTATIONS:
-            if key in annos:
-                annos[key] = _intern(annos[key])
+        meta["annotations"] = _annotations(annos, shared)
     out["metadata"] = meta
     spec = obj.get("spec")
     if isinstance(spec, dict):
@@ -166,7 +213,7 @@ def project_pod(obj: dict, shared: Shared) -> dict:
         for key in ("initContainers", "containers"):
             if key in spec:
                 ps[key] = _containers(spec[key], shared)
-        out["spec"] = ps
+        out["spec"] = _bound_spec(ps, shared)
     elif "spec" in obj:
         out["spec"] = spec
     status = obj.get("status")

@@ -55,6 +55,7 @@ VGPU_NODE = codec.VGPU_NODE_ANNOTATION
 DEVICES_ALLOCATED = codec.ALLOCATED_ANNOTATION
 MIG_ALLOCATIONS = codec.MIG_ALLOCATIONS_ANNOTATION
 CORDON_KEY = codec.CORDON_ANNOTATION
+_NONE_CORDONED: frozenset[str] = frozenset()  # shared by every node with no cordon (200 bytes each)
 SCORE_KEY = codec.PAIR_SCORE_ANNOTATION
 TERMINAL = ("Succeeded", "Failed")
 
@@ -367,7 +368,8 @@ class ClusterState:
             dec = self._vendor_handshakes(node, dec, text is not None and nv_healthy)
             nv_healthy = True
         healthy = nv_healthy and not dec.error and bool(dec.devices)
-        cordon = frozenset(codec.decode_device_cordon(annos.get(CORDON_KEY)))  # the one cordon parser
+        cordoned = codec.decode_device_cordon(annos.get(CORDON_KEY))  # the one cordon parser
+        cordon = frozenset(cordoned) if cordoned else _NONE_CORDONED
         pair = pair_scores_of(annos.get(SCORE_KEY))
         existing = self.index.node(name)
         if healthy:
