@@ -7,7 +7,9 @@ annotations, in order; unchanged Nodes are not decoded again, changed ones are, 
 array is taken whole; Nodes with non-ASCII text, a last Node followed by other fields, the cut
 mark or the item separator inside the pod or inside a Node, duplicate names, and Nodes /filter
 refuses (annotations not strings, metadata not an object) never give a wrong answer; Nodes sent
-with kind and apiVersion first, and a pod carrying its own `items` array (a configMap volume).
+with kind and apiVersion first, and a pod carrying its own `items` array (a configMap volume); a
+scan told where a remembered NodeNames list starts (names holding the array's own bytes too)
+answers as the scan of the whole body.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami.scheduler.extender.extargs import lower_keys
+from hami.scheduler.extender.extargs import MIN_CACHED_BYTES, ArgsDecoder, lower_keys
 from hami.scheduler.extender.nodescan import NodeScanner
 
 REG = "hami.io/node-nvidia-register"
@@ -123,3 +125,26 @@ def test_nodes_sent_with_kind_first_and_a_pod_with_its_own_items_array():
     items[2] = {"kind": "Node", "apiVersion": "v1", **_node("n2", rv=5)}
     assert _check(scanner, _body(items, pod))
     assert (scanner.decoded, scanner.reused) == (5, 3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(nodes, max_size=4), st.booleans(), texts,
+       st.lists(st.text(alphabet=st.sampled_from('ab"{}[]:\\,'), max_size=4).map(lambda t: 'node-"items":[{' + t),
+                min_size=20, max_size=40))
+def test_a_scan_stopped_at_a_remembered_name_list_answers_as_the_whole_scan(items, with_nodes, podtext, names):
+    """/filter tells the scan where the body's NodeNames list starts when it is one seen before
+    (ArgsDecoder.cached_at): the answer is the scan of the whole body, whether or not the body
+    also carries Nodes, and whatever the names hold."""
+    doc: dict = {"Pod": {"metadata": {"name": podtext}}}
+    if with_nodes:
+        doc["Nodes"] = {"kind": "NodeList", "items": items}
+    doc["NodeNames"] = names
+    body = orjson.dumps(doc)
+    decoder = ArgsDecoder()
+    decoder.decode(body)  # remembers the list
+    at = decoder.cached_at(body)
+    assert at > 0 and len(orjson.dumps(names)) >= MIN_CACHED_BYTES
+    whole, stopped = NodeScanner().scan(body), NodeScanner().scan(body, at)
+    assert (whole is None) == (stopped is None)
+    if whole is not None:
+        assert whole[0] == stopped[0] and [n.raw for n in whole[1]] == [n.raw for n in stopped[1]]

@@ -60,6 +60,16 @@ class ArgsDecoder:
         self.hits = 0
         self.misses = 0
 
+    def cached_at(self, body: bytes) -> int:
+        """Where a remembered name list sits in `body` as Go writes it (ending one byte before the
+        body does), or -1."""
+        last = len(body) - 1
+        for raw in reversed(self._lists):
+            i = last - len(raw)
+            if i > 0 and body.startswith(raw, i):
+                return i
+        return -1
+
     def decode(self, body: bytes) -> tuple[dict, NameList | None]:
         if self._lists:
             last = len(body) - 1

@@ -92,13 +92,16 @@ class NodeScanner:
         # The last array scanned whole, and its items: most requests repeat it byte for byte.
         self._last: tuple[bytes, list[ScannedNode]] = (b"", [])
 
-    def scan(self, body: bytes) -> tuple[dict, list[ScannedNode]] | None:
+    def scan(self, body: bytes, names_at: int = -1) -> tuple[dict, list[ScannedNode]] | None:
         """The body's first array of Node objects, each item decoded or reused by its bytes; None when
-        the body holds none the scanner can read. Kept whole: a byte scanner over one body, whose
-        positions are the state every step shares."""
+        the body holds none the scanner can read. `names_at`: where a list of plain names starts
+        (extargs.ArgsDecoder.cached_at), when the body ends with one: no array of objects can start
+        at or after it (a `{` there is inside a string), so the first search stops there instead of
+        reading the whole list. Kept whole: a byte scanner over one body, whose positions are the
+        state every step shares."""
         # The first array of objects whose first item has a metadata name soon (a pod's own
         # `items`, e.g. a configMap volume's, has none).
-        start = body.find(_START)
+        start = body.find(_START) if names_at < 0 else body.find(_START, 0, names_at)
         while True:
             if start < 0:
                 return None

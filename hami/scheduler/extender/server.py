@@ -199,7 +199,8 @@ class Extender:
 
     def _filter(self, body: bytes) -> dict | Coroutine[Any, Any, dict]:
         """The decision; a coroutine where it must wait on the API server (filter_now)."""
-        scanned = self.nodescan.scan(body) if len(body) >= SCAN_MIN_BYTES else None
+        # (a NodeNames body ending in a name list seen before is scanned only up to the list)
+        scanned = self.nodescan.scan(body, self.args.cached_at(body)) if len(body) >= SCAN_MIN_BYTES else None
         if scanned is not None:
             args, scanned = scanned
             names = None
