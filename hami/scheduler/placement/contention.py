@@ -17,7 +17,7 @@ has pending work on it (a decision held until its bind, a bind in flight, the no
 one of its binds) AND gave it a pod within the last `width` decisions. `width` is the node lock's
 parallelism: the decisions made within one lock hold (`LockHold`, measured on the node watch),
 at most `spread` (--burst-spread) x the critical lane's sustained bind rate x the hold (the
-running median of the holds seen). A binpack
+median of the latest holds seen). A binpack
 burst then packs onto about that many nodes instead of touching every node; `spread` 0 never
 leaves the policy's best node (every pod queues for its lock).
 
@@ -35,17 +35,23 @@ from __future__ import annotations
 
 import hashlib
 import math
+from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
 from typing import TypeVar
 
-# The node lock's hold before any is seen released: kubelet's admission, the device plugin's
+# The node lock's hold before enough are seen released: kubelet's admission, the device plugin's
 # Allocate and its unlock (docs/kube-client.md measures ~0.35 s at 300 ms admission).
 HOLD_PRIOR_S = 0.35
-# Each hold seen moves the estimate this far towards it: a running median (a mean would follow the
-# slow tail of a burst's holds and widen the burst past what the typical hold needs).
-HOLD_STEP_S = 0.005
+# The hold is the median of the last HOLD_WINDOW holds seen (a mean would follow the slow tail of a
+# burst's holds, and a running median that steps towards each hold wanders with the noise: it sets
+# the burst's width, so a wider estimate opens nodes the burst does not need). Until HOLD_MIN holds
+# are seen the prior stands: a burst's first wave of holds (every kubelet and Allocate starting at
+# once) runs longer than its steady ones, and a median of that wave alone widened a first burst
+# to 71 nodes where its steady rate needed 53 (docs/performance.md).
+HOLD_WINDOW = 255
+HOLD_MIN = 128
 # Critical writes a bind makes: the node lock and the Binding.
 WRITES_PER_BIND = 2
 # How long after another scheduler's lock went away its next bind there is expected, in holds.
@@ -62,15 +68,17 @@ T = TypeVar("T")
 
 
 class LockHold:
-    """How long node locks stay on nodes (the node watch, any holder), as a running median, and
-    who released each node's lock last and when."""
+    """How long node locks stay on nodes (the node watch, any holder): the median of the last
+    HOLD_WINDOW holds, and who released each node's lock last and when."""
 
-    __slots__ = ("seconds", "since", "released")
+    __slots__ = ("seconds", "since", "released", "_window", "_sorted")
 
     def __init__(self) -> None:
         self.seconds = HOLD_PRIOR_S
         self.since: dict[str, float] = {}
         self.released: dict[str, tuple[float, str]] = {}  # node -> (when, "ns/name" of the holder)
+        self._window: deque[float] = deque()  # the latest holds, in the order seen
+        self._sorted: list[float] = []  # the same holds, sorted
 
     def seen(self, node: str, locked: bool, now: float, holder: str = "") -> None:
         """The node watch's view of `node`: locked or not (`holder`: who held it until now)."""
@@ -79,9 +87,17 @@ class LockHold:
             return
         start = self.since.pop(node, None)
         if start is not None and now >= start:
-            held = now - start
-            self.seconds += min(HOLD_STEP_S, abs(held - self.seconds)) * (1 if held > self.seconds else -1)
+            self._add(now - start)
             self.released[node] = (now, holder)
+
+    def _add(self, held: float) -> None:
+        window, ordered = self._window, self._sorted
+        window.append(held)
+        insort(ordered, held)
+        if len(window) > HOLD_WINDOW:
+            del ordered[bisect_left(ordered, window.popleft())]
+        if len(ordered) >= HOLD_MIN:
+            self.seconds = ordered[len(ordered) // 2]
 
     def forget(self, node: str) -> None:
         self.since.pop(node, None)
