@@ -9,22 +9,42 @@ meanwhile (the new caches) without looking at it: a collection of it, even of th
 generations it all sits in, would be the very stall avoided. The objects the LIST replaced are
 freed by reference counting; a cycle made during the LIST stays until the process ends (the
 caches are JSON trees, without cycles).
+
+When the last LIST ends it also hands the C heap's free pages back to the system (glibc's
+`malloc_trim`): each LIST page is read into a buffer of half a megabyte or more, and once glibc has
+seen one that size it serves the next ones from its heap and keeps what they leave free; at 40,000
+pods that was 4 MiB of resident memory holding nothing, given back in under a millisecond.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
+from collections.abc import Callable
+
+
+def heap_trimmer() -> Callable[[], object] | None:
+    """glibc's `malloc_trim(0)`, or None where the C library has none (musl, macOS)."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return lambda: trim(0)
 
 
 class GcAroundLists:
     """`Informer.on_list` for every informer of a process: collection paused while any lists."""
 
-    __slots__ = ("listing", "resume", "pauses")
+    __slots__ = ("listing", "resume", "pauses", "trim", "trims")
 
-    def __init__(self) -> None:
+    def __init__(self, trim: Callable[[], object] | None = None) -> None:
         self.listing = 0
         self.resume = True  # whether collection was on when the first LIST began
         self.pauses = 0
+        self.trim = trim if trim is not None else heap_trimmer()
+        self.trims = 0
 
     def __call__(self, starting: bool) -> None:
         if starting:
@@ -39,3 +59,6 @@ class GcAroundLists:
             gc.freeze()
             if self.resume:
                 gc.enable()
+            if self.trim is not None:
+                self.trim()
+                self.trims += 1

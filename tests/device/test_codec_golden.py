@@ -260,7 +260,7 @@ def test_marshal_node_devices_golden_devices_decode_equal():
     )
 
 
-def test_a_registrations_gpu_types_and_modes_are_one_string_each_across_nodes():
+def test_a_registrations_gpu_types_modes_and_memory_are_one_object_each_across_nodes():
     text = ('[{"id":"GPU-a","count":10,"devmem":81920,"devcore":100,"type":"NVIDIA A100","mode":"hami-core",'
             '"health":true},{"id":"GPU-b","count":10,"devmem":81920,"devcore":100,"type":"NVIDIA A100",'
             '"mode":"hami-core","health":true}]')
@@ -268,6 +268,13 @@ def test_a_registrations_gpu_types_and_modes_are_one_string_each_across_nodes():
     assert [d.id for d in one + other] == ["GPU-a", "GPU-b", "GPU-xa", "GPU-xb"]
     assert len({id(d.type) for d in one + other}) == 1 and len({id(d.mode) for d in one + other}) == 1
     assert (one[0].type, one[0].mode) == ("NVIDIA A100", "hami-core")
+    assert len({id(d.devmem) for d in one + other}) == 1 and one[0].devmem == 81920
+
+
+def test_pod_device_memory_decoded_by_many_pods_is_one_object():
+    a = codec.decode_pod_devices("GPU-a,NVIDIA,81000,10:;")
+    b = codec.decode_pod_devices("GPU-b,NVIDIA,81000,20:;")
+    assert a[0][0].usedmem == b[0][0].usedmem == 81000 and a[0][0].usedmem is b[0][0].usedmem
 
 
 def test_marshal_node_devices_empty_list():

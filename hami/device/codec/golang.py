@@ -197,6 +197,25 @@ def str_field(obj: dict, key: str, go_field: str, field: str, text: str) -> str:
     return value
 
 
+# Integers decoded by the thousand with few distinct values (a GPU model's memory, a common memory
+# request): one object per value, not one per GPU or per pod. Bounded: a table grown to
+# _SHARED_INTS_MAX distinct values (whoever chose them) starts again empty instead of growing; the
+# values already handed out stay shared.
+_SHARED_INTS: dict[int, int] = {}
+_SHARED_INTS_MAX = 4096
+
+
+def shared_int(value: int) -> int:
+    """An int equal to `value`: the object other decodes of that value got, unless the table started again."""
+    got = _SHARED_INTS.get(value)
+    if got is not None:
+        return got
+    if len(_SHARED_INTS) >= _SHARED_INTS_MAX:
+        _SHARED_INTS.clear()
+    _SHARED_INTS[value] = value
+    return value
+
+
 def item_offset(items: list[str], idx: int) -> int:
     return sum(len(x) + 1 for x in items[:idx])
 

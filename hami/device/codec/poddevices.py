@@ -13,6 +13,7 @@ from hami.device.codec.golang import (
     go_quote,
     item_offset,
     require_str,
+    shared_int,
 )
 from hami.device.codec.keys import (
     TO_ALLOCATE_ANNOTATION,
@@ -95,7 +96,7 @@ def decode_container_devices(text: str, *, field: str = TO_ALLOCATE_ANNOTATION, 
         # Fast path: plain digits that fit int32 (what HAMi writes); anything else is checked
         # the strconv way and reported with its position.
         if len(mem) < 10 and len(cores) < 10 and mem.isdigit() and cores.isdigit() and (mem + cores).isascii():
-            out.append(ContainerDevice(uuid, type_, int(mem), int(cores), UNSET_CONTAINER_DEVICE_IDX))
+            out.append(ContainerDevice(uuid, type_, shared_int(int(mem)), int(cores), UNSET_CONTAINER_DEVICE_IDX))
             continue
         nums = []
         for idx, name in ((2, "memory"), (3, "core")):

@@ -26,6 +26,7 @@ from hami.device.codec.golang import (
     item_offset,
     json_loads,
     require_str,
+    shared_int,
     str_field,
     type_error,
 )
@@ -185,7 +186,7 @@ def decode_node_devices_json(text: str | bytes) -> tuple[DeviceInfo, ...]:
                 d = new(DeviceInfo)
                 set_id(d, id_)
                 set_count(d, count)
-                set_devmem(d, devmem)
+                set_devmem(d, shared_int(devmem))
                 set_devcore(d, devcore)
                 set_type(d, intern(type_))  # one string per GPU model and mode, not one per GPU
                 set_index(d, index)

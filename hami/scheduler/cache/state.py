@@ -123,7 +123,8 @@ class ClusterState:
         self.lock_hold = LockHold()
         self.pod_keys: dict[str, str] = {}  # "ns/name" -> uid of counted pods
         # uids counted while bound where their placement says: kept until the pod ends (module docstring).
-        self.pinned: set[str] = set()
+        # A dict used as a set: at 40,000 pods a set's table is twice a dict's (2 MiB against 1).
+        self.pinned: dict[str, None] = {}
         self.uid_keys: dict[str, str] = {}  # uid -> "ns/name"
         self.on_handshake_write = on_handshake_write
         # (node or None, kind, namespace) after capacity may have grown: the requeue waker listens.
@@ -192,7 +193,7 @@ class ClusterState:
         self.usable.clear()
         self.pod_keys.clear()
         self.uid_keys.clear()
-        pinned, self.pinned = self.pinned, set()
+        pinned, self.pinned = self.pinned, {}
         if self.quotas is not None:
             for obj in list(self.quotas.store.values()):
                 self.on_quota(ADDED, None, obj)
@@ -239,7 +240,7 @@ class ClusterState:
             self.uid_keys.pop(uid, None)
             if uid in self.pinned:
                 pinned.add(uid)
-                self.pinned.discard(uid)
+                self.pinned.pop(uid, None)
             if annotated or uid not in held:
                 before[uid] = self.index.pod(uid)
                 self.index.remove_pod(uid)
@@ -457,7 +458,7 @@ class ClusterState:
 
     def _release(self, uid: str, key: str, reason: str) -> None:
         rec = self.index.pod(uid)
-        self.pinned.discard(uid)
+        self.pinned.pop(uid, None)
         if self.index.remove_pod(uid):
             log.v(4).info("Pod released devices", pod=key, reason=reason)
             if rec is not None:
@@ -503,14 +504,14 @@ class ClusterState:
             return
         self.count_pod(uid, key, node, annos, new, etype == ADDED)
         if (new.get("spec") or {}).get("nodeName") == node and self.index.pod(uid) is not None:
-            self.pinned.add(uid)
+            self.pinned[uid] = None
 
     def _hold_pinned(self, uid: str, key: str, pod: dict) -> bool:
         """Keep a pinned pod counted as it was (its annotations are not read again); True when it is
         still bound where it was counted. Only the init-container release, read from status, moves it."""
         rec = self.index.pod(uid)
         if rec is None or (pod.get("spec") or {}).get("nodeName") != rec.node:
-            self.pinned.discard(uid)
+            self.pinned.pop(uid, None)
             return False
         released = init_released(pod)
         if released != rec.init_released:
@@ -540,7 +541,7 @@ class ClusterState:
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         self.pod_keys[key] = uid
         self.uid_keys[uid] = key
-        self.pinned.add(uid)
+        self.pinned[uid] = None
 
     def _note_lock_holder(self, node: str, lock: str | None) -> None:
         holder = None
