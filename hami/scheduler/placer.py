@@ -301,9 +301,10 @@ class Placer:
         pending = own_pending(self._held.per_node, self._binds, self.own_lock)
         if not others:
             # No other scheduler's lock seen (OTHERS_SEEN_S; the node watch looked within 0.1 s):
-            # only our own burst contends, and a table of its nodes answers the walk with a dict
-            # read per node instead of a key worked out per node (docs/performance.md).
-            table = self.contention.table(pending, self._held.per_node)
+            # only our own burst contends, and a table of its nodes (the window of its latest
+            # decisions, kept from decision to decision) answers the walk with a dict read per node
+            # instead of a key worked out per node (docs/performance.md).
+            table = self.contention.latest(pending, self._held.per_node)
             if table is not None:
                 return table.get
         return self.contention.keyer(pending, self._foreign_active(now))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami.scheduler.placement import contention
@@ -157,3 +157,43 @@ def test_the_table_of_a_decision_gives_every_nodes_key(decided, width, pending, 
         assert (table.get(node) or 0) == key(node) == c.key(node, own(node))
     c.width = 0
     assert c.table(own) is None and c.keyer(own) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("decide"), st.sampled_from("abcdefgh")),
+    st.tuples(st.just("width"), st.integers(-4, 4)),
+    st.tuples(st.just("jump"), st.integers(1, 40)),
+    st.tuples(st.just("pending"), st.sets(st.sampled_from("abcdefgh"))),
+    st.tuples(st.just("held"), st.sets(st.sampled_from("abcdefgh"))),
+), max_size=80), st.booleans())
+def test_the_window_kept_between_decisions_ranks_and_tests_nodes_as_the_table(steps, small):
+    """`latest` (the window kept decision by decision) against `table` (built for each decision)
+    through decisions, widths that grow and shrink, and pending work that comes and goes: the same
+    nodes are contended, and every contended node's number is its key shifted by seq - width."""
+    c = Contention(spread=2.0)
+    if small:
+        c.nodes = contention.deque(maxlen=12)
+    pending: set[str] = set("abcdefgh")  # every node busy until a step says otherwise
+    held: dict[str, int] = {}
+    c.width = 6
+    for op, arg in steps:
+        if op == "decide":
+            c.decided(arg, 0.0)
+        elif op == "width":
+            c.width = max(1, c.width + arg)
+        elif op == "jump":
+            c.width = arg
+        elif op == "pending":
+            pending = set(arg)
+        else:
+            held = {n: 1 for n in arg}
+        own = lambda n, pending=pending, held=held: int(n in pending or n in held)  # noqa: E731  (held is pending)
+        table, kept = c.table(own), c.latest(own, held)
+        assert (table is None) == (kept is None)
+        if table is None:
+            continue
+        for node in "abcdefghz":
+            assert bool(table.get(node)) == bool(kept.get(node))
+            if table.get(node):
+                assert kept[node] - table[node] == c.seq - c.width

@@ -107,7 +107,8 @@ class LockHold:
 class Contention:
     """This replica's decisions in sequence and the burst's width (see the module docstring)."""
 
-    __slots__ = ("spread", "lane_rate", "seq", "last", "recent", "width", "nodes")
+    __slots__ = ("spread", "lane_rate", "seq", "last", "recent", "width", "nodes", "window", "window_width",
+                 "window_of")
 
     def __init__(self, spread: float = 2.0, lane_rate: float = 0.0):
         self.spread = spread
@@ -117,6 +118,11 @@ class Contention:
         self.recent: deque[float] = deque()  # times of the decisions within the last hold
         self.width = 0
         self.nodes: deque[tuple[int, str]] = deque(maxlen=RECENT_DECISIONS)  # (seq, node) of the latest decisions
+        # node -> seq of its latest decision among the latest `window_width` decisions of `window_of`
+        # (`nodes`), kept up to date decision by decision (`latest`); None until first asked
+        self.window: dict[str, int] | None = None
+        self.window_width = 0
+        self.window_of: deque | None = None
 
     def observe(self, hold: float, now: float, others_active: bool = False) -> int:
         """The width for the next decision, from the lock hold and the decisions made within it
@@ -142,6 +148,17 @@ class Contention:
         self.last[node] = self.seq
         self.recent.append(now)
         self.nodes.append((self.seq, node))
+        window = self.window
+        if window is not None:  # the decision enters the window, the one `window_width` before leaves it
+            window[node] = self.seq
+            width, nodes = self.window_width, self.nodes
+            if self.seq > width:
+                if len(nodes) > width and nodes is self.window_of:
+                    seq, out = nodes[-width - 1]
+                    if window.get(out) == seq:
+                        del window[out]
+                else:  # (the decision leaving is no longer kept: built again when next asked)
+                    self.window = None
         if len(self.last) > 4 * FORGET_AFTER:  # nodes that went away: keep only the recent ones
             floor = self.seq - FORGET_AFTER
             self.last = {n: s for n, s in self.last.items() if s > floor}
@@ -163,6 +180,41 @@ class Contention:
             if node not in keys:  # the node's latest decision comes first
                 keys[node] = width - (seq - decided) if quick(node) or own_pending(node) else 0
         return keys
+
+    def latest(self, own_pending: Callable[[str], int], held: Mapping[str, int]) -> dict[str, int] | None:
+        """`table`'s answer in another unit, for one decision: every node this replica decided for
+        within the width with the sequence number of its latest decision there, or 0 when its work
+        is not pending (`held`: the decisions held per node, counts above 0; `own_pending` is asked
+        only of the window's other nodes). A node's number is its key plus (seq - width), one shift
+        for every node, so both rank and test the nodes alike (the walk and `choose` only compare
+        them and test them for 0); None where `table` gives None. The window is kept from decision
+        to decision (`decided`) and only its nodes without a held decision are asked, so a decision
+        costs a copy of the window instead of a key worked out per node."""
+        width, nodes = self.width, self.nodes
+        if width <= 0 or width > len(nodes):
+            return None
+        window = self.window
+        if window is None or self.window_of is not nodes or abs(width - self.window_width) * 2 > width:
+            window = {}
+            for decided, node in islice(reversed(nodes), width):
+                if node not in window:  # the node's latest decision comes first
+                    window[node] = decided
+            self.window, self.window_width, self.window_of = window, width, nodes
+        elif width > self.window_width:  # older decisions come into the window
+            for decided, node in islice(reversed(nodes), self.window_width, width):
+                if node not in window:
+                    window[node] = decided
+            self.window_width = width
+        elif width < self.window_width:  # the oldest leave it, with the nodes whose latest they were
+            for decided, node in islice(reversed(nodes), width, self.window_width):
+                if window.get(node) == decided:
+                    del window[node]
+            self.window_width = width
+        out = dict(window)
+        for node in window.keys() - held.keys():
+            if not own_pending(node):
+                out[node] = 0
+        return out
 
     def since(self, node: str) -> int:
         """Decisions made after the latest one for `node` (0: it was the latest)."""
