@@ -217,6 +217,21 @@ def test_a_stale_entry_met_on_the_walk_resorts_instead_of_answering_from_it():
     assert names.order(True).rebuilds == before + 1
 
 
+def test_one_name_list_walked_over_two_indexes_follows_each():
+    """The order keeps each node's usage by position: a NameList walked over another index (its
+    own nodes and log) is sorted again from that index, never answered from the other's nodes."""
+    names_list = [f"n{i}" for i in range(6)]
+    names = NameList(names_list)
+    pod = pod_request([req(1, 100, 101, 0)], 0, {})
+    a, b = _index(6), _index(6)
+    a.add_pod("p", "n2", ((ContainerDevice("G2-0", "NVIDIA", 5000, 0),),))
+    b.add_pod("p", "n4", ((ContainerDevice("G4-0", "NVIDIA", 5000, 0),),))
+    assert _check(a, names_list, names, pod).node == "n2"
+    got = _check(b, names_list, names, pod)
+    assert got.node == "n4" and got.usage is b.nodes["n4"]
+    assert _check(a, names_list, names, pod).usage is a.nodes["n2"]
+
+
 def test_reader_behind_a_trimmed_log_resorts():
     idx = _index(10)
     idx.changes = ChangeLog(limit=4)

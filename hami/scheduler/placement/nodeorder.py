@@ -71,7 +71,8 @@ class NameList:
 class ScoreOrder:
     """A NameList's registered nodes sorted by (score key, position); key = -score for binpack."""
 
-    __slots__ = ("names", "descending", "log", "cursor", "entries", "keys", "caps", "rebuilds")
+    __slots__ = ("names", "descending", "log", "cursor", "entries", "keys", "caps", "usages", "nodes_of",
+                 "rebuilds")
 
     def __init__(self, names: NameList, descending: bool):
         self.names = names
@@ -81,6 +82,10 @@ class ScoreOrder:
         self.entries: list[tuple[float, int]] = []
         self.keys: list[float | None] = []  # by position: the key filed, None = not registered
         self.caps: list[int] = []  # by position: fit.free_memory_bound of the node
+        # by position: the node's usage in `nodes_of` as last logged (the walk reads it by position
+        # instead of looking the name up; a change the log missed still shows in its score)
+        self.usages: list[Any] = []
+        self.nodes_of: Mapping[str, Any] | None = None
         self.rebuilds = 0
 
     def _key(self, node: Any) -> float:
@@ -91,6 +96,7 @@ class ScoreOrder:
         names = self.names
         keys: list[float | None] = [None] * len(names.names)
         caps = [-1] * len(names.names)
+        usages: list[Any] = [None] * len(names.names)
         entries = []
         get = nodes.get
         for name, p in names.pos.items():
@@ -99,20 +105,21 @@ class ScoreOrder:
                 k = -n.score_value if self.descending else n.score_value
                 keys[p] = k
                 caps[p] = free_memory_bound(n)
+                usages[p] = n
                 entries.append((k, p))
         entries.sort()
-        self.entries, self.keys, self.caps = entries, keys, caps
-        self.log, self.cursor = log, log.end
+        self.entries, self.keys, self.caps, self.usages = entries, keys, caps, usages
+        self.log, self.cursor, self.nodes_of = log, log.end, nodes
 
     def refresh(self, nodes: Mapping[str, Any], log: ChangeLog) -> None:
         """Bring the order up to date with the changes logged since the last refresh."""
-        changed = log.since(self.cursor) if self.log is log else None
+        changed = log.since(self.cursor) if self.log is log and self.nodes_of is nodes else None
         if changed is None or len(changed) * _REBUILD_SHARE > len(self.names.names) + 64:
             self.rebuild(nodes, log)
             return
         if not changed:
             return
-        pos, keys, entries, caps = self.names.pos, self.keys, self.entries, self.caps
+        pos, keys, entries, caps, usages = self.names.pos, self.keys, self.entries, self.caps, self.usages
         for name in (changed if len(changed) == 1 else set(changed)):
             p = pos.get(name)
             if p is None:
@@ -120,7 +127,7 @@ class ScoreOrder:
             old = keys[p]
             if old is not None:
                 del entries[bisect_left(entries, (old, p))]
-            n = nodes.get(name)
+            n = usages[p] = nodes.get(name)
             if n is None:
                 keys[p] = None
             else:
@@ -170,7 +177,7 @@ def first_fit(
         tried = 0
         stale = False
         name_of = names.names
-        get = nodes.get
+        usages = order.usages
         caps = order.caps
         skip = need is not None
         skipped = False
@@ -180,7 +187,7 @@ def first_fit(
                 skipped = True
                 continue
             name = name_of[p]
-            n = get(name)
+            n = usages[p]  # nodes[name]: the index logs each node it adds, replaces or removes
             if attempt == 0 and (n is None or k != (-n.score_value if descending else n.score_value)):
                 stale = True  # a change the log missed: re-sort and walk again
                 break
