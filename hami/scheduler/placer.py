@@ -489,8 +489,7 @@ class Placer:
         if mig:
             annotations[codec.MIG_ALLOCATIONS_ANNOTATION] = codec.encode_mig_allocations(
                 codec.MigAllocation(c, d, u, p, pl) for c, d, u, p, pl in mig)
-        if index.pod(uid) is not None:  # a re-fit moves the pod's record; /filter dropped it already
-            index.remove_pod(uid)
+        index.remove_pod(uid)  # a re-fit moves the pod's record (none left after /filter's drop: a no-op)
         num_init = len((pod.get("spec") or {}).get("initContainers") or [])
         index.add_pod(uid, node, devices, namespace=ns, num_init=num_init,
                       mig=tuple([(u, pl) for _, _, u, _, pl in mig]) if mig else (),
