@@ -251,3 +251,15 @@ def test_the_node_score_is_gos_float32_steps_whatever_the_sums(used, cores, mem,
         a, b, c = f32(f32(used) / f32(total)), f32(f32(cores) / f32(tcore)), f32(f32(mem) / f32(tmem))
         want = f32(ten * f32(f32(a + b) + c))
     assert score_from_sums(used, cores, mem, total, tcore, tmem) == want
+
+
+@given(st.integers(-5, 5000), st.integers(-5, 100), st.booleans(), st.integers(0, 2))
+def test_a_one_card_pods_usage_is_its_collapsed_devices(mem, cores, released, others):
+    """A pod's usage read back from its record is collapse_usage's, for one card in one container
+    (the record's own shortcut) and with more containers beside it."""
+    devices = ((ContainerDevice("G-0", "NVIDIA", mem, cores),),) + tuple(
+        (ContainerDevice(f"G-{i}", "NVIDIA", mem + i, cores),) for i in range(1, others + 1))
+    idx = UsageIndex()
+    idx.add_pod("ns/a", "n0", devices, namespace="ns", init_released=released)
+    want = collapse_usage(devices, 0)
+    assert idx.pod("ns/a").usage == tuple((u, *v) for u, v in want.items())

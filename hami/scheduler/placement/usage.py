@@ -392,7 +392,11 @@ class PodRecord:
         when its node registers again and by preemption's quota moves, while a stored copy cost two
         tuples per pod for every cached pod.
         """
-        collapsed = (steady_usage if self.init_released else collapse_usage)(self.devices, self.num_init)
+        devices = self.devices
+        if not self.num_init and len(devices) == 1 and len(devices[0]) == 1:  # one card, one container
+            dev = devices[0][0]  # (collapse_usage's own first case, without its dict)
+            return ((dev.uuid, max(dev.usedmem, 0), max(dev.usedcores, 0), 1),)
+        collapsed = (steady_usage if self.init_released else collapse_usage)(devices, self.num_init)
         return tuple([(u, m, c, s) for u, (m, c, s) in collapsed.items()])
 
 
