@@ -49,6 +49,19 @@ async def test_pods_with_vgpu_node_are_counted_once(env):
     assert env.sched.state.index.pod_count == 2
 
 
+async def test_a_counted_pods_key_is_one_string_however_often_it_changes(env, apiserver):
+    state = env.sched.state
+    uid = state.pod("default", "a")["metadata"]["uid"]
+    for i in range(3):
+        pod = apiserver.store.get("pods", "default", "a")
+        pod["metadata"]["labels"] = {"round": str(i)}
+        apiserver.store.update("pods", "default", "a", pod)
+    await eventually(lambda: (state.pod("default", "a")["metadata"].get("labels") or {}).get("round") == "2")
+    held = next(k for k in state.pod_keys if k == "default/a")
+    assert state.uid_keys[uid] is held and state.pod_keys[held] == uid
+    assert used(env, "n0") == (2, 3000, 30)
+
+
 async def test_relist_after_gone_counts_nothing_twice(env, apiserver):
     pods = env.sched.state.pods
     await eventually(lambda: apiserver.store.watchers())

@@ -473,6 +473,9 @@ class ClusterState:
         meta = obj.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         uid = meta.get("uid") or key
+        known = self.uid_keys.get(uid)
+        if known == key:
+            key = known  # the string the maps already hold: one a pod, not one more per event
         if etype == DELETED or new is None:
             self._release(uid, key, "deleted")
             self.pod_keys.pop(key, None)
