@@ -13,7 +13,8 @@ kubernetes-asyncio has no informer (spec protocols.md §2), so this is ours:
   last RV (a half-open connection otherwise stalls the cache forever).
 * `transform(obj)` (optional) projects every object before it is stored and dispatched.
 * `handler(event_type, old, new)` runs synchronously in the event loop, in order; for DELETED
-  `new` is None, for ADDED `old` is None. A raising handler does not stop the watch, but what it
+  `new` is None, for ADDED `old` is None; meanwhile `dispatching_key` is the object's store key
+  (for ADDED the very string the store now holds). A raising handler does not stop the watch, but what it
   fed may now differ from the cluster: the failure is counted (`handler_failures`), logged once per
   object, and schedules a resync. When every handler that failed registered a per-object resync
   (`add_handler(h, resync_object=...)`), that callback is given each failed object's cached state
@@ -84,6 +85,10 @@ class Informer:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.store: dict[str, dict] = {}
+        # The store key of the object whose event the handlers are being given, None between events:
+        # a handler keeping its own map by the same "ns/name" can hold this string (for ADDED the
+        # store's own) instead of an equal copy.
+        self.dispatching_key: str | None = None
         self.resource_version: str = ""
         self.synced = asyncio.Event()
         # Counters for tests and diagnostics.
@@ -299,16 +304,16 @@ class Informer:
         gone = [key for key in old_store if key not in fresh]
         for i, key in enumerate(gone, 1):
             del self.store[key]
-            self._dispatch(DELETED, old_store.pop(key), None)
+            self._dispatch(DELETED, old_store.pop(key), None, key)
             if not i % REPLACE_STEP:
                 await asyncio.sleep(0)
         for i, (key, obj) in enumerate(fresh.items(), 1):
             old = old_store.pop(key, None)
             self.store[key] = obj
             if old is None:
-                self._dispatch(ADDED, None, obj)
+                self._dispatch(ADDED, None, obj, key)
             elif _rv(old) != _rv(obj) or key in retry:
-                self._dispatch(MODIFIED, old, obj)
+                self._dispatch(MODIFIED, old, obj, key)
             if not i % REPLACE_STEP:
                 await asyncio.sleep(0)
         self.resource_version = rv
@@ -374,22 +379,28 @@ class Informer:
         old = self.store.get(key)
         if etype in (ADDED, MODIFIED):
             self.store[key] = obj
-            self._dispatch(ADDED if old is None else MODIFIED, old, obj)
+            self._dispatch(ADDED if old is None else MODIFIED, old, obj, key)
         elif etype == DELETED:
             self.store.pop(key, None)
-            self._dispatch(DELETED, old or obj, None)
+            self._dispatch(DELETED, old or obj, None, key)
         if rv:
             self.resource_version = rv
         self._notify()
 
-    def _dispatch(self, etype: str, old: dict | None, new: dict | None) -> None:
+    def _dispatch(self, etype: str, old: dict | None, new: dict | None, key: str) -> None:
+        self.dispatching_key = key
+        try:
+            self._call_handlers(etype, old, new, key)
+        finally:
+            self.dispatching_key = None
+
+    def _call_handlers(self, etype: str, old: dict | None, new: dict | None, key: str) -> None:
         for h in self.handlers:
             try:
                 h(etype, old, new)
             except Exception as exc:
                 self.handler_failures += 1
                 self._failed_handlers.add(h)
-                key = object_key(self.kind, new if new is not None else (old or {}))
                 self._pending_resync = True
                 if key not in self._failed:  # once per object until the resync
                     self._failed[key] = repr(exc)

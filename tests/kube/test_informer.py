@@ -50,6 +50,29 @@ async def test_list_then_watch_fills_store_and_calls_handler(apiserver, client):
         await task
 
 
+async def test_handlers_see_the_store_key_of_the_object_they_are_given(apiserver, client):
+    apiserver.store.create("pods", "default", pod_obj("a"))
+    inf = Informer(client, "pods")
+    seen: list[tuple[str, str | None, bool]] = []
+
+    def handler(etype, old, new) -> None:
+        key = inf.dispatching_key
+        seen.append((etype, key, any(k is key for k in inf.store)))  # the very string the store holds
+
+    inf.add_handler(handler)
+    stop, task = await run_informer(inf)
+    try:
+        apiserver.store.create("pods", "default", pod_obj("b"))
+        await eventually(lambda: "default/b" in inf.store)
+        apiserver.store.delete("pods", "default", "b")
+        await eventually(lambda: len(seen) == 3)
+        assert seen == [("ADDED", "default/a", True), ("ADDED", "default/b", True), ("DELETED", "default/b", False)]
+        assert inf.dispatching_key is None
+    finally:
+        stop.set()
+        await task
+
+
 async def test_pods_are_keyed_by_namespace_and_name(apiserver, client):
     apiserver.store.create("pods", "default", pod_obj("p1"))
     inf = Informer(client, "pods")

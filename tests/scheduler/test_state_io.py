@@ -50,15 +50,18 @@ async def test_pods_with_vgpu_node_are_counted_once(env):
 
 
 async def test_a_counted_pods_key_is_one_string_however_often_it_changes(env, apiserver):
+    """The informer's store and the state's maps hold one "ns/name" string per pod, not copies."""
     state = env.sched.state
     uid = state.pod("default", "a")["metadata"]["uid"]
+    stored = next(k for k in state.pods.store if k == "default/a")
+    assert state.uid_keys[uid] is stored and state.pods.dispatching_key is None
     for i in range(3):
         pod = apiserver.store.get("pods", "default", "a")
         pod["metadata"]["labels"] = {"round": str(i)}
         apiserver.store.update("pods", "default", "a", pod)
     await eventually(lambda: (state.pod("default", "a")["metadata"].get("labels") or {}).get("round") == "2")
     held = next(k for k in state.pod_keys if k == "default/a")
-    assert state.uid_keys[uid] is held and state.pod_keys[held] == uid
+    assert state.uid_keys[uid] is held is stored and state.pod_keys[held] == uid
     assert used(env, "n0") == (2, 3000, 30)
 
 

@@ -476,6 +476,8 @@ class ClusterState:
         known = self.uid_keys.get(uid)
         if known == key:
             key = known  # the string the maps already hold: one a pod, not one more per event
+        elif self.pods is not None and self.pods.dispatching_key == key:
+            key = self.pods.dispatching_key  # the informer's own: one string a pod in both
         if etype == DELETED or new is None:
             self._release(uid, key, "deleted")
             self.pod_keys.pop(key, None)
