@@ -27,7 +27,9 @@ bytes aiohttp would write, under the same deadlines; anything else on that conne
 follows it, goes to aiohttp unread, so errors, limits and TLS stay aiohttp's. Requests pipelined
 behind a fast one are answered in order. An answer given at once is written from the protocol's
 own callback (no task, no extra turn of the loop), and each connection checks its deadlines with
-one lazy timer instead of making and cancelling three per request (`_Deadline`).
+one lazy timer instead of making and cancelling three per request (`_Deadline`). A head seen before
+is looked up by its bytes instead of parsed again (`Guard.heads`, bounded: HEADS_KEPT of at most
+HEAD_KEPT_BYTES each).
 
 The limits are `hami.config.ListenSettings` (flags --http-header-timeout, --http-body-timeout,
 --http-max-connections, --http-idle-timeout). `guarded_runner(app, limits, body_limits=None, **runner_kwargs)` is a
@@ -324,6 +326,8 @@ class _GuardedProtocol(asyncio.Protocol):
         end = fbuf.find(b"\r\n\r\n", 0, httphead.MAX_HEAD + 4)
         if end < 0:
             return httphead.parse_head(fbuf, guard.fast, guard.fast_max_body)
+        if end > HEAD_KEPT_BYTES:
+            return httphead.parse_head(fbuf, guard.fast, guard.fast_max_body)
         key = bytes(fbuf[:end])
         head = guard.heads.get(key)
         if head is None:
@@ -409,9 +413,11 @@ class _GuardedProtocol(asyncio.Protocol):
 
 
 HEADERS, BODY, IDLE = "headers", "body", "idle"
-# Fast-lane request heads kept parsed, by their bytes (_GuardedProtocol._parse_head); a client
-# sending ever new heads only empties it.
+# Fast-lane request heads kept parsed, by their bytes (_GuardedProtocol._parse_head), each at most
+# HEAD_KEPT_BYTES long (kube-scheduler's are about 150): a client sending ever new heads only empties
+# the store, which never holds more than HEADS_KEPT x HEAD_KEPT_BYTES.
 HEADS_KEPT = 256
+HEAD_KEPT_BYTES = 1024
 # Answers given at once from one read callback before the rest of a pipeline waits a loop turn.
 ANSWERS_PER_TURN = 16
 

@@ -45,7 +45,7 @@ from hypothesis import strategies as st
 from hami import httphead
 from hami.config import ListenSettings
 from hami.httpaccept import GuardedSite
-from hami.httpguard import HEADS_KEPT, guarded_runner
+from hami.httpguard import HEAD_KEPT_BYTES, HEADS_KEPT, guarded_runner
 from hami.scheduler.role import start_scheduler
 from tests.kube.helpers import Clock, config_for, eventually, pod_obj, server_side
 from tests.kube.scheduler_env import Env, hami_nodes, stop_env
@@ -184,7 +184,8 @@ async def test_plain_requests_take_the_fast_lane_and_others_do_not(both):
 
 async def test_heads_seen_before_are_kept_parsed_and_bounded(both):
     """A head seen before is looked up by its bytes (each request still gets its own body's
-    answer); a client sending ever new heads only empties the bounded store."""
+    answer); a client sending ever new heads only empties the bounded store, and a long head is
+    answered without being kept."""
     (fast_runner, port), _ = both
     out = await exchange(port, post(b"[1]") + post(b"[2]"))
     assert out.count(b'{"Echo":[1],"Error":""}') == 1 and out.count(b'{"Echo":[2],"Error":""}') == 1
@@ -194,6 +195,10 @@ async def test_heads_seen_before_are_kept_parsed_and_bounded(both):
     assert out.count(b"HTTP/1.1 200 OK") == HEADS_KEPT + 10
     assert fast_runner.guard.fast_served == 2 + HEADS_KEPT + 10
     assert 0 < len(fast_runner.guard.heads) <= HEADS_KEPT
+    kept = dict(fast_runner.guard.heads)
+    long_head = post(b"[3]", extra=b"X-Long: " + b"a" * HEAD_KEPT_BYTES + b"\r\n")
+    assert b'{"Echo":[3],"Error":""}' in await exchange(port, long_head)
+    assert fast_runner.guard.heads == kept  # answered, not kept
 
 
 async def test_slowloris_and_stalled_body_are_cut_while_others_are_answered(both):
