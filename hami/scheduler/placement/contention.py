@@ -61,7 +61,8 @@ OTHERS_SEEN_S = 5.0
 WIDE = 1 << 30  # the width while another scheduler binds: every node this replica has work on is contended
 # Decision sequence numbers kept for nodes not decided for this long (decisions) are dropped.
 FORGET_AFTER = 65536
-# The latest decisions kept in order (`Contention.table`): a width up to this is answered from them.
+# The latest decisions kept in order (`Contention.table`, `Contention.latest`): a width up to this is answered
+# from them.
 RECENT_DECISIONS = 8192
 
 T = TypeVar("T")
