@@ -54,6 +54,7 @@ ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 # event loop (Informer._list, _replace): a re-list of 40,000 pods must not hold /filter.
 REPLACE_STEP = 1000
 TRANSFORM_STEP = 100
+_NONES = [None] * TRANSFORM_STEP
 
 
 def object_key(kind: str, obj: dict) -> str:
@@ -266,17 +267,23 @@ class Informer:
             )
             self.lists += 1
             page_items = page.get("items") or []
+            meta = page.get("metadata") or {}
+            rv = meta.get("resourceVersion") or rv
+            cont = meta.get("continue")
             if self.transform is not None:  # page by page: the full objects go with their page
                 transform = self.transform
                 for start in range(0, len(page_items), TRANSFORM_STEP):  # a loop turn between chunks
                     if start:
                         await asyncio.sleep(0)
-                    items.extend(transform(o) for o in page_items[start:start + TRANSFORM_STEP])
+                    # each full object is let go in the turn that projects it: freed with the
+                    # next page's decode, a page of 500 pods added milliseconds to that one turn
+                    chunk = page_items[start:start + TRANSFORM_STEP]
+                    page_items[start:start + TRANSFORM_STEP] = _NONES[:len(chunk)]
+                    items.extend(map(transform, chunk))
+                    del chunk
             else:
                 items.extend(page_items)
-            meta = page.get("metadata") or {}
-            rv = meta.get("resourceVersion") or rv
-            cont = meta.get("continue")
+            del page, page_items
             if not cont:
                 break
         self._call_worked()
@@ -285,36 +292,45 @@ class Informer:
     async def _replace(self, items: list[dict], rv: str) -> None:
         """The LIST's objects become the store: handlers get what was deleted, added or changed.
 
-        A re-list after 410 Gone brings every object again (40,000 pods at 5,000 nodes); done in
-        one step it held the event loop for hundreds of milliseconds, and /filter with it. So it
-        gives the loop a turn every REPLACE_STEP objects: meanwhile the store holds each object
-        either as it was or as listed (the watch is not running, so no event comes in between). The
-        objects it replaces are let go as it goes: freed all at once at the end, 100,000 pods'
-        projections took 90 ms to deallocate."""
+        A re-list after 410 Gone brings every object again (100,000 pods at 5,000 nodes); done in
+        one step it held the event loop for hundreds of milliseconds, and /filter with it. So every
+        pass over the objects (keying the LIST, finding the vanished, replacing the rest) gives the
+        loop a turn every REPLACE_STEP objects, and nothing is copied or freed whole in one step:
+        the store is changed in place (meanwhile it holds each object either as it was or as
+        listed; the watch is not running, so no event comes in between), each replaced object and
+        each key the LIST made is let go in the step that handled it. Freed all at once at the end,
+        100,000 pods' projections took 90 ms to deallocate; scanning or copying 100,000 keys in
+        one step, 5-15 ms."""
         kind = self.kind
-        fresh = {}
+        keys: list[str] = []  # the LIST's keys, in its order
+        fresh: dict[str, dict] = {}
         for i, obj in enumerate(items, 1):
-            fresh[object_key(kind, obj)] = obj
+            key = object_key(kind, obj)
+            keys.append(key)
+            fresh[key] = obj
             if not i % REPLACE_STEP:
                 await asyncio.sleep(0)
-        old_store = self.store
         retry, self._failed = self._failed, {}  # handlers that failed get these objects again
-        self.store = dict(old_store)
-        old_store = dict(old_store)  # emptied as it goes: each replaced object is freed in its own step
-        gone = [key for key in old_store if key not in fresh]
-        for i, key in enumerate(gone, 1):
-            del self.store[key]
-            self._dispatch(DELETED, old_store.pop(key), None, key)
-            if not i % REPLACE_STEP:
-                await asyncio.sleep(0)
-        for i, (key, obj) in enumerate(fresh.items(), 1):
-            old = old_store.pop(key, None)
-            self.store[key] = obj
-            if old is None:
-                self._dispatch(ADDED, None, obj, key)
-            elif _rv(old) != _rv(obj) or key in retry:
-                self._dispatch(MODIFIED, old, obj, key)
-            if not i % REPLACE_STEP:
+        store = self.store
+        held = list(store)  # a copy of the keys alone: a step of C, ~0.5 ms at 100,000
+        for start in range(0, len(held), REPLACE_STEP):
+            await asyncio.sleep(0)  # each pass begins in a turn of its own: no turn does two steps
+            for key in held[start:start + REPLACE_STEP]:
+                if key not in fresh:
+                    self._dispatch(DELETED, store.pop(key), None, key)
+        del held
+        await asyncio.sleep(0)
+        for i in range(len(keys)):
+            key, keys[i] = keys[i], ""  # a LIST key the store had an equal of is freed in this step
+            obj = fresh.pop(key, None)
+            if obj is not None:  # None: a key the LIST named twice, handled at its first place (dict order)
+                old = store.get(key)
+                store[key] = obj
+                if old is None:
+                    self._dispatch(ADDED, None, obj, key)
+                elif _rv(old) != _rv(obj) or key in retry:
+                    self._dispatch(MODIFIED, old, obj, key)
+            if not (i + 1) % REPLACE_STEP:
                 await asyncio.sleep(0)
         self.resource_version = rv
         self.replaced += 1

@@ -1,6 +1,7 @@
 """Informer (reflector) against the embedded API server: LIST then WATCH into the store, handler
 order and arguments, re-LIST on 410 Gone with synthetic DELETED for vanished objects and no
-event for unchanged ones, resuming after a server restart without a re-LIST, silent-watch
+event for unchanged ones (a re-LIST of thousands stepped through the loop, ending in the store a
+fresh LIST gives), resuming after a server restart without a re-LIST, silent-watch
 reconnect, bookmarks advancing the resourceVersion, and backoff after errors. A failing handler is
 counted and repaired: by the handler's per-object resync when it has one (no re-LIST), else by a
 re-LIST that dispatches the object again and runs the resync callbacks; `health()` names the pending resync, a missing
@@ -421,5 +422,66 @@ async def test_a_relist_of_thousands_gives_the_loop_turns_and_tells_on_list(apis
         assert ticks >= 3  # the loop turned while 3,000 objects were projected and replaced
         assert len(inf.store) == 3 * infmod.REPLACE_STEP + 1 and "late" in inf.store
     finally:
+        stop.set()
+        await task
+
+
+async def test_a_relist_ends_with_the_store_a_fresh_list_gives_each_turn_bounded(apiserver, client):
+    """Thousands vanished, changed, unchanged and new across a 410 Gone: the handlers hear exactly
+    the difference, no loop turn dispatches more than REPLACE_STEP of it (deletions included: the
+    scan for the vanished is stepped too), and the store ends equal to a fresh informer's."""
+    from hami.kube import informer as infmod
+
+    step = infmod.REPLACE_STEP
+    for i in range(3 * step):
+        apiserver.store.create("nodes", "", node_obj(f"n{i}"))
+    turn = 0
+    per_turn: dict[int, int] = {}
+    events: list[tuple[str, str]] = []
+
+    def handler(etype, old, new):
+        events.append((etype, (new if new is not None else old)["metadata"]["name"]))
+        per_turn[turn] = per_turn.get(turn, 0) + 1
+
+    inf = Informer(client, "nodes", handler=handler)
+    stop, task = await run_informer(inf)
+
+    async def ticker() -> None:
+        nonlocal turn
+        while True:
+            await asyncio.sleep(0)
+            turn += 1
+
+    ticking = asyncio.create_task(ticker())
+    try:
+        await eventually(lambda: bool(apiserver.store.watchers()), timeout=10)
+        events.clear()
+        per_turn.clear()
+        await apiserver.stop()
+        for i in range(0, 3 * step, 2):  # half of them vanish
+            apiserver.store.delete("nodes", "", f"n{i}")
+        for i in range(1, 3 * step, 4):  # a quarter change
+            apiserver.store.patch("nodes", "", f"n{i}", b'{"metadata":{"labels":{"v":"2"}}}',
+                                  "application/merge-patch+json")
+        for i in range(2 * step):
+            apiserver.store.create("nodes", "", node_obj(f"m{i}"))
+        apiserver.store.compact()
+        replaced = inf.replaced
+        await apiserver.start()
+        await eventually(lambda: inf.relists_gone >= 1 and inf.replaced > replaced, timeout=20)
+        want = ([("DELETED", f"n{i}") for i in range(0, 3 * step, 2)]
+                + [("MODIFIED", f"n{i}") for i in range(1, 3 * step, 4)]
+                + [("ADDED", f"m{i}") for i in range(2 * step)])
+        assert sorted(events) == sorted(want)
+        assert max(per_turn.values()) <= step, max(per_turn.values())
+        fresh = Informer(client, "nodes")
+        fresh_stop, fresh_task = await run_informer(fresh)
+        try:
+            assert inf.store == fresh.store and list(inf.store) != []
+        finally:
+            fresh_stop.set()
+            await fresh_task
+    finally:
+        ticking.cancel()
         stop.set()
         await task

@@ -1,5 +1,6 @@
 """The watch-fed scheduler state against the embedded API server: pods count once they carry
-hami.io/vgpu-node, a re-LIST after 410 Gone does not count any pod twice, a watch broken by a
+hami.io/vgpu-node, a re-LIST after 410 Gone does not count any pod twice and leaves the caches a
+fresh scheduler builds (thousands changed, stepped through the loop), a watch broken by a
 server restart heals and the cache converges on what changed while it was down, terminal and
 deleted pods release their devices, init-container usage collapses, and a node's registration
 is decoded once per change of its text."""
@@ -13,8 +14,9 @@ import pytest
 
 from hami.device import codec
 from hami.device.model import ContainerDevice
+from hami.kube.informer import REPLACE_STEP
 from tests.kube.helpers import eventually, gpu_uuid, pod_obj
-from tests.kube.scheduler_env import hami_nodes, running_env
+from tests.kube.scheduler_env import hami_nodes, running_env, start_env, stop_env
 
 
 def placed(name: str, node: str, mem: int, cores: int = 0, *, gpu: int = 0, init: bool = False,
@@ -75,6 +77,56 @@ async def test_relist_after_gone_counts_nothing_twice(env, apiserver):
     await eventually(lambda: pods.relists_gone >= 1 and "default/c" in pods.store, timeout=10)
     assert used(env, "n0") == (3, 3500, 30)
     assert env.sched.state.index.pod_count == 3
+
+
+def cache_view(state) -> dict:
+    """What a scheduler's caches hold, in a form two schedulers' caches compare in."""
+    index = state.index
+    return {
+        "pods": dict(state.pods.store), "nodes": dict(state.nodes.store), "quotas": dict(state.quotas.store),
+        "records": {uid: index.pod(uid) for uid in state.uid_keys},
+        "devices": {name: [(d.id, d.count, d.totalmem, d.totalcore, d.used, d.usedmem, d.usedcores, d.health)
+                           for d in n.devices] for name, n in index.nodes.items()},
+        "registered": dict(state.registered), "usable": set(state.usable), "locked": set(state.locked),
+        "pod_keys": dict(state.pod_keys), "uid_keys": dict(state.uid_keys), "pinned": set(state.pinned),
+    }
+
+
+async def test_a_relist_of_thousands_leaves_the_caches_a_fresh_scheduler_builds(apiserver):
+    """A re-list after 410 Gone goes through the store a step at a time (hami.kube.informer); with
+    pods vanished, ended and new and nodes changed and gone in between, the caches it leaves equal
+    those a scheduler started afterwards builds from one LIST."""
+    n = int(2.5 * REPLACE_STEP)
+    for i in range(n):
+        apiserver.store.create("pods", "default", placed(f"p{i}", f"n{i % 40}", 100, 1, gpu=i % 2))
+    async with running_env(apiserver, hami_nodes(40, count=100)) as env:
+        state = env.sched.state
+        await eventually(lambda: len(apiserver.store.watchers()) >= 3)
+        before = {inf.kind: inf.replaced for inf in state.informers()}
+        await apiserver.stop()
+        for i in range(0, n, 3):
+            apiserver.store.delete("pods", "default", f"p{i}")
+        for i in range(1, n, 6):
+            pod = apiserver.store.get("pods", "default", f"p{i}")
+            apiserver.store.update("pods", "default", f"p{i}", {**pod, "status": {"phase": "Succeeded"}},
+                                   subresource="status")
+        for i in range(n, n + REPLACE_STEP):
+            apiserver.store.create("pods", "default", placed(f"p{i}", f"n{i % 40}", 200, 2, gpu=i % 2))
+        apiserver.store.delete("nodes", "", "n39")
+        apiserver.store.patch("nodes", "", "n38", b'{"metadata":{"labels":{"v":"2"}}}',
+                              "application/merge-patch+json")
+        apiserver.store.compact()
+        await apiserver.start()
+        await eventually(lambda: all(inf.relists_gone >= 1 and inf.replaced > before[inf.kind]
+                                     for inf in state.informers()), timeout=20)
+        assert state.index.pod_count == n - len(range(0, n, 3)) - len(range(1, n, 6)) + REPLACE_STEP
+        fresh = await start_env(apiserver)
+        try:
+            # both follow the same watches from here (a handshake write moves a node in both)
+            await eventually(lambda: cache_view(state) == cache_view(fresh.sched.state), timeout=10)
+            assert cache_view(state) == cache_view(fresh.sched.state)
+        finally:
+            await stop_env(fresh)
 
 
 async def test_restart_heals_and_converges(env, apiserver):
