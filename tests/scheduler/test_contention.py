@@ -136,29 +136,6 @@ def test_two_identities_rank_nodes_differently():
     assert a == [max(nodes[i:i + 4], key=lambda n: contention.rank("replica-a", n)) for i in range(46)]
 
 
-@given(st.lists(st.sampled_from("abcdefgh"), max_size=60), st.integers(1, 70),
-       st.sets(st.sampled_from("abcdefgh")), st.booleans())
-def test_the_table_of_a_decision_gives_every_nodes_key(decided, width, pending, small):
-    """The walk reads a table of the burst's nodes (one dict read a node) instead of asking each
-    node's key: both say the same of every node, also with a width past the decisions kept."""
-    c = Contention(spread=2.0)
-    if small:
-        c.nodes = contention.deque(maxlen=8)
-    for node in decided:
-        c.decided(node, 0.0)
-    c.width = width
-    own = lambda n: int(n in pending)  # noqa: E731
-    table = c.table(own)
-    key = c.keyer(own)
-    if table is None:  # the width reaches past the decisions kept: the caller asks `keyer`
-        assert width > min(len(decided), 8 if small else contention.RECENT_DECISIONS)
-        return
-    for node in "abcdefghz":
-        assert (table.get(node) or 0) == key(node) == c.key(node, own(node))
-    c.width = 0
-    assert c.table(own) is None and c.keyer(own) is None
-
-
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(
     st.tuples(st.just("decide"), st.sampled_from("abcdefgh")),
@@ -167,10 +144,12 @@ def test_the_table_of_a_decision_gives_every_nodes_key(decided, width, pending, 
     st.tuples(st.just("pending"), st.sets(st.sampled_from("abcdefgh"))),
     st.tuples(st.just("held"), st.sets(st.sampled_from("abcdefgh"))),
 ), max_size=80), st.booleans())
-def test_the_window_kept_between_decisions_ranks_and_tests_nodes_as_the_table(steps, small):
-    """`latest` (the window kept decision by decision) against `table` (built for each decision)
-    through decisions, widths that grow and shrink, and pending work that comes and goes: the same
-    nodes are contended, and every contended node's number is its key shifted by seq - width."""
+def test_the_window_kept_between_decisions_ranks_and_tests_nodes_as_their_keys(steps, small):
+    """`latest` (the window kept decision by decision, one dict read a node for the walk) against
+    each node's `key` worked out alone, through decisions, widths that grow and shrink, and pending
+    work that comes and goes: the same nodes are contended, every contended node's number is its key
+    shifted by seq - width, and no window is given when the width reaches past the decisions kept
+    (the caller asks `keyer`) or is 0."""
     c = Contention(spread=2.0)
     if small:
         c.nodes = contention.deque(maxlen=12)
@@ -189,11 +168,15 @@ def test_the_window_kept_between_decisions_ranks_and_tests_nodes_as_the_table(st
         else:
             held = {n: 1 for n in arg}
         own = lambda n, pending=pending, held=held: int(n in pending or n in held)  # noqa: E731  (held is pending)
-        table, kept = c.table(own), c.latest(own, held)
-        assert (table is None) == (kept is None)
-        if table is None:
+        kept = c.latest(own, held)
+        if kept is None:
+            assert c.width > len(c.nodes)
+            assert c.keyer(own) is not None  # the caller's way for a width past the decisions kept
             continue
         for node in "abcdefghz":
-            assert bool(table.get(node)) == bool(kept.get(node))
-            if table.get(node):
-                assert kept[node] - table[node] == c.seq - c.width
+            key = c.key(node, own(node))
+            assert bool(kept.get(node)) == bool(key)
+            if key:
+                assert kept[node] - key == c.seq - c.width
+    c.width = 0
+    assert c.latest(lambda n: 1, {}) is None and c.keyer(lambda n: 1) is None

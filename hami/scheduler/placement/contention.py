@@ -61,7 +61,7 @@ OTHERS_SEEN_S = 5.0
 WIDE = 1 << 30  # the width while another scheduler binds: every node this replica has work on is contended
 # Decision sequence numbers kept for nodes not decided for this long (decisions) are dropped.
 FORGET_AFTER = 65536
-# The latest decisions kept in order (`Contention.table`, `Contention.latest`): a width up to this is answered
+# The latest decisions kept in order (`Contention.latest`): a width up to this is answered
 # from them.
 RECENT_DECISIONS = 8192
 
@@ -164,33 +164,17 @@ class Contention:
             floor = self.seq - FORGET_AFTER
             self.last = {n: s for n, s in self.last.items() if s > floor}
 
-    def table(self, own_pending: Callable[[str], int], held: Mapping[str, int] | None = None) -> dict[str, int] | None:
-        """`key` of every node this replica decided for within the width, in one dict for one
-        decision (a node absent or 0 is not contended by this replica), built from the latest
-        decisions: O(width) once, then a dict read per node the walk passes. None when the width
-        is 0 or reaches past the decisions kept (then `keyer`: a width wider than every decision
-        made, as WIDE is, counts nodes never decided for too). `held`: the decisions held per node,
-        the first thing `own_pending` asks, read here first (a burst's nodes mostly have one) so
-        that `own_pending` is called only for the others."""
-        width, seq = self.width, self.seq
-        if width <= 0 or width > len(self.nodes):
-            return None
-        keys: dict[str, int] = {}
-        quick = (held if held is not None else {}).get
-        for decided, node in islice(reversed(self.nodes), width):
-            if node not in keys:  # the node's latest decision comes first
-                keys[node] = width - (seq - decided) if quick(node) or own_pending(node) else 0
-        return keys
-
     def latest(self, own_pending: Callable[[str], int], held: Mapping[str, int]) -> dict[str, int] | None:
-        """`table`'s answer in another unit, for one decision: every node this replica decided for
-        within the width with the sequence number of its latest decision there, or 0 when its work
-        is not pending (`held`: the decisions held per node, counts above 0; `own_pending` is asked
-        only of the window's other nodes). A node's number is its key plus (seq - width), one shift
-        for every node, so both rank and test the nodes alike (the walk and `choose` only compare
-        them and test them for 0); None where `table` gives None. The window is kept from decision
-        to decision (`decided`) and only its nodes without a held decision are asked, so a decision
-        costs a copy of the window instead of a key worked out per node."""
+        """The burst's contended nodes for one decision, read by the walk with one dict read a node
+        (`key`'s answer in another unit): every node this replica decided for within the width,
+        with the sequence number of its latest decision there, or 0 when its work is not pending
+        (`held`: the decisions held per node, counts above 0; `own_pending` is asked only of the
+        window's other nodes). A node's number is its key plus (seq - width), one shift for every
+        node, so both rank and test the nodes alike (the walk and `choose` only compare them and
+        test them for 0). None when the width is 0 or reaches past the decisions kept (then
+        `keyer`). The window is kept from decision to decision (`decided`) and only its nodes
+        without a held decision are asked, so a decision costs a copy of the window instead of a
+        key worked out per node."""
         width, nodes = self.width, self.nodes
         if width <= 0 or width > len(nodes):
             return None
@@ -268,7 +252,7 @@ def choose(fits: Sequence[T], key: Callable[[str], int] | None, tie_rank: Callab
     best, best_key = None, None
     for i, f in enumerate(fits):
         k = key(node_of(f))
-        if not k:  # 0, or None from a table's get: not contended
+        if not k:  # 0, or None from the window's get: not contended
             if i == 0 or tie_rank is None:
                 return f
             tied = [g for g in fits[i:] if score_of(g) == score_of(f) and not key(node_of(g))]
