@@ -30,3 +30,8 @@ def test_quick_soak_completes_with_correct_answers(tmp_path):
     assert [c.strip() for c in rows[0].split("|")[1:5]] == ["figure", "measured", "goal", "floor"]
     names = [r.split("|")[1].strip() for r in rows[2:]]
     assert names[0] == "scheduler RSS after sync" and names[1].startswith("idle allocation per 120 s")
+    measured, goal = (c.strip() for c in rows[2].split("|")[2:4])
+    ratio = load["rss_mib_synced"] / (load["rss_mib_before"] + load["raw_json_mib"])
+    shown = measured.rpartition("= ")[2]
+    assert shown.endswith("x the floor") and abs(float(shown.split("x")[0]) - ratio) < 0.006, measured
+    assert goal.startswith("<= 1.5x the floor")
