@@ -485,3 +485,55 @@ async def test_a_relist_ends_with_the_store_a_fresh_list_gives_each_turn_bounded
         ticking.cancel()
         stop.set()
         await task
+
+
+async def test_a_relist_whose_handlers_take_time_gives_the_loop_a_turn_within_the_budget(apiserver, client):
+    """What changed while the watch was down costs its handlers' work: a turn of the re-list's
+    replace ends once they took REPLACE_BUDGET, long before REPLACE_STEP objects. The handler
+    here takes at least 1 ms an event, so no turn can hold more than budget / 1 ms + 1 of them
+    (a slower machine only makes it fewer)."""
+    import time
+
+    from hami.kube import informer as infmod
+
+    for i in range(40):
+        apiserver.store.create("nodes", "", node_obj(f"n{i}"))
+    turn = 0
+    per_turn: dict[int, int] = {}
+    slow = False
+
+    def handler(etype, old, new):
+        if slow:
+            time.sleep(0.001)  # a handler with work to do (a registration decoded, usage recounted)
+            per_turn[turn] = per_turn.get(turn, 0) + 1
+
+    inf = Informer(client, "nodes", handler=handler)
+    stop, task = await run_informer(inf)
+
+    async def ticker() -> None:
+        nonlocal turn
+        while True:
+            await asyncio.sleep(0)
+            turn += 1
+
+    ticking = asyncio.create_task(ticker())
+    try:
+        await eventually(lambda: bool(apiserver.store.watchers()), timeout=10)
+        await apiserver.stop()
+        for i in range(0, 40, 2):
+            apiserver.store.delete("nodes", "", f"n{i}")
+        for i in range(1, 40, 2):
+            apiserver.store.patch("nodes", "", f"n{i}", b'{"metadata":{"labels":{"v":"2"}}}',
+                                  "application/merge-patch+json")
+        apiserver.store.compact()
+        replaced = inf.replaced
+        slow = True
+        await apiserver.start()
+        await eventually(lambda: inf.relists_gone >= 1 and inf.replaced > replaced, timeout=20)
+        assert sum(per_turn.values()) == 40
+        assert infmod.REPLACE_BUDGET <= 0.005  # a budget well under the 20 events a pass here has
+        assert max(per_turn.values()) <= int(infmod.REPLACE_BUDGET / 0.001) + 1, per_turn
+    finally:
+        ticking.cancel()
+        stop.set()
+        await task
