@@ -1,7 +1,8 @@
 """Pure pieces behind the requeue wakes, /prioritize and /preempt.
 
 Covers: which failure reasons each kind of change could remove (`requeue.could_help`); the wake list
-goes only to pods that now fit on a changed candidate node, oldest failure first, one wake per failure;
+goes only to pods that now fit on a changed candidate node, oldest failure first, one wake per failure,
+one pod at a time (`wakes`: a pod woken or forgotten while the caller waited is passed over);
 prioritize scaling (binpack: highest score 10, spread: lowest 10, ties all 10, non-fitting 0);
 `select_victims` returns an inclusion-minimal set (every victim needed, checked by putting each back)
 and drops nodes no set helps; a victim in the preemptor's namespace gives its ResourceQuota share back
@@ -61,6 +62,20 @@ def test_wake_list_only_pods_that_now_fit_oldest_first_once():
     for p, _ in got:
         book.woken(p.uid, 3.0)
     assert requeue.wake_list(book, {(requeue.FREED, "n0"): {"d"}}, index.nodes) == []
+
+
+def test_wakes_judges_one_pod_at_a_time_and_passes_over_one_gone_meanwhile():
+    index = UsageIndex(NV)
+    index.set_node("n0", [GPU])
+    book = requeue.PendingBook()
+    for i, uid in enumerate(("first", "bound", "woken", "last")):
+        book.record(uid, "d", uid, req(5000), ["n0"], {"n0": "1/1 CardInsufficientMemory"}, now=float(i))
+    passing = requeue.wakes(book, {(requeue.FREED, "n0"): {"d"}}, index.nodes)
+    first = next(passing)
+    assert (first[0].uid, first[1]) == ("first", "n0")
+    book.forget("bound")  # bound while the waker waited for its token
+    book.woken("woken", 9.0)  # woken by an earlier pass meanwhile
+    assert [(p.uid, n) for p, n in passing] == [("last", "n0")]
 
 
 @settings(max_examples=60, deadline=None)

@@ -10,7 +10,8 @@ ResourceQuota raised). The waker (hami.scheduler.cache.waker) asks this module w
   `FREED` (a pod's devices released): capacity reasons only; `DEVICES` (registration, health,
   cordon): any device reason; `QUOTA`: ResourceQuotaNotFit only. Type, UUID and custom-rule
   mismatches never change with capacity.
-- `wake_list(book, changes, nodes)`: the pods to wake, oldest failure first: a pod qualifies when a
+- `wake_list(book, changes, nodes)` (`wakes(...)`: the same, one pod at a time, for a caller that
+  yields the event loop between pods): the pods to wake, oldest failure first: a pod qualifies when a
   changed node is one of its candidates, its failure there is one the change could remove, and it
   now fits there under HAMi's fit rules (`fit.try_pod` on the current usage). Devices registered on a
   node that was not among its candidates (a new node) count too, when that node passes the pod's
@@ -20,7 +21,7 @@ ResourceQuota raised). The waker (hami.scheduler.cache.waker) asks this module w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from hami.kubesched.nodeaffinity import node_matches
@@ -92,6 +93,50 @@ class PendingBook:
             p.woken_at = now
 
 
+def wakes(book: PendingBook, changes: Mapping[tuple[str, str], set[str]],
+          nodes: Mapping[str, NodeUsage],
+          labels_of: Callable[[str], Mapping[str, str] | None] | None = None) -> Iterator[tuple[Pending, str | None]]:
+    """`wake_list` one pending pod at a time: (pod, the node it now fits on, or None), oldest failure
+    first, so a caller can give the event loop a turn between pods. A re-list after an outage
+    frees capacity on thousands of nodes at once: 10 pending pods against 5,000 changed nodes took
+    10 ms in one step. A pod woken or forgotten (bound, gone) while the caller waited is passed over.
+    Each (reason, kind) is judged once per pass (the same FailedNodes text repeats across nodes)."""
+    quota_ns = changes.get((QUOTA, ""), set())
+    by_node: dict[str, set[str]] = {}
+    for (kind, node), _ in changes.items():
+        if kind != QUOTA:
+            by_node.setdefault(node, set()).add(kind)
+    judged: dict[tuple[str, str], bool] = {}
+
+    def helps(reason: str, kind: str) -> bool:
+        verdict = judged.get((reason, kind))
+        if verdict is None:
+            verdict = judged[(reason, kind)] = could_help(reason, kind)
+        return verdict
+
+    for p in sorted(book.pods.values(), key=lambda p: p.failed_at):
+        if p.woken_at is not None or book.pods.get(p.uid) is not p:
+            continue  # one wake per failure: the next /filter rejection records a new one
+        tried: list[str] = []
+        for node, kinds in by_node.items():
+            if node in p.nodes:
+                if any(helps(p.reasons.get(node, m.NODE_UNFIT_POD), k) for k in kinds):
+                    tried.append(node)
+            elif DEVICES in kinds:  # a node that was no candidate then (new, or registered since)
+                labels = labels_of(node) if labels_of is not None else None
+                if labels is None or node_matches(p.node_selector, p.affinity_terms, labels, node):
+                    tried.append(node)
+        if p.namespace in quota_ns:
+            tried.extend(n for n, r in p.reasons.items() if helps(r, QUOTA) and n not in tried)
+        fits = None
+        for node in tried:
+            usage = nodes.get(node)
+            if usage is not None and try_pod(usage, p.request).__class__ is not str:
+                fits = node
+                break
+        yield p, fits
+
+
 def wake_list(book: PendingBook, changes: Mapping[tuple[str, str], set[str]],
               nodes: Mapping[str, NodeUsage],
               labels_of: Callable[[str], Mapping[str, str] | None] | None = None) -> list[tuple[Pending, str]]:
@@ -100,29 +145,4 @@ def wake_list(book: PendingBook, changes: Mapping[tuple[str, str], set[str]],
     `changes` maps (kind, node) -> namespaces for FREED/DEVICES (node set), and (QUOTA, "") ->
     the namespaces whose quota changed. `labels_of(node)`: the node's labels (None: unknown).
     """
-    quota_ns = changes.get((QUOTA, ""), set())
-    by_node: dict[str, set[str]] = {}
-    for (kind, node), _ in changes.items():
-        if kind != QUOTA:
-            by_node.setdefault(node, set()).add(kind)
-    out = []
-    for p in sorted(book.pods.values(), key=lambda p: p.failed_at):
-        if p.woken_at is not None:
-            continue  # one wake per failure: the next /filter rejection records a new one
-        tried: list[str] = []
-        for node, kinds in by_node.items():
-            if node in p.nodes:
-                if any(could_help(p.reasons.get(node, m.NODE_UNFIT_POD), k) for k in kinds):
-                    tried.append(node)
-            elif DEVICES in kinds:  # a node that was no candidate then (new, or registered since)
-                labels = labels_of(node) if labels_of is not None else None
-                if labels is None or node_matches(p.node_selector, p.affinity_terms, labels, node):
-                    tried.append(node)
-        if p.namespace in quota_ns:
-            tried.extend(n for n, r in p.reasons.items() if could_help(r, QUOTA) and n not in tried)
-        for node in tried:
-            usage = nodes.get(node)
-            if usage is not None and try_pod(usage, p.request).__class__ is not str:
-                out.append((p, node))
-                break
-    return out
+    return [(p, node) for p, node in wakes(book, changes, nodes, labels_of) if node is not None]

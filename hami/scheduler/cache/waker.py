@@ -34,6 +34,8 @@ from hami.scheduler.placement.usage import UsageIndex
 log = get_logger(__name__)
 
 REQUEUE_ANNOTATION = REQUEUE_AT_ANNOTATION
+# The loop time one turn of a wake pass may take judging pods before it yields (requeue.wakes).
+WAKE_BUDGET = 0.002
 
 
 class Waker:
@@ -104,11 +106,18 @@ class Waker:
             self.idle = False
             await asyncio.sleep(self.debounce)  # coalesce a burst of frees into one pass
             changes, self.changes = self.changes, {}
-            for pending, node in requeue.wake_list(self.book, changes, self.index_of().nodes, self.labels_of):
+            began = time.perf_counter()
+            for pending, node in requeue.wakes(self.book, changes, self.index_of().nodes, self.labels_of):
                 if stop.is_set():
                     return
-                await self._take_token()
-                await self._send(pending, node)
+                if node is not None:
+                    await self._take_token()
+                    await self._send(pending, node)
+                elif time.perf_counter() - began < WAKE_BUDGET:
+                    continue
+                else:
+                    await asyncio.sleep(0)  # a long pass (a re-list freed thousands of nodes) must not hold /filter
+                began = time.perf_counter()
 
     async def _take_token(self) -> None:
         while True:
