@@ -149,7 +149,8 @@ def test_the_window_kept_between_decisions_ranks_and_tests_nodes_as_their_keys(s
     each node's `key` worked out alone, through decisions, widths that grow and shrink, and pending
     work that comes and goes: the same nodes are contended, every contended node's number is its key
     shifted by seq - width, and no window is given when the width reaches past the decisions kept
-    (the caller asks `keyer`) or is 0."""
+    (the caller asks `keyer`) or is 0. The answer is the kept window itself only while every node in
+    it is pending, and the kept window is never written with a 0."""
     c = Contention(spread=2.0)
     if small:
         c.nodes = contention.deque(maxlen=12)
@@ -169,6 +170,9 @@ def test_the_window_kept_between_decisions_ranks_and_tests_nodes_as_their_keys(s
             held = {n: 1 for n in arg}
         own = lambda n, pending=pending, held=held: int(n in pending or n in held)  # noqa: E731  (held is pending)
         kept = c.latest(own, held)
+        if kept is not None:  # the kept window is never written with a node's 0 (a copy is)
+            assert all(c.window[n] for n in c.window)
+            assert (kept is c.window) == all(own(n) for n in c.window)
         if kept is None:
             assert c.width > len(c.nodes)
             assert c.keyer(own) is not None  # the caller's way for a width past the decisions kept

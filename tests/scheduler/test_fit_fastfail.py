@@ -167,3 +167,25 @@ def test_filtering_failed_messages_group_shared_reasons():
         "3 nodes CardInsufficientMemory(n1,n2,n3)",
         "1 nodes CardTimeSlicingExhausted(n1)",
     ]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(node_devices, container.filter(lambda r: r is not None), pod_parts,
+       st.sampled_from(["NVIDIA", "NVIDIA A100", "AMD MI100"]), st.integers(0, 2))
+def test_device_order_keys_plain_policies_in_one_pass_as_sort_devices_orders(specs, req, parts, rtype, again):
+    """`device_order` keys the plain binpack and spread policies' devices in its scoring pass; the
+    order is the reference's: every device's `device_score` (the request counted where its type is
+    the device's), sorted by `policy.sort_devices` (Go's sort.Sort), for every policy, numa-bind,
+    request type and usage (the score memo read again after a usage change)."""
+    from hami.scheduler.placement.policy import device_score, sort_devices
+
+    node = make_node(specs)
+    req = replace(req, type=rtype)
+    opts = make_pod(parts).options
+    for step in range(again + 1):
+        if step:
+            node.devices[step % len(node.devices)].used += 1
+            node.devices[0].usedmem += 700
+        want = [(device_score(d, (req,), opts.weights), d) for d in node.devices]
+        sort_devices(want, opts.policy, opts.numa_bind)
+        assert [d.id for d in fit.device_order(node.devices, req, opts)] == [d.id for _, d in want]

@@ -341,3 +341,27 @@ def test_a_tie_of_a_thousand_idle_nodes_fits_a_few_not_all():
                      pending=lambda n: 1 if n == "n0" else 0, tie_rank=rank)
     assert walk.node == max(names_list[1:], key=rank)
     assert len(fitted) < 40
+
+
+def test_a_stale_pending_node_is_checked_when_no_idle_node_fits():
+    """The walk passes a pending node by without reading its score; when no idle node fits and the
+    pending ones are fitted, a stale one among them re-sorts first, so the answer is the fallback
+    select_node gives over the live scores."""
+    idx = _index(4)
+    names_list = [f"n{i}" for i in range(4)]
+    names = NameList(names_list)
+    pod = pod_request([req(1, 100, 101, 0)], 0, {})
+    for i in range(4):
+        idx.add_pod(f"p{i}", f"n{i}", ((ContainerDevice(f"G{i}-0", "NVIDIA", 1000 * (i + 1), 0),),))
+    first_fit(names, idx.nodes, idx.changes, True, lambda n: try_pod(n, pod), need=memory_need(pod),
+              pending=lambda n: 0)
+    n2 = idx.nodes["n2"]
+    n2.changes = None  # a change the log never hears of: n2 is now the fullest
+    n2.devices[0].usedmem += 20000
+    n2.invalidate()
+    pending = {n: 1 for n in names_list}  # every node pending: all are passed by, then fitted
+    before = names.order(True).rebuilds
+    got = first_fit(names, idx.nodes, idx.changes, True, lambda n: try_pod(n, pod), need=memory_need(pod),
+                    pending=lambda n: pending[n])
+    assert names.order(True).rebuilds == before + 1
+    assert got.node == select_node(idx.nodes, names_list, pod).node == "n2"

@@ -64,11 +64,13 @@ WEBHOOK_OFFLOOP_BYTES = 64 * 1024
 SCAN_MIN_BYTES = 16384
 
 
+def _bad(field: str, want: str, value: Any) -> str:
+    return f"extender args: {field}: expected {want}, got {type(value).__name__}"
+
+
 def _shape_error(pod: dict, node_names: Any, nodes: Any) -> str:
     """Kubernetes validates every Pod; a body not shaped like one is refused here, naming the field."""
-    def bad(field: str, want: str, value: Any) -> str:
-        return f"extender args: {field}: expected {want}, got {type(value).__name__}"
-
+    bad = _bad
     meta = pod.get("metadata")
     if meta is not None and not isinstance(meta, dict):
         return bad("Pod.metadata", "an object", meta)

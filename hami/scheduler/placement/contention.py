@@ -173,8 +173,9 @@ class Contention:
         node, so both rank and test the nodes alike (the walk and `choose` only compare them and
         test them for 0). None when the width is 0 or reaches past the decisions kept (then
         `keyer`). The window is kept from decision to decision (`decided`) and only its nodes
-        without a held decision are asked, so a decision costs a copy of the window instead of a
-        key worked out per node."""
+        without a held decision are asked, so a decision costs no key worked out per node. The answer
+        is the window itself unless one of its nodes' work is no longer pending (then a copy with
+        those at 0): read it for this decision only, as `decided` changes the window."""
         width, nodes = self.width, self.nodes
         if width <= 0 or width > len(nodes):
             return None
@@ -195,9 +196,13 @@ class Contention:
                 if window.get(node) == decided:
                     del window[node]
             self.window_width = width
-        out = dict(window)
+        out = window  # copied only when a node's work is no longer pending (the walk only reads it)
+        if held.keys() >= window.keys():  # (a burst's usual case: every node of the window holds a decision)
+            return out
         for node in window.keys() - held.keys():
             if not own_pending(node):
+                if out is window:
+                    out = dict(window)
                 out[node] = 0
         return out
 

@@ -55,7 +55,9 @@ from hami.scheduler.placement.migplace import is_mig_request, mig_feasible, take
 from hami.scheduler.placement.podfilter import split_types as _split_types
 from hami.scheduler.placement.podfilter import split_uuids as _split_uuids
 from hami.scheduler.placement.policy import (
+    BINPACK,
     MUTEX,
+    SPREAD,
     TOPOLOGY,
     device_score,
     f32,
@@ -549,18 +551,30 @@ def device_order(devices: Sequence[DeviceState], request: ContainerDeviceRequest
     reqs = (request,)
     weights = opts.weights
     rtype = request.type
+    policy = opts.policy
+    # The plain binpack and spread policies on up to 12 devices: each device keyed as
+    # `sorted_devices` keys it, (score or -score, numa, position), in this one pass.
+    keyed = len(devices) <= 12 and not opts.numa_bind and (policy == BINPACK or policy == SPREAD)
+    binpack = policy == BINPACK
     items = []
-    for d in devices:
+    for i, d in enumerate(devices):
         if d.type == rtype:  # the request counts in this device's score (§6.2)
-            items.append((device_score(d, reqs, weights), d))
-            continue
-        # Otherwise the score is the device's own utilisation: a burst re-sorts a node after each
-        # pod placed on it, and only the device that pod took has a new score.
-        m = d.score_memo
-        if m is None or m[0] is not weights or m[1] != d.used or m[2] != d.usedcores or m[3] != d.usedmem:
-            m = d.score_memo = (weights, d.used, d.usedcores, d.usedmem, device_score(d, reqs, weights))
-        items.append((m[4], d))
-    return sorted_devices(items, opts.policy, opts.numa_bind)
+            s = device_score(d, reqs, weights)
+        else:
+            # Otherwise the score is the device's own utilisation: a burst re-sorts a node after
+            # each pod placed on it, and only the device that pod took has a new score.
+            m = d.score_memo
+            if m is None or m[0] is not weights or m[1] != d.used or m[2] != d.usedcores or m[3] != d.usedmem:
+                m = d.score_memo = (weights, d.used, d.usedcores, d.usedmem, device_score(d, reqs, weights))
+            s = m[4]
+        if keyed:
+            items.append((s if binpack else -s, d.numa, i, d))
+        else:
+            items.append((s, d))
+    if keyed:
+        items.sort()
+        return [k[3] for k in items]
+    return sorted_devices(items, policy, opts.numa_bind)
 
 
 def _order_for(

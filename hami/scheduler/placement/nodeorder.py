@@ -16,8 +16,9 @@ after request and a placement changes one node's score, so the order is kept her
   nodes only when no other node fits, as /filter's avoid-locked rule does; FailedNodes complete,
   in `select_node`'s order, when nothing fits.
 
-Every walked entry is also checked against the live node's score; a mismatch (a change the log
-missed) re-sorts and walks again (tests/scheduler/test_nodeorder.py compares with `select_node`).
+Every entry the walk fits is also checked against the live node's score (a pending node it passes
+by, when it is fitted: no idle node fit); a mismatch (a change the log missed) re-sorts and walks
+again (tests/scheduler/test_nodeorder.py compares with `select_node`).
 """
 
 from __future__ import annotations
@@ -181,21 +182,20 @@ def first_fit(
         caps = order.caps
         skip = need is not None
         skipped = False
-        deferred: list[tuple[int, str, Any]] = []  # (pending, name, usage), in walk order
+        passed = False  # a pending node passed by (gathered again only when no idle node fits)
         for k, p in order.entries:
             if skip and caps[p] < need:
                 skipped = True
                 continue
             name = name_of[p]
+            # (a pending node passed by is not fitted here, so its score is checked when it is)
+            if pending is not None and pending(name):
+                passed = True
+                continue
             n = usages[p]  # nodes[name]: the index logs each node it adds, replaces or removes
             if attempt == 0 and (n is None or k != (-n.score_value if descending else n.score_value)):
                 stale = True  # a change the log missed: re-sort and walk again
                 break
-            if pending is not None:
-                queued = pending(name)
-                if queued:
-                    deferred.append((queued, name, n))
-                    continue
             tried += 1
             r = try_fit(n)
             if r.__class__ is str:
@@ -205,7 +205,7 @@ def first_fit(
                 if busy_fit is None:
                     busy_fit = (name, n, r)
                 continue
-            if deferred and tie_rank is not None:
+            if passed and tie_rank is not None:
                 return _ranked_tie(order, k, p, name, n, r, failed, tried, nodes, try_fit, pending, tie_rank)
             return Walk(name, n, r, failed, tried)
         if stale:
@@ -213,6 +213,10 @@ def first_fit(
             continue
         if busy_fit is not None:
             return Walk(busy_fit[0], busy_fit[1], busy_fit[2], failed, tried)
+        deferred = _passed_by(order, need if skip else None, pending, attempt == 0) if passed else []
+        if deferred is None:
+            order.rebuild(nodes, log)
+            continue
         if deferred:
             walked = dict.fromkeys(d[1] for d in deferred)
             deferred.sort(key=itemgetter(0))  # stable: within a level, in walk order
@@ -237,6 +241,26 @@ def first_fit(
                 failed = head
         return Walk(None, None, None, failed, tried)
     raise AssertionError("unreachable: a walk after a re-sort is never stale")  # pragma: no cover
+
+
+def _passed_by(order: ScoreOrder, need: int | None, pending: Callable[[str], int],
+               check: bool) -> list[tuple[int, str, Any]] | None:
+    """The pending nodes `first_fit` passed by, as (pending, name, usage) in walk order: gathered
+    again only when no idle node fits (a burst's walk passes dozens and nearly always fits an idle
+    one). None when one's score is stale (`check`: the first walk), as the walk answers for a fit."""
+    name_of, usages, caps, descending = order.names.names, order.usages, order.caps, order.descending
+    out = []
+    for k, p in order.entries:
+        if need is not None and caps[p] < need:
+            continue
+        name = name_of[p]
+        queued = pending(name)
+        if queued:
+            n = usages[p]
+            if check and (n is None or k != (-n.score_value if descending else n.score_value)):
+                return None
+            out.append((queued, name, n))
+    return out
 
 
 def _ranked_tie(order, key, pos, name, usage, fit, failed, tried, nodes, try_fit, pending, tie_rank) -> Walk:
