@@ -1,7 +1,8 @@
 """Informer (reflector) against the embedded API server: LIST then WATCH into the store, handler
 order and arguments, re-LIST on 410 Gone with synthetic DELETED for vanished objects and no
 event for unchanged ones (a re-LIST of thousands stepped through the loop, ending in the store a
-fresh LIST gives), resuming after a server restart without a re-LIST, silent-watch
+fresh LIST gives, unchanged objects kept as they were; one broken off midway still gives a failed
+handler its object again), resuming after a server restart without a re-LIST, silent-watch
 reconnect, bookmarks advancing the resourceVersion, and backoff after errors. A failing handler is
 counted and repaired: by the handler's per-object resync when it has one (no re-LIST), else by a
 re-LIST that dispatches the object again and runs the resync callbacks; `health()` names the pending resync, a missing
@@ -457,6 +458,7 @@ async def test_a_relist_ends_with_the_store_a_fresh_list_gives_each_turn_bounded
         await eventually(lambda: bool(apiserver.store.watchers()), timeout=10)
         events.clear()
         per_turn.clear()
+        unchanged = inf.store["n3"]
         await apiserver.stop()
         for i in range(0, 3 * step, 2):  # half of them vanish
             apiserver.store.delete("nodes", "", f"n{i}")
@@ -474,6 +476,7 @@ async def test_a_relist_ends_with_the_store_a_fresh_list_gives_each_turn_bounded
                 + [("ADDED", f"m{i}") for i in range(2 * step)])
         assert sorted(events) == sorted(want)
         assert max(per_turn.values()) <= step, max(per_turn.values())
+        assert inf.store["n3"] is unchanged  # listed at the stored version: the object handlers were given
         fresh = Informer(client, "nodes")
         fresh_stop, fresh_task = await run_informer(fresh)
         try:
@@ -535,5 +538,56 @@ async def test_a_relist_whose_handlers_take_time_gives_the_loop_a_turn_within_th
         assert max(per_turn.values()) <= int(infmod.REPLACE_BUDGET / 0.001) + 1, per_turn
     finally:
         ticking.cancel()
+        stop.set()
+        await task
+
+
+class PagesFailing:
+    """The informer's client, with one LIST page call (counted from 1) answered 500."""
+
+    def __init__(self, client, fail_call: int) -> None:
+        self.client, self.fail_call, self.calls = client, fail_call, 0
+
+    async def list(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls == self.fail_call:
+            from hami.apierror import ApiError
+
+            raise ApiError(500, "InternalError", "the page was lost")
+        return await self.client.list(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+
+async def test_a_relist_broken_off_midway_still_gives_a_failed_handler_its_object_again(apiserver, client):
+    """LIST pages replace the store as they arrive; a handler that failed on an object gets it
+    again from the re-LIST that follows, even when that re-LIST broke off before the object's page
+    and the next one had to start over."""
+    for i in range(6):
+        apiserver.store.create("nodes", "", node_obj(f"n{i}"))
+    seen: list[tuple[str, str]] = []
+    failed_once = False
+
+    def handler(etype, old, new):
+        nonlocal failed_once
+        name = (new if new is not None else old)["metadata"]["name"]
+        if name == "n5" and not failed_once:
+            failed_once = True
+            raise RuntimeError("the handler's own trouble")
+        seen.append((etype, name))
+
+    rebuilt: list[bool] = []
+    # pages of 2: the first LIST is calls 1-3 (n5 on its third page), the re-LIST breaks at call 5
+    pages = PagesFailing(client, fail_call=5)
+    inf = Informer(pages, "nodes", handler=handler, page_size=2, backoff_initial=0.05)
+    inf.resync_handlers.append(lambda: rebuilt.append(True))
+    stop, task = await run_informer(inf)
+    try:
+        await eventually(lambda: ("MODIFIED", "n5") in seen and inf.health() == "", timeout=10)
+        assert pages.calls >= 8  # the first LIST, the broken re-LIST, the one that finished
+        assert seen.count(("ADDED", "n5")) == 0 and rebuilt  # the consumers rebuilt too
+        assert set(inf.store) == {f"n{i}" for i in range(6)}
+    finally:
         stop.set()
         await task
