@@ -284,7 +284,7 @@ class Informer:
         page's objects replace their predecessors as the page arrives, so an old object is freed
         while the LIST is still being read and its memory can hold the next pages' objects (built
         whole first, the re-list's new objects all went to fresh memory: resident memory right after
-        a re-list was 10-13 % higher). Meanwhile the store holds each object either as it was or as
+        a re-list was 7-13 % higher). Meanwhile the store holds each object either as it was or as
         listed (the watch is not running, so no event comes in between; the LIST is one snapshot
         across its pages); the vanished are deleted at the end. An object listed at the version the
         store has stays as it is, the one its handlers were given; the new copy is freed at once.
