@@ -3,12 +3,49 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid as _uuid
 
 from hami.config import Config, KubeSettings, SchedulerSettings
 from hami.device import codec
 from hami.device.model import DeviceInfo
 from hami.kube.client import KubeClient
+
+
+class LoopTurns:
+    """The event loop's turns, counted while inside `async with` (a task that yields once a turn),
+    and how many calls of some work each turn held (`count()`, called from the work): a test that
+    the work gives the loop a turn every so often bounds `most()`."""
+
+    def __init__(self) -> None:
+        self.turn = 0
+        self.per_turn: dict[int, int] = {}
+        self._task: asyncio.Task | None = None
+
+    def count(self) -> None:
+        self.per_turn[self.turn] = self.per_turn.get(self.turn, 0) + 1
+
+    def most(self) -> int:
+        return max(self.per_turn.values(), default=0)
+
+    def total(self) -> int:
+        return sum(self.per_turn.values())
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(0)
+            self.turn += 1
+
+    async def __aenter__(self) -> LoopTurns:
+        self._task = asyncio.create_task(self._tick())
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 class Clock:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 
 from hami.kube.informer import Informer
-from tests.kube.helpers import eventually, node_obj, pod_obj
+from tests.kube.helpers import LoopTurns, eventually, node_obj, pod_obj
 
 
 class Recorder:
@@ -436,56 +436,47 @@ async def test_a_relist_ends_with_the_store_a_fresh_list_gives_each_turn_bounded
     step = infmod.REPLACE_STEP
     for i in range(3 * step):
         apiserver.store.create("nodes", "", node_obj(f"n{i}"))
-    turn = 0
-    per_turn: dict[int, int] = {}
+    turns = LoopTurns()
     events: list[tuple[str, str]] = []
 
     def handler(etype, old, new):
         events.append((etype, (new if new is not None else old)["metadata"]["name"]))
-        per_turn[turn] = per_turn.get(turn, 0) + 1
+        turns.count()
 
     inf = Informer(client, "nodes", handler=handler)
     stop, task = await run_informer(inf)
-
-    async def ticker() -> None:
-        nonlocal turn
-        while True:
-            await asyncio.sleep(0)
-            turn += 1
-
-    ticking = asyncio.create_task(ticker())
     try:
-        await eventually(lambda: bool(apiserver.store.watchers()), timeout=10)
-        events.clear()
-        per_turn.clear()
-        unchanged = inf.store["n3"]
-        await apiserver.stop()
-        for i in range(0, 3 * step, 2):  # half of them vanish
-            apiserver.store.delete("nodes", "", f"n{i}")
-        for i in range(1, 3 * step, 4):  # a quarter change
-            apiserver.store.patch("nodes", "", f"n{i}", b'{"metadata":{"labels":{"v":"2"}}}',
-                                  "application/merge-patch+json")
-        for i in range(2 * step):
-            apiserver.store.create("nodes", "", node_obj(f"m{i}"))
-        apiserver.store.compact()
-        replaced = inf.replaced
-        await apiserver.start()
-        await eventually(lambda: inf.relists_gone >= 1 and inf.replaced > replaced, timeout=20)
-        want = ([("DELETED", f"n{i}") for i in range(0, 3 * step, 2)]
-                + [("MODIFIED", f"n{i}") for i in range(1, 3 * step, 4)]
-                + [("ADDED", f"m{i}") for i in range(2 * step)])
-        assert sorted(events) == sorted(want)
-        assert max(per_turn.values()) <= step, max(per_turn.values())
-        assert inf.store["n3"] is unchanged  # listed at the stored version: the object handlers were given
-        fresh = Informer(client, "nodes")
-        fresh_stop, fresh_task = await run_informer(fresh)
-        try:
-            assert inf.store == fresh.store and list(inf.store) != []
-        finally:
-            fresh_stop.set()
-            await fresh_task
+        async with turns:
+            await eventually(lambda: bool(apiserver.store.watchers()), timeout=10)
+            events.clear()
+            turns.per_turn.clear()
+            unchanged = inf.store["n3"]
+            await apiserver.stop()
+            for i in range(0, 3 * step, 2):  # half of them vanish
+                apiserver.store.delete("nodes", "", f"n{i}")
+            for i in range(1, 3 * step, 4):  # a quarter change
+                apiserver.store.patch("nodes", "", f"n{i}", b'{"metadata":{"labels":{"v":"2"}}}',
+                                      "application/merge-patch+json")
+            for i in range(2 * step):
+                apiserver.store.create("nodes", "", node_obj(f"m{i}"))
+            apiserver.store.compact()
+            replaced = inf.replaced
+            await apiserver.start()
+            await eventually(lambda: inf.relists_gone >= 1 and inf.replaced > replaced, timeout=20)
+            want = ([("DELETED", f"n{i}") for i in range(0, 3 * step, 2)]
+                    + [("MODIFIED", f"n{i}") for i in range(1, 3 * step, 4)]
+                    + [("ADDED", f"m{i}") for i in range(2 * step)])
+            assert sorted(events) == sorted(want)
+            assert turns.most() <= step, turns.per_turn
+            assert inf.store["n3"] is unchanged  # listed at the stored version: the object handlers were given
+            fresh = Informer(client, "nodes")
+            fresh_stop, fresh_task = await run_informer(fresh)
+            try:
+                assert inf.store == fresh.store and list(inf.store) != []
+            finally:
+                fresh_stop.set()
+                await fresh_task
     finally:
-        ticking.cancel()
         stop.set()
         await task
 
@@ -501,43 +492,34 @@ async def test_a_relist_whose_handlers_take_time_gives_the_loop_a_turn_within_th
 
     for i in range(40):
         apiserver.store.create("nodes", "", node_obj(f"n{i}"))
-    turn = 0
-    per_turn: dict[int, int] = {}
+    turns = LoopTurns()
     slow = False
 
     def handler(etype, old, new):
         if slow:
             time.sleep(0.001)  # a handler with work to do (a registration decoded, usage recounted)
-            per_turn[turn] = per_turn.get(turn, 0) + 1
+            turns.count()
 
     inf = Informer(client, "nodes", handler=handler)
     stop, task = await run_informer(inf)
-
-    async def ticker() -> None:
-        nonlocal turn
-        while True:
-            await asyncio.sleep(0)
-            turn += 1
-
-    ticking = asyncio.create_task(ticker())
     try:
-        await eventually(lambda: bool(apiserver.store.watchers()), timeout=10)
-        await apiserver.stop()
-        for i in range(0, 40, 2):
-            apiserver.store.delete("nodes", "", f"n{i}")
-        for i in range(1, 40, 2):
-            apiserver.store.patch("nodes", "", f"n{i}", b'{"metadata":{"labels":{"v":"2"}}}',
-                                  "application/merge-patch+json")
-        apiserver.store.compact()
-        replaced = inf.replaced
-        slow = True
-        await apiserver.start()
-        await eventually(lambda: inf.relists_gone >= 1 and inf.replaced > replaced, timeout=20)
-        assert sum(per_turn.values()) == 40
-        assert infmod.REPLACE_BUDGET <= 0.005  # a budget well under the 20 events a pass here has
-        assert max(per_turn.values()) <= int(infmod.REPLACE_BUDGET / 0.001) + 1, per_turn
+        async with turns:
+            await eventually(lambda: bool(apiserver.store.watchers()), timeout=10)
+            await apiserver.stop()
+            for i in range(0, 40, 2):
+                apiserver.store.delete("nodes", "", f"n{i}")
+            for i in range(1, 40, 2):
+                apiserver.store.patch("nodes", "", f"n{i}", b'{"metadata":{"labels":{"v":"2"}}}',
+                                      "application/merge-patch+json")
+            apiserver.store.compact()
+            replaced = inf.replaced
+            slow = True
+            await apiserver.start()
+            await eventually(lambda: inf.relists_gone >= 1 and inf.replaced > replaced, timeout=20)
+            assert turns.total() == 40
+            assert infmod.REPLACE_BUDGET <= 0.005  # a budget well under the 20 events a pass here has
+            assert turns.most() <= int(infmod.REPLACE_BUDGET / 0.001) + 1, turns.per_turn
     finally:
-        ticking.cancel()
         stop.set()
         await task
 
