@@ -1,4 +1,5 @@
-"""What a KubeSchedulerConfiguration makes of one profile's extender and NodeResourcesFit (pure).
+"""What a KubeSchedulerConfiguration makes of one profile's extender, NodeResourcesFit and node search
+(pure).
 
 kube-scheduler's rules, `kubescheduler.config.k8s.io/v1`:
 
@@ -9,6 +10,9 @@ kube-scheduler's rules, `kubescheduler.config.k8s.io/v1`:
   every extender become NodeResourcesFitArgs.ignoredResources of every profile, replacing what the
   profile's pluginConfig said; with none, the profile's own `pluginConfig` NodeResourcesFit args
   (`ignoredResources`, `ignoredResourceGroups`: names, and domains before the `/`) stand.
+- `percentageOfNodesToScore` (the configuration's, and a profile's own, which wins): how many feasible
+  nodes end a cycle's search (hami.kubesched.nodestoscore); unset everywhere is kube-scheduler's 0,
+  adaptive. A value outside [0-100] is refused, as kube-scheduler's validation does.
 
 `profile(doc, scheduler_name)` reads one profile of a parsed configuration; `is_interested` is
 IsInterested. A shape that is not a configuration's raises ConfigShapeError naming the field.
@@ -20,6 +24,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from hami.kubesched.nodestoscore import PercentageError, check_percentage, effective_percentage
 
 FIT_PLUGIN = "NodeResourcesFit"
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -57,6 +63,8 @@ class Profile:
     extenders: tuple[ExtenderEntry, ...]
     fit_ignored: frozenset[str]
     fit_ignored_groups: frozenset[str]
+    # the profile's percentageOfNodesToScore, else the global one, else 0 (adaptive)
+    percentage_of_nodes_to_score: int = 0
 
 
 def is_interested(managed: frozenset[str] | set[str], pod: Mapping) -> bool:
@@ -142,4 +150,15 @@ def profile(doc: Mapping, scheduler_name: str) -> Profile:
     by_extenders = frozenset().union(*(e.ignored_by_scheduler for e in extenders))
     if by_extenders:  # buildExtenders: the extenders' list replaces the profile's ignoredResources
         ignored = by_extenders
-    return Profile(scheduler_name, extenders, ignored, groups)
+    percentage = effective_percentage(_percentage(chosen, "profiles[].percentageOfNodesToScore"),
+                                      _percentage(doc, "percentageOfNodesToScore"))
+    return Profile(scheduler_name, extenders, ignored, groups, percentage)
+
+
+def _percentage(holder: Mapping, field: str) -> int | None:
+    value = holder.get("percentageOfNodesToScore")
+    try:
+        check_percentage(value, field)
+    except PercentageError as exc:
+        raise ConfigShapeError(str(exc)) from None
+    return value

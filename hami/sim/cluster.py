@@ -31,6 +31,7 @@ from hami.device import codec
 from hami.device.codec.keys import EMBEDDED_ANNOTATION
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
+from hami.kubesched.nodestoscore import ALL_NODES
 from hami.kubesched.schedconfig import FIT_PLUGIN
 from hami.kubesched.schedconfig import profile as scheduler_profile
 from hami.netaddr import dial_url
@@ -183,8 +184,10 @@ def kube_scheduler_configuration(cfg: Config) -> dict:
            "nodeCacheCapable": True, "weight": 1, "httpTimeout": "30s"}
     if not dra:
         ext["managedResources"] = [{"name": r, "ignoredByScheduler": True} for r in ignored]
+    # the chart's scheduler.kubeScheduler.percentageOfNodesToScore default: HAMi's node policy sees every node
     return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-            "leaderElection": {"leaderElect": False}, "profiles": [prof], "extenders": [ext]}
+            "leaderElection": {"leaderElect": False}, "percentageOfNodesToScore": ALL_NODES, "profiles": [prof],
+            "extenders": [ext]}
 
 
 def _limit_bytes(env: Mapping[str, str], i: int) -> int:
@@ -577,7 +580,8 @@ class EmbeddedCluster:
         prof = scheduler_profile(kube_scheduler_configuration(cfg), cfg.scheduler.scheduler_name)
         hami = KubeSchedulerLoop(client, ExtenderConfig.from_entry(prof.extenders[0], extender),
                                  cfg.scheduler.scheduler_name, dra=DynamicResources(client), dra_preemption=True,
-                                 fit_ignored=prof.fit_ignored, fit_ignored_groups=prof.fit_ignored_groups)
+                                 fit_ignored=prof.fit_ignored, fit_ignored_groups=prof.fit_ignored_groups,
+                                 percentage_of_nodes_to_score=prof.percentage_of_nodes_to_score)
         default = KubeSchedulerLoop(client, ExtenderConfig(""), DEFAULT_SCHEDULER, dra=DynamicResources(client),
                                     dra_preemption=True)
         return [asyncio.create_task(hami.run(stop), name="kube-scheduler"),
@@ -743,9 +747,11 @@ class EmbeddedCluster:
             return
         # The extenders[] entry scheduler_objects() publishes, except managedResources: every pod reaches
         # the extender, so the embedded cluster's other vendors' pods do too.
+        prof = scheduler_profile(kube_scheduler_configuration(cfg), cfg.scheduler.scheduler_name)
         loop = KubeSchedulerLoop(client, ExtenderConfig(
             extender, preempt_verb="preempt",
-            prioritize_verb="prioritize" if cfg.scheduler.extender_prioritize else ""), cfg.scheduler.scheduler_name)
+            prioritize_verb="prioritize" if cfg.scheduler.extender_prioritize else ""), cfg.scheduler.scheduler_name,
+            percentage_of_nodes_to_score=prof.percentage_of_nodes_to_score)
         tasks.append(asyncio.create_task(loop.run(stop), name="kube-scheduler"))
 
     async def _start_controllers(self, client: KubeClient, stop: asyncio.Event, tasks: list) -> None:

@@ -14,7 +14,9 @@ One scheduling cycle (`schedule_one.go`): the in-tree filters, in the default pr
 for nodeSelector and required node affinity, NodeResourcesFit, PodTopologySpread, InterPodAffinity:
 the last three in `hami.kubesched.intree`, which says what of them is modelled), each node checked with
 the pods nominated to it (priority at least the pod's) and without them, as
-`RunFilterPluginsWithNominatedPods` does; then the extender's `filterVerb` with NodeNames
+`RunFilterPluginsWithNominatedPods` does, from where the last cycle's search stopped and until
+numFeasibleNodesToFind nodes passed (`percentage_of_nodes_to_score`, hami.kubesched.nodestoscore; 100, the
+chart's setting and the default here, searches every node); then the extender's `filterVerb` with NodeNames
 (`nodeCacheCapable: true`), for a pod the extender is interested in (`HTTPExtender.IsInterested`: it
 manages no resource, or the pod asks one it manages; otherwise the extender's filter, prioritize,
 preempt and bind are skipped and DefaultBinder binds). One feasible node is taken as is; several
@@ -67,7 +69,7 @@ import orjson
 
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
-from hami.kubesched import intree, nodeaffinity, preemption, schedconfig, taints
+from hami.kubesched import intree, nodeaffinity, nodestoscore, preemption, schedconfig, taints
 from hami.kubesched import schedqueue as sq
 from hami.kubesched.pdb import victims_violating
 from hami.kubesched.schedconfig import is_interested
@@ -137,6 +139,8 @@ class SchedulerStats:
     preemptions: int = 0
     victims: int = 0
     gpu_only_preemptions: int = 0  # preemptions only `gpu_only_preemption` made possible
+    nodes_filtered: int = 0  # nodes the in-tree filters processed, summed over cycles
+    nodes_to_extender: int = 0  # feasible nodes handed to the extender's filter, summed over cycles
     attempts: dict[str, int] = field(default_factory=dict)
     bound_at: dict[str, float] = field(default_factory=dict)  # pod key -> loop clock when bound
     node_of: dict[str, str] = field(default_factory=dict)
@@ -364,8 +368,15 @@ class KubeSchedulerLoop:
                  *, http_timeout: float = 30.0, clock=time.monotonic, timings: sq.QueueTimings | None = None,
                  queueing_hints: bool = False, extender_parks: bool = False, dra: DynamicResources | None = None,
                  dra_preemption: bool = False, fit_ignored: frozenset[str] | None = None,
-                 fit_ignored_groups: frozenset[str] = frozenset()):
+                 fit_ignored_groups: frozenset[str] = frozenset(),
+                 percentage_of_nodes_to_score: int = nodestoscore.ALL_NODES):
         self.client = client
+        # The profile's percentageOfNodesToScore: 100 (the chart's, the default here) filters every node
+        # each cycle; lower, or 0 (kube-scheduler's adaptive default), stops the search at
+        # numFeasibleNodesToFind feasible nodes, starting where the last cycle stopped (nodestoscore).
+        nodestoscore.check_percentage(percentage_of_nodes_to_score, "percentage_of_nodes_to_score")
+        self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
+        self.next_start_node_index = 0
         # NodeResourcesFitArgs.ignoredResources / ignoredResourceGroups of the profile (None: without
         # DRA no extended resource is checked, as if each were an extender's ignoredByScheduler one)
         self.fit_ignored, self.fit_ignored_groups = fit_ignored, fit_ignored_groups
@@ -596,9 +607,7 @@ class KubeSchedulerLoop:
         asynchronously); else the rejector plugins (empty: an error)."""
         key = _key(pod)
         self.stats.attempts[key] = self.stats.attempts.get(key, 0) + 1
-        nodes = [self.nodes.store[n] for n in sorted(self.nodes.store)]
-        statuses: dict[str, tuple[str, str | tuple[str, ...], bool]] = {}  # node -> (plugin, reason(s), unresolvable)
-        feasible = []
+        names = sorted(self.nodes.store)
         view = self._cluster_view(pod)
         claims, outcomes, usage = None, {}, None
         extended: dict[str, tuple | None] = {}  # node -> the extended-resource claim built for it (KEP-5004)
@@ -609,28 +618,17 @@ class KubeSchedulerLoop:
                 await self._mark_unschedulable(pod, why)
                 return {DRA_PLUGIN}
             usage = self.dra.usage()
-        for node in nodes:
-            name = node["metadata"]["name"]
-            verdict = self.filter_in_tree(pod, node, view)
-            if verdict is None and claims is not None:  # DynamicResources Filter
-                node_claims, extended[name] = self.dra.with_extended(pod, claims, node)
-                outcome = self.dra.filter(node_claims, node, self._usage_on(name, pod, usage))
-                if outcome.ok:
-                    outcomes[name] = outcome
-                else:
-                    verdict = (DRA_PLUGIN, f"cannot allocate all claims: {outcome.reason}", False)
-            if verdict is None:
-                feasible.append(name)
-            else:
-                statuses[name] = verdict
+        search = self._search(pod, names, view, (claims, usage, outcomes, extended))
+        feasible, statuses = search.feasible, search.rejected  # statuses: node -> (plugin, reason(s), unresolvable)
         calls_extender = bool(self.url) and self.ext.interested(pod)
         chosen: list[str] = [] if calls_extender else feasible
         if feasible and calls_extender:
             self.stats.filters += 1
+            self.stats.nodes_to_extender += len(feasible)
             result = await self._post(http, self.ext.filter_verb,
                                       {"Pod": pod, "NodeNames": feasible, "Nodes": None})
             if result.get("Error"):
-                await self._mark_unschedulable(pod, f"0/{len(nodes)} nodes are available: {result['Error']}.")
+                await self._mark_unschedulable(pod, f"0/{len(names)} nodes are available: {result['Error']}.")
                 return set()
             chosen = [n for n in result.get("NodeNames") or [] if n in feasible]
             for n, msg in (result.get("FailedNodes") or {}).items():
@@ -639,7 +637,7 @@ class KubeSchedulerLoop:
                 statuses[n] = (sq.EXTENDER, msg, True)
         if not chosen:
             self.stats.unschedulable += 1
-            message = self.fit_error_message(len(nodes), statuses)
+            message = self.fit_error_message(len(names), statuses)
             nominated = None
             if self.preempts:
                 nominated, why = await self._preempt(http, pod, statuses, claims)
@@ -666,6 +664,31 @@ class KubeSchedulerLoop:
             on_assumed(node)
             return None
         return None if await self._bind(http, pod, node) else set()
+
+    def _search(self, pod: dict, names: list[str], view: ClusterView,
+                dra_state: tuple) -> nodestoscore.Search[tuple[str, str | tuple[str, ...], bool]]:
+        """findNodesThatPassFilters: the in-tree filters, then DynamicResources' for a pod with claims
+        (`dra_state`: its claims, the usage, and the per-node outcomes and extended-resource claims this
+        fills in), on the nodes from the rotating start until numFeasibleNodesToFind passed."""
+        claims, usage, outcomes, extended = dra_state
+
+        def check(name: str):
+            node = self.nodes.store[name]
+            verdict = self.filter_in_tree(pod, node, view)
+            if verdict is None and claims is not None:  # DynamicResources Filter
+                node_claims, extended[name] = self.dra.with_extended(pod, claims, node)
+                outcome = self.dra.filter(node_claims, node, self._usage_on(name, pod, usage))
+                if outcome.ok:
+                    outcomes[name] = outcome
+                else:
+                    verdict = (DRA_PLUGIN, f"cannot allocate all claims: {outcome.reason}", False)
+            return verdict
+
+        to_find = nodestoscore.nodes_to_find(self.percentage_of_nodes_to_score, len(names))
+        search = nodestoscore.find_feasible(names, self.next_start_node_index, to_find, check)
+        self.next_start_node_index = search.next_start
+        self.stats.nodes_filtered += search.processed
+        return search
 
     async def _prioritize(self, http: aiohttp.ClientSession, pod: dict, chosen: list[str]) -> str:
         """prioritizeNodes: in-tree scores plus the extender's, weighted; the highest wins."""

@@ -466,6 +466,34 @@ def test_gpu_preemption_shortens_kube_schedulers_max_backoff_only_when_on():
         objects({"scheduler": {"gpuPreemption": {"enabled": True, "podMaxBackoffSeconds": ""}}}))
 
 
+def test_kube_scheduler_searches_every_node_by_default_and_the_value_when_set():
+    """percentageOfNodesToScore is 100 in the default render (kube-scheduler hands every feasible node
+    to hami's /filter, so the node policy ranks the whole cluster), as kube-scheduler reads it and as the
+    embedded cluster's copy of this configuration has it; scheduler.kubeScheduler.percentageOfNodesToScore
+    sets it (0: kube-scheduler's adaptive default, rendered as 0, not dropped)."""
+    from hami.kubesched import schedconfig
+    from hami.sim.cluster import kube_scheduler_configuration
+
+    default = _kube_scheduler_config(rendered("default"))
+    assert default["percentageOfNodesToScore"] == 100
+    assert schedconfig.profile(default, "hami-scheduler").percentage_of_nodes_to_score == 100
+    embedded = kube_scheduler_configuration(build_config({"roles": ("scheduler",)}, env={}))
+    assert schedconfig.profile(embedded, "hami-scheduler").percentage_of_nodes_to_score == 100
+    for value in (30, 0):
+        conf = _kube_scheduler_config(objects({"scheduler": {"kubeScheduler": {"percentageOfNodesToScore": value}}}))
+        assert conf["percentageOfNodesToScore"] == value
+        assert schedconfig.profile(conf, "hami-scheduler").percentage_of_nodes_to_score == value
+
+
+@pytest.mark.parametrize("value", [101, -1, "half", 12.5])
+def test_percentage_of_nodes_to_score_outside_kube_schedulers_range_is_refused_by_name(value):
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError) as err:
+        objects({"scheduler": {"kubeScheduler": {"percentageOfNodesToScore": value}}})
+    assert "percentageOfNodesToScore" in str(err.value)
+
+
 @pytest.mark.parametrize("value", [True, False])
 def test_report_node_capacity_value_reaches_the_node_agent(value):
     """devicePlugin.reportNodeCapacity -> `--report-node-capacity`, which the agent's config reads (off

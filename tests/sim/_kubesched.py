@@ -69,14 +69,15 @@ class Cluster:
 
 @contextlib.asynccontextmanager
 async def running_cluster(apiserver, nodes, *, ext: dict | None = None, parks: bool = False,
-                          stop_seconds: float = 0.0, **sched):
+                          stop_seconds: float = 0.0, loop_kw: dict | None = None, **sched):
     """The scheduler role, the faithful kube-scheduler loop (`parks=True`: the extender_parks
     divergence, for tests that model HAMi's parked-pod reports), a device-plugin stand-in and the
-    simulated kubelet's stop half (graceful deletions end after `stop_seconds`)."""
+    simulated kubelet's stop half (graceful deletions end after `stop_seconds`); `loop_kw`: more settings
+    of the loop (e.g. percentage_of_nodes_to_score)."""
     async with running_env(apiserver, nodes, **sched) as env:
         client = await client_for(apiserver.kubeconfig)
         loop = KubeSchedulerLoop(client, ExtenderConfig(env.sched.url, **(ext or {})), "hami-scheduler", timings=FAST,
-                                 extender_parks=parks)
+                                 extender_parks=parks, **(loop_kw or {}))
         terminator = PodTerminator(client, stop_seconds=stop_seconds)
         stop = asyncio.Event()
         tasks = [asyncio.create_task(loop.run(stop)), asyncio.create_task(device_plugin(env.store, stop)),
