@@ -224,6 +224,9 @@ def check_groups(groups: dict[str, dict[str, Any]], flags: Mapping[str, Any]) ->
     spread = groups["scheduler"].get("burst_spread", 2.0)
     if not (isinstance(spread, (int, float)) and 0 <= spread < float("inf")):
         raise ConfigError("--burst-spread", "command line", spread, "a number >= 0")
+    percentage = groups["sim"].get("percentage_of_nodes_to_score", 100)
+    if isinstance(percentage, bool) or not isinstance(percentage, int) or not 0 <= percentage <= 100:
+        raise ConfigError("--sim-percentage-of-nodes-to-score", "command line", percentage, "an integer 0-100")
     if "log" in groups and groups["log"].get("format", "text") not in ("text", "json"):
         raise ConfigError("--log-format", "command line", groups["log"]["format"], "text or json")
     check_listeners(groups)

@@ -353,6 +353,9 @@ FLAGS: tuple[Flag, ...] = (
          "--sim-gpus, e.g. \"pool:0:2:1xNVIDIA A100-SXM4-40GB:40960\" (repeatable)"),
     Flag("--sim-scale-down-unneeded", "duration", "sim.scale_down_unneeded",
          "how long a node group's node stays empty before the stand-in removes it (default 30s)"),
+    Flag("--sim-percentage-of-nodes-to-score", "int", "sim.percentage_of_nodes_to_score",
+         "the embedded kube-scheduler's percentageOfNodesToScore, 0-100 (default 100, the chart's: every node "
+         "reaches the extender; 0: kube-scheduler's adaptive sampling on 100 nodes or more)"),
     Flag("--demo-workload", "bool", "sim.demo_workload", "submit a stream of sample GPU pods"),
 
     # `hami doctor pod|nodes`: what the doctor must know about the scheduler it looks at

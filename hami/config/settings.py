@@ -192,6 +192,9 @@ class SimSettings:
     # Node groups a Cluster Autoscaler stand-in grows and shrinks (hami.sim.autoscaler): NAME:MIN:MAX:GPUS each.
     node_groups: tuple[str, ...] = ()
     scale_down_unneeded: float = 30.0  # how long a group's node stays empty before it is removed
+    # The embedded kube-scheduler's percentageOfNodesToScore (the chart's value, 100: every node reaches the
+    # extender; 0: kube-scheduler's adaptive sampling on 100 nodes or more; hami.kubesched.nodestoscore).
+    percentage_of_nodes_to_score: int = 100
 
 
 @dataclass(frozen=True, slots=True)

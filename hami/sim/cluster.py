@@ -31,7 +31,6 @@ from hami.device import codec
 from hami.device.codec.keys import EMBEDDED_ANNOTATION
 from hami.kube.client import ApiError, KubeClient, resource_path
 from hami.kube.informer import Informer
-from hami.kubesched.nodestoscore import ALL_NODES
 from hami.kubesched.schedconfig import FIT_PLUGIN
 from hami.kubesched.schedconfig import profile as scheduler_profile
 from hami.netaddr import dial_url
@@ -184,10 +183,10 @@ def kube_scheduler_configuration(cfg: Config) -> dict:
            "nodeCacheCapable": True, "weight": 1, "httpTimeout": "30s"}
     if not dra:
         ext["managedResources"] = [{"name": r, "ignoredByScheduler": True} for r in ignored]
-    # the chart's scheduler.kubeScheduler.percentageOfNodesToScore default: HAMi's node policy sees every node
+    # the chart's scheduler.kubeScheduler.percentageOfNodesToScore (default 100: HAMi's node policy sees every node)
     return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-            "leaderElection": {"leaderElect": False}, "percentageOfNodesToScore": ALL_NODES, "profiles": [prof],
-            "extenders": [ext]}
+            "leaderElection": {"leaderElect": False},
+            "percentageOfNodesToScore": cfg.sim.percentage_of_nodes_to_score, "profiles": [prof], "extenders": [ext]}
 
 
 def _limit_bytes(env: Mapping[str, str], i: int) -> int:

@@ -274,6 +274,28 @@ def test_listener_trust_flags():
         build_config(_flags(["--http-trusted-sources", "10.2.0.0/33"]), env={})
 
 
+def test_sim_percentage_of_nodes_to_score_reaches_the_embedded_kube_scheduler_and_refuses_out_of_range(capsys):
+    """--sim-percentage-of-nodes-to-score is the embedded kube-scheduler's percentageOfNodesToScore, in the
+    configuration it builds as the chart does (default 100, the chart's); outside 0-100 it is refused by name."""
+    from hami.kubesched.schedconfig import profile
+    from hami.sim.cluster import kube_scheduler_configuration
+
+    def percentage(argv) -> int:
+        conf = kube_scheduler_configuration(build_config(_flags(argv), env={}))
+        return profile(conf, "hami-scheduler").percentage_of_nodes_to_score
+
+    assert build_config({}, env={}).sim.percentage_of_nodes_to_score == 100
+    assert percentage([]) == 100
+    assert percentage(["--sim-percentage-of-nodes-to-score", "0"]) == 0
+    assert percentage(["--sim-percentage-of-nodes-to-score", "30"]) == 30
+    with pytest.raises(ConfigError, match=r"--sim-percentage-of-nodes-to-score.*101"):
+        build_config(_flags(["--sim-percentage-of-nodes-to-score", "101"]), env={})
+    for bad in ("-1", "half"):
+        with pytest.raises(SystemExit):
+            _flags(["--sim-percentage-of-nodes-to-score", bad])
+        assert "--sim-percentage-of-nodes-to-score" in capsys.readouterr().err
+
+
 def test_burst_spread_flag_sets_the_width_and_refuses_a_negative_or_infinite_value(capsys):
     assert build_config({}, env={}).scheduler.burst_spread == 2.0
     assert build_config(_flags(["--burst-spread", "0.5"]), env={}).scheduler.burst_spread == 0.5
