@@ -70,9 +70,14 @@ T = TypeVar("T")
 
 class LockHold:
     """How long node locks stay on nodes (the node watch, any holder): the median of the last
-    HOLD_WINDOW holds, and who released each node's lock last and when."""
+    HOLD_WINDOW holds, and who released each node's lock last and when.
 
-    __slots__ = ("seconds", "since", "released", "_window", "_sorted")
+    A burst's opening wave is left out: the locks taken after every node was free and before the
+    first release are held longer than the burst's steady ones (every kubelet and Allocate starts
+    at once), and the width sized on them opens nodes the burst keeps for its whole length
+    (docs/performance.md). A lone lock taken from idle is a pod placed on its own: it counts."""
+
+    __slots__ = ("seconds", "since", "released", "_window", "_sorted", "_opening", "_uncounted")
 
     def __init__(self) -> None:
         self.seconds = HOLD_PRIOR_S
@@ -80,16 +85,32 @@ class LockHold:
         self.released: dict[str, tuple[float, str]] = {}  # node -> (when, "ns/name" of the holder)
         self._window: deque[float] = deque()  # the latest holds, in the order seen
         self._sorted: list[float] = []  # the same holds, sorted
+        self._opening: set[str] | None = None  # nodes locked since every node was free, until a release
+        self._uncounted: set[str] = set()  # nodes still held by an opening wave of more than one lock
 
     def seen(self, node: str, locked: bool, now: float, holder: str = "") -> None:
         """The node watch's view of `node`: locked or not (`holder`: who held it until now)."""
         if locked:
-            self.since.setdefault(node, now)
+            if node not in self.since:
+                if not self.since:
+                    self._opening = set()
+                if self._opening is not None:
+                    self._opening.add(node)
+                self.since[node] = now
             return
         start = self.since.pop(node, None)
-        if start is not None and now >= start:
-            self._add(now - start)
-            self.released[node] = (now, holder)
+        if start is None or now < start:
+            return
+        self.released[node] = (now, holder)
+        if self._opening is not None:  # the busy period's first release closes its opening wave
+            wave, self._opening = self._opening, None
+            if len(wave) > 1:
+                self._uncounted = wave - {node}
+                return
+        elif node in self._uncounted:
+            self._uncounted.discard(node)
+            return
+        self._add(now - start)
 
     def _add(self, held: float) -> None:
         window, ordered = self._window, self._sorted
@@ -103,6 +124,9 @@ class LockHold:
     def forget(self, node: str) -> None:
         self.since.pop(node, None)
         self.released.pop(node, None)
+        self._uncounted.discard(node)
+        if self._opening is not None:
+            self._opening.discard(node)
 
 
 class Contention:
