@@ -11,6 +11,7 @@ first sync and a watch broken past its bound."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from hami.kube.informer import Informer
 from tests.kube.helpers import LoopTurns, eventually, node_obj, pod_obj
@@ -31,6 +32,20 @@ async def run_informer(inf: Informer):
     assert await inf.wait_synced(5)
     return stop, task
 
+
+
+@contextlib.asynccontextmanager
+async def watched_nodes(apiserver, client, handler, turns: LoopTurns):
+    """A node informer with `handler`, its loop turns counted by `turns`, once its watch is open."""
+    inf = Informer(client, "nodes", handler=handler)
+    stop, task = await run_informer(inf)
+    try:
+        async with turns:
+            await eventually(lambda: bool(apiserver.store.watchers()), timeout=10)
+            yield inf
+    finally:
+        stop.set()
+        await task
 
 async def test_list_then_watch_fills_store_and_calls_handler(apiserver, client):
     apiserver.store.create("nodes", "", node_obj("a"))
@@ -443,42 +458,35 @@ async def test_a_relist_ends_with_the_store_a_fresh_list_gives_each_turn_bounded
         events.append((etype, (new if new is not None else old)["metadata"]["name"]))
         turns.count()
 
-    inf = Informer(client, "nodes", handler=handler)
-    stop, task = await run_informer(inf)
-    try:
-        async with turns:
-            await eventually(lambda: bool(apiserver.store.watchers()), timeout=10)
-            events.clear()
-            turns.per_turn.clear()
-            unchanged = inf.store["n3"]
-            await apiserver.stop()
-            for i in range(0, 3 * step, 2):  # half of them vanish
-                apiserver.store.delete("nodes", "", f"n{i}")
-            for i in range(1, 3 * step, 4):  # a quarter change
-                apiserver.store.patch("nodes", "", f"n{i}", b'{"metadata":{"labels":{"v":"2"}}}',
-                                      "application/merge-patch+json")
-            for i in range(2 * step):
-                apiserver.store.create("nodes", "", node_obj(f"m{i}"))
-            apiserver.store.compact()
-            replaced = inf.replaced
-            await apiserver.start()
-            await eventually(lambda: inf.relists_gone >= 1 and inf.replaced > replaced, timeout=20)
-            want = ([("DELETED", f"n{i}") for i in range(0, 3 * step, 2)]
-                    + [("MODIFIED", f"n{i}") for i in range(1, 3 * step, 4)]
-                    + [("ADDED", f"m{i}") for i in range(2 * step)])
-            assert sorted(events) == sorted(want)
-            assert turns.most() <= step, turns.per_turn
-            assert inf.store["n3"] is unchanged  # listed at the stored version: the object handlers were given
-            fresh = Informer(client, "nodes")
-            fresh_stop, fresh_task = await run_informer(fresh)
-            try:
-                assert inf.store == fresh.store and list(inf.store) != []
-            finally:
-                fresh_stop.set()
-                await fresh_task
-    finally:
-        stop.set()
-        await task
+    async with watched_nodes(apiserver, client, handler, turns) as inf:
+        events.clear()
+        turns.per_turn.clear()
+        unchanged = inf.store["n3"]
+        await apiserver.stop()
+        for i in range(0, 3 * step, 2):  # half of them vanish
+            apiserver.store.delete("nodes", "", f"n{i}")
+        for i in range(1, 3 * step, 4):  # a quarter change
+            apiserver.store.patch("nodes", "", f"n{i}", b'{"metadata":{"labels":{"v":"2"}}}',
+                                  "application/merge-patch+json")
+        for i in range(2 * step):
+            apiserver.store.create("nodes", "", node_obj(f"m{i}"))
+        apiserver.store.compact()
+        replaced = inf.replaced
+        await apiserver.start()
+        await eventually(lambda: inf.relists_gone >= 1 and inf.replaced > replaced, timeout=20)
+        want = ([("DELETED", f"n{i}") for i in range(0, 3 * step, 2)]
+                + [("MODIFIED", f"n{i}") for i in range(1, 3 * step, 4)]
+                + [("ADDED", f"m{i}") for i in range(2 * step)])
+        assert sorted(events) == sorted(want)
+        assert turns.most() <= step, turns.per_turn
+        assert inf.store["n3"] is unchanged  # listed at the stored version: the object handlers were given
+        fresh = Informer(client, "nodes")
+        fresh_stop, fresh_task = await run_informer(fresh)
+        try:
+            assert inf.store == fresh.store and list(inf.store) != []
+        finally:
+            fresh_stop.set()
+            await fresh_task
 
 
 async def test_a_relist_whose_handlers_take_time_gives_the_loop_a_turn_within_the_budget(apiserver, client):
@@ -500,28 +508,21 @@ async def test_a_relist_whose_handlers_take_time_gives_the_loop_a_turn_within_th
             time.sleep(0.001)  # a handler with work to do (a registration decoded, usage recounted)
             turns.count()
 
-    inf = Informer(client, "nodes", handler=handler)
-    stop, task = await run_informer(inf)
-    try:
-        async with turns:
-            await eventually(lambda: bool(apiserver.store.watchers()), timeout=10)
-            await apiserver.stop()
-            for i in range(0, 40, 2):
-                apiserver.store.delete("nodes", "", f"n{i}")
-            for i in range(1, 40, 2):
-                apiserver.store.patch("nodes", "", f"n{i}", b'{"metadata":{"labels":{"v":"2"}}}',
-                                      "application/merge-patch+json")
-            apiserver.store.compact()
-            replaced = inf.replaced
-            slow = True
-            await apiserver.start()
-            await eventually(lambda: inf.relists_gone >= 1 and inf.replaced > replaced, timeout=20)
-            assert turns.total() == 40
-            assert infmod.REPLACE_BUDGET <= 0.005  # a budget well under the 20 events a pass here has
-            assert turns.most() <= int(infmod.REPLACE_BUDGET / 0.001) + 1, turns.per_turn
-    finally:
-        stop.set()
-        await task
+    async with watched_nodes(apiserver, client, handler, turns) as inf:
+        await apiserver.stop()
+        for i in range(0, 40, 2):
+            apiserver.store.delete("nodes", "", f"n{i}")
+        for i in range(1, 40, 2):
+            apiserver.store.patch("nodes", "", f"n{i}", b'{"metadata":{"labels":{"v":"2"}}}',
+                                  "application/merge-patch+json")
+        apiserver.store.compact()
+        replaced = inf.replaced
+        slow = True
+        await apiserver.start()
+        await eventually(lambda: inf.relists_gone >= 1 and inf.replaced > replaced, timeout=20)
+        assert turns.total() == 40
+        assert infmod.REPLACE_BUDGET <= 0.005  # a budget well under the 20 events a pass here has
+        assert turns.most() <= int(infmod.REPLACE_BUDGET / 0.001) + 1, turns.per_turn
 
 
 class PagesFailing:
